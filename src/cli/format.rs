@@ -1,0 +1,118 @@
+//! Text layouts of `volume info` and `volume status`, field for field as
+//! GlusterFS prints them, so that scripts written for it keep working.
+
+use crate::mgmt::rpc::BrickStatus;
+use crate::mgmt::state::Volume;
+use std::fmt::Write;
+
+pub fn info(vols: &[Volume]) -> String {
+    let mut s = String::new();
+    for v in vols {
+        let _ = writeln!(s, " ");
+        let _ = writeln!(s, "Volume Name: {}", v.name);
+        let _ = writeln!(s, "Type: {}", v.type_name());
+        let _ = writeln!(s, "Volume ID: {}", v.id);
+        let _ = writeln!(s, "Status: {}", v.status.as_str());
+        let _ = writeln!(s, "Snapshot Count: 0");
+        let _ = writeln!(s, "Number of Bricks: {}", v.brick_count_line());
+        let _ = writeln!(s, "Transport-type: {}", v.transport);
+        let _ = writeln!(s, "Bricks:");
+        for (i, b) in v.bricks.iter().enumerate() {
+            let _ = writeln!(s, "Brick{}: {b}", i + 1);
+        }
+        let _ = writeln!(s, "Options Reconfigured:");
+        for (k, val) in &v.options {
+            let _ = writeln!(s, "{k}: {val}");
+        }
+    }
+    s
+}
+
+pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
+    let mut s = String::new();
+    let rule = "-".repeat(78);
+    for (v, bricks) in st {
+        let _ = writeln!(s, "Status of volume: {}", v.name);
+        let _ = writeln!(
+            s,
+            "{:<50}{:<10}{:<11}{:<8}Pid",
+            "Mortar process", "TCP Port", "RDMA Port", "Online"
+        );
+        let _ = writeln!(s, "{rule}");
+        for b in bricks {
+            let port = b
+                .port
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "N/A".into());
+            let pid = b.pid.map(|p| p.to_string()).unwrap_or_else(|| "N/A".into());
+            let online = if b.online { "Y" } else { "N" };
+            let _ = writeln!(
+                s,
+                "{:<50}{:<10}{:<11}{:<8}{}",
+                format!("Brick {}", b.brick),
+                port,
+                "0",
+                online,
+                pid
+            );
+        }
+        let _ = writeln!(s, " ");
+        let _ = writeln!(s, "Task Status of Volume {}", v.name);
+        let _ = writeln!(s, "{rule}");
+        let _ = writeln!(s, "There are no active volume tasks");
+        let _ = writeln!(s, " ");
+    }
+    s
+}
+
+pub fn status_json(st: &[(Volume, Vec<BrickStatus>)]) -> serde_json::Value {
+    serde_json::Value::Array(
+        st.iter()
+            .map(|(v, b)| serde_json::json!({ "volume": v.name, "bricks": b }))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mgmt::state::{Brick, VolStatus};
+
+    #[test]
+    fn info_matches_glusterfs_layout() {
+        let v = Volume {
+            name: "gv0".into(),
+            id: "id".into(),
+            replica: 3,
+            transport: "tcp".into(),
+            bricks: (1..=3)
+                .map(|i| Brick {
+                    host: "kali".into(),
+                    path: format!("/data/brick{i}/gv0"),
+                })
+                .collect(),
+            status: VolStatus::Started,
+            options: [("network.ping-timeout".to_string(), "10".to_string())].into(),
+            version: 1,
+        };
+        let text = info(&[v]);
+        for line in [
+            "Volume Name: gv0",
+            "Type: Replicate",
+            "Volume ID: id",
+            "Status: Started",
+            "Number of Bricks: 1 x 3 = 3",
+            "Transport-type: tcp",
+            "Bricks:",
+            "Brick1: kali:/data/brick1/gv0",
+            "Brick3: kali:/data/brick3/gv0",
+            "Options Reconfigured:",
+            "network.ping-timeout: 10",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! The `mortar` command line: GlusterFS's grammar (`volume create NAME
+//! replica 3 transport tcp HOST:/PATH… force`), with `--json` on every read
+//! command and `--server` to talk to a daemon other than the local one.
+
+pub mod format;
+
+use crate::mgmt::rpc::{self, Request, Response};
+use crate::mgmt::{options, DEFAULT_MGMT_PORT};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "mortar",
+    version,
+    about = "mortar: a scale-out distributed file system",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Management daemon to talk to (HOST or HOST:PORT).
+    #[arg(long, global = true, default_value = "127.0.0.1")]
+    pub server: String,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Accepted for GlusterFS compatibility (`--mode=script`); mortar never prompts.
+    #[arg(long, global = true, hide = true)]
+    pub mode: Option<String>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Manage volumes.
+    #[command(subcommand)]
+    Volume(VolumeCmd),
+    /// Manage the trusted storage pool.
+    #[command(subcommand)]
+    Peer(PeerCmd),
+    /// Show the trusted storage pool.
+    #[command(subcommand)]
+    Pool(PoolCmd),
+    /// Run the management daemon (one per server).
+    Daemon(DaemonArgs),
+    /// Mount a volume: mortar mount HOST:/VOLUME DIR.
+    Mount(MountCmd),
+    /// Serve one brick (started by the daemon).
+    #[command(hide = true)]
+    Brick(BrickArgs),
+}
+
+#[derive(Subcommand)]
+pub enum VolumeCmd {
+    /// volume create NAME [replica N] [transport tcp] HOST:/PATH... [force]
+    Create {
+        name: String,
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Start a volume: its bricks are started and watched.
+    Start {
+        name: String,
+        #[arg(value_parser = ["force"])]
+        force: Option<String>,
+    },
+    /// Stop a volume.
+    Stop {
+        name: String,
+        #[arg(value_parser = ["force"])]
+        force: Option<String>,
+    },
+    /// Delete a stopped volume (the data on the bricks is kept).
+    Delete { name: String },
+    /// Show volume definitions.
+    Info { name: Option<String> },
+    /// Show bricks, ports, pids and whether they are online.
+    Status { name: Option<String> },
+    /// List volume names.
+    List,
+    /// Set an option: volume set NAME KEY VALUE.
+    Set {
+        name: String,
+        key: String,
+        value: String,
+    },
+    /// Show options in force: volume get NAME KEY|all.
+    Get { name: String, key: String },
+    /// Reset one option or all of them to the default.
+    Reset { name: String, key: Option<String> },
+}
+
+#[derive(Subcommand)]
+pub enum PeerCmd {
+    /// Add a server to the pool.
+    Probe { host: String },
+    /// Remove a server from the pool.
+    Detach { host: String },
+    /// Show the peers.
+    Status,
+}
+
+#[derive(Subcommand)]
+pub enum PoolCmd {
+    /// List the servers of the pool, this one included.
+    List,
+}
+
+#[derive(Args)]
+pub struct DaemonArgs {
+    /// Address to listen on.
+    #[arg(long, default_value_t = format!("0.0.0.0:{DEFAULT_MGMT_PORT}"))]
+    pub listen: String,
+    /// The name bricks on this server are given (HOST in HOST:/PATH).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Where the cluster state and logs are kept.
+    #[arg(long, default_value = "/var/lib/mortar")]
+    pub state_dir: PathBuf,
+}
+
+#[derive(Args)]
+pub struct MountCmd {
+    /// HOST:/VOLUME
+    pub source: String,
+    /// Mount point.
+    pub dir: PathBuf,
+    /// Port of the management daemon on HOST.
+    #[arg(long, default_value_t = DEFAULT_MGMT_PORT)]
+    pub port: u16,
+    /// Stay in the foreground (logs go to standard error).
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+    /// Mount options (as mount -o): ro, noatime, log-file=PATH.
+    #[arg(short = 'o')]
+    pub options: Vec<String>,
+    /// Log file of the background client.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct BrickArgs {
+    #[arg(long)]
+    pub path: PathBuf,
+    #[arg(long)]
+    pub ip: std::net::IpAddr,
+    #[arg(long)]
+    pub volume_id: String,
+}
+
+/// Parses GlusterFS's `volume create` words after the name.
+pub fn parse_create(args: &[String]) -> Result<(usize, String, Vec<String>, bool), String> {
+    let mut replica = 1;
+    let mut transport = "tcp".to_string();
+    let mut bricks = Vec::new();
+    let mut force = false;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "replica" => {
+                let n = args.get(i + 1).ok_or("replica needs a count")?;
+                replica = n
+                    .parse::<usize>()
+                    .map_err(|_| format!("replica count {n} is not a number"))?;
+                if replica < 2 {
+                    return Err("replica count should be greater than 1".into());
+                }
+                i += 2;
+            }
+            "transport" => {
+                transport = args
+                    .get(i + 1)
+                    .ok_or("transport needs a type (tcp)")?
+                    .clone();
+                i += 2;
+            }
+            "arbiter" | "disperse" | "redundancy" | "stripe" => {
+                return Err(format!("'{}' volumes are not supported yet", args[i]));
+            }
+            "force" if i == args.len() - 1 => {
+                force = true;
+                i += 1;
+            }
+            b => {
+                bricks.push(b.to_string());
+                i += 1;
+            }
+        }
+    }
+    if bricks.is_empty() {
+        return Err("no bricks given: use HOST:/PATH".into());
+    }
+    Ok((replica, transport, bricks, force))
+}
+
+struct Out {
+    json: bool,
+}
+
+fn fail(what: &str, name: &str, msg: &str) -> anyhow::Error {
+    if name.is_empty() {
+        anyhow::anyhow!("{what}: failed: {msg}")
+    } else {
+        anyhow::anyhow!("{what}: {name}: failed: {msg}")
+    }
+}
+
+async fn ask(server: &str, req: Request) -> anyhow::Result<Response> {
+    rpc::call(&rpc::mgmt_addr(server, DEFAULT_MGMT_PORT), &req)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+impl Out {
+    fn done(&self, what: &str, name: &str, resp: Response) -> anyhow::Result<()> {
+        match resp {
+            Response::Ok(msg) => {
+                if self.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "op": what, "name": name, "result": "success", "message": msg })
+                    );
+                } else {
+                    let mut line = if name.is_empty() {
+                        format!("{what}: success")
+                    } else {
+                        format!("{what}: {name}: success")
+                    };
+                    if !msg.is_empty() {
+                        line = if name.is_empty() {
+                            format!("{what}: success: {msg}")
+                        } else {
+                            format!("{line}: {msg}")
+                        };
+                    }
+                    println!("{line}");
+                }
+                Ok(())
+            }
+            Response::Err(e) => Err(fail(what, name, &e)),
+            other => Err(fail(what, name, &format!("unexpected answer {other:?}"))),
+        }
+    }
+}
+
+pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    let out = Out { json: cli.json };
+    let server = cli.server.clone();
+    match cli.cmd {
+        Cmd::Volume(v) => match v {
+            VolumeCmd::Create { name, args } => {
+                let (replica, transport, bricks, force) =
+                    parse_create(&args).map_err(|e| fail("volume create", &name, &e))?;
+                let r = ask(
+                    &server,
+                    Request::VolumeCreate {
+                        name: name.clone(),
+                        replica,
+                        transport,
+                        bricks,
+                        force,
+                    },
+                )
+                .await?;
+                out.done("volume create", &name, r)
+            }
+            VolumeCmd::Start { name, force } => {
+                let r = ask(
+                    &server,
+                    Request::VolumeStart {
+                        name: name.clone(),
+                        force: force.is_some(),
+                    },
+                )
+                .await?;
+                out.done("volume start", &name, r)
+            }
+            VolumeCmd::Stop { name, .. } => {
+                let r = ask(&server, Request::VolumeStop { name: name.clone() }).await?;
+                out.done("volume stop", &name, r)
+            }
+            VolumeCmd::Delete { name } => {
+                let r = ask(&server, Request::VolumeDelete { name: name.clone() }).await?;
+                out.done("volume delete", &name, r)
+            }
+            VolumeCmd::Set { name, key, value } => {
+                let r = ask(
+                    &server,
+                    Request::VolumeSet {
+                        name: name.clone(),
+                        key,
+                        value,
+                    },
+                )
+                .await?;
+                out.done("volume set", "", r)
+            }
+            VolumeCmd::Reset { name, key } => {
+                let r = ask(
+                    &server,
+                    Request::VolumeReset {
+                        name: name.clone(),
+                        key,
+                    },
+                )
+                .await?;
+                out.done("volume reset", "", r)
+            }
+            VolumeCmd::Info { name } => {
+                match ask(&server, Request::VolumeInfo { name: name.clone() }).await? {
+                    Response::Volumes(vs) => {
+                        if out.json {
+                            println!("{}", serde_json::to_string_pretty(&vs)?);
+                        } else if vs.is_empty() {
+                            println!("No volumes present");
+                        } else {
+                            print!("{}", format::info(&vs));
+                        }
+                        Ok(())
+                    }
+                    Response::Err(e) => Err(fail("volume info", "", &e)),
+                    other => Err(fail(
+                        "volume info",
+                        "",
+                        &format!("unexpected answer {other:?}"),
+                    )),
+                }
+            }
+            VolumeCmd::List => match ask(&server, Request::VolumeInfo { name: None }).await? {
+                Response::Volumes(vs) => {
+                    let names: Vec<&str> = vs.iter().map(|v| v.name.as_str()).collect();
+                    if out.json {
+                        println!("{}", serde_json::to_string(&names)?);
+                    } else if names.is_empty() {
+                        println!("No volumes present in cluster");
+                    } else {
+                        for n in names {
+                            println!("{n}");
+                        }
+                    }
+                    Ok(())
+                }
+                Response::Err(e) => Err(fail("volume list", "", &e)),
+                other => Err(fail(
+                    "volume list",
+                    "",
+                    &format!("unexpected answer {other:?}"),
+                )),
+            },
+            VolumeCmd::Get { name, key } => match ask(
+                &server,
+                Request::VolumeInfo {
+                    name: Some(name.clone()),
+                },
+            )
+            .await?
+            {
+                Response::Volumes(vs) => {
+                    let v = &vs[0];
+                    let keys: Vec<&str> = if key == "all" {
+                        options::OPTIONS.iter().map(|o| o.key).collect()
+                    } else if options::spec(&key).is_some() {
+                        vec![key.as_str()]
+                    } else {
+                        return Err(fail(
+                            "volume get",
+                            "",
+                            &format!("option : {key} does not exist"),
+                        ));
+                    };
+                    let rows: Vec<(String, String)> = keys
+                        .iter()
+                        .map(|k| (k.to_string(), options::effective(&v.options, k).to_string()))
+                        .collect();
+                    if out.json {
+                        let m: std::collections::BTreeMap<_, _> = rows.into_iter().collect();
+                        println!("{}", serde_json::to_string_pretty(&m)?);
+                    } else {
+                        println!("{:<40} Value", "Option");
+                        println!("{:<40} -----", "------");
+                        for (k, v) in rows {
+                            println!("{k:<40} {v}");
+                        }
+                    }
+                    Ok(())
+                }
+                Response::Err(e) => Err(fail("volume get", "", &e)),
+                other => Err(fail(
+                    "volume get",
+                    "",
+                    &format!("unexpected answer {other:?}"),
+                )),
+            },
+            VolumeCmd::Status { name } => match ask(&server, Request::VolumeStatus { name }).await?
+            {
+                Response::Status(st) => {
+                    if out.json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&format::status_json(&st))?
+                        );
+                    } else if st.is_empty() {
+                        println!("No volumes present");
+                    } else {
+                        print!("{}", format::status(&st));
+                    }
+                    Ok(())
+                }
+                Response::Err(e) => Err(fail("volume status", "", &e)),
+                other => Err(fail(
+                    "volume status",
+                    "",
+                    &format!("unexpected answer {other:?}"),
+                )),
+            },
+        },
+        Cmd::Peer(p) => match p {
+            PeerCmd::Probe { host } => {
+                let r = ask(&server, Request::PeerProbe { host }).await?;
+                out.done("peer probe", "", r)
+            }
+            PeerCmd::Detach { host } => {
+                let r = ask(&server, Request::PeerDetach { host }).await?;
+                out.done("peer detach", "", r)
+            }
+            PeerCmd::Status => match ask(&server, Request::PeerList).await? {
+                Response::Peers { peers, .. } => {
+                    if out.json {
+                        println!("{}", serde_json::to_string_pretty(&peers)?);
+                    } else {
+                        println!("Number of Peers: {}", peers.len());
+                        for p in peers {
+                            println!(
+                                "\nHostname: {}\nUuid: {}\nState: Peer in Cluster (Connected)",
+                                p.host, p.uuid
+                            );
+                        }
+                    }
+                    Ok(())
+                }
+                other => Err(fail("peer status", "", &format!("{other:?}"))),
+            },
+        },
+        Cmd::Pool(PoolCmd::List) => match ask(&server, Request::PeerList).await? {
+            Response::Peers { me, peers } => {
+                if out.json {
+                    println!("{}", serde_json::json!({ "localhost": me, "peers": peers }));
+                } else {
+                    println!("UUID\t\t\t\t\tHostname \tState");
+                    for p in &peers {
+                        println!("{}\t{}\tConnected", p.uuid, p.host);
+                    }
+                    println!("{}\tlocalhost\tConnected", me.uuid);
+                }
+                Ok(())
+            }
+            other => Err(fail("pool list", "", &format!("{other:?}"))),
+        },
+        Cmd::Daemon(_) | Cmd::Mount(_) | Cmd::Brick(_) => unreachable!("handled in main"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn create_grammar() {
+        let (r, t, b, f) = parse_create(&s(&[
+            "replica",
+            "3",
+            "transport",
+            "tcp",
+            "h:/a",
+            "h:/b",
+            "h:/c",
+            "force",
+        ]))
+        .unwrap();
+        assert_eq!((r, t.as_str(), b.len(), f), (3, "tcp", 3, true));
+        let (r, _, b, f) = parse_create(&s(&["h:/a", "h:/b"])).unwrap();
+        assert_eq!((r, b.len(), f), (1, 2, false));
+        assert!(parse_create(&s(&["replica", "1", "h:/a"])).is_err());
+        assert!(parse_create(&s(&["replica", "x", "h:/a"])).is_err());
+        assert!(parse_create(&s(&["replica", "3"])).is_err());
+    }
+}

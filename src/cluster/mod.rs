@@ -1,0 +1,39 @@
+//! Cluster translators: `replicate` copies every change to each brick of a
+//! replica set; `distribute` places files across replica sets by the hash of
+//! their names.
+pub mod distribute;
+pub mod replicate;
+
+use crate::core::{FsError, FsResult};
+
+/// A table of handles issued by a cluster translator, each mapping to what
+/// its children issued.
+pub(crate) struct HandleMap<T> {
+    next: std::sync::atomic::AtomicU64,
+    map: std::sync::Mutex<std::collections::HashMap<u64, T>>,
+}
+
+impl<T: Clone> HandleMap<T> {
+    pub(crate) fn new() -> Self {
+        HandleMap {
+            next: std::sync::atomic::AtomicU64::new(1),
+            map: Default::default(),
+        }
+    }
+    pub(crate) fn insert(&self, v: T) -> u64 {
+        let fh = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.map.lock().unwrap().insert(fh, v);
+        fh
+    }
+    pub(crate) fn get(&self, fh: u64) -> FsResult<T> {
+        self.map
+            .lock()
+            .unwrap()
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| FsError::new(libc::EBADF, format!("unknown handle {fh}")))
+    }
+    pub(crate) fn remove(&self, fh: u64) -> Option<T> {
+        self.map.lock().unwrap().remove(&fh)
+    }
+}

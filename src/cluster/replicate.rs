@@ -1,0 +1,470 @@
+//! The replicate translator: N children holding the same data.
+//!
+//! Every modifying operation goes to every child that is up, concurrently,
+//! and is acknowledged only when all of them have answered. Reads go to one
+//! child, chosen by the object's gfid so that different files spread over
+//! the replicas.
+//!
+//! What this translator does not do yet (issue "Replicate"): record which
+//! copy missed a change while its brick was down, heal it, enforce quorum,
+//! or order concurrent writers on different clients. The seams are here:
+//! `merge` is the single place where answers of the replicas are judged,
+//! and `read_child` is the single place where a copy is chosen for reading.
+
+use super::HandleMap;
+use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, StatFs, Xlator};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+pub struct Replicate {
+    name: String,
+    children: Vec<Arc<dyn Xlator>>,
+    /// Our handle → each child's handle (None where that child was down).
+    fds: HandleMap<Arc<Vec<Option<u64>>>>,
+}
+
+/// The answers of several replicas, judged as one.
+///
+/// All children that answered agree on success: the first success. All
+/// failed: the first error other than ENOTCONN (so that ENOENT, EEXIST,
+/// ENOSPC reach the application as themselves). Some succeeded and some
+/// failed other than by being down: the failure is returned, because an
+/// application must never be told a change is safe when a live replica
+/// refused it.
+pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<(Reply, Vec<usize>)> {
+    let mut ok = Vec::new();
+    let mut first_ok = None;
+    let mut hard_err: Option<FsError> = None;
+    let mut down_err: Option<FsError> = None;
+    for (i, r) in results {
+        match r {
+            Ok(rep) => {
+                ok.push(i);
+                first_ok.get_or_insert(rep);
+            }
+            Err(e) if e.is(libc::ENOTCONN) => {
+                down_err.get_or_insert(e);
+            }
+            Err(e) => {
+                hard_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = hard_err {
+        return Err(e);
+    }
+    match first_ok {
+        Some(rep) => Ok((rep, ok)),
+        None => Err(down_err.unwrap_or_else(|| FsError::notconn("no replica is up"))),
+    }
+}
+
+impl Replicate {
+    pub fn new(name: String, children: Vec<Arc<dyn Xlator>>) -> Self {
+        Replicate {
+            name,
+            children,
+            fds: HandleMap::new(),
+        }
+    }
+
+    fn up(&self) -> Vec<usize> {
+        (0..self.children.len())
+            .filter(|&i| self.children[i].is_up())
+            .collect()
+    }
+
+    /// The child to read `gfid` from: spread by gfid over the children up.
+    fn read_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
+        if allowed.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let h = xxhash_rust::xxh64::xxh64(&gfid.0, 0) as usize;
+        Ok(allowed[h % allowed.len()])
+    }
+
+    async fn fan_out(
+        &self,
+        cx: &Ctx,
+        targets: &[usize],
+        make: impl Fn(usize) -> Option<Fop>,
+    ) -> Vec<(usize, FsResult<Reply>)> {
+        let calls = targets.iter().filter_map(|&i| {
+            let fop = make(i)?;
+            let child = self.children[i].clone();
+            let cx = cx.clone();
+            Some(async move { (i, child.call(&cx, fop).await) })
+        });
+        join_all(calls).await
+    }
+
+    async fn to_all(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let up = self.up();
+        if up.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+        merge(res).map(|(r, _)| r)
+    }
+
+    /// Reads from one replica, falling back to the others if it is down.
+    async fn read_one(&self, cx: &Ctx, gfid: Gfid, fop: Fop) -> FsResult<Reply> {
+        let mut up = self.up();
+        loop {
+            let i = self.read_child(gfid, &up)?;
+            match self.children[i].call(cx, fop.clone()).await {
+                Err(e) if e.is(libc::ENOTCONN) => up.retain(|&c| c != i),
+                r => return r,
+            }
+        }
+    }
+
+    /// Opens on every replica up; our handle maps to theirs.
+    async fn open_all(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let up = self.up();
+        if up.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+        let mut fhs = vec![None; self.children.len()];
+        for (i, r) in &res {
+            if let Ok(rep) = r {
+                fhs[*i] = rep.clone().into_fh().ok();
+            }
+        }
+        match merge(res) {
+            Ok((rep, _)) => {
+                let fh = self.fds.insert(Arc::new(fhs));
+                Ok(match rep {
+                    Reply::Created { entry, .. } => Reply::Created { entry, fh },
+                    _ => Reply::Opened { fh },
+                })
+            }
+            Err(e) => {
+                // Close what did open, so no handle leaks on a brick.
+                let release = |g, f| match &fop {
+                    Fop::Opendir { .. } => Fop::Releasedir { gfid: g, fh: f },
+                    _ => Fop::Release { gfid: g, fh: f },
+                };
+                let gfid = fop_gfid(&fop);
+                let idx: Vec<usize> = (0..fhs.len()).filter(|&i| fhs[i].is_some()).collect();
+                self.fan_out(cx, &idx, |i| fhs[i].map(|f| release(gfid, f)))
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends a handle-based operation to every replica holding the handle.
+    async fn with_handles(
+        &self,
+        cx: &Ctx,
+        fh: u64,
+        release: bool,
+        make: impl Fn(u64) -> Fop,
+    ) -> FsResult<Reply> {
+        let fhs = if release {
+            self.fds
+                .remove(fh)
+                .ok_or_else(|| FsError::errno(libc::EBADF))?
+        } else {
+            self.fds.get(fh)?
+        };
+        let targets: Vec<usize> = (0..fhs.len())
+            .filter(|&i| fhs[i].is_some() && (release || self.children[i].is_up()))
+            .collect();
+        if targets.is_empty() {
+            return Err(FsError::notconn(format!(
+                "{}: no replica holding this file is up",
+                self.name
+            )));
+        }
+        let res = self.fan_out(cx, &targets, |i| fhs[i].map(&make)).await;
+        merge(res).map(|(r, _)| r)
+    }
+
+    async fn read_handle(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        fh: u64,
+        make: impl Fn(u64) -> Fop,
+    ) -> FsResult<Reply> {
+        let fhs = self.fds.get(fh)?;
+        let mut allowed: Vec<usize> = (0..fhs.len())
+            .filter(|&i| fhs[i].is_some() && self.children[i].is_up())
+            .collect();
+        loop {
+            let i = self.read_child(gfid, &allowed)?;
+            match self.children[i].call(cx, make(fhs[i].unwrap())).await {
+                Err(e) if e.is(libc::ENOTCONN) => allowed.retain(|&c| c != i),
+                r => return r,
+            }
+        }
+    }
+}
+
+pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
+    match fop {
+        Fop::Getattr { gfid }
+        | Fop::Setattr { gfid, .. }
+        | Fop::Link { gfid, .. }
+        | Fop::Readlink { gfid }
+        | Fop::Open { gfid, .. }
+        | Fop::Read { gfid, .. }
+        | Fop::Write { gfid, .. }
+        | Fop::Flush { gfid, .. }
+        | Fop::Fsync { gfid, .. }
+        | Fop::Release { gfid, .. }
+        | Fop::Fallocate { gfid, .. }
+        | Fop::Lseek { gfid, .. }
+        | Fop::Opendir { gfid }
+        | Fop::Readdir { gfid, .. }
+        | Fop::Releasedir { gfid, .. }
+        | Fop::Statfs { gfid }
+        | Fop::Setxattr { gfid, .. }
+        | Fop::Getxattr { gfid, .. }
+        | Fop::Listxattr { gfid }
+        | Fop::Removexattr { gfid, .. } => *gfid,
+        Fop::Mknod { gfid, .. }
+        | Fop::Create { gfid, .. }
+        | Fop::Mkdir { gfid, .. }
+        | Fop::Symlink { gfid, .. } => *gfid,
+        Fop::Lookup { parent, .. }
+        | Fop::Unlink { parent, .. }
+        | Fop::Rmdir { parent, .. }
+        | Fop::Rename { parent, .. } => *parent,
+    }
+}
+
+/// Runs futures concurrently and collects their outputs in order.
+pub(crate) async fn join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("child call panicked"));
+    }
+    out
+}
+
+fn min_statfs(rs: Vec<StatFs>) -> StatFs {
+    rs.into_iter()
+        .reduce(|a, b| if b.bavail < a.bavail { b } else { a })
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl Xlator for Replicate {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn is_up(&self) -> bool {
+        self.children.iter().any(|c| c.is_up())
+    }
+
+    async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        match fop {
+            // Lookups ask every replica, so that a name missing on one copy
+            // is still found on the others.
+            Fop::Lookup { .. } => {
+                let up = self.up();
+                let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+                let mut err = None;
+                for (_, r) in res {
+                    match r {
+                        Ok(rep) => return Ok(rep),
+                        Err(e) => {
+                            if err.as_ref().is_none_or(|x: &FsError| x.is(libc::ENOTCONN)) {
+                                err = Some(e);
+                            }
+                        }
+                    }
+                }
+                Err(err.unwrap_or_else(|| {
+                    FsError::notconn(format!("{}: no replica is up", self.name))
+                }))
+            }
+            Fop::Getattr { gfid } | Fop::Readlink { gfid } | Fop::Listxattr { gfid } => {
+                self.read_one(cx, gfid, fop).await
+            }
+            Fop::Getxattr { gfid, .. } => self.read_one(cx, gfid, fop).await,
+            Fop::Statfs { .. } => {
+                let up = self.up();
+                let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+                let stats: Vec<StatFs> = res
+                    .into_iter()
+                    .filter_map(|(_, r)| match r {
+                        Ok(Reply::StatFs(s)) => Some(s),
+                        _ => None,
+                    })
+                    .collect();
+                if stats.is_empty() {
+                    return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+                }
+                Ok(Reply::StatFs(min_statfs(stats)))
+            }
+            Fop::Open { .. } | Fop::Opendir { .. } | Fop::Create { .. } => {
+                self.open_all(cx, fop).await
+            }
+            Fop::Read {
+                gfid,
+                fh,
+                offset,
+                size,
+            } => {
+                self.read_handle(cx, gfid, fh, |f| Fop::Read {
+                    gfid,
+                    fh: f,
+                    offset,
+                    size,
+                })
+                .await
+            }
+            Fop::Lseek {
+                gfid,
+                fh,
+                offset,
+                whence,
+            } => {
+                self.read_handle(cx, gfid, fh, |f| Fop::Lseek {
+                    gfid,
+                    fh: f,
+                    offset,
+                    whence,
+                })
+                .await
+            }
+            Fop::Readdir {
+                gfid,
+                fh,
+                offset,
+                plus,
+            } => {
+                // Listings are read from one replica; offsets are that
+                // replica's, so stay on it while it is up.
+                let fhs = self.fds.get(fh)?;
+                let first = (0..fhs.len()).find(|&i| fhs[i].is_some() && self.children[i].is_up());
+                let i = first
+                    .ok_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))?;
+                self.children[i]
+                    .call(
+                        cx,
+                        Fop::Readdir {
+                            gfid,
+                            fh: fhs[i].unwrap(),
+                            offset,
+                            plus,
+                        },
+                    )
+                    .await
+            }
+            Fop::Write {
+                gfid,
+                fh,
+                offset,
+                data,
+            } => {
+                self.with_handles(cx, fh, false, |f| Fop::Write {
+                    gfid,
+                    fh: f,
+                    offset,
+                    data: data.clone(),
+                })
+                .await
+            }
+            Fop::Flush { gfid, fh } => {
+                self.with_handles(cx, fh, false, |f| Fop::Flush { gfid, fh: f })
+                    .await
+            }
+            Fop::Fsync { gfid, fh, datasync } => {
+                self.with_handles(cx, fh, false, |f| Fop::Fsync {
+                    gfid,
+                    fh: f,
+                    datasync,
+                })
+                .await
+            }
+            Fop::Fallocate {
+                gfid,
+                fh,
+                mode,
+                offset,
+                len,
+            } => {
+                self.with_handles(cx, fh, false, |f| Fop::Fallocate {
+                    gfid,
+                    fh: f,
+                    mode,
+                    offset,
+                    len,
+                })
+                .await
+            }
+            Fop::Release { gfid, fh } => {
+                let _ = self
+                    .with_handles(cx, fh, true, |f| Fop::Release { gfid, fh: f })
+                    .await;
+                Ok(Reply::Ok)
+            }
+            Fop::Releasedir { gfid, fh } => {
+                let _ = self
+                    .with_handles(cx, fh, true, |f| Fop::Releasedir { gfid, fh: f })
+                    .await;
+                Ok(Reply::Ok)
+            }
+            Fop::Setattr { .. }
+            | Fop::Mknod { .. }
+            | Fop::Mkdir { .. }
+            | Fop::Unlink { .. }
+            | Fop::Rmdir { .. }
+            | Fop::Rename { .. }
+            | Fop::Link { .. }
+            | Fop::Symlink { .. }
+            | Fop::Setxattr { .. }
+            | Fop::Removexattr { .. } => self.to_all(cx, fop).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(errno: i32) -> FsResult<Reply> {
+        Err(FsError::errno(errno))
+    }
+
+    #[test]
+    fn merge_judges_replica_answers() {
+        // All good.
+        let (_, ok) = merge(vec![(0, Ok(Reply::Ok)), (1, Ok(Reply::Ok))]).unwrap();
+        assert_eq!(ok, vec![0, 1]);
+        // One down: still acknowledged by the live ones.
+        let (_, ok) = merge(vec![(0, e(libc::ENOTCONN)), (1, Ok(Reply::Ok))]).unwrap();
+        assert_eq!(ok, vec![1]);
+        // A live replica refusing the change is never hidden.
+        assert_eq!(
+            merge(vec![(0, Ok(Reply::Ok)), (1, e(libc::ENOSPC))])
+                .unwrap_err()
+                .errno,
+            libc::ENOSPC
+        );
+        // Everyone down.
+        assert_eq!(
+            merge(vec![(0, e(libc::ENOTCONN))]).unwrap_err().errno,
+            libc::ENOTCONN
+        );
+        // Real errors win over "down".
+        assert_eq!(
+            merge(vec![(0, e(libc::ENOTCONN)), (1, e(libc::EEXIST))])
+                .unwrap_err()
+                .errno,
+            libc::EEXIST
+        );
+    }
+}

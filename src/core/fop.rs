@@ -1,0 +1,429 @@
+//! File operations as data. One `Fop` value is one request travelling down
+//! the translator stack (and over the wire to a brick); one `Reply` value is
+//! its answer. Serde derives give the wire encoding, `Fop::name` the name
+//! used in logs and metrics, and `Fop::is_modifying` the replicate
+//! translator's fan-out rule, so nothing is written once per operation by
+//! hand.
+//!
+//! Objects are named the way a brick can resolve safely: by gfid, or by a
+//! parent directory's gfid and one validated name component.
+
+use super::{FsError, FsResult, Gfid};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One validated path component: not empty, not `.` or `..`, no `/`, no NUL,
+/// at most 255 bytes. Built only through `Name::new`, so that a brick never
+/// sees a name that could leave the directory it was given.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "serde_bytes::ByteBuf", into = "serde_bytes::ByteBuf")]
+pub struct Name(Vec<u8>);
+
+pub const NAME_MAX: usize = 255;
+
+impl Name {
+    pub fn new(b: impl Into<Vec<u8>>) -> FsResult<Name> {
+        let b = b.into();
+        if b.is_empty() || b == b"." || b == b".." {
+            return Err(FsError::inval("invalid name"));
+        }
+        if b.len() > NAME_MAX {
+            return Err(FsError::new(libc::ENAMETOOLONG, "name too long"));
+        }
+        if b.iter().any(|&c| c == b'/' || c == 0) {
+            return Err(FsError::inval("name contains '/' or NUL"));
+        }
+        Ok(Name(b))
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+    pub fn as_os_str(&self) -> &std::ffi::OsStr {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(&self.0)
+    }
+}
+
+impl TryFrom<serde_bytes::ByteBuf> for Name {
+    type Error = FsError;
+    fn try_from(b: serde_bytes::ByteBuf) -> FsResult<Name> {
+        Name::new(b.into_vec())
+    }
+}
+
+impl From<Name> for serde_bytes::ByteBuf {
+    fn from(n: Name) -> Self {
+        serde_bytes::ByteBuf::from(n.0)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(&self.0))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FileKind {
+    pub fn from_mode(mode: u32) -> FileKind {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDev,
+            libc::S_IFBLK => FileKind::BlockDev,
+            _ => FileKind::File,
+        }
+    }
+}
+
+/// Attributes of one object as a brick reports them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub gfid: Gfid,
+    pub kind: FileKind,
+    /// Permission bits and set-id/sticky bits (no file type bits).
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub size: u64,
+    pub blocks: u64,
+    pub blksize: u32,
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+}
+
+/// A name that was looked up or created, with what it refers to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub attr: Attr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: serde_bytes::ByteBuf,
+    pub kind: FileKind,
+    /// The brick-side offset of the entry after this one.
+    pub next: u64,
+    /// Present for readdirplus when the entry's gfid is known.
+    pub attr: Option<Attr>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeSet {
+    Now,
+    At(i64, u32),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatFs {
+    pub bsize: u32,
+    pub frsize: u32,
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub namelen: u32,
+}
+
+/// Every file operation. `fh` values are handles issued by the layer the
+/// operation is sent to (each translator maps its own to its children's).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Fop {
+    Lookup {
+        parent: Gfid,
+        name: Name,
+    },
+    Getattr {
+        gfid: Gfid,
+    },
+    Setattr {
+        gfid: Gfid,
+        set: SetAttr,
+    },
+    Mknod {
+        parent: Gfid,
+        name: Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+        rdev: u64,
+    },
+    Create {
+        parent: Gfid,
+        name: Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    },
+    Mkdir {
+        parent: Gfid,
+        name: Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+    },
+    Unlink {
+        parent: Gfid,
+        name: Name,
+    },
+    Rmdir {
+        parent: Gfid,
+        name: Name,
+    },
+    Rename {
+        parent: Gfid,
+        name: Name,
+        newparent: Gfid,
+        newname: Name,
+        flags: u32,
+    },
+    Link {
+        gfid: Gfid,
+        newparent: Gfid,
+        newname: Name,
+    },
+    Symlink {
+        parent: Gfid,
+        name: Name,
+        gfid: Gfid,
+        target: serde_bytes::ByteBuf,
+    },
+    Readlink {
+        gfid: Gfid,
+    },
+    Open {
+        gfid: Gfid,
+        flags: i32,
+    },
+    Read {
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        size: u32,
+    },
+    Write {
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        data: serde_bytes::ByteBuf,
+    },
+    Flush {
+        gfid: Gfid,
+        fh: u64,
+    },
+    Fsync {
+        gfid: Gfid,
+        fh: u64,
+        datasync: bool,
+    },
+    Release {
+        gfid: Gfid,
+        fh: u64,
+    },
+    Fallocate {
+        gfid: Gfid,
+        fh: u64,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    },
+    Lseek {
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        whence: i32,
+    },
+    Opendir {
+        gfid: Gfid,
+    },
+    Readdir {
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+    },
+    Releasedir {
+        gfid: Gfid,
+        fh: u64,
+    },
+    Statfs {
+        gfid: Gfid,
+    },
+    Setxattr {
+        gfid: Gfid,
+        name: String,
+        value: serde_bytes::ByteBuf,
+        flags: i32,
+    },
+    Getxattr {
+        gfid: Gfid,
+        name: String,
+    },
+    Listxattr {
+        gfid: Gfid,
+    },
+    Removexattr {
+        gfid: Gfid,
+        name: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Ok,
+    Entry(Entry),
+    Attr(Attr),
+    Created {
+        entry: Entry,
+        fh: u64,
+    },
+    Opened {
+        fh: u64,
+    },
+    Data(serde_bytes::ByteBuf),
+    Written(u32),
+    Offset(u64),
+    Entries(Vec<DirEntry>),
+    StatFs(StatFs),
+    Xattr(serde_bytes::ByteBuf),
+    /// `rename` and `unlink` report what became of the names involved.
+    Unlinked,
+}
+
+impl Fop {
+    /// Name used in logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fop::Lookup { .. } => "lookup",
+            Fop::Getattr { .. } => "getattr",
+            Fop::Setattr { .. } => "setattr",
+            Fop::Mknod { .. } => "mknod",
+            Fop::Create { .. } => "create",
+            Fop::Mkdir { .. } => "mkdir",
+            Fop::Unlink { .. } => "unlink",
+            Fop::Rmdir { .. } => "rmdir",
+            Fop::Rename { .. } => "rename",
+            Fop::Link { .. } => "link",
+            Fop::Symlink { .. } => "symlink",
+            Fop::Readlink { .. } => "readlink",
+            Fop::Open { .. } => "open",
+            Fop::Read { .. } => "read",
+            Fop::Write { .. } => "write",
+            Fop::Flush { .. } => "flush",
+            Fop::Fsync { .. } => "fsync",
+            Fop::Release { .. } => "release",
+            Fop::Fallocate { .. } => "fallocate",
+            Fop::Lseek { .. } => "lseek",
+            Fop::Opendir { .. } => "opendir",
+            Fop::Readdir { .. } => "readdir",
+            Fop::Releasedir { .. } => "releasedir",
+            Fop::Statfs { .. } => "statfs",
+            Fop::Setxattr { .. } => "setxattr",
+            Fop::Getxattr { .. } => "getxattr",
+            Fop::Listxattr { .. } => "listxattr",
+            Fop::Removexattr { .. } => "removexattr",
+        }
+    }
+
+    /// True for operations that change data, metadata or the namespace:
+    /// the replicate translator sends these to every replica.
+    pub fn is_modifying(&self) -> bool {
+        matches!(
+            self,
+            Fop::Setattr { .. }
+                | Fop::Mknod { .. }
+                | Fop::Create { .. }
+                | Fop::Mkdir { .. }
+                | Fop::Unlink { .. }
+                | Fop::Rmdir { .. }
+                | Fop::Rename { .. }
+                | Fop::Link { .. }
+                | Fop::Symlink { .. }
+                | Fop::Write { .. }
+                | Fop::Fsync { .. }
+                | Fop::Fallocate { .. }
+                | Fop::Setxattr { .. }
+                | Fop::Removexattr { .. }
+        )
+    }
+}
+
+impl Reply {
+    pub fn into_entry(self) -> FsResult<Entry> {
+        match self {
+            Reply::Entry(e) | Reply::Created { entry: e, .. } => Ok(e),
+            other => Err(unexpected(other)),
+        }
+    }
+    pub fn into_attr(self) -> FsResult<Attr> {
+        match self {
+            Reply::Attr(a) => Ok(a),
+            Reply::Entry(e) => Ok(e.attr),
+            other => Err(unexpected(other)),
+        }
+    }
+    pub fn into_fh(self) -> FsResult<u64> {
+        match self {
+            Reply::Opened { fh } | Reply::Created { fh, .. } => Ok(fh),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+pub fn unexpected(r: Reply) -> FsError {
+    FsError::new(libc::EIO, format!("unexpected reply {r:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_could_escape_are_refused() {
+        for bad in [&b""[..], b".", b"..", b"a/b", b"/", b"a\0b"] {
+            assert!(Name::new(bad.to_vec()).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            Name::new(vec![b'x'; 256]).unwrap_err().errno,
+            libc::ENAMETOOLONG
+        );
+        assert!(Name::new(vec![b'x'; 255]).is_ok());
+        assert!(Name::new(&b"...hidden"[..]).is_ok());
+    }
+
+    #[test]
+    fn decoding_validates_names() {
+        // A hostile peer cannot smuggle "../x" past Name::new through the wire.
+        let raw = bincode::serialize(&serde_bytes::ByteBuf::from(b"../x".to_vec())).unwrap();
+        assert!(bincode::deserialize::<Name>(&raw).is_err());
+        let ok = bincode::serialize(&Name::new(&b"x"[..]).unwrap()).unwrap();
+        assert_eq!(bincode::deserialize::<Name>(&ok).unwrap().as_bytes(), b"x");
+    }
+}

@@ -1,0 +1,15 @@
+//! Core types shared by every layer: object ids, file operations as data,
+//! errors with an errno, and the translator trait.
+//!
+//! Dependencies point one way: `core` knows nothing of the network, the
+//! brick storage, FUSE or the management daemon.
+
+pub mod error;
+pub mod fop;
+pub mod gfid;
+pub mod xlator;
+
+pub use error::{FsError, FsResult};
+pub use fop::{Attr, DirEntry, Entry, FileKind, Fop, Name, Reply, SetAttr, StatFs};
+pub use gfid::Gfid;
+pub use xlator::{Ctx, Xlator};

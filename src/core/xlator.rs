@@ -1,0 +1,35 @@
+//! The translator trait. A volume's client is a graph of translators, each
+//! holding its children; a request is a `Fop` passed down with a `Ctx`.
+//! A parent learns whether a child can serve from `is_up`, which the
+//! protocol client keeps current from its connection and ping timer.
+
+use super::{Fop, FsResult, Reply};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// Per-request context: who asks, for what, on whose behalf.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+    /// The FUSE request id, for logs.
+    pub unique: u64,
+}
+
+impl Ctx {
+    pub fn root() -> Ctx {
+        Ctx::default()
+    }
+}
+
+#[async_trait]
+pub trait Xlator: Send + Sync {
+    /// A short name for logs: the translator type and its instance.
+    fn name(&self) -> String;
+    async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply>;
+    /// True when this translator can serve requests now.
+    fn is_up(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,938 @@
+//! The FUSE adapter: a thin layer that turns each kernel request into a
+//! `Fop` on the top translator and the answer into a reply or an errno.
+//!
+//! fuser calls us on its session thread; every request is handed to the
+//! tokio runtime at once, so that many requests are served concurrently and
+//! the session thread never waits on the network. The only state kept here
+//! is the inode table: kernel inode numbers ↔ gfids, with lookup counts so
+//! that `forget` frees entries.
+
+pub mod inodes;
+
+use crate::core::fop::TimeSet;
+use crate::core::{Attr, Ctx, FileKind, Fop, FsError, Gfid, Name, Reply, SetAttr, Xlator};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use inodes::InodeTable;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may cache names and attributes.
+const TTL: Duration = Duration::from_secs(1);
+
+pub struct MortarFs {
+    graph: Arc<dyn Xlator>,
+    rt: tokio::runtime::Handle,
+    inodes: Arc<InodeTable>,
+}
+
+fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno)
+}
+
+fn to_time((s, n): (i64, u32)) -> SystemTime {
+    if s >= 0 {
+        UNIX_EPOCH + Duration::new(s as u64, n)
+    } else {
+        UNIX_EPOCH - Duration::from_secs((-s) as u64) + Duration::from_nanos(n as u64)
+    }
+}
+
+fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+fn fuse_attr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: to_time(a.atime),
+        mtime: to_time(a.mtime),
+        ctime: to_time(a.ctime),
+        crtime: to_time(a.ctime),
+        kind: file_type(a.kind),
+        perm: a.perm as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: a.blksize.max(4096),
+        flags: 0,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => TimeSet::At(d.as_secs() as i64, d.subsec_nanos()),
+            Err(e) => {
+                let d = e.duration();
+                let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+                if n == 0 {
+                    TimeSet::At(-s, 0)
+                } else {
+                    TimeSet::At(-s - 1, 1_000_000_000 - n)
+                }
+            }
+        },
+    }
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+        unique: req.unique().0,
+    }
+}
+
+fn name(n: &OsStr) -> Result<Name, Errno> {
+    Name::new(n.as_bytes().to_vec()).map_err(|e| errno(&e))
+}
+
+impl MortarFs {
+    pub fn new(graph: Arc<dyn Xlator>, rt: tokio::runtime::Handle) -> Self {
+        MortarFs {
+            graph,
+            rt,
+            inodes: Arc::new(InodeTable::new()),
+        }
+    }
+
+    fn gfid(&self, ino: INodeNo) -> Result<Gfid, Errno> {
+        self.inodes.gfid(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    /// Runs `f` on the runtime; `f` gets the graph and the inode table.
+    fn spawn<F, Fut>(&self, f: F)
+    where
+        F: FnOnce(Arc<dyn Xlator>, Arc<InodeTable>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (g, i) = (self.graph.clone(), self.inodes.clone());
+        self.rt.spawn(async move { f(g, i).await });
+    }
+
+    fn entry_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEntry) {
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, inodes| async move {
+            match g.call(&cx, fop).await.and_then(Reply::into_entry) {
+                Ok(e) => {
+                    let ino = inodes.remember(e.attr.gfid);
+                    reply.entry(&TTL, &fuse_attr(ino, &e.attr), fuser::Generation(0));
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn empty_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEmpty) {
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, fop).await {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdir_common(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        plus: bool,
+        mut add: impl FnMut(&Arc<InodeTable>, u64, u64, FileKind, &[u8], Option<&Attr>) -> bool
+            + Send
+            + 'static,
+        done: impl FnOnce(Result<(), Errno>) + Send + 'static,
+    ) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return done(Err(e)),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, inodes| async move {
+            // Offsets 1 and 2 are "." and ".."; brick offsets are shifted by 2.
+            let mut off = offset;
+            if off == 0 {
+                if add(&inodes, ino.0, 1, FileKind::Dir, b".", None) {
+                    return done(Ok(()));
+                }
+                off = 1;
+            }
+            if off == 1 {
+                let parent = if ino.0 == 1 { 1 } else { u64::MAX };
+                if add(&inodes, parent, 2, FileKind::Dir, b"..", None) {
+                    return done(Ok(()));
+                }
+                off = 2;
+            }
+            let rep = g
+                .call(
+                    &cx,
+                    Fop::Readdir {
+                        gfid,
+                        fh: fh.0,
+                        offset: off - 2,
+                        plus,
+                    },
+                )
+                .await;
+            match rep {
+                Ok(Reply::Entries(ents)) => {
+                    for e in ents {
+                        let ino = match &e.attr {
+                            Some(a) if plus => inodes.remember(a.gfid),
+                            Some(a) => inodes.peek(a.gfid),
+                            None => u64::MAX,
+                        };
+                        if add(&inodes, ino, e.next + 2, e.kind, &e.name, e.attr.as_ref()) {
+                            break;
+                        }
+                    }
+                    done(Ok(()))
+                }
+                Ok(_) => done(Err(Errno::EIO)),
+                Err(e) => done(Err(errno(&e))),
+            }
+        });
+    }
+}
+
+impl Filesystem for MortarFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        let _ = config.add_capabilities(
+            fuser::InitFlags::FUSE_DO_READDIRPLUS
+                | fuser::InitFlags::FUSE_READDIRPLUS_AUTO
+                | fuser::InitFlags::FUSE_PARALLEL_DIROPS
+                | fuser::InitFlags::FUSE_HANDLE_KILLPRIV
+                | fuser::InitFlags::FUSE_DONT_MASK,
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let fop = self.gfid(parent).and_then(|p| {
+            Ok(Fop::Lookup {
+                parent: p,
+                name: name(n)?,
+            })
+        });
+        self.entry_op(req, fop, reply)
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g
+                .call(&cx, Fop::Getattr { gfid })
+                .await
+                .and_then(Reply::into_attr)
+            {
+                Ok(a) => reply.attr(&TTL, &fuse_attr(ino.0, &a)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g
+                .call(&cx, Fop::Setattr { gfid, set })
+                .await
+                .and_then(Reply::into_attr)
+            {
+                Ok(a) => reply.attr(&TTL, &fuse_attr(ino.0, &a)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, Fop::Readlink { gfid }).await {
+                Ok(Reply::Data(d)) => reply.data(&d),
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let fop = self.gfid(parent).and_then(|p| {
+            Ok(Fop::Mknod {
+                parent: p,
+                name: name(n)?,
+                gfid: Gfid::random(),
+                mode,
+                umask,
+                rdev: rdev as u64,
+            })
+        });
+        self.entry_op(req, fop, reply)
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let fop = self.gfid(parent).and_then(|p| {
+            Ok(Fop::Mkdir {
+                parent: p,
+                name: name(n)?,
+                gfid: Gfid::random(),
+                mode,
+                umask,
+            })
+        });
+        self.entry_op(req, fop, reply)
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let fop = self.gfid(parent).and_then(|p| {
+            Ok(Fop::Unlink {
+                parent: p,
+                name: name(n)?,
+            })
+        });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let fop = self.gfid(parent).and_then(|p| {
+            Ok(Fop::Rmdir {
+                parent: p,
+                name: name(n)?,
+            })
+        });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, n: &OsStr, target: &Path, reply: ReplyEntry) {
+        let fop = self.gfid(parent).and_then(|p| {
+            Ok(Fop::Symlink {
+                parent: p,
+                name: name(n)?,
+                gfid: Gfid::random(),
+                target: serde_bytes::ByteBuf::from(target.as_os_str().as_bytes().to_vec()),
+            })
+        });
+        self.entry_op(req, fop, reply)
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let fop = (|| {
+            Ok(Fop::Rename {
+                parent: self.gfid(parent)?,
+                name: name(n)?,
+                newparent: self.gfid(newparent)?,
+                newname: name(newname)?,
+                flags: flags.bits(),
+            })
+        })();
+        self.empty_op(req, fop, reply)
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let fop = (|| {
+            Ok(Fop::Link {
+                gfid: self.gfid(ino)?,
+                newparent: self.gfid(newparent)?,
+                newname: name(newname)?,
+            })
+        })();
+        self.entry_op(req, fop, reply)
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        let flags = flags.0;
+        self.spawn(move |g, _| async move {
+            match g
+                .call(&cx, Fop::Open { gfid, flags })
+                .await
+                .and_then(Reply::into_fh)
+            {
+                Ok(fh) => reply.opened(FileHandle(fh), open_flags(flags)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g
+                .call(
+                    &cx,
+                    Fop::Read {
+                        gfid,
+                        fh: fh.0,
+                        offset,
+                        size,
+                    },
+                )
+                .await
+            {
+                Ok(Reply::Data(d)) => reply.data(&d),
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        let data = serde_bytes::ByteBuf::from(data.to_vec());
+        self.spawn(move |g, _| async move {
+            match g
+                .call(
+                    &cx,
+                    Fop::Write {
+                        gfid,
+                        fh: fh.0,
+                        offset,
+                        data,
+                    },
+                )
+                .await
+            {
+                Ok(Reply::Written(n)) => reply.written(n),
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Flush { gfid, fh: fh.0 });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Release { gfid, fh: fh.0 });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Fsync {
+            gfid,
+            fh: fh.0,
+            datasync,
+        });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g
+                .call(&cx, Fop::Opendir { gfid })
+                .await
+                .and_then(Reply::into_fh)
+            {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
+        let r2 = reply.clone();
+        self.readdir_common(
+            req,
+            ino,
+            fh,
+            offset,
+            false,
+            move |_, ino, next, kind, name, _| {
+                let mut g = reply.lock().unwrap();
+                g.as_mut().unwrap().add(
+                    INodeNo(ino),
+                    next,
+                    file_type(kind),
+                    OsStr::from_bytes(name),
+                )
+            },
+            move |res| {
+                let rep = r2.lock().unwrap().take().unwrap();
+                match res {
+                    Ok(()) => rep.ok(),
+                    Err(e) => rep.error(e),
+                }
+            },
+        );
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
+        let r2 = reply.clone();
+        self.readdir_common(
+            req,
+            ino,
+            fh,
+            offset,
+            true,
+            move |inodes, ino, next, kind, name, attr| {
+                let mut g = reply.lock().unwrap();
+                let r = g.as_mut().unwrap();
+                match attr {
+                    Some(a) => {
+                        let full = r.add(
+                            INodeNo(ino),
+                            next,
+                            OsStr::from_bytes(name),
+                            &TTL,
+                            &fuse_attr(ino, a),
+                            fuser::Generation(0),
+                        );
+                        if full {
+                            // The kernel did not take this entry: give back its lookup count.
+                            inodes.forget(ino, 1);
+                        }
+                        full
+                    }
+                    None => {
+                        // "." and "..": the kernel never links these names,
+                        // so the placeholder attributes are not cached.
+                        // Other entries without attributes are handed over
+                        // without an inode (0), and the kernel looks them up.
+                        let dots = name == b"." || name == b"..";
+                        let ino = if dots { ino } else { 0 };
+                        let attr = fuse_attr(
+                            ino,
+                            &Attr {
+                                kind,
+                                ..placeholder_attr()
+                            },
+                        );
+                        r.add(
+                            INodeNo(ino),
+                            next,
+                            OsStr::from_bytes(name),
+                            &Duration::ZERO,
+                            &attr,
+                            fuser::Generation(0),
+                        )
+                    }
+                }
+            },
+            move |res| {
+                let rep = r2.lock().unwrap().take().unwrap();
+                match res {
+                    Ok(()) => rep.ok(),
+                    Err(e) => rep.error(e),
+                }
+            },
+        );
+    }
+
+    fn releasedir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let fop = self
+            .gfid(ino)
+            .map(|gfid| Fop::Releasedir { gfid, fh: fh.0 });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok()
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, Fop::Statfs { gfid: Gfid::ROOT }).await {
+                Ok(Reply::StatFs(s)) => reply.statfs(
+                    s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+                ),
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Setxattr {
+            gfid,
+            name: n.to_string_lossy().into_owned(),
+            value: serde_bytes::ByteBuf::from(value.to_vec()),
+            flags,
+        });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Getxattr {
+            gfid,
+            name: n.to_string_lossy().into_owned(),
+        });
+        self.xattr_op(req, fop, size, reply)
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Listxattr { gfid });
+        self.xattr_op(req, fop, size, reply)
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Removexattr {
+            gfid,
+            name: n.to_string_lossy().into_owned(),
+        });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permission checks are the kernel's (default_permissions).
+        reply.ok()
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let fop = match self.gfid(parent).and_then(|p| {
+            Ok(Fop::Create {
+                parent: p,
+                name: name(n)?,
+                gfid: Gfid::random(),
+                mode,
+                umask,
+                flags,
+            })
+        }) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, inodes| async move {
+            match g.call(&cx, fop).await {
+                Ok(Reply::Created { entry, fh }) => {
+                    let ino = inodes.remember(entry.attr.gfid);
+                    reply.created(
+                        &TTL,
+                        &fuse_attr(ino, &entry.attr),
+                        fuser::Generation(0),
+                        FileHandle(fh),
+                        open_flags(flags),
+                    );
+                }
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let fop = self.gfid(ino).map(|gfid| Fop::Fallocate {
+            gfid,
+            fh: fh.0,
+            mode,
+            offset,
+            len: length,
+        });
+        self.empty_op(req, fop, reply)
+    }
+
+    fn lseek(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g
+                .call(
+                    &cx,
+                    Fop::Lseek {
+                        gfid,
+                        fh: fh.0,
+                        offset: offset.max(0) as u64,
+                        whence,
+                    },
+                )
+                .await
+            {
+                Ok(Reply::Offset(o)) => reply.offset(o as i64),
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+}
+
+impl MortarFs {
+    fn xattr_op(&self, req: &Request, fop: Result<Fop, Errno>, size: u32, reply: ReplyXattr) {
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, fop).await {
+                Ok(Reply::Xattr(v)) => {
+                    if size == 0 {
+                        reply.size(v.len() as u32)
+                    } else if v.len() > size as usize {
+                        reply.error(Errno::ERANGE)
+                    } else {
+                        reply.data(&v)
+                    }
+                }
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+}
+
+fn open_flags(flags: i32) -> FopenFlags {
+    if flags & libc::O_DIRECT != 0 {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::empty()
+    }
+}
+
+fn placeholder_attr() -> Attr {
+    Attr {
+        gfid: Gfid::NULL,
+        kind: FileKind::Dir,
+        perm: 0,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 0,
+        blocks: 0,
+        blksize: 4096,
+        atime: (0, 0),
+        mtime: (0, 0),
+        ctime: (0, 0),
+    }
+}

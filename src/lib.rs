@@ -1,0 +1,16 @@
+//! mortar: a scale-out distributed file system.
+//!
+//! The crate is laid out by concern, dependencies pointing one way:
+//! `core` (operations, ids, errors, the translator trait) ← `storage`
+//! (the brick's posix translator) and `cluster` (replicate, distribute) ←
+//! `protocol` (wire format, brick server, client translator) ← `mgmt`
+//! (state, options, volgen, daemon) ← `graph`, `fuse`, `mount` and `cli`.
+pub mod cli;
+pub mod cluster;
+pub mod core;
+pub mod fuse;
+pub mod graph;
+pub mod mgmt;
+pub mod mount;
+pub mod protocol;
+pub mod storage;

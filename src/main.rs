@@ -1,0 +1,103 @@
+use clap::Parser;
+use mortar::cli::{Cli, Cmd};
+use mortar::mount::{self, MountArgs};
+use std::process::ExitCode;
+
+fn init_logs() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("MORTAR_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+/// `mount -t mortar SRC DIR -o OPTS` runs `mount.mortar SRC DIR -o OPTS`.
+fn mount_helper_args() -> Option<Vec<String>> {
+    let argv0 = std::env::args().next()?;
+    if !argv0.ends_with("mount.mortar") {
+        return None;
+    }
+    let mut out = vec!["mortar".to_string(), "mount".to_string()];
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => {
+                if let Some(o) = it.next() {
+                    out.push("-o".into());
+                    out.push(o);
+                }
+            }
+            // mount(8) passes these; they do not concern us.
+            "-n" | "-s" | "-f" | "-v" => {}
+            _ => out.push(a),
+        }
+    }
+    Some(out)
+}
+
+fn main() -> ExitCode {
+    let cli = match mount_helper_args() {
+        Some(args) => Cli::parse_from(args),
+        None => Cli::parse(),
+    };
+    let res = match cli.cmd {
+        Cmd::Daemon(ref a) => {
+            init_logs();
+            run_async(async {
+                let listen: std::net::SocketAddr = a
+                    .listen
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--listen {}: {e}", a.listen))?;
+                let host = a.host.clone().unwrap_or_else(|| {
+                    rustix::system::uname()
+                        .nodename()
+                        .to_string_lossy()
+                        .into_owned()
+                });
+                mortar::mgmt::daemon::Daemon::run(mortar::mgmt::daemon::Config {
+                    listen,
+                    host,
+                    state_dir: a.state_dir.clone(),
+                })
+                .await
+            })
+        }
+        Cmd::Brick(ref a) => {
+            init_logs();
+            run_async(mortar::mgmt::brick::run(&a.path, a.ip, &a.volume_id))
+        }
+        Cmd::Mount(ref m) => {
+            let args = MountArgs {
+                source: m.source.clone(),
+                dir: m.dir.clone(),
+                port: m.port,
+                foreground: m.foreground,
+                log: m.log_file.clone(),
+                options: m.options.clone(),
+            };
+            if m.foreground {
+                init_logs();
+                mount::mount_foreground(&args)
+            } else {
+                mount::mount_background(&args)
+            }
+        }
+        _ => run_async(mortar::cli::run_client(cli)),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_async<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}

@@ -1,0 +1,907 @@
+//! The management daemon (`mortar daemon`), one per server. It keeps the
+//! cluster state on disk, answers the CLI and mounting clients, keeps its
+//! peers in step (every change is pushed to every peer as a whole `Sync`),
+//! and runs one brick process per local brick of every started volume,
+//! restarting a brick that dies.
+//!
+//! Changes are serialised by one async lock; the state itself sits behind a
+//! plain mutex that is never held across a network call.
+
+use super::options;
+use super::rpc::{self, BrickStatus, Request, Response};
+use super::state::{Brick, ClusterState, Peer, Store, VolStatus, Volume};
+use super::volgen;
+use crate::storage::posix::VOLUME_ID_XATTR;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+pub struct Config {
+    pub listen: SocketAddr,
+    pub host: String,
+    pub state_dir: PathBuf,
+}
+
+struct BrickProc {
+    volume: String,
+    stop: watch::Sender<bool>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+type BrickInfo = Arc<Mutex<(Option<u16>, Option<u32>)>>;
+
+pub struct Daemon {
+    cfg: Config,
+    me: Peer,
+    store: Store,
+    state: Mutex<ClusterState>,
+    bricks: Mutex<HashMap<String, (BrickProc, BrickInfo)>>,
+    op_lock: tokio::sync::Mutex<()>,
+}
+
+fn err(s: impl Into<String>) -> Response {
+    Response::Err(s.into())
+}
+
+fn valid_volname(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !n.starts_with('-')
+}
+
+fn nested(a: &str, b: &str) -> bool {
+    a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
+}
+
+/// Checks a local brick path before a volume is created on it.
+fn check_local_brick(path: &Path, force: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if !md.is_dir() {
+            return Err(format!("{} is not a directory", path.display()));
+        }
+        if rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut [0u8; 64][..]).is_ok() {
+            return Err(format!("{} is already part of a volume", path.display()));
+        }
+    }
+    let mut existing = path;
+    while !existing.exists() {
+        existing = existing.parent().unwrap_or(Path::new("/"));
+    }
+    let dev = std::fs::metadata(existing)
+        .map_err(|e| e.to_string())?
+        .dev();
+    let root = std::fs::metadata("/").map_err(|e| e.to_string())?.dev();
+    if dev == root && !force {
+        return Err(format!(
+            "The brick {} is being created in the root partition. It is recommended that you don't use the \
+             system's root partition for storage backend. Or use 'force' at the end of the command if you want \
+             to override this behavior.",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+impl Daemon {
+    pub async fn run(cfg: Config) -> anyhow::Result<()> {
+        let store = Store::new(&cfg.state_dir)?;
+        let state = store.load()?;
+        store.save(&state)?;
+        let listener = TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+        let me = Peer {
+            uuid: state.uuid.clone(),
+            host: cfg.host.clone(),
+            mgmt: mgmt_self(&cfg),
+        };
+        let d = Arc::new(Daemon {
+            cfg,
+            me,
+            store,
+            state: Mutex::new(state),
+            bricks: Mutex::new(HashMap::new()),
+            op_lock: tokio::sync::Mutex::new(()),
+        });
+        tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");
+        d.reconcile().await;
+        let d2 = d.clone();
+        tokio::spawn(async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+            let mut int =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).unwrap();
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            tracing::info!("stopping: bricks first");
+            d2.stop_all_bricks().await;
+            std::process::exit(0);
+        });
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let d = d.clone();
+            tokio::spawn(async move {
+                if let Err(e) = d.serve(stream).await {
+                    tracing::debug!("rpc connection: {e}");
+                }
+            });
+        }
+    }
+
+    async fn serve(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
+        let (rd, mut wr) = stream.into_split();
+        let mut lines = BufReader::new(rd).lines();
+        while let Some(line) = lines.next_line().await? {
+            let resp = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => self.clone().handle(req).await,
+                Err(e) => err(format!("malformed request: {e}")),
+            };
+            let mut out = serde_json::to_vec(&resp)?;
+            out.push(b'\n');
+            wr.write_all(&out).await?;
+        }
+        Ok(())
+    }
+
+    async fn is_local(&self, host: &str) -> bool {
+        if host == self.cfg.host || host == "localhost" || host == self.cfg.listen.ip().to_string()
+        {
+            return true;
+        }
+        let Ok(addrs) = tokio::net::lookup_host((host, 0)).await else {
+            return false;
+        };
+        let mine = self.cfg.listen.ip();
+        addrs
+            .into_iter()
+            .any(|a| a.ip() == mine || (mine.is_unspecified() && a.ip().is_loopback()))
+    }
+
+    fn peer_mgmt(&self, host: &str) -> Option<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .peers
+            .iter()
+            .find(|p| p.host == host)
+            .map(|p| p.mgmt.clone())
+    }
+
+    /// Runs a brick-host request on the host owning the brick.
+    async fn on_host(self: &Arc<Self>, host: &str, req: Request) -> Response {
+        if self.is_local(host).await {
+            return Box::pin(self.clone().handle(req)).await;
+        }
+        match self.peer_mgmt(host) {
+            Some(addr) => rpc::call(&addr, &req).await.unwrap_or_else(Response::Err),
+            None => err(format!("Host {host} is not in 'Peer in Cluster' state")),
+        }
+    }
+
+    fn save(&self) -> Result<ClusterState, String> {
+        let st = self.state.lock().unwrap().clone();
+        self.store
+            .save(&st)
+            .map_err(|e| format!("cannot save the cluster state: {e}"))?;
+        Ok(st)
+    }
+
+    /// Pushes the whole state to every peer (best effort: a peer that is
+    /// down catches up when it is probed or synced again).
+    async fn sync_peers(&self, st: &ClusterState) {
+        for p in &st.peers {
+            let mut view = st.clone();
+            view.peers.retain(|q| q.uuid != p.uuid);
+            view.peers.push(self.me.clone());
+            if let Err(e) = rpc::call(&p.mgmt, &Request::Sync { state: view }).await {
+                tracing::warn!(peer = %p.host, "could not sync: {e}");
+            }
+        }
+    }
+
+    async fn commit(&self) -> Result<(), String> {
+        let st = self.save()?;
+        self.sync_peers(&st).await;
+        self.reconcile().await;
+        Ok(())
+    }
+
+    /// Starts the local bricks of started volumes and stops the others.
+    async fn reconcile(&self) {
+        let st = self.state.lock().unwrap().clone();
+        let mut want: HashMap<String, (String, String)> = HashMap::new();
+        for v in st
+            .volumes
+            .values()
+            .filter(|v| v.status == VolStatus::Started)
+        {
+            for b in &v.bricks {
+                if self.is_local(&b.host).await {
+                    want.insert(b.path.clone(), (v.name.clone(), v.id.clone()));
+                }
+            }
+        }
+        let mut to_stop = Vec::new();
+        {
+            let mut bricks = self.bricks.lock().unwrap();
+            let running: Vec<String> = bricks.keys().cloned().collect();
+            for path in running {
+                if want.get(&path).map(|w| &w.0) != bricks.get(&path).map(|b| &b.0.volume) {
+                    if let Some((mut p, _)) = bricks.remove(&path) {
+                        let _ = p.stop.send(true);
+                        to_stop.extend(p.done.take());
+                    }
+                }
+            }
+            for (path, (vol, id)) in want {
+                if bricks.contains_key(&path) {
+                    continue;
+                }
+                let (stop, stop_rx) = watch::channel(false);
+                let info: BrickInfo = Arc::new(Mutex::new((None, None)));
+                let done = tokio::spawn(supervise(
+                    PathBuf::from(&path),
+                    id,
+                    self.cfg.listen.ip(),
+                    self.cfg.state_dir.join("logs"),
+                    info.clone(),
+                    stop_rx,
+                ));
+                bricks.insert(
+                    path,
+                    (
+                        BrickProc {
+                            volume: vol,
+                            stop,
+                            done: Some(done),
+                        },
+                        info,
+                    ),
+                );
+            }
+        }
+        for h in to_stop {
+            let _ = h.await;
+        }
+    }
+
+    async fn stop_all_bricks(&self) {
+        let handles: Vec<_> = {
+            let mut bricks = self.bricks.lock().unwrap();
+            bricks
+                .drain()
+                .filter_map(|(_, (mut p, _))| {
+                    let _ = p.stop.send(true);
+                    p.done.take()
+                })
+                .collect()
+        };
+        for h in handles {
+            let _ = h.await;
+        }
+    }
+
+    fn local_status(&self, vol: &Volume) -> Vec<BrickStatus> {
+        let bricks = self.bricks.lock().unwrap();
+        vol.bricks
+            .iter()
+            .filter_map(|b| {
+                let (_, info) = bricks.get(&b.path)?;
+                let (port, pid) = *info.lock().unwrap();
+                Some(BrickStatus {
+                    brick: b.to_string(),
+                    port,
+                    pid,
+                    online: port.is_some(),
+                })
+            })
+            .collect()
+    }
+
+    async fn status_of(self: &Arc<Self>, vol: &Volume) -> Vec<BrickStatus> {
+        let mut out = Vec::new();
+        let mut hosts: Vec<&str> = vol.bricks.iter().map(|b| b.host.as_str()).collect();
+        hosts.dedup();
+        let mut seen = std::collections::HashSet::new();
+        for h in hosts {
+            if !seen.insert(h) {
+                continue;
+            }
+            if let Response::Bricks(bs) = self
+                .on_host(
+                    h,
+                    Request::LocalStatus {
+                        volume: vol.name.clone(),
+                    },
+                )
+                .await
+            {
+                out.extend(bs);
+            }
+        }
+        vol.bricks
+            .iter()
+            .map(|b| {
+                let key = b.to_string();
+                out.iter()
+                    .find(|s| s.brick == key)
+                    .cloned()
+                    .unwrap_or(BrickStatus {
+                        brick: key,
+                        port: None,
+                        pid: None,
+                        online: false,
+                    })
+            })
+            .collect()
+    }
+
+    fn volume(&self, name: &str) -> Result<Volume, String> {
+        self.state
+            .lock()
+            .unwrap()
+            .volumes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("Volume {name} does not exist"))
+    }
+
+    async fn handle(self: Arc<Self>, req: Request) -> Response {
+        match req {
+            Request::PeerList => {
+                let peers = self.state.lock().unwrap().peers.clone();
+                Response::Peers {
+                    me: self.me.clone(),
+                    peers,
+                }
+            }
+            Request::VolumeInfo { name } => {
+                let st = self.state.lock().unwrap();
+                match name {
+                    Some(n) => match st.volumes.get(&n) {
+                        Some(v) => Response::Volumes(vec![v.clone()]),
+                        None => err(format!("Volume {n} does not exist")),
+                    },
+                    None => Response::Volumes(st.volumes.values().cloned().collect()),
+                }
+            }
+            Request::VolumeStatus { name } => {
+                let vols: Vec<Volume> = match name {
+                    Some(n) => match self.volume(&n) {
+                        Ok(v) if v.status == VolStatus::Started => vec![v],
+                        Ok(_) => return err(format!("Volume {n} is not started")),
+                        Err(e) => return err(e),
+                    },
+                    None => {
+                        let st = self.state.lock().unwrap();
+                        st.volumes
+                            .values()
+                            .filter(|v| v.status == VolStatus::Started)
+                            .cloned()
+                            .collect()
+                    }
+                };
+                let mut out = Vec::new();
+                for v in vols {
+                    let s = self.status_of(&v).await;
+                    out.push((v, s));
+                }
+                Response::Status(out)
+            }
+            Request::GetVolDesc { name } => match self.volume(&name) {
+                Ok(v) if v.status == VolStatus::Started => {
+                    let st = self.state.lock().unwrap().clone();
+                    Response::VolDesc(volgen::generate(
+                        &st,
+                        &v,
+                        &self.me.host,
+                        &self.me.mgmt,
+                        self.cfg.listen.port(),
+                    ))
+                }
+                Ok(_) => err(format!("Volume {name} is not started")),
+                Err(e) => err(e),
+            },
+            Request::Portmap { path } => {
+                let bricks = self.bricks.lock().unwrap();
+                match bricks.get(&path).and_then(|(_, i)| i.lock().unwrap().0) {
+                    Some(port) => Response::Port(port),
+                    None => err(format!("brick {path} is not running on {}", self.me.host)),
+                }
+            }
+            Request::LocalStatus { volume } => match self.volume(&volume) {
+                Ok(v) => Response::Bricks(self.local_status(&v)),
+                Err(e) => err(e),
+            },
+            Request::BrickCheck {
+                brick,
+                volume: _,
+                force,
+            } => match check_local_brick(Path::new(&brick.path), force) {
+                Ok(()) => Response::Ok(String::new()),
+                Err(e) => err(e),
+            },
+            Request::BrickInit { brick, volume_id } => {
+                let p = Path::new(&brick.path);
+                let res = std::fs::create_dir_all(p)
+                    .map_err(|e| format!("cannot create {}: {e}", p.display()))
+                    .and_then(|_| {
+                        rustix::fs::setxattr(
+                            p,
+                            VOLUME_ID_XATTR,
+                            volume_id.as_bytes(),
+                            rustix::fs::XattrFlags::empty(),
+                        )
+                        .map_err(|e| format!("cannot set the volume id on {}: {e}", p.display()))
+                    });
+                match res {
+                    Ok(()) => Response::Ok(String::new()),
+                    Err(e) => err(e),
+                }
+            }
+            Request::BrickRelease { brick } => {
+                let _ = rustix::fs::removexattr(brick.path.as_str(), VOLUME_ID_XATTR);
+                Response::Ok(String::new())
+            }
+            Request::BricksRun { .. } => {
+                self.reconcile().await;
+                Response::Ok(String::new())
+            }
+            Request::PeerJoin { me, state } => {
+                let _g = self.op_lock.lock().await;
+                {
+                    let mut st = self.state.lock().unwrap();
+                    for p in state.peers.into_iter().chain(std::iter::once(me)) {
+                        if p.uuid != self.me.uuid && !st.peers.iter().any(|q| q.uuid == p.uuid) {
+                            st.peers.push(p);
+                        }
+                    }
+                    for (k, v) in state.volumes {
+                        st.volumes.entry(k).or_insert(v);
+                    }
+                }
+                match self.save() {
+                    Ok(_) => {
+                        self.reconcile().await;
+                        Response::Joined {
+                            me: self.me.clone(),
+                        }
+                    }
+                    Err(e) => err(e),
+                }
+            }
+            Request::Sync { state } => {
+                let _g = self.op_lock.lock().await;
+                {
+                    let mut st = self.state.lock().unwrap();
+                    st.peers = state
+                        .peers
+                        .into_iter()
+                        .filter(|p| p.uuid != self.me.uuid)
+                        .collect();
+                    st.volumes = state.volumes;
+                }
+                match self.save() {
+                    Ok(_) => {
+                        self.reconcile().await;
+                        Response::Ok(String::new())
+                    }
+                    Err(e) => err(e),
+                }
+            }
+            other => {
+                let _g = self.op_lock.lock().await;
+                match self.change(other).await {
+                    Ok(msg) => Response::Ok(msg),
+                    Err(e) => Response::Err(e),
+                }
+            }
+        }
+    }
+
+    /// Requests that change the cluster state; called under `op_lock`.
+    async fn change(self: &Arc<Self>, req: Request) -> Result<String, String> {
+        match req {
+            Request::PeerProbe { host } => {
+                if self.is_local(&host).await {
+                    return Ok("Probe on localhost not needed".into());
+                }
+                if self.peer_mgmt(&host).is_some() {
+                    return Ok(format!(
+                        "Host {host} port {} already in peer list",
+                        self.cfg.listen.port()
+                    ));
+                }
+                let addr = rpc::mgmt_addr(&host, self.cfg.listen.port());
+                let st = self.state.lock().unwrap().clone();
+                let resp = rpc::call(
+                    &addr,
+                    &Request::PeerJoin {
+                        me: self.me.clone(),
+                        state: st,
+                    },
+                )
+                .await
+                .map_err(|e| format!("Probe returned with {e}"))?;
+                let Response::Joined { me } = resp else {
+                    return Err(format!("Probe returned with unexpected answer {resp:?}"));
+                };
+                let peer = Peer {
+                    uuid: me.uuid,
+                    host: host.clone(),
+                    mgmt: addr,
+                };
+                self.state.lock().unwrap().peers.push(peer);
+                self.commit().await?;
+                Ok(String::new())
+            }
+            Request::PeerDetach { host } => {
+                let uses = {
+                    let st = self.state.lock().unwrap();
+                    if !st.peers.iter().any(|p| p.host == host) {
+                        return Err(format!("{host} is not part of cluster"));
+                    }
+                    st.volumes
+                        .values()
+                        .any(|v| v.bricks.iter().any(|b| b.host == host))
+                };
+                if uses {
+                    return Err(format!(
+                        "Peer {host} hosts one or more bricks. Remove them before detaching."
+                    ));
+                }
+                let addr = self.peer_mgmt(&host).unwrap();
+                self.state.lock().unwrap().peers.retain(|p| p.host != host);
+                self.commit().await?;
+                let alone = ClusterState::default();
+                let _ = rpc::call(&addr, &Request::Sync { state: alone }).await;
+                Ok(String::new())
+            }
+            Request::VolumeCreate {
+                name,
+                replica,
+                transport,
+                bricks,
+                force,
+            } => {
+                self.create_volume(name, replica, transport, bricks, force)
+                    .await
+            }
+            Request::VolumeStart { name, force } => {
+                let v = self.volume(&name)?;
+                if v.status == VolStatus::Started && !force {
+                    return Err(format!("Volume {name} already started"));
+                }
+                self.state
+                    .lock()
+                    .unwrap()
+                    .volumes
+                    .get_mut(&name)
+                    .unwrap()
+                    .status = VolStatus::Started;
+                self.commit().await?;
+                for h in v
+                    .bricks
+                    .iter()
+                    .map(|b| b.host.clone())
+                    .collect::<std::collections::BTreeSet<_>>()
+                {
+                    let _ = self
+                        .on_host(
+                            &h,
+                            Request::BricksRun {
+                                volume: name.clone(),
+                            },
+                        )
+                        .await;
+                }
+                // Report bricks that do not come up, but keep trying them.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+                loop {
+                    let st = self.status_of(&v).await;
+                    let down: Vec<String> = st
+                        .iter()
+                        .filter(|s| !s.online)
+                        .map(|s| s.brick.clone())
+                        .collect();
+                    if down.is_empty() {
+                        return Ok(String::new());
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!(
+                            "bricks did not come online: {} (see the brick logs under the daemon's state directory)",
+                            down.join(", ")
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Request::VolumeStop { name } => {
+                let v = self.volume(&name)?;
+                if v.status != VolStatus::Started {
+                    return Err(format!("Volume {name} is not in the started state"));
+                }
+                self.state
+                    .lock()
+                    .unwrap()
+                    .volumes
+                    .get_mut(&name)
+                    .unwrap()
+                    .status = VolStatus::Stopped;
+                self.commit().await?;
+                Ok(String::new())
+            }
+            Request::VolumeDelete { name } => {
+                let v = self.volume(&name)?;
+                if v.status == VolStatus::Started {
+                    return Err(format!("Volume {name} has been started.Volume needs to be stopped before deletion."));
+                }
+                for b in &v.bricks {
+                    let _ = self
+                        .on_host(&b.host, Request::BrickRelease { brick: b.clone() })
+                        .await;
+                }
+                self.state.lock().unwrap().volumes.remove(&name);
+                self.commit().await?;
+                Ok(String::new())
+            }
+            Request::VolumeSet { name, key, value } => {
+                self.volume(&name)?;
+                let value = options::validate(&key, &value)?;
+                {
+                    let mut st = self.state.lock().unwrap();
+                    let v = st.volumes.get_mut(&name).unwrap();
+                    v.options.insert(key, value);
+                    v.version += 1;
+                }
+                self.commit().await?;
+                Ok(String::new())
+            }
+            Request::VolumeReset { name, key } => {
+                self.volume(&name)?;
+                if let Some(k) = &key {
+                    if options::spec(k).is_none() {
+                        return Err(format!("option : {k} does not exist"));
+                    }
+                }
+                {
+                    let mut st = self.state.lock().unwrap();
+                    let v = st.volumes.get_mut(&name).unwrap();
+                    match key {
+                        Some(k) => {
+                            v.options.remove(&k);
+                        }
+                        None => v.options.clear(),
+                    }
+                    v.version += 1;
+                }
+                self.commit().await?;
+                Ok(String::new())
+            }
+            other => Err(format!("unexpected request {other:?}")),
+        }
+    }
+
+    async fn create_volume(
+        self: &Arc<Self>,
+        name: String,
+        replica: usize,
+        transport: String,
+        bricks: Vec<String>,
+        force: bool,
+    ) -> Result<String, String> {
+        if !valid_volname(&name) {
+            return Err(format!(
+                "Volume name {name} is not valid: use letters, digits, '-' and '_'"
+            ));
+        }
+        if self.state.lock().unwrap().volumes.contains_key(&name) {
+            return Err(format!("Volume {name} already exists"));
+        }
+        if transport != "tcp" {
+            return Err(format!("transport {transport} is not supported (use tcp)"));
+        }
+        if replica == 0 {
+            return Err("replica count should be greater than 1".into());
+        }
+        if bricks.is_empty() {
+            return Err("at least one brick is needed".into());
+        }
+        if !bricks.len().is_multiple_of(replica) {
+            return Err(format!(
+                "Incorrect number of bricks supplied {} with count {replica}",
+                bricks.len()
+            ));
+        }
+        let parsed: Vec<Brick> = bricks
+            .iter()
+            .map(|b| Brick::parse(b))
+            .collect::<Result<_, _>>()?;
+        for (i, a) in parsed.iter().enumerate() {
+            for b in &parsed[i + 1..] {
+                if a.host == b.host && a.path == b.path {
+                    return Err(format!("Found duplicate exports {a}"));
+                }
+                if a.host == b.host && nested(&a.path, &b.path) {
+                    return Err(format!(
+                        "Brick: {a}, {b} one of the bricks contain the other"
+                    ));
+                }
+            }
+        }
+        for b in &parsed {
+            if !self.is_local(&b.host).await && self.peer_mgmt(&b.host).is_none() {
+                return Err(format!("Host {} is not in 'Peer in Cluster' state", b.host));
+            }
+        }
+        {
+            let st = self.state.lock().unwrap();
+            for v in st.volumes.values() {
+                for old in &v.bricks {
+                    for b in &parsed {
+                        if old.host == b.host && nested(&old.path, &b.path) {
+                            return Err(format!(
+                                "{} is already part of a volume ({}: {old})",
+                                b, v.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        for b in &parsed {
+            match self
+                .on_host(
+                    &b.host,
+                    Request::BrickCheck {
+                        brick: b.clone(),
+                        volume: name.clone(),
+                        force,
+                    },
+                )
+                .await
+            {
+                Response::Ok(_) => {}
+                Response::Err(e) => return Err(e),
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut done = Vec::new();
+        for b in &parsed {
+            match self
+                .on_host(
+                    &b.host,
+                    Request::BrickInit {
+                        brick: b.clone(),
+                        volume_id: id.clone(),
+                    },
+                )
+                .await
+            {
+                Response::Ok(_) => done.push(b.clone()),
+                other => {
+                    for d in done {
+                        let _ = self
+                            .on_host(&d.host, Request::BrickRelease { brick: d.clone() })
+                            .await;
+                    }
+                    return Err(match other {
+                        Response::Err(e) => e,
+                        o => format!("unexpected answer {o:?}"),
+                    });
+                }
+            }
+        }
+        let vol = Volume {
+            name: name.clone(),
+            id,
+            replica,
+            transport,
+            bricks: parsed,
+            status: VolStatus::Created,
+            options: Default::default(),
+            version: 1,
+        };
+        self.state.lock().unwrap().volumes.insert(name, vol);
+        self.commit().await?;
+        Ok("please start the volume to access data".into())
+    }
+}
+
+fn mgmt_self(cfg: &Config) -> String {
+    if cfg.listen.ip().is_unspecified() {
+        format!("{}:{}", cfg.host, cfg.listen.port())
+    } else {
+        cfg.listen.to_string()
+    }
+}
+
+/// Runs one brick process and restarts it when it dies, until told to stop.
+async fn supervise(
+    path: PathBuf,
+    volume_id: String,
+    ip: IpAddr,
+    logs: PathBuf,
+    info: BrickInfo,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = std::fs::create_dir_all(&logs);
+    let log = logs.join(format!(
+        "brick{}.log",
+        path.display().to_string().replace('/', "-")
+    ));
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("mortar"));
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log);
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("brick")
+            .arg("--path")
+            .arg(&path)
+            .arg("--ip")
+            .arg(ip.to_string())
+            .arg("--volume-id")
+            .arg(&volume_id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if let Ok(f) = logf {
+            cmd.stderr(f);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(brick = %path.display(), "cannot start brick: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let pid = child.id();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let port = tokio::time::timeout(Duration::from_secs(10), out.next_line())
+            .await
+            .ok()
+            .and_then(|l| l.ok().flatten())
+            .and_then(|l| {
+                l.strip_prefix("LISTENING ")
+                    .and_then(|p| p.trim().parse::<u16>().ok())
+            });
+        if let Some(port) = port {
+            tracing::info!(brick = %path.display(), port, pid, "brick started");
+            *info.lock().unwrap() = (Some(port), pid);
+        }
+        tokio::select! {
+            status = child.wait() => {
+                *info.lock().unwrap() = (None, None);
+                tracing::warn!(brick = %path.display(), "brick exited ({status:?}); restarting (log: {})", log.display());
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            _ = stop.changed() => {
+                if let Some(pid) = pid {
+                    // SAFETY: kill() with a pid we spawned and still own as a child.
+                    unsafe { libc::kill(pid as i32, libc::SIGTERM); }
+                }
+                if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
+                    let _ = child.kill().await;
+                }
+                *info.lock().unwrap() = (None, None);
+                tracing::info!(brick = %path.display(), "brick stopped");
+                return;
+            }
+        }
+    }
+}

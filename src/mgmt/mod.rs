@@ -1,0 +1,15 @@
+//! Management: the cluster's state (peers, volumes, options), the daemon
+//! that keeps it and runs the bricks, the RPC the CLI and clients use to
+//! reach it, and the volume-description generator (`volgen`).
+pub mod brick;
+pub mod daemon;
+pub mod options;
+pub mod rpc;
+pub mod state;
+pub mod volgen;
+
+/// Default port of the management daemon. GlusterFS uses 24007-24008 and
+/// 49152 and up; mortar stays clear of both so they can run side by side.
+pub const DEFAULT_MGMT_PORT: u16 = 24107;
+/// First port tried for brick servers.
+pub const BRICK_PORT_BASE: u16 = 24300;

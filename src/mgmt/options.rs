@@ -1,0 +1,138 @@
+//! The registry of volume options: each declared once, with its type,
+//! default and help. `volume set` validates against it, `volume get`
+//! reports from it, and volgen reads typed values from it.
+
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    /// An integer within the bounds.
+    Int(i64, i64),
+    /// One of a fixed set of words.
+    Enum(&'static [&'static str]),
+    /// A size with an optional KB/MB/GB suffix.
+    Size,
+    /// Free text (address lists and the like).
+    Text,
+}
+
+pub struct OptionSpec {
+    pub key: &'static str,
+    pub kind: Kind,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec { key: "network.ping-timeout", kind: Kind::Int(1, 1800), default: "42", help: "Seconds without an answer after which a brick with requests outstanding is declared down." },
+    OptionSpec { key: "cluster.read-hash-mode", kind: Kind::Int(0, 3), default: "1", help: "How reads choose a replica: 0 first up, 1 by gfid." },
+    OptionSpec { key: "cluster.quorum-type", kind: Kind::Enum(&["none", "auto", "fixed"]), default: "auto", help: "Client quorum for writes (enforced by the replicate work to come)." },
+    OptionSpec { key: "cluster.quorum-count", kind: Kind::Int(1, 64), default: "1", help: "Replicas needed when cluster.quorum-type is fixed." },
+    OptionSpec { key: "cluster.favorite-child-policy", kind: Kind::Enum(&["none", "size", "mtime", "ctime", "majority"]), default: "none", help: "How split-brain is resolved automatically." },
+    OptionSpec { key: "performance.write-behind", kind: Kind::Bool, default: "on", help: "Acknowledge writes before the bricks do (performance translators to come)." },
+    OptionSpec { key: "performance.read-ahead", kind: Kind::Bool, default: "on", help: "Read ahead of sequential readers." },
+    OptionSpec { key: "performance.io-cache", kind: Kind::Bool, default: "on", help: "Cache file data at the client." },
+    OptionSpec { key: "performance.cache-size", kind: Kind::Size, default: "32MB", help: "Size of the client's data cache." },
+    OptionSpec { key: "auth.allow", kind: Kind::Text, default: "*", help: "Addresses allowed to mount." },
+    OptionSpec { key: "nfs.disable", kind: Kind::Bool, default: "on", help: "Do not export the volume over NFS." },
+    OptionSpec { key: "transport.address-family", kind: Kind::Enum(&["inet", "inet6"]), default: "inet", help: "Address family of the brick servers." },
+    OptionSpec { key: "storage.reserve", kind: Kind::Int(0, 100), default: "1", help: "Percent of each brick kept free; creates fail with ENOSPC below it (to come)." },
+];
+
+pub fn spec(key: &str) -> Option<&'static OptionSpec> {
+    OPTIONS.iter().find(|o| o.key == key)
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "yes" | "true" | "enable" | "1" => Some(true),
+        "off" | "no" | "false" | "disable" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim().to_ascii_uppercase();
+    let (num, mul) = if let Some(n) = v.strip_suffix("GB").or_else(|| v.strip_suffix('G')) {
+        (n, 1u64 << 30)
+    } else if let Some(n) = v.strip_suffix("MB").or_else(|| v.strip_suffix('M')) {
+        (n, 1 << 20)
+    } else if let Some(n) = v.strip_suffix("KB").or_else(|| v.strip_suffix('K')) {
+        (n, 1 << 10)
+    } else {
+        (v.strip_suffix('B').unwrap_or(&v), 1)
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mul)
+}
+
+/// Checks a value against the option's type; returns it in canonical form.
+pub fn validate(key: &str, value: &str) -> Result<String, String> {
+    let s = spec(key).ok_or_else(|| format!("option : {key} does not exist"))?;
+    let bad = || {
+        format!(
+            "option {key}: '{value}' is not valid ({})",
+            describe(s.kind)
+        )
+    };
+    match s.kind {
+        Kind::Bool => parse_bool(value)
+            .map(|b| if b { "on" } else { "off" }.to_string())
+            .ok_or_else(bad),
+        Kind::Int(lo, hi) => match value.parse::<i64>() {
+            Ok(n) if (lo..=hi).contains(&n) => Ok(n.to_string()),
+            _ => Err(bad()),
+        },
+        Kind::Enum(words) => words
+            .iter()
+            .find(|w| **w == value)
+            .map(|w| w.to_string())
+            .ok_or_else(bad),
+        Kind::Size => parse_size(value).map(|_| value.to_string()).ok_or_else(bad),
+        Kind::Text if !value.is_empty() => Ok(value.to_string()),
+        Kind::Text => Err(bad()),
+    }
+}
+
+fn describe(k: Kind) -> String {
+    match k {
+        Kind::Bool => "on or off".into(),
+        Kind::Int(lo, hi) => format!("an integer from {lo} to {hi}"),
+        Kind::Enum(w) => format!("one of {}", w.join(", ")),
+        Kind::Size => "a size such as 64MB".into(),
+        Kind::Text => "text".into(),
+    }
+}
+
+/// The value in force: the volume's own setting or the default.
+pub fn effective<'a>(set: &'a BTreeMap<String, String>, key: &str) -> &'a str {
+    set.get(key)
+        .map(String::as_str)
+        .unwrap_or_else(|| spec(key).map(|s| s.default).unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_checked_and_canonical() {
+        assert_eq!(validate("performance.write-behind", "yes").unwrap(), "on");
+        assert!(validate("performance.write-behind", "maybe").is_err());
+        assert_eq!(validate("network.ping-timeout", "10").unwrap(), "10");
+        assert!(validate("network.ping-timeout", "0").is_err());
+        assert!(validate("network.ping-timeout", "x").is_err());
+        assert!(validate("no.such-option", "1")
+            .unwrap_err()
+            .contains("does not exist"));
+        assert!(validate("cluster.quorum-type", "auto").is_ok());
+        assert!(validate("cluster.quorum-type", "most").is_err());
+        assert_eq!(parse_size("64MB"), Some(64 << 20));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert!(validate("performance.cache-size", "lots").is_err());
+        let mut m = BTreeMap::new();
+        assert_eq!(effective(&m, "network.ping-timeout"), "42");
+        m.insert("network.ping-timeout".into(), "5".into());
+        assert_eq!(effective(&m, "network.ping-timeout"), "5");
+    }
+}

@@ -1,0 +1,143 @@
+//! The management RPC: one JSON request per line, one JSON response per
+//! line, over TCP. Used by the CLI, by mounting clients (volume descriptions
+//! and brick ports) and between peers' daemons.
+
+use super::state::{Brick, ClusterState, Peer, Volume};
+use super::volgen::VolDesc;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Request {
+    PeerProbe {
+        host: String,
+    },
+    PeerDetach {
+        host: String,
+    },
+    PeerList,
+    VolumeCreate {
+        name: String,
+        replica: usize,
+        transport: String,
+        bricks: Vec<String>,
+        force: bool,
+    },
+    VolumeStart {
+        name: String,
+        force: bool,
+    },
+    VolumeStop {
+        name: String,
+    },
+    VolumeDelete {
+        name: String,
+    },
+    VolumeInfo {
+        name: Option<String>,
+    },
+    VolumeStatus {
+        name: Option<String>,
+    },
+    VolumeSet {
+        name: String,
+        key: String,
+        value: String,
+    },
+    VolumeReset {
+        name: String,
+        key: Option<String>,
+    },
+    /// The client stack's description, fetched at mount time.
+    GetVolDesc {
+        name: String,
+    },
+    /// Port of a local brick of a started volume.
+    Portmap {
+        path: String,
+    },
+    // Between daemons.
+    PeerJoin {
+        me: Peer,
+        state: ClusterState,
+    },
+    Sync {
+        state: ClusterState,
+    },
+    BrickCheck {
+        brick: Brick,
+        volume: String,
+        force: bool,
+    },
+    BrickInit {
+        brick: Brick,
+        volume_id: String,
+    },
+    BrickRelease {
+        brick: Brick,
+    },
+    BricksRun {
+        volume: String,
+    },
+    LocalStatus {
+        volume: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BrickStatus {
+    pub brick: String,
+    pub port: Option<u16>,
+    pub pid: Option<u32>,
+    pub online: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Response {
+    Ok(String),
+    Err(String),
+    Peers { me: Peer, peers: Vec<Peer> },
+    Volumes(Vec<Volume>),
+    Status(Vec<(Volume, Vec<BrickStatus>)>),
+    VolDesc(VolDesc),
+    Port(u16),
+    Joined { me: Peer },
+    Bricks(Vec<BrickStatus>),
+}
+
+/// Sends one request to a daemon and waits for its answer.
+pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
+    let go = async {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("cannot reach the management daemon at {addr}: {e}"))?;
+        let (rd, mut wr) = stream.into_split();
+        let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        wr.write_all(&line).await.map_err(|e| e.to_string())?;
+        let mut rd = BufReader::new(rd);
+        let mut answer = String::new();
+        rd.read_line(&mut answer).await.map_err(|e| e.to_string())?;
+        if answer.is_empty() {
+            return Err(format!(
+                "the management daemon at {addr} closed the connection"
+            ));
+        }
+        serde_json::from_str(&answer).map_err(|e| format!("bad answer from {addr}: {e}"))
+    };
+    tokio::time::timeout(Duration::from_secs(120), go)
+        .await
+        .map_err(|_| format!("the management daemon at {addr} did not answer"))?
+}
+
+/// The management address for a host name: `host` with the default port
+/// unless it already names one.
+pub fn mgmt_addr(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1 {
+        host.to_string()
+    } else {
+        format!("{host}:{port}")
+    }
+}

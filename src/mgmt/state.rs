@@ -1,0 +1,189 @@
+//! The cluster state a daemon keeps: who it is, its peers, and the volumes.
+//! Saved as one JSON file, replaced atomically (write, fsync, rename), so a
+//! crash leaves either the old state or the new one.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Peer {
+    pub uuid: String,
+    /// The name the peer was probed by (what bricks name it by).
+    pub host: String,
+    /// Its management address, host:port.
+    pub mgmt: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum VolStatus {
+    Created,
+    Started,
+    Stopped,
+}
+
+impl VolStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            VolStatus::Created => "Created",
+            VolStatus::Started => "Started",
+            VolStatus::Stopped => "Stopped",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Brick {
+    pub host: String,
+    pub path: String,
+}
+
+impl Brick {
+    pub fn parse(s: &str) -> Result<Brick, String> {
+        let (host, path) = s.split_once(':').ok_or_else(|| {
+            format!("wrong brick type: {s}, use <HOSTNAME>:<export-dir-abs-path>")
+        })?;
+        if host.is_empty() || !path.starts_with('/') {
+            return Err(format!(
+                "wrong brick type: {s}, use <HOSTNAME>:<export-dir-abs-path>"
+            ));
+        }
+        let mut norm = String::new();
+        for c in path.split('/').filter(|c| !c.is_empty()) {
+            if c == "." || c == ".." {
+                return Err(format!("brick path {path} must not contain '.' or '..'"));
+            }
+            norm.push('/');
+            norm.push_str(c);
+        }
+        if norm.is_empty() {
+            return Err("a brick cannot be the root directory".into());
+        }
+        Ok(Brick {
+            host: host.to_string(),
+            path: norm,
+        })
+    }
+}
+
+impl std::fmt::Display for Brick {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.path)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    pub id: String,
+    pub replica: usize,
+    pub transport: String,
+    pub bricks: Vec<Brick>,
+    pub status: VolStatus,
+    pub options: BTreeMap<String, String>,
+    /// Bumped on every change the clients should see (options).
+    pub version: u64,
+}
+
+impl Volume {
+    pub fn type_name(&self) -> &'static str {
+        let sets = self.bricks.len() / self.replica.max(1);
+        match (self.replica > 1, sets > 1) {
+            (false, _) => "Distribute",
+            (true, false) => "Replicate",
+            (true, true) => "Distributed-Replicate",
+        }
+    }
+    pub fn brick_count_line(&self) -> String {
+        if self.replica > 1 {
+            format!(
+                "{} x {} = {}",
+                self.bricks.len() / self.replica,
+                self.replica,
+                self.bricks.len()
+            )
+        } else {
+            self.bricks.len().to_string()
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub uuid: String,
+    pub peers: Vec<Peer>,
+    pub volumes: BTreeMap<String, Volume>,
+}
+
+pub struct Store {
+    file: PathBuf,
+}
+
+impl Store {
+    pub fn new(dir: &Path) -> std::io::Result<Store> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Store {
+            file: dir.join("state.json"),
+        })
+    }
+
+    pub fn load(&self) -> std::io::Result<ClusterState> {
+        match std::fs::read(&self.file) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", self.file.display()),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ClusterState {
+                uuid: uuid::Uuid::new_v4().to_string(),
+                ..Default::default()
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn save(&self, st: &ClusterState) -> std::io::Result<()> {
+        use std::io::Write;
+        let tmp = self.file.with_extension("json.tmp");
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec_pretty(st)?)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &self.file)?;
+        if let Some(dir) = self.file.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn brick_names_are_checked() {
+        let b = Brick::parse("h:/data//brick1/gv0/").unwrap();
+        assert_eq!(b.to_string(), "h:/data/brick1/gv0");
+        assert!(Brick::parse("/data/b").is_err());
+        assert!(Brick::parse("h:data").is_err());
+        assert!(Brick::parse("h:/").is_err());
+        assert!(Brick::parse("h:/a/../b").is_err());
+    }
+
+    #[test]
+    fn state_survives_a_reload() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(d.path()).unwrap();
+        let mut st = s.load().unwrap();
+        st.peers.push(Peer {
+            uuid: "u".into(),
+            host: "h".into(),
+            mgmt: "h:1".into(),
+        });
+        s.save(&st).unwrap();
+        let back = s.load().unwrap();
+        assert_eq!(back.uuid, st.uuid);
+        assert_eq!(back.peers, st.peers);
+    }
+}

@@ -1,0 +1,165 @@
+//! `mortar mount HOST:/VOL DIR` (and `mount.mortar`, its mount(8) helper).
+//!
+//! Fetches the volume description from the daemon on HOST, builds the
+//! translator graph, waits for the bricks, and serves the FUSE mount until
+//! it is unmounted. Without `--foreground` the command starts itself again
+//! in the background and returns once the mount is in place, as mount(8)
+//! expects of a helper.
+
+use crate::fuse::MortarFs;
+use crate::mgmt::rpc::{self, Request, Response};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub struct MountArgs {
+    pub source: String,
+    pub dir: PathBuf,
+    pub port: u16,
+    pub foreground: bool,
+    pub log: Option<PathBuf>,
+    pub options: Vec<String>,
+}
+
+pub fn parse_source(src: &str) -> anyhow::Result<(String, String)> {
+    let (host, vol) = src
+        .split_once(":/")
+        .or_else(|| src.split_once(':'))
+        .ok_or_else(|| anyhow::anyhow!("mount source must be HOST:/VOLUME, not {src}"))?;
+    if host.is_empty() || vol.is_empty() || vol.contains('/') {
+        anyhow::bail!("mount source must be HOST:/VOLUME, not {src}");
+    }
+    Ok((host.to_string(), vol.to_string()))
+}
+
+pub fn is_mounted(dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    let Ok(mi) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    mi.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 4 && f[4] == want && (l.contains(" - fuse.mortar ") || l.contains(" - fuse "))
+    })
+}
+
+/// Starts the mount in the background and waits until it is in place.
+pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
+    parse_source(&a.source)?;
+    if !a.dir.is_dir() {
+        anyhow::bail!(
+            "mount point {} does not exist or is not a directory",
+            a.dir.display()
+        );
+    }
+    let exe = std::env::current_exe()?;
+    let log = a.log.clone().unwrap_or_else(|| {
+        let name = a
+            .dir
+            .display()
+            .to_string()
+            .trim_start_matches('/')
+            .replace('/', "-");
+        PathBuf::from(format!("/var/log/mortar/mnt-{name}.log"))
+    });
+    if let Some(p) = log.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("mount")
+        .arg("--foreground")
+        .arg("--port")
+        .arg(a.port.to_string())
+        .arg(&a.source)
+        .arg(&a.dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf);
+    for o in &a.options {
+        cmd.arg("-o").arg(o);
+    }
+    // A new session, so the mount outlives the shell that made it.
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid() is async-signal-safe and runs in the forked child only.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if is_mounted(&a.dir) {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            let tail = std::fs::read_to_string(&log).unwrap_or_default();
+            let last: Vec<&str> = tail.lines().rev().take(3).collect();
+            anyhow::bail!(
+                "mount failed ({status}): {}; see {}",
+                last.into_iter().rev().collect::<Vec<_>>().join(" | "),
+                log.display()
+            );
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("mount did not come up within 30s; see {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Serves the mount in this process until it is unmounted.
+pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
+    let (host, vol) = parse_source(&a.source)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mgmt = rpc::mgmt_addr(&host, a.port);
+    let desc = rt.block_on(async {
+        match rpc::call(&mgmt, &Request::GetVolDesc { name: vol.clone() }).await {
+            Ok(Response::VolDesc(d)) => Ok(d),
+            Ok(Response::Err(e)) => Err(anyhow::anyhow!("{e}")),
+            Ok(other) => Err(anyhow::anyhow!("unexpected answer {other:?}")),
+            Err(e) => Err(anyhow::anyhow!("{e}")),
+        }
+    })?;
+    let graph = rt.block_on(async { crate::graph::build(&desc) })?;
+    let up = rt.block_on(graph.wait_up(Duration::from_secs(10)));
+    tracing::info!(volume = %vol, bricks_up = up, bricks = graph.clients.len(), "volume graph ready");
+    if up == 0 {
+        anyhow::bail!("no brick of volume {vol} could be reached");
+    }
+    let fs = MortarFs::new(graph.top.clone(), rt.handle().clone());
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName(format!("{host}:/{vol}")),
+        fuser::MountOption::Subtype("mortar".into()),
+        fuser::MountOption::DefaultPermissions,
+    ];
+    for o in a.options.iter().flat_map(|o| o.split(',')) {
+        match o {
+            "ro" => cfg.mount_options.push(fuser::MountOption::RO),
+            "noatime" => cfg.mount_options.push(fuser::MountOption::NoAtime),
+            "" | "rw" | "defaults" | "_netdev" | "auto" | "noauto" | "nofail" | "user"
+            | "nouser" => {}
+            other if other.starts_with("log-file=") || other.starts_with("x-") => {}
+            other => tracing::warn!("ignoring mount option {other}"),
+        }
+    }
+    cfg.acl = fuser::SessionACL::All;
+    cfg.n_threads = Some(2);
+    cfg.clone_fd = true;
+    tracing::info!(volume = %vol, dir = %a.dir.display(), "mounting");
+    fuser::mount(fs, &a.dir, &cfg)?;
+    tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
+    drop(graph);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}

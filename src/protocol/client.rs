@@ -1,0 +1,272 @@
+//! The protocol client translator: the bottom of the client stack, one per
+//! brick. Requests are written to one TCP connection with fresh ids and
+//! answered in any order; no lock is held while waiting on the network.
+//!
+//! A background task keeps the connection: it finds the brick's port (from
+//! the management daemon of the brick's host), connects with exponential
+//! backoff, performs the handshake, and declares the brick down when the
+//! connection drops or when requests are outstanding and nothing has been
+//! heard for the ping timeout. While the brick is down every call fails at
+//! once with ENOTCONN, which the replicate translator above expects.
+
+use super::wire::{self, Msg};
+use crate::core::{Ctx, Fop, FsError, FsResult, Reply, Xlator};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+/// Finds the address a brick listens on (asks the brick host's daemon).
+pub type Resolver = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = std::io::Result<SocketAddr>> + Send>> + Send + Sync,
+>;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+type Pending = Mutex<HashMap<u64, oneshot::Sender<FsResult<Reply>>>>;
+
+struct Shared {
+    name: String,
+    brick: String,
+    resolve: Resolver,
+    ping_timeout: Duration,
+    up: AtomicBool,
+    /// Bumped every time the brick goes down; a call that raced with the
+    /// drop sees the change and fails instead of waiting forever.
+    generation: AtomicU64,
+    next_id: AtomicU64,
+    pending: Pending,
+    tx: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    /// Milliseconds since `epoch` when the brick last sent anything.
+    last_heard: AtomicU64,
+    epoch: Instant,
+    changed: Notify,
+}
+
+pub struct ProtocolClient {
+    shared: Arc<Shared>,
+}
+
+impl ProtocolClient {
+    /// Creates the client and starts connecting in the background.
+    pub fn new(name: String, brick: String, resolve: Resolver, ping_timeout: Duration) -> Self {
+        let shared = Arc::new(Shared {
+            name,
+            brick,
+            resolve,
+            ping_timeout,
+            up: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            tx: Mutex::new(None),
+            last_heard: AtomicU64::new(0),
+            epoch: Instant::now(),
+            changed: Notify::new(),
+        });
+        tokio::spawn(keep_connected(Arc::downgrade(&shared)));
+        ProtocolClient { shared }
+    }
+
+    /// Waits until the brick is up, or the timeout passes.
+    pub async fn wait_up(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.shared.up.load(Ordering::Acquire) {
+            let notified = self.shared.changed.notified();
+            if self.shared.up.load(Ordering::Acquire) {
+                break;
+            }
+            if tokio::time::timeout_at(deadline.into(), notified)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Shared {
+    fn heard(&self) {
+        self.last_heard
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn silent_for(&self) -> Duration {
+        self.epoch.elapsed().saturating_sub(Duration::from_millis(
+            self.last_heard.load(Ordering::Relaxed),
+        ))
+    }
+    fn set_down(&self, why: &str) {
+        let was_up = self.up.swap(false, Ordering::AcqRel);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        *self.tx.lock().unwrap() = None;
+        let pending: Vec<_> = self.pending.lock().unwrap().drain().collect();
+        for (_, tx) in pending {
+            let _ = tx.send(Err(FsError::notconn(format!("{}: {why}", self.name))));
+        }
+        if was_up {
+            tracing::warn!(client = %self.name, brick = %self.brick, "brick is down: {why}");
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+async fn connect_once(sh: &Shared) -> std::io::Result<TcpStream> {
+    let addr = (sh.resolve)().await?;
+    let mut stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(true)?;
+    wire::write_frame(
+        &mut stream,
+        &Msg::Hello {
+            magic: wire::MAGIC,
+            version: wire::VERSION,
+            brick: sh.brick.clone(),
+        },
+    )
+    .await?;
+    match tokio::time::timeout(Duration::from_secs(5), wire::read_frame(&mut stream)).await {
+        Ok(Ok(Some(Msg::Welcome { .. }))) => Ok(stream),
+        Ok(Ok(Some(Msg::Refused { reason }))) => Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("brick refused the handshake: {reason}"),
+        )),
+        Ok(Err(e)) => Err(e),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no handshake answer",
+        )),
+    }
+}
+
+async fn keep_connected(weak: std::sync::Weak<Shared>) {
+    let mut backoff = BACKOFF_MIN;
+    let mut logged = false;
+    loop {
+        let Some(sh) = weak.upgrade() else { return };
+        match connect_once(&sh).await {
+            Ok(stream) => {
+                backoff = BACKOFF_MIN;
+                logged = false;
+                tracing::info!(client = %sh.name, brick = %sh.brick, "connected to brick");
+                let (why, writer) = run_connection(&sh, stream).await;
+                writer.abort();
+                sh.set_down(&why);
+            }
+            Err(e) => {
+                if !logged {
+                    tracing::warn!(client = %sh.name, brick = %sh.brick, "cannot reach brick: {e}");
+                    logged = true;
+                }
+            }
+        }
+        drop(sh);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Runs one connection until it ends; returns why it ended, and the writer
+/// task for the caller to stop.
+async fn run_connection(
+    sh: &Arc<Shared>,
+    stream: TcpStream,
+) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let (mut rd, wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4096);
+    let mut writer = tokio::spawn(async move {
+        let mut w = BufWriter::with_capacity(256 << 10, wr);
+        while let Some(frame) = rx.recv().await {
+            w.write_all(&frame).await?;
+            while let Ok(more) = rx.try_recv() {
+                w.write_all(&more).await?;
+            }
+            w.flush().await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    sh.heard();
+    *sh.tx.lock().unwrap() = Some(tx.clone());
+    sh.up.store(true, Ordering::Release);
+    sh.changed.notify_waiters();
+
+    let ping_every = (sh.ping_timeout / 4).max(Duration::from_millis(100));
+    let mut ticker = tokio::time::interval(ping_every);
+    let why = loop {
+        tokio::select! {
+            frame = wire::read_frame(&mut rd) => match frame {
+                Ok(Some(Msg::Answer { id, result })) => {
+                    sh.heard();
+                    if let Some(waiter) = sh.pending.lock().unwrap().remove(&id) {
+                        let _ = waiter.send(result);
+                    }
+                }
+                Ok(Some(Msg::Pong { .. })) | Ok(Some(Msg::Notice { .. })) => sh.heard(),
+                Ok(Some(other)) => break format!("unexpected message {other:?}"),
+                Ok(None) => break "connection closed by the brick".into(),
+                Err(e) => break format!("read failed: {e}"),
+            },
+            _ = ticker.tick() => {
+                let busy = !sh.pending.lock().unwrap().is_empty();
+                if busy && sh.silent_for() > sh.ping_timeout {
+                    break format!("no answer for {:?} (ping timeout)", sh.ping_timeout);
+                }
+                let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+                let _ = tx.try_send(wire::encode(&Msg::Ping { id }));
+            }
+            res = &mut writer => {
+                break match res {
+                    Ok(Err(e)) => format!("write failed: {e}"),
+                    _ => "writer ended".into(),
+                };
+            }
+        }
+    };
+    (why, writer)
+}
+
+#[async_trait]
+impl Xlator for ProtocolClient {
+    fn name(&self) -> String {
+        self.shared.name.clone()
+    }
+
+    fn is_up(&self) -> bool {
+        self.shared.up.load(Ordering::Acquire)
+    }
+
+    async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let sh = &self.shared;
+        let generation = sh.generation.load(Ordering::Acquire);
+        let Some(tx) = sh.tx.lock().unwrap().clone() else {
+            return Err(FsError::notconn(format!("{} is down", sh.name)));
+        };
+        let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+        let (otx, orx) = oneshot::channel();
+        sh.pending.lock().unwrap().insert(id, otx);
+        let frame = wire::encode(&Msg::Call {
+            id,
+            cx: cx.clone(),
+            fop,
+        });
+        if tx.send(frame).await.is_err() {
+            sh.pending.lock().unwrap().remove(&id);
+            return Err(FsError::notconn(format!("{} is down", sh.name)));
+        }
+        if sh.generation.load(Ordering::Acquire) != generation {
+            sh.pending.lock().unwrap().remove(&id);
+        }
+        orx.await
+            .unwrap_or_else(|_| Err(FsError::notconn(format!("{} went down", sh.name))))
+    }
+}

@@ -1,0 +1,2 @@
+//! Brick-side storage translators.
+pub mod posix;

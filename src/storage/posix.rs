@@ -1,0 +1,1035 @@
+//! The posix storage translator: one brick directory on a local file system.
+//!
+//! Files and directories live at the same relative path as in the volume, so
+//! the data can be read from the brick directly. Every object carries its
+//! gfid in the `trusted.mortar.gfid` xattr, and the brick keeps an index
+//! under `.mortar/gfid/ab/cd/<gfid>` so that any object can be reached by id:
+//! a hard link for every non-directory, a relative symlink
+//! `../../xy/zw/<parent-gfid>/<name>` for every directory (as GlusterFS's
+//! `.glusterfs`). The index is never visible through the mount.
+//!
+//! Safety: names arrive as validated single components (`Name`), every
+//! operation is relative to a directory handle (`*at` calls), and handles
+//! are resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`
+//! from the brick root, so that nothing outside the brick is ever reached,
+//! even through a symlink planted inside it. Objects are operated on through
+//! `O_PATH` descriptors; xattrs, modes and times go through
+//! `/proc/self/fd/N`, which names exactly the object the descriptor holds.
+
+use crate::core::fop::TimeSet;
+use crate::core::{
+    Attr, Ctx, DirEntry, Entry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
+    StatFs,
+};
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub const GFID_XATTR: &str = "trusted.mortar.gfid";
+pub const VOLUME_ID_XATTR: &str = "trusted.mortar.volume-id";
+/// Internal xattrs live under this prefix; clients can neither see nor set them.
+pub const INTERNAL_XATTR_PREFIX: &str = "trusted.mortar.";
+pub const META_DIR: &str = ".mortar";
+const INDEX_REL: &str = ".mortar/gfid";
+/// Entries returned by one readdir call.
+const READDIR_BATCH: usize = 512;
+/// Directory descriptors kept open for fast resolution.
+const DIR_CACHE_MAX: usize = 8192;
+
+/// An open file or a directory listing, held for one client connection.
+pub enum Handle {
+    File(File),
+    Dir(Vec<(Vec<u8>, FileKind)>),
+}
+
+/// Handles issued to one client connection; dropped (closing every file)
+/// when the connection ends.
+#[derive(Default)]
+pub struct FdTable {
+    next: AtomicU64,
+    map: Mutex<HashMap<u64, Arc<Handle>>>,
+}
+
+impl FdTable {
+    fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.map.lock().unwrap().insert(fh, Arc::new(h));
+        fh
+    }
+    fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        self.map
+            .lock()
+            .unwrap()
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| FsError::new(libc::EBADF, format!("unknown handle {fh}")))
+    }
+    fn file(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        let h = self.get(fh)?;
+        match &*h {
+            Handle::File(_) => Ok(h),
+            Handle::Dir(_) => Err(FsError::errno(libc::EISDIR)),
+        }
+    }
+    fn remove(&self, fh: u64) {
+        self.map.lock().unwrap().remove(&fh);
+    }
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn as_file(h: &Handle) -> &File {
+    match h {
+        Handle::File(f) => f,
+        Handle::Dir(_) => unreachable!("checked by FdTable::file"),
+    }
+}
+
+pub struct Posix {
+    path: PathBuf,
+    root: OwnedFd,
+    dirs: Mutex<HashMap<Gfid, Arc<OwnedFd>>>,
+}
+
+fn proc_path(fd: impl AsFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
+}
+
+fn beneath() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
+}
+
+/// Opens one name inside a directory without following a final symlink.
+fn open_child(dir: impl AsFd, name: &Name) -> FsResult<OwnedFd> {
+    Ok(rfs::openat2(
+        dir,
+        name.as_os_str(),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        beneath() | ResolveFlags::NO_SYMLINKS,
+    )?)
+}
+
+fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
+    let p = proc_path(fd);
+    let mut buf = vec![0u8; 256];
+    loop {
+        match rfs::getxattr(&p, name, &mut buf[..]) {
+            Ok(m) => {
+                buf.truncate(m);
+                return Ok(buf);
+            }
+            Err(rustix::io::Errno::RANGE) => {
+                let n = rfs::getxattr_query(&p, name)?;
+                buf.resize(n.max(buf.len() * 2), 0);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn set_xattr(fd: impl AsFd, name: &str, value: &[u8], flags: rfs::XattrFlags) -> FsResult<()> {
+    Ok(rfs::setxattr(proc_path(fd), name, value, flags)?)
+}
+
+fn read_gfid(fd: impl AsFd) -> FsResult<Option<Gfid>> {
+    match get_xattr(fd, GFID_XATTR) {
+        Ok(v) => Ok(Gfid::from_slice(&v)),
+        Err(e) if e.is(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
+    Attr {
+        gfid,
+        kind: FileKind::from_mode(st.st_mode),
+        perm: st.st_mode & 0o7777,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        blksize: st.st_blksize as u32,
+        atime: (st.st_atime, st.st_atime_nsec as u32),
+        mtime: (st.st_mtime, st.st_mtime_nsec as u32),
+        ctime: (st.st_ctime, st.st_ctime_nsec as u32),
+    }
+}
+
+fn hidden(parent: Gfid, name: &Name) -> bool {
+    parent == Gfid::ROOT && name.as_bytes() == META_DIR.as_bytes()
+}
+
+fn split_handle(gfid: Gfid) -> (String, String) {
+    let rel = gfid.handle_rel();
+    let (dir, file) = rel.rsplit_once('/').expect("handle has a directory");
+    (dir.to_string(), file.to_string())
+}
+
+impl Posix {
+    /// Opens (and on first use prepares) a brick directory.
+    pub fn open(path: &Path) -> FsResult<Posix> {
+        let root = rfs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::new(e.raw_os_error(), format!("brick {}", path.display())))?;
+        match read_gfid(&root)? {
+            Some(g) if g == Gfid::ROOT => {}
+            Some(g) => {
+                return Err(FsError::inval(format!(
+                    "brick root {} carries gfid {g}, not the root gfid",
+                    path.display()
+                )))
+            }
+            None => set_xattr(&root, GFID_XATTR, &Gfid::ROOT.0, rfs::XattrFlags::empty())?,
+        }
+        for d in [META_DIR, INDEX_REL] {
+            match rfs::mkdirat(&root, d, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let p = Posix {
+            path: path.to_path_buf(),
+            root,
+            dirs: Mutex::new(HashMap::new()),
+        };
+        // The root's handle points back to the brick root.
+        p.make_dir_handle_target(Gfid::ROOT, "../../../..")?;
+        Ok(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn index_dir(&self, gfid: Gfid) -> FsResult<(OwnedFd, String)> {
+        let (dir, file) = split_handle(gfid);
+        let rel = format!("{INDEX_REL}/{dir}");
+        let open = |_: ()| {
+            rfs::openat2(
+                &self.root,
+                rel.as_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                beneath() | ResolveFlags::NO_SYMLINKS,
+            )
+        };
+        match open(()) {
+            Ok(fd) => Ok((fd, file)),
+            Err(rustix::io::Errno::NOENT) => {
+                let top = format!("{INDEX_REL}/{}", &dir[0..2]);
+                for d in [top.as_str(), rel.as_str()] {
+                    match rfs::mkdirat(&self.root, d, Mode::from_raw_mode(0o700)) {
+                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Ok((open(())?, file))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn make_dir_handle_target(&self, gfid: Gfid, target: &str) -> FsResult<()> {
+        let (dir, file) = self.index_dir(gfid)?;
+        match rfs::symlinkat(target, &dir, file.as_str()) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::EXIST) => {
+                let old = rfs::readlinkat(&dir, file.as_str(), Vec::new())?;
+                if old.as_bytes() != target.as_bytes() {
+                    rfs::unlinkat(&dir, file.as_str(), AtFlags::empty())?;
+                    rfs::symlinkat(target, &dir, file.as_str())?;
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn make_dir_handle(&self, gfid: Gfid, parent: Gfid, name: &Name) -> FsResult<()> {
+        let target = format!(
+            "../../{}/{}",
+            parent.handle_rel(),
+            String::from_utf8_lossy(name.as_bytes())
+        );
+        if !name.as_bytes().is_ascii() && std::str::from_utf8(name.as_bytes()).is_err() {
+            return Err(FsError::inval("directory names must be valid UTF-8"));
+        }
+        self.make_dir_handle_target(gfid, &target)
+    }
+
+    fn make_file_handle(&self, gfid: Gfid, dir: impl AsFd, name: &Name) -> FsResult<()> {
+        let (idx, file) = self.index_dir(gfid)?;
+        match rfs::linkat(dir, name.as_os_str(), &idx, file.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn drop_handle(&self, gfid: Gfid) {
+        self.dirs.lock().unwrap().remove(&gfid);
+        if let Ok((idx, file)) = self.index_dir(gfid) {
+            let _ = rfs::unlinkat(&idx, file.as_str(), AtFlags::empty());
+        }
+    }
+
+    /// Resolves a gfid to an `O_PATH` descriptor of the object.
+    fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+        if let Some(fd) = self.dirs.lock().unwrap().get(&gfid) {
+            return Ok(fd.clone());
+        }
+        let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
+        let fd = rfs::openat2(
+            &self.root,
+            rel.as_str(),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::NOENT => FsError::new(libc::ESTALE, format!("no object {gfid}")),
+            e => e.into(),
+        })?;
+        let st = rfs::fstat(&fd)?;
+        // A directory handle is a symlink with a single link; a user symlink
+        // has its handle plus at least one name.
+        let fd = if FileKind::from_mode(st.st_mode) == FileKind::Symlink && st.st_nlink == 1 {
+            let d = rfs::openat2(
+                &self.root,
+                rel.as_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                beneath(),
+            )
+            .map_err(|e| FsError::new(e.raw_os_error(), format!("stale handle {gfid}")))?;
+            let d = Arc::new(d);
+            let mut dirs = self.dirs.lock().unwrap();
+            if dirs.len() >= DIR_CACHE_MAX {
+                dirs.clear();
+            }
+            dirs.insert(gfid, d.clone());
+            return Ok(d);
+        } else {
+            fd
+        };
+        Ok(Arc::new(fd))
+    }
+
+    fn resolve_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+        let fd = self.resolve(gfid)?;
+        let st = rfs::fstat(&*fd)?;
+        if FileKind::from_mode(st.st_mode) != FileKind::Dir {
+            return Err(FsError::errno(libc::ENOTDIR));
+        }
+        Ok(fd)
+    }
+
+    /// Looks a name up, giving it a gfid (and a handle) if it was created
+    /// on the brick directly and has none yet.
+    fn lookup_at(&self, dir: &OwnedFd, parent: Gfid, name: &Name) -> FsResult<(OwnedFd, Attr)> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::ENOENT));
+        }
+        let fd = open_child(dir, name)?;
+        let st = rfs::fstat(&fd)?;
+        let gfid = match read_gfid(&fd)? {
+            Some(g) => g,
+            None => {
+                let g = Gfid::random();
+                set_xattr(&fd, GFID_XATTR, &g.0, rfs::XattrFlags::CREATE)?;
+                if FileKind::from_mode(st.st_mode) == FileKind::Dir {
+                    self.make_dir_handle(g, parent, name)?;
+                } else {
+                    self.make_file_handle(g, dir, name)?;
+                }
+                tracing::info!(brick = %self.path.display(), name = ?name, gfid = %g, "assigned gfid to an object created on the brick");
+                g
+            }
+        };
+        let st = rfs::fstat(&fd)?;
+        Ok((fd, attr_of(&st, gfid)))
+    }
+
+    fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
+        let fd = self.resolve(gfid)?;
+        Ok(attr_of(&rfs::fstat(&*fd)?, gfid))
+    }
+
+    /// Sets gfid, owner and group of a freshly created object; on failure the
+    /// caller removes it again, so a half-made object never stays behind.
+    fn finish_new(
+        &self,
+        cx: &Ctx,
+        dir: &OwnedFd,
+        fd: &OwnedFd,
+        gfid: Gfid,
+        perm: u32,
+    ) -> FsResult<()> {
+        set_xattr(fd, GFID_XATTR, &gfid.0, rfs::XattrFlags::CREATE)?;
+        let pst = rfs::fstat(dir)?;
+        let gid = if pst.st_mode & libc::S_ISGID != 0 {
+            pst.st_gid
+        } else {
+            cx.gid
+        };
+        rfs::chownat(
+            fd,
+            "",
+            Some(rfs::Uid::from_raw(cx.uid)),
+            Some(rfs::Gid::from_raw(gid)),
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+        let st = rfs::fstat(fd)?;
+        if FileKind::from_mode(st.st_mode) != FileKind::Symlink && perm & 0o6000 != 0 {
+            // chown cleared set-id bits; put back what was asked for.
+            rfs::chmodat(
+                rfs::CWD,
+                proc_path(fd),
+                Mode::from_raw_mode(st.st_mode & 0o7777 | (perm & 0o6000)),
+                AtFlags::empty(),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn undo_new(dir: &OwnedFd, name: &Name, is_dir: bool) {
+        let flags = if is_dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        let _ = rfs::unlinkat(dir, name.as_os_str(), flags);
+    }
+
+    fn create(
+        &self,
+        cx: &Ctx,
+        fds: &FdTable,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let perm = mode & 0o7777 & !umask;
+        let oflags = OFlags::from_bits_retain(
+            (flags & (libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC)) as u32,
+        );
+        let made = rfs::openat2(
+            &*dir,
+            name.as_os_str(),
+            oflags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(perm),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        );
+        let file = match made {
+            Ok(f) => f,
+            Err(rustix::io::Errno::EXIST) if flags & libc::O_EXCL == 0 => {
+                // Someone else made it first: open theirs, as open(O_CREAT) would.
+                let (_, attr) = self.lookup_at(&dir, parent, name)?;
+                let Reply::Opened { fh } = self.open_file(fds, attr.gfid, flags)? else {
+                    unreachable!()
+                };
+                return Ok(Reply::Created {
+                    entry: Entry { attr },
+                    fh,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let finish = self
+            .finish_new(cx, &dir, &file, gfid, perm)
+            .and_then(|_| self.make_file_handle(gfid, &*dir, name));
+        if let Err(e) = finish {
+            Self::undo_new(&dir, name, false);
+            return Err(e);
+        }
+        let attr = attr_of(&rfs::fstat(&file)?, gfid);
+        let fh = fds.insert(Handle::File(File::from(file)));
+        Ok(Reply::Created {
+            entry: Entry { attr },
+            fh,
+        })
+    }
+
+    fn mknod(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+        rdev: u64,
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let perm = mode & 0o7777 & !umask;
+        let ftype = rfs::FileType::from_raw_mode(mode);
+        rfs::mknodat(
+            &*dir,
+            name.as_os_str(),
+            ftype,
+            Mode::from_raw_mode(perm),
+            rdev,
+        )?;
+        let res = open_child(&dir, name).and_then(|fd| {
+            self.finish_new(cx, &dir, &fd, gfid, perm)?;
+            self.make_file_handle(gfid, &*dir, name)?;
+            Ok(fd)
+        });
+        match res {
+            Ok(fd) => Ok(Reply::Entry(Entry {
+                attr: attr_of(&rfs::fstat(&fd)?, gfid),
+            })),
+            Err(e) => {
+                Self::undo_new(&dir, name, false);
+                Err(e)
+            }
+        }
+    }
+
+    fn mkdir(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let perm = mode & 0o7777 & !umask;
+        rfs::mkdirat(&*dir, name.as_os_str(), Mode::from_raw_mode(perm))?;
+        let res = open_child(&dir, name).and_then(|fd| {
+            self.finish_new(cx, &dir, &fd, gfid, perm)?;
+            self.make_dir_handle(gfid, parent, name)?;
+            Ok(fd)
+        });
+        match res {
+            Ok(fd) => Ok(Reply::Entry(Entry {
+                attr: attr_of(&rfs::fstat(&fd)?, gfid),
+            })),
+            Err(e) => {
+                Self::undo_new(&dir, name, true);
+                Err(e)
+            }
+        }
+    }
+
+    fn symlink(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        target: &[u8],
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        if target.is_empty() || target.len() >= libc::PATH_MAX as usize || target.contains(&0) {
+            return Err(FsError::inval("bad symlink target"));
+        }
+        let dir = self.resolve_dir(parent)?;
+        rfs::symlinkat(std::ffi::OsStr::from_bytes(target), &*dir, name.as_os_str())?;
+        let res = open_child(&dir, name).and_then(|fd| {
+            self.finish_new(cx, &dir, &fd, gfid, 0o777)?;
+            self.make_file_handle(gfid, &*dir, name)?;
+            Ok(fd)
+        });
+        match res {
+            Ok(fd) => Ok(Reply::Entry(Entry {
+                attr: attr_of(&rfs::fstat(&fd)?, gfid),
+            })),
+            Err(e) => {
+                Self::undo_new(&dir, name, false);
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes a non-directory name; drops the gfid handle with the last name.
+    fn unlink(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let dir = self.resolve_dir(parent)?;
+        let (fd, attr) = self.lookup_at(&dir, parent, name)?;
+        if attr.kind == FileKind::Dir {
+            return Err(FsError::errno(libc::EISDIR));
+        }
+        rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::empty())?;
+        if rfs::fstat(&fd)?.st_nlink <= 1 {
+            self.drop_handle(attr.gfid);
+        }
+        Ok(Reply::Ok)
+    }
+
+    fn rmdir(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let dir = self.resolve_dir(parent)?;
+        let (_, attr) = self.lookup_at(&dir, parent, name)?;
+        if attr.kind != FileKind::Dir {
+            return Err(FsError::errno(libc::ENOTDIR));
+        }
+        rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::REMOVEDIR)?;
+        self.drop_handle(attr.gfid);
+        Ok(Reply::Ok)
+    }
+
+    fn rename(
+        &self,
+        parent: Gfid,
+        name: &Name,
+        newparent: Gfid,
+        newname: &Name,
+        flags: u32,
+    ) -> FsResult<Reply> {
+        if hidden(newparent, newname) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let newdir = self.resolve_dir(newparent)?;
+        let (_, src) = self.lookup_at(&dir, parent, name)?;
+        let dst = match self.lookup_at(&newdir, newparent, newname) {
+            Ok((fd, a)) => Some((fd, a)),
+            Err(e) if e.is(libc::ENOENT) => None,
+            Err(e) => return Err(e),
+        };
+        rfs::renameat_with(
+            &*dir,
+            name.as_os_str(),
+            &*newdir,
+            newname.as_os_str(),
+            rfs::RenameFlags::from_bits_retain(flags),
+        )?;
+        let exchanged = flags & libc::RENAME_EXCHANGE != 0;
+        if src.kind == FileKind::Dir {
+            self.make_dir_handle(src.gfid, newparent, newname)?;
+        }
+        if let Some((fd, dst)) = dst {
+            if dst.gfid != src.gfid {
+                if exchanged {
+                    if dst.kind == FileKind::Dir {
+                        self.make_dir_handle(dst.gfid, parent, name)?;
+                    }
+                } else if dst.kind == FileKind::Dir || rfs::fstat(&fd)?.st_nlink <= 1 {
+                    self.drop_handle(dst.gfid);
+                }
+            }
+        }
+        Ok(Reply::Ok)
+    }
+
+    fn link(&self, gfid: Gfid, newparent: Gfid, newname: &Name) -> FsResult<Reply> {
+        if hidden(newparent, newname) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let newdir = self.resolve_dir(newparent)?;
+        let obj = self.resolve(gfid)?;
+        if FileKind::from_mode(rfs::fstat(&*obj)?.st_mode) == FileKind::Dir {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let (idx, file) = self.index_dir(gfid)?;
+        rfs::linkat(
+            &idx,
+            file.as_str(),
+            &*newdir,
+            newname.as_os_str(),
+            AtFlags::empty(),
+        )?;
+        Ok(Reply::Entry(Entry {
+            attr: self.stat_gfid(gfid)?,
+        }))
+    }
+
+    fn setattr(&self, gfid: Gfid, set: &SetAttr) -> FsResult<Reply> {
+        let fd = self.resolve(gfid)?;
+        let st = rfs::fstat(&*fd)?;
+        let kind = FileKind::from_mode(st.st_mode);
+        if set.uid.is_some() || set.gid.is_some() {
+            rfs::chownat(
+                &*fd,
+                "",
+                set.uid.map(rfs::Uid::from_raw),
+                set.gid.map(rfs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        if let Some(mode) = set.mode {
+            if kind != FileKind::Symlink {
+                rfs::chmodat(
+                    rfs::CWD,
+                    proc_path(&*fd),
+                    Mode::from_raw_mode(mode & 0o7777),
+                    AtFlags::empty(),
+                )?;
+            }
+        }
+        if let Some(size) = set.size {
+            if kind != FileKind::File {
+                return Err(FsError::errno(if kind == FileKind::Dir {
+                    libc::EISDIR
+                } else {
+                    libc::EINVAL
+                }));
+            }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(proc_path(&*fd))?;
+            f.set_len(size)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let ts = |t: Option<TimeSet>| match t {
+                None => rfs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rfs::UTIME_OMIT,
+                },
+                Some(TimeSet::Now) => rfs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rfs::UTIME_NOW,
+                },
+                Some(TimeSet::At(s, n)) => rfs::Timespec {
+                    tv_sec: s,
+                    tv_nsec: n as _,
+                },
+            };
+            let times = rfs::Timestamps {
+                last_access: ts(set.atime),
+                last_modification: ts(set.mtime),
+            };
+            rfs::utimensat(&*fd, "", &times, AtFlags::EMPTY_PATH)?;
+        }
+        Ok(Reply::Attr(self.stat_gfid(gfid)?))
+    }
+
+    fn open_file(&self, fds: &FdTable, gfid: Gfid, flags: i32) -> FsResult<Reply> {
+        let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
+        // O_DIRECT is not passed on: the brick writes through its page cache
+        // (see docs/semantics.md); O_TRUNC arrives as a setattr.
+        let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_TRUNC;
+        let oflags = OFlags::from_bits_retain((flags & keep) as u32);
+        let f = rfs::openat2(
+            &self.root,
+            rel.as_str(),
+            oflags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::NOENT => FsError::errno(libc::ESTALE),
+            // A directory's handle is a symlink: opening it as a file is EISDIR.
+            rustix::io::Errno::LOOP => FsError::errno(libc::EISDIR),
+            e => e.into(),
+        })?;
+        if FileKind::from_mode(rfs::fstat(&f)?.st_mode) != FileKind::File {
+            return Err(FsError::errno(libc::EINVAL));
+        }
+        Ok(Reply::Opened {
+            fh: fds.insert(Handle::File(File::from(f))),
+        })
+    }
+
+    fn read(&self, fds: &FdTable, fh: u64, offset: u64, size: u32) -> FsResult<Reply> {
+        let h = fds.file(fh)?;
+        let f = as_file(&h);
+        let mut buf = vec![0u8; size as usize];
+        let mut got = 0;
+        while got < buf.len() {
+            match f.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buf.truncate(got);
+        Ok(Reply::Data(serde_bytes::ByteBuf::from(buf)))
+    }
+
+    fn write(&self, fds: &FdTable, fh: u64, offset: u64, data: &[u8]) -> FsResult<Reply> {
+        let h = fds.file(fh)?;
+        as_file(&h).write_all_at(data, offset)?;
+        Ok(Reply::Written(data.len() as u32))
+    }
+
+    fn opendir(&self, fds: &FdTable, gfid: Gfid) -> FsResult<Reply> {
+        let dir = self.resolve_dir(gfid)?;
+        let fd = rfs::openat(
+            &*dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut d = rfs::Dir::new(fd)?;
+        let mut names = Vec::new();
+        while let Some(ent) = d.read() {
+            let ent = ent?;
+            let n = ent.file_name().to_bytes();
+            if n == b"." || n == b".." || (gfid == Gfid::ROOT && n == META_DIR.as_bytes()) {
+                continue;
+            }
+            let kind = match ent.file_type() {
+                rfs::FileType::Directory => FileKind::Dir,
+                rfs::FileType::Symlink => FileKind::Symlink,
+                rfs::FileType::Fifo => FileKind::Fifo,
+                rfs::FileType::Socket => FileKind::Socket,
+                rfs::FileType::CharacterDevice => FileKind::CharDev,
+                rfs::FileType::BlockDevice => FileKind::BlockDev,
+                _ => FileKind::File,
+            };
+            names.push((n.to_vec(), kind));
+        }
+        Ok(Reply::Opened {
+            fh: fds.insert(Handle::Dir(names)),
+        })
+    }
+
+    fn readdir(
+        &self,
+        fds: &FdTable,
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+    ) -> FsResult<Reply> {
+        let h = fds.get(fh)?;
+        let Handle::Dir(names) = &*h else {
+            return Err(FsError::errno(libc::ENOTDIR));
+        };
+        let dir = if plus {
+            Some(self.resolve_dir(gfid)?)
+        } else {
+            None
+        };
+        let start = (offset as usize).min(names.len());
+        let mut out = Vec::new();
+        for (i, (n, kind)) in names.iter().enumerate().skip(start).take(READDIR_BATCH) {
+            let attr = match (&dir, Name::new(n.clone())) {
+                (Some(d), Ok(name)) => match self.lookup_at(d, gfid, &name) {
+                    Ok((_, a)) => Some(a),
+                    // Removed since the listing was taken.
+                    Err(e) if e.is(libc::ENOENT) => continue,
+                    Err(_) => None,
+                },
+                _ => None,
+            };
+            out.push(DirEntry {
+                name: serde_bytes::ByteBuf::from(n.clone()),
+                kind: attr.as_ref().map(|a| a.kind).unwrap_or(*kind),
+                next: i as u64 + 1,
+                attr,
+            });
+        }
+        Ok(Reply::Entries(out))
+    }
+
+    fn check_xattr_name(cx: &Ctx, name: &str) -> FsResult<()> {
+        if name.starts_with(INTERNAL_XATTR_PREFIX) {
+            return Err(FsError::new(libc::EPERM, "reserved xattr name"));
+        }
+        if name.starts_with("trusted.") && cx.uid != 0 {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        Ok(())
+    }
+
+    fn statfs(&self) -> FsResult<Reply> {
+        let s = rfs::fstatvfs(&self.root)?;
+        Ok(Reply::StatFs(StatFs {
+            bsize: s.f_bsize as u32,
+            frsize: s.f_frsize as u32,
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            namelen: s.f_namemax as u32,
+        }))
+    }
+
+    /// Serves one operation. Blocking: the protocol server runs it on a
+    /// blocking-pool thread.
+    pub fn call(&self, cx: &Ctx, fds: &FdTable, fop: &Fop) -> FsResult<Reply> {
+        match fop {
+            Fop::Lookup { parent, name } => {
+                let dir = self.resolve_dir(*parent)?;
+                let (_, attr) = self.lookup_at(&dir, *parent, name)?;
+                Ok(Reply::Entry(Entry { attr }))
+            }
+            Fop::Getattr { gfid } => Ok(Reply::Attr(self.stat_gfid(*gfid)?)),
+            Fop::Setattr { gfid, set } => self.setattr(*gfid, set),
+            Fop::Mknod {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+                rdev,
+            } => self.mknod(cx, *parent, name, *gfid, *mode, *umask, *rdev),
+            Fop::Create {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+                flags,
+            } => self.create(cx, fds, *parent, name, *gfid, *mode, *umask, *flags),
+            Fop::Mkdir {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+            } => self.mkdir(cx, *parent, name, *gfid, *mode, *umask),
+            Fop::Unlink { parent, name } => self.unlink(*parent, name),
+            Fop::Rmdir { parent, name } => self.rmdir(*parent, name),
+            Fop::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags,
+            } => self.rename(*parent, name, *newparent, newname, *flags),
+            Fop::Link {
+                gfid,
+                newparent,
+                newname,
+            } => self.link(*gfid, *newparent, newname),
+            Fop::Symlink {
+                parent,
+                name,
+                gfid,
+                target,
+            } => self.symlink(cx, *parent, name, *gfid, target),
+            Fop::Readlink { gfid } => {
+                let fd = self.resolve(*gfid)?;
+                let t = rfs::readlinkat(&*fd, "", Vec::new())?;
+                Ok(Reply::Data(serde_bytes::ByteBuf::from(t.into_bytes())))
+            }
+            Fop::Open { gfid, flags } => self.open_file(fds, *gfid, *flags),
+            Fop::Read {
+                fh, offset, size, ..
+            } => self.read(fds, *fh, *offset, *size),
+            Fop::Write {
+                fh, offset, data, ..
+            } => self.write(fds, *fh, *offset, data),
+            Fop::Flush { fh, .. } => fds.file(*fh).map(|_| Reply::Ok),
+            Fop::Fsync { fh, datasync, .. } => {
+                let h = fds.file(*fh)?;
+                if *datasync {
+                    rfs::fdatasync(as_file(&h))?;
+                } else {
+                    rfs::fsync(as_file(&h))?;
+                }
+                Ok(Reply::Ok)
+            }
+            Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => {
+                fds.remove(*fh);
+                Ok(Reply::Ok)
+            }
+            Fop::Fallocate {
+                fh,
+                mode,
+                offset,
+                len,
+                ..
+            } => {
+                let h = fds.file(*fh)?;
+                rfs::fallocate(
+                    as_file(&h),
+                    rfs::FallocateFlags::from_bits_retain(*mode as u32),
+                    *offset,
+                    *len,
+                )?;
+                Ok(Reply::Ok)
+            }
+            Fop::Lseek {
+                fh, offset, whence, ..
+            } => {
+                let h = fds.file(*fh)?;
+                let pos = match *whence {
+                    libc::SEEK_DATA => rfs::SeekFrom::Data(*offset),
+                    libc::SEEK_HOLE => rfs::SeekFrom::Hole(*offset),
+                    _ => return Err(FsError::errno(libc::EINVAL)),
+                };
+                Ok(Reply::Offset(rfs::seek(as_file(&h), pos)?))
+            }
+            Fop::Opendir { gfid } => self.opendir(fds, *gfid),
+            Fop::Readdir {
+                gfid,
+                fh,
+                offset,
+                plus,
+            } => self.readdir(fds, *gfid, *fh, *offset, *plus),
+            Fop::Statfs { .. } => self.statfs(),
+            Fop::Setxattr {
+                gfid,
+                name,
+                value,
+                flags,
+            } => {
+                Self::check_xattr_name(cx, name)?;
+                let fd = self.resolve(*gfid)?;
+                set_xattr(
+                    &*fd,
+                    name,
+                    value,
+                    rfs::XattrFlags::from_bits_retain(*flags as u32),
+                )?;
+                Ok(Reply::Ok)
+            }
+            Fop::Getxattr { gfid, name } => {
+                Self::check_xattr_name(cx, name)?;
+                let fd = self.resolve(*gfid)?;
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(get_xattr(
+                    &*fd, name,
+                )?)))
+            }
+            Fop::Listxattr { gfid } => {
+                let fd = self.resolve(*gfid)?;
+                let p = proc_path(&*fd);
+                let n = rfs::listxattr_query(&p)?;
+                let mut buf = vec![0u8; n + 256];
+                let m = rfs::listxattr(&p, &mut buf[..])?;
+                buf.truncate(m);
+                let mut out = Vec::new();
+                for name in buf.split(|&c| c == 0).filter(|n| !n.is_empty()) {
+                    if !name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes()) {
+                        out.extend_from_slice(name);
+                        out.push(0);
+                    }
+                }
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(out)))
+            }
+            Fop::Removexattr { gfid, name } => {
+                Self::check_xattr_name(cx, name)?;
+                let fd = self.resolve(*gfid)?;
+                rfs::removexattr(proc_path(&*fd), name.as_str())?;
+                Ok(Reply::Ok)
+            }
+        }
+    }
+}

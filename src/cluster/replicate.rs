@@ -16,11 +16,15 @@ use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, StatFs, Xlator};
 use async_trait::async_trait;
 use std::sync::Arc;
 
+/// Per child: its handle and its epoch when the handle was issued.
+type ChildHandles = Vec<Option<(u64, u64)>>;
+
 pub struct Replicate {
     name: String,
     children: Vec<Arc<dyn Xlator>>,
-    /// Our handle → each child's handle (None where that child was down).
-    fds: HandleMap<Arc<Vec<Option<u64>>>>,
+    /// Our handle → each child's handle and the child's epoch when it was
+    /// issued (None where that child was down).
+    fds: HandleMap<Arc<ChildHandles>>,
 }
 
 /// The answers of several replicas, judged as one.
@@ -125,11 +129,12 @@ impl Replicate {
         if up.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
+        let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
         let mut fhs = vec![None; self.children.len()];
         for (i, r) in &res {
             if let Ok(rep) = r {
-                fhs[*i] = rep.clone().into_fh().ok();
+                fhs[*i] = rep.clone().into_fh().ok().map(|fh| (fh, epochs[*i]));
             }
         }
         match merge(res) {
@@ -148,11 +153,21 @@ impl Replicate {
                 };
                 let gfid = fop_gfid(&fop);
                 let idx: Vec<usize> = (0..fhs.len()).filter(|&i| fhs[i].is_some()).collect();
-                self.fan_out(cx, &idx, |i| fhs[i].map(|f| release(gfid, f)))
+                self.fan_out(cx, &idx, |i| fhs[i].map(|(f, _)| release(gfid, f)))
                     .await;
                 Err(e)
             }
         }
+    }
+
+    /// The child handles of `fhs` that are still valid: the child is up and
+    /// has not lost its connection since the handle was issued.
+    fn live(&self, fhs: &[Option<(u64, u64)>]) -> Vec<usize> {
+        (0..fhs.len())
+            .filter(|&i| {
+                matches!(fhs[i], Some((_, e)) if self.children[i].is_up() && self.children[i].epoch() == e)
+            })
+            .collect()
     }
 
     /// Sends a handle-based operation to every replica holding the handle.
@@ -170,16 +185,16 @@ impl Replicate {
         } else {
             self.fds.get(fh)?
         };
-        let targets: Vec<usize> = (0..fhs.len())
-            .filter(|&i| fhs[i].is_some() && (release || self.children[i].is_up()))
-            .collect();
+        let targets = self.live(&fhs);
         if targets.is_empty() {
             return Err(FsError::notconn(format!(
                 "{}: no replica holding this file is up",
                 self.name
             )));
         }
-        let res = self.fan_out(cx, &targets, |i| fhs[i].map(&make)).await;
+        let res = self
+            .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
+            .await;
         merge(res).map(|(r, _)| r)
     }
 
@@ -191,12 +206,10 @@ impl Replicate {
         make: impl Fn(u64) -> Fop,
     ) -> FsResult<Reply> {
         let fhs = self.fds.get(fh)?;
-        let mut allowed: Vec<usize> = (0..fhs.len())
-            .filter(|&i| fhs[i].is_some() && self.children[i].is_up())
-            .collect();
+        let mut allowed = self.live(&fhs);
         loop {
             let i = self.read_child(gfid, &allowed)?;
-            match self.children[i].call(cx, make(fhs[i].unwrap())).await {
+            match self.children[i].call(cx, make(fhs[i].unwrap().0)).await {
                 Err(e) if e.is(libc::ENOTCONN) => allowed.retain(|&c| c != i),
                 r => return r,
             }
@@ -348,7 +361,7 @@ impl Xlator for Replicate {
                 // Listings are read from one replica; offsets are that
                 // replica's, so stay on it while it is up.
                 let fhs = self.fds.get(fh)?;
-                let first = (0..fhs.len()).find(|&i| fhs[i].is_some() && self.children[i].is_up());
+                let first = self.live(&fhs).first().copied();
                 let i = first
                     .ok_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))?;
                 self.children[i]
@@ -356,7 +369,7 @@ impl Xlator for Replicate {
                         cx,
                         Fop::Readdir {
                             gfid,
-                            fh: fhs[i].unwrap(),
+                            fh: fhs[i].unwrap().0,
                             offset,
                             plus,
                         },

@@ -32,4 +32,10 @@ pub trait Xlator: Send + Sync {
     fn is_up(&self) -> bool {
         true
     }
+    /// Changes whenever handles this translator issued may have become
+    /// invalid (a brick connection was lost): a parent holding handles from
+    /// an older epoch must not use them.
+    fn epoch(&self) -> u64 {
+        0
+    }
 }

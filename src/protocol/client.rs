@@ -245,6 +245,10 @@ impl Xlator for ProtocolClient {
         self.shared.up.load(Ordering::Acquire)
     }
 
+    fn epoch(&self) -> u64 {
+        self.shared.generation.load(Ordering::Acquire)
+    }
+
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let sh = &self.shared;
         let generation = sh.generation.load(Ordering::Acquire);

@@ -151,11 +151,19 @@ fn read_gfid(fd: impl AsFd) -> FsResult<Option<Gfid>> {
 }
 
 fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
+    let kind = FileKind::from_mode(st.st_mode);
+    // A non-directory's gfid handle is one of its links; it is not a name
+    // in the volume.
+    let nlink = if kind == FileKind::Dir {
+        st.st_nlink
+    } else {
+        st.st_nlink.saturating_sub(1)
+    };
     Attr {
         gfid,
-        kind: FileKind::from_mode(st.st_mode),
+        kind,
         perm: st.st_mode & 0o7777,
-        nlink: st.st_nlink as u32,
+        nlink: nlink as u32,
         uid: st.st_uid,
         gid: st.st_gid,
         rdev: st.st_rdev,
@@ -308,26 +316,81 @@ impl Posix {
         let st = rfs::fstat(&fd)?;
         // A directory handle is a symlink with a single link; a user symlink
         // has its handle plus at least one name.
-        let fd = if FileKind::from_mode(st.st_mode) == FileKind::Symlink && st.st_nlink == 1 {
-            let d = rfs::openat2(
-                &self.root,
-                rel.as_str(),
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        if FileKind::from_mode(st.st_mode) == FileKind::Symlink && st.st_nlink == 1 {
+            return self.walk_dir(gfid);
+        }
+        Ok(Arc::new(fd))
+    }
+
+    /// Reads a directory handle: the parent's gfid and the directory's name.
+    fn read_dir_handle(&self, gfid: Gfid) -> FsResult<(Gfid, Name)> {
+        let (idx, file) = self.index_dir(gfid)?;
+        let target = rfs::readlinkat(&idx, file.as_str(), Vec::new())?.into_bytes();
+        let stale = || FsError::new(libc::ESTALE, format!("bad directory handle for {gfid}"));
+        // "../../ab/cd/<36-char uuid>/<name>"
+        let rest = target.strip_prefix(b"../../").ok_or_else(stale)?;
+        if rest.len() < 6 + 36 + 2 || rest[6 + 36] != b'/' {
+            return Err(stale());
+        }
+        let uuid = std::str::from_utf8(&rest[6..6 + 36]).map_err(|_| stale())?;
+        let parent = uuid::Uuid::parse_str(uuid).map_err(|_| stale())?;
+        let name = Name::new(rest[6 + 36 + 1..].to_vec()).map_err(|_| stale())?;
+        Ok((Gfid(*parent.as_bytes()), name))
+    }
+
+    /// Opens a directory by walking its handle chain up to a directory
+    /// already open (or the root), then opening each name downwards with
+    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: no depth limit (the kernel
+    /// follows at most 40 nested symlinks), and no symlink is ever followed.
+    fn walk_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+        let mut chain: Vec<(Gfid, Name)> = Vec::new();
+        let mut cur = gfid;
+        let mut base = loop {
+            if cur == Gfid::ROOT {
+                let fd = rfs::openat(
+                    &self.root,
+                    ".",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                break Arc::new(fd);
+            }
+            if let Some(fd) = self.dirs.lock().unwrap().get(&cur) {
+                break fd.clone();
+            }
+            let (parent, name) = self.read_dir_handle(cur)?;
+            chain.push((cur, name));
+            cur = parent;
+            if chain.len() > 1 << 16 {
+                return Err(FsError::new(
+                    libc::ELOOP,
+                    format!("directory handle loop at {gfid}"),
+                ));
+            }
+        };
+        for (g, name) in chain.into_iter().rev() {
+            let fd = rfs::openat2(
+                &*base,
+                name.as_os_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
-                beneath(),
+                beneath() | ResolveFlags::NO_SYMLINKS,
             )
-            .map_err(|e| FsError::new(e.raw_os_error(), format!("stale handle {gfid}")))?;
-            let d = Arc::new(d);
+            .map_err(|e| FsError::new(e.raw_os_error(), format!("stale handle {g}")))?;
+            if read_gfid(&fd)? != Some(g) {
+                return Err(FsError::new(
+                    libc::ESTALE,
+                    format!("directory {g} was replaced"),
+                ));
+            }
+            base = Arc::new(fd);
             let mut dirs = self.dirs.lock().unwrap();
             if dirs.len() >= DIR_CACHE_MAX {
                 dirs.clear();
             }
-            dirs.insert(gfid, d.clone());
-            return Ok(d);
-        } else {
-            fd
-        };
-        Ok(Arc::new(fd))
+            dirs.insert(g, base.clone());
+        }
+        Ok(base)
     }
 
     fn resolve_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {

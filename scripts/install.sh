@@ -1,0 +1,13 @@
+#!/bin/bash
+# Builds mortar and installs it with its mount(8) helper, so that
+# `mount -t mortar HOST:/VOL DIR` and /etc/fstab entries work.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v fusermount3 >/dev/null || ! command -v bc >/dev/null || ! command -v getfattr >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 bc attr >/dev/null
+fi
+cargo build --release --quiet
+install -m 0755 target/release/mortar /usr/local/sbin/mortar
+ln -sf /usr/local/sbin/mortar /sbin/mount.mortar
+mkdir -p /var/log/mortar /var/lib/mortar
+echo "installed /usr/local/sbin/mortar and /sbin/mount.mortar"

@@ -1,0 +1,278 @@
+//! Every bad input to the CLI gets one clear error and changes nothing.
+
+mod common;
+use common::*;
+
+fn state(c: &Cluster) -> String {
+    c.ok(&["--json", "volume", "info"])
+}
+
+#[test]
+fn bad_volume_commands_are_refused_and_change_nothing() {
+    let c = Cluster::start();
+    c.volume("gv0", 3, &["b1/gv0", "b2/gv0", "b3/gv0"]);
+    let before = state(&c);
+    let b = |n: &str| c.brick(n);
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                "nosuchhost.invalid:/x/y".into(),
+                "force".into(),
+            ],
+            "is not in 'Peer in Cluster' state",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                "replica".into(),
+                "3".into(),
+                b("n1"),
+                b("n2"),
+                "force".into(),
+            ],
+            "Incorrect number of bricks",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                b("n1"),
+                b("n1"),
+                "force".into(),
+            ],
+            "Found duplicate exports",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                b("n1"),
+                b("n1/inner"),
+                "force".into(),
+            ],
+            "one of the bricks contain the other",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                b("b1/gv0"),
+                "force".into(),
+            ],
+            "already part of a volume",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                b("b1/gv0/sub"),
+                "force".into(),
+            ],
+            "already part of a volume",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "gv0".into(),
+                b("n9"),
+                "force".into(),
+            ],
+            "Volume gv0 already exists",
+        ),
+        (
+            vec!["volume".into(), "create".into(), "v2".into(), b("n1")],
+            "root partition",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                "replica".into(),
+                "1".into(),
+                b("n1"),
+                "force".into(),
+            ],
+            "replica count should be greater than 1",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "bad/name".into(),
+                b("n1"),
+                "force".into(),
+            ],
+            "is not valid",
+        ),
+        (
+            vec!["volume".into(), "start".into(), "gv0".into()],
+            "already started",
+        ),
+        (
+            vec!["volume".into(), "delete".into(), "gv0".into()],
+            "needs to be stopped before deletion",
+        ),
+        (
+            vec!["volume".into(), "start".into(), "nosuch".into()],
+            "does not exist",
+        ),
+        (
+            vec!["volume".into(), "info".into(), "nosuch".into()],
+            "does not exist",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "set".into(),
+                "gv0".into(),
+                "no.such-option".into(),
+                "1".into(),
+            ],
+            "does not exist",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "set".into(),
+                "gv0".into(),
+                "network.ping-timeout".into(),
+                "soon".into(),
+            ],
+            "is not valid",
+        ),
+        (
+            vec![
+                "volume".into(),
+                "create".into(),
+                "v2".into(),
+                "h:relative".into(),
+            ],
+            "wrong brick type",
+        ),
+    ];
+    for (args, want) in &cases {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = c.fails(&a);
+        assert!(
+            err.contains(want),
+            "mortar {a:?}: expected {want:?} in {err:?}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one clear line, got {err:?}");
+        assert_eq!(state(&c), before, "mortar {a:?} changed the state");
+    }
+    // Nothing was created on disk for refused volumes.
+    assert!(!c.path("n1").exists());
+    assert!(!c.path("n9").exists());
+    // A stopped volume cannot be stopped again, and can then be deleted.
+    c.ok(&["volume", "stop", "gv0"]);
+    assert!(c
+        .fails(&["volume", "stop", "gv0"])
+        .contains("not in the started state"));
+    c.ok(&["volume", "delete", "gv0"]);
+    assert!(c.ok(&["volume", "list"]).contains("No volumes present"));
+    // Its bricks can be used again; the data on them is kept.
+    c.volume("gv0", 3, &["b1/gv0", "b2/gv0", "b3/gv0"]);
+}
+
+#[test]
+fn options_are_set_read_and_reset() {
+    let c = Cluster::start();
+    c.volume("opt", 1, &["o1"]);
+    c.ok(&["volume", "set", "opt", "network.ping-timeout", "7"]);
+    c.ok(&["volume", "set", "opt", "performance.write-behind", "off"]);
+    let info = c.ok(&["volume", "info", "opt"]);
+    assert!(
+        info.contains(
+            "Options Reconfigured:\nnetwork.ping-timeout: 7\nperformance.write-behind: off"
+        ),
+        "{info}"
+    );
+    let got: serde_json::Value =
+        serde_json::from_str(&c.ok(&["--json", "volume", "get", "opt", "all"])).unwrap();
+    assert_eq!(got["network.ping-timeout"], "7");
+    assert_eq!(got["cluster.quorum-type"], "auto");
+    c.ok(&["volume", "reset", "opt", "network.ping-timeout"]);
+    assert!(c
+        .ok(&["volume", "get", "opt", "network.ping-timeout"])
+        .contains("42"));
+    c.ok(&["volume", "reset", "opt"]);
+    assert!(c
+        .ok(&["volume", "info", "opt"])
+        .ends_with("Options Reconfigured:\n"));
+}
+
+#[test]
+fn every_command_has_help() {
+    for args in [
+        vec!["--help"],
+        vec!["volume", "--help"],
+        vec!["volume", "create", "--help"],
+        vec!["volume", "status", "--help"],
+        vec!["peer", "probe", "--help"],
+        vec!["mount", "--help"],
+        vec!["daemon", "--help"],
+    ] {
+        let o = std::process::Command::new(BIN)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("Usage"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn peers_join_and_share_volumes() {
+    let a = Cluster::start();
+    let b = Cluster::start();
+    assert!(a
+        .fails(&["volume", "create", "pv", &b.brick("x"), "force"])
+        .contains("Peer in Cluster"));
+    a.ok(&["peer", "probe", &b.ip]);
+    assert!(a
+        .ok(&["peer", "status"])
+        .contains(&format!("Hostname: {}", b.ip)));
+    assert!(b.ok(&["pool", "list"]).contains(&a.ip));
+    // A volume with a brick on each host, created from the first.
+    a.ok(&[
+        "volume",
+        "create",
+        "pv",
+        "replica",
+        "2",
+        &a.brick("p1"),
+        &b.brick("p2"),
+        "force",
+    ]);
+    a.ok(&["volume", "start", "pv"]);
+    assert!(b.ok(&["volume", "info", "pv"]).contains("Status: Started"));
+    let st = b.volume_status_json("pv");
+    assert!(
+        st[0]["bricks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["online"] == true),
+        "{st}"
+    );
+    let m = a.mount("pv");
+    ok(&format!("echo shared > {}", m.p("f")));
+    assert_eq!(std::fs::read_to_string(b.path("p2/f")).unwrap(), "shared\n");
+    assert!(a
+        .fails(&["peer", "detach", &b.ip])
+        .contains("hosts one or more bricks"));
+}

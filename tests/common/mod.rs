@@ -1,0 +1,229 @@
+//! Test harness: real daemons, real brick processes and real FUSE mounts.
+//! Each cluster gets its own loopback address (127.x.y.z), so tests run in
+//! parallel without sharing ports, and its own temporary directory.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_mortar");
+static NEXT: AtomicU32 = AtomicU32::new(1);
+
+pub struct Cluster {
+    pub ip: String,
+    pub dir: tempfile::TempDir,
+    daemon: Option<Child>,
+}
+
+pub fn sh(cmd: &str) -> Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("bash runs")
+}
+
+/// Runs a shell command and insists that it succeeds.
+pub fn ok(cmd: &str) -> String {
+    let o = sh(cmd);
+    assert!(
+        o.status.success(),
+        "command failed: {cmd}\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = std::process::id();
+        let ip = format!("127.{}.{}.{}", 1 + p % 250, (p / 250) % 250, n + 1);
+        let dir = tempfile::Builder::new()
+            .prefix("mortar-test-")
+            .tempdir()
+            .unwrap();
+        let mut c = Cluster {
+            ip,
+            dir,
+            daemon: None,
+        };
+        c.start_daemon();
+        c
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn start_daemon(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("daemon.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .args([
+                "daemon",
+                "--listen",
+                &format!("{}:24107", self.ip),
+                "--host",
+                &self.ip,
+                "--state-dir",
+            ])
+            .arg(self.path("state"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+        wait_for("the daemon", Duration::from_secs(10), || {
+            self.cli(&["volume", "list"]).status.success()
+        });
+    }
+
+    pub fn kill_daemon(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = Command::new("kill").arg(d.id().to_string()).status();
+            let _ = d.wait();
+        }
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .arg("--server")
+            .arg(&self.ip)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the CLI and insists that it succeeds; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
+        assert!(
+            o.status.success(),
+            "mortar {args:?} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Runs the CLI and insists that it fails; returns its stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
+        assert!(
+            !o.status.success(),
+            "mortar {args:?} should have failed: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    pub fn brick(&self, name: &str) -> String {
+        format!("{}:{}", self.ip, self.path(name).display())
+    }
+
+    /// Creates and starts a volume over `bricks` (relative names).
+    pub fn volume(&self, vol: &str, replica: usize, bricks: &[&str]) -> Vec<PathBuf> {
+        let mut args: Vec<String> = vec!["volume".into(), "create".into(), vol.into()];
+        if replica > 1 {
+            args.extend([
+                "replica".into(),
+                replica.to_string(),
+                "transport".into(),
+                "tcp".into(),
+            ]);
+        }
+        args.extend(bricks.iter().map(|b| self.brick(b)));
+        args.push("force".into());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.ok(&a);
+        self.ok(&["volume", "start", vol]);
+        bricks.iter().map(|b| self.path(b)).collect()
+    }
+
+    pub fn mount(&self, vol: &str) -> Mount {
+        let dir = self.path(&format!(
+            "mnt-{vol}-{}",
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let o = Command::new(BIN)
+            .args(["mount", &format!("{}:/{vol}", self.ip)])
+            .arg(&dir)
+            .arg("--log-file")
+            .arg(self.path("client.log"))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Mount { dir }
+    }
+
+    pub fn volume_status_json(&self, vol: &str) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["--json", "volume", "status", vol])).unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_daemon();
+    }
+}
+
+pub struct Mount {
+    pub dir: PathBuf,
+}
+
+impl Mount {
+    pub fn p(&self, rel: &str) -> String {
+        self.dir.join(rel).display().to_string()
+    }
+    pub fn unmount(&self) {
+        let _ = Command::new("umount")
+            .arg(&self.dir)
+            .stderr(Stdio::null())
+            .status();
+        wait_for("unmount", Duration::from_secs(10), || {
+            !is_mounted(&self.dir)
+        });
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if is_mounted(&self.dir) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+pub fn is_mounted(dir: &Path) -> bool {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let d = dir.display().to_string();
+    mi.lines().any(|l| l.split(' ').nth(4) == Some(d.as_str()))
+}
+
+/// The gfid xattr of an object on a brick.
+pub fn gfid_on_brick(path: &Path) -> Vec<u8> {
+    let mut buf = [0u8; 64];
+    let n = rustix::fs::lgetxattr(path, "trusted.mortar.gfid", &mut buf[..])
+        .unwrap_or_else(|e| panic!("no gfid on {}: {e}", path.display()));
+    buf[..n].to_vec()
+}

@@ -1,0 +1,216 @@
+//! The reference practical work, end to end: a replica-3 volume of three
+//! bricks on one host, created, started, mounted and used with real tools.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+#[test]
+fn seed_replica3_volume_end_to_end() {
+    let mut c = Cluster::start();
+    let bricks = c.volume("gv0", 3, &["brick1/gv0", "brick2/gv0", "brick3/gv0"]);
+
+    let info = c.ok(&["volume", "info", "gv0"]);
+    for line in [
+        "Volume Name: gv0",
+        "Type: Replicate",
+        "Status: Started",
+        "Number of Bricks: 1 x 3 = 3",
+        "Transport-type: tcp",
+    ] {
+        assert!(
+            info.lines().any(|l| l == line),
+            "{line:?} missing from:\n{info}"
+        );
+    }
+    assert!(info.contains(&format!("Brick1: {}", c.brick("brick1/gv0"))));
+    let status = c.volume_status_json("gv0");
+    for b in status[0]["bricks"].as_array().unwrap() {
+        assert_eq!(b["online"], true, "{status}");
+        assert!(b["port"].as_u64().unwrap() >= 24300);
+    }
+
+    let m = c.mount("gv0");
+    // The seed's functional check.
+    ok(&format!("echo 'hello from mortar' > {}", m.p("test.txt")));
+    assert_eq!(
+        ok(&format!("cat {}", m.p("test.txt"))),
+        "hello from mortar\n"
+    );
+    // The seed's small-file loop, at a smaller N, and its dd commands.
+    let out = ok(&format!(
+        "{}/scripts/smallfile_bench.sh {} 200",
+        env!("CARGO_MANIFEST_DIR"),
+        m.dir.display()
+    ));
+    assert!(
+        out.contains("Write time:") && out.contains("Read time:"),
+        "{out}"
+    );
+    ok(&format!("cd {} && dd if=/dev/zero of=largefile bs=1M count=64 oflag=direct status=none && dd if=largefile of=/dev/null bs=1M iflag=direct status=none", m.dir.display()));
+    assert_eq!(
+        std::fs::metadata(m.dir.join("largefile")).unwrap().len(),
+        64 << 20
+    );
+
+    // A real tree in with cp -a and tar, compared with diff and md5sum.
+    let src = env!("CARGO_MANIFEST_DIR");
+    ok(&format!("cp -a {src}/src {}", m.p("tree")));
+    ok(&format!(
+        "tar -C {src} -cf - src docs | tar -C {} -xf -",
+        m.dir.display()
+    ));
+    ok(&format!("diff -r {src}/src {}", m.p("tree")));
+    ok(&format!("diff -r {src}/src {}", m.p("src")));
+    let sums = |d: &str| ok(&format!("cd {d} && find . -type f | sort | xargs md5sum"));
+    assert_eq!(sums(&format!("{src}/src")), sums(&m.p("tree")));
+
+    // Every file is on all three bricks with the same content and gfid.
+    let files = ok(&format!(
+        "cd {} && find tree src docs test.txt largefile -type f",
+        m.dir.display()
+    ));
+    assert!(files.lines().count() > 20);
+    for f in files.lines() {
+        let first = std::fs::read(bricks[0].join(f)).unwrap();
+        let gfid = gfid_on_brick(&bricks[0].join(f));
+        assert_eq!(gfid.len(), 16);
+        for b in &bricks[1..] {
+            assert_eq!(
+                std::fs::read(b.join(f)).unwrap(),
+                first,
+                "{f} differs on {}",
+                b.display()
+            );
+            assert_eq!(
+                gfid_on_brick(&b.join(f)),
+                gfid,
+                "{f} has another gfid on {}",
+                b.display()
+            );
+        }
+    }
+    // The brick's index is never visible through the mount.
+    assert!(!ok(&format!("ls -a {}", m.dir.display())).contains(".mortar"));
+    assert!(bricks[0].join(".mortar").is_dir());
+
+    // Unmount, remount, read it back.
+    m.unmount();
+    let m = c.mount("gv0");
+    ok(&format!("diff -r {src}/src {}", m.p("tree")));
+    assert_eq!(
+        ok(&format!("cat {}", m.p("test.txt"))),
+        "hello from mortar\n"
+    );
+
+    // Restart the daemon: the volume is still there, the bricks come back,
+    // and the mount reconnects to them.
+    c.kill_daemon();
+    c.start_daemon();
+    assert!(c.ok(&["volume", "info", "gv0"]).contains("Status: Started"));
+    wait_for("bricks back online", Duration::from_secs(20), || {
+        c.volume_status_json("gv0")[0]["bricks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["online"] == true)
+    });
+    wait_for("the mount to reconnect", Duration::from_secs(20), || {
+        sh(&format!("echo again > {}", m.p("after-restart.txt")))
+            .status
+            .success()
+    });
+    assert_eq!(ok(&format!("cat {}", m.p("after-restart.txt"))), "again\n");
+    for b in &bricks {
+        assert_eq!(
+            std::fs::read_to_string(b.join("after-restart.txt")).unwrap(),
+            "again\n"
+        );
+    }
+}
+
+#[test]
+fn a_killed_brick_is_restarted_and_writes_go_on() {
+    let c = Cluster::start();
+    let bricks = c.volume("gv1", 3, &["b1", "b2", "b3"]);
+    let m = c.mount("gv1");
+    let st = c.volume_status_json("gv1");
+    let pid = st[0]["bricks"][1]["pid"].as_u64().unwrap();
+    // Kill one brick while a file is being written, and keep writing to the
+    // same open file while the daemon restarts the brick.
+    let writer = std::thread::spawn({
+        let f = m.p("during-kill");
+        move || {
+            sh(&format!(
+                "python3 -c \"
+import os, time
+fd = os.open('{f}', os.O_WRONLY | os.O_CREAT, 0o644)
+for i in range(400):
+    os.write(fd, bytes([i % 251]) * 65536)
+    time.sleep(0.008)
+os.close(fd)
+\""
+            ))
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    ok(&format!("kill -9 {pid}"));
+    let res = writer.join().unwrap();
+    assert!(
+        res.status.success(),
+        "write failed: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert_eq!(
+        std::fs::metadata(m.dir.join("during-kill")).unwrap().len(),
+        400 * 65536
+    );
+    // The two copies that stayed up hold exactly what the application wrote.
+    // (The restarted brick's copy is stale until self-heal, which is the
+    // replicate issue's work; reads are not checked here for that reason.)
+    let expected: Vec<u8> = (0..400u32)
+        .flat_map(|i| std::iter::repeat_n((i % 251) as u8, 65536))
+        .collect();
+    for b in [&bricks[0], &bricks[2]] {
+        let got = std::fs::read(b.join("during-kill")).unwrap();
+        assert!(
+            got == expected,
+            "{} does not hold what was written",
+            b.display()
+        );
+    }
+    // The daemon restarts the brick.
+    wait_for("the brick to be restarted", Duration::from_secs(20), || {
+        let b = &c.volume_status_json("gv1")[0]["bricks"][1];
+        b["online"] == true && b["pid"].as_u64() != Some(pid)
+    });
+}
+
+#[test]
+fn plain_distribute_spreads_files_over_bricks() {
+    let c = Cluster::start();
+    let bricks = c.volume("dist", 1, &["d1", "d2"]);
+    assert!(c
+        .ok(&["volume", "info", "dist"])
+        .contains("Type: Distribute"));
+    let m = c.mount("dist");
+    ok(&format!(
+        "mkdir -p {0}/a/b && for i in $(seq 1 60); do echo $i > {0}/a/b/f$i; done",
+        m.dir.display()
+    ));
+    let on = |b: &std::path::Path| std::fs::read_dir(b.join("a/b")).unwrap().count();
+    let (n0, n1) = (on(&bricks[0]), on(&bricks[1]));
+    assert_eq!(n0 + n1, 60);
+    assert!(n0 > 10 && n1 > 10, "files not spread: {n0} / {n1}");
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("a/b"))).trim(), "60");
+    // Rename to a name that hashes elsewhere, and over an existing file.
+    ok(&format!(
+        "cd {} && for i in $(seq 1 20); do mv f$i g$i; done && mv f30 f31",
+        m.p("a/b")
+    ));
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("a/b"))).trim(), "59");
+    assert_eq!(ok(&format!("cat {}", m.p("a/b/g7"))), "7\n");
+    assert_eq!(ok(&format!("cat {}", m.p("a/b/f31"))), "30\n");
+    ok(&format!("rm -r {}", m.p("a")));
+    assert!(!bricks[0].join("a").exists() && !bricks[1].join("a").exists());
+}

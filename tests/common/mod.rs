@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mortar");
+/// Test daemons use their own port, so that a real daemon on the default
+/// port (listening on every address) does not get in their way.
+pub const PORT: u16 = 24199;
 static NEXT: AtomicU32 = AtomicU32::new(1);
 
 pub struct Cluster {
@@ -100,6 +103,10 @@ impl Cluster {
         }
     }
 
+    pub fn server(&self) -> String {
+        format!("{}:{PORT}", self.ip)
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(BIN)
             .arg("--server")
@@ -162,7 +169,7 @@ impl Cluster {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let o = Command::new(BIN)
-            .args(["mount", &format!("{}:/{vol}", self.ip)])
+            .args(["mount", "--port", &PORT.to_string(), &format!("{}:/{vol}", self.ip)])
             .arg(&dir)
             .arg("--log-file")
             .arg(self.path("client.log"))

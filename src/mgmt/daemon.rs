@@ -499,9 +499,16 @@ impl Daemon {
             }
             other => {
                 let _g = self.op_lock.lock().await;
+                let what = format!("{other:?}");
                 match self.change(other).await {
-                    Ok(msg) => Response::Ok(msg),
-                    Err(e) => Response::Err(e),
+                    Ok(msg) => {
+                        tracing::info!("done: {what}");
+                        Response::Ok(msg)
+                    }
+                    Err(e) => {
+                        tracing::warn!("refused: {what}: {e}");
+                        Response::Err(e)
+                    }
                 }
             }
         }

@@ -80,7 +80,7 @@ impl Cluster {
             .args([
                 "daemon",
                 "--listen",
-                &format!("{}:24107", self.ip),
+                &format!("{}:{PORT}", self.ip),
                 "--host",
                 &self.ip,
                 "--state-dir",
@@ -110,7 +110,7 @@ impl Cluster {
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(BIN)
             .arg("--server")
-            .arg(&self.ip)
+            .arg(self.server())
             .args(args)
             .output()
             .unwrap()
@@ -121,9 +121,10 @@ impl Cluster {
         let o = self.cli(args);
         assert!(
             o.status.success(),
-            "mortar {args:?} failed: {}{}",
+            "mortar {args:?} failed: {}{}\ndaemon log:\n{}",
             String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(self.path("daemon.log")).unwrap_or_default()
         );
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
@@ -169,7 +170,12 @@ impl Cluster {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let o = Command::new(BIN)
-            .args(["mount", "--port", &PORT.to_string(), &format!("{}:/{vol}", self.ip)])
+            .args([
+                "mount",
+                "--port",
+                &PORT.to_string(),
+                &format!("{}:/{vol}", self.ip),
+            ])
             .arg(&dir)
             .arg("--log-file")
             .arg(self.path("client.log"))

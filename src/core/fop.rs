@@ -232,7 +232,10 @@ pub enum Fop {
         gfid: Gfid,
         fh: u64,
         offset: u64,
-        data: serde_bytes::ByteBuf,
+        /// Carried as the frame's payload, not inside the encoded header,
+        /// so that one buffer serves every replica without a copy.
+        #[serde(skip)]
+        data: bytes::Bytes,
     },
     Flush {
         gfid: Gfid,
@@ -307,7 +310,8 @@ pub enum Reply {
     Opened {
         fh: u64,
     },
-    Data(serde_bytes::ByteBuf),
+    /// File data or a link target; carried as the frame's payload.
+    Data(#[serde(skip)] bytes::Bytes),
     Written(u32),
     Offset(u64),
     Entries(Vec<DirEntry>),

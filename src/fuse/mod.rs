@@ -520,7 +520,7 @@ impl Filesystem for MortarFs {
             Err(e) => return reply.error(e),
         };
         let cx = ctx(req);
-        let data = serde_bytes::ByteBuf::from(data.to_vec());
+        let data = bytes::Bytes::copy_from_slice(data);
         self.spawn(move |g, _| async move {
             match g
                 .call(

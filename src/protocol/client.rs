@@ -19,7 +19,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -44,7 +43,7 @@ struct Shared {
     generation: AtomicU64,
     next_id: AtomicU64,
     pending: Pending,
-    tx: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    tx: Mutex<Option<mpsc::Sender<wire::Frame>>>,
     /// Milliseconds since `epoch` when the brick last sent anything.
     last_heard: AtomicU64,
     epoch: Instant,
@@ -183,18 +182,8 @@ async fn run_connection(
     stream: TcpStream,
 ) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
     let (mut rd, wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4096);
-    let mut writer = tokio::spawn(async move {
-        let mut w = BufWriter::with_capacity(256 << 10, wr);
-        while let Some(frame) = rx.recv().await {
-            w.write_all(&frame).await?;
-            while let Ok(more) = rx.try_recv() {
-                w.write_all(&more).await?;
-            }
-            w.flush().await?;
-        }
-        Ok::<_, std::io::Error>(())
-    });
+    let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
+    let mut writer = tokio::spawn(wire::pump(wr, rx));
     sh.heard();
     *sh.tx.lock().unwrap() = Some(tx.clone());
     sh.up.store(true, Ordering::Release);

@@ -8,7 +8,6 @@ use super::wire::{self, Msg};
 use crate::core::FsError;
 use crate::storage::posix::{FdTable, Posix};
 use std::sync::Arc;
-use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -78,19 +77,8 @@ async fn serve_conn(stream: TcpStream, posix: Arc<Posix>) -> std::io::Result<()>
         }
     }
 
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4096);
-    let writer = tokio::spawn(async move {
-        let mut w = BufWriter::with_capacity(256 << 10, wr);
-        while let Some(frame) = rx.recv().await {
-            w.write_all(&frame).await?;
-            // Gather whatever else is ready before one flush.
-            while let Ok(more) = rx.try_recv() {
-                w.write_all(&more).await?;
-            }
-            w.flush().await?;
-        }
-        Ok::<_, std::io::Error>(())
-    });
+    let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
+    let writer = tokio::spawn(wire::pump(wr, rx));
 
     let fds = Arc::new(FdTable::default());
     let result = loop {

@@ -1,11 +1,20 @@
-//! Wire format (see docs/protocol.md). Every message is one frame: a 4-byte
-//! big-endian length, then the message encoded with bincode (varint
-//! integers, little-endian). A frame longer than `MAX_FRAME`, or one that
-//! does not decode as a `Msg`, ends the connection: a hostile or corrupt
-//! peer can cost a connection but never a byte of data.
+//! Wire format (see docs/protocol.md). Every message is one frame:
+//!
+//! ```text
+//! u32 BE frame length | u32 BE header length | header (bincode) | payload
+//! ```
+//!
+//! The header is the message encoded with bincode (varint integers). Bulk
+//! data (a write's bytes, a read's answer) travels as the payload, outside
+//! the encoded header: the sender writes the same buffer to every replica
+//! without copying it, and the receiver hands a slice of the frame it read
+//! to the file system. A frame longer than `MAX_FRAME`, or one that does not
+//! decode as a `Msg`, ends the connection: a hostile or corrupt peer can cost
+//! a connection but never a byte of data.
 
 use crate::core::{Ctx, Fop, FsError, Reply};
 use bincode::Options;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -61,20 +70,89 @@ fn codec() -> impl Options {
     bincode::DefaultOptions::new().with_limit(MAX_FRAME as u64)
 }
 
-pub fn encode(msg: &Msg) -> Vec<u8> {
-    let mut buf = vec![0u8; 4];
-    codec()
-        .serialize_into(&mut buf, msg)
-        .expect("encoding into a Vec cannot fail");
-    let len = (buf.len() - 4) as u32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    buf
+/// One encoded message: its frame header and encoded message in `head`,
+/// its bulk data (shared, not copied) in `payload`.
+pub struct Frame {
+    pub head: Vec<u8>,
+    pub payload: Bytes,
 }
 
-pub fn decode(body: &[u8]) -> std::io::Result<Msg> {
-    codec().deserialize(body).map_err(|e| {
-        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad message: {e}"))
-    })
+impl Frame {
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The frame as one buffer (for tests and tools; the data path never
+    /// joins them).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.head[..], &self.payload[..]].concat()
+    }
+}
+
+/// The bulk data of a message, carried beside its encoded header.
+fn payload_of(msg: &Msg) -> Bytes {
+    match msg {
+        Msg::Call {
+            fop: Fop::Write { data, .. },
+            ..
+        } => data.clone(),
+        Msg::Answer {
+            result: Ok(Reply::Data(d)),
+            ..
+        } => d.clone(),
+        _ => Bytes::new(),
+    }
+}
+
+pub fn encode(msg: &Msg) -> Frame {
+    let mut head = vec![0u8; 8];
+    codec()
+        .serialize_into(&mut head, msg)
+        .expect("encoding into a Vec cannot fail");
+    let payload = payload_of(msg);
+    let head_len = (head.len() - 8) as u32;
+    let frame_len = 4 + head_len + payload.len() as u32;
+    head[..4].copy_from_slice(&frame_len.to_be_bytes());
+    head[4..8].copy_from_slice(&head_len.to_be_bytes());
+    Frame { head, payload }
+}
+
+fn invalid(msg: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
+}
+
+/// Decodes a frame body (everything after the frame length).
+pub fn decode(body: Bytes) -> std::io::Result<Msg> {
+    if body.len() < 4 {
+        return Err(invalid("frame too short".into()));
+    }
+    let head_len = u32::from_be_bytes(body[..4].try_into().unwrap()) as usize;
+    if head_len > body.len() - 4 {
+        return Err(invalid(format!(
+            "header of {head_len} bytes does not fit its frame"
+        )));
+    }
+    let mut msg: Msg = codec()
+        .deserialize(&body[4..4 + head_len])
+        .map_err(|e| invalid(format!("bad message: {e}")))?;
+    let payload = body.slice(4 + head_len..);
+    match &mut msg {
+        Msg::Call {
+            fop: Fop::Write { data, .. },
+            ..
+        } => *data = payload,
+        Msg::Answer {
+            result: Ok(Reply::Data(d)),
+            ..
+        } => *d = payload,
+        _ if !payload.is_empty() => {
+            return Err(invalid("payload on a message that takes none".into()))
+        }
+        _ => {}
+    }
+    Ok(msg)
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.
@@ -87,19 +165,40 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Opti
     }
     let len = u32::from_be_bytes(len);
     if len > MAX_FRAME {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes exceeds the limit of {MAX_FRAME}"),
-        ));
+        return Err(invalid(format!(
+            "frame of {len} bytes exceeds the limit of {MAX_FRAME}"
+        )));
     }
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body).await?;
-    decode(&body).map(Some)
+    decode(Bytes::from(body)).map(Some)
 }
 
 pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, msg: &Msg) -> std::io::Result<()> {
-    w.write_all(&encode(msg)).await?;
+    let f = encode(msg);
+    w.write_all(&f.head).await?;
+    w.write_all(&f.payload).await?;
     w.flush().await
+}
+
+/// Writes frames from a channel to a connection, gathering what is ready
+/// into one flush. The payload goes straight from the shared buffer to the
+/// socket.
+pub async fn pump<W: AsyncWrite + Unpin>(
+    wr: W,
+    mut rx: tokio::sync::mpsc::Receiver<Frame>,
+) -> std::io::Result<()> {
+    let mut w = tokio::io::BufWriter::with_capacity(256 << 10, wr);
+    while let Some(f) = rx.recv().await {
+        w.write_all(&f.head).await?;
+        w.write_all(&f.payload).await?;
+        while let Ok(f) = rx.try_recv() {
+            w.write_all(&f.head).await?;
+            w.write_all(&f.payload).await?;
+        }
+        w.flush().await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -117,7 +216,8 @@ mod tests {
                 name: Name::new(&b"a"[..]).unwrap(),
             },
         };
-        let bytes = encode(&msg);
+        let f = encode(&msg);
+        let bytes = [f.head, f.payload.to_vec()].concat();
         let mut r = &bytes[..];
         match read_frame(&mut r).await.unwrap().unwrap() {
             Msg::Call {
@@ -135,9 +235,14 @@ mod tests {
         // Too long.
         let mut r = &(MAX_FRAME + 1).to_be_bytes()[..];
         assert!(read_frame(&mut r).await.is_err());
-        // Garbage body.
-        let mut bad = 5u32.to_be_bytes().to_vec();
+        // Garbage body, and a header that claims more than the frame holds.
+        let mut bad = 9u32.to_be_bytes().to_vec();
+        bad.extend_from_slice(&5u32.to_be_bytes());
         bad.extend_from_slice(&[0xff; 5]);
+        assert!(read_frame(&mut &bad[..]).await.is_err());
+        let mut bad = 5u32.to_be_bytes().to_vec();
+        bad.extend_from_slice(&99u32.to_be_bytes());
+        bad.push(0);
         assert!(read_frame(&mut &bad[..]).await.is_err());
         // A name with a slash, smuggled in a well-formed frame.
         let good = encode(&Msg::Call {
@@ -147,12 +252,55 @@ mod tests {
                 parent: Gfid::ROOT,
                 name: Name::new(&b"ab"[..]).unwrap(),
             },
-        });
+        })
+        .to_vec();
         let mut evil = good.clone();
         let pos = evil.windows(2).position(|w| w == b"ab").unwrap();
         evil[pos + 1] = b'/';
         assert!(read_frame(&mut &evil[..]).await.is_err());
         // Truncated frame.
         assert!(read_frame(&mut &good[..good.len() - 1]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn bulk_data_travels_as_payload() {
+        let data = Bytes::from(vec![7u8; 100_000]);
+        let msg = Msg::Call {
+            id: 3,
+            cx: Ctx::root(),
+            fop: Fop::Write {
+                gfid: Gfid::ROOT,
+                fh: 1,
+                offset: 4096,
+                data: data.clone(),
+            },
+        };
+        let f = encode(&msg);
+        assert!(f.head.len() < 100, "data must not be in the header");
+        assert_eq!(
+            f.payload.as_ptr(),
+            data.as_ptr(),
+            "the payload is the caller's buffer"
+        );
+        let bytes = [f.head, f.payload.to_vec()].concat();
+        match read_frame(&mut &bytes[..]).await.unwrap().unwrap() {
+            Msg::Call {
+                fop:
+                    Fop::Write {
+                        data: d,
+                        offset: 4096,
+                        ..
+                    },
+                ..
+            } => assert_eq!(d, data),
+            other => panic!("{other:?}"),
+        }
+        // A payload on a message that takes none is refused.
+        let mut f = encode(&Msg::Ping { id: 1 });
+        f.payload = Bytes::from_static(b"junk");
+        let len = (f.head.len() - 4 + 4) as u32;
+        f.head[..4].copy_from_slice(&len.to_be_bytes());
+        let bytes = [f.head, f.payload.to_vec()].concat();
+        assert!(read_frame(&mut &bytes[..]).await.is_err());
     }
 }

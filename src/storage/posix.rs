@@ -829,7 +829,7 @@ impl Posix {
             }
         }
         buf.truncate(got);
-        Ok(Reply::Data(serde_bytes::ByteBuf::from(buf)))
+        Ok(Reply::Data(bytes::Bytes::from(buf)))
     }
 
     fn write(&self, fds: &FdTable, fh: u64, offset: u64, data: &[u8]) -> FsResult<Reply> {
@@ -990,7 +990,7 @@ impl Posix {
             Fop::Readlink { gfid } => {
                 let fd = self.resolve(*gfid)?;
                 let t = rfs::readlinkat(&*fd, "", Vec::new())?;
-                Ok(Reply::Data(serde_bytes::ByteBuf::from(t.into_bytes())))
+                Ok(Reply::Data(bytes::Bytes::from(t.into_bytes())))
             }
             Fop::Open { gfid, flags } => self.open_file(fds, *gfid, *flags),
             Fop::Read {
@@ -1190,7 +1190,7 @@ mod tests {
             gfid,
             fh,
             offset: 0,
-            data: serde_bytes::ByteBuf::from(b"hello".to_vec()),
+            data: bytes::Bytes::from_static(b"hello"),
         })
         .unwrap();
         b.call(Fop::Release { gfid, fh }).unwrap();
@@ -1295,7 +1295,7 @@ mod tests {
         let Reply::Data(t) = b.call(Fop::Readlink { gfid: evil.gfid }).unwrap() else {
             panic!()
         };
-        assert_eq!(t.as_slice(), b.outside.as_os_str().as_encoded_bytes());
+        assert_eq!(&t[..], b.outside.as_os_str().as_encoded_bytes());
         b.outside_untouched();
     }
 

@@ -66,7 +66,13 @@ fn main() -> ExitCode {
         }
         Cmd::Brick(ref a) => {
             init_logs();
-            run_async(mortar::mgmt::brick::run(&a.path, a.ip, &a.volume_id))
+            // One thread serves a brick's quick requests; slow ones go to the
+            // blocking pool (see protocol::server).
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(mortar::mgmt::brick::run(&a.path, a.ip, &a.volume_id)))
         }
         Cmd::Mount(ref m) => {
             let args = MountArgs {

@@ -119,6 +119,7 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
 pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     let (host, vol) = parse_source(&a.source)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::env::var("MORTAR_CLIENT_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2))
         .enable_all()
         .build()?;
     let mgmt = rpc::mgmt_addr(&host, a.port);

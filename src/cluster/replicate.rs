@@ -123,6 +123,32 @@ impl Replicate {
         }
     }
 
+    /// Lookups ask every replica, so that a name missing on one copy is
+    /// still found on the others; the first copy that finds it answers.
+    async fn lookup(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let mut pending: FuturesUnordered<_> = self
+            .up()
+            .into_iter()
+            .map(|i| {
+                let (child, fop) = (self.children[i].clone(), fop.clone());
+                async move { child.call(cx, fop).await }
+            })
+            .collect();
+        let mut err: Option<FsError> = None;
+        while let Some(r) = pending.next().await {
+            match r {
+                Ok(rep) => return Ok(rep),
+                Err(e) => {
+                    if err.as_ref().is_none_or(|x| x.is(libc::ENOTCONN)) {
+                        err = Some(e);
+                    }
+                }
+            }
+        }
+        Err(err.unwrap_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name))))
+    }
+
     /// Opens on every replica up; our handle maps to theirs.
     async fn open_all(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let up = self.up();
@@ -250,19 +276,7 @@ pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
     }
 }
 
-/// Runs futures concurrently and collects their outputs in order.
-pub(crate) async fn join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        out.push(h.await.expect("child call panicked"));
-    }
-    out
-}
+pub(crate) use futures_util::future::join_all;
 
 fn min_statfs(rs: Vec<StatFs>) -> StatFs {
     rs.into_iter()
@@ -284,24 +298,7 @@ impl Xlator for Replicate {
         match fop {
             // Lookups ask every replica, so that a name missing on one copy
             // is still found on the others.
-            Fop::Lookup { .. } => {
-                let up = self.up();
-                let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
-                let mut err = None;
-                for (_, r) in res {
-                    match r {
-                        Ok(rep) => return Ok(rep),
-                        Err(e) => {
-                            if err.as_ref().is_none_or(|x: &FsError| x.is(libc::ENOTCONN)) {
-                                err = Some(e);
-                            }
-                        }
-                    }
-                }
-                Err(err.unwrap_or_else(|| {
-                    FsError::notconn(format!("{}: no replica is up", self.name))
-                }))
-            }
+            Fop::Lookup { .. } => self.lookup(cx, fop).await,
             Fop::Getattr { gfid } | Fop::Readlink { gfid } | Fop::Listxattr { gfid } => {
                 self.read_one(cx, gfid, fop).await
             }

@@ -8,6 +8,7 @@
 
 use crate::fuse::MortarFs;
 use crate::mgmt::rpc::{self, Request, Response};
+use crate::mgmt::volgen::VolDesc;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +19,17 @@ pub struct MountArgs {
     pub foreground: bool,
     pub log: Option<PathBuf>,
     pub options: Vec<String>,
+}
+
+impl MountArgs {
+    /// The daemon port: `-o port=N` (as mount(8) and fstab pass it) or `--port`.
+    pub fn mgmt_port(&self) -> u16 {
+        self.options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .find_map(|o| o.strip_prefix("port=").and_then(|p| p.parse().ok()))
+            .unwrap_or(self.port)
+    }
 }
 
 pub fn parse_source(src: &str) -> anyhow::Result<(String, String)> {
@@ -115,14 +127,61 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
     }
 }
 
+/// How often a client asks its daemon whether the volume changed.
+const WATCH_EVERY: Duration = Duration::from_secs(2);
+
+/// Fetches the volume description again whenever it may have changed, and
+/// applies changed options to the running graph. A change of the volume's
+/// bricks is logged; it takes a remount to use (graph switching is to come).
+async fn watch_volume(
+    mgmt: String,
+    mut current: VolDesc,
+    top: std::sync::Arc<dyn crate::core::Xlator>,
+) {
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        let desc = match rpc::call(
+            &mgmt,
+            &Request::GetVolDesc {
+                name: current.volume.clone(),
+            },
+        )
+        .await
+        {
+            Ok(Response::VolDesc(d)) => d,
+            _ => continue,
+        };
+        if desc.version == current.version {
+            continue;
+        }
+        let changed: Vec<String> = desc
+            .options
+            .iter()
+            .filter(|(k, v)| current.options.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        tracing::info!(volume = %desc.volume, version = desc.version, "volume description changed: {}", changed.join(", "));
+        if desc.top != current.top {
+            tracing::warn!(volume = %desc.volume, "the volume's bricks changed; remount to use the new layout");
+        }
+        top.reconfigure(&desc.options);
+        current = desc;
+    }
+}
+
 /// Serves the mount in this process until it is unmounted.
 pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     let (host, vol) = parse_source(&a.source)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(std::env::var("MORTAR_CLIENT_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2))
+        .worker_threads(
+            std::env::var("MORTAR_CLIENT_THREADS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2),
+        )
         .enable_all()
         .build()?;
-    let mgmt = rpc::mgmt_addr(&host, a.port);
+    let mgmt = rpc::mgmt_addr(&host, a.mgmt_port());
     let desc = rt.block_on(async {
         match rpc::call(&mgmt, &Request::GetVolDesc { name: vol.clone() }).await {
             Ok(Response::VolDesc(d)) => Ok(d),
@@ -137,6 +196,8 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     if up == 0 {
         anyhow::bail!("no brick of volume {vol} could be reached");
     }
+    graph.top.reconfigure(&desc.options);
+    rt.spawn(watch_volume(mgmt.clone(), desc.clone(), graph.top.clone()));
     let fs = MortarFs::new(graph.top.clone(), rt.handle().clone());
     let mut cfg = fuser::Config::default();
     cfg.mount_options = vec![
@@ -150,7 +211,10 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
             "noatime" => cfg.mount_options.push(fuser::MountOption::NoAtime),
             "" | "rw" | "defaults" | "_netdev" | "auto" | "noauto" | "nofail" | "user"
             | "nouser" => {}
-            other if other.starts_with("log-file=") || other.starts_with("x-") => {}
+            other
+                if other.starts_with("log-file=")
+                    || other.starts_with("x-")
+                    || other.starts_with("port=") => {}
             other => tracing::warn!("ignoring mount option {other}"),
         }
     }

@@ -214,3 +214,95 @@ fn plain_distribute_spreads_files_over_bricks() {
     ok(&format!("rm -r {}", m.p("a")));
     assert!(!bricks[0].join("a").exists() && !bricks[1].join("a").exists());
 }
+
+#[test]
+fn a_frozen_brick_is_declared_down_by_the_ping_timeout_set_while_mounted() {
+    let c = Cluster::start();
+    let bricks = c.volume("pt", 3, &["f1", "f2", "f3"]);
+    let m = c.mount("pt");
+    ok(&format!("echo before > {}", m.p("before")));
+    // The client picks up the new option without a remount.
+    c.ok(&["volume", "set", "pt", "network.ping-timeout", "2"]);
+    wait_for(
+        "the client to apply the option",
+        Duration::from_secs(15),
+        || {
+            std::fs::read_to_string(c.path("client.log"))
+                .unwrap_or_default()
+                .contains("network.ping-timeout is now 2s")
+        },
+    );
+    let pid = c.volume_status_json("pt")[0]["bricks"][0]["pid"]
+        .as_u64()
+        .unwrap();
+    ok(&format!("kill -STOP {pid}"));
+    let started = std::time::Instant::now();
+    let res = sh(&format!(
+        "echo during > {} && cat {}",
+        m.p("during"),
+        m.p("before")
+    ));
+    let took = started.elapsed();
+    ok(&format!("kill -CONT {pid}"));
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&res.stdout), "before\n");
+    assert!(
+        took < Duration::from_secs(30),
+        "I/O waited {took:?} for a frozen brick"
+    );
+    assert!(std::fs::read_to_string(c.path("client.log"))
+        .unwrap()
+        .contains("ping timeout"));
+    for b in &bricks[1..] {
+        let got = std::fs::read_to_string(b.join("during"));
+        assert!(
+            matches!(&got, Ok(s) if s == "during\n"),
+            "{}: {got:?}; brick holds {}; client log:\n{}",
+            b.display(),
+            ok(&format!("ls {}", b.display())),
+            std::fs::read_to_string(c.path("client.log")).unwrap()
+        );
+    }
+}
+
+#[test]
+fn mount_dot_mortar_works_as_mount8_calls_it() {
+    let c = Cluster::start();
+    c.volume("mh", 1, &["m1"]);
+    // mount(8) runs /sbin/mount.mortar SOURCE DIR -o OPTIONS; run the same
+    // binary under that name.
+    let helper = c.path("mount.mortar");
+    std::os::unix::fs::symlink(BIN, &helper).unwrap();
+    let dir = c.path("helper-mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    ok(&format!(
+        "{} {}:/mh {} -o rw,port={PORT}",
+        helper.display(),
+        c.ip,
+        dir.display()
+    ));
+    assert!(is_mounted(&dir));
+    ok(&format!(
+        "echo via-helper > {}/f && cat {}/f",
+        dir.display(),
+        dir.display()
+    ));
+    assert_eq!(
+        std::fs::read_to_string(c.path("m1/f")).unwrap(),
+        "via-helper\n"
+    );
+    ok(&format!("umount {}", dir.display()));
+    wait_for("unmount", Duration::from_secs(10), || !is_mounted(&dir));
+    // A bad source is refused with a clear message.
+    let o = sh(&format!(
+        "{} nohost {} 2>&1",
+        helper.display(),
+        dir.display()
+    ));
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("HOST:/VOLUME"));
+}

@@ -273,6 +273,12 @@ impl Xlator for Distribute {
         self.children.iter().all(|c| c.is_up())
     }
 
+    fn reconfigure(&self, options: &crate::core::Options) {
+        for c in &self.children {
+            c.reconfigure(options);
+        }
+    }
+
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         if self.children.len() == 1 {
             return self.children[0].call(cx, fop).await;

@@ -25,6 +25,9 @@ pub struct Replicate {
     /// Our handle → each child's handle and the child's epoch when it was
     /// issued (None where that child was down).
     fds: HandleMap<Arc<ChildHandles>>,
+    /// `cluster.read-hash-mode`: 0 reads from the first replica up, 1 (and
+    /// above, for now) spreads reads by gfid.
+    read_hash_mode: std::sync::atomic::AtomicU8,
 }
 
 /// The answers of several replicas, judged as one.
@@ -69,6 +72,7 @@ impl Replicate {
             name,
             children,
             fds: HandleMap::new(),
+            read_hash_mode: std::sync::atomic::AtomicU8::new(1),
         }
     }
 
@@ -82,6 +86,13 @@ impl Replicate {
     fn read_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
         if allowed.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        if self
+            .read_hash_mode
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            return Ok(allowed[0]);
         }
         let h = xxhash_rust::xxh64::xxh64(&gfid.0, 0) as usize;
         Ok(allowed[h % allowed.len()])
@@ -292,6 +303,19 @@ impl Xlator for Replicate {
 
     fn is_up(&self) -> bool {
         self.children.iter().any(|c| c.is_up())
+    }
+
+    fn reconfigure(&self, options: &crate::core::Options) {
+        if let Some(m) = options
+            .get("cluster.read-hash-mode")
+            .and_then(|v| v.parse::<u8>().ok())
+        {
+            self.read_hash_mode
+                .store(m, std::sync::atomic::Ordering::Relaxed);
+        }
+        for c in &self.children {
+            c.reconfigure(options);
+        }
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {

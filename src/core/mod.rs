@@ -12,4 +12,4 @@ pub mod xlator;
 pub use error::{FsError, FsResult};
 pub use fop::{Attr, DirEntry, Entry, FileKind, Fop, Name, Reply, SetAttr, StatFs};
 pub use gfid::Gfid;
-pub use xlator::{Ctx, Xlator};
+pub use xlator::{Ctx, Options, Xlator};

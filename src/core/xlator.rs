@@ -7,6 +7,9 @@ use super::{Fop, FsResult, Reply};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+/// Volume options in force, by key (see `mgmt::options`).
+pub type Options = std::collections::BTreeMap<String, String>;
+
 /// Per-request context: who asks, for what, on whose behalf.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Ctx {
@@ -38,4 +41,7 @@ pub trait Xlator: Send + Sync {
     fn epoch(&self) -> u64 {
         0
     }
+    /// Applies changed volume options (key → value in force) to this
+    /// translator and its children, without rebuilding the graph.
+    fn reconfigure(&self, _options: &Options) {}
 }

@@ -25,6 +25,8 @@ pub struct VolDesc {
     pub id: String,
     pub version: u64,
     pub ping_timeout_secs: u64,
+    /// Every registered option's value in force for this volume.
+    pub options: crate::core::Options,
     pub top: XlDesc,
 }
 
@@ -98,6 +100,15 @@ pub fn generate(
         ping_timeout_secs: effective(&vol.options, "network.ping-timeout")
             .parse()
             .unwrap_or(42),
+        options: super::options::OPTIONS
+            .iter()
+            .map(|o| {
+                (
+                    o.key.to_string(),
+                    effective(&vol.options, o.key).to_string(),
+                )
+            })
+            .collect(),
         top,
     }
 }

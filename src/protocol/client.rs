@@ -36,7 +36,8 @@ struct Shared {
     name: String,
     brick: String,
     resolve: Resolver,
-    ping_timeout: Duration,
+    /// Milliseconds; changed by `reconfigure`.
+    ping_timeout_ms: AtomicU64,
     up: AtomicBool,
     /// Bumped every time the brick goes down; a call that raced with the
     /// drop sees the change and fails instead of waiting forever.
@@ -61,7 +62,7 @@ impl ProtocolClient {
             name,
             brick,
             resolve,
-            ping_timeout,
+            ping_timeout_ms: AtomicU64::new(ping_timeout.as_millis() as u64),
             up: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
@@ -95,6 +96,9 @@ impl ProtocolClient {
 }
 
 impl Shared {
+    fn ping_timeout(&self) -> Duration {
+        Duration::from_millis(self.ping_timeout_ms.load(Ordering::Relaxed))
+    }
     fn heard(&self) {
         self.last_heard
             .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -191,8 +195,11 @@ async fn run_connection(
     sh.up.store(true, Ordering::Release);
     sh.changed.notify_waiters();
 
-    let ping_every = (sh.ping_timeout / 4).max(Duration::from_millis(100));
-    let mut ticker = tokio::time::interval(ping_every);
+    // Ping four times per timeout (the timeout can change while we run).
+    let ping_every = |sh: &Shared| {
+        (sh.ping_timeout() / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
+    };
+    let mut next_tick = tokio::time::Instant::now() + ping_every(sh);
     let why = loop {
         tokio::select! {
             frame = wire::read_frame(&mut rd) => match frame {
@@ -207,10 +214,11 @@ async fn run_connection(
                 Ok(None) => break "connection closed by the brick".into(),
                 Err(e) => break format!("read failed: {e}"),
             },
-            _ = ticker.tick() => {
+            _ = tokio::time::sleep_until(next_tick) => {
+                next_tick = tokio::time::Instant::now() + ping_every(sh);
                 let busy = !sh.pending.lock().unwrap().is_empty();
-                if busy && sh.silent_for() > sh.ping_timeout {
-                    break format!("no answer for {:?} (ping timeout)", sh.ping_timeout);
+                if busy && sh.silent_for() > sh.ping_timeout() {
+                    break format!("no answer for {:?} (ping timeout)", sh.ping_timeout());
                 }
                 let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
                 let _ = tx.try_send(wire::encode(&Msg::Ping { id }));
@@ -240,12 +248,31 @@ impl Xlator for ProtocolClient {
         self.shared.generation.load(Ordering::Acquire)
     }
 
+    fn reconfigure(&self, options: &crate::core::Options) {
+        if let Some(secs) = options
+            .get("network.ping-timeout")
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            let old = self
+                .shared
+                .ping_timeout_ms
+                .swap(secs * 1000, Ordering::Relaxed);
+            if old != secs * 1000 {
+                tracing::info!(client = %self.shared.name, "network.ping-timeout is now {secs}s");
+            }
+        }
+    }
+
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let sh = &self.shared;
         if let Fop::Flush { .. } = fop {
             // A brick has nothing to do on flush (no locks or write-behind
             // below this point), so it costs no round trip.
-            return if self.is_up() { Ok(Reply::Ok) } else { Err(FsError::notconn(format!("{} is down", sh.name))) };
+            return if self.is_up() {
+                Ok(Reply::Ok)
+            } else {
+                Err(FsError::notconn(format!("{} is down", sh.name)))
+            };
         }
         let generation = sh.generation.load(Ordering::Acquire);
         let Some(tx) = sh.tx.lock().unwrap().clone() else {
@@ -253,7 +280,15 @@ impl Xlator for ProtocolClient {
         };
         let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
         let (otx, orx) = oneshot::channel();
-        sh.pending.lock().unwrap().insert(id, otx);
+        {
+            let mut pending = sh.pending.lock().unwrap();
+            if pending.is_empty() {
+                // Silence while nothing was asked does not count towards
+                // the ping timeout.
+                sh.heard();
+            }
+            pending.insert(id, otx);
+        }
         let frame = wire::encode(&Msg::Call {
             id,
             cx: cx.clone(),

@@ -6,7 +6,7 @@
 //! every file it had open.
 
 use super::wire::{self, Msg};
-use crate::core::{FsError, Fop};
+use crate::core::{Fop, FsError};
 use crate::storage::posix::{FdTable, Posix};
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
@@ -18,7 +18,11 @@ use tokio::sync::mpsc;
 fn is_slow(fop: &Fop) -> bool {
     const BIG: usize = 64 << 10;
     match fop {
-        Fop::Fsync { .. } | Fop::Fallocate { .. } | Fop::Opendir { .. } | Fop::Readdir { .. } | Fop::Unlink { .. } => true,
+        Fop::Fsync { .. }
+        | Fop::Fallocate { .. }
+        | Fop::Opendir { .. }
+        | Fop::Readdir { .. }
+        | Fop::Unlink { .. } => true,
         Fop::Read { size, .. } => *size as usize > BIG,
         Fop::Write { data, .. } => data.len() > BIG,
         Fop::Setattr { set, .. } => set.size.is_some(),

@@ -217,7 +217,7 @@ impl Posix {
             dirs: Mutex::new(HashMap::new()),
         };
         // The root's handle points back to the brick root.
-        p.make_dir_handle_target(Gfid::ROOT, "../../../..")?;
+        p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
         Ok(p)
     }
 
@@ -253,7 +253,8 @@ impl Posix {
         }
     }
 
-    fn make_dir_handle_target(&self, gfid: Gfid, target: &str) -> FsResult<()> {
+    fn make_dir_handle_target(&self, gfid: Gfid, target: &[u8]) -> FsResult<()> {
+        let target = std::ffi::OsStr::from_bytes(target);
         let (dir, file) = self.index_dir(gfid)?;
         match rfs::symlinkat(target, &dir, file.as_str()) {
             Ok(()) => Ok(()),
@@ -270,14 +271,9 @@ impl Posix {
     }
 
     fn make_dir_handle(&self, gfid: Gfid, parent: Gfid, name: &Name) -> FsResult<()> {
-        let target = format!(
-            "../../{}/{}",
-            parent.handle_rel(),
-            String::from_utf8_lossy(name.as_bytes())
-        );
-        if !name.as_bytes().is_ascii() && std::str::from_utf8(name.as_bytes()).is_err() {
-            return Err(FsError::inval("directory names must be valid UTF-8"));
-        }
+        // Symlink targets are bytes: any name the volume allows fits.
+        let mut target = format!("../../{}/", parent.handle_rel()).into_bytes();
+        target.extend_from_slice(name.as_bytes());
         self.make_dir_handle_target(gfid, &target)
     }
 
@@ -1368,6 +1364,29 @@ mod tests {
             flags: 0,
         };
         assert_eq!(b.call(set).unwrap_err().errno, libc::EPERM);
+    }
+
+    #[test]
+    fn directories_with_any_bytes_in_their_names_are_reachable_by_gfid() {
+        let b = brick();
+        let name = Name::new(vec![0xff, b'd', 0xfe]).unwrap();
+        let gfid = Gfid::random();
+        b.call(Fop::Mkdir {
+            parent: Gfid::ROOT,
+            name: name.clone(),
+            gfid,
+            mode: 0o755,
+            umask: 0,
+        })
+        .unwrap();
+        let child = b.mkdir(gfid, "inner");
+        let fresh = Posix::open(&b.root).unwrap();
+        let a = fresh
+            .call(&Ctx::root(), &b.fds, &Fop::Getattr { gfid: child })
+            .unwrap()
+            .into_attr()
+            .unwrap();
+        assert_eq!(a.kind, FileKind::Dir);
     }
 
     #[test]

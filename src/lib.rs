@@ -5,6 +5,7 @@
 //! (the brick's posix translator) and `cluster` (replicate, distribute) ←
 //! `protocol` (wire format, brick server, client translator) ← `mgmt`
 //! (state, options, volgen, daemon) ← `graph`, `fuse`, `mount` and `cli`.
+pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod core;

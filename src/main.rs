@@ -90,12 +90,13 @@ fn main() -> ExitCode {
                 mount::mount_background(&args)
             }
         }
+        Cmd::Bench(a) => mortar::bench::run(a),
         _ => run_async(mortar::cli::run_client(cli)),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("{e:#}");
             ExitCode::FAILURE
         }
     }

@@ -43,6 +43,8 @@ pub enum Cmd {
     Pool(PoolCmd),
     /// Run the management daemon (one per server).
     Daemon(DaemonArgs),
+    /// Benchmark mortar beside the local disk and GlusterFS (see docs/benchmarks.md).
+    Bench(crate::bench::BenchArgs),
     /// Mount a volume: mortar mount HOST:/VOLUME DIR.
     Mount(MountCmd),
     /// Serve one brick (started by the daemon).
@@ -457,7 +459,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             }
             other => Err(fail("pool list", "", &format!("{other:?}"))),
         },
-        Cmd::Daemon(_) | Cmd::Mount(_) | Cmd::Brick(_) => unreachable!("handled in main"),
+        Cmd::Daemon(_) | Cmd::Mount(_) | Cmd::Brick(_) | Cmd::Bench(_) => {
+            unreachable!("handled in main")
+        }
     }
 }
 

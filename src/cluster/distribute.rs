@@ -273,6 +273,10 @@ impl Xlator for Distribute {
         self.children.iter().all(|c| c.is_up())
     }
 
+    fn requests(&self) -> u64 {
+        self.children.iter().map(|c| c.requests()).sum()
+    }
+
     fn reconfigure(&self, options: &crate::core::Options) {
         for c in &self.children {
             c.reconfigure(options);

@@ -32,23 +32,21 @@ pub struct Replicate {
 
 /// The answers of several replicas, judged as one.
 ///
-/// All children that answered agree on success: the first success. All
+/// All children that answered agree on success: every success, from which
+/// the caller takes the read child's answer (`Replicate::pick`), so that
+/// attributes always come from the same copy of an object. All
 /// failed: the first error other than ENOTCONN (so that ENOENT, EEXIST,
 /// ENOSPC reach the application as themselves). Some succeeded and some
 /// failed other than by being down: the failure is returned, because an
 /// application must never be told a change is safe when a live replica
 /// refused it.
-pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<(Reply, Vec<usize>)> {
+pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<Vec<(usize, Reply)>> {
     let mut ok = Vec::new();
-    let mut first_ok = None;
     let mut hard_err: Option<FsError> = None;
     let mut down_err: Option<FsError> = None;
     for (i, r) in results {
         match r {
-            Ok(rep) => {
-                ok.push(i);
-                first_ok.get_or_insert(rep);
-            }
+            Ok(rep) => ok.push((i, rep)),
             Err(e) if e.is(libc::ENOTCONN) => {
                 down_err.get_or_insert(e);
             }
@@ -60,10 +58,10 @@ pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<(Reply, Vec<usi
     if let Some(e) = hard_err {
         return Err(e);
     }
-    match first_ok {
-        Some(rep) => Ok((rep, ok)),
-        None => Err(down_err.unwrap_or_else(|| FsError::notconn("no replica is up"))),
+    if ok.is_empty() {
+        return Err(down_err.unwrap_or_else(|| FsError::notconn("no replica is up")));
     }
+    Ok(ok)
 }
 
 impl Replicate {
@@ -80,6 +78,17 @@ impl Replicate {
         (0..self.children.len())
             .filter(|&i| self.children[i].is_up())
             .collect()
+    }
+
+    /// The answer to hand up from several successful replicas: the read
+    /// child's, so that the attributes of an object (times differ by a few
+    /// nanoseconds between copies) do not flip from call to call, which
+    /// tools like tar take for a change.
+    fn pick(&self, gfid: Gfid, mut ok: Vec<(usize, Reply)>) -> Reply {
+        let idx: Vec<usize> = ok.iter().map(|(i, _)| *i).collect();
+        let want = self.read_child(gfid, &idx).unwrap_or(idx[0]);
+        let pos = ok.iter().position(|(i, _)| *i == want).unwrap_or(0);
+        ok.swap_remove(pos).1
     }
 
     /// The child to read `gfid` from: spread by gfid over the children up.
@@ -119,7 +128,7 @@ impl Replicate {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
         let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
-        merge(res).map(|(r, _)| r)
+        Ok(self.pick(fop_gfid(&fop), merge(res)?))
     }
 
     /// Reads from one replica, falling back to the others if it is down.
@@ -135,27 +144,43 @@ impl Replicate {
     }
 
     /// Lookups ask every replica, so that a name missing on one copy is
-    /// still found on the others; the first copy that finds it answers.
+    /// still found on the others; the read child's copy answers when it has
+    /// the name.
     async fn lookup(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         use futures_util::stream::{FuturesUnordered, StreamExt};
-        let mut pending: FuturesUnordered<_> = self
-            .up()
-            .into_iter()
-            .map(|i| {
+        let up = self.up();
+        let mut pending: FuturesUnordered<_> = up
+            .iter()
+            .map(|&i| {
                 let (child, fop) = (self.children[i].clone(), fop.clone());
-                async move { child.call(cx, fop).await }
+                async move { (i, child.call(cx, fop).await) }
             })
             .collect();
         let mut err: Option<FsError> = None;
-        while let Some(r) = pending.next().await {
+        // The first copy found is kept; the read child's answer, when it
+        // comes, is preferred (see `pick`).
+        let mut found: Option<(usize, Reply)> = None;
+        while let Some((i, r)) = pending.next().await {
             match r {
-                Ok(rep) => return Ok(rep),
+                Ok(rep) => {
+                    let gfid = match &rep {
+                        Reply::Entry(e) => e.attr.gfid,
+                        _ => return Ok(rep),
+                    };
+                    if self.read_child(gfid, &up).ok() == Some(i) {
+                        return Ok(rep);
+                    }
+                    found.get_or_insert((i, rep));
+                }
                 Err(e) => {
                     if err.as_ref().is_none_or(|x| x.is(libc::ENOTCONN)) {
                         err = Some(e);
                     }
                 }
             }
+        }
+        if let Some((_, rep)) = found {
+            return Ok(rep);
         }
         Err(err.unwrap_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name))))
     }
@@ -175,7 +200,8 @@ impl Replicate {
             }
         }
         match merge(res) {
-            Ok((rep, _)) => {
+            Ok(ok) => {
+                let rep = self.pick(fop_gfid(&fop), ok);
                 let fh = self.fds.insert(Arc::new(fhs));
                 Ok(match rep {
                     Reply::Created { entry, .. } => Reply::Created { entry, fh },
@@ -211,6 +237,7 @@ impl Replicate {
     async fn with_handles(
         &self,
         cx: &Ctx,
+        gfid: Gfid,
         fh: u64,
         release: bool,
         make: impl Fn(u64) -> Fop,
@@ -232,7 +259,8 @@ impl Replicate {
         let res = self
             .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
             .await;
-        merge(res).map(|(r, _)| r)
+        let ok = merge(res)?;
+        Ok(self.pick(gfid, ok))
     }
 
     async fn read_handle(
@@ -303,6 +331,10 @@ impl Xlator for Replicate {
 
     fn is_up(&self) -> bool {
         self.children.iter().any(|c| c.is_up())
+    }
+
+    fn requests(&self) -> u64 {
+        self.children.iter().map(|c| c.requests()).sum()
     }
 
     fn reconfigure(&self, options: &crate::core::Options) {
@@ -379,23 +411,33 @@ impl Xlator for Replicate {
                 offset,
                 plus,
             } => {
-                // Listings are read from one replica; offsets are that
-                // replica's, so stay on it while it is up.
+                // Listings are read from the directory's read child; offsets
+                // are that replica's, so stay on it while it is up.
                 let fhs = self.fds.get(fh)?;
-                let first = self.live(&fhs).first().copied();
-                let i = first
-                    .ok_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))?;
-                self.children[i]
-                    .call(
-                        cx,
-                        Fop::Readdir {
-                            gfid,
-                            fh: fhs[i].unwrap().0,
-                            offset,
-                            plus,
-                        },
-                    )
-                    .await
+                let live = self.live(&fhs);
+                let i = self.read_child(gfid, &live)?;
+                let fop = Fop::Readdir {
+                    gfid,
+                    fh: fhs[i].unwrap().0,
+                    offset,
+                    plus,
+                };
+                let mut rep = self.children[i].call(cx, fop).await?;
+                // An entry's attributes are handed up only if they come from
+                // that entry's own read child, as every other answer about it
+                // does (see `pick`); the others are looked up when needed.
+                if let Reply::Entries(ents) = &mut rep {
+                    let up = self.up();
+                    for e in ents.iter_mut() {
+                        if e.attr
+                            .as_ref()
+                            .is_some_and(|a| self.read_child(a.gfid, &up).ok() != Some(i))
+                        {
+                            e.attr = None;
+                        }
+                    }
+                }
+                Ok(rep)
             }
             Fop::Write {
                 gfid,
@@ -403,7 +445,7 @@ impl Xlator for Replicate {
                 offset,
                 data,
             } => {
-                self.with_handles(cx, fh, false, |f| Fop::Write {
+                self.with_handles(cx, gfid, fh, false, |f| Fop::Write {
                     gfid,
                     fh: f,
                     offset,
@@ -412,11 +454,11 @@ impl Xlator for Replicate {
                 .await
             }
             Fop::Flush { gfid, fh } => {
-                self.with_handles(cx, fh, false, |f| Fop::Flush { gfid, fh: f })
+                self.with_handles(cx, gfid, fh, false, |f| Fop::Flush { gfid, fh: f })
                     .await
             }
             Fop::Fsync { gfid, fh, datasync } => {
-                self.with_handles(cx, fh, false, |f| Fop::Fsync {
+                self.with_handles(cx, gfid, fh, false, |f| Fop::Fsync {
                     gfid,
                     fh: f,
                     datasync,
@@ -430,7 +472,7 @@ impl Xlator for Replicate {
                 offset,
                 len,
             } => {
-                self.with_handles(cx, fh, false, |f| Fop::Fallocate {
+                self.with_handles(cx, gfid, fh, false, |f| Fop::Fallocate {
                     gfid,
                     fh: f,
                     mode,
@@ -441,13 +483,13 @@ impl Xlator for Replicate {
             }
             Fop::Release { gfid, fh } => {
                 let _ = self
-                    .with_handles(cx, fh, true, |f| Fop::Release { gfid, fh: f })
+                    .with_handles(cx, gfid, fh, true, |f| Fop::Release { gfid, fh: f })
                     .await;
                 Ok(Reply::Ok)
             }
             Fop::Releasedir { gfid, fh } => {
                 let _ = self
-                    .with_handles(cx, fh, true, |f| Fop::Releasedir { gfid, fh: f })
+                    .with_handles(cx, gfid, fh, true, |f| Fop::Releasedir { gfid, fh: f })
                     .await;
                 Ok(Reply::Ok)
             }
@@ -476,11 +518,11 @@ mod tests {
     #[test]
     fn merge_judges_replica_answers() {
         // All good.
-        let (_, ok) = merge(vec![(0, Ok(Reply::Ok)), (1, Ok(Reply::Ok))]).unwrap();
-        assert_eq!(ok, vec![0, 1]);
+        let ok = merge(vec![(0, Ok(Reply::Ok)), (1, Ok(Reply::Ok))]).unwrap();
+        assert_eq!(ok.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
         // One down: still acknowledged by the live ones.
-        let (_, ok) = merge(vec![(0, e(libc::ENOTCONN)), (1, Ok(Reply::Ok))]).unwrap();
-        assert_eq!(ok, vec![1]);
+        let ok = merge(vec![(0, e(libc::ENOTCONN)), (1, Ok(Reply::Ok))]).unwrap();
+        assert_eq!(ok.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1]);
         // A live replica refusing the change is never hidden.
         assert_eq!(
             merge(vec![(0, Ok(Reply::Ok)), (1, e(libc::ENOSPC))])

@@ -41,6 +41,11 @@ pub trait Xlator: Send + Sync {
     fn epoch(&self) -> u64 {
         0
     }
+    /// Network requests this translator and those below it have sent to
+    /// bricks (the benchmark's requests-per-create figure).
+    fn requests(&self) -> u64 {
+        0
+    }
     /// Applies changed volume options (key → value in force) to this
     /// translator and its children, without rebuilding the graph.
     fn reconfigure(&self, _options: &Options) {}

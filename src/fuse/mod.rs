@@ -24,6 +24,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Virtual xattr (root only, like every `trusted.` name) holding the number
+/// of requests this client has sent to bricks.
+pub const REQUESTS_XATTR: &str = "trusted.mortar.client.requests";
+
 /// How long the kernel may cache names and attributes.
 const TTL: Duration = Duration::from_secs(1);
 
@@ -771,6 +775,17 @@ impl Filesystem for MortarFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        if n.as_bytes() == REQUESTS_XATTR.as_bytes() {
+            // A virtual xattr answered by the client itself.
+            let v = self.graph.requests().to_string().into_bytes();
+            return if size == 0 {
+                reply.size(v.len() as u32)
+            } else if v.len() > size as usize {
+                reply.error(Errno::ERANGE)
+            } else {
+                reply.data(&v)
+            };
+        }
         let fop = self.gfid(ino).map(|gfid| Fop::Getxattr {
             gfid,
             name: n.to_string_lossy().into_owned(),

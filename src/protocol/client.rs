@@ -43,6 +43,8 @@ struct Shared {
     /// drop sees the change and fails instead of waiting forever.
     generation: AtomicU64,
     next_id: AtomicU64,
+    /// Calls sent to the brick.
+    sent: AtomicU64,
     pending: Pending,
     tx: Mutex<Option<mpsc::Sender<wire::Frame>>>,
     /// Milliseconds since `epoch` when the brick last sent anything.
@@ -66,6 +68,7 @@ impl ProtocolClient {
             up: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
+            sent: AtomicU64::new(0),
             pending: Mutex::new(HashMap::new()),
             tx: Mutex::new(None),
             last_heard: AtomicU64::new(0),
@@ -248,6 +251,10 @@ impl Xlator for ProtocolClient {
         self.shared.generation.load(Ordering::Acquire)
     }
 
+    fn requests(&self) -> u64 {
+        self.shared.sent.load(Ordering::Relaxed)
+    }
+
     fn reconfigure(&self, options: &crate::core::Options) {
         if let Some(secs) = options
             .get("network.ping-timeout")
@@ -289,6 +296,7 @@ impl Xlator for ProtocolClient {
             }
             pending.insert(id, otx);
         }
+        sh.sent.fetch_add(1, Ordering::Relaxed);
         let frame = wire::encode(&Msg::Call {
             id,
             cx: cx.clone(),

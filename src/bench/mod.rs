@@ -1,0 +1,537 @@
+//! `mortar bench`: the reference documents' measurements, run on mortar and
+//! on the baselines (the local disk, GlusterFS, any directory) in one run,
+//! with warm-up, repetitions, interleaved targets and pairwise ratios, and a
+//! report with the reference's tables, one table per workload, plots and raw
+//! JSON (`mortar bench compare A B` compares two runs).
+
+pub mod report;
+pub mod results;
+pub mod stats;
+pub mod target;
+pub mod workloads;
+
+use clap::{Args, Subcommand};
+use results::{Machine, Metric, Results};
+use std::path::{Path, PathBuf};
+use target::{Shape, Target};
+use workloads::Params;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub cmd: Option<BenchCmd>,
+    /// Baselines measured beside mortar: local, glusterfs (comma-separated).
+    #[arg(long, default_value = "local", value_delimiter = ',')]
+    pub against: Vec<String>,
+    /// Also measure these mounted directories (other file systems).
+    #[arg(long)]
+    pub target: Vec<PathBuf>,
+    /// Measure only the baselines and --target directories, not mortar.
+    #[arg(long)]
+    pub no_mortar: bool,
+    /// Volume shape: replica3, replica2, distributeN, RxN (sets x replica).
+    #[arg(long, default_value = "replica3")]
+    pub shape: String,
+    /// Workloads (comma-separated), or "all": seed-smallfile, seed-largefile,
+    /// smallfile-ops, block-size, file-size, streams, everyday, replication, scale.
+    #[arg(
+        long,
+        default_value = "seed-smallfile,seed-largefile",
+        value_delimiter = ','
+    )]
+    pub workloads: Vec<String>,
+    /// Repetitions of every measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Where bricks, the local baseline and scratch files go (one file system).
+    #[arg(long, default_value = "/var/tmp/mortar-bench")]
+    pub dir: PathBuf,
+    /// Where the report is written.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Tiny sizes, one repetition: checks that everything runs.
+    #[arg(long)]
+    pub quick: bool,
+    /// seed-smallfile: number of files.
+    #[arg(long, default_value_t = 2000)]
+    pub files: usize,
+    /// seed-largefile: MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub large_mib: u64,
+    /// Threads for multi-threaded figures and streams.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// smallfile-ops: files.
+    #[arg(long, default_value_t = 1000)]
+    pub ops_files: usize,
+    /// block-size sweep: MiB.
+    #[arg(long, default_value_t = 256)]
+    pub sweep_mib: u64,
+    /// file-size sweep: largest file in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub max_file_mib: u64,
+    /// streams: MiB per stream.
+    #[arg(long, default_value_t = 256)]
+    pub stream_mib: u64,
+    /// everyday: files in the tree and MiB of the large text file (the
+    /// Lustre comparison used far more; these fit this machine).
+    #[arg(long, default_value_t = 2000)]
+    pub everyday_files: usize,
+    #[arg(long, default_value_t = 256)]
+    pub everyday_mib: u64,
+    /// scale: largest brick count (1, 2, 4, ... up to this).
+    #[arg(long, default_value_t = 8)]
+    pub scale_max: usize,
+    /// seed-smallfile also runs the practical work's shell loop verbatim.
+    #[arg(long)]
+    pub replay_shell: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Compare two runs' results.json, metric by metric.
+    Compare { a: PathBuf, b: PathBuf },
+}
+
+const META: &[&str] = &["replication", "scale"];
+
+fn params(a: &BenchArgs, scratch: &Path) -> Params {
+    if a.quick {
+        return Params {
+            files: 100,
+            large_mib: 16,
+            threads: 2,
+            ops_files: 50,
+            sweep_mib: 4,
+            max_file: 1 << 20,
+            stream_mib: 4,
+            everyday_files: 50,
+            everyday_mib: 2,
+            replay_shell: a.replay_shell,
+            scratch: scratch.to_path_buf(),
+        };
+    }
+    Params {
+        files: a.files,
+        large_mib: a.large_mib,
+        threads: a.threads,
+        ops_files: a.ops_files,
+        sweep_mib: a.sweep_mib,
+        max_file: a.max_file_mib << 20,
+        stream_mib: a.stream_mib,
+        everyday_files: a.everyday_files,
+        everyday_mib: a.everyday_mib,
+        replay_shell: a.replay_shell,
+        scratch: scratch.to_path_buf(),
+    }
+}
+
+fn machine(dir: &Path) -> Machine {
+    let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0.0);
+    let disk = std::process::Command::new("df")
+        .args(["-T", "--output=source,fstype,size"])
+        .arg(dir)
+        .output()
+        .ok()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .nth(1)
+                .unwrap_or("")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%F %TZ")
+        .output()
+        .ok();
+    Machine {
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        memory_gib: mem_kib / (1024.0 * 1024.0),
+        kernel: rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned(),
+        disk,
+        date: date
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// Touches as much memory as the largest workload will, so that whichever
+/// target runs first does not pay for the guest's first use of its memory
+/// (measured on this project's machines; docs/benchmarks.md).
+fn warm_memory(dir: &Path, mib: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    let path = dir.join("warmup.tmp");
+    let mut f = std::fs::File::create(&path)?;
+    let buf = vec![0u8; 1 << 20];
+    for _ in 0..mib {
+        f.write_all(&buf)?;
+    }
+    drop(f);
+    std::fs::remove_file(&path)?;
+    workloads::drop_caches();
+    Ok(())
+}
+
+fn request_count(t: &Target) -> Option<u64> {
+    let mnt = t.mnt.as_ref()?;
+    let mut buf = [0u8; 32];
+    let n = rustix::fs::getxattr(mnt, crate::fuse::REQUESTS_XATTR, &mut buf[..]).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.parse().ok()
+}
+
+struct Run<'a> {
+    args: &'a BenchArgs,
+    params: Params,
+    results: Results,
+    bar: indicatif::ProgressBar,
+}
+
+impl Run<'_> {
+    /// One workload on every target, `reps` times, targets interleaved in a
+    /// rotating order so that drift on the machine affects all alike.
+    fn measure(&mut self, w: &str, targets: &[Target], reps: usize) -> anyhow::Result<()> {
+        for rep in 0..reps {
+            for k in 0..targets.len() {
+                let t = &targets[(rep + k) % targets.len()];
+                self.bar
+                    .set_message(format!("{w} on {} (repetition {}/{reps})", t.name, rep + 1));
+                let samples = workloads::run(w, &t.dir, &self.params)
+                    .map_err(|e| e.context(format!("{w} on {}", t.name)))?;
+                for s in samples {
+                    let m = Metric {
+                        workload: w,
+                        metric: &s.metric,
+                        unit: s.unit,
+                        higher_is_better: s.higher_is_better,
+                        x: s.x,
+                    };
+                    self.results.add(m, &t.name, s.value);
+                }
+                self.bar.inc(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// `replication`: the small-file and streaming workloads on distribute,
+    /// replica 2 and replica 3 volumes of mortar.
+    fn replication(&mut self, base: &Path) -> anyhow::Result<()> {
+        for shape in [
+            Shape {
+                replica: 1,
+                sets: 3,
+            },
+            Shape {
+                replica: 2,
+                sets: 1,
+            },
+            Shape {
+                replica: 3,
+                sets: 1,
+            },
+        ] {
+            self.bar
+                .set_message(format!("replication: mortar {}", shape.label()));
+            let t = target::mortar(base, shape, "mortar-replication")?;
+            let mut run_one = || -> anyhow::Result<()> {
+                for _ in 0..self.args_reps() {
+                    for w in ["seed-smallfile", "streams"] {
+                        for s in workloads::run(w, &t.dir, &self.params)? {
+                            let metric = format!("{w}: {}", s.metric);
+                            let m = Metric {
+                                workload: "replication",
+                                metric: &metric,
+                                unit: s.unit,
+                                higher_is_better: s.higher_is_better,
+                                x: None,
+                            };
+                            self.results
+                                .add(m, &format!("mortar {}", shape.label()), s.value);
+                        }
+                    }
+                }
+                Ok(())
+            };
+            let r = run_one();
+            t.close();
+            r?;
+            self.bar.inc(1);
+        }
+        Ok(())
+    }
+
+    /// `scale`: distribute volumes of 1, 2, 4, ... bricks: aggregate MB/s,
+    /// creates/s, and the requests the client sent per create.
+    fn scale(&mut self, base: &Path) -> anyhow::Result<()> {
+        let mut n = 1;
+        while n <= self.args.scale_max.max(1) {
+            self.bar
+                .set_message(format!("scale: mortar distribute {n}"));
+            let t = target::mortar(
+                base,
+                Shape {
+                    replica: 1,
+                    sets: n,
+                },
+                "mortar-scale",
+            )?;
+            let x = Some(n as f64);
+            let mut run_one = || -> anyhow::Result<()> {
+                for _ in 0..self.args_reps() {
+                    let before = request_count(&t);
+                    let s = workloads::run("seed-smallfile", &t.dir, &self.params)?;
+                    let after = request_count(&t);
+                    let creates = s
+                        .iter()
+                        .find(|s| s.metric == "write")
+                        .map(|s| s.value)
+                        .unwrap_or(0.0);
+                    self.results.add(
+                        Metric {
+                            workload: "scale",
+                            metric: "creates",
+                            unit: "ops/s",
+                            higher_is_better: true,
+                            x,
+                        },
+                        "mortar",
+                        creates,
+                    );
+                    if let (Some(a), Some(b)) = (before, after) {
+                        // The small-file run does create+write+read per file.
+                        let per = (b - a) as f64 / self.params.files as f64;
+                        self.results.add(
+                            Metric {
+                                workload: "scale",
+                                metric: "requests per file",
+                                unit: "requests",
+                                higher_is_better: false,
+                                x,
+                            },
+                            "mortar",
+                            per,
+                        );
+                    }
+                    for s in workloads::run("streams", &t.dir, &self.params)? {
+                        let metric = s.metric.split(',').next().unwrap_or("").to_string();
+                        self.results.add(
+                            Metric {
+                                workload: "scale",
+                                metric: &format!("aggregate {metric}"),
+                                unit: s.unit,
+                                higher_is_better: true,
+                                x,
+                            },
+                            "mortar",
+                            s.value,
+                        );
+                    }
+                }
+                Ok(())
+            };
+            let r = run_one();
+            t.close();
+            r?;
+            self.bar.inc(1);
+            n *= 2;
+        }
+        Ok(())
+    }
+
+    fn args_reps(&self) -> usize {
+        if self.args.quick {
+            1
+        } else {
+            self.args.reps.max(1)
+        }
+    }
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCmd::Compare { a: pa, b: pb }) = &a.cmd {
+        let load = |p: &Path| -> anyhow::Result<Results> {
+            let f = if p.is_dir() {
+                p.join("results.json")
+            } else {
+                p.to_path_buf()
+            };
+            Ok(serde_json::from_slice(
+                &std::fs::read(&f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+            )?)
+        };
+        print!("{}", report::compare(&load(pa)?, &load(pb)?));
+        return Ok(());
+    }
+    let mut wl: Vec<String> = if a.workloads.iter().any(|w| w == "all") {
+        workloads::ALL
+            .iter()
+            .chain(META)
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        a.workloads.clone()
+    };
+    wl.dedup();
+    for w in &wl {
+        if !workloads::ALL.contains(&w.as_str()) && !META.contains(&w.as_str()) {
+            anyhow::bail!(
+                "unknown workload {w}; known: {}, {}",
+                workloads::ALL.join(", "),
+                META.join(", ")
+            );
+        }
+    }
+    for b in &a.against {
+        if !["local", "glusterfs"].contains(&b.as_str()) {
+            anyhow::bail!(
+                "unknown baseline {b}: use local, glusterfs, or --target DIR for any directory"
+            );
+        }
+    }
+    let shape = Shape::parse(&a.shape)?;
+    let base = a.dir.clone();
+    std::fs::create_dir_all(&base)?;
+    let scratch = base.join("scratch");
+    std::fs::create_dir_all(&scratch)?;
+    let reps = if a.quick { 1 } else { a.reps.max(1) };
+    let p = params(&a, &scratch);
+    let report_dir = a.report.clone().unwrap_or_else(|| {
+        let d = std::process::Command::new("date")
+            .arg("+%Y%m%d-%H%M%S")
+            .output()
+            .ok();
+        PathBuf::from(format!(
+            "bench-report-{}",
+            d.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default()
+        ))
+    });
+
+    // Set up every target first, so that a missing one fails before hours
+    // of measuring.
+    let mut targets: Vec<Target> = Vec::new();
+    let setup = (|| -> anyhow::Result<()> {
+        if a.against.iter().any(|b| b == "local") {
+            targets.push(target::local(&base)?);
+        }
+        if !a.no_mortar {
+            eprintln!("setting up a mortar {} volume ...", shape.label());
+            targets.push(target::mortar(&base, shape, "mortar")?);
+        }
+        if a.against.iter().any(|b| b == "glusterfs") {
+            eprintln!("setting up a GlusterFS {} volume ...", shape.label());
+            targets.push(target::glusterfs(&base, shape)?);
+        }
+        for d in &a.target {
+            targets.push(target::directory(d)?);
+        }
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        for t in targets {
+            t.close();
+        }
+        return Err(e);
+    }
+
+    let per_target: Vec<&String> = wl
+        .iter()
+        .filter(|w| workloads::ALL.contains(&w.as_str()))
+        .collect();
+    let mut steps = (per_target.len() * reps * targets.len()) as u64;
+    if wl.iter().any(|w| w == "replication") {
+        steps += 3;
+    }
+    if wl.iter().any(|w| w == "scale") {
+        steps += (usize::BITS - a.scale_max.max(1).leading_zeros()) as u64;
+    }
+    let bar = indicatif::ProgressBar::new(steps);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut run = Run {
+        args: &a,
+        params: p.clone(),
+        results: Results {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            machine: machine(&base),
+            params: [
+                vec![
+                    ("reps".to_string(), reps.to_string()),
+                    ("shape".to_string(), shape.label()),
+                ],
+                p.list(),
+            ]
+            .concat(),
+            targets: targets.iter().map(|t| t.name.clone()).collect(),
+            measurements: Vec::new(),
+        },
+        bar,
+    };
+
+    let measured = (|| -> anyhow::Result<()> {
+        run.bar.set_message("warm-up");
+        warm_memory(
+            &base,
+            (p.large_mib * 4)
+                .max(p.stream_mib * p.threads as u64 * 4)
+                .min(8192),
+        )?;
+        for t in &targets {
+            let tiny = Params {
+                files: 20,
+                ..p.clone()
+            };
+            workloads::run("seed-smallfile", &t.dir, &tiny)?;
+        }
+        for w in &per_target {
+            run.measure(w, &targets, reps)?;
+        }
+        Ok(())
+    })();
+    for t in targets {
+        t.close();
+    }
+    measured?;
+    if wl.iter().any(|w| w == "replication") {
+        run.replication(&base)?;
+    }
+    if wl.iter().any(|w| w == "scale") {
+        run.scale(&base)?;
+    }
+    run.bar.finish_with_message("done");
+
+    std::fs::create_dir_all(&report_dir)?;
+    let plots = report::plots(&run.results, &report_dir)?;
+    std::fs::write(
+        report_dir.join("results.json"),
+        serde_json::to_vec_pretty(&run.results)?,
+    )?;
+    std::fs::write(
+        report_dir.join("report.md"),
+        report::markdown(&run.results, &plots),
+    )?;
+    println!("{}", report::seed_tables(&run.results));
+    println!("{}", report::workload_tables(&run.results));
+    println!("report: {}", report_dir.join("report.md").display());
+    Ok(())
+}

@@ -1,0 +1,376 @@
+//! What a benchmark runs against, set up on this host and torn down after:
+//! the local disk, a mortar volume of the requested shape (on a private
+//! management daemon, so a running one is never touched), a GlusterFS volume
+//! of the same shape through the installed `gluster` CLI, or any directory.
+
+use crate::mgmt::rpc::{self, Request, Response};
+use crate::mount::{self, MountArgs};
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Port of the benchmark's private management daemon.
+pub const BENCH_MGMT_PORT: u16 = 24198;
+
+/// A volume shape: `replica` bricks per set, `sets` sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub replica: usize,
+    pub sets: usize,
+}
+
+impl Shape {
+    /// `replica3`, `replica2`, `distribute4` (or `4`), `2x3` (2 sets of replica 3).
+    pub fn parse(s: &str) -> anyhow::Result<Shape> {
+        let num = |v: &str| {
+            v.parse::<usize>()
+                .with_context(|| format!("bad volume shape {s}"))
+        };
+        let shape = if let Some(n) = s.strip_prefix("replica") {
+            Shape {
+                replica: num(n)?,
+                sets: 1,
+            }
+        } else if let Some(n) = s.strip_prefix("distribute") {
+            Shape {
+                replica: 1,
+                sets: num(n)?,
+            }
+        } else if let Some((a, b)) = s.split_once('x') {
+            Shape {
+                replica: num(b)?,
+                sets: num(a)?,
+            }
+        } else {
+            Shape {
+                replica: 1,
+                sets: num(s)?,
+            }
+        };
+        if shape.replica == 0 || shape.sets == 0 || shape.bricks() > 64 {
+            bail!("bad volume shape {s}");
+        }
+        Ok(shape)
+    }
+    pub fn bricks(&self) -> usize {
+        self.replica * self.sets
+    }
+    pub fn label(&self) -> String {
+        match (self.replica, self.sets) {
+            (1, n) => format!("distribute {n}"),
+            (r, 1) => format!("replica {r}"),
+            (r, n) => format!("{n} x {r}"),
+        }
+    }
+}
+
+pub struct Target {
+    pub name: String,
+    /// Where the workloads run (a directory inside the mount).
+    pub dir: PathBuf,
+    /// The mount point, for targets that are mounts.
+    pub mnt: Option<PathBuf>,
+    teardown: Vec<Box<dyn FnOnce()>>,
+}
+
+impl Target {
+    pub fn close(mut self) {
+        while let Some(f) = self.teardown.pop() {
+            f();
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{:?} failed: {}{}",
+            cmd,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn umount(dir: &Path) {
+    for _ in 0..50 {
+        if Command::new("umount")
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("umount").arg("-l").arg(dir).status();
+}
+
+pub fn local(base: &Path) -> anyhow::Result<Target> {
+    let dir = base.join("local");
+    std::fs::create_dir_all(&dir)?;
+    let d = dir.clone();
+    Ok(Target {
+        name: "local".into(),
+        dir,
+        mnt: None,
+        teardown: vec![Box::new(move || {
+            let _ = std::fs::remove_dir_all(d);
+        })],
+    })
+}
+
+/// Any directory, e.g. another file system's mount.
+pub fn directory(path: &Path) -> anyhow::Result<Target> {
+    if !path.is_dir() {
+        bail!("--target {}: not a directory", path.display());
+    }
+    let dir = path.join(format!("mortar-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let d = dir.clone();
+    let name = path.display().to_string();
+    Ok(Target {
+        name,
+        dir,
+        mnt: None,
+        teardown: vec![Box::new(move || {
+            let _ = std::fs::remove_dir_all(d);
+        })],
+    })
+}
+
+async fn ask(addr: &str, req: Request) -> anyhow::Result<()> {
+    match rpc::call(addr, &req).await.map_err(anyhow::Error::msg)? {
+        Response::Err(e) => bail!("{e}"),
+        _ => Ok(()),
+    }
+}
+
+/// Starts a private daemon, creates and starts a volume, mounts it.
+pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
+    let root = base.join(name);
+    std::fs::create_dir_all(&root)?;
+    let log = std::fs::File::create(root.join("daemon.log"))?;
+    let addr = format!("127.0.0.1:{BENCH_MGMT_PORT}");
+    let mut daemon: Child = Command::new(std::env::current_exe()?)
+        .args([
+            "daemon",
+            "--listen",
+            &addr,
+            "--host",
+            "127.0.0.1",
+            "--state-dir",
+        ])
+        .arg(root.join("state"))
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+    let mut teardown: Vec<Box<dyn FnOnce()>> = Vec::new();
+    let r2 = root.clone();
+    teardown.push(Box::new(move || {
+        let _ = std::fs::remove_dir_all(&r2);
+    }));
+    let pid = daemon.id();
+    teardown.push(Box::new(move || {
+        // SAFETY: kill() on the daemon we spawned; it stops its bricks on SIGTERM.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let _ = daemon.wait();
+    }));
+    let mut t = Target {
+        name: "mortar".into(),
+        dir: PathBuf::new(),
+        mnt: None,
+        teardown,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rt
+        .block_on(rpc::call(&addr, &Request::VolumeInfo { name: None }))
+        .is_err()
+    {
+        if Instant::now() > deadline {
+            t.close();
+            bail!(
+                "the benchmark's mortar daemon did not start; see {}",
+                root.join("daemon.log").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bricks: Vec<String> = (1..=shape.bricks())
+        .map(|i| format!("127.0.0.1:{}/bricks/b{i}", root.display()))
+        .collect();
+    let vol = "mortarbench".to_string();
+    let made = rt.block_on(async {
+        let create = Request::VolumeCreate {
+            name: vol.clone(),
+            replica: shape.replica,
+            transport: "tcp".into(),
+            bricks,
+            force: true,
+        };
+        ask(&addr, create).await?;
+        ask(
+            &addr,
+            Request::VolumeStart {
+                name: vol.clone(),
+                force: false,
+            },
+        )
+        .await
+    });
+    if let Err(e) = made {
+        t.close();
+        return Err(e.context("cannot set up the mortar volume"));
+    }
+    let mnt = root.join("mnt");
+    std::fs::create_dir_all(&mnt)?;
+    let args = MountArgs {
+        source: format!("127.0.0.1:/{vol}"),
+        dir: mnt.clone(),
+        port: BENCH_MGMT_PORT,
+        foreground: false,
+        log: Some(root.join("client.log")),
+        options: vec![],
+    };
+    if let Err(e) = mount::mount_background(&args) {
+        t.close();
+        return Err(e);
+    }
+    let m2 = mnt.clone();
+    t.teardown.push(Box::new(move || umount(&m2)));
+    t.dir = mnt.join("work");
+    t.mnt = Some(mnt);
+    std::fs::create_dir_all(&t.dir)?;
+    Ok(t)
+}
+
+/// A GlusterFS volume of the same shape, through the `gluster` CLI.
+pub fn glusterfs(base: &Path, shape: Shape) -> anyhow::Result<Target> {
+    if Command::new("gluster").arg("--version").output().is_err() {
+        bail!("GlusterFS is not installed here (apt-get install glusterfs-server), so it cannot be measured");
+    }
+    let running = Command::new("pgrep")
+        .arg("-x")
+        .arg("glusterd")
+        .stdout(Stdio::null())
+        .status()?
+        .success();
+    if !running {
+        run(&mut Command::new("glusterd")).context("cannot start glusterd")?;
+    }
+    let g = || {
+        let mut c = Command::new("gluster");
+        c.arg("--mode=script");
+        c
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while run(g().args(["volume", "list"])).is_err() {
+        if Instant::now() > deadline {
+            bail!("glusterd does not answer");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let root = base.join("glusterfs");
+    let vol = "mortarbenchg";
+    // A volume left over by an interrupted run is removed first.
+    if run(g().args(["volume", "info", vol])).is_ok() {
+        let _ = run(g().args(["volume", "stop", vol, "force"]));
+        let _ = run(g().args(["volume", "delete", vol]));
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    // gluster creates the bricks, but not their parent.
+    std::fs::create_dir_all(root.join("bricks"))?;
+    let mut args: Vec<String> = vec!["volume".into(), "create".into(), vol.into()];
+    if shape.replica > 1 {
+        args.extend(["replica".into(), shape.replica.to_string()]);
+    }
+    args.extend(["transport".into(), "tcp".into()]);
+    args.extend((1..=shape.bricks()).map(|i| format!("{host}:{}/bricks/b{i}", root.display())));
+    args.push("force".into());
+    run(g().args(&args))?;
+    let mut t = Target {
+        name: "glusterfs".into(),
+        dir: PathBuf::new(),
+        mnt: None,
+        teardown: Vec::new(),
+    };
+    let r2 = root.clone();
+    t.teardown.push(Box::new(move || {
+        let _ = run(g().args(["volume", "stop", vol, "force"]));
+        let _ = run(g().args(["volume", "delete", vol]));
+        let _ = std::fs::remove_dir_all(&r2);
+    }));
+    if let Err(e) = run(g().args(["volume", "start", vol])) {
+        t.close();
+        return Err(e);
+    }
+    let mnt = root.join("mnt");
+    std::fs::create_dir_all(&mnt)?;
+    if let Err(e) = run(Command::new("mount")
+        .args(["-t", "glusterfs", &format!("{host}:/{vol}")])
+        .arg(&mnt))
+    {
+        t.close();
+        return Err(e);
+    }
+    let m2 = mnt.clone();
+    t.teardown.push(Box::new(move || umount(&m2)));
+    t.dir = mnt.join("work");
+    t.mnt = Some(mnt);
+    std::fs::create_dir_all(&t.dir)?;
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse() {
+        assert_eq!(
+            Shape::parse("replica3").unwrap(),
+            Shape {
+                replica: 3,
+                sets: 1
+            }
+        );
+        assert_eq!(
+            Shape::parse("distribute4").unwrap(),
+            Shape {
+                replica: 1,
+                sets: 4
+            }
+        );
+        assert_eq!(
+            Shape::parse("4").unwrap(),
+            Shape {
+                replica: 1,
+                sets: 4
+            }
+        );
+        assert_eq!(
+            Shape::parse("2x3").unwrap(),
+            Shape {
+                replica: 3,
+                sets: 2
+            }
+        );
+        assert_eq!(Shape::parse("2x3").unwrap().label(), "2 x 3");
+        assert!(Shape::parse("replica0").is_err());
+        assert!(Shape::parse("lots").is_err());
+    }
+}

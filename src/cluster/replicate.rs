@@ -191,8 +191,25 @@ impl Replicate {
         if up.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
+        // What is only read (a directory listing, a file opened read-only) is
+        // opened on the read child alone: every read goes there anyway.
+        let read_only = match &fop {
+            Fop::Opendir { .. } => true,
+            Fop::Open { flags, .. } => {
+                flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0
+            }
+            _ => false,
+        };
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
-        let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+        let mut res = Vec::new();
+        if read_only {
+            let i = self.read_child(fop_gfid(&fop), &up)?;
+            res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
+        }
+        if !res.iter().any(|(_, r)| r.is_ok()) {
+            // Not read-only, or the read child failed: open everywhere.
+            res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+        }
         let mut fhs = vec![None; self.children.len()];
         for (i, r) in &res {
             if let Ok(rep) = r {
@@ -423,9 +440,9 @@ impl Xlator for Replicate {
                     plus,
                 };
                 let mut rep = self.children[i].call(cx, fop).await?;
-                // An entry's attributes are handed up only if they come from
+                // An entry's attributes may be cached only if they come from
                 // that entry's own read child, as every other answer about it
-                // does (see `pick`); the others are looked up when needed.
+                // does (see `pick`); the others are fetched again when used.
                 if let Reply::Entries(ents) = &mut rep {
                     let up = self.up();
                     for e in ents.iter_mut() {
@@ -433,7 +450,7 @@ impl Xlator for Replicate {
                             .as_ref()
                             .is_some_and(|a| self.read_child(a.gfid, &up).ok() != Some(i))
                         {
-                            e.attr = None;
+                            e.cacheable = false;
                         }
                     }
                 }

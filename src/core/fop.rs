@@ -121,6 +121,10 @@ pub struct DirEntry {
     pub next: u64,
     /// Present for readdirplus when the entry's gfid is known.
     pub attr: Option<Attr>,
+    /// Whether the kernel may cache `attr`. A replicate translator clears it
+    /// when the attributes come from a copy other than the one it answers
+    /// every other question about this object from.
+    pub cacheable: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

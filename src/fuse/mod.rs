@@ -173,7 +173,7 @@ impl MortarFs {
         fh: FileHandle,
         offset: u64,
         plus: bool,
-        mut add: impl FnMut(&Arc<InodeTable>, u64, u64, FileKind, &[u8], Option<&Attr>) -> bool
+        mut add: impl FnMut(&Arc<InodeTable>, u64, u64, FileKind, &[u8], Option<(&Attr, bool)>) -> bool
             + Send
             + 'static,
         done: impl FnOnce(Result<(), Errno>) + Send + 'static,
@@ -218,7 +218,14 @@ impl MortarFs {
                             Some(a) => inodes.peek(a.gfid),
                             None => u64::MAX,
                         };
-                        if add(&inodes, ino, e.next + 2, e.kind, &e.name, e.attr.as_ref()) {
+                        if add(
+                            &inodes,
+                            ino,
+                            e.next + 2,
+                            e.kind,
+                            &e.name,
+                            e.attr.as_ref().map(|a| (a, e.cacheable)),
+                        ) {
                             break;
                         }
                     }
@@ -667,12 +674,13 @@ impl Filesystem for MortarFs {
                 let mut g = reply.lock().unwrap();
                 let r = g.as_mut().unwrap();
                 match attr {
-                    Some(a) => {
+                    Some((a, cacheable)) => {
+                        let ttl = if cacheable { TTL } else { Duration::ZERO };
                         let full = r.add(
                             INodeNo(ino),
                             next,
                             OsStr::from_bytes(name),
-                            &TTL,
+                            &ttl,
                             &fuse_attr(ino, a),
                             fuser::Generation(0),
                         );

@@ -908,6 +908,7 @@ impl Posix {
                 kind: attr.as_ref().map(|a| a.kind).unwrap_or(*kind),
                 next: i as u64 + 1,
                 attr,
+                cacheable: true,
             });
         }
         Ok(Reply::Entries(out))

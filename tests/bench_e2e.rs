@@ -1,0 +1,136 @@
+//! `mortar bench` end to end: every workload at tiny sizes, on a mortar
+//! volume it sets up itself (real daemon, bricks and FUSE mount) and on the
+//! local disk, with the report written and two runs compared. No speed is
+//! asserted.
+
+mod common;
+use common::*;
+
+#[test]
+fn bench_runs_every_workload_and_writes_its_report() {
+    let dir = tempfile::Builder::new()
+        .prefix("mortar-bench-test-")
+        .tempdir()
+        .unwrap();
+    let report = dir.path().join("report");
+    let o = std::process::Command::new(BIN)
+        .args([
+            "bench",
+            "--quick",
+            "--against",
+            "local",
+            "--workloads",
+            "all",
+            "--scale-max",
+            "2",
+        ])
+        .arg("--dir")
+        .arg(dir.path().join("work"))
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "bench failed: {out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The reference's two tables, with a row per target.
+    assert!(
+        out.contains("| Backend | Write time (s) | Write (ops/s) | Read time (s) | Read (ops/s) |"),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("| local |"))
+            && out.lines().any(|l| l.starts_with("| mortar |"))
+    );
+    for w in [
+        "smallfile-ops",
+        "block-size",
+        "file-size",
+        "streams",
+        "everyday",
+        "replication",
+        "scale",
+    ] {
+        assert!(out.contains(&format!("### {w}")), "no table for {w}");
+    }
+    // Every step was measured on both targets.
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report.join("results.json")).unwrap()).unwrap();
+    let ms = results["measurements"].as_array().unwrap();
+    for w in [
+        "seed-smallfile",
+        "seed-largefile",
+        "smallfile-ops",
+        "block-size",
+        "file-size",
+        "streams",
+        "everyday",
+    ] {
+        for t in ["local", "mortar"] {
+            assert!(
+                ms.iter().any(|m| m["workload"] == w && m["target"] == t),
+                "{w} on {t} missing"
+            );
+        }
+    }
+    assert!(ms
+        .iter()
+        .any(|m| m["workload"] == "scale" && m["metric"] == "requests per file"));
+    assert!(ms
+        .iter()
+        .any(|m| m["workload"] == "replication" && m["target"] == "mortar replica 2"));
+    // The report, with its plots.
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(md.contains("## The reference tables") && md.contains("block-size-write.svg"));
+    assert!(report.join("block-size-write.svg").exists());
+    // Everything it set up is gone: no mount left, no volume directories.
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mi.contains(&dir.path().display().to_string()),
+        "a mount was left behind"
+    );
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("work"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "scratch")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // Comparing a run with itself gives ratios of one.
+    let c = std::process::Command::new(BIN)
+        .args(["bench", "compare"])
+        .arg(&report)
+        .arg(&report)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&c.stdout);
+    assert!(
+        c.status.success()
+            && text.contains("| seed-smallfile | write | mortar |")
+            && text.contains("1.00x"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bench_refuses_what_it_cannot_measure() {
+    let o = std::process::Command::new(BIN)
+        .args(["bench", "--workloads", "nosuch", "--no-mortar"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown workload nosuch"));
+    let o = std::process::Command::new(BIN)
+        .args(["bench", "--against", "nfs"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown baseline nfs"));
+    let o = std::process::Command::new(BIN)
+        .args(["bench", "--shape", "lots"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad volume shape"));
+}

@@ -137,7 +137,7 @@ fn machine(dir: &Path) -> Machine {
         })
         .unwrap_or(0.0);
     let disk = std::process::Command::new("df")
-        .args(["-T", "--output=source,fstype,size"])
+        .args(["--output=source,fstype,size"])
         .arg(dir)
         .output()
         .ok()

@@ -77,11 +77,16 @@ fn x_label(workload: &str, x: f64) -> String {
 }
 
 pub fn human_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
-        b => format!("{b}"),
+    let (v, unit) = match b {
+        b if b >= 1 << 30 => (b as f64 / (1u64 << 30) as f64, "G"),
+        b if b >= 1 << 20 => (b as f64 / (1u64 << 20) as f64, "M"),
+        b if b >= 1 << 10 => (b as f64 / 1024.0, "K"),
+        b => (b as f64, ""),
+    };
+    if v.fract() == 0.0 {
+        format!("{v:.0}{unit}")
+    } else {
+        format!("{v:.1}{unit}")
     }
 }
 
@@ -212,7 +217,12 @@ pub fn plots(r: &Results, dir: &Path) -> anyhow::Result<Vec<String>> {
                 .fold(0.0, f64::max)
                 * 1.1
                 + 1e-9;
-            let name = format!("{w}-{metric}.svg").replace([' ', '/'], "-");
+            let name: String = format!("{w}-{metric}")
+                .split(|c: char| !c.is_ascii_alphanumeric() && c != '+')
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join("-")
+                + ".svg";
             let path = dir.join(&name);
             {
                 let root = SVGBackend::new(&path, (720, 420)).into_drawing_area();
@@ -394,6 +404,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let files = plots(&sample(), d.path()).unwrap();
         assert_eq!(files, vec!["block-size-write.svg".to_string()]);
+        assert_eq!(
+            (human_bytes(4096), human_bytes(10000), human_bytes(1 << 30)),
+            ("4K".into(), "9.8K".into(), "1G".into())
+        );
         let svg = std::fs::read_to_string(d.path().join(&files[0])).unwrap();
         assert!(svg.contains("<svg") && svg.contains("mortar"));
     }

@@ -344,6 +344,13 @@ impl Daemon {
             .collect()
     }
 
+    /// Changes a volume known to exist (checked by `volume` first).
+    fn edit_volume(&self, name: &str, f: impl FnOnce(&mut Volume)) {
+        if let Some(v) = self.state.lock().unwrap().volumes.get_mut(name) {
+            f(v);
+        }
+    }
+
     fn volume(&self, name: &str) -> Result<Volume, String> {
         self.state
             .lock()
@@ -587,13 +594,7 @@ impl Daemon {
                 if v.status == VolStatus::Started && !force {
                     return Err(format!("Volume {name} already started"));
                 }
-                self.state
-                    .lock()
-                    .unwrap()
-                    .volumes
-                    .get_mut(&name)
-                    .unwrap()
-                    .status = VolStatus::Started;
+                self.edit_volume(&name, |v| v.status = VolStatus::Started);
                 self.commit().await?;
                 for h in v
                     .bricks
@@ -636,13 +637,7 @@ impl Daemon {
                 if v.status != VolStatus::Started {
                     return Err(format!("Volume {name} is not in the started state"));
                 }
-                self.state
-                    .lock()
-                    .unwrap()
-                    .volumes
-                    .get_mut(&name)
-                    .unwrap()
-                    .status = VolStatus::Stopped;
+                self.edit_volume(&name, |v| v.status = VolStatus::Stopped);
                 self.commit().await?;
                 Ok(String::new())
             }
@@ -663,12 +658,10 @@ impl Daemon {
             Request::VolumeSet { name, key, value } => {
                 self.volume(&name)?;
                 let value = options::validate(&key, &value)?;
-                {
-                    let mut st = self.state.lock().unwrap();
-                    let v = st.volumes.get_mut(&name).unwrap();
+                self.edit_volume(&name, |v| {
                     v.options.insert(key, value);
                     v.version += 1;
-                }
+                });
                 self.commit().await?;
                 Ok(String::new())
             }
@@ -679,9 +672,7 @@ impl Daemon {
                         return Err(format!("option : {k} does not exist"));
                     }
                 }
-                {
-                    let mut st = self.state.lock().unwrap();
-                    let v = st.volumes.get_mut(&name).unwrap();
+                self.edit_volume(&name, |v| {
                     match key {
                         Some(k) => {
                             v.options.remove(&k);
@@ -689,7 +680,7 @@ impl Daemon {
                         None => v.options.clear(),
                     }
                     v.version += 1;
-                }
+                });
                 self.commit().await?;
                 Ok(String::new())
             }

@@ -468,6 +468,35 @@ impl Posix {
         Ok(())
     }
 
+    /// Gives an object just made under `name` its gfid, owner and handle,
+    /// and answers with its entry; on failure removes it again.
+    fn adopt_new(
+        &self,
+        cx: &Ctx,
+        dir: &OwnedFd,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        perm: u32,
+        is_dir: bool,
+    ) -> FsResult<Reply> {
+        let res = open_child(dir, name).and_then(|fd| {
+            self.finish_new(cx, dir, &fd, gfid, perm)?;
+            if is_dir {
+                self.make_dir_handle(gfid, parent, name)?;
+            } else {
+                self.make_file_handle(gfid, dir, name)?;
+            }
+            Ok(Reply::Entry(Entry {
+                attr: attr_of(&rfs::fstat(&fd)?, gfid),
+            }))
+        });
+        if res.is_err() {
+            Self::undo_new(dir, name, is_dir);
+        }
+        res
+    }
+
     fn undo_new(dir: &OwnedFd, name: &Name, is_dir: bool) {
         let flags = if is_dir {
             AtFlags::REMOVEDIR
@@ -556,20 +585,7 @@ impl Posix {
             Mode::from_raw_mode(perm),
             rdev,
         )?;
-        let res = open_child(&dir, name).and_then(|fd| {
-            self.finish_new(cx, &dir, &fd, gfid, perm)?;
-            self.make_file_handle(gfid, &*dir, name)?;
-            Ok(fd)
-        });
-        match res {
-            Ok(fd) => Ok(Reply::Entry(Entry {
-                attr: attr_of(&rfs::fstat(&fd)?, gfid),
-            })),
-            Err(e) => {
-                Self::undo_new(&dir, name, false);
-                Err(e)
-            }
-        }
+        self.adopt_new(cx, &dir, parent, name, gfid, perm, false)
     }
 
     fn mkdir(
@@ -587,20 +603,7 @@ impl Posix {
         let dir = self.resolve_dir(parent)?;
         let perm = mode & 0o7777 & !umask;
         rfs::mkdirat(&*dir, name.as_os_str(), Mode::from_raw_mode(perm))?;
-        let res = open_child(&dir, name).and_then(|fd| {
-            self.finish_new(cx, &dir, &fd, gfid, perm)?;
-            self.make_dir_handle(gfid, parent, name)?;
-            Ok(fd)
-        });
-        match res {
-            Ok(fd) => Ok(Reply::Entry(Entry {
-                attr: attr_of(&rfs::fstat(&fd)?, gfid),
-            })),
-            Err(e) => {
-                Self::undo_new(&dir, name, true);
-                Err(e)
-            }
-        }
+        self.adopt_new(cx, &dir, parent, name, gfid, perm, true)
     }
 
     fn symlink(
@@ -619,20 +622,7 @@ impl Posix {
         }
         let dir = self.resolve_dir(parent)?;
         rfs::symlinkat(std::ffi::OsStr::from_bytes(target), &*dir, name.as_os_str())?;
-        let res = open_child(&dir, name).and_then(|fd| {
-            self.finish_new(cx, &dir, &fd, gfid, 0o777)?;
-            self.make_file_handle(gfid, &*dir, name)?;
-            Ok(fd)
-        });
-        match res {
-            Ok(fd) => Ok(Reply::Entry(Entry {
-                attr: attr_of(&rfs::fstat(&fd)?, gfid),
-            })),
-            Err(e) => {
-                Self::undo_new(&dir, name, false);
-                Err(e)
-            }
-        }
+        self.adopt_new(cx, &dir, parent, name, gfid, 0o777, false)
     }
 
     /// Removes a non-directory name; drops the gfid handle with the last name.

@@ -160,3 +160,28 @@ print('ok')
         "cd {d} && mkdir -p {deep} && cd {deep} && echo bottom > f && cat f"
     ));
 }
+
+#[test]
+fn a_second_mount_sees_changes_within_the_attribute_timeout() {
+    let c = Cluster::start();
+    c.volume("co", 3, &["c1", "c2", "c3"]);
+    let a = c.mount("co");
+    let b = c.mount("co");
+    ok(&format!("echo first > {}", a.p("f")));
+    // b reads it (and caches the pages)...
+    assert_eq!(ok(&format!("cat {}", b.p("f"))), "first\n");
+    // ...a changes it, same size and then longer...
+    ok(&format!("echo secnd > {}", a.p("f")));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(ok(&format!("cat {}", b.p("f"))), "secnd\n");
+    ok(&format!("echo 'third, longer' > {}", a.p("f")));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(ok(&format!("cat {}", b.p("f"))), "third, longer\n");
+    // ...and names made and removed on one are seen on the other.
+    ok(&format!("mkdir {}", a.p("d")));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(b.dir.join("d").is_dir());
+    ok(&format!("rmdir {}", a.p("d")));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(!b.dir.join("d").exists());
+}

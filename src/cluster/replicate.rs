@@ -1,9 +1,10 @@
 //! The replicate translator: N children holding the same data.
 //!
 //! Every modifying operation goes to every child that is up, concurrently,
-//! and is acknowledged only when all of them have answered. Reads go to one
-//! child, chosen by the object's gfid so that different files spread over
-//! the replicas.
+//! and is acknowledged only when all of them have answered. File data is
+//! read from one child chosen by the object's gfid (`read_child`), so that
+//! different files spread over the replicas; names and attributes come from
+//! one child for every object (`attr_child`), so that they are stable.
 //!
 //! What this translator does not do yet (issue "Replicate"): record which
 //! copy missed a change while its brick was down, heal it, enforce quorum,
@@ -33,7 +34,7 @@ pub struct Replicate {
 /// The answers of several replicas, judged as one.
 ///
 /// All children that answered agree on success: every success, from which
-/// the caller takes the read child's answer (`Replicate::pick`), so that
+/// the caller takes the attribute child's answer (`Replicate::pick`), so that
 /// attributes always come from the same copy of an object. All
 /// failed: the first error other than ENOTCONN (so that ENOENT, EEXIST,
 /// ENOSPC reach the application as themselves). Some succeeded and some
@@ -80,15 +81,26 @@ impl Replicate {
             .collect()
     }
 
-    /// The answer to hand up from several successful replicas: the read
-    /// child's, so that the attributes of an object (times differ by a few
-    /// nanoseconds between copies) do not flip from call to call, which
-    /// tools like tar take for a change.
-    fn pick(&self, gfid: Gfid, mut ok: Vec<(usize, Reply)>) -> Reply {
+    /// The answer to hand up from several successful replicas: the
+    /// attribute child's, so that the attributes of an object (times differ
+    /// by a few nanoseconds between copies) do not flip from call to call,
+    /// which tools like tar take for a change.
+    fn pick(&self, mut ok: Vec<(usize, Reply)>) -> Reply {
         let idx: Vec<usize> = ok.iter().map(|(i, _)| *i).collect();
-        let want = self.read_child(gfid, &idx).unwrap_or(idx[0]);
+        let want = self.attr_child(&idx).unwrap_or(idx[0]);
         let pos = ok.iter().position(|(i, _)| *i == want).unwrap_or(0);
         ok.swap_remove(pos).1
+    }
+
+    /// The child every answer about attributes and names comes from: the
+    /// first one up. One copy for all metadata keeps attributes stable and
+    /// lets directory listings hand cacheable attributes to the kernel;
+    /// file data is spread over the replicas by `read_child`.
+    fn attr_child(&self, allowed: &[usize]) -> FsResult<usize> {
+        allowed
+            .first()
+            .copied()
+            .ok_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))
     }
 
     /// The child to read `gfid` from: spread by gfid over the children up.
@@ -128,14 +140,15 @@ impl Replicate {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
         let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
-        Ok(self.pick(fop_gfid(&fop), merge(res)?))
+        Ok(self.pick(merge(res)?))
     }
 
-    /// Reads from one replica, falling back to the others if it is down.
-    async fn read_one(&self, cx: &Ctx, gfid: Gfid, fop: Fop) -> FsResult<Reply> {
+    /// Asks the attribute child about metadata, falling back to the others
+    /// if it is down.
+    async fn meta_one(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let mut up = self.up();
         loop {
-            let i = self.read_child(gfid, &up)?;
+            let i = self.attr_child(&up)?;
             match self.children[i].call(cx, fop.clone()).await {
                 Err(e) if e.is(libc::ENOTCONN) => up.retain(|&c| c != i),
                 r => return r,
@@ -144,7 +157,7 @@ impl Replicate {
     }
 
     /// Lookups ask every replica, so that a name missing on one copy is
-    /// still found on the others; the read child's copy answers when it has
+    /// still found on the others; the attribute child's copy answers when it has
     /// the name.
     async fn lookup(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -157,17 +170,13 @@ impl Replicate {
             })
             .collect();
         let mut err: Option<FsError> = None;
-        // The first copy found is kept; the read child's answer, when it
-        // comes, is preferred (see `pick`).
+        // The first copy found is kept; the attribute child's answer, when
+        // it comes, is preferred (see `pick`).
         let mut found: Option<(usize, Reply)> = None;
         while let Some((i, r)) = pending.next().await {
             match r {
                 Ok(rep) => {
-                    let gfid = match &rep {
-                        Reply::Entry(e) => e.attr.gfid,
-                        _ => return Ok(rep),
-                    };
-                    if self.read_child(gfid, &up).ok() == Some(i) {
+                    if self.attr_child(&up).ok() == Some(i) {
                         return Ok(rep);
                     }
                     found.get_or_insert((i, rep));
@@ -192,7 +201,7 @@ impl Replicate {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
         // What is only read (a directory listing, a file opened read-only) is
-        // opened on the read child alone: every read goes there anyway.
+        // opened on one replica alone: every read goes there anyway.
         let read_only = match &fop {
             Fop::Opendir { .. } => true,
             Fop::Open { flags, .. } => {
@@ -203,11 +212,16 @@ impl Replicate {
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let mut res = Vec::new();
         if read_only {
-            let i = self.read_child(fop_gfid(&fop), &up)?;
+            // A listing is read from the attribute child, file data from the
+            // file's read child.
+            let i = match &fop {
+                Fop::Opendir { .. } => self.attr_child(&up)?,
+                _ => self.read_child(fop_gfid(&fop), &up)?,
+            };
             res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
         }
         if !res.iter().any(|(_, r)| r.is_ok()) {
-            // Not read-only, or the read child failed: open everywhere.
+            // Not read-only, or that replica failed: open everywhere.
             res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
         }
         let mut fhs = vec![None; self.children.len()];
@@ -218,7 +232,7 @@ impl Replicate {
         }
         match merge(res) {
             Ok(ok) => {
-                let rep = self.pick(fop_gfid(&fop), ok);
+                let rep = self.pick(ok);
                 let fh = self.fds.insert(Arc::new(fhs));
                 Ok(match rep {
                     Reply::Created { entry, .. } => Reply::Created { entry, fh },
@@ -254,7 +268,6 @@ impl Replicate {
     async fn with_handles(
         &self,
         cx: &Ctx,
-        gfid: Gfid,
         fh: u64,
         release: bool,
         make: impl Fn(u64) -> Fop,
@@ -277,7 +290,7 @@ impl Replicate {
             .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
             .await;
         let ok = merge(res)?;
-        Ok(self.pick(gfid, ok))
+        Ok(self.pick(ok))
     }
 
     async fn read_handle(
@@ -372,10 +385,10 @@ impl Xlator for Replicate {
             // Lookups ask every replica, so that a name missing on one copy
             // is still found on the others.
             Fop::Lookup { .. } => self.lookup(cx, fop).await,
-            Fop::Getattr { gfid } | Fop::Readlink { gfid } | Fop::Listxattr { gfid } => {
-                self.read_one(cx, gfid, fop).await
-            }
-            Fop::Getxattr { gfid, .. } => self.read_one(cx, gfid, fop).await,
+            Fop::Getattr { .. }
+            | Fop::Readlink { .. }
+            | Fop::Listxattr { .. }
+            | Fop::Getxattr { .. } => self.meta_one(cx, fop).await,
             Fop::Statfs { .. } => {
                 let up = self.up();
                 let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
@@ -428,11 +441,11 @@ impl Xlator for Replicate {
                 offset,
                 plus,
             } => {
-                // Listings are read from the directory's read child; offsets
+                // Listings are read from the attribute child; offsets
                 // are that replica's, so stay on it while it is up.
                 let fhs = self.fds.get(fh)?;
                 let live = self.live(&fhs);
-                let i = self.read_child(gfid, &live)?;
+                let i = self.attr_child(&live)?;
                 let fop = Fop::Readdir {
                     gfid,
                     fh: fhs[i].unwrap().0,
@@ -440,15 +453,16 @@ impl Xlator for Replicate {
                     plus,
                 };
                 let mut rep = self.children[i].call(cx, fop).await?;
-                // An entry's attributes may be cached only if they come from
-                // that entry's own read child, as every other answer about it
-                // does (see `pick`); the others are fetched again when used.
+                // Entries' attributes may be cached only if they come from
+                // the attribute child, as every other answer about them does
+                // (see `pick`); if the listing's replica is no longer it,
+                // they are fetched again when used.
                 if let Reply::Entries(ents) = &mut rep {
                     let up = self.up();
                     for e in ents.iter_mut() {
                         if e.attr
                             .as_ref()
-                            .is_some_and(|a| self.read_child(a.gfid, &up).ok() != Some(i))
+                            .is_some_and(|_| self.attr_child(&up).ok() != Some(i))
                         {
                             e.cacheable = false;
                         }
@@ -462,7 +476,7 @@ impl Xlator for Replicate {
                 offset,
                 data,
             } => {
-                self.with_handles(cx, gfid, fh, false, |f| Fop::Write {
+                self.with_handles(cx, fh, false, |f| Fop::Write {
                     gfid,
                     fh: f,
                     offset,
@@ -471,11 +485,11 @@ impl Xlator for Replicate {
                 .await
             }
             Fop::Flush { gfid, fh } => {
-                self.with_handles(cx, gfid, fh, false, |f| Fop::Flush { gfid, fh: f })
+                self.with_handles(cx, fh, false, |f| Fop::Flush { gfid, fh: f })
                     .await
             }
             Fop::Fsync { gfid, fh, datasync } => {
-                self.with_handles(cx, gfid, fh, false, |f| Fop::Fsync {
+                self.with_handles(cx, fh, false, |f| Fop::Fsync {
                     gfid,
                     fh: f,
                     datasync,
@@ -489,7 +503,7 @@ impl Xlator for Replicate {
                 offset,
                 len,
             } => {
-                self.with_handles(cx, gfid, fh, false, |f| Fop::Fallocate {
+                self.with_handles(cx, fh, false, |f| Fop::Fallocate {
                     gfid,
                     fh: f,
                     mode,
@@ -500,13 +514,13 @@ impl Xlator for Replicate {
             }
             Fop::Release { gfid, fh } => {
                 let _ = self
-                    .with_handles(cx, gfid, fh, true, |f| Fop::Release { gfid, fh: f })
+                    .with_handles(cx, fh, true, |f| Fop::Release { gfid, fh: f })
                     .await;
                 Ok(Reply::Ok)
             }
             Fop::Releasedir { gfid, fh } => {
                 let _ = self
-                    .with_handles(cx, gfid, fh, true, |f| Fop::Releasedir { gfid, fh: f })
+                    .with_handles(cx, fh, true, |f| Fop::Releasedir { gfid, fh: f })
                     .await;
                 Ok(Reply::Ok)
             }

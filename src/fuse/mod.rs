@@ -243,13 +243,21 @@ impl Filesystem for MortarFs {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.set_max_background(64);
-        let _ = config.add_capabilities(
-            fuser::InitFlags::FUSE_DO_READDIRPLUS
-                | fuser::InitFlags::FUSE_READDIRPLUS_AUTO
-                | fuser::InitFlags::FUSE_PARALLEL_DIROPS
-                | fuser::InitFlags::FUSE_HANDLE_KILLPRIV
-                | fuser::InitFlags::FUSE_DONT_MASK,
-        );
+        // One at a time: a kernel that lacks one still gets the others.
+        for flag in [
+            fuser::InitFlags::FUSE_DO_READDIRPLUS,
+            fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+            fuser::InitFlags::FUSE_PARALLEL_DIROPS,
+            fuser::InitFlags::FUSE_HANDLE_KILLPRIV,
+            fuser::InitFlags::FUSE_DONT_MASK,
+            // Cached pages are dropped when a refreshed size or mtime shows
+            // that the file changed (see FOPEN_KEEP_CACHE in `open_flags`).
+            fuser::InitFlags::FUSE_AUTO_INVAL_DATA,
+        ] {
+            if config.add_capabilities(flag).is_err() {
+                tracing::debug!("kernel lacks FUSE capability {flag:?}");
+            }
+        }
         Ok(())
     }
 
@@ -941,11 +949,14 @@ impl MortarFs {
     }
 }
 
+/// O_DIRECT bypasses the page cache; otherwise cached pages are kept across
+/// opens, and dropped by the kernel when the file's size or mtime changes
+/// (FUSE_AUTO_INVAL_DATA), within the attribute timeout, as GlusterFS does.
 fn open_flags(flags: i32) -> FopenFlags {
     if flags & libc::O_DIRECT != 0 {
         FopenFlags::FOPEN_DIRECT_IO
     } else {
-        FopenFlags::empty()
+        FopenFlags::FOPEN_KEEP_CACHE
     }
 }
 

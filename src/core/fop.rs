@@ -321,8 +321,6 @@ pub enum Reply {
     Entries(Vec<DirEntry>),
     StatFs(StatFs),
     Xattr(serde_bytes::ByteBuf),
-    /// `rename` and `unlink` report what became of the names involved.
-    Unlinked,
 }
 
 impl Fop {

@@ -103,8 +103,10 @@ mod tests {
         assert_eq!(t.gfid(ino), Some(g));
         t.forget(ino, 1);
         assert_eq!(t.gfid(ino), Some(g));
+        assert_eq!(t.len(), 2);
         t.forget(ino, 1);
         assert_eq!(t.gfid(ino), None);
+        assert_eq!(t.len(), 1, "only the root is left");
         assert_eq!(t.gfid(1), Some(Gfid::ROOT));
         t.forget(1, 100);
         assert_eq!(t.gfid(1), Some(Gfid::ROOT));

@@ -78,12 +78,6 @@ pub struct Frame {
 }
 
 impl Frame {
-    pub fn len(&self) -> usize {
-        self.head.len() + self.payload.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     /// The frame as one buffer (for tests and tools; the data path never
     /// joins them).
     pub fn to_vec(&self) -> Vec<u8> {

@@ -1188,7 +1188,9 @@ mod tests {
             data: bytes::Bytes::from_static(b"hello"),
         })
         .unwrap();
+        assert_eq!(b.fds.len(), 1);
         b.call(Fop::Release { gfid, fh }).unwrap();
+        assert!(b.fds.is_empty(), "release closes the handle");
         assert_eq!(
             std::fs::read_to_string(b.root.join("d/e/f")).unwrap(),
             "hello"

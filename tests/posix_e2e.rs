@@ -185,3 +185,57 @@ fn a_second_mount_sees_changes_within_the_attribute_timeout() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(!b.dir.join("d").exists());
 }
+
+#[test]
+fn a_full_disk_gives_enospc_and_loses_nothing() {
+    let c = Cluster::start();
+    // Three bricks on small file systems of their own.
+    for b in ["s1", "s2", "s3"] {
+        let d = c.path(b);
+        std::fs::create_dir_all(&d).unwrap();
+        ok(&format!("mount -t tmpfs -o size=8m tmpfs {}", d.display()));
+    }
+    struct Unmount(Vec<std::path::PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for d in &self.0 {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(d)
+                    .status();
+            }
+        }
+    }
+    let _guard = Unmount(["s1", "s2", "s3"].iter().map(|b| c.path(b)).collect());
+    let bricks = c.volume("full", 3, &["s1/b", "s2/b", "s3/b"]);
+    let m = c.mount("full");
+    ok(&format!("echo precious > {}", m.p("keep")));
+    // Fill the volume: the application gets ENOSPC, not a silent short file.
+    let o = sh(&format!(
+        "dd if=/dev/zero of={} bs=1M count=64 2>&1",
+        m.p("big")
+    ));
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("No space left on device"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // Creating more files fails cleanly too, or succeeds; either way what
+    // was there before is intact on every brick.
+    for i in 0..50 {
+        let _ = sh(&format!("echo x > {}", m.p(&format!("more{i}"))));
+    }
+    assert_eq!(ok(&format!("cat {}", m.p("keep"))), "precious\n");
+    for b in &bricks {
+        assert_eq!(
+            std::fs::read_to_string(b.join("keep")).unwrap(),
+            "precious\n"
+        );
+    }
+    // Space comes back when the big file goes.
+    ok(&format!("rm {}", m.p("big")));
+    ok(&format!("echo after > {}", m.p("after")));
+    assert_eq!(ok(&format!("cat {}", m.p("after"))), "after\n");
+    m.unmount();
+}

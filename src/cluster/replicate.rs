@@ -29,6 +29,8 @@ pub struct Replicate {
     /// `cluster.read-hash-mode`: 0 reads from the first replica up, 1 (and
     /// above, for now) spreads reads by gfid.
     read_hash_mode: std::sync::atomic::AtomicU8,
+    /// Whether the "only possibly stale copies left" warning was logged.
+    warned_stale: std::sync::atomic::AtomicBool,
 }
 
 /// The answers of several replicas, judged as one.
@@ -72,6 +74,7 @@ impl Replicate {
             children,
             fds: HandleMap::new(),
             read_hash_mode: std::sync::atomic::AtomicU8::new(1),
+            warned_stale: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -97,14 +100,38 @@ impl Replicate {
     /// lets directory listings hand cacheable attributes to the kernel;
     /// file data is spread over the replicas by `read_child`.
     fn attr_child(&self, allowed: &[usize]) -> FsResult<usize> {
-        allowed
+        self.readable(allowed)
             .first()
             .copied()
             .ok_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))
     }
 
+    /// Of `allowed`, the children that have not lost their connection
+    /// since this client started: a brick that was down may have missed
+    /// changes, and until self-heal exists (the replicate issue) nothing says
+    /// which, so it is not read from while another copy is up. Changes still
+    /// go to it. If only such copies are left they are read, with a warning.
+    fn readable(&self, allowed: &[usize]) -> Vec<usize> {
+        let fresh: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|&i| self.children[i].epoch() == 0)
+            .collect();
+        if fresh.is_empty() && !allowed.is_empty() {
+            if !self
+                .warned_stale
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(xlator = %self.name, "every replica up has been down since mount; reading from one that may be stale");
+            }
+            return allowed.to_vec();
+        }
+        fresh
+    }
+
     /// The child to read `gfid` from: spread by gfid over the children up.
     fn read_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
+        let allowed = &self.readable(allowed)[..];
         if allowed.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }

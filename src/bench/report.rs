@@ -174,10 +174,99 @@ pub fn workload_tables(r: &Results) -> String {
     s
 }
 
-/// Draws one SVG per swept metric: one line per target, log-scaled x.
+/// Draws the reference's two tables as bar charts: one group of bars per
+/// metric, one bar per target (medians).
+fn seed_bars(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    for (w, unit) in [("seed-smallfile", "ops/s"), ("seed-largefile", "MB/s")] {
+        let metrics: Vec<String> = r
+            .rows(w)
+            .into_iter()
+            .filter(|(_, x, _, _)| x.is_none())
+            .map(|(m, ..)| m)
+            .collect();
+        if metrics.is_empty() {
+            continue;
+        }
+        let value = |m: &str, t: &str| {
+            r.get(w, m, None, t)
+                .and_then(|x| summarize(&x.samples))
+                .map(|s| s.median)
+        };
+        let ymax = metrics
+            .iter()
+            .flat_map(|m| r.targets.iter().filter_map(move |t| value(m, t)))
+            .fold(0.0, f64::max)
+            * 1.15
+            + 1e-9;
+        let name = format!("{w}.svg");
+        let path = dir.join(&name);
+        {
+            let root = SVGBackend::new(&path, (720, 420)).into_drawing_area();
+            root.fill(&WHITE)?;
+            let n = metrics.len() as f64;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(format!("{w} ({unit}, median)"), ("sans-serif", 20))
+                .margin(12)
+                .x_label_area_size(36)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0.0..n, 0.0..ymax)?;
+            let labels = metrics.clone();
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(metrics.len() * 2 + 1)
+                .x_label_formatter(&move |x| {
+                    let i = x.floor() as usize;
+                    if (x.fract() - 0.5).abs() < 0.01 && i < labels.len() {
+                        labels[i].clone()
+                    } else {
+                        String::new()
+                    }
+                })
+                .y_desc(unit)
+                .draw()?;
+            let k = r.targets.len().max(1) as f64;
+            let width = 0.8 / k;
+            for (j, t) in r.targets.iter().enumerate() {
+                let color = Palette99::pick(j).mix(0.9);
+                let bars: Vec<_> = metrics
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, m)| {
+                        let v = value(m, t)?;
+                        let x0 = i as f64 + 0.1 + j as f64 * width;
+                        Some(Rectangle::new(
+                            [(x0, 0.0), (x0 + width * 0.9, v)],
+                            color.filled(),
+                        ))
+                    })
+                    .collect();
+                chart
+                    .draw_series(bars)?
+                    .label(t.as_str())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()?;
+            root.present()?;
+        }
+        files.push(name);
+    }
+    Ok(())
+}
+
+/// Draws the reference tables as bars, and one SVG per swept metric: one
+/// line per target, log-scaled x.
 pub fn plots(r: &Results, dir: &Path) -> anyhow::Result<Vec<String>> {
     use plotters::prelude::*;
     let mut files = Vec::new();
+    seed_bars(r, dir, &mut files)?;
     for w in r.workloads() {
         let metrics: Vec<(String, String)> = {
             let mut v: Vec<(String, String)> = Vec::new();
@@ -403,12 +492,19 @@ mod tests {
     fn plots_are_drawn_for_sweeps() {
         let d = tempfile::tempdir().unwrap();
         let files = plots(&sample(), d.path()).unwrap();
-        assert_eq!(files, vec!["block-size-write.svg".to_string()]);
+        assert_eq!(
+            files,
+            vec![
+                "seed-smallfile.svg",
+                "seed-largefile.svg",
+                "block-size-write.svg"
+            ]
+        );
         assert_eq!(
             (human_bytes(4096), human_bytes(10000), human_bytes(1 << 30)),
             ("4K".into(), "9.8K".into(), "1G".into())
         );
-        let svg = std::fs::read_to_string(d.path().join(&files[0])).unwrap();
+        let svg = std::fs::read_to_string(d.path().join(&files[2])).unwrap();
         assert!(svg.contains("<svg") && svg.contains("mortar"));
     }
 

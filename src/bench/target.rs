@@ -75,6 +75,17 @@ pub struct Target {
 }
 
 impl Target {
+    /// Records the mount the target just made: unmounted at teardown, and
+    /// the workloads run in a directory inside it.
+    fn mounted(mut self, mnt: PathBuf) -> anyhow::Result<Target> {
+        let m2 = mnt.clone();
+        self.teardown.push(Box::new(move || umount(&m2)));
+        self.dir = mnt.join("work");
+        self.mnt = Some(mnt);
+        std::fs::create_dir_all(&self.dir)?;
+        Ok(self)
+    }
+
     pub fn close(mut self) {
         while let Some(f) = self.teardown.pop() {
             f();
@@ -183,7 +194,7 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let _ = daemon.wait();
     }));
-    let mut t = Target {
+    let t = Target {
         name: "mortar".into(),
         dir: PathBuf::new(),
         mnt: None,
@@ -246,12 +257,7 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
         t.close();
         return Err(e);
     }
-    let m2 = mnt.clone();
-    t.teardown.push(Box::new(move || umount(&m2)));
-    t.dir = mnt.join("work");
-    t.mnt = Some(mnt);
-    std::fs::create_dir_all(&t.dir)?;
-    Ok(t)
+    t.mounted(mnt)
 }
 
 /// A GlusterFS volume of the same shape, through the `gluster` CLI.
@@ -327,12 +333,7 @@ pub fn glusterfs(base: &Path, shape: Shape) -> anyhow::Result<Target> {
         t.close();
         return Err(e);
     }
-    let m2 = mnt.clone();
-    t.teardown.push(Box::new(move || umount(&m2)));
-    t.dir = mnt.join("work");
-    t.mnt = Some(mnt);
-    std::fs::create_dir_all(&t.dir)?;
-    Ok(t)
+    t.mounted(mnt)
 }
 
 #[cfg(test)]

@@ -147,6 +147,31 @@ print('ok')
         assert_eq!(ok(&format!("md5sum < {}", b.join("mm").display())), sum);
     }
 
+    // A file opened for reading stays readable after its last name goes
+    // (unlinked, or renamed over), as POSIX wants.
+    let py = format!(
+        r#"
+import os
+for how in ('unlink', 'rename'):
+    p = '{d}/gone-' + how
+    with open(p, 'w') as f:
+        f.write('still here')
+    fd = os.open(p, os.O_RDONLY)
+    if how == 'unlink':
+        os.unlink(p)
+    else:
+        open(p + '.new', 'w').write('other')
+        os.rename(p + '.new', p)
+    assert os.read(fd, 100) == b'still here', how
+    os.close(fd)
+print('ok')
+"#
+    );
+    assert_eq!(
+        ok(&format!("python3 -c \"{}\"", py.replace('"', "\\\""))).trim(),
+        "ok"
+    );
+
     // Names: the index is hidden and reserved; long names and deep paths work.
     assert!(!sh(&format!("mkdir {d}/.mortar")).status.success());
     let long = "n".repeat(255);

@@ -33,6 +33,11 @@ impl<T: Clone> HandleMap<T> {
             .cloned()
             .ok_or_else(|| FsError::new(libc::EBADF, format!("unknown handle {fh}")))
     }
+    pub(crate) fn replace(&self, fh: u64, v: T) {
+        if let Some(slot) = self.map.lock().unwrap().get_mut(&fh) {
+            *slot = v;
+        }
+    }
     pub(crate) fn remove(&self, fh: u64) -> Option<T> {
         self.map.lock().unwrap().remove(&fh)
     }

@@ -13,6 +13,7 @@
 //! and `read_child` is the single place where a copy is chosen for reading.
 
 use super::HandleMap;
+use crate::core::fop::ANON_FH;
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, StatFs, Xlator};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct Replicate {
     /// `cluster.read-hash-mode`: 0 reads from the first replica up, 1 (and
     /// above, for now) spreads reads by gfid.
     read_hash_mode: std::sync::atomic::AtomicU8,
+    /// Our handles that read through anonymous brick handles, by gfid.
+    open_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
     /// Whether the "only possibly stale copies left" warning was logged.
     warned_stale: std::sync::atomic::AtomicBool,
 }
@@ -75,6 +78,7 @@ impl Replicate {
             fds: HandleMap::new(),
             read_hash_mode: std::sync::atomic::AtomicU8::new(1),
             warned_stale: std::sync::atomic::AtomicBool::new(false),
+            open_behind: Default::default(),
         }
     }
 
@@ -170,6 +174,43 @@ impl Replicate {
         Ok(self.pick(merge(res)?))
     }
 
+    /// Before a name goes (unlink, rename over it): if it names a file this
+    /// client reads through anonymous handles, open that file for real on
+    /// the bricks, so that it stays readable after its last name is gone, as
+    /// POSIX wants. Costs a lookup only while some file is open-behind.
+    async fn open_for_real(&self, cx: &Ctx, parent: Gfid, name: &crate::core::Name) {
+        if self.open_behind.lock().unwrap().is_empty() {
+            return;
+        }
+        let lookup = Fop::Lookup {
+            parent,
+            name: name.clone(),
+        };
+        let Ok(Reply::Entry(e)) = self.lookup(cx, lookup).await else {
+            return;
+        };
+        let gfid = e.attr.gfid;
+        let Some(fhs) = self.open_behind.lock().unwrap().remove(&gfid) else {
+            return;
+        };
+        for fh in fhs {
+            let up = self.up();
+            let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+            let open = Fop::Open {
+                gfid,
+                flags: libc::O_RDONLY,
+            };
+            let res = self.fan_out(cx, &up, |_| Some(open.clone())).await;
+            let mut real = vec![None; self.children.len()];
+            for (i, r) in res {
+                if let Ok(Reply::Opened { fh: f }) = r {
+                    real[i] = Some((f, epochs[i]));
+                }
+            }
+            self.fds.replace(fh, Arc::new(real));
+        }
+    }
+
     /// Asks the attribute child about metadata, falling back to the others
     /// if it is down.
     async fn meta_one(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
@@ -238,13 +279,28 @@ impl Replicate {
         };
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let mut res = Vec::new();
+        if read_only && matches!(fop, Fop::Open { .. }) {
+            // Open-behind: a file opened read-only is read through each
+            // brick's anonymous handle, so the open costs no round trip (the
+            // kernel has checked permissions; a file removed by another
+            // client meanwhile fails at its first read with ESTALE; one this
+            // client removes is opened for real first, `open_for_real`).
+            let fhs: Vec<_> = (0..self.children.len())
+                .map(|i| up.contains(&i).then_some((ANON_FH, epochs[i])))
+                .collect();
+            let fh = self.fds.insert(Arc::new(fhs));
+            let gfid = fop_gfid(&fop);
+            self.open_behind
+                .lock()
+                .unwrap()
+                .entry(gfid)
+                .or_default()
+                .push(fh);
+            return Ok(Reply::Opened { fh });
+        }
         if read_only {
-            // A listing is read from the attribute child, file data from the
-            // file's read child.
-            let i = match &fop {
-                Fop::Opendir { .. } => self.attr_child(&up)?,
-                _ => self.read_child(fop_gfid(&fop), &up)?,
-            };
+            // A listing is read from the attribute child.
+            let i = self.attr_child(&up)?;
             res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
         }
         if !res.iter().any(|(_, r)| r.is_ok()) {
@@ -306,7 +362,14 @@ impl Replicate {
         } else {
             self.fds.get(fh)?
         };
-        let targets = self.live(&fhs);
+        let mut targets = self.live(&fhs);
+        if release {
+            // Anonymous handles are the brick's to keep; nothing to close.
+            targets.retain(|&i| fhs[i].is_some_and(|(f, _)| f != ANON_FH));
+            if targets.is_empty() {
+                return Ok(Reply::Ok);
+            }
+        }
         if targets.is_empty() {
             return Err(FsError::notconn(format!(
                 "{}: no replica holding this file is up",
@@ -540,6 +603,15 @@ impl Xlator for Replicate {
                 .await
             }
             Fop::Release { gfid, fh } => {
+                {
+                    let mut ob = self.open_behind.lock().unwrap();
+                    if let Some(v) = ob.get_mut(&gfid) {
+                        v.retain(|&f| f != fh);
+                        if v.is_empty() {
+                            ob.remove(&gfid);
+                        }
+                    }
+                }
                 let _ = self
                     .with_handles(cx, fh, true, |f| Fop::Release { gfid, fh: f })
                     .await;
@@ -551,12 +623,22 @@ impl Xlator for Replicate {
                     .await;
                 Ok(Reply::Ok)
             }
+            Fop::Unlink { parent, ref name } => {
+                self.open_for_real(cx, parent, name).await;
+                self.to_all(cx, fop).await
+            }
+            Fop::Rename {
+                newparent,
+                ref newname,
+                ..
+            } => {
+                self.open_for_real(cx, newparent, newname).await;
+                self.to_all(cx, fop).await
+            }
             Fop::Setattr { .. }
             | Fop::Mknod { .. }
             | Fop::Mkdir { .. }
-            | Fop::Unlink { .. }
             | Fop::Rmdir { .. }
-            | Fop::Rename { .. }
             | Fop::Link { .. }
             | Fop::Symlink { .. }
             | Fop::Setxattr { .. }

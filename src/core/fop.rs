@@ -155,6 +155,12 @@ pub struct StatFs {
     pub namelen: u32,
 }
 
+/// The handle a client uses to read a file it never opened on a brick
+/// (GlusterFS's anonymous fd): the brick opens the file by gfid, read-only,
+/// and keeps it for the connection. Saves a round trip per read-only open.
+/// Real handles start at 1.
+pub const ANON_FH: u64 = 0;
+
 /// Every file operation. `fh` values are handles issued by the layer the
 /// operation is sent to (each translator maps its own to its children's).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -16,7 +16,7 @@
 //! `O_PATH` descriptors; xattrs, modes and times go through
 //! `/proc/self/fd/N`, which names exactly the object the descriptor holds.
 
-use crate::core::fop::TimeSet;
+use crate::core::fop::{TimeSet, ANON_FH};
 use crate::core::{
     Attr, Ctx, DirEntry, Entry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
     StatFs,
@@ -46,7 +46,8 @@ const DIR_CACHE_MAX: usize = 8192;
 
 /// An open file or a directory listing, held for one client connection.
 pub enum Handle {
-    File(File),
+    /// An open file and its gfid.
+    File(File, Gfid),
     Dir(Vec<(Vec<u8>, FileKind)>),
 }
 
@@ -56,7 +57,12 @@ pub enum Handle {
 pub struct FdTable {
     next: AtomicU64,
     map: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// Files read through the anonymous handle (`ANON_FH`), by gfid.
+    anon: Mutex<HashMap<Gfid, Arc<Handle>>>,
 }
+
+/// Anonymous files kept open per connection.
+const ANON_MAX: usize = 1024;
 
 impl FdTable {
     fn insert(&self, h: Handle) -> u64 {
@@ -64,6 +70,18 @@ impl FdTable {
         self.map.lock().unwrap().insert(fh, Arc::new(h));
         fh
     }
+    /// A file of this connection's, open under `gfid`: it stays reachable
+    /// after its last name (and so its gfid handle) is gone.
+    fn open_by_gfid(&self, gfid: Gfid) -> Option<Arc<Handle>> {
+        let open = self.map.lock().unwrap();
+        let found = open
+            .values()
+            .find(|h| matches!(&***h, Handle::File(_, g) if *g == gfid))
+            .cloned();
+        drop(open);
+        found.or_else(|| self.anon.lock().unwrap().get(&gfid).cloned())
+    }
+
     fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
         self.map
             .lock()
@@ -75,7 +93,7 @@ impl FdTable {
     fn file(&self, fh: u64) -> FsResult<Arc<Handle>> {
         let h = self.get(fh)?;
         match &*h {
-            Handle::File(_) => Ok(h),
+            Handle::File(..) => Ok(h),
             Handle::Dir(_) => Err(FsError::errno(libc::EISDIR)),
         }
     }
@@ -92,7 +110,7 @@ impl FdTable {
 
 fn as_file(h: &Handle) -> &File {
     match h {
-        Handle::File(f) => f,
+        Handle::File(f, _) => f,
         Handle::Dir(_) => unreachable!("checked by FdTable::file"),
     }
 }
@@ -555,7 +573,7 @@ impl Posix {
             return Err(e);
         }
         let attr = attr_of(&rfs::fstat(&file)?, gfid);
-        let fh = fds.insert(Handle::File(File::from(file)));
+        let fh = fds.insert(Handle::File(File::from(file), gfid));
         Ok(Reply::Created {
             entry: Entry { attr },
             fh,
@@ -777,6 +795,31 @@ impl Posix {
     }
 
     fn open_file(&self, fds: &FdTable, gfid: Gfid, flags: i32) -> FsResult<Reply> {
+        let f = self.open_gfid(gfid, flags)?;
+        Ok(Reply::Opened {
+            fh: fds.insert(Handle::File(f, gfid)),
+        })
+    }
+
+    /// The open file behind `fh`, or for `ANON_FH` the file `gfid` opened
+    /// read-only on the connection's behalf.
+    fn file_for(&self, fds: &FdTable, gfid: Gfid, fh: u64) -> FsResult<Arc<Handle>> {
+        if fh != ANON_FH {
+            return fds.file(fh);
+        }
+        if let Some(h) = fds.anon.lock().unwrap().get(&gfid) {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(Handle::File(self.open_gfid(gfid, libc::O_RDONLY)?, gfid));
+        let mut anon = fds.anon.lock().unwrap();
+        if anon.len() >= ANON_MAX {
+            anon.clear();
+        }
+        anon.insert(gfid, h.clone());
+        Ok(h)
+    }
+
+    fn open_gfid(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
         let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
         // O_DIRECT is not passed on: the brick writes through its page cache
         // (see docs/semantics.md); O_TRUNC arrives as a setattr.
@@ -798,13 +841,11 @@ impl Posix {
         if FileKind::from_mode(rfs::fstat(&f)?.st_mode) != FileKind::File {
             return Err(FsError::errno(libc::EINVAL));
         }
-        Ok(Reply::Opened {
-            fh: fds.insert(Handle::File(File::from(f))),
-        })
+        Ok(File::from(f))
     }
 
-    fn read(&self, fds: &FdTable, fh: u64, offset: u64, size: u32) -> FsResult<Reply> {
-        let h = fds.file(fh)?;
+    fn read(&self, fds: &FdTable, gfid: Gfid, fh: u64, offset: u64, size: u32) -> FsResult<Reply> {
+        let h = self.file_for(fds, gfid, fh)?;
         let f = as_file(&h);
         let mut buf = vec![0u8; size as usize];
         let mut got = 0;
@@ -820,8 +861,15 @@ impl Posix {
         Ok(Reply::Data(bytes::Bytes::from(buf)))
     }
 
-    fn write(&self, fds: &FdTable, fh: u64, offset: u64, data: &[u8]) -> FsResult<Reply> {
-        let h = fds.file(fh)?;
+    fn write(
+        &self,
+        fds: &FdTable,
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> FsResult<Reply> {
+        let h = self.file_for(fds, gfid, fh)?;
         let f = as_file(&h);
         // Written in pieces: measured on this project's machines, extending a
         // file by one 1 MiB pwrite costs several times more than by eight of
@@ -937,7 +985,14 @@ impl Posix {
                 let (_, attr) = self.lookup_at(&dir, *parent, name)?;
                 Ok(Reply::Entry(Entry { attr }))
             }
-            Fop::Getattr { gfid } => Ok(Reply::Attr(self.stat_gfid(*gfid)?)),
+            Fop::Getattr { gfid } => match self.stat_gfid(*gfid) {
+                // Unlinked but still open here: POSIX keeps it alive.
+                Err(e) if e.is(libc::ESTALE) => match fds.open_by_gfid(*gfid) {
+                    Some(h) => Ok(Reply::Attr(attr_of(&rfs::fstat(as_file(&h))?, *gfid))),
+                    None => Err(e),
+                },
+                r => r.map(Reply::Attr),
+            },
             Fop::Setattr { gfid, set } => self.setattr(*gfid, set),
             Fop::Mknod {
                 parent,
@@ -989,14 +1044,20 @@ impl Posix {
             }
             Fop::Open { gfid, flags } => self.open_file(fds, *gfid, *flags),
             Fop::Read {
-                fh, offset, size, ..
-            } => self.read(fds, *fh, *offset, *size),
+                gfid,
+                fh,
+                offset,
+                size,
+            } => self.read(fds, *gfid, *fh, *offset, *size),
             Fop::Write {
-                fh, offset, data, ..
-            } => self.write(fds, *fh, *offset, data),
-            Fop::Flush { fh, .. } => fds.file(*fh).map(|_| Reply::Ok),
-            Fop::Fsync { fh, datasync, .. } => {
-                let h = fds.file(*fh)?;
+                gfid,
+                fh,
+                offset,
+                data,
+            } => self.write(fds, *gfid, *fh, *offset, data),
+            Fop::Flush { gfid, fh } => self.file_for(fds, *gfid, *fh).map(|_| Reply::Ok),
+            Fop::Fsync { gfid, fh, datasync } => {
+                let h = self.file_for(fds, *gfid, *fh)?;
                 if *datasync {
                     rfs::fdatasync(as_file(&h))?;
                 } else {
@@ -1009,13 +1070,13 @@ impl Posix {
                 Ok(Reply::Ok)
             }
             Fop::Fallocate {
+                gfid,
                 fh,
                 mode,
                 offset,
                 len,
-                ..
             } => {
-                let h = fds.file(*fh)?;
+                let h = self.file_for(fds, *gfid, *fh)?;
                 rfs::fallocate(
                     as_file(&h),
                     rfs::FallocateFlags::from_bits_retain(*mode as u32),
@@ -1025,9 +1086,12 @@ impl Posix {
                 Ok(Reply::Ok)
             }
             Fop::Lseek {
-                fh, offset, whence, ..
+                gfid,
+                fh,
+                offset,
+                whence,
             } => {
-                let h = fds.file(*fh)?;
+                let h = self.file_for(fds, *gfid, *fh)?;
                 let pos = match *whence {
                     libc::SEEK_DATA => rfs::SeekFrom::Data(*offset),
                     libc::SEEK_HOLE => rfs::SeekFrom::Hole(*offset),
@@ -1095,7 +1159,7 @@ impl Posix {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fop::TimeSet;
+    use crate::core::fop::{TimeSet, ANON_FH};
 
     fn n(s: &str) -> Name {
         Name::new(s.as_bytes().to_vec()).unwrap()
@@ -1242,6 +1306,74 @@ mod tests {
         .unwrap();
         assert_eq!(
             b.call(Fop::Getattr { gfid }).unwrap_err().errno,
+            libc::ESTALE
+        );
+    }
+
+    #[test]
+    fn anonymous_reads_and_open_files_outlive_their_names() {
+        let b = brick();
+        let gfid = Gfid::random();
+        let c = Fop::Create {
+            parent: Gfid::ROOT,
+            name: n("f"),
+            gfid,
+            mode: 0o644,
+            umask: 0,
+            flags: libc::O_RDWR,
+        };
+        let Reply::Created { fh, .. } = b.call(c).unwrap() else {
+            panic!()
+        };
+        b.call(Fop::Write {
+            gfid,
+            fh,
+            offset: 0,
+            data: bytes::Bytes::from_static(b"data"),
+        })
+        .unwrap();
+        // Read without ever opening: the brick opens it by gfid.
+        let read = |b: &Brick| {
+            b.call(Fop::Read {
+                gfid,
+                fh: ANON_FH,
+                offset: 0,
+                size: 10,
+            })
+        };
+        let Reply::Data(d) = read(&b).unwrap() else {
+            panic!()
+        };
+        assert_eq!(&d[..], b"data");
+        // Anonymous handles are read-only.
+        let w = Fop::Write {
+            gfid,
+            fh: ANON_FH,
+            offset: 0,
+            data: bytes::Bytes::from_static(b"x"),
+        };
+        assert_eq!(b.call(w).unwrap_err().errno, libc::EBADF);
+        // Unlinked while open here: still readable and stat-able, as POSIX wants.
+        b.call(Fop::Unlink {
+            parent: Gfid::ROOT,
+            name: n("f"),
+        })
+        .unwrap();
+        assert!(matches!(read(&b).unwrap(), Reply::Data(d) if &d[..] == b"data"));
+        assert_eq!(
+            b.call(Fop::Getattr { gfid })
+                .unwrap()
+                .into_attr()
+                .unwrap()
+                .nlink,
+            0
+        );
+        // Another connection, which never had it open, sees it gone.
+        let other = FdTable::default();
+        assert_eq!(
+            b.p.call(&Ctx::root(), &other, &Fop::Getattr { gfid })
+                .unwrap_err()
+                .errno,
             libc::ESTALE
         );
     }

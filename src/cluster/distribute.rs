@@ -22,6 +22,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 const CHILD_SHIFT: u32 = 48;
+/// Objects whose replica set is remembered.
+const PLACED_MAX: usize = 1 << 18;
 const OFFSET_MASK: u64 = (1 << CHILD_SHIFT) - 1;
 
 pub struct Distribute {
@@ -52,7 +54,13 @@ impl Distribute {
 
     fn learn(&self, attr: &Attr, child: usize) {
         if attr.kind != FileKind::Dir {
-            self.placed.lock().unwrap().insert(attr.gfid, child);
+            let mut placed = self.placed.lock().unwrap();
+            // A cache, refilled on a miss by asking every child: bounded so
+            // that a long-lived mount over many files does not grow forever.
+            if placed.len() >= PLACED_MAX {
+                placed.clear();
+            }
+            placed.insert(attr.gfid, child);
         }
     }
 

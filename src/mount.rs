@@ -224,6 +224,12 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     tracing::info!(volume = %vol, dir = %a.dir.display(), "mounting");
     fuser::mount(fs, &a.dir, &cfg)?;
     tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
+    // Settle what was changed last, so that the bricks' heal index is
+    // left empty by a clean unmount.
+    let _ = rt.block_on(tokio::time::timeout(
+        Duration::from_secs(5),
+        graph.top.shutdown(),
+    ));
     drop(graph);
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())

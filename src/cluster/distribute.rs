@@ -285,6 +285,10 @@ impl Xlator for Distribute {
         self.children.iter().map(|c| c.requests()).sum()
     }
 
+    async fn shutdown(&self) {
+        join_all(self.children.iter().map(|c| c.shutdown())).await;
+    }
+
     fn reconfigure(&self, options: &crate::core::Options) {
         for c in &self.children {
             c.reconfigure(options);
@@ -514,6 +518,14 @@ impl Xlator for Distribute {
             | Fop::Getxattr { .. }
             | Fop::Listxattr { .. }
             | Fop::Removexattr { .. } => self.on_object(cx, fop).await,
+            Fop::Lock { .. }
+            | Fop::Unlock { .. }
+            | Fop::Clear { .. }
+            | Fop::Pending { .. }
+            | Fop::Checksum { .. } => Err(FsError::new(
+                libc::EOPNOTSUPP,
+                "replication bookkeeping goes to bricks directly",
+            )),
         }
     }
 }

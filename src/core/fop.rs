@@ -105,6 +105,10 @@ pub struct Attr {
     pub atime: (i64, u32),
     pub mtime: (i64, u32),
     pub ctime: (i64, u32),
+    /// Replica positions this copy knows to have missed changes (its
+    /// `trusted.mortar.blame` xattr; see docs/replication.md). Zero when
+    /// nothing is pending.
+    pub blame: u32,
 }
 
 /// A name that was looked up or created, with what it refers to.
@@ -306,6 +310,42 @@ pub enum Fop {
         gfid: Gfid,
         name: String,
     },
+    // Replication bookkeeping (docs/replication.md). Sent by the replicate
+    // translator and the self-heal daemon, never by the FUSE layer.
+    /// Takes the object's lock for this connection (granted at once if this
+    /// connection holds it already), waiting for it or failing with EAGAIN
+    /// when `wait` is false. With `mark`, also opens this connection's change
+    /// session on the object (it enters the brick's heal index until the
+    /// session ends) and adds `mark` to the replica positions it blames.
+    Lock {
+        gfid: Gfid,
+        wait: bool,
+        mark: Option<u32>,
+    },
+    /// Ends this connection's change sessions on the objects (every replica
+    /// sent a change got it) and releases their locks.
+    Unlock {
+        gfids: Vec<Gfid>,
+    },
+    /// Heal: removes `unblame` from the object's blame, and the object from
+    /// the heal index when nothing is left pending on it. Answers the blame
+    /// left.
+    Clear {
+        gfid: Gfid,
+        unblame: u32,
+    },
+    /// The brick's heal index: objects that may differ between replicas.
+    Pending {
+        max: u32,
+    },
+    /// A hash of each `block`-sized piece of a file's data, from `offset`,
+    /// `count` pieces at most (fewer at the end of the file).
+    Checksum {
+        gfid: Gfid,
+        offset: u64,
+        block: u32,
+        count: u32,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -327,6 +367,10 @@ pub enum Reply {
     Entries(Vec<DirEntry>),
     StatFs(StatFs),
     Xattr(serde_bytes::ByteBuf),
+    Gfids(Vec<Gfid>),
+    Sums(Vec<u64>),
+    /// The blame left on an object (`Fop::Clear`).
+    Blame(u32),
 }
 
 impl Fop {
@@ -361,6 +405,11 @@ impl Fop {
             Fop::Getxattr { .. } => "getxattr",
             Fop::Listxattr { .. } => "listxattr",
             Fop::Removexattr { .. } => "removexattr",
+            Fop::Lock { .. } => "lock",
+            Fop::Unlock { .. } => "unlock",
+            Fop::Clear { .. } => "clear",
+            Fop::Pending { .. } => "pending",
+            Fop::Checksum { .. } => "checksum",
         }
     }
 

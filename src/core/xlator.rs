@@ -3,9 +3,13 @@
 //! A parent learns whether a child can serve from `is_up`, which the
 //! protocol client keeps current from its connection and ping timer.
 
-use super::{Fop, FsResult, Reply};
+use super::{Fop, FsResult, Gfid, Reply};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+/// Receives a brick's unasked notices: their kind ("contention": another
+/// client waits for a lock this one holds) and object.
+pub type Upcall = std::sync::Arc<dyn Fn(&str, Gfid) + Send + Sync>;
 
 /// Volume options in force, by key (see `mgmt::options`).
 pub type Options = std::collections::BTreeMap<String, String>;
@@ -49,4 +53,10 @@ pub trait Xlator: Send + Sync {
     /// Applies changed volume options (key → value in force) to this
     /// translator and its children, without rebuilding the graph.
     fn reconfigure(&self, _options: &Options) {}
+    /// Where to deliver notices from the bricks below (the parent that
+    /// holds their locks subscribes).
+    fn set_upcall(&self, _upcall: Upcall) {}
+    /// Lets go of what this translator holds on the bricks (locks, change
+    /// sessions) before the client exits.
+    async fn shutdown(&self) {}
 }

@@ -975,5 +975,6 @@ fn placeholder_attr() -> Attr {
         atime: (0, 0),
         mtime: (0, 0),
         ctime: (0, 0),
+        blame: 0,
     }
 }

@@ -51,6 +51,7 @@ struct Shared {
     last_heard: AtomicU64,
     epoch: Instant,
     changed: Notify,
+    upcall: Mutex<Option<crate::core::xlator::Upcall>>,
 }
 
 pub struct ProtocolClient {
@@ -74,6 +75,7 @@ impl ProtocolClient {
             last_heard: AtomicU64::new(0),
             epoch: Instant::now(),
             changed: Notify::new(),
+            upcall: Mutex::new(None),
         });
         tokio::spawn(keep_connected(Arc::downgrade(&shared)));
         ProtocolClient { shared }
@@ -212,7 +214,14 @@ async fn run_connection(
                         let _ = waiter.send(result);
                     }
                 }
-                Ok(Some(Msg::Pong { .. })) | Ok(Some(Msg::Notice { .. })) => sh.heard(),
+                Ok(Some(Msg::Pong { .. })) => sh.heard(),
+                Ok(Some(Msg::Notice { kind, gfid })) => {
+                    sh.heard();
+                    let up = sh.upcall.lock().unwrap().clone();
+                    if let (Some(up), Some(g)) = (up, gfid) {
+                        up(&kind, g);
+                    }
+                }
                 Ok(Some(other)) => break format!("unexpected message {other:?}"),
                 Ok(None) => break "connection closed by the brick".into(),
                 Err(e) => break format!("read failed: {e}"),
@@ -268,6 +277,10 @@ impl Xlator for ProtocolClient {
                 tracing::info!(client = %self.shared.name, "network.ping-timeout is now {secs}s");
             }
         }
+    }
+
+    fn set_upcall(&self, upcall: crate::core::xlator::Upcall) {
+        *self.shared.upcall.lock().unwrap() = Some(upcall);
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {

@@ -6,9 +6,12 @@
 //! every file it had open.
 
 use super::wire::{self, Msg};
-use crate::core::{Fop, FsError};
+use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
+use crate::storage::locks::{Acquire, ConnId, LockTable};
 use crate::storage::posix::{FdTable, Posix};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -22,7 +25,9 @@ fn is_slow(fop: &Fop) -> bool {
         | Fop::Fallocate { .. }
         | Fop::Opendir { .. }
         | Fop::Readdir { .. }
-        | Fop::Unlink { .. } => true,
+        | Fop::Unlink { .. }
+        | Fop::Checksum { .. }
+        | Fop::Pending { .. } => true,
         Fop::Read { size, .. } => *size as usize > BIG,
         Fop::Write { data, .. } => data.len() > BIG,
         Fop::Setattr { set, .. } => set.size.is_some(),
@@ -30,13 +35,88 @@ fn is_slow(fop: &Fop) -> bool {
     }
 }
 
+/// What all connections to one brick share.
+struct Brick {
+    posix: Arc<Posix>,
+    locks: LockTable,
+    /// Where to send unasked notices to each connection.
+    conns: Mutex<HashMap<ConnId, mpsc::Sender<wire::Frame>>>,
+    next_conn: AtomicU64,
+}
+
+impl Brick {
+    /// Tells a lock's owner that someone waits for it.
+    fn contention(&self, owner: ConnId, gfid: Gfid) {
+        if let Some(tx) = self.conns.lock().unwrap().get(&owner) {
+            let _ = tx.try_send(wire::encode(&Msg::Notice {
+                kind: "contention".into(),
+                gfid: Some(gfid),
+            }));
+        }
+    }
+
+    /// Serves `Fop::Lock`: answers at once, or from a task once granted.
+    fn lock(
+        self: &Arc<Self>,
+        conn: ConnId,
+        fds: &Arc<FdTable>,
+        tx: &mpsc::Sender<wire::Frame>,
+        id: u64,
+        cx: Ctx,
+        fop: Fop,
+    ) -> Option<FsResult<Reply>> {
+        let Fop::Lock { gfid, wait, .. } = fop else {
+            unreachable!()
+        };
+        match self.locks.acquire(conn, gfid, wait) {
+            Acquire::Granted => {
+                let r = self.posix.call(&cx, fds, &fop);
+                if r.is_err() {
+                    // Marking failed (the object is gone): the client does
+                    // not count this lock as held, so it is not kept.
+                    self.locks.release(conn, gfid);
+                }
+                Some(r)
+            }
+            Acquire::Busy { owner } => {
+                self.contention(owner, gfid);
+                Some(Err(FsError::errno(libc::EAGAIN)))
+            }
+            Acquire::Wait { owner, granted } => {
+                self.contention(owner, gfid);
+                let (me, fds, tx) = (self.clone(), fds.clone(), tx.clone());
+                tokio::spawn(async move {
+                    if granted.await.is_err() {
+                        return;
+                    }
+                    if me.locks.contended(gfid) {
+                        me.contention(conn, gfid);
+                    }
+                    let result = me.posix.call(&cx, &fds, &fop);
+                    if result.is_err() {
+                        me.locks.release(conn, gfid);
+                    }
+                    let _ = tx.send(wire::encode(&Msg::Answer { id, result })).await;
+                });
+                None
+            }
+        }
+    }
+}
+
 pub async fn serve(listener: TcpListener, posix: Arc<Posix>) -> std::io::Result<()> {
+    let brick = Arc::new(Brick {
+        posix,
+        locks: LockTable::default(),
+        conns: Mutex::new(HashMap::new()),
+        next_conn: AtomicU64::new(1),
+    });
     loop {
         let (stream, peer) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let posix = posix.clone();
+        let brick = brick.clone();
         tokio::spawn(async move {
-            match serve_conn(stream, posix).await {
+            match serve_conn(stream, brick).await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
                 Err(e) => tracing::warn!(%peer, "connection ended: {e}"),
             }
@@ -44,7 +124,8 @@ pub async fn serve(listener: TcpListener, posix: Arc<Posix>) -> std::io::Result<
     }
 }
 
-async fn serve_conn(stream: TcpStream, posix: Arc<Posix>) -> std::io::Result<()> {
+async fn serve_conn(stream: TcpStream, shared: Arc<Brick>) -> std::io::Result<()> {
+    let posix = shared.posix.clone();
     let (rd, mut wr) = stream.into_split();
     // Buffered, so that one read system call takes in many requests.
     let mut rd = tokio::io::BufReader::with_capacity(256 << 10, rd);
@@ -102,6 +183,8 @@ async fn serve_conn(stream: TcpStream, posix: Arc<Posix>) -> std::io::Result<()>
     let writer = tokio::spawn(wire::pump(wr, rx));
 
     let fds = Arc::new(FdTable::default());
+    let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    shared.conns.lock().unwrap().insert(conn, tx.clone());
     let result = loop {
         let msg = match wire::read_frame(&mut rd).await {
             Ok(Some(m)) => m,
@@ -109,6 +192,29 @@ async fn serve_conn(stream: TcpStream, posix: Arc<Posix>) -> std::io::Result<()>
             Err(e) => break Err(e),
         };
         match msg {
+            Msg::Call {
+                id,
+                cx,
+                fop: fop @ Fop::Lock { .. },
+            } => {
+                if let Some(result) = shared.lock(conn, &fds, &tx, id, cx, fop) {
+                    let _ = tx.send(wire::encode(&Msg::Answer { id, result })).await;
+                }
+            }
+            Msg::Call {
+                id,
+                cx,
+                fop: Fop::Unlock { gfids },
+            } => {
+                let fop = Fop::Unlock { gfids };
+                let result = posix.call(&cx, &fds, &fop);
+                if let Fop::Unlock { gfids } = &fop {
+                    for g in gfids {
+                        shared.locks.release(conn, *g);
+                    }
+                }
+                let _ = tx.send(wire::encode(&Msg::Answer { id, result })).await;
+            }
             Msg::Call { id, cx, fop } if !is_slow(&fop) => {
                 // Quick operations run right here: no thread hand-off, which
                 // is most of the cost of a small request.
@@ -144,6 +250,9 @@ async fn serve_conn(stream: TcpStream, posix: Arc<Posix>) -> std::io::Result<()>
             }
         }
     };
+    shared.conns.lock().unwrap().remove(&conn);
+    shared.locks.release_all(conn);
+    posix.disconnect(&fds);
     drop(tx);
     let _ = writer.await;
     result

@@ -59,6 +59,8 @@ pub struct FdTable {
     map: Mutex<HashMap<u64, Arc<Handle>>>,
     /// Files read through the anonymous handle (`ANON_FH`), by gfid.
     anon: Mutex<HashMap<Gfid, Arc<Handle>>>,
+    /// Objects this connection has an open change session on (`index.rs`).
+    pub(super) sessions: Mutex<std::collections::HashSet<Gfid>>,
 }
 
 /// Anonymous files kept open per connection.
@@ -117,11 +119,13 @@ fn as_file(h: &Handle) -> &File {
 
 pub struct Posix {
     path: PathBuf,
-    root: OwnedFd,
+    pub(super) root: OwnedFd,
     dirs: Mutex<HashMap<Gfid, Arc<OwnedFd>>>,
+    /// Open change sessions per object, over all connections (`index.rs`).
+    pub(super) sessions: Mutex<HashMap<Gfid, u32>>,
 }
 
-fn proc_path(fd: impl AsFd) -> String {
+pub(super) fn proc_path(fd: impl AsFd) -> String {
     format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
 }
 
@@ -140,7 +144,7 @@ fn open_child(dir: impl AsFd, name: &Name) -> FsResult<OwnedFd> {
     )?)
 }
 
-fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
+pub(super) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
     let p = proc_path(fd);
     let mut buf = vec![0u8; 256];
     loop {
@@ -158,7 +162,12 @@ fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
     }
 }
 
-fn set_xattr(fd: impl AsFd, name: &str, value: &[u8], flags: rfs::XattrFlags) -> FsResult<()> {
+pub(super) fn set_xattr(
+    fd: impl AsFd,
+    name: &str,
+    value: &[u8],
+    flags: rfs::XattrFlags,
+) -> FsResult<()> {
     Ok(rfs::setxattr(proc_path(fd), name, value, flags)?)
 }
 
@@ -193,6 +202,7 @@ fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
         atime: (st.st_atime, st.st_atime_nsec as u32),
         mtime: (st.st_mtime, st.st_mtime_nsec as u32),
         ctime: (st.st_ctime, st.st_ctime_nsec as u32),
+        blame: 0,
     }
 }
 
@@ -225,7 +235,7 @@ impl Posix {
             }
             None => set_xattr(&root, GFID_XATTR, &Gfid::ROOT.0, rfs::XattrFlags::empty())?,
         }
-        for d in [META_DIR, INDEX_REL] {
+        for d in [META_DIR, INDEX_REL, super::index::PENDING_REL] {
             match rfs::mkdirat(&root, d, Mode::from_raw_mode(0o700)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(e.into()),
@@ -235,6 +245,7 @@ impl Posix {
             path: path.to_path_buf(),
             root,
             dirs: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
         };
         // The root's handle points back to the brick root.
         p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
@@ -313,7 +324,7 @@ impl Posix {
     }
 
     /// Resolves a gfid to an `O_PATH` descriptor of the object.
-    fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+    pub(super) fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
         if let Some(fd) = self.dirs.lock().unwrap().get(&gfid) {
             return Ok(fd.clone());
         }
@@ -441,12 +452,16 @@ impl Posix {
             }
         };
         let st = rfs::fstat(&fd)?;
-        Ok((fd, attr_of(&st, gfid)))
+        let mut attr = attr_of(&st, gfid);
+        attr.blame = super::index::read_blame(&fd)?;
+        Ok((fd, attr))
     }
 
     fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
         let fd = self.resolve(gfid)?;
-        Ok(attr_of(&rfs::fstat(&*fd)?, gfid))
+        let mut attr = attr_of(&rfs::fstat(&*fd)?, gfid);
+        attr.blame = super::index::read_blame(&*fd)?;
+        Ok(attr)
     }
 
     /// Sets gfid, owner and group of a freshly created object; on failure the
@@ -819,7 +834,7 @@ impl Posix {
         Ok(h)
     }
 
-    fn open_gfid(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
+    pub(super) fn open_gfid(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
         let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
         // O_DIRECT is not passed on: the brick writes through its page cache
         // (see docs/semantics.md); O_TRUNC arrives as a setattr.
@@ -1152,6 +1167,28 @@ impl Posix {
                 rfs::removexattr(proc_path(&*fd), name.as_str())?;
                 Ok(Reply::Ok)
             }
+            Fop::Lock { gfid, mark, .. } => {
+                // The lock itself is the server's (it may wait); here only
+                // the change session it opens.
+                if let Some(blame) = mark {
+                    self.mark(fds, *gfid, *blame)?;
+                }
+                Ok(Reply::Ok)
+            }
+            Fop::Unlock { gfids } => {
+                self.settle(fds, gfids);
+                Ok(Reply::Ok)
+            }
+            Fop::Clear { gfid, unblame } => self.clear(*gfid, *unblame).map(Reply::Blame),
+            Fop::Pending { max } => self.pending(*max as usize).map(Reply::Gfids),
+            Fop::Checksum {
+                gfid,
+                offset,
+                block,
+                count,
+            } => self
+                .checksum(*gfid, *offset, *block, *count)
+                .map(Reply::Sums),
         }
     }
 }

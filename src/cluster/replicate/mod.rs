@@ -6,17 +6,28 @@
 //! different files spread over the replicas; names and attributes come from
 //! one child for every object (`attr_child`), so that they are stable.
 //!
-//! What this translator does not do yet (issue "Replicate"): record which
-//! copy missed a change while its brick was down, heal it, enforce quorum,
-//! or order concurrent writers on different clients. The seams are here:
+//! Changes run as transactions (`txn.rs`): quorum, a lock kept across a
+//! client's consecutive changes, a durable record on the bricks of which
+//! replicas missed a change (the blame), before the change is acknowledged.
+//! Reads never go to a copy another copy blames (`readable`); the blame
+//! each copy records comes back with every lookup and getattr.
 //! `merge` is the single place where answers of the replicas are judged,
-//! and `read_child` is the single place where a copy is chosen for reading.
+//! and `readable` the single place where copies are chosen for reading.
+
+mod txn;
 
 use super::HandleMap;
 use crate::core::fop::ANON_FH;
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, StatFs, Xlator};
 use async_trait::async_trait;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+pub use txn::Quorum;
+use txn::Txns;
+
+/// Objects whose blame is remembered at most (beyond, the oldest knowledge
+/// is dropped and learnt again from the next lookup).
+const BAD_MAX: usize = 1 << 16;
 
 /// Per child: its handle and its epoch when the handle was issued.
 type ChildHandles = Vec<Option<(u64, u64)>>;
@@ -32,8 +43,9 @@ pub struct Replicate {
     read_hash_mode: std::sync::atomic::AtomicU8,
     /// Our handles that read through anonymous brick handles, by gfid.
     open_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
-    /// Whether the "only possibly stale copies left" warning was logged.
-    warned_stale: std::sync::atomic::AtomicBool,
+    txns: Arc<Txns>,
+    /// Objects some of whose copies are blamed: gfid → those copies.
+    bad: Mutex<HashMap<Gfid, u32>>,
 }
 
 /// The answers of several replicas, judged as one.
@@ -73,12 +85,13 @@ pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<Vec<(usize, Rep
 impl Replicate {
     pub fn new(name: String, children: Vec<Arc<dyn Xlator>>) -> Self {
         Replicate {
-            name,
-            children,
             fds: HandleMap::new(),
             read_hash_mode: std::sync::atomic::AtomicU8::new(1),
-            warned_stale: std::sync::atomic::AtomicBool::new(false),
             open_behind: Default::default(),
+            txns: Txns::new(name.clone(), children.clone()),
+            bad: Mutex::new(HashMap::new()),
+            name,
+            children,
         }
     }
 
@@ -92,9 +105,9 @@ impl Replicate {
     /// attribute child's, so that the attributes of an object (times differ
     /// by a few nanoseconds between copies) do not flip from call to call,
     /// which tools like tar take for a change.
-    fn pick(&self, mut ok: Vec<(usize, Reply)>) -> Reply {
+    fn pick(&self, gfid: Gfid, mut ok: Vec<(usize, Reply)>) -> Reply {
         let idx: Vec<usize> = ok.iter().map(|(i, _)| *i).collect();
-        let want = self.attr_child(&idx).unwrap_or(idx[0]);
+        let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
         let pos = ok.iter().position(|(i, _)| *i == want).unwrap_or(0);
         ok.swap_remove(pos).1
     }
@@ -103,42 +116,58 @@ impl Replicate {
     /// first one up. One copy for all metadata keeps attributes stable and
     /// lets directory listings hand cacheable attributes to the kernel;
     /// file data is spread over the replicas by `read_child`.
-    fn attr_child(&self, allowed: &[usize]) -> FsResult<usize> {
-        self.readable(allowed)
-            .first()
-            .copied()
-            .ok_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))
+    fn attr_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
+        Ok(self.readable(gfid, allowed)?[0])
     }
 
-    /// Of `allowed`, the children that have not lost their connection
-    /// since this client started: a brick that was down may have missed
-    /// changes, and until self-heal exists (the replicate issue) nothing says
-    /// which, so it is not read from while another copy is up. Changes still
-    /// go to it. If only such copies are left they are read, with a warning.
-    fn readable(&self, allowed: &[usize]) -> Vec<usize> {
-        let fresh: Vec<usize> = allowed
+    /// Of `allowed`, the copies of `gfid` no other copy blames. Never
+    /// empty: with no good copy up, the object cannot be read (EIO if some
+    /// copy is up but blamed: reading it could return stale data).
+    fn readable(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<Vec<usize>> {
+        if allowed.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let bad = self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0);
+        let good: Vec<usize> = allowed
             .iter()
             .copied()
-            .filter(|&i| self.children[i].epoch() == 0)
+            .filter(|&i| bad & (1 << i) == 0)
             .collect();
-        if fresh.is_empty() && !allowed.is_empty() {
-            if !self
-                .warned_stale
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                tracing::warn!(xlator = %self.name, "every replica up has been down since mount; reading from one that may be stale");
-            }
-            return allowed.to_vec();
+        if good.is_empty() {
+            return Err(FsError::new(
+                libc::EIO,
+                format!(
+                    "{}: {gfid}: no good copy is up (copies {bad:#b} missed changes and are not healed yet)",
+                    self.name
+                ),
+            ));
         }
-        fresh
+        Ok(good)
+    }
+
+    /// What the copies of `gfid` said about each other: `blame` is the union
+    /// of their blames (a fresh lookup replaces what was known, a change
+    /// that some replica missed adds to it).
+    fn learn(&self, gfid: Gfid, blame: u32, replace: bool) {
+        let mut bad = self.bad.lock().unwrap();
+        let b = if replace {
+            blame
+        } else {
+            bad.get(&gfid).copied().unwrap_or(0) | blame
+        };
+        if b == 0 {
+            bad.remove(&gfid);
+        } else {
+            if bad.len() >= BAD_MAX {
+                bad.clear();
+            }
+            bad.insert(gfid, b);
+        }
     }
 
     /// The child to read `gfid` from: spread by gfid over the children up.
     fn read_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
-        let allowed = &self.readable(allowed)[..];
-        if allowed.is_empty() {
-            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
-        }
+        let allowed = &self.readable(gfid, allowed)?[..];
         if self
             .read_hash_mode
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -165,13 +194,79 @@ impl Replicate {
         join_all(calls).await
     }
 
-    async fn to_all(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+    /// Starts transactions on `objs` (in gfid order, so that two clients
+    /// never wait for each other crosswise) for a change meant for `want`.
+    async fn begin(
+        &self,
+        objs: &[Gfid],
+        want: &[usize],
+    ) -> FsResult<(Vec<txn::Ticket>, Vec<usize>)> {
+        let mut objs = objs.to_vec();
+        objs.sort();
+        objs.dedup();
+        let mut targets = want.to_vec();
+        let mut tickets = Vec::new();
+        for g in objs {
+            match self.txns.begin(g, &targets).await {
+                Ok(t) => {
+                    targets = t.targets.clone();
+                    tickets.push(t);
+                }
+                Err(e) => {
+                    self.finish(tickets, &[]).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok((tickets, targets))
+    }
+
+    async fn finish(&self, tickets: Vec<txn::Ticket>, res: &[(usize, FsResult<Reply>)]) {
+        for t in tickets {
+            let gfid = t.gfid();
+            let failed = self.txns.finish(t, res).await;
+            if failed != 0 {
+                self.learn(gfid, failed, false);
+            }
+        }
+    }
+
+    /// A change of names or metadata, to every replica up, as a transaction
+    /// on the objects it changes (`txn_objects`).
+    async fn change(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let up = self.up();
         if up.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
-        let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
-        Ok(self.pick(merge(res)?))
+        let (tickets, targets) = self.begin(&txn_objects(&fop), &up).await?;
+        let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
+        self.finish(tickets, &res).await;
+        Ok(self.pick(fop_gfid(&fop), merge(res)?))
+    }
+
+    /// A change through an open file (write, fallocate), to every replica
+    /// holding the file open.
+    async fn change_handles(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        fh: u64,
+        make: impl Fn(u64) -> Fop,
+    ) -> FsResult<Reply> {
+        let fhs = self.fds.get(fh)?;
+        let live = self.live(&fhs);
+        if live.is_empty() {
+            return Err(FsError::notconn(format!(
+                "{}: no replica holding this file is up",
+                self.name
+            )));
+        }
+        let (tickets, targets) = self.begin(&[gfid], &live).await?;
+        let res = self
+            .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
+            .await;
+        self.finish(tickets, &res).await;
+        Ok(self.pick(gfid, merge(res)?))
     }
 
     /// Before a name goes (unlink, rename over it): if it names a file this
@@ -214,41 +309,36 @@ impl Replicate {
     /// Asks the attribute child about metadata, falling back to the others
     /// if it is down.
     async fn meta_one(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let gfid = fop_gfid(&fop);
         let mut up = self.up();
         loop {
-            let i = self.attr_child(&up)?;
+            let i = self.attr_child(gfid, &up)?;
             match self.children[i].call(cx, fop.clone()).await {
                 Err(e) if e.is(libc::ENOTCONN) => up.retain(|&c| c != i),
+                Ok(Reply::Attr(a)) => {
+                    self.learn(gfid, a.blame, false);
+                    return Ok(Reply::Attr(a));
+                }
                 r => return r,
             }
         }
     }
 
     /// Lookups ask every replica, so that a name missing on one copy is
-    /// still found on the others; the attribute child's copy answers when it has
-    /// the name.
+    /// still found on the others. Copies of the directory that missed
+    /// changes to its names are not believed; the answers say what the
+    /// object's copies blame, which decides where it is read from.
     async fn lookup(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let parent = fop_gfid(&fop);
         let up = self.up();
-        let mut pending: FuturesUnordered<_> = up
-            .iter()
-            .map(|&i| {
-                let (child, fop) = (self.children[i].clone(), fop.clone());
-                async move { (i, child.call(cx, fop).await) }
-            })
-            .collect();
+        let trusted = self.readable(parent, &up)?;
+        let res = self.fan_out(cx, &trusted, |_| Some(fop.clone())).await;
         let mut err: Option<FsError> = None;
-        // The first copy found is kept; the attribute child's answer, when
-        // it comes, is preferred (see `pick`).
-        let mut found: Option<(usize, Reply)> = None;
-        while let Some((i, r)) = pending.next().await {
+        let mut found: Vec<(usize, crate::core::Entry)> = Vec::new();
+        for (i, r) in res {
             match r {
-                Ok(rep) => {
-                    if self.attr_child(&up).ok() == Some(i) {
-                        return Ok(rep);
-                    }
-                    found.get_or_insert((i, rep));
-                }
+                Ok(Reply::Entry(e)) => found.push((i, e)),
+                Ok(other) => return Ok(other),
                 Err(e) => {
                     if err.as_ref().is_none_or(|x| x.is(libc::ENOTCONN)) {
                         err = Some(e);
@@ -256,10 +346,88 @@ impl Replicate {
                 }
             }
         }
-        if let Some((_, rep)) = found {
-            return Ok(rep);
+        if found.is_empty() {
+            return Err(
+                err.unwrap_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))
+            );
         }
-        Err(err.unwrap_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name))))
+        let gfid = found[0].1.attr.gfid;
+        if found.iter().any(|(_, e)| e.attr.gfid != gfid) {
+            tracing::warn!(xlator = %self.name, ?fop, "copies of one name carry different gfids; heal will settle it");
+        }
+        let blame = found
+            .iter()
+            .filter(|(_, e)| e.attr.gfid == gfid)
+            .fold(0, |b, (_, e)| b | e.attr.blame);
+        self.learn(gfid, blame, true);
+        let idx: Vec<usize> = found.iter().map(|(i, _)| *i).collect();
+        let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
+        let pos = found.iter().position(|(i, _)| *i == want).unwrap_or(0);
+        Ok(Reply::Entry(found.swap_remove(pos).1))
+    }
+
+    /// Creates a file as a transaction on its directory; right behind the
+    /// create, on the same connections, the new file is locked, so that its
+    /// first writes cost no round trip.
+    async fn create(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let Fop::Create { parent, gfid, .. } = fop else {
+            unreachable!()
+        };
+        let up = self.up();
+        if up.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let (tickets, targets) = self.begin(&[parent], &up).await?;
+        let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+        let blame =
+            ((1u32 << self.children.len()) - 1) & !targets.iter().fold(0, |b, &i| b | 1 << i);
+        let calls = targets.iter().map(|&i| {
+            let child = self.children[i].clone();
+            let fop = fop.clone();
+            async move {
+                let lock = Fop::Lock {
+                    gfid,
+                    wait: false,
+                    mark: Some(blame),
+                };
+                let root = Ctx::root();
+                let (c, l) =
+                    futures_util::future::join(child.call(cx, fop), child.call(&root, lock)).await;
+                (i, c, l.is_ok())
+            }
+        });
+        let out = join_all(calls).await;
+        let locked: Vec<usize> = out
+            .iter()
+            .filter(|(_, c, l)| c.is_ok() && *l)
+            .map(|(i, _, _)| *i)
+            .collect();
+        let res: Vec<(usize, FsResult<Reply>)> = out.into_iter().map(|(i, c, _)| (i, c)).collect();
+        self.finish(tickets, &res).await;
+        self.txns.adopt(gfid, &locked, blame, &epochs).await;
+        let mut fhs = vec![None; self.children.len()];
+        for (i, r) in &res {
+            if let Ok(rep) = r {
+                fhs[*i] = rep.clone().into_fh().ok().map(|fh| (fh, epochs[*i]));
+            }
+        }
+        match merge(res) {
+            Ok(ok) => {
+                let Reply::Created { entry, .. } = self.pick(gfid, ok) else {
+                    return Err(FsError::new(libc::EIO, "create answered without an entry"));
+                };
+                let fh = self.fds.insert(Arc::new(fhs));
+                Ok(Reply::Created { entry, fh })
+            }
+            Err(e) => {
+                let idx: Vec<usize> = (0..fhs.len()).filter(|&i| fhs[i].is_some()).collect();
+                self.fan_out(cx, &idx, |i| {
+                    fhs[i].map(|(f, _)| Fop::Release { gfid, fh: f })
+                })
+                .await;
+                Err(e)
+            }
+        }
     }
 
     /// Opens on every replica up; our handle maps to theirs.
@@ -300,7 +468,7 @@ impl Replicate {
         }
         if read_only {
             // A listing is read from the attribute child.
-            let i = self.attr_child(&up)?;
+            let i = self.attr_child(fop_gfid(&fop), &up)?;
             res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
         }
         if !res.iter().any(|(_, r)| r.is_ok()) {
@@ -315,7 +483,7 @@ impl Replicate {
         }
         match merge(res) {
             Ok(ok) => {
-                let rep = self.pick(ok);
+                let rep = self.pick(fop_gfid(&fop), ok);
                 let fh = self.fds.insert(Arc::new(fhs));
                 Ok(match rep {
                     Reply::Created { entry, .. } => Reply::Created { entry, fh },
@@ -380,7 +548,7 @@ impl Replicate {
             .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
             .await;
         let ok = merge(res)?;
-        Ok(self.pick(ok))
+        Ok(self.pick(fop_gfid(&make(0)), ok))
     }
 
     async fn read_handle(
@@ -432,6 +600,26 @@ pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
         | Fop::Unlink { parent, .. }
         | Fop::Rmdir { parent, .. }
         | Fop::Rename { parent, .. } => *parent,
+        Fop::Lock { gfid, .. } | Fop::Clear { gfid, .. } | Fop::Checksum { gfid, .. } => *gfid,
+        Fop::Unlock { .. } | Fop::Pending { .. } => Gfid::NULL,
+    }
+}
+
+/// The objects a change is a transaction on: the object itself for data
+/// and metadata, the directories whose names change for the rest.
+fn txn_objects(fop: &Fop) -> Vec<Gfid> {
+    match fop {
+        Fop::Mknod { parent, .. }
+        | Fop::Create { parent, .. }
+        | Fop::Mkdir { parent, .. }
+        | Fop::Symlink { parent, .. }
+        | Fop::Unlink { parent, .. }
+        | Fop::Rmdir { parent, .. } => vec![*parent],
+        Fop::Link { newparent, .. } => vec![*newparent],
+        Fop::Rename {
+            parent, newparent, ..
+        } => vec![*parent, *newparent],
+        other => vec![fop_gfid(other)],
     }
 }
 
@@ -457,6 +645,10 @@ impl Xlator for Replicate {
         self.children.iter().map(|c| c.requests()).sum()
     }
 
+    async fn shutdown(&self) {
+        self.txns.release_all().await;
+    }
+
     fn reconfigure(&self, options: &crate::core::Options) {
         if let Some(m) = options
             .get("cluster.read-hash-mode")
@@ -465,6 +657,15 @@ impl Xlator for Replicate {
             self.read_hash_mode
                 .store(m, std::sync::atomic::Ordering::Relaxed);
         }
+        self.txns.set_quorum(Quorum::from_options(
+            options
+                .get("cluster.quorum-type")
+                .map(String::as_str)
+                .unwrap_or("auto"),
+            options
+                .get("cluster.quorum-count")
+                .and_then(|v| v.parse().ok()),
+        ));
         for c in &self.children {
             c.reconfigure(options);
         }
@@ -494,9 +695,8 @@ impl Xlator for Replicate {
                 }
                 Ok(Reply::StatFs(min_statfs(stats)))
             }
-            Fop::Open { .. } | Fop::Opendir { .. } | Fop::Create { .. } => {
-                self.open_all(cx, fop).await
-            }
+            Fop::Create { .. } => self.create(cx, fop).await,
+            Fop::Open { .. } | Fop::Opendir { .. } => self.open_all(cx, fop).await,
             Fop::Read {
                 gfid,
                 fh,
@@ -535,7 +735,7 @@ impl Xlator for Replicate {
                 // are that replica's, so stay on it while it is up.
                 let fhs = self.fds.get(fh)?;
                 let live = self.live(&fhs);
-                let i = self.attr_child(&live)?;
+                let i = self.attr_child(gfid, &live)?;
                 let fop = Fop::Readdir {
                     gfid,
                     fh: fhs[i].unwrap().0,
@@ -552,7 +752,7 @@ impl Xlator for Replicate {
                     for e in ents.iter_mut() {
                         if e.attr
                             .as_ref()
-                            .is_some_and(|_| self.attr_child(&up).ok() != Some(i))
+                            .is_some_and(|_| self.attr_child(gfid, &up).ok() != Some(i))
                         {
                             e.cacheable = false;
                         }
@@ -566,7 +766,7 @@ impl Xlator for Replicate {
                 offset,
                 data,
             } => {
-                self.with_handles(cx, fh, false, |f| Fop::Write {
+                self.change_handles(cx, gfid, fh, |f| Fop::Write {
                     gfid,
                     fh: f,
                     offset,
@@ -593,7 +793,7 @@ impl Xlator for Replicate {
                 offset,
                 len,
             } => {
-                self.with_handles(cx, fh, false, |f| Fop::Fallocate {
+                self.change_handles(cx, gfid, fh, |f| Fop::Fallocate {
                     gfid,
                     fh: f,
                     mode,
@@ -625,7 +825,7 @@ impl Xlator for Replicate {
             }
             Fop::Unlink { parent, ref name } => {
                 self.open_for_real(cx, parent, name).await;
-                self.to_all(cx, fop).await
+                self.change(cx, fop).await
             }
             Fop::Rename {
                 newparent,
@@ -633,7 +833,7 @@ impl Xlator for Replicate {
                 ..
             } => {
                 self.open_for_real(cx, newparent, newname).await;
-                self.to_all(cx, fop).await
+                self.change(cx, fop).await
             }
             Fop::Setattr { .. }
             | Fop::Mknod { .. }
@@ -642,7 +842,15 @@ impl Xlator for Replicate {
             | Fop::Link { .. }
             | Fop::Symlink { .. }
             | Fop::Setxattr { .. }
-            | Fop::Removexattr { .. } => self.to_all(cx, fop).await,
+            | Fop::Removexattr { .. } => self.change(cx, fop).await,
+            Fop::Lock { .. }
+            | Fop::Unlock { .. }
+            | Fop::Clear { .. }
+            | Fop::Pending { .. }
+            | Fop::Checksum { .. } => Err(FsError::new(
+                libc::EOPNOTSUPP,
+                "replication bookkeeping goes to bricks directly",
+            )),
         }
     }
 }

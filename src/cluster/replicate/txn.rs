@@ -1,0 +1,448 @@
+//! Transactions of the replicate translator (docs/replication.md).
+//!
+//! Every change to an object (its data, its metadata, or for a directory
+//! its names) runs as a transaction on the object:
+//! 1. **Quorum**: enough replicas must be up (`cluster.quorum-type`), or
+//!    the change fails with EROFS before anything is sent.
+//! 2. **Lock and mark**: the object is locked on every replica up, in
+//!    replica order (so two clients never deadlock); each lock request also
+//!    opens a change session on the brick (the object enters the brick's
+//!    heal index) and records the replicas this change will not reach
+//!    (the blame). One request per brick: the first change of a series pays
+//!    one round trip, later ones none, because the lock is kept ("eager")
+//!    until another client wants it or the object has been idle for a
+//!    moment.
+//! 3. **Change** on every locked replica.
+//! 4. **Blame** before the answer: replicas that failed the change are
+//!    recorded on those that have it, and only then is the change
+//!    acknowledged (or its error returned).
+//! 5. **Settle**, later and batched: the lock is released and the change
+//!    session closed; an object that blames nobody leaves the heal index.
+
+use crate::core::{Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a lock is kept after the last change, for the next one.
+const IDLE: Duration = Duration::from_millis(500);
+/// How often idle locks are looked for.
+const SWEEP: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quorum {
+    /// Any replica up may take changes (split-brain possible).
+    None,
+    /// More than half the replicas, or exactly half including the first.
+    Auto,
+    /// At least this many.
+    Fixed(usize),
+}
+
+impl Quorum {
+    pub fn from_options(kind: &str, count: Option<usize>) -> Quorum {
+        match (kind, count) {
+            ("none", _) => Quorum::None,
+            ("fixed", Some(n)) if n > 0 => Quorum::Fixed(n),
+            _ => Quorum::Auto,
+        }
+    }
+
+    /// Whether changes may go to the replicas `up` of `n`.
+    pub fn met(self, up: &[usize], n: usize) -> bool {
+        match self {
+            Quorum::None => !up.is_empty(),
+            Quorum::Fixed(k) => up.len() >= k.min(n),
+            Quorum::Auto => up.len() * 2 > n || (up.len() * 2 == n && up.contains(&0)),
+        }
+    }
+}
+
+struct Txn {
+    /// Per child: the child's epoch when its lock was granted.
+    held: tokio::sync::Mutex<Held>,
+    inflight: AtomicUsize,
+    contended: AtomicBool,
+    /// Milliseconds since `Txns::start` of the last use.
+    last_used: AtomicU64,
+}
+
+#[derive(Default)]
+struct Held {
+    on: Vec<Option<u64>>,
+    /// The blame already recorded in this lock's sessions.
+    blamed: u32,
+}
+
+/// One change in progress on one object: where it may go.
+pub struct Ticket {
+    gfid: Gfid,
+    txn: Arc<Txn>,
+    pub targets: Vec<usize>,
+}
+
+impl Ticket {
+    pub fn gfid(&self) -> Gfid {
+        self.gfid
+    }
+}
+
+pub struct Txns {
+    name: String,
+    children: Vec<Arc<dyn Xlator>>,
+    map: Mutex<HashMap<Gfid, Arc<Txn>>>,
+    quorum: Mutex<Quorum>,
+    start: Instant,
+}
+
+fn bits(idx: &[usize]) -> u32 {
+    idx.iter().fold(0, |m, &i| m | 1 << i)
+}
+
+fn lock_fop(gfid: Gfid, wait: bool, blame: u32) -> Fop {
+    Fop::Lock {
+        gfid,
+        wait,
+        mark: Some(blame),
+    }
+}
+
+impl Txns {
+    pub fn new(name: String, children: Vec<Arc<dyn Xlator>>) -> Arc<Txns> {
+        let t = Arc::new(Txns {
+            name,
+            children,
+            map: Mutex::new(HashMap::new()),
+            quorum: Mutex::new(Quorum::Auto),
+            start: Instant::now(),
+        });
+        for c in &t.children {
+            let weak = Arc::downgrade(&t);
+            c.set_upcall(Arc::new(move |kind, gfid| {
+                if let (Some(t), "contention") = (weak.upgrade(), kind) {
+                    t.contention(gfid);
+                }
+            }));
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(sweep(Arc::downgrade(&t)));
+        }
+        t
+    }
+
+    pub fn set_quorum(&self, q: Quorum) {
+        let mut cur = self.quorum.lock().unwrap();
+        if *cur != q {
+            tracing::info!(xlator = %self.name, "client quorum is now {q:?}");
+            *cur = q;
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Fails with EROFS unless the replicas `up` make a quorum.
+    pub fn check_quorum(&self, up: &[usize]) -> FsResult<()> {
+        let q = *self.quorum.lock().unwrap();
+        if q.met(up, self.children.len()) {
+            Ok(())
+        } else {
+            Err(FsError::new(
+                libc::EROFS,
+                format!(
+                    "{}: quorum not met ({} of {} replicas up, quorum {q:?}); changes refused",
+                    self.name,
+                    up.len(),
+                    self.children.len()
+                ),
+            ))
+        }
+    }
+
+    fn txn(&self, gfid: Gfid) -> Arc<Txn> {
+        self.map
+            .lock()
+            .unwrap()
+            .entry(gfid)
+            .or_insert_with(|| {
+                Arc::new(Txn {
+                    held: tokio::sync::Mutex::new(Held {
+                        on: vec![None; self.children.len()],
+                        blamed: 0,
+                    }),
+                    inflight: AtomicUsize::new(0),
+                    contended: AtomicBool::new(false),
+                    last_used: AtomicU64::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// Starts a change of `gfid` on `targets` (the replicas it can reach):
+    /// checks quorum, takes the lock and marks the change on each of them.
+    /// The ticket's targets are those locked.
+    pub async fn begin(self: &Arc<Self>, gfid: Gfid, targets: &[usize]) -> FsResult<Ticket> {
+        self.check_quorum(targets)?;
+        let txn = self.txn(gfid);
+        let mut held = txn.held.lock().await;
+        let n = self.children.len();
+        let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+        if txn.contended.swap(false, Ordering::AcqRel) {
+            // Another client waits: let it have the object first.
+            self.unlock_held(gfid, &mut held).await;
+        }
+        let all = (0..n).collect::<Vec<_>>();
+        let blame = bits(&all) & !bits(targets);
+        let have: Vec<usize> = targets
+            .iter()
+            .copied()
+            .filter(|&i| held.on[i] == Some(epochs[i]))
+            .collect();
+        let locked = if have.len() == targets.len() {
+            if blame & !held.blamed != 0 {
+                // Still held, but a replica more is out of reach now.
+                let res = self.each(targets, |_| lock_fop(gfid, false, blame)).await;
+                held.blamed |= blame;
+                res.into_iter()
+                    .filter(|(_, r)| r.is_ok())
+                    .map(|(i, _)| i)
+                    .collect()
+            } else {
+                have
+            }
+        } else {
+            self.unlock_held(gfid, &mut held).await;
+            let got = self.acquire(gfid, targets, blame).await;
+            for &i in &got {
+                held.on[i] = Some(epochs[i]);
+            }
+            held.blamed = blame;
+            got
+        };
+        txn.inflight.fetch_add(1, Ordering::AcqRel);
+        drop(held);
+        let ticket = Ticket {
+            gfid,
+            txn,
+            targets: locked,
+        };
+        if let Err(e) = self.check_quorum(&ticket.targets) {
+            self.end(ticket);
+            return Err(e);
+        }
+        Ok(ticket)
+    }
+
+    /// Locks `gfid` on `targets`: all at once when nobody else holds it,
+    /// else one replica after another in replica order, waiting.
+    async fn acquire(&self, gfid: Gfid, targets: &[usize], blame: u32) -> Vec<usize> {
+        let res = self.each(targets, |_| lock_fop(gfid, false, blame)).await;
+        let granted: Vec<usize> = res
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(i, _)| *i)
+            .collect();
+        let busy = res
+            .iter()
+            .any(|(_, r)| matches!(r, Err(e) if e.is(libc::EAGAIN)));
+        if !busy {
+            return granted;
+        }
+        // Someone else holds it somewhere: give back what we got, so that
+        // we cannot deadlock with it, and queue up in order.
+        self.each(&granted, |_| Fop::Unlock { gfids: vec![gfid] })
+            .await;
+        let mut got = Vec::new();
+        for &i in targets {
+            if self.children[i]
+                .call(&crate::core::Ctx::root(), lock_fop(gfid, true, blame))
+                .await
+                .is_ok()
+            {
+                got.push(i);
+            }
+        }
+        got
+    }
+
+    /// Releases what this client holds of `gfid` and closes its sessions.
+    async fn unlock_held(&self, gfid: Gfid, held: &mut Held) {
+        let idx: Vec<usize> = (0..held.on.len())
+            .filter(|&i| held.on[i] == Some(self.children[i].epoch()) && self.children[i].is_up())
+            .collect();
+        held.on.iter_mut().for_each(|h| *h = None);
+        held.blamed = 0;
+        if !idx.is_empty() {
+            self.each(&idx, |_| Fop::Unlock { gfids: vec![gfid] }).await;
+        }
+    }
+
+    /// Finishes a change: the replicas of the ticket whose result failed are
+    /// blamed on those that succeeded, before the caller answers. Returns
+    /// the blame recorded.
+    pub async fn finish(
+        self: &Arc<Self>,
+        ticket: Ticket,
+        results: &[(usize, FsResult<Reply>)],
+    ) -> u32 {
+        let ok: Vec<usize> = results
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(i, _)| *i)
+            .collect();
+        if ok.is_empty() {
+            // Failed everywhere: nothing changed, nobody to blame.
+            self.end(ticket);
+            return 0;
+        }
+        let failed = bits(&ticket.targets) & !bits(&ok);
+        if failed != 0 {
+            tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, failed, "a replica missed a change; recording it for heal");
+            let gfid = ticket.gfid;
+            self.each(&ok, |_| lock_fop(gfid, false, failed)).await;
+            ticket.txn.held.lock().await.blamed |= failed;
+        }
+        self.end(ticket);
+        failed
+    }
+
+    fn end(self: &Arc<Self>, ticket: Ticket) {
+        let txn = ticket.txn;
+        txn.last_used.store(self.now(), Ordering::Relaxed);
+        if txn.inflight.fetch_sub(1, Ordering::AcqRel) == 1 && txn.contended.load(Ordering::Acquire)
+        {
+            self.release_soon(ticket.gfid, txn);
+        }
+    }
+
+    /// Records locks a creating call took on a new object (`Fop::Lock`
+    /// sent right behind the create), so its first writes need no round trip.
+    pub async fn adopt(&self, gfid: Gfid, locked: &[usize], blame: u32, epochs: &[u64]) {
+        let txn = self.txn(gfid);
+        let mut held = txn.held.lock().await;
+        for &i in locked {
+            held.on[i] = Some(epochs[i]);
+        }
+        held.blamed = blame;
+        txn.last_used.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// A brick says another client waits for `gfid`.
+    fn contention(self: &Arc<Self>, gfid: Gfid) {
+        let Some(txn) = self.map.lock().unwrap().get(&gfid).cloned() else {
+            return;
+        };
+        txn.contended.store(true, Ordering::Release);
+        if txn.inflight.load(Ordering::Acquire) == 0 {
+            self.release_soon(gfid, txn);
+        }
+    }
+
+    fn release_soon(self: &Arc<Self>, gfid: Gfid, txn: Arc<Txn>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut held = txn.held.lock().await;
+            if txn.inflight.load(Ordering::Acquire) == 0 {
+                txn.contended.store(false, Ordering::Release);
+                me.unlock_held(gfid, &mut held).await;
+            }
+        });
+    }
+
+    /// Sends one request to each of `idx` at once.
+    async fn each(
+        &self,
+        idx: &[usize],
+        make: impl Fn(usize) -> Fop,
+    ) -> Vec<(usize, FsResult<Reply>)> {
+        let calls = idx.iter().map(|&i| {
+            let (child, fop) = (self.children[i].clone(), make(i));
+            async move { (i, child.call(&crate::core::Ctx::root(), fop).await) }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    /// Releases every lock idle for `IDLE`, one batched request per brick.
+    async fn sweep_once(&self) {
+        let now = self.now();
+        let idle: Vec<(Gfid, Arc<Txn>)> = {
+            let mut map = self.map.lock().unwrap();
+            let ids: Vec<Gfid> = map
+                .iter()
+                .filter(|(_, t)| {
+                    Arc::strong_count(t) == 1
+                        && t.inflight.load(Ordering::Acquire) == 0
+                        && now.saturating_sub(t.last_used.load(Ordering::Relaxed))
+                            >= IDLE.as_millis() as u64
+                })
+                .map(|(g, _)| *g)
+                .collect();
+            ids.into_iter()
+                .filter_map(|g| map.remove(&g).map(|t| (g, t)))
+                .collect()
+        };
+        if idle.is_empty() {
+            return;
+        }
+        let mut per_child: Vec<Vec<Gfid>> = vec![Vec::new(); self.children.len()];
+        for (g, t) in &idle {
+            let Ok(held) = t.held.try_lock() else {
+                continue;
+            };
+            for (i, h) in held.on.iter().enumerate() {
+                if *h == Some(self.children[i].epoch()) {
+                    per_child[i].push(*g);
+                }
+            }
+        }
+        let idx: Vec<usize> = (0..per_child.len())
+            .filter(|&i| !per_child[i].is_empty() && self.children[i].is_up())
+            .collect();
+        self.each(&idx, |i| Fop::Unlock {
+            gfids: per_child[i].clone(),
+        })
+        .await;
+    }
+
+    /// Releases everything now (unmount).
+    pub async fn release_all(&self) {
+        let all: Vec<(Gfid, Arc<Txn>)> = self.map.lock().unwrap().drain().collect();
+        for (g, t) in all {
+            let mut held = t.held.lock().await;
+            self.unlock_held(g, &mut held).await;
+        }
+    }
+}
+
+async fn sweep(weak: std::sync::Weak<Txns>) {
+    loop {
+        tokio::time::sleep(SWEEP).await;
+        let Some(t) = weak.upgrade() else { return };
+        t.sweep_once().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_rules() {
+        let q = Quorum::Auto;
+        assert!(q.met(&[0, 1, 2], 3));
+        assert!(q.met(&[1, 2], 3));
+        assert!(!q.met(&[2], 3));
+        // Even counts: exactly half is enough only with the first replica.
+        assert!(q.met(&[0], 2));
+        assert!(!q.met(&[1], 2));
+        assert!(Quorum::Fixed(3).met(&[0, 1, 2], 3));
+        assert!(!Quorum::Fixed(3).met(&[0, 1], 3));
+        assert!(Quorum::None.met(&[2], 3));
+        assert!(!Quorum::None.met(&[], 3));
+        assert_eq!(Quorum::from_options("fixed", Some(2)), Quorum::Fixed(2));
+        assert_eq!(Quorum::from_options("auto", None), Quorum::Auto);
+        assert_eq!(Quorum::from_options("none", Some(2)), Quorum::None);
+    }
+}

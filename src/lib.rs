@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod core;
 pub mod fuse;
 pub mod graph;
+pub mod heal;
 pub mod mgmt;
 pub mod mount;
 pub mod protocol;

@@ -3,6 +3,7 @@
 //! command and `--server` to talk to a daemon other than the local one.
 
 pub mod format;
+mod heal;
 
 use crate::mgmt::rpc::{self, Request, Response};
 use crate::mgmt::{options, DEFAULT_MGMT_PORT};
@@ -90,6 +91,20 @@ pub enum VolumeCmd {
     Get { name: String, key: String },
     /// Reset one option or all of them to the default.
     Reset { name: String, key: Option<String> },
+    /// Self-heal: volume heal NAME [full | info [summary|split-brain] |
+    /// statistics | split-brain (bigger-file|latest-mtime) FILE |
+    /// split-brain source-brick HOST:/PATH [FILE]].
+    Heal {
+        name: String,
+        #[arg(num_args = 0..)]
+        args: Vec<String>,
+        /// After starting a heal, show its progress until nothing is pending.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up (exit 1) after this many seconds.
+        #[arg(long, requires = "wait")]
+        timeout: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -297,6 +312,33 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 )
                 .await?;
                 out.done("volume set", "", r)
+            }
+            VolumeCmd::Heal {
+                name,
+                args,
+                wait,
+                timeout,
+            } => {
+                let op = heal::parse(&args).map_err(|e| fail("volume heal", &name, &e))?;
+                let req = Request::Heal {
+                    name: name.clone(),
+                    op: op.clone(),
+                };
+                match ask(&server, req).await? {
+                    Response::Heal(rep) => {
+                        if out.json {
+                            println!("{}", serde_json::to_string_pretty(&rep)?);
+                        } else {
+                            heal::print(&name, &op, &rep);
+                        }
+                    }
+                    Response::Err(e) => return Err(fail("volume heal", &name, &e)),
+                    other => return Err(fail("volume heal", &name, &format!("{other:?}"))),
+                }
+                if wait && matches!(op, rpc::HealOp::Index | rpc::HealOp::Full) {
+                    heal::wait(&server, &name, timeout).await?;
+                }
+                Ok(())
             }
             VolumeCmd::Reset { name, key } => {
                 let r = ask(

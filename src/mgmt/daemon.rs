@@ -8,9 +8,10 @@
 //! plain mutex that is never held across a network call.
 
 use super::options;
-use super::rpc::{self, BrickStatus, Request, Response};
+use super::rpc::{self, BrickStatus, HealOp, HealReport, Request, Response};
 use super::state::{Brick, ClusterState, Peer, Store, VolStatus, Volume};
 use super::volgen;
+use crate::heal::Healer;
 use crate::storage::posix::VOLUME_ID_XATTR;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -36,6 +37,10 @@ struct BrickProc {
 
 type BrickInfo = Arc<Mutex<(Option<u16>, Option<u32>)>>;
 
+/// A running self-heal: the volume version it was built for, the healer,
+/// its task.
+type HealerProc = (u64, Arc<Healer>, tokio::task::JoinHandle<()>);
+
 pub struct Daemon {
     cfg: Config,
     me: Peer,
@@ -43,6 +48,9 @@ pub struct Daemon {
     state: Mutex<ClusterState>,
     bricks: Mutex<HashMap<String, (BrickProc, BrickInfo)>>,
     op_lock: tokio::sync::Mutex<()>,
+    /// Self-heal per replicated volume with bricks here: the volume
+    /// version it was built for, the healer and its task.
+    healers: Mutex<HashMap<String, HealerProc>>,
 }
 
 fn err(s: impl Into<String>) -> Response {
@@ -111,6 +119,7 @@ impl Daemon {
             state: Mutex::new(state),
             bricks: Mutex::new(HashMap::new()),
             op_lock: tokio::sync::Mutex::new(()),
+            healers: Mutex::new(HashMap::new()),
         });
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");
         d.reconcile().await;
@@ -271,6 +280,130 @@ impl Daemon {
         for h in to_stop {
             let _ = h.await;
         }
+        self.reconcile_healers(&st).await;
+    }
+
+    /// Runs a healer for every started replicated volume with a brick here.
+    async fn reconcile_healers(&self, st: &ClusterState) {
+        let mut want: HashMap<String, (Volume, Vec<String>)> = HashMap::new();
+        for v in st
+            .volumes
+            .values()
+            .filter(|v| v.status == VolStatus::Started && v.replica > 1)
+        {
+            let mut local = Vec::new();
+            for b in &v.bricks {
+                if self.is_local(&b.host).await {
+                    local.push(b.host.clone());
+                }
+            }
+            if !local.is_empty() {
+                want.insert(v.name.clone(), (v.clone(), local));
+            }
+        }
+        let mut healers = self.healers.lock().unwrap();
+        healers.retain(|name, (version, _, task)| {
+            let keep = want.get(name).is_some_and(|(v, _)| v.version == *version);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (name, (v, local)) in want {
+            if healers.contains_key(&name) {
+                continue;
+            }
+            let desc =
+                volgen::generate(st, &v, &self.me.host, &self.me.mgmt, self.cfg.listen.port());
+            match Healer::new(&desc, |h| local.iter().any(|l| l == h)) {
+                Ok(h) => {
+                    tracing::info!(volume = %name, "self-heal daemon started");
+                    let task = tokio::spawn(h.clone().run());
+                    healers.insert(name, (v.version, h, task));
+                }
+                Err(e) => tracing::warn!(volume = %name, "cannot start self-heal: {e:#}"),
+            }
+        }
+    }
+
+    /// `volume heal NAME …`.
+    async fn heal(self: &Arc<Self>, name: String, op: HealOp) -> Response {
+        let v = match self.volume(&name) {
+            Ok(v) => v,
+            Err(e) => return err(e),
+        };
+        if v.status != VolStatus::Started {
+            return err(format!("Volume {name} is not started."));
+        }
+        if v.replica < 2 {
+            return err(format!("Volume {name} is not of type replicate"));
+        }
+        let running = self
+            .healers
+            .lock()
+            .unwrap()
+            .get(&name)
+            .map(|(_, h, _)| h.clone());
+        let healer = match running {
+            Some(h) => h,
+            None => {
+                // No brick here: a healer of our own just to look.
+                let st = self.state.lock().unwrap().clone();
+                let desc = volgen::generate(
+                    &st,
+                    &v,
+                    &self.me.host,
+                    &self.me.mgmt,
+                    self.cfg.listen.port(),
+                );
+                match Healer::new(&desc, |_| false) {
+                    Ok(h) => {
+                        h.wait_up(Duration::from_secs(3)).await;
+                        h
+                    }
+                    Err(e) => return err(format!("{e:#}")),
+                }
+            }
+        };
+        let mut rep = HealReport::default();
+        match op {
+            HealOp::Index => {
+                healer.trigger();
+                rep.message = format!("Launching heal operation to perform index self heal on volume {name} has been successful \nUse heal info commands to check status.");
+            }
+            HealOp::Full => {
+                let h = healer.clone();
+                tokio::spawn(async move { h.full().await });
+                rep.message = format!("Launching heal operation to perform full self heal on volume {name} has been successful \nUse heal info commands to check status.");
+            }
+            HealOp::Info | HealOp::InfoSummary => rep.bricks = healer.info(false).await,
+            HealOp::InfoSplitBrain => rep.bricks = healer.info(true).await,
+            HealOp::Statistics => rep.crawls = healer.statistics(),
+            HealOp::SplitBrain { how, file, source } => {
+                let gfid = match &file {
+                    Some(f) => match healer.gfid_of(f).await {
+                        Ok(g) => Some(g),
+                        Err(e) => return err(e),
+                    },
+                    None => None,
+                };
+                match healer.resolve(gfid, &how, source.as_deref()).await {
+                    Ok(0) => {
+                        return err(match file {
+                            Some(f) => format!(
+                                "{f}: not in split-brain (or its copies could not be reached)"
+                            ),
+                            None => format!("no file of volume {name} is in split-brain"),
+                        })
+                    }
+                    Ok(n) => {
+                        rep.message = format!("Healed {n} file(s) in split-brain of volume {name}.")
+                    }
+                    Err(e) => return err(e),
+                }
+            }
+        }
+        Response::Heal(rep)
     }
 
     async fn stop_all_bricks(&self) {
@@ -458,6 +591,7 @@ impl Daemon {
                 let _ = rustix::fs::removexattr(brick.path.as_str(), VOLUME_ID_XATTR);
                 Response::Ok(String::new())
             }
+            Request::Heal { name, op } => self.heal(name, op).await,
             Request::BricksRun { .. } => {
                 self.reconcile().await;
                 Response::Ok(String::new())

@@ -84,6 +84,39 @@ pub enum Request {
     LocalStatus {
         volume: String,
     },
+    /// `volume heal NAME …`.
+    Heal {
+        name: String,
+        op: HealOp,
+    },
+}
+
+/// What `volume heal` asks for.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum HealOp {
+    /// Heal what the index names, now.
+    Index,
+    /// Heal every object of the volume.
+    Full,
+    Info,
+    InfoSummary,
+    InfoSplitBrain,
+    Statistics,
+    /// Resolve split-brain: `how` is bigger-file, latest-mtime or
+    /// source-brick (with `source`); `file` a path in the volume.
+    SplitBrain {
+        how: String,
+        file: Option<String>,
+        source: Option<String>,
+    },
+}
+
+/// The answer to `volume heal`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HealReport {
+    pub message: String,
+    pub bricks: Vec<crate::heal::BrickHeal>,
+    pub crawls: Vec<crate::heal::Crawl>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -105,6 +138,7 @@ pub enum Response {
     Port(u16),
     Joined { me: Peer },
     Bricks(Vec<BrickStatus>),
+    Heal(HealReport),
 }
 
 /// Sends one request to a daemon and waits for its answer.

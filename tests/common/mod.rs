@@ -240,3 +240,114 @@ pub fn gfid_on_brick(path: &Path) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("no gfid on {}: {e}", path.display()));
     buf[..n].to_vec()
 }
+
+/// Everything about a brick's tree that replicas must agree on: per path
+/// (the `.mortar` index left out) its type, mode, owner, size, content
+/// hash, link target and xattrs (gfid and blame included).
+pub fn brick_digest(root: &Path) -> std::collections::BTreeMap<String, String> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, String>) {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel == ".mortar" {
+                continue;
+            }
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let mut d = format!("mode={:o} uid={} gid={}", md.mode(), md.uid(), md.gid());
+            if md.is_file() {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::fs::read(&p).unwrap().hash(&mut h);
+                d += &format!(
+                    " size={} data={:x} links={}",
+                    md.len(),
+                    h.finish(),
+                    md.nlink()
+                );
+            } else if md.is_symlink() {
+                d += &format!(" -> {}", std::fs::read_link(&p).unwrap().display());
+            }
+            let mut list = vec![0u8; 4096];
+            let n = rustix::fs::llistxattr(&p, &mut list[..]).unwrap();
+            let mut xs: Vec<&[u8]> = list[..n]
+                .split(|&c| c == 0)
+                .filter(|x| !x.is_empty())
+                .collect();
+            xs.sort();
+            for x in xs {
+                let name = String::from_utf8_lossy(x).into_owned();
+                let mut v = vec![0u8; 4096];
+                let m = rustix::fs::lgetxattr(&p, name.as_str(), &mut v[..]).unwrap();
+                d += &format!(" {name}={:02x?}", &v[..m]);
+            }
+            out.insert(rel, d);
+            if md.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// Asserts that every brick holds the same tree as the first.
+pub fn assert_bricks_identical(bricks: &[PathBuf]) {
+    let first = brick_digest(&bricks[0]);
+    for b in &bricks[1..] {
+        let other = brick_digest(b);
+        let diff: Vec<String> = first
+            .iter()
+            .filter(|(k, v)| other.get(*k) != Some(*v))
+            .map(|(k, v)| {
+                format!(
+                    "{k}:\n  {}: {v}\n  {}: {:?}",
+                    bricks[0].display(),
+                    b.display(),
+                    other.get(k)
+                )
+            })
+            .chain(
+                other
+                    .keys()
+                    .filter(|k| !first.contains_key(*k))
+                    .map(|k| format!("{k}: only on {}", b.display())),
+            )
+            .take(10)
+            .collect();
+        assert!(diff.is_empty(), "bricks differ:\n{}", diff.join("\n"));
+    }
+}
+
+/// Number of objects the bricks' heal index names (None if a brick is down).
+pub fn heal_pending(c: &Cluster, vol: &str) -> Option<usize> {
+    let o = c.cli(&["--json", "volume", "heal", vol, "info"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+    let mut n = 0;
+    for b in v["bricks"].as_array()? {
+        if b["connected"] != true {
+            return None;
+        }
+        n += b["entries"].as_array()?.len();
+    }
+    Some(n)
+}
+
+/// Waits until self-heal has nothing left, by itself.
+pub fn wait_healed(c: &Cluster, vol: &str, timeout: Duration) {
+    wait_for("self-heal to finish", timeout, || {
+        heal_pending(c, vol) == Some(0)
+    });
+}
+
+/// The pid of brick `i` of a volume.
+pub fn brick_pid(c: &Cluster, vol: &str, i: usize) -> u64 {
+    c.volume_status_json(vol)[0]["bricks"][i]["pid"]
+        .as_u64()
+        .unwrap()
+}

@@ -1,0 +1,434 @@
+//! The self-heal daemon (GlusterFS's shd), run by the management daemon of
+//! every server for each started replicated volume with bricks there.
+//!
+//! It connects to every brick of the volume like a client does, and works
+//! through the heal index of the bricks of its own server (`Fop::Pending`):
+//! every few seconds, and at once when asked (`mortar volume heal VOL`).
+//! Nothing is crawled unless a full heal is asked for. Each object is
+//! healed by `object::Set::heal`. The same connections answer
+//! `heal VOL info` for all bricks.
+
+pub mod object;
+
+use crate::core::{Ctx, Fop, FsResult, Gfid, Reply, Xlator};
+use crate::mgmt::volgen::{VolDesc, XlDesc};
+use object::{Brick, Outcome, Policy, Set};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the index is looked at when nobody asks.
+const INTERVAL: Duration = Duration::from_secs(3);
+/// Index entries taken per brick per pass.
+const BATCH: u32 = 4096;
+/// Crawls kept for `heal VOL statistics`.
+const KEEP_CRAWLS: usize = 32;
+
+/// One pass over the index (or the whole volume), for `statistics`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Crawl {
+    /// "INDEX" or "FULL", as GlusterFS says.
+    pub kind: String,
+    /// Unix seconds.
+    pub started: u64,
+    pub ended: Option<u64>,
+    pub healed: u64,
+    pub entries: u64,
+    pub bytes: u64,
+    pub split_brain: u64,
+    pub failed: u64,
+}
+
+/// What `heal VOL info` shows for one brick.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BrickHeal {
+    pub brick: String,
+    pub connected: bool,
+    /// Objects that may need heal: `<gfid:…>`, or `/` for the root.
+    pub entries: Vec<String>,
+    pub split_brain: Vec<String>,
+}
+
+pub struct Healer {
+    pub volume: String,
+    sets: Vec<Set>,
+    /// Per set: the positions of bricks on this server.
+    local: Vec<Vec<usize>>,
+    policy: Mutex<Policy>,
+    wake: tokio::sync::Notify,
+    crawls: Mutex<VecDeque<Crawl>>,
+    current: Mutex<Option<Crawl>>,
+    split: Mutex<HashSet<Gfid>>,
+    _graph: crate::graph::Graph,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub fn show(g: Gfid) -> String {
+    if g == Gfid::ROOT {
+        "/".into()
+    } else {
+        format!("<gfid:{g}>")
+    }
+}
+
+impl Healer {
+    /// Connects to every brick of the volume; `is_local` says which hosts
+    /// are this server.
+    pub fn new(desc: &VolDesc, is_local: impl Fn(&str) -> bool) -> anyhow::Result<Arc<Healer>> {
+        let graph = crate::graph::build(desc)?;
+        // Protocol clients come in the order of the description's leaves.
+        fn leaves<'a>(d: &'a XlDesc, out: &mut Vec<&'a XlDesc>) {
+            if d.kind == "protocol/client" {
+                out.push(d);
+            }
+            for c in &d.children {
+                leaves(c, out);
+            }
+        }
+        let mut all = Vec::new();
+        leaves(&desc.top, &mut all);
+        let client_of = |d: &XlDesc| -> Arc<dyn Xlator> {
+            let i = all.iter().position(|x| std::ptr::eq(*x, d)).unwrap();
+            graph.clients[i].clone()
+        };
+        let mut sets = Vec::new();
+        let mut local = Vec::new();
+        for r in desc
+            .top
+            .children
+            .iter()
+            .filter(|c| c.kind == "cluster/replicate")
+        {
+            let bricks: Vec<Brick> = r
+                .children
+                .iter()
+                .map(|c| {
+                    let host = c.host.clone().unwrap_or_default();
+                    Brick {
+                        label: format!("{host}:{}", c.brick.clone().unwrap_or_default()),
+                        host,
+                        x: client_of(c),
+                    }
+                })
+                .collect();
+            local.push(
+                (0..bricks.len())
+                    .filter(|&i| is_local(&bricks[i].host))
+                    .collect(),
+            );
+            sets.push(Set {
+                name: r.name.clone(),
+                bricks,
+            });
+        }
+        let policy = Policy::parse(
+            desc.options
+                .get("cluster.favorite-child-policy")
+                .map(String::as_str)
+                .unwrap_or("none"),
+        );
+        Ok(Arc::new(Healer {
+            volume: desc.volume.clone(),
+            sets,
+            local,
+            policy: Mutex::new(policy),
+            wake: tokio::sync::Notify::new(),
+            crawls: Mutex::new(VecDeque::new()),
+            current: Mutex::new(None),
+            split: Mutex::new(HashSet::new()),
+            _graph: graph,
+        }))
+    }
+
+    pub fn has_local_bricks(&self) -> bool {
+        self.local.iter().any(|l| !l.is_empty())
+    }
+
+    pub async fn wait_up(&self, t: Duration) {
+        self._graph.wait_up(t).await;
+    }
+
+    /// Heals what is pending now, without waiting for the next pass.
+    pub fn trigger(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Works through the index until the healer is dropped.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let _ = tokio::time::timeout(INTERVAL, self.wake.notified()).await;
+            self.index_pass().await;
+        }
+    }
+
+    fn begin_crawl(&self, kind: &str) {
+        *self.current.lock().unwrap() = Some(Crawl {
+            kind: kind.into(),
+            started: now(),
+            ..Default::default()
+        });
+    }
+
+    fn count(&self, o: &FsResult<Outcome>, gfid: Gfid) {
+        let mut cur = self.current.lock().unwrap();
+        let Some(c) = cur.as_mut() else { return };
+        match o {
+            Ok(o) => {
+                c.healed += o.healed as u64;
+                c.entries += o.entries;
+                c.bytes += o.bytes;
+                if o.split_brain {
+                    c.split_brain += 1;
+                    if self.split.lock().unwrap().insert(gfid) {
+                        tracing::error!(volume = %self.volume, gfid = %gfid, "split-brain: the copies blame each other; reads fail with EIO until it is resolved (heal VOL split-brain …)");
+                    }
+                } else {
+                    self.split.lock().unwrap().remove(&gfid);
+                }
+            }
+            Err(_) => c.failed += 1,
+        }
+    }
+
+    fn end_crawl(&self, keep: bool) {
+        let Some(mut c) = self.current.lock().unwrap().take() else {
+            return;
+        };
+        c.ended = Some(now());
+        if keep {
+            tracing::info!(volume = %self.volume, kind = %c.kind, healed = c.healed, entries = c.entries, bytes = c.bytes, split_brain = c.split_brain, failed = c.failed, "heal crawl finished");
+            let mut crawls = self.crawls.lock().unwrap();
+            if crawls.len() >= KEEP_CRAWLS {
+                crawls.pop_front();
+            }
+            crawls.push_back(c);
+        }
+    }
+
+    /// One pass over the index of this server's bricks.
+    pub async fn index_pass(&self) {
+        let policy = *self.policy.lock().unwrap();
+        let mut worked = false;
+        for (si, set) in self.sets.iter().enumerate() {
+            let mut seen = HashSet::new();
+            for &b in &self.local[si] {
+                let brick = &set.bricks[b];
+                if !brick.x.is_up() {
+                    continue;
+                }
+                let Ok(Reply::Gfids(gfids)) = brick
+                    .x
+                    .call(&Ctx::root(), Fop::Pending { max: BATCH })
+                    .await
+                else {
+                    continue;
+                };
+                for g in gfids {
+                    if !seen.insert(g) || self.split.lock().unwrap().contains(&g) {
+                        continue;
+                    }
+                    if !worked {
+                        self.begin_crawl("INDEX");
+                        worked = true;
+                    }
+                    let r = set.heal(g, policy).await;
+                    if let Err(e) = &r {
+                        tracing::warn!(volume = %self.volume, set = %set.name, gfid = %g, "heal failed: {e}");
+                    }
+                    self.count(&r, g);
+                }
+            }
+        }
+        if worked {
+            self.end_crawl(true);
+        }
+    }
+
+    /// Heals every object of the volume, whether the index names it or not
+    /// (a brick replaced by an empty one, or changed behind mortar's back).
+    pub async fn full(&self) {
+        let policy = *self.policy.lock().unwrap();
+        self.begin_crawl("FULL");
+        for set in &self.sets {
+            let mut dirs = VecDeque::from([Gfid::ROOT]);
+            while let Some(d) = dirs.pop_front() {
+                let r = set.heal(d, policy).await;
+                self.count(&r, d);
+                let Some(src) = set.bricks.iter().find(|b| b.x.is_up()) else {
+                    break;
+                };
+                let Ok(names) = list_on(src, d).await else {
+                    continue;
+                };
+                for (g, is_dir) in names {
+                    if is_dir {
+                        dirs.push_back(g);
+                    } else {
+                        let r = set.heal(g, policy).await;
+                        self.count(&r, g);
+                    }
+                }
+            }
+        }
+        self.end_crawl(true);
+    }
+
+    /// What is pending, per brick (every brick of the volume).
+    pub async fn info(&self, split_only: bool) -> Vec<BrickHeal> {
+        let split = self.split.lock().unwrap().clone();
+        let mut out = Vec::new();
+        for set in &self.sets {
+            for b in &set.bricks {
+                let mut h = BrickHeal {
+                    brick: b.label.clone(),
+                    connected: b.x.is_up(),
+                    ..Default::default()
+                };
+                if h.connected {
+                    if let Ok(Reply::Gfids(gfids)) =
+                        b.x.call(&Ctx::root(), Fop::Pending { max: u32::MAX }).await
+                    {
+                        for g in gfids {
+                            if split.contains(&g) {
+                                h.split_brain.push(show(g));
+                            }
+                            if !split_only {
+                                h.entries.push(show(g));
+                            }
+                        }
+                    }
+                }
+                if split_only {
+                    h.entries = h.split_brain.clone();
+                }
+                out.push(h);
+            }
+        }
+        out
+    }
+
+    pub fn statistics(&self) -> Vec<Crawl> {
+        let mut v: Vec<Crawl> = self.crawls.lock().unwrap().iter().cloned().collect();
+        v.extend(self.current.lock().unwrap().clone());
+        v
+    }
+
+    pub fn set_policy(&self, p: Policy) {
+        *self.policy.lock().unwrap() = p;
+    }
+
+    /// Resolves split-brain of `gfid` (every one known if None) by `how`:
+    /// a policy name, or a source brick label. Answers how many were
+    /// resolved.
+    pub async fn resolve(
+        &self,
+        gfid: Option<Gfid>,
+        how: &str,
+        source: Option<&str>,
+    ) -> Result<usize, String> {
+        let targets: Vec<Gfid> = match gfid {
+            Some(g) => vec![g],
+            None => self.split.lock().unwrap().iter().copied().collect(),
+        };
+        if targets.is_empty() {
+            return Ok(0);
+        }
+        let mut done = 0;
+        for g in targets {
+            for set in &self.sets {
+                let r = match source {
+                    Some(label) => {
+                        let Some(pos) = set.bricks.iter().position(|b| b.label == label) else {
+                            continue;
+                        };
+                        set.heal_from(g, pos).await
+                    }
+                    None => set.heal(g, Policy::parse(how)).await,
+                };
+                match r {
+                    Ok(o) if o.healed > 0 && !o.split_brain => {
+                        self.split.lock().unwrap().remove(&g);
+                        done += 1;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err(format!("{}: {e}", show(g))),
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// The gfid of a path in the volume (for `split-brain … FILE`).
+    pub async fn gfid_of(&self, path: &str) -> Result<Gfid, String> {
+        let mut g = Gfid::ROOT;
+        for comp in path.split('/').filter(|c| !c.is_empty()) {
+            let name =
+                crate::core::Name::new(comp.as_bytes().to_vec()).map_err(|e| e.to_string())?;
+            let mut found = None;
+            'sets: for set in &self.sets {
+                for b in set.bricks.iter().filter(|b| b.x.is_up()) {
+                    if let Ok(Reply::Entry(e)) =
+                        b.x.call(
+                            &Ctx::root(),
+                            Fop::Lookup {
+                                parent: g,
+                                name: name.clone(),
+                            },
+                        )
+                        .await
+                    {
+                        found = Some(e.attr.gfid);
+                        break 'sets;
+                    }
+                }
+            }
+            g = found.ok_or_else(|| format!("{path}: no such file in volume {}", self.volume))?;
+        }
+        Ok(g)
+    }
+}
+
+/// The objects in directory `d` on one brick: gfid and whether a directory.
+async fn list_on(b: &Brick, d: Gfid) -> FsResult<Vec<(Gfid, bool)>> {
+    let cx = Ctx::root();
+    let Reply::Opened { fh } = b.x.call(&cx, Fop::Opendir { gfid: d }).await? else {
+        return Ok(vec![]);
+    };
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let Ok(Reply::Entries(ents)) =
+            b.x.call(
+                &cx,
+                Fop::Readdir {
+                    gfid: d,
+                    fh,
+                    offset,
+                    plus: true,
+                },
+            )
+            .await
+        else {
+            break;
+        };
+        if ents.is_empty() {
+            break;
+        }
+        for e in ents {
+            offset = e.next;
+            if let Some(a) = e.attr {
+                out.push((a.gfid, a.kind == crate::core::FileKind::Dir));
+            }
+        }
+    }
+    let _ = b.x.call(&cx, Fop::Releasedir { gfid: d, fh }).await;
+    Ok(out)
+}

@@ -1,0 +1,633 @@
+//! Healing one object of one replica set (docs/replication.md).
+//!
+//! Under the object's lock on every replica up: read each copy's attributes
+//! and blame; the copies nobody blames are the sources, the blamed ones the
+//! sinks. With no blame at all (a change session that never settled: a
+//! client or brick died mid-change) any copy is a valid outcome, and the
+//! biggest, newest one is taken. Copies blaming each other are split-brain:
+//! resolved by `cluster.favorite-child-policy` or left alone and reported.
+//! Then: names (directories), data (files, only the blocks whose checksums
+//! differ, one chunk per lock hold so the application is not stalled),
+//! metadata (owner, mode, times, xattrs), and the blame is cleared.
+
+use crate::core::fop::{FileKind, TimeSet, ANON_FH};
+use crate::core::{Attr, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr, Xlator};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Bytes compared per checksum and copied per write.
+const BLOCK: u32 = 128 << 10;
+/// Blocks per chunk: the lock is let go between chunks.
+const CHUNK_BLOCKS: u32 = 64;
+
+pub struct Brick {
+    /// `host:/path`, as the CLI shows it.
+    pub label: String,
+    pub host: String,
+    pub x: Arc<dyn Xlator>,
+}
+
+pub struct Set {
+    pub name: String,
+    pub bricks: Vec<Brick>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    None,
+    Size,
+    Mtime,
+    Ctime,
+    Majority,
+}
+
+impl Policy {
+    pub fn parse(s: &str) -> Policy {
+        match s {
+            "size" | "bigger-file" => Policy::Size,
+            "mtime" | "latest-mtime" => Policy::Mtime,
+            "ctime" => Policy::Ctime,
+            "majority" => Policy::Majority,
+            _ => Policy::None,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Sinks brought up to date.
+    pub healed: u32,
+    pub bytes: u64,
+    pub entries: u64,
+    pub split_brain: bool,
+    /// Left for later (a sink or every source is down, or gone mid-way).
+    pub deferred: bool,
+}
+
+async fn call(b: &Brick, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+    b.x.call(cx, fop).await
+}
+
+fn root() -> Ctx {
+    Ctx::root()
+}
+
+async fn sums(b: &Brick, gfid: Gfid, offset: u64) -> FsResult<Reply> {
+    let fop = Fop::Checksum {
+        gfid,
+        offset,
+        block: BLOCK,
+        count: CHUNK_BLOCKS,
+    };
+    call(b, &root(), fop).await
+}
+
+async fn xattr_names(b: &Brick, gfid: Gfid) -> FsResult<Vec<String>> {
+    Ok(match call(b, &root(), Fop::Listxattr { gfid }).await? {
+        Reply::Xattr(v) => v
+            .split(|&c| c == 0)
+            .filter(|n| !n.is_empty())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect(),
+        _ => vec![],
+    })
+}
+
+async fn get_xattr(b: &Brick, gfid: Gfid, name: &str) -> FsResult<Reply> {
+    let fop = Fop::Getxattr {
+        gfid,
+        name: name.to_string(),
+    };
+    call(b, &root(), fop).await
+}
+
+fn bits(idx: &[usize]) -> u32 {
+    idx.iter().fold(0, |m, &i| m | 1 << i)
+}
+
+impl Set {
+    fn up(&self) -> Vec<usize> {
+        (0..self.bricks.len())
+            .filter(|&i| self.bricks[i].x.is_up())
+            .collect()
+    }
+
+    async fn lock(&self, gfid: Gfid, idx: &[usize]) -> Vec<usize> {
+        let mut got = Vec::new();
+        for &i in idx {
+            let lock = Fop::Lock {
+                gfid,
+                wait: true,
+                mark: None,
+            };
+            if call(&self.bricks[i], &root(), lock).await.is_ok() {
+                got.push(i);
+            }
+        }
+        got
+    }
+
+    async fn unlock(&self, gfid: Gfid, idx: &[usize]) {
+        for &i in idx {
+            let _ = call(&self.bricks[i], &root(), Fop::Unlock { gfids: vec![gfid] }).await;
+        }
+    }
+
+    async fn stat(&self, gfid: Gfid, idx: &[usize]) -> FsResult<Vec<(usize, Attr)>> {
+        let mut out = Vec::new();
+        for &i in idx {
+            match call(&self.bricks[i], &root(), Fop::Getattr { gfid }).await {
+                Ok(Reply::Attr(a)) => out.push((i, a)),
+                Ok(_) => {}
+                Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Heals `gfid`: see the module documentation.
+    pub async fn heal(&self, gfid: Gfid, policy: Policy) -> FsResult<Outcome> {
+        self.heal_with(gfid, policy, None).await
+    }
+
+    /// Heals `gfid` from the copy on brick `source`, whatever the blame
+    /// says (split-brain resolved by hand).
+    pub async fn heal_from(&self, gfid: Gfid, source: usize) -> FsResult<Outcome> {
+        self.heal_with(gfid, Policy::None, Some(source)).await
+    }
+
+    async fn heal_with(
+        &self,
+        gfid: Gfid,
+        policy: Policy,
+        forced: Option<usize>,
+    ) -> FsResult<Outcome> {
+        let up = self.up();
+        let locked = self.lock(gfid, &up).await;
+        let res = self.heal_locked(gfid, &locked, policy, forced).await;
+        self.unlock(gfid, &locked).await;
+        let (mut out, children) = res?;
+        // New subdirectories and files are healed after the directory's
+        // lock is let go: a client renaming between them takes them in
+        // gfid order, which a heal holding the parent must not reverse.
+        for child in children {
+            let o = Box::pin(self.heal(child, policy)).await?;
+            out.entries += o.entries;
+            out.bytes += o.bytes;
+            out.deferred |= o.deferred;
+        }
+        Ok(out)
+    }
+
+    async fn heal_locked(
+        &self,
+        gfid: Gfid,
+        locked: &[usize],
+        policy: Policy,
+        forced: Option<usize>,
+    ) -> FsResult<(Outcome, Vec<Gfid>)> {
+        let mut out = Outcome::default();
+        let copies = self.stat(gfid, locked).await?;
+        if copies.is_empty() {
+            // Gone everywhere: nothing to heal, drop it from the index.
+            self.clear(gfid, locked, 0).await;
+            return Ok((out, vec![]));
+        }
+        let kind = copies[0].1.kind;
+        let blamed = copies.iter().fold(0, |b, (_, a)| b | a.blame);
+        let mut sources: Vec<usize> = copies
+            .iter()
+            .filter(|(i, _)| blamed & (1 << i) == 0)
+            .map(|(i, _)| *i)
+            .collect();
+        let conservative = forced.is_none() && (blamed == 0 || sources.is_empty());
+        if let Some(f) = forced {
+            if !copies.iter().any(|(i, _)| *i == f) {
+                return Err(FsError::new(libc::ENOENT, "the chosen source has no copy"));
+            }
+            sources = vec![f];
+        } else if sources.is_empty() && kind != FileKind::Dir {
+            match pick_by_policy(&copies, policy) {
+                Some(s) => {
+                    tracing::warn!(set = %self.name, %gfid, source = %self.bricks[s].label, ?policy, "split-brain resolved by policy");
+                    sources = vec![s];
+                }
+                None => {
+                    out.split_brain = true;
+                    return Ok((out, vec![]));
+                }
+            }
+        } else if blamed == 0 || sources.is_empty() {
+            // Only unsettled changes (or a directory whose copies blame each
+            // other): every copy is a valid outcome; take the fullest.
+            sources = vec![pick_by_policy(&copies, Policy::Size).unwrap_or(copies[0].0)];
+        }
+        let src = sources[0];
+        let src_attr = copies.iter().find(|(i, _)| *i == src).unwrap().1.clone();
+        let sinks: Vec<usize> = copies
+            .iter()
+            .map(|(i, _)| *i)
+            .filter(|i| !sources.contains(i) || (blamed == 0 && *i != src))
+            .filter(|&i| i != src)
+            .collect();
+        let everyone: Vec<usize> = copies.iter().map(|(i, _)| *i).collect();
+        let mut children = Vec::new();
+        let mut healed = Vec::new();
+        for &sink in &sinks {
+            let sink_attr = copies.iter().find(|(i, _)| *i == sink).unwrap().1.clone();
+            if sink_attr.kind != kind {
+                tracing::warn!(set = %self.name, %gfid, "copies of one gfid differ in type; left alone");
+                continue;
+            }
+            let r = async {
+                match kind {
+                    FileKind::Dir => {
+                        let from = if conservative { &everyone } else { &sources };
+                        let (n, new) = self.heal_entries(gfid, from, sink, conservative).await?;
+                        out.entries += n;
+                        children.extend(new);
+                    }
+                    FileKind::File => {
+                        out.bytes += self.heal_data(gfid, src, sink, &src_attr).await?;
+                    }
+                    _ => {}
+                }
+                self.heal_meta(gfid, src, &src_attr, sink).await
+            }
+            .await;
+            match r {
+                Ok(()) => healed.push(sink),
+                Err(e) => {
+                    tracing::warn!(set = %self.name, %gfid, sink = %self.bricks[sink].label, "heal failed: {e}");
+                    out.deferred = true;
+                }
+            }
+        }
+        out.healed = healed.len() as u32;
+        // The blame of a sink that was not reached (down) stays.
+        let reached = bits(&healed) | (bits(locked) & !bits(&sinks));
+        self.clear(gfid, locked, blamed & reached).await;
+        if blamed & !reached != 0 {
+            out.deferred = true;
+        }
+        Ok((out, children))
+    }
+
+    async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
+        for &i in idx {
+            let _ = call(&self.bricks[i], &root(), Fop::Clear { gfid, unblame }).await;
+        }
+    }
+
+    /// Copies the blocks of `src` whose checksums differ on `sink`, chunk
+    /// by chunk, and trims the sink to the source's size.
+    async fn heal_data(&self, gfid: Gfid, src: usize, sink: usize, a: &Attr) -> FsResult<u64> {
+        let (s, k) = (&self.bricks[src], &self.bricks[sink]);
+        let Reply::Opened { fh } = call(
+            k,
+            &root(),
+            Fop::Open {
+                gfid,
+                flags: libc::O_WRONLY,
+            },
+        )
+        .await?
+        else {
+            return Err(FsError::new(libc::EIO, "open answered without a handle"));
+        };
+        let mut copied = 0u64;
+        let mut off = 0u64;
+        let res: FsResult<()> = async {
+            while off < a.size {
+                let (Reply::Sums(want), Reply::Sums(have)) =
+                    (sums(s, gfid, off).await?, sums(k, gfid, off).await?)
+                else {
+                    return Err(FsError::new(libc::EIO, "checksum answered without sums"));
+                };
+                for (n, w) in want.iter().enumerate() {
+                    if have.get(n) == Some(w) {
+                        continue;
+                    }
+                    let at = off + n as u64 * BLOCK as u64;
+                    let Reply::Data(data) = call(
+                        s,
+                        &root(),
+                        Fop::Read {
+                            gfid,
+                            fh: ANON_FH,
+                            offset: at,
+                            size: BLOCK,
+                        },
+                    )
+                    .await?
+                    else {
+                        return Err(FsError::new(libc::EIO, "read answered without data"));
+                    };
+                    copied += data.len() as u64;
+                    call(
+                        k,
+                        &root(),
+                        Fop::Write {
+                            gfid,
+                            fh,
+                            offset: at,
+                            data,
+                        },
+                    )
+                    .await?;
+                }
+                off += BLOCK as u64 * CHUNK_BLOCKS as u64;
+                if want.len() < CHUNK_BLOCKS as usize {
+                    break;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
+        res?;
+        let set = SetAttr {
+            size: Some(a.size),
+            ..Default::default()
+        };
+        call(k, &root(), Fop::Setattr { gfid, set }).await?;
+        Ok(copied)
+    }
+
+    /// Owner, mode, times and xattrs of `sink` made those of `src`.
+    async fn heal_meta(&self, gfid: Gfid, src: usize, a: &Attr, sink: usize) -> FsResult<()> {
+        let (s, k) = (&self.bricks[src], &self.bricks[sink]);
+        let symlink = a.kind == FileKind::Symlink;
+        let set = SetAttr {
+            mode: (!symlink).then_some(a.perm),
+            uid: Some(a.uid),
+            gid: Some(a.gid),
+            size: None,
+            atime: (!symlink).then_some(TimeSet::At(a.atime.0, a.atime.1)),
+            mtime: (!symlink).then_some(TimeSet::At(a.mtime.0, a.mtime.1)),
+        };
+        if symlink {
+            return Ok(());
+        }
+        let (want, have) = (xattr_names(s, gfid).await?, xattr_names(k, gfid).await?);
+        for n in &want {
+            let Reply::Xattr(v) = get_xattr(s, gfid, n).await? else {
+                continue;
+            };
+            if matches!(get_xattr(k, gfid, n).await, Ok(Reply::Xattr(w)) if w == v) {
+                continue;
+            }
+            call(
+                k,
+                &root(),
+                Fop::Setxattr {
+                    gfid,
+                    name: n.clone(),
+                    value: v,
+                    flags: 0,
+                },
+            )
+            .await?;
+        }
+        for n in have.iter().filter(|n| !want.contains(n)) {
+            call(
+                k,
+                &root(),
+                Fop::Removexattr {
+                    gfid,
+                    name: n.clone(),
+                },
+            )
+            .await?;
+        }
+        // Times last: healing data and names changes them.
+        call(k, &root(), Fop::Setattr { gfid, set }).await?;
+        Ok(())
+    }
+
+    /// The names in directory `dir` on brick `b`, with their attributes.
+    async fn list(&self, b: usize, dir: Gfid) -> FsResult<HashMap<Vec<u8>, Attr>> {
+        let k = &self.bricks[b];
+        let Reply::Opened { fh } = call(k, &root(), Fop::Opendir { gfid: dir }).await? else {
+            return Err(FsError::new(libc::EIO, "opendir answered without a handle"));
+        };
+        let mut out = HashMap::new();
+        let mut offset = 0;
+        let res: FsResult<()> = async {
+            loop {
+                let fop = Fop::Readdir {
+                    gfid: dir,
+                    fh,
+                    offset,
+                    plus: true,
+                };
+                let Reply::Entries(ents) = call(k, &root(), fop).await? else {
+                    return Err(FsError::new(libc::EIO, "readdir answered without entries"));
+                };
+                if ents.is_empty() {
+                    return Ok(());
+                }
+                for e in ents {
+                    offset = e.next;
+                    if let Some(a) = e.attr {
+                        out.insert(e.name.into_vec(), a);
+                    }
+                }
+            }
+        }
+        .await;
+        let _ = call(k, &root(), Fop::Releasedir { gfid: dir, fh }).await;
+        res.map(|_| out)
+    }
+
+    /// Makes the names of `dir` on `sink` those of the sources: names
+    /// missing there are made (with their gfid, as links when the object is
+    /// there under another name), names the sources lack are removed
+    /// (unless `conservative`: then nothing is removed). Answers how many
+    /// names changed and the objects made, to be healed next.
+    async fn heal_entries(
+        &self,
+        dir: Gfid,
+        sources: &[usize],
+        sink: usize,
+        conservative: bool,
+    ) -> FsResult<(u64, Vec<Gfid>)> {
+        let mut want: HashMap<Vec<u8>, (usize, Attr)> = HashMap::new();
+        for &s in sources {
+            for (n, a) in self.list(s, dir).await? {
+                want.entry(n).or_insert((s, a));
+            }
+            if !conservative {
+                break;
+            }
+        }
+        let have = self.list(sink, dir).await?;
+        let mut changed = 0;
+        let mut made = Vec::new();
+        // Names the sink has wrongly: removed first (unless conservative).
+        if !conservative {
+            for (n, a) in &have {
+                if want.get(n).is_some_and(|(_, w)| w.gfid == a.gfid) {
+                    continue;
+                }
+                self.remove_tree(sink, dir, n, a).await?;
+                changed += 1;
+            }
+        }
+        for (n, (src, a)) in &want {
+            match have.get(n) {
+                Some(h) if h.gfid == a.gfid => continue,
+                Some(_) if conservative => {
+                    tracing::warn!(set = %self.name, %dir, name = %String::from_utf8_lossy(n), "copies of a name carry different gfids; left alone");
+                    continue;
+                }
+                _ => {}
+            }
+            self.make(*src, sink, dir, n, a).await?;
+            made.push(a.gfid);
+            changed += 1;
+        }
+        Ok((changed, made))
+    }
+
+    async fn make(&self, src: usize, sink: usize, dir: Gfid, n: &[u8], a: &Attr) -> FsResult<()> {
+        let k = &self.bricks[sink];
+        let name = Name::new(n.to_vec())?;
+        let cx = Ctx {
+            uid: a.uid,
+            gid: a.gid,
+            ..Ctx::root()
+        };
+        let (gfid, perm) = (a.gfid, a.perm);
+        // The object may be on the sink already under another name (a hard
+        // link, or a file renamed while the sink was down).
+        if a.kind != FileKind::Dir
+            && call(k, &root(), Fop::Getattr { gfid })
+                .await
+                .is_ok_and(|r| matches!(r, Reply::Attr(_)))
+        {
+            call(
+                k,
+                &root(),
+                Fop::Link {
+                    gfid,
+                    newparent: dir,
+                    newname: name,
+                },
+            )
+            .await?;
+            return Ok(());
+        }
+        let fop = match a.kind {
+            FileKind::Dir => Fop::Mkdir {
+                parent: dir,
+                name,
+                gfid,
+                mode: perm,
+                umask: 0,
+            },
+            FileKind::File => Fop::Create {
+                parent: dir,
+                name,
+                gfid,
+                mode: perm,
+                umask: 0,
+                flags: libc::O_WRONLY | libc::O_EXCL,
+            },
+            FileKind::Symlink => {
+                let Reply::Data(t) =
+                    call(&self.bricks[src], &root(), Fop::Readlink { gfid }).await?
+                else {
+                    return Err(FsError::new(libc::EIO, "readlink answered without data"));
+                };
+                Fop::Symlink {
+                    parent: dir,
+                    name,
+                    gfid,
+                    target: serde_bytes::ByteBuf::from(t.to_vec()),
+                }
+            }
+            kind => Fop::Mknod {
+                parent: dir,
+                name,
+                gfid,
+                mode: perm
+                    | match kind {
+                        FileKind::Fifo => libc::S_IFIFO,
+                        FileKind::Socket => libc::S_IFSOCK,
+                        FileKind::CharDev => libc::S_IFCHR,
+                        _ => libc::S_IFBLK,
+                    },
+                umask: 0,
+                rdev: a.rdev,
+            },
+        };
+        if let Reply::Created { fh, .. } = call(k, &cx, fop).await? {
+            let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
+        }
+        // The new copy is as stale as can be until healed: say so on the
+        // source, so that it is healed even if this heal stops here.
+        let src_b = &self.bricks[src];
+        let mark = Fop::Lock {
+            gfid,
+            wait: true,
+            mark: Some(1 << sink),
+        };
+        if call(src_b, &root(), mark).await.is_ok() {
+            let _ = call(src_b, &root(), Fop::Unlock { gfids: vec![gfid] }).await;
+        }
+        Ok(())
+    }
+
+    /// Removes `n` (and, for a directory, all below it) from `dir` on `b`.
+    async fn remove_tree(&self, b: usize, dir: Gfid, n: &[u8], a: &Attr) -> FsResult<()> {
+        let k = &self.bricks[b];
+        let name = Name::new(n.to_vec())?;
+        if a.kind == FileKind::Dir {
+            for (cn, ca) in self.list(b, a.gfid).await? {
+                Box::pin(self.remove_tree(b, a.gfid, &cn, &ca)).await?;
+            }
+            call(k, &root(), Fop::Rmdir { parent: dir, name }).await?;
+        } else {
+            call(k, &root(), Fop::Unlink { parent: dir, name }).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The copy a split-brain policy chooses, if it decides.
+fn pick_by_policy(copies: &[(usize, Attr)], policy: Policy) -> Option<usize> {
+    let best = |key: &dyn Fn(&Attr) -> (i64, u64)| {
+        let max = copies.iter().map(|(_, a)| key(a)).max()?;
+        let top: Vec<usize> = copies
+            .iter()
+            .filter(|(_, a)| key(a) == max)
+            .map(|(i, _)| *i)
+            .collect();
+        // A tie decides nothing, except for the "fullest copy" rule used
+        // when every copy is valid.
+        (top.len() == 1 || policy == Policy::Size).then(|| top[0])
+    };
+    match policy {
+        Policy::None => None,
+        Policy::Size => best(&|a| {
+            (
+                a.size as i64,
+                a.mtime.0 as u64 * 1_000_000_000 + a.mtime.1 as u64,
+            )
+        }),
+        Policy::Mtime => best(&|a| (a.mtime.0, a.mtime.1 as u64)),
+        Policy::Ctime => best(&|a| (a.ctime.0, a.ctime.1 as u64)),
+        Policy::Majority => {
+            // The copy whose (size, mtime) more than half the copies share.
+            let key = |a: &Attr| (a.size, a.mtime);
+            copies
+                .iter()
+                .find(|(_, a)| {
+                    copies.iter().filter(|(_, b)| key(b) == key(a)).count() * 2 > copies.len()
+                })
+                .map(|(i, _)| *i)
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Replication under faults, end to end: real daemons, bricks, mounts and
+//! tools; bricks killed (`kill -9`), frozen (`SIGSTOP` past the ping
+//! timeout) or full; the bricks compared byte for byte after self-heal.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const HEAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Freezes brick `i` until the client's ping timeout declares it down.
+fn freeze(c: &Cluster, vol: &str, i: usize) -> u64 {
+    let pid = brick_pid(c, vol, i);
+    ok(&format!("kill -STOP {pid}"));
+    pid
+}
+
+fn thaw(pid: u64) {
+    ok(&format!("kill -CONT {pid}"));
+}
+
+#[test]
+fn changes_made_while_a_brick_was_frozen_are_healed() {
+    let c = Cluster::start();
+    let bricks = c.volume("hv", 3, &["h1", "h2", "h3"]);
+    c.ok(&["volume", "set", "hv", "network.ping-timeout", "2"]);
+    let m = c.mount("hv");
+    let d = m.dir.display().to_string();
+    ok(&format!(
+        "mkdir -p {d}/keep/sub {d}/gone/deep && \
+         for f in a b c d e; do echo old-$f > {d}/keep/$f; done && \
+         echo bye > {d}/gone/deep/x && \
+         head -c 3000000 /dev/urandom > {d}/big && \
+         echo same > {d}/renamed-from && ln {d}/keep/a {d}/keep/a-link"
+    ));
+    assert_bricks_identical(&bricks);
+    wait_healed(&c, "hv", HEAL_TIMEOUT);
+
+    let pid = freeze(&c, "hv", 2);
+    // Everything below happens while brick 3 is frozen. The first change
+    // waits for the ping timeout; the rest go on without it.
+    ok(&format!(
+        "echo new-a > {d}/keep/a && \
+         rm {d}/keep/b && \
+         mv {d}/keep/c {d}/keep/c-moved && \
+         chmod 600 {d}/keep/d && chown 1234:4321 {d}/keep/e && \
+         truncate -s 1000 {d}/big && \
+         dd if=/dev/urandom of={d}/big bs=4096 seek=100 count=3 conv=notrunc status=none && \
+         rm -r {d}/gone && \
+         mkdir {d}/fresh && for i in $(seq 1 20); do echo $i > {d}/fresh/f$i; done && \
+         ln -s ../big {d}/fresh/link && \
+         setfattr -n user.colour -v blue {d}/keep/d && \
+         mv {d}/renamed-from {d}/keep/sub/renamed-to && \
+         rm {d}/keep/a-link && echo recreated-with-other-content > {d}/keep/a-link"
+    ));
+    // The frozen copy is never read: what the application wrote comes back.
+    assert_eq!(ok(&format!("cat {d}/keep/a")), "new-a\n");
+    assert_eq!(ok(&format!("stat -c %s {d}/big")).trim(), "421888");
+    thaw(pid);
+    wait_healed(&c, "hv", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+    assert_eq!(
+        std::fs::read_to_string(bricks[2].join("keep/a-link")).unwrap(),
+        "recreated-with-other-content\n"
+    );
+    assert!(!bricks[2].join("gone").exists());
+    // Heal statistics say what was done.
+    let stats = c.ok(&["volume", "heal", "hv", "statistics"]);
+    assert!(stats.contains("Type of crawl: INDEX"), "{stats}");
+}
+
+#[test]
+fn a_brick_killed_during_cp_and_a_1gib_write_loses_nothing() {
+    let c = Cluster::start();
+    let bricks = c.volume("kv", 3, &["k1", "k2", "k3"]);
+    let m = c.mount("kv");
+    // A tree to copy: nested directories, modes, owners, xattrs, links.
+    let src = c.path("src");
+    ok(&format!(
+        "mkdir -p {s} && cd {s} && for d in $(seq 1 8); do mkdir -p d$d/e; \
+         for f in $(seq 1 40); do head -c $((f * 997)) /dev/urandom > d$d/e/f$f; done; \
+         chmod 750 d$d; chown 12:34 d$d/e/f1; ln -s e/f2 d$d/sym; done && \
+         setfattr -n user.tag -v t1 d1/e/f3",
+        s = src.display()
+    ));
+    let pid = brick_pid(&c, "kv", 1);
+    let cp = std::thread::spawn({
+        let (s, t) = (src.display().to_string(), m.p("tree"));
+        move || sh(&format!("cp -a {s} {t}"))
+    });
+    let local = c.path("big.local").display().to_string();
+    let want = ok(&format!(
+        "head -c 1073741824 /dev/urandom > {local} && md5sum < {local} | cut -d' ' -f1"
+    ))
+    .trim()
+    .to_string();
+    let started = std::time::Instant::now();
+    let big = std::thread::spawn({
+        let f = m.p("big");
+        let local = local.clone();
+        move || sh(&format!("dd if={local} of={f} bs=1M status=none"))
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    ok(&format!("kill -9 {pid}"));
+    let cp = cp.join().unwrap();
+    assert!(
+        cp.status.success(),
+        "cp failed: {}",
+        String::from_utf8_lossy(&cp.stderr)
+    );
+    let big = big.join().unwrap();
+    assert!(
+        big.status.success(),
+        "{}",
+        String::from_utf8_lossy(&big.stderr)
+    );
+    eprintln!("cp -a and the 1 GiB write took {:?}", started.elapsed());
+    let _ = std::fs::remove_file(&local);
+    // The application sees everything it wrote.
+    assert_eq!(
+        ok(&format!("md5sum < {} | cut -d' ' -f1", m.p("big"))).trim(),
+        want
+    );
+    ok(&format!("diff -r {} {}", src.display(), m.p("tree")));
+    // The daemon restarts the brick; heal finishes by itself.
+    wait_for("the brick to be restarted", Duration::from_secs(20), || {
+        brick_pid(&c, "kv", 1) != pid
+    });
+    let started = std::time::Instant::now();
+    wait_healed(&c, "kv", HEAL_TIMEOUT);
+    eprintln!("heal took {:?}", started.elapsed());
+    assert_bricks_identical(&bricks);
+    assert_eq!(
+        ok(&format!(
+            "md5sum < {} | cut -d' ' -f1",
+            bricks[1].join("big").display()
+        ))
+        .trim(),
+        want
+    );
+}
+
+#[test]
+fn with_two_bricks_down_writes_are_refused_and_reads_go_on() {
+    let c = Cluster::start();
+    let bricks = c.volume("qv", 3, &["q1", "q2", "q3"]);
+    c.ok(&["volume", "set", "qv", "network.ping-timeout", "2"]);
+    let m = c.mount("qv");
+    ok(&format!("echo before > {}", m.p("f")));
+    let p1 = freeze(&c, "qv", 0);
+    let p2 = freeze(&c, "qv", 1);
+    // Past the ping timeout, quorum is lost: changes fail with EROFS.
+    let o = sh(&format!("echo during > {}", m.p("f")));
+    assert!(!o.status.success());
+    let o = sh(&format!("echo during > {}", m.p("g")));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(err.contains("Read-only file system"), "{err}");
+    // Reads go on from the copy that is up.
+    assert_eq!(ok(&format!("cat {}", m.p("f"))), "before\n");
+    thaw(p1);
+    thaw(p2);
+    wait_for("quorum to come back", Duration::from_secs(30), || {
+        sh(&format!("echo after > {}", m.p("f"))).status.success()
+    });
+    assert_eq!(ok(&format!("cat {}", m.p("f"))), "after\n");
+    wait_healed(&c, "qv", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+}
+
+#[test]
+fn two_mounts_writing_one_region_leave_identical_bricks() {
+    let c = Cluster::start();
+    let bricks = c.volume("cv", 3, &["c1", "c2", "c3"]);
+    let m1 = c.mount("cv");
+    let m2 = c.mount("cv");
+    ok(&format!("head -c 1048576 /dev/zero > {}", m1.p("shared")));
+    let writer = |path: String, seed: u32| {
+        std::thread::spawn(move || {
+            sh(&format!(
+                "python3 -c \"
+import os, random
+r = random.Random({seed})
+fd = os.open('{path}', os.O_WRONLY)
+for i in range(600):
+    off = r.randrange(0, 1048576 - 65536)
+    os.pwrite(fd, bytes([r.randrange(256)]) * r.randrange(1, 65536), off)
+os.close(fd)
+\""
+            ))
+        })
+    };
+    let a = writer(m1.p("shared"), 1);
+    let b = writer(m2.p("shared"), 2);
+    for t in [a, b] {
+        let o = t.join().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    m1.unmount();
+    m2.unmount();
+    let sums: Vec<String> = bricks
+        .iter()
+        .map(|b| ok(&format!("md5sum < {}", b.join("shared").display())))
+        .collect();
+    assert!(
+        sums.iter().all(|s| *s == sums[0]),
+        "replicas diverged: {sums:?}"
+    );
+    wait_healed(&c, "cv", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+}
+
+#[test]
+fn a_client_killed_mid_write_leaves_bricks_that_agree_after_heal() {
+    let c = Cluster::start();
+    let bricks = c.volume("xv", 3, &["x1", "x2", "x3"]);
+    let m = c.mount("xv");
+    let writer = std::thread::spawn({
+        let f = m.p("partial");
+        move || {
+            sh(&format!(
+                "dd if=/dev/urandom of={f} bs=64k count=100000 status=none"
+            ))
+        }
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    ok(&format!("pkill -9 -f 'mortar mount .*{}'", m.dir.display()));
+    let _ = writer.join();
+    let _ = sh(&format!("umount -l {}", m.dir.display()));
+    wait_healed(&c, "xv", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+}
+
+#[test]
+fn a_full_brick_fails_the_write_and_is_healed_once_there_is_room() {
+    let c = Cluster::start();
+    let small = c.path("small");
+    std::fs::create_dir_all(&small).unwrap();
+    ok(&format!(
+        "mount -t tmpfs -o size=4m tmpfs {}",
+        small.display()
+    ));
+    struct Unmount(String);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = sh(&format!("umount -l {}", self.0));
+        }
+    }
+    let _guard = Unmount(small.display().to_string());
+    let bricks = c.volume("fv", 3, &["f1", "f2", "small/f3"]);
+    let m = c.mount("fv");
+    let o = sh(&format!(
+        "dd if=/dev/urandom of={} bs=1M count=8 conv=fsync status=none",
+        m.p("toobig")
+    ));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "the write into a full brick succeeded");
+    assert!(err.contains("No space left on device"), "{err}");
+    // The shortfall is recorded: the full brick's copy is pending heal.
+    wait_for(
+        "the shortfall to be recorded",
+        Duration::from_secs(10),
+        || heal_pending(&c, "fv").is_some_and(|n| n > 0),
+    );
+    ok(&format!("mount -o remount,size=64m {}", small.display()));
+    c.ok(&["volume", "heal", "fv"]);
+    wait_healed(&c, "fv", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+}

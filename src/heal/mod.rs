@@ -282,9 +282,10 @@ impl Healer {
 
     /// What is pending, per brick (every brick of the volume).
     pub async fn info(&self, split_only: bool) -> Vec<BrickHeal> {
-        let split = self.split.lock().unwrap().clone();
         let mut out = Vec::new();
         for set in &self.sets {
+            let mut split: HashSet<Gfid> = HashSet::new();
+            let mut judged: HashSet<Gfid> = HashSet::new();
             for b in &set.bricks {
                 let mut h = BrickHeal {
                     brick: b.label.clone(),
@@ -296,6 +297,9 @@ impl Healer {
                         b.x.call(&Ctx::root(), Fop::Pending { max: u32::MAX }).await
                     {
                         for g in gfids {
+                            if judged.insert(g) && set.is_split_brain(g).await {
+                                split.insert(g);
+                            }
                             if split.contains(&g) {
                                 h.split_brain.push(show(g));
                             }
@@ -335,7 +339,22 @@ impl Healer {
     ) -> Result<usize, String> {
         let targets: Vec<Gfid> = match gfid {
             Some(g) => vec![g],
-            None => self.split.lock().unwrap().iter().copied().collect(),
+            None => {
+                let mut all: HashSet<Gfid> = HashSet::new();
+                for b in self.info(true).await {
+                    for e in b.entries {
+                        if let Some(g) = e
+                            .strip_prefix("<gfid:")
+                            .and_then(|e| e.strip_suffix('>'))
+                            .and_then(|e| uuid::Uuid::parse_str(e).ok())
+                            .and_then(|u| Gfid::from_slice(u.as_bytes()))
+                        {
+                            all.insert(g);
+                        }
+                    }
+                }
+                all.into_iter().collect()
+            }
         };
         if targets.is_empty() {
             return Ok(0);

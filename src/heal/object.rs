@@ -146,6 +146,18 @@ impl Set {
         Ok(out)
     }
 
+    /// Whether the copies of `gfid` (a non-directory) all blame each other,
+    /// so that no copy can be trusted without a decision.
+    pub async fn is_split_brain(&self, gfid: Gfid) -> bool {
+        let Ok(copies) = self.stat(gfid, &self.up()).await else {
+            return false;
+        };
+        let blamed = copies.iter().fold(0, |b, (_, a)| b | a.blame);
+        !copies.is_empty()
+            && copies[0].1.kind != FileKind::Dir
+            && copies.iter().all(|(i, _)| blamed & (1 << i) != 0)
+    }
+
     /// Heals `gfid`: see the module documentation.
     pub async fn heal(&self, gfid: Gfid, policy: Policy) -> FsResult<Outcome> {
         self.heal_with(gfid, policy, None).await

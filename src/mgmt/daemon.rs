@@ -290,6 +290,7 @@ impl Daemon {
             .volumes
             .values()
             .filter(|v| v.status == VolStatus::Started && v.replica > 1)
+            .filter(|v| options::effective(&v.options, "cluster.self-heal-daemon") != "off")
         {
             let mut local = Vec::new();
             for b in &v.bricks {
@@ -365,6 +366,13 @@ impl Daemon {
                 }
             }
         };
+        if matches!(op, HealOp::Index | HealOp::Full)
+            && options::effective(&v.options, "cluster.self-heal-daemon") == "off"
+        {
+            return err(format!(
+                "Self-heal-daemon is disabled. Heal will not be triggered on volume {name}"
+            ));
+        }
         let mut rep = HealReport::default();
         match op {
             HealOp::Index => {

@@ -27,7 +27,8 @@ pub struct OptionSpec {
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { key: "network.ping-timeout", kind: Kind::Int(1, 1800), default: "42", help: "Seconds without an answer after which a brick with requests outstanding is declared down." },
     OptionSpec { key: "cluster.read-hash-mode", kind: Kind::Int(0, 3), default: "1", help: "How reads choose a replica: 0 first up, 1 by gfid." },
-    OptionSpec { key: "cluster.quorum-type", kind: Kind::Enum(&["none", "auto", "fixed"]), default: "auto", help: "Client quorum for writes (enforced by the replicate work to come)." },
+    OptionSpec { key: "cluster.quorum-type", kind: Kind::Enum(&["none", "auto", "fixed"]), default: "auto", help: "Client quorum: changes need more than half the replicas up (auto; exactly half if it includes the first), cluster.quorum-count of them (fixed), or any (none). Without it they fail with EROFS." },
+    OptionSpec { key: "cluster.self-heal-daemon", kind: Kind::Bool, default: "on", help: "Heal what the bricks' heal index names, in the background, on every server with bricks of the volume." },
     OptionSpec { key: "cluster.quorum-count", kind: Kind::Int(1, 64), default: "1", help: "Replicas needed when cluster.quorum-type is fixed." },
     OptionSpec { key: "cluster.favorite-child-policy", kind: Kind::Enum(&["none", "size", "mtime", "ctime", "majority"]), default: "none", help: "How split-brain is resolved automatically." },
     OptionSpec { key: "performance.write-behind", kind: Kind::Bool, default: "on", help: "Acknowledge writes before the bricks do (performance translators to come)." },

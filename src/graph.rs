@@ -81,7 +81,10 @@ fn build_one(
             clients.push(c.clone());
             c
         }
-        "cluster/replicate" => Arc::new(Replicate::new(d.name.clone(), children)),
+        "cluster/replicate" => {
+            let arbiter = d.arbiter.then(|| children.len() - 1);
+            Arc::new(Replicate::new(d.name.clone(), children).with_arbiter(arbiter))
+        }
         "cluster/distribute" => Arc::new(Distribute::new(d.name.clone(), children)),
         other => anyhow::bail!("unknown translator kind {other}"),
     })

@@ -72,7 +72,14 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(mortar::mgmt::brick::run(&a.path, a.ip, &a.volume_id)))
+                .and_then(|rt| {
+                    rt.block_on(mortar::mgmt::brick::run(
+                        &a.path,
+                        a.ip,
+                        &a.volume_id,
+                        a.arbiter,
+                    ))
+                })
         }
         Cmd::Mount(ref m) => {
             let args = MountArgs {

@@ -226,10 +226,12 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
     // Settle what was changed last, so that the bricks' heal index is
     // left empty by a clean unmount.
-    let _ = rt.block_on(tokio::time::timeout(
-        Duration::from_secs(5),
-        graph.top.shutdown(),
-    ));
+    let settled = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), graph.top.shutdown()).await
+    });
+    if settled.is_err() {
+        tracing::warn!("bricks did not answer in time; heal will settle the last changes");
+    }
     drop(graph);
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())

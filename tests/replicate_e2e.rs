@@ -335,6 +335,8 @@ fn split_brain_is_detected_never_served_and_resolved_by_command() {
 fn two_mounts_creating_and_renaming_the_same_names_leave_identical_bricks() {
     let c = Cluster::start();
     let bricks = c.volume("nv", 3, &["n1", "n2", "n3"]);
+    // No heal may hide a divergence here.
+    c.ok(&["volume", "set", "nv", "cluster.self-heal-daemon", "off"]);
     let m1 = c.mount("nv");
     let m2 = c.mount("nv");
     ok(&format!("mkdir {}", m1.p("d")));
@@ -357,7 +359,72 @@ fn two_mounts_creating_and_renaming_the_same_names_leave_identical_bricks() {
     m1.unmount();
     m2.unmount();
     // Identical without any heal: the changes were ordered the same way
-    // on every brick, and a clean unmount leaves nothing pending.
+    // on every brick, and the clients, exiting, settle everything.
+    wait_for("the clients to settle", Duration::from_secs(10), || {
+        heal_pending(&c, "nv") == Some(0)
+    });
     assert_bricks_identical(&bricks);
-    assert_eq!(heal_pending(&c, "nv"), Some(0));
+}
+
+/// A brick's tree without file sizes and contents (what an arbiter keeps).
+fn names_and_metadata(b: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    brick_digest(b)
+        .into_iter()
+        .map(|(k, v)| {
+            let kept: Vec<&str> = v
+                .split(' ')
+                .filter(|w| !w.starts_with("size=") && !w.starts_with("data="))
+                .collect();
+            (k, kept.join(" "))
+        })
+        .collect()
+}
+
+#[test]
+fn an_arbiter_volume_keeps_data_twice_and_survives_any_one_brick() {
+    let c = Cluster::start();
+    let names = ["a1", "a2", "a3"];
+    let mut args = vec!["volume", "create", "av", "replica", "3", "arbiter", "1"];
+    let bricks: Vec<String> = names.iter().map(|n| c.brick(n)).collect();
+    args.extend(bricks.iter().map(String::as_str));
+    args.push("force");
+    c.ok(&args);
+    c.ok(&["volume", "start", "av"]);
+    let info = c.ok(&["volume", "info", "av"]);
+    assert!(info.contains("Number of Bricks: 1 x (2 + 1) = 3"), "{info}");
+    assert!(info.contains("a3 (arbiter)"), "{info}");
+    c.ok(&["volume", "set", "av", "network.ping-timeout", "2"]);
+    let paths: Vec<std::path::PathBuf> = names.iter().map(|n| c.path(n)).collect();
+    let m = c.mount("av");
+    let d = m.dir.display().to_string();
+    ok(&format!(
+        "mkdir {d}/dir && head -c 2000000 /dev/urandom > {d}/dir/data && echo small > {d}/s && chmod 640 {d}/s"
+    ));
+    // Data on two bricks only; names and metadata on three.
+    assert_eq!(
+        std::fs::metadata(paths[0].join("dir/data")).unwrap().len(),
+        2000000
+    );
+    assert_eq!(
+        std::fs::metadata(paths[2].join("dir/data")).unwrap().len(),
+        0
+    );
+    // Any one brick may go: writes and reads go on.
+    for i in 0..3 {
+        let pid = freeze(&c, "av", i);
+        ok(&format!(
+            "echo while-{i}-down >> {d}/s && head -c 100000 /dev/urandom > {d}/dir/new-{i}"
+        ));
+        assert!(ok(&format!("cat {d}/s")).contains(&format!("while-{i}-down")));
+        thaw(pid);
+        wait_healed(&c, "av", HEAL_TIMEOUT);
+    }
+    let sum = |p: &std::path::Path| ok(&format!("md5sum < {}", p.display()));
+    assert_eq!(sum(&paths[0].join("s")), sum(&paths[1].join("s")));
+    assert_eq!(
+        sum(&paths[0].join("dir/new-0")),
+        sum(&paths[1].join("dir/new-0"))
+    );
+    assert_bricks_identical(&paths[..2]);
+    assert_eq!(names_and_metadata(&paths[0]), names_and_metadata(&paths[2]));
 }

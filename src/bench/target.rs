@@ -225,6 +225,7 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
         let create = Request::VolumeCreate {
             name: vol.clone(),
             replica: shape.replica,
+            arbiter: 0,
             transport: "tcp".into(),
             bricks,
             force: true,

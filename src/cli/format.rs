@@ -18,7 +18,8 @@ pub fn info(vols: &[Volume]) -> String {
         let _ = writeln!(s, "Transport-type: {}", v.transport);
         let _ = writeln!(s, "Bricks:");
         for (i, b) in v.bricks.iter().enumerate() {
-            let _ = writeln!(s, "Brick{}: {b}", i + 1);
+            let tag = if v.is_arbiter(i) { " (arbiter)" } else { "" };
+            let _ = writeln!(s, "Brick{}: {b}{tag}", i + 1);
         }
         let _ = writeln!(s, "Options Reconfigured:");
         for (k, val) in &v.options {
@@ -93,6 +94,7 @@ mod tests {
                 .collect(),
             status: VolStatus::Started,
             options: [("network.ping-timeout".to_string(), "10".to_string())].into(),
+            arbiter: 0,
             version: 1,
         };
         let text = info(&[v]);

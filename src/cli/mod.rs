@@ -55,7 +55,7 @@ pub enum Cmd {
 
 #[derive(Subcommand)]
 pub enum VolumeCmd {
-    /// volume create NAME [replica N] [transport tcp] HOST:/PATH... [force]
+    /// volume create NAME [replica N [arbiter 1]] [transport tcp] HOST:/PATH... [force]
     Create {
         name: String,
         #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
@@ -164,11 +164,23 @@ pub struct BrickArgs {
     pub ip: std::net::IpAddr,
     #[arg(long)]
     pub volume_id: String,
+    /// Keep names and metadata but no file data (an arbiter brick).
+    #[arg(long)]
+    pub arbiter: bool,
+}
+
+pub struct CreateArgs {
+    pub replica: usize,
+    pub arbiter: usize,
+    pub transport: String,
+    pub bricks: Vec<String>,
+    pub force: bool,
 }
 
 /// Parses GlusterFS's `volume create` words after the name.
-pub fn parse_create(args: &[String]) -> Result<(usize, String, Vec<String>, bool), String> {
+pub fn parse_create(args: &[String]) -> Result<CreateArgs, String> {
     let mut replica = 1;
+    let mut arbiter = 0;
     let mut transport = "tcp".to_string();
     let mut bricks = Vec::new();
     let mut force = false;
@@ -192,7 +204,15 @@ pub fn parse_create(args: &[String]) -> Result<(usize, String, Vec<String>, bool
                     .clone();
                 i += 2;
             }
-            "arbiter" | "disperse" | "redundancy" | "stripe" => {
+            "arbiter" => {
+                let n = args.get(i + 1).ok_or("arbiter needs a count (1)")?;
+                if n != "1" {
+                    return Err(format!("arbiter count must be 1, not {n}"));
+                }
+                arbiter = 1;
+                i += 2;
+            }
+            "disperse" | "redundancy" | "stripe" => {
                 return Err(format!("'{}' volumes are not supported yet", args[i]));
             }
             "force" if i == args.len() - 1 => {
@@ -208,7 +228,16 @@ pub fn parse_create(args: &[String]) -> Result<(usize, String, Vec<String>, bool
     if bricks.is_empty() {
         return Err("no bricks given: use HOST:/PATH".into());
     }
-    Ok((replica, transport, bricks, force))
+    if arbiter > 0 && replica != 3 {
+        return Err("For arbiter configuration, replica count must be 3 and arbiter count must be 1. The 3rd brick of the replica will be the arbiter".into());
+    }
+    Ok(CreateArgs {
+        replica,
+        arbiter,
+        transport,
+        bricks,
+        force,
+    })
 }
 
 struct Out {
@@ -267,16 +296,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Volume(v) => match v {
             VolumeCmd::Create { name, args } => {
-                let (replica, transport, bricks, force) =
-                    parse_create(&args).map_err(|e| fail("volume create", &name, &e))?;
+                let a = parse_create(&args).map_err(|e| fail("volume create", &name, &e))?;
                 let r = ask(
                     &server,
                     Request::VolumeCreate {
                         name: name.clone(),
-                        replica,
-                        transport,
-                        bricks,
-                        force,
+                        replica: a.replica,
+                        arbiter: a.arbiter,
+                        transport: a.transport,
+                        bricks: a.bricks,
+                        force: a.force,
                     },
                 )
                 .await?;
@@ -517,7 +546,7 @@ mod tests {
 
     #[test]
     fn create_grammar() {
-        let (r, t, b, f) = parse_create(&s(&[
+        let a = parse_create(&s(&[
             "replica",
             "3",
             "transport",
@@ -528,9 +557,19 @@ mod tests {
             "force",
         ]))
         .unwrap();
-        assert_eq!((r, t.as_str(), b.len(), f), (3, "tcp", 3, true));
-        let (r, _, b, f) = parse_create(&s(&["h:/a", "h:/b"])).unwrap();
-        assert_eq!((r, b.len(), f), (1, 2, false));
+        assert_eq!(
+            (a.replica, a.transport.as_str(), a.bricks.len(), a.force),
+            (3, "tcp", 3, true)
+        );
+        let a = parse_create(&s(&["h:/a", "h:/b"])).unwrap();
+        assert_eq!((a.replica, a.bricks.len(), a.force), (1, 2, false));
+        let a = parse_create(&s(&[
+            "replica", "3", "arbiter", "1", "h:/a", "h:/b", "h:/c",
+        ]))
+        .unwrap();
+        assert_eq!((a.replica, a.arbiter), (3, 1));
+        assert!(parse_create(&s(&["replica", "2", "arbiter", "1", "h:/a", "h:/b"])).is_err());
+        assert!(parse_create(&s(&["replica", "3", "arbiter", "2", "h:/a"])).is_err());
         assert!(parse_create(&s(&["replica", "1", "h:/a"])).is_err());
         assert!(parse_create(&s(&["replica", "x", "h:/a"])).is_err());
         assert!(parse_create(&s(&["replica", "3"])).is_err());

@@ -123,9 +123,11 @@ impl Healer {
                     .filter(|&i| is_local(&bricks[i].host))
                     .collect(),
             );
+            let arbiter = r.arbiter.then(|| bricks.len() - 1);
             sets.push(Set {
                 name: r.name.clone(),
                 bricks,
+                arbiter,
             });
         }
         let policy = Policy::parse(

@@ -30,6 +30,8 @@ pub struct Brick {
 pub struct Set {
     pub name: String,
     pub bricks: Vec<Brick>,
+    /// The brick that keeps names and metadata but no file data.
+    pub arbiter: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +148,15 @@ impl Set {
         Ok(out)
     }
 
+    /// The copies that hold file data (all but the arbiter's).
+    fn data_copies(&self, copies: &[(usize, Attr)]) -> Vec<(usize, Attr)> {
+        copies
+            .iter()
+            .filter(|(i, _)| Some(*i) != self.arbiter)
+            .cloned()
+            .collect()
+    }
+
     /// Whether the copies of `gfid` (a non-directory) all blame each other,
     /// so that no copy can be trusted without a decision.
     pub async fn is_split_brain(&self, gfid: Gfid) -> bool {
@@ -220,7 +231,7 @@ impl Set {
             }
             sources = vec![f];
         } else if sources.is_empty() && kind != FileKind::Dir {
-            match pick_by_policy(&copies, policy) {
+            match pick_by_policy(&self.data_copies(&copies), policy) {
                 Some(s) => {
                     tracing::warn!(set = %self.name, %gfid, source = %self.bricks[s].label, ?policy, "split-brain resolved by policy");
                     sources = vec![s];
@@ -233,9 +244,26 @@ impl Set {
         } else if blamed == 0 || sources.is_empty() {
             // Only unsettled changes (or a directory whose copies blame each
             // other): every copy is a valid outcome; take the fullest.
-            sources = vec![pick_by_policy(&copies, Policy::Size).unwrap_or(copies[0].0)];
+            let candidates = if kind == FileKind::File {
+                self.data_copies(&copies)
+            } else {
+                copies.clone()
+            };
+            let Some(first) = candidates.first() else {
+                out.deferred = true;
+                return Ok((out, vec![]));
+            };
+            sources = vec![pick_by_policy(&candidates, Policy::Size).unwrap_or(first.0)];
         }
-        let src = sources[0];
+        // File data comes from a copy that holds data.
+        let Some(src) = sources
+            .iter()
+            .copied()
+            .find(|&s| kind != FileKind::File || Some(s) != self.arbiter)
+        else {
+            out.deferred = true;
+            return Ok((out, vec![]));
+        };
         let src_attr = copies.iter().find(|(i, _)| *i == src).unwrap().1.clone();
         let sinks: Vec<usize> = copies
             .iter()
@@ -260,7 +288,8 @@ impl Set {
                         out.entries += n;
                         children.extend(new);
                     }
-                    FileKind::File => {
+                    // An arbiter gets no data.
+                    FileKind::File if Some(sink) != self.arbiter => {
                         out.bytes += self.heal_data(gfid, src, sink, &src_attr).await?;
                     }
                     _ => {}

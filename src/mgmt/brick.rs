@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
-pub async fn run(path: &Path, ip: IpAddr, volume_id: &str) -> anyhow::Result<()> {
+pub async fn run(path: &Path, ip: IpAddr, volume_id: &str, arbiter: bool) -> anyhow::Result<()> {
     // Die with the daemon that started us; it starts a fresh brick when it
     // comes back.
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches no memory.
@@ -30,7 +30,11 @@ pub async fn run(path: &Path, ip: IpAddr, volume_id: &str) -> anyhow::Result<()>
             path.display()
         );
     }
-    let posix = Arc::new(Posix::open(path).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let posix = Arc::new(
+        Posix::open(path)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_arbiter(arbiter),
+    );
     let mut port = super::BRICK_PORT_BASE;
     let listener = loop {
         match tokio::net::TcpListener::bind(SocketAddr::new(ip, port)).await {
@@ -40,7 +44,7 @@ pub async fn run(path: &Path, ip: IpAddr, volume_id: &str) -> anyhow::Result<()>
         }
     };
     println!("LISTENING {port}");
-    tracing::info!(brick = %path.display(), port, "brick serving");
+    tracing::info!(brick = %path.display(), port, arbiter, "brick serving");
     server::serve(listener, posix).await?;
     Ok(())
 }

@@ -226,15 +226,18 @@ impl Daemon {
     /// Starts the local bricks of started volumes and stops the others.
     async fn reconcile(&self) {
         let st = self.state.lock().unwrap().clone();
-        let mut want: HashMap<String, (String, String)> = HashMap::new();
+        let mut want: HashMap<String, (String, String, bool)> = HashMap::new();
         for v in st
             .volumes
             .values()
             .filter(|v| v.status == VolStatus::Started)
         {
-            for b in &v.bricks {
+            for (i, b) in v.bricks.iter().enumerate() {
                 if self.is_local(&b.host).await {
-                    want.insert(b.path.clone(), (v.name.clone(), v.id.clone()));
+                    want.insert(
+                        b.path.clone(),
+                        (v.name.clone(), v.id.clone(), v.is_arbiter(i)),
+                    );
                 }
             }
         }
@@ -250,7 +253,7 @@ impl Daemon {
                     }
                 }
             }
-            for (path, (vol, id)) in want {
+            for (path, (vol, id, arbiter)) in want {
                 if bricks.contains_key(&path) {
                     continue;
                 }
@@ -263,6 +266,7 @@ impl Daemon {
                     self.cfg.state_dir.join("logs"),
                     info.clone(),
                     stop_rx,
+                    arbiter,
                 ));
                 bricks.insert(
                     path,
@@ -724,11 +728,15 @@ impl Daemon {
             Request::VolumeCreate {
                 name,
                 replica,
+                arbiter,
                 transport,
                 bricks,
                 force,
             } => {
-                self.create_volume(name, replica, transport, bricks, force)
+                if arbiter > 0 && (replica != 3 || arbiter != 1) {
+                    return Err("For arbiter configuration, replica count must be 3 and arbiter count must be 1".into());
+                }
+                self.create_volume(name, replica, arbiter, transport, bricks, force)
                     .await
             }
             Request::VolumeStart { name, force } => {
@@ -834,6 +842,7 @@ impl Daemon {
         self: &Arc<Self>,
         name: String,
         replica: usize,
+        arbiter: usize,
         transport: String,
         bricks: Vec<String>,
         force: bool,
@@ -950,6 +959,7 @@ impl Daemon {
             status: VolStatus::Created,
             options: Default::default(),
             version: 1,
+            arbiter,
         };
         self.state.lock().unwrap().volumes.insert(name, vol);
         self.commit().await?;
@@ -973,6 +983,7 @@ async fn supervise(
     logs: PathBuf,
     info: BrickInfo,
     mut stop: watch::Receiver<bool>,
+    arbiter: bool,
 ) {
     let _ = std::fs::create_dir_all(&logs);
     let log = logs.join(format!(
@@ -996,6 +1007,7 @@ async fn supervise(
             .arg(ip.to_string())
             .arg("--volume-id")
             .arg(&volume_id)
+            .args(arbiter.then_some("--arbiter"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .kill_on_drop(true);

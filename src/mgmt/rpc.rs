@@ -21,6 +21,9 @@ pub enum Request {
     VolumeCreate {
         name: String,
         replica: usize,
+        /// Arbiter bricks per replica set (0 or 1).
+        #[serde(default)]
+        arbiter: usize,
         transport: String,
         bricks: Vec<String>,
         force: bool,

@@ -83,6 +83,10 @@ pub struct Volume {
     pub options: BTreeMap<String, String>,
     /// Bumped on every change the clients should see (options).
     pub version: u64,
+    /// 1 when the last brick of every replica set is an arbiter (names and
+    /// metadata, no file data).
+    #[serde(default)]
+    pub arbiter: usize,
 }
 
 impl Volume {
@@ -94,8 +98,20 @@ impl Volume {
             (true, true) => "Distributed-Replicate",
         }
     }
+    /// Whether brick `i` is an arbiter.
+    pub fn is_arbiter(&self, i: usize) -> bool {
+        self.arbiter > 0 && self.replica > 1 && i % self.replica == self.replica - 1
+    }
     pub fn brick_count_line(&self) -> String {
-        if self.replica > 1 {
+        if self.arbiter > 0 && self.replica > 1 {
+            format!(
+                "{} x ({} + {}) = {}",
+                self.bricks.len() / self.replica,
+                self.replica - self.arbiter,
+                self.arbiter,
+                self.bricks.len()
+            )
+        } else if self.replica > 1 {
             format!(
                 "{} x {} = {}",
                 self.bricks.len() / self.replica,

@@ -17,6 +17,9 @@ pub struct XlDesc {
     pub mgmt: Option<String>,
     pub brick: Option<String>,
     pub children: Vec<XlDesc>,
+    /// For cluster/replicate: the last child is an arbiter.
+    #[serde(default)]
+    pub arbiter: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -67,6 +70,7 @@ pub fn generate(
             mgmt: Some(mgmt_of(state, &b.host, self_host, self_mgmt, port)),
             brick: Some(b.path.clone()),
             children: vec![],
+            arbiter: false,
         })
         .collect();
     let sets: Vec<XlDesc> = if vol.replica > 1 {
@@ -80,6 +84,7 @@ pub fn generate(
                 mgmt: None,
                 brick: None,
                 children: c.to_vec(),
+                arbiter: vol.arbiter > 0,
             })
             .collect()
     } else {
@@ -92,6 +97,7 @@ pub fn generate(
         mgmt: None,
         brick: None,
         children: sets,
+        arbiter: false,
     };
     VolDesc {
         volume: vol.name.clone(),

@@ -123,6 +123,9 @@ pub struct Posix {
     dirs: Mutex<HashMap<Gfid, Arc<OwnedFd>>>,
     /// Open change sessions per object, over all connections (`index.rs`).
     pub(super) sessions: Mutex<HashMap<Gfid, u32>>,
+    /// An arbiter keeps names and metadata, but no file data: writes are
+    /// acknowledged without being stored, sizes stay 0.
+    arbiter: bool,
 }
 
 pub(super) fn proc_path(fd: impl AsFd) -> String {
@@ -246,6 +249,7 @@ impl Posix {
             root,
             dirs: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            arbiter: false,
         };
         // The root's handle points back to the brick root.
         p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
@@ -254,6 +258,11 @@ impl Posix {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn with_arbiter(mut self, arbiter: bool) -> Posix {
+        self.arbiter = arbiter;
+        self
     }
 
     fn index_dir(&self, gfid: Gfid) -> FsResult<(OwnedFd, String)> {
@@ -772,7 +781,7 @@ impl Posix {
                 )?;
             }
         }
-        if let Some(size) = set.size {
+        if let Some(size) = set.size.filter(|_| !self.arbiter) {
             if kind != FileKind::File {
                 return Err(FsError::errno(if kind == FileKind::Dir {
                     libc::EISDIR
@@ -860,6 +869,12 @@ impl Posix {
     }
 
     fn read(&self, fds: &FdTable, gfid: Gfid, fh: u64, offset: u64, size: u32) -> FsResult<Reply> {
+        if self.arbiter {
+            return Err(FsError::new(
+                libc::EIO,
+                "an arbiter brick holds no file data",
+            ));
+        }
         let h = self.file_for(fds, gfid, fh)?;
         let f = as_file(&h);
         let mut buf = vec![0u8; size as usize];
@@ -885,6 +900,9 @@ impl Posix {
         data: &[u8],
     ) -> FsResult<Reply> {
         let h = self.file_for(fds, gfid, fh)?;
+        if self.arbiter {
+            return Ok(Reply::Written(data.len() as u32));
+        }
         let f = as_file(&h);
         // Written in pieces: measured on this project's machines, extending a
         // file by one 1 MiB pwrite costs several times more than by eight of
@@ -1092,6 +1110,9 @@ impl Posix {
                 len,
             } => {
                 let h = self.file_for(fds, *gfid, *fh)?;
+                if self.arbiter {
+                    return Ok(Reply::Ok);
+                }
                 rfs::fallocate(
                     as_file(&h),
                     rfs::FallocateFlags::from_bits_retain(*mode as u32),

@@ -44,8 +44,10 @@ pub struct Replicate {
     /// Our handles that read through anonymous brick handles, by gfid.
     open_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
     txns: Arc<Txns>,
-    /// Objects some of whose copies are blamed: gfid → those copies.
+    /// Objects whose copies are blamed: gfid → those copies.
     bad: Mutex<HashMap<Gfid, u32>>,
+    /// The child that keeps names and metadata but no data.
+    arbiter: Option<usize>,
 }
 
 /// The answers of several replicas, judged as one.
@@ -90,9 +92,32 @@ impl Replicate {
             open_behind: Default::default(),
             txns: Txns::new(name.clone(), children.clone()),
             bad: Mutex::new(HashMap::new()),
+            arbiter: None,
             name,
             children,
         }
+    }
+
+    pub fn with_arbiter(mut self, arbiter: Option<usize>) -> Self {
+        self.arbiter = arbiter.filter(|&a| a < self.children.len());
+        self
+    }
+
+    /// With an arbiter, a data change must reach a copy that holds good
+    /// data: were the arbiter the only good copy to take it, no brick
+    /// would have the data the application was told is safe.
+    fn arbiter_allows(&self, gfid: Gfid, targets: &[usize]) -> FsResult<()> {
+        let Some(a) = self.arbiter else {
+            return Ok(());
+        };
+        let bad = self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0);
+        if targets.iter().any(|&t| t != a && bad & (1 << t) == 0) {
+            return Ok(());
+        }
+        Err(FsError::notconn(format!(
+            "{}: {gfid}: no brick with good data is up (only the arbiter)",
+            self.name
+        )))
     }
 
     fn up(&self) -> Vec<usize> {
@@ -145,6 +170,24 @@ impl Replicate {
         Ok(good)
     }
 
+    /// Asks every copy of `gfid` up for its blame again (what this client
+    /// knows may predate a heal).
+    async fn refresh(&self, cx: &Ctx, gfid: Gfid) {
+        let up = self.up();
+        let res = self.fan_out(cx, &up, |_| Some(Fop::Getattr { gfid })).await;
+        let mut blame = 0;
+        let mut any = false;
+        for (_, r) in res {
+            if let Ok(Reply::Attr(a)) = r {
+                blame |= a.blame;
+                any = true;
+            }
+        }
+        if any {
+            self.learn(gfid, blame, true);
+        }
+    }
+
     /// What the copies of `gfid` said about each other: `blame` is the union
     /// of their blames (a fresh lookup replaces what was known, a change
     /// that some replica missed adds to it).
@@ -167,7 +210,18 @@ impl Replicate {
 
     /// The child to read `gfid` from: spread by gfid over the children up.
     fn read_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
-        let allowed = &self.readable(gfid, allowed)?[..];
+        let mut allowed = self.readable(gfid, allowed)?;
+        allowed.retain(|&i| Some(i) != self.arbiter);
+        if allowed.is_empty() {
+            return Err(FsError::new(
+                libc::EIO,
+                format!(
+                    "{}: {gfid}: no brick with good data is up (an arbiter holds none)",
+                    self.name
+                ),
+            ));
+        }
+        let allowed = &allowed[..];
         if self
             .read_hash_mode
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -239,6 +293,12 @@ impl Replicate {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
         let (tickets, targets) = self.begin(&txn_objects(&fop), &up).await?;
+        if let Fop::Setattr { gfid, set } = &fop {
+            if let (Some(_), Err(e)) = (set.size, self.arbiter_allows(*gfid, &targets)) {
+                self.finish(tickets, &[]).await;
+                return Err(e);
+            }
+        }
         let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
         self.finish(tickets, &res).await;
         Ok(self.pick(fop_gfid(&fop), merge(res)?))
@@ -262,6 +322,14 @@ impl Replicate {
             )));
         }
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
+        if self.arbiter_allows(gfid, &targets).is_err() {
+            // What this client knows of the copies may be older than a heal.
+            self.refresh(cx, gfid).await;
+            if let Err(e) = self.arbiter_allows(gfid, &targets) {
+                self.finish(tickets, &[]).await;
+                return Err(e);
+            }
+        }
         let res = self
             .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
             .await;
@@ -353,7 +421,7 @@ impl Replicate {
         }
         let gfid = found[0].1.attr.gfid;
         if found.iter().any(|(_, e)| e.attr.gfid != gfid) {
-            tracing::warn!(xlator = %self.name, ?fop, "copies of one name carry different gfids; heal will settle it");
+            tracing::debug!(xlator = %self.name, ?fop, "copies of one name carry different gfids (a change in flight, or heal will settle it)");
         }
         let blame = found
             .iter()
@@ -560,6 +628,9 @@ impl Replicate {
     ) -> FsResult<Reply> {
         let fhs = self.fds.get(fh)?;
         let mut allowed = self.live(&fhs);
+        if self.read_child(gfid, &allowed).is_err() {
+            self.refresh(cx, gfid).await;
+        }
         loop {
             let i = self.read_child(gfid, &allowed)?;
             match self.children[i].call(cx, make(fhs[i].unwrap().0)).await {
@@ -681,7 +752,11 @@ impl Xlator for Replicate {
             | Fop::Listxattr { .. }
             | Fop::Getxattr { .. } => self.meta_one(cx, fop).await,
             Fop::Statfs { .. } => {
-                let up = self.up();
+                let mut up = self.up();
+                if up.iter().any(|&i| Some(i) != self.arbiter) {
+                    // The arbiter's disk says nothing about room for data.
+                    up.retain(|&i| Some(i) != self.arbiter);
+                }
                 let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
                 let stats: Vec<StatFs> = res
                     .into_iter()

@@ -290,7 +290,9 @@ impl Set {
                     }
                     // An arbiter gets no data.
                     FileKind::File if Some(sink) != self.arbiter => {
-                        out.bytes += self.heal_data(gfid, src, sink, &src_attr).await?;
+                        out.bytes += self
+                            .heal_data(gfid, src, sink, &src_attr, locked)
+                            .await?;
                     }
                     _ => {}
                 }
@@ -306,6 +308,15 @@ impl Set {
             }
         }
         out.healed = healed.len() as u32;
+        // A source changed while the lock was let go between chunks: its
+        // changes may have missed the sink again, so nothing is cleared and
+        // the next pass looks again.
+        let now = self.stat(gfid, &[src]).await?;
+        if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
+            out.deferred = true;
+            out.healed = 0;
+            return Ok((out, children));
+        }
         // The blame of a sink that was not reached (down) stays.
         let reached = bits(&healed) | (bits(locked) & !bits(&sinks));
         self.clear(gfid, locked, blamed & reached).await;
@@ -323,7 +334,14 @@ impl Set {
 
     /// Copies the blocks of `src` whose checksums differ on `sink`, chunk
     /// by chunk, and trims the sink to the source's size.
-    async fn heal_data(&self, gfid: Gfid, src: usize, sink: usize, a: &Attr) -> FsResult<u64> {
+    async fn heal_data(
+        &self,
+        gfid: Gfid,
+        src: usize,
+        sink: usize,
+        a: &Attr,
+        locked: &[usize],
+    ) -> FsResult<u64> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
         let Reply::Opened { fh } = call(
             k,
@@ -381,6 +399,11 @@ impl Set {
                 off += BLOCK as u64 * CHUNK_BLOCKS as u64;
                 if want.len() < CHUNK_BLOCKS as usize {
                     break;
+                }
+                // Let an application waiting for the file have a turn.
+                self.unlock(gfid, locked).await;
+                if self.lock(gfid, locked).await.len() != locked.len() {
+                    return Err(FsError::notconn("a replica went away during heal"));
                 }
             }
             Ok(())

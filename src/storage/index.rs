@@ -5,7 +5,7 @@
 //!   replica positions (in the replica set) known to have missed a change
 //!   this copy has. Set before a client acknowledges a change some replica
 //!   failed; cleared by heal.
-//! - **the index**: an empty file `.mortar/pending/<gfid>` for every object
+//! - **the index**: a name `.mortar/pending/<gfid>` for every object
 //!   with a blame or an open change session (a client is changing it, or
 //!   crashed while it was). Self-heal works through the index instead of
 //!   crawling the brick.
@@ -17,12 +17,16 @@
 
 use super::posix::{get_xattr, proc_path, set_xattr, FdTable, Posix};
 use crate::core::{FsError, FsResult, Gfid};
-use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
 pub const BLAME_XATTR: &str = "trusted.mortar.blame";
 pub const PENDING_REL: &str = ".mortar/pending";
+/// Every index entry is a hard link to this empty file: adding one to the
+/// index makes a directory entry, not an inode (as GlusterFS's xattrop
+/// index does), which measured several times cheaper.
+pub const PENDING_BASE: &str = "pending-base";
 
 /// The blame recorded on a copy (0 when none).
 pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
@@ -51,25 +55,30 @@ fn write_blame(fd: impl AsFd, blame: u32) -> FsResult<()> {
 }
 
 impl Posix {
-    fn pending_dir(&self) -> FsResult<std::os::fd::OwnedFd> {
-        Ok(rfs::openat2(
-            &self.root,
-            PENDING_REL,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
-        )?)
+    fn pending_dir(&self) -> FsResult<&std::os::fd::OwnedFd> {
+        Ok(&self.pending)
     }
 
     fn index_add(&self, gfid: Gfid) -> FsResult<()> {
         let dir = self.pending_dir()?;
-        rfs::openat(
-            &dir,
-            gfid.to_string().as_str(),
-            OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        Ok(())
+        let name = gfid.to_string();
+        match rfs::linkat(&dir, PENDING_BASE, &dir, name.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Err(rustix::io::Errno::NOENT) => {
+                // The base is made once per brick (and again if removed).
+                rfs::openat(
+                    &dir,
+                    PENDING_BASE,
+                    OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o600),
+                )?;
+                match rfs::linkat(&dir, PENDING_BASE, &dir, name.as_str(), AtFlags::empty()) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn index_remove(&self, gfid: Gfid) -> FsResult<()> {

@@ -126,6 +126,8 @@ pub struct Posix {
     /// An arbiter keeps names and metadata, but no file data: writes are
     /// acknowledged without being stored, sizes stay 0.
     arbiter: bool,
+    /// `.mortar/pending`, the heal index (`index.rs`).
+    pub(super) pending: OwnedFd,
 }
 
 pub(super) fn proc_path(fd: impl AsFd) -> String {
@@ -244,12 +246,20 @@ impl Posix {
                 Err(e) => return Err(e.into()),
             }
         }
+        let pending = rfs::openat2(
+            &root,
+            super::index::PENDING_REL,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        )?;
         let p = Posix {
             path: path.to_path_buf(),
             root,
             dirs: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
             arbiter: false,
+            pending,
         };
         // The root's handle points back to the brick root.
         p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;

@@ -290,9 +290,7 @@ impl Set {
                     }
                     // An arbiter gets no data.
                     FileKind::File if Some(sink) != self.arbiter => {
-                        out.bytes += self
-                            .heal_data(gfid, src, sink, &src_attr, locked)
-                            .await?;
+                        out.bytes += self.heal_data(gfid, src, sink, &src_attr, locked).await?;
                     }
                     _ => {}
                 }

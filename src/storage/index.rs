@@ -62,17 +62,17 @@ impl Posix {
     fn index_add(&self, gfid: Gfid) -> FsResult<()> {
         let dir = self.pending_dir()?;
         let name = gfid.to_string();
-        match rfs::linkat(&dir, PENDING_BASE, &dir, name.as_str(), AtFlags::empty()) {
+        match rfs::linkat(dir, PENDING_BASE, dir, name.as_str(), AtFlags::empty()) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
             Err(rustix::io::Errno::NOENT) => {
                 // The base is made once per brick (and again if removed).
                 rfs::openat(
-                    &dir,
+                    dir,
                     PENDING_BASE,
                     OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     Mode::from_raw_mode(0o600),
                 )?;
-                match rfs::linkat(&dir, PENDING_BASE, &dir, name.as_str(), AtFlags::empty()) {
+                match rfs::linkat(dir, PENDING_BASE, dir, name.as_str(), AtFlags::empty()) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
                     Err(e) => Err(e.into()),
                 }
@@ -83,7 +83,7 @@ impl Posix {
 
     fn index_remove(&self, gfid: Gfid) -> FsResult<()> {
         let dir = self.pending_dir()?;
-        match rfs::unlinkat(&dir, gfid.to_string().as_str(), AtFlags::empty()) {
+        match rfs::unlinkat(dir, gfid.to_string().as_str(), AtFlags::empty()) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -183,7 +183,7 @@ impl Posix {
     /// Up to `max` objects of the heal index.
     pub(super) fn pending(&self, max: usize) -> FsResult<Vec<crate::core::Gfid>> {
         let fd = rfs::openat(
-            &self.pending_dir()?,
+            self.pending_dir()?,
             ".",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-const HEAL_TIMEOUT: Duration = Duration::from_secs(120);
+const HEAL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Freezes brick `i` until the client's ping timeout declares it down.
 fn freeze(c: &Cluster, vol: &str, i: usize) -> u64 {
@@ -427,4 +427,88 @@ fn an_arbiter_volume_keeps_data_twice_and_survives_any_one_brick() {
     );
     assert_bricks_identical(&paths[..2]);
     assert_eq!(names_and_metadata(&paths[0]), names_and_metadata(&paths[2]));
+}
+
+#[test]
+fn a_full_heal_restores_what_was_removed_behind_mortars_back() {
+    let c = Cluster::start();
+    let bricks = c.volume("fh", 3, &["g1", "g2", "g3"]);
+    let m = c.mount("fh");
+    let d = m.dir.display().to_string();
+    ok(&format!(
+        "mkdir -p {d}/x/y && echo one > {d}/x/y/a && echo two > {d}/x/b && echo three > {d}/c"
+    ));
+    m.unmount();
+    wait_healed(&c, "fh", HEAL_TIMEOUT);
+    // Nothing in the index says brick 3 lost these: only a full heal finds it.
+    ok(&format!(
+        "rm -r {}/x {}/c",
+        bricks[2].display(),
+        bricks[2].display()
+    ));
+    let out = c.ok(&["volume", "heal", "fh", "full"]);
+    assert!(out.contains("full self heal"), "{out}");
+    let deadline = std::time::Instant::now() + HEAL_TIMEOUT;
+    while !(bricks[2].join("x/y/a").exists() && bricks[2].join("c").exists()) {
+        if std::time::Instant::now() > deadline {
+            let log = std::fs::read_to_string(c.path("daemon.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            panic!(
+                "the full heal did not restore the files; daemon log:\n{}",
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_healed(&c, "fh", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+}
+
+#[test]
+fn favorite_child_policy_resolves_split_brain_by_itself() {
+    let c = Cluster::start();
+    let bricks = c.volume("pv", 2, &["p1", "p2"]);
+    for (k, v) in [
+        ("network.ping-timeout", "2"),
+        ("cluster.quorum-type", "none"),
+        ("cluster.self-heal-daemon", "off"),
+    ] {
+        c.ok(&["volume", "set", "pv", k, v]);
+    }
+    let m = c.mount("pv");
+    let f = m.p("f");
+    ok(&format!("echo one > {f}"));
+    let reconnected = |n: usize| {
+        wait_for("the client to reconnect", Duration::from_secs(30), || {
+            std::fs::read_to_string(c.path("client.log"))
+                .unwrap_or_default()
+                .matches("connected to brick")
+                .count()
+                >= n
+        })
+    };
+    let p0 = freeze(&c, "pv", 0);
+    ok(&format!("echo two-two > {f}"));
+    thaw(p0);
+    reconnected(3);
+    std::thread::sleep(Duration::from_millis(1100));
+    let p1 = freeze(&c, "pv", 1);
+    ok(&format!("echo the-biggest-copy-of-all > {f}"));
+    thaw(p1);
+    reconnected(4);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(!sh(&format!("cat {f}")).status.success());
+    // The policy decides, and the healer applies it by itself.
+    c.ok(&[
+        "volume",
+        "set",
+        "pv",
+        "cluster.favorite-child-policy",
+        "size",
+    ]);
+    c.ok(&["volume", "set", "pv", "cluster.self-heal-daemon", "on"]);
+    wait_healed(&c, "pv", HEAL_TIMEOUT);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(ok(&format!("cat {f}")), "the-biggest-copy-of-all\n");
+    assert_bricks_identical(&bricks);
 }

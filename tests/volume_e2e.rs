@@ -173,8 +173,8 @@ os.close(fd)
         400 * 65536
     );
     // The two copies that stayed up hold exactly what the application wrote.
-    // (The restarted brick's copy is stale until self-heal, which is the
-    // replicate issue's work; reads are not checked here for that reason.)
+    // (The restarted brick's copy is stale until self-heal brings it up to
+    // date: tests/replicate_e2e.rs checks that.)
     let expected: Vec<u8> = (0..400u32)
         .flat_map(|i| std::iter::repeat_n((i % 251) as u8, 65536))
         .collect();

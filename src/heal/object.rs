@@ -265,13 +265,21 @@ impl Set {
             return Ok((out, vec![]));
         };
         let src_attr = copies.iter().find(|(i, _)| *i == src).unwrap().1.clone();
-        let sinks: Vec<usize> = copies
-            .iter()
-            .map(|(i, _)| *i)
-            .filter(|i| !sources.contains(i) || (blamed == 0 && *i != src))
-            .filter(|&i| i != src)
-            .collect();
+        // A merge of names (no blame, or copies blaming each other) goes to
+        // every copy, the source of metadata included: it may lack names
+        // the others have.
+        let merge_names = conservative && kind == FileKind::Dir;
         let everyone: Vec<usize> = copies.iter().map(|(i, _)| *i).collect();
+        let sinks: Vec<usize> = if merge_names {
+            everyone.clone()
+        } else {
+            everyone
+                .iter()
+                .copied()
+                .filter(|i| !sources.contains(i) || (blamed == 0 && *i != src))
+                .filter(|&i| i != src)
+                .collect()
+        };
         let mut children = Vec::new();
         let mut healed = Vec::new();
         for &sink in &sinks {
@@ -293,6 +301,9 @@ impl Set {
                         out.bytes += self.heal_data(gfid, src, sink, &src_attr, locked).await?;
                     }
                     _ => {}
+                }
+                if sink == src {
+                    return Ok(());
                 }
                 self.heal_meta(gfid, src, &src_attr, sink).await
             }

@@ -180,7 +180,9 @@ impl Posix {
         Ok(left)
     }
 
-    /// Up to `max` objects of the heal index.
+    /// Up to `max` objects of the heal index that need heal: blamed, or
+    /// left by a client that went away. An object a connected client is
+    /// changing right now is its business (it settles it), not heal's.
     pub(super) fn pending(&self, max: usize) -> FsResult<Vec<crate::core::Gfid>> {
         let fd = rfs::openat(
             self.pending_dir()?,
@@ -195,6 +197,10 @@ impl Posix {
             let name = ent.file_name().to_string_lossy();
             if let Ok(u) = uuid::Uuid::parse_str(&name) {
                 if let Some(g) = Gfid::from_slice(u.as_bytes()) {
+                    let live = self.sessions.lock().unwrap().contains_key(&g);
+                    if live && self.resolve(g).and_then(|fd| read_blame(&*fd)).unwrap_or(0) == 0 {
+                        continue;
+                    }
                     out.push(g);
                     if out.len() >= max {
                         break;

@@ -321,6 +321,7 @@ impl Posix {
     }
 
     fn make_dir_handle(&self, gfid: Gfid, parent: Gfid, name: &Name) -> FsResult<()> {
+        self.dirs.lock().unwrap().remove(&gfid);
         // Symlink targets are bytes: any name the volume allows fits.
         let mut target = format!("../../{}/", parent.handle_rel()).into_bytes();
         target.extend_from_slice(name.as_bytes());
@@ -344,8 +345,14 @@ impl Posix {
 
     /// Resolves a gfid to an `O_PATH` descriptor of the object.
     pub(super) fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
-        if let Some(fd) = self.dirs.lock().unwrap().get(&gfid) {
-            return Ok(fd.clone());
+        let cached = self.dirs.lock().unwrap().get(&gfid).cloned();
+        if let Some(fd) = cached {
+            // A directory removed behind the brick's back stays open here
+            // with no links; it must not be used.
+            if rfs::fstat(&*fd).is_ok_and(|st| st.st_nlink > 0) {
+                return Ok(fd);
+            }
+            self.dirs.lock().unwrap().remove(&gfid);
         }
         let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
         let fd = rfs::openat2(

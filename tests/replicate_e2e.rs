@@ -415,7 +415,11 @@ fn an_arbiter_volume_keeps_data_twice_and_survives_any_one_brick() {
         ok(&format!(
             "echo while-{i}-down >> {d}/s && head -c 100000 /dev/urandom > {d}/dir/new-{i}"
         ));
-        assert!(ok(&format!("cat {d}/s")).contains(&format!("while-{i}-down")));
+        let got = ok(&format!("cat {d}/s"));
+        assert!(
+            got.contains(&format!("while-{i}-down")),
+            "with brick {i} down the mount read {got:?}"
+        );
         thaw(pid);
         wait_healed(&c, "av", HEAL_TIMEOUT);
     }

@@ -232,15 +232,22 @@ impl Healer {
                 else {
                     continue;
                 };
-                for g in gfids {
-                    if !seen.insert(g) || self.split.lock().unwrap().contains(&g) {
-                        continue;
-                    }
-                    if !worked {
-                        self.begin_crawl("INDEX");
-                        worked = true;
-                    }
-                    let r = set.heal(g, policy).await;
+                let todo: Vec<Gfid> = gfids
+                    .into_iter()
+                    .filter(|g| seen.insert(*g) && !self.split.lock().unwrap().contains(g))
+                    .collect();
+                if todo.is_empty() {
+                    continue;
+                }
+                if !worked {
+                    self.begin_crawl("INDEX");
+                    worked = true;
+                }
+                use futures_util::stream::{self, StreamExt};
+                let mut done = stream::iter(todo)
+                    .map(|g| async move { (g, set.heal(g, policy).await) })
+                    .buffer_unordered(object::PARALLEL);
+                while let Some((g, r)) = done.next().await {
                     if let Err(e) = &r {
                         tracing::warn!(volume = %self.volume, set = %set.name, gfid = %g, "heal failed: {e}");
                     }

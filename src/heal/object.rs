@@ -19,6 +19,8 @@ use std::sync::Arc;
 const BLOCK: u32 = 128 << 10;
 /// Blocks per chunk: the lock is let go between chunks.
 const CHUNK_BLOCKS: u32 = 64;
+/// Objects healed at once.
+pub const PARALLEL: usize = 8;
 
 pub struct Brick {
     /// `host:/path`, as the CLI shows it.
@@ -194,8 +196,13 @@ impl Set {
         // New subdirectories and files are healed after the directory's
         // lock is let go: a client renaming between them takes them in
         // gfid order, which a heal holding the parent must not reverse.
-        for child in children {
-            let o = Box::pin(self.heal(child, policy)).await?;
+        // Several at a time: each is mostly waiting on round trips.
+        use futures_util::stream::{self, StreamExt};
+        let mut done = stream::iter(children)
+            .map(|child| Box::pin(self.heal(child, policy)))
+            .buffer_unordered(PARALLEL);
+        while let Some(o) = done.next().await {
+            let o = o?;
             out.entries += o.entries;
             out.bytes += o.bytes;
             out.deferred |= o.deferred;
@@ -326,8 +333,9 @@ impl Set {
             out.healed = 0;
             return Ok((out, children));
         }
-        // The blame of a sink that was not reached (down) stays.
-        let reached = bits(&healed) | (bits(locked) & !bits(&sinks));
+        // The blame of a sink that was not reached (down, or without the
+        // object yet: its directory's heal makes it) stays.
+        let reached = bits(&healed) | (bits(&everyone) & !bits(&sinks));
         self.clear(gfid, locked, blamed & reached).await;
         if blamed & !reached != 0 {
             out.deferred = true;

@@ -142,7 +142,15 @@ impl Replicate {
     /// lets directory listings hand cacheable attributes to the kernel;
     /// file data is spread over the replicas by `read_child`.
     fn attr_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
-        Ok(self.readable(gfid, allowed)?[0])
+        let good = self.readable(gfid, allowed)?;
+        // The lowest good replica, an arbiter (whose files have no size)
+        // only if nothing else is left.
+        Ok(good
+            .iter()
+            .copied()
+            .filter(|&i| Some(i) != self.arbiter)
+            .min()
+            .unwrap_or(good[0]))
     }
 
     /// Of `allowed`, the copies of `gfid` no other copy blames. Never
@@ -397,23 +405,44 @@ impl Replicate {
     /// changes to its names are not believed; the answers say what the
     /// object's copies blame, which decides where it is read from.
     async fn lookup(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
         let parent = fop_gfid(&fop);
         let up = self.up();
         let trusted = self.readable(parent, &up)?;
-        let res = self.fan_out(cx, &trusted, |_| Some(fop.clone())).await;
+        // The first answers that are enough to tell stale copies (see
+        // `Txns::answers_needed`): the slowest replica is not waited for.
+        let needed = self.txns.answers_needed();
+        let mut pending: FuturesUnordered<_> = trusted
+            .iter()
+            .map(|&i| {
+                let (child, fop) = (self.children[i].clone(), fop.clone());
+                async move { (i, child.call(cx, fop).await) }
+            })
+            .collect();
         let mut err: Option<FsError> = None;
         let mut found: Vec<(usize, crate::core::Entry)> = Vec::new();
-        for (i, r) in res {
+        let mut answered = 0;
+        while let Some((i, r)) = pending.next().await {
             match r {
                 Ok(Reply::Entry(e)) => found.push((i, e)),
                 Ok(other) => return Ok(other),
                 Err(e) => {
                     if err.as_ref().is_none_or(|x| x.is(libc::ENOTCONN)) {
-                        err = Some(e);
+                        err = Some(e.clone());
+                    }
+                    if e.is(libc::ENOTCONN) {
+                        continue;
                     }
                 }
             }
+            answered += 1;
+            if answered >= needed {
+                break;
+            }
         }
+        // Answers came in any order; the attribute child is the first good
+        // replica in replica order.
+        found.sort_by_key(|(i, _)| *i);
         if found.is_empty() {
             return Err(
                 err.unwrap_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))

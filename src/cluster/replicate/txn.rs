@@ -143,6 +143,19 @@ impl Txns {
         self.start.elapsed().as_millis() as u64
     }
 
+    /// The answers needed to know which copies are stale: with a quorum
+    /// that any two changes' replica sets share a member of, any such
+    /// number of answers includes, for every change a copy missed, a copy
+    /// that took it and blames the one that did not; else all of them.
+    pub fn answers_needed(&self) -> usize {
+        let n = self.children.len();
+        match *self.quorum.lock().unwrap() {
+            Quorum::Auto if n % 2 == 1 => n / 2 + 1,
+            Quorum::Fixed(k) if 2 * k > n => k.min(n),
+            _ => n,
+        }
+    }
+
     /// Fails with EROFS unless the replicas `up` make a quorum.
     pub fn check_quorum(&self, up: &[usize]) -> FsResult<()> {
         let q = *self.quorum.lock().unwrap();

@@ -8,11 +8,36 @@ use std::time::Duration;
 
 const HEAL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Only with quorum and self-heal turned off can copies diverge.
+const NO_SAFETY_NET: &[(&str, &str)] = &[
+    ("network.ping-timeout", "2"),
+    ("cluster.quorum-type", "none"),
+    ("cluster.self-heal-daemon", "off"),
+];
+
 /// Freezes brick `i` until the client's ping timeout declares it down.
 fn freeze(c: &Cluster, vol: &str, i: usize) -> u64 {
     let pid = brick_pid(c, vol, i);
     ok(&format!("kill -STOP {pid}"));
     pid
+}
+
+/// Waits until the client log shows `n` brick connections in all.
+fn wait_connections(c: &Cluster, n: usize) {
+    wait_for("the client to reconnect", Duration::from_secs(30), || {
+        std::fs::read_to_string(c.path("client.log"))
+            .unwrap_or_default()
+            .matches("connected to brick")
+            .count()
+            >= n
+    })
+}
+
+/// Sets volume options, in order.
+fn set_options(c: &Cluster, vol: &str, opts: &[(&str, &str)]) {
+    for (k, v) in opts {
+        c.ok(&["volume", "set", vol, k, v]);
+    }
 }
 
 fn thaw(pid: u64) {
@@ -275,26 +300,11 @@ fn a_full_brick_fails_the_write_and_is_healed_once_there_is_room() {
 fn split_brain_is_detected_never_served_and_resolved_by_command() {
     let c = Cluster::start();
     let bricks = c.volume("sv", 3, &["s1", "s2", "s3"]);
-    // Only with quorum and self-heal turned off can copies diverge.
-    for (k, v) in [
-        ("network.ping-timeout", "2"),
-        ("cluster.quorum-type", "none"),
-        ("cluster.self-heal-daemon", "off"),
-    ] {
-        c.ok(&["volume", "set", "sv", k, v]);
-    }
+    set_options(&c, "sv", NO_SAFETY_NET);
     let m = c.mount("sv");
     let f = m.p("f");
     ok(&format!("echo one > {f}"));
-    let reconnected = |n: usize| {
-        wait_for("the client to reconnect", Duration::from_secs(30), || {
-            std::fs::read_to_string(c.path("client.log"))
-                .unwrap_or_default()
-                .matches("connected to brick")
-                .count()
-                >= n
-        })
-    };
+    let reconnected = |n: usize| wait_connections(&c, n);
     let p0 = freeze(&c, "sv", 0);
     ok(&format!("echo two-two > {f}"));
     thaw(p0);
@@ -472,25 +482,11 @@ fn a_full_heal_restores_what_was_removed_behind_mortars_back() {
 fn favorite_child_policy_resolves_split_brain_by_itself() {
     let c = Cluster::start();
     let bricks = c.volume("pv", 2, &["p1", "p2"]);
-    for (k, v) in [
-        ("network.ping-timeout", "2"),
-        ("cluster.quorum-type", "none"),
-        ("cluster.self-heal-daemon", "off"),
-    ] {
-        c.ok(&["volume", "set", "pv", k, v]);
-    }
+    set_options(&c, "pv", NO_SAFETY_NET);
     let m = c.mount("pv");
     let f = m.p("f");
     ok(&format!("echo one > {f}"));
-    let reconnected = |n: usize| {
-        wait_for("the client to reconnect", Duration::from_secs(30), || {
-            std::fs::read_to_string(c.path("client.log"))
-                .unwrap_or_default()
-                .matches("connected to brick")
-                .count()
-                >= n
-        })
-    };
+    let reconnected = |n: usize| wait_connections(&c, n);
     let p0 = freeze(&c, "pv", 0);
     ok(&format!("echo two-two > {f}"));
     thaw(p0);

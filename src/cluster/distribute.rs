@@ -522,10 +522,7 @@ impl Xlator for Distribute {
             | Fop::Unlock { .. }
             | Fop::Clear { .. }
             | Fop::Pending { .. }
-            | Fop::Checksum { .. } => Err(FsError::new(
-                libc::EOPNOTSUPP,
-                "replication bookkeeping goes to bricks directly",
-            )),
+            | Fop::Checksum { .. } => Err(super::bookkeeping_refused()),
         }
     }
 }

@@ -6,6 +6,15 @@ pub mod replicate;
 
 use crate::core::{FsError, FsResult};
 
+/// The answer of a cluster translator to replication bookkeeping (locks,
+/// markers, the heal index): those go to bricks directly, never through it.
+pub(crate) fn bookkeeping_refused() -> FsError {
+    FsError::new(
+        libc::EOPNOTSUPP,
+        "replication bookkeeping goes to bricks directly",
+    )
+}
+
 /// A table of handles issued by a cluster translator, each mapping to what
 /// its children issued.
 pub(crate) struct HandleMap<T> {

@@ -951,10 +951,7 @@ impl Xlator for Replicate {
             | Fop::Unlock { .. }
             | Fop::Clear { .. }
             | Fop::Pending { .. }
-            | Fop::Checksum { .. } => Err(FsError::new(
-                libc::EOPNOTSUPP,
-                "replication bookkeeping goes to bricks directly",
-            )),
+            | Fop::Checksum { .. } => Err(super::bookkeeping_refused()),
         }
     }
 }

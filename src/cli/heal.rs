@@ -44,19 +44,7 @@ fn time(secs: u64) -> String {
 pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
     match op {
         HealOp::Index | HealOp::Full | HealOp::SplitBrain { .. } => println!("{}", rep.message),
-        HealOp::Info => {
-            for b in &rep.bricks {
-                println!("Brick {}", b.brick);
-                for e in &b.entries {
-                    println!("{e}");
-                }
-                println!("Status: {}", status(b.connected));
-                println!(
-                    "Number of entries: {}\n",
-                    count(b.connected, b.entries.len())
-                );
-            }
-        }
+        HealOp::Info => print_entries(rep, "Number of entries"),
         HealOp::InfoSummary => {
             for b in &rep.bricks {
                 println!("Brick {}", b.brick);
@@ -78,19 +66,7 @@ pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
                 );
             }
         }
-        HealOp::InfoSplitBrain => {
-            for b in &rep.bricks {
-                println!("Brick {}", b.brick);
-                for e in &b.entries {
-                    println!("{e}");
-                }
-                println!("Status: {}", status(b.connected));
-                println!(
-                    "Number of entries in split-brain: {}\n",
-                    count(b.connected, b.entries.len())
-                );
-            }
-        }
+        HealOp::InfoSplitBrain => print_entries(rep, "Number of entries in split-brain"),
         HealOp::Statistics => {
             println!("Gathering crawl statistics on volume {name} has been successful");
             println!("------------------------------------------------");
@@ -112,6 +88,18 @@ pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
                 println!("No. of heal failed entries: {}", c.failed);
             }
         }
+    }
+}
+
+/// Each brick's entries, its status and their count under `label`.
+fn print_entries(rep: &HealReport, label: &str) {
+    for b in &rep.bricks {
+        println!("Brick {}", b.brick);
+        for e in &b.entries {
+            println!("{e}");
+        }
+        println!("Status: {}", status(b.connected));
+        println!("{label}: {}\n", count(b.connected, b.entries.len()));
     }
 }
 

@@ -50,12 +50,21 @@ pub struct BrickHeal {
     pub split_brain: Vec<String>,
 }
 
+/// One brick's heal index as `scan` found it.
+struct BrickScan {
+    brick: String,
+    connected: bool,
+    pending: Vec<Gfid>,
+    split: Vec<Gfid>,
+}
+
 pub struct Healer {
     pub volume: String,
     sets: Vec<Set>,
     /// Per set: the positions of bricks on this server.
     local: Vec<Vec<usize>>,
-    policy: Mutex<Policy>,
+    /// `cluster.favorite-child-policy` (a changed option rebuilds the healer).
+    policy: Policy,
     wake: tokio::sync::Notify,
     crawls: Mutex<VecDeque<Crawl>>,
     current: Mutex<Option<Crawl>>,
@@ -140,7 +149,7 @@ impl Healer {
             volume: desc.volume.clone(),
             sets,
             local,
-            policy: Mutex::new(policy),
+            policy,
             wake: tokio::sync::Notify::new(),
             crawls: Mutex::new(VecDeque::new()),
             current: Mutex::new(None),
@@ -216,7 +225,7 @@ impl Healer {
 
     /// One pass over the index of this server's bricks.
     pub async fn index_pass(&self) {
-        let policy = *self.policy.lock().unwrap();
+        let policy = self.policy;
         let mut worked = false;
         for (si, set) in self.sets.iter().enumerate() {
             let mut seen = HashSet::new();
@@ -263,7 +272,7 @@ impl Healer {
     /// Heals every object of the volume, whether the index names it or not
     /// (a brick replaced by an empty one, or changed behind mortar's back).
     pub async fn full(&self) {
-        let policy = *self.policy.lock().unwrap();
+        let policy = self.policy;
         self.begin_crawl("FULL");
         for set in &self.sets {
             let mut dirs = VecDeque::from([Gfid::ROOT]);
@@ -291,17 +300,40 @@ impl Healer {
 
     /// What is pending, per brick (every brick of the volume).
     pub async fn info(&self, split_only: bool) -> Vec<BrickHeal> {
+        self.scan()
+            .await
+            .into_iter()
+            .map(|b| {
+                let split_brain: Vec<String> = b.split.iter().copied().map(show).collect();
+                BrickHeal {
+                    brick: b.brick,
+                    connected: b.connected,
+                    entries: if split_only {
+                        split_brain.clone()
+                    } else {
+                        b.pending.into_iter().map(show).collect()
+                    },
+                    split_brain,
+                }
+            })
+            .collect()
+    }
+
+    /// Every brick's heal index, and which of its objects are in
+    /// split-brain (each object judged once per replica set).
+    async fn scan(&self) -> Vec<BrickScan> {
         let mut out = Vec::new();
         for set in &self.sets {
             let mut split: HashSet<Gfid> = HashSet::new();
             let mut judged: HashSet<Gfid> = HashSet::new();
             for b in &set.bricks {
-                let mut h = BrickHeal {
+                let mut scan = BrickScan {
                     brick: b.label.clone(),
                     connected: b.x.is_up(),
-                    ..Default::default()
+                    pending: Vec::new(),
+                    split: Vec::new(),
                 };
-                if h.connected {
+                if scan.connected {
                     if let Ok(Reply::Gfids(gfids)) =
                         b.x.call(&Ctx::root(), Fop::Pending { max: u32::MAX }).await
                     {
@@ -310,18 +342,13 @@ impl Healer {
                                 split.insert(g);
                             }
                             if split.contains(&g) {
-                                h.split_brain.push(show(g));
+                                scan.split.push(g);
                             }
-                            if !split_only {
-                                h.entries.push(show(g));
-                            }
+                            scan.pending.push(g);
                         }
                     }
                 }
-                if split_only {
-                    h.entries = h.split_brain.clone();
-                }
-                out.push(h);
+                out.push(scan);
             }
         }
         out
@@ -331,10 +358,6 @@ impl Healer {
         let mut v: Vec<Crawl> = self.crawls.lock().unwrap().iter().cloned().collect();
         v.extend(self.current.lock().unwrap().clone());
         v
-    }
-
-    pub fn set_policy(&self, p: Policy) {
-        *self.policy.lock().unwrap() = p;
     }
 
     /// Resolves split-brain of `gfid` (every one known if None) by `how`:
@@ -349,19 +372,12 @@ impl Healer {
         let targets: Vec<Gfid> = match gfid {
             Some(g) => vec![g],
             None => {
-                let mut all: HashSet<Gfid> = HashSet::new();
-                for b in self.info(true).await {
-                    for e in b.entries {
-                        if let Some(g) = e
-                            .strip_prefix("<gfid:")
-                            .and_then(|e| e.strip_suffix('>'))
-                            .and_then(|e| uuid::Uuid::parse_str(e).ok())
-                            .and_then(|u| Gfid::from_slice(u.as_bytes()))
-                        {
-                            all.insert(g);
-                        }
-                    }
-                }
+                let all: HashSet<Gfid> = self
+                    .scan()
+                    .await
+                    .into_iter()
+                    .flat_map(|b| b.split)
+                    .collect();
                 all.into_iter().collect()
             }
         };

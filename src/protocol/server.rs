@@ -204,9 +204,9 @@ async fn serve_conn(stream: TcpStream, shared: Arc<Brick>) -> std::io::Result<()
             Msg::Call {
                 id,
                 cx,
-                fop: Fop::Unlock { gfids },
+                fop: fop @ Fop::Unlock { .. },
             } => {
-                let fop = Fop::Unlock { gfids };
+                // Sessions settle first, then the locks go.
                 let result = posix.call(&cx, &fds, &fop);
                 if let Fop::Unlock { gfids } = &fop {
                     for g in gfids {

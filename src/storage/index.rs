@@ -18,6 +18,7 @@
 use super::posix::{get_xattr, proc_path, set_xattr, FdTable, Posix};
 use crate::core::{FsError, FsResult, Gfid};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
@@ -51,6 +52,20 @@ fn write_blame(fd: impl AsFd, blame: u32) -> FsResult<()> {
             &blame.to_le_bytes(),
             rfs::XattrFlags::empty(),
         )
+    }
+}
+
+/// Counts one session of `gfid` out; true if it was the last.
+fn end_session(sessions: &mut HashMap<Gfid, u32>, gfid: Gfid) -> bool {
+    match sessions.get_mut(&gfid) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        _ => {
+            sessions.remove(&gfid);
+            true
+        }
     }
 }
 
@@ -101,10 +116,7 @@ impl Posix {
             if *n == 1 {
                 if let Err(e) = self.index_add(gfid) {
                     fds.sessions.lock().unwrap().remove(&gfid);
-                    *n -= 1;
-                    if *n == 0 {
-                        sessions.remove(&gfid);
-                    }
+                    end_session(&mut sessions, gfid);
                     return Err(e);
                 }
             }
@@ -127,12 +139,8 @@ impl Posix {
             if !fds.sessions.lock().unwrap().remove(&gfid) {
                 continue;
             }
-            if let Some(n) = sessions.get_mut(&gfid) {
-                *n -= 1;
-                if *n > 0 {
-                    continue;
-                }
-                sessions.remove(&gfid);
+            if !end_session(&mut sessions, gfid) {
+                continue;
             }
             let blamed = match self.resolve(gfid) {
                 Ok(fd) => read_blame(&*fd).unwrap_or(1) != 0,
@@ -150,12 +158,7 @@ impl Posix {
     pub fn disconnect(&self, fds: &FdTable) {
         let mut sessions = self.sessions.lock().unwrap();
         for gfid in fds.sessions.lock().unwrap().drain() {
-            if let Some(n) = sessions.get_mut(&gfid) {
-                *n -= 1;
-                if *n == 0 {
-                    sessions.remove(&gfid);
-                }
-            }
+            end_session(&mut sessions, gfid);
         }
     }
 

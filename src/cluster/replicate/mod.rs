@@ -18,12 +18,12 @@ mod txn;
 
 use super::HandleMap;
 use crate::core::fop::ANON_FH;
-use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, StatFs, Xlator};
+use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-pub use txn::Quorum;
 use txn::Txns;
+pub use txn::{bits, Quorum};
 
 /// Objects whose blame is remembered at most (beyond, the oldest knowledge
 /// is dropped and learnt again from the next lookup).
@@ -106,12 +106,21 @@ impl Replicate {
     /// With an arbiter, a data change must reach a copy that holds good
     /// data: were the arbiter the only good copy to take it, no brick
     /// would have the data the application was told is safe.
-    fn arbiter_allows(&self, gfid: Gfid, targets: &[usize]) -> FsResult<()> {
+    /// What this client knows of the copies may predate a heal: it asks
+    /// again before refusing.
+    async fn arbiter_allows(&self, cx: &Ctx, gfid: Gfid, targets: &[usize]) -> FsResult<()> {
         let Some(a) = self.arbiter else {
             return Ok(());
         };
-        let bad = self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0);
-        if targets.iter().any(|&t| t != a && bad & (1 << t) == 0) {
+        let good_data = || {
+            let bad = self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0);
+            targets.iter().any(|&t| t != a && bad & (1 << t) == 0)
+        };
+        if good_data() {
+            return Ok(());
+        }
+        self.refresh(cx, gfid).await;
+        if good_data() {
             return Ok(());
         }
         Err(FsError::notconn(format!(
@@ -301,8 +310,12 @@ impl Replicate {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
         let (tickets, targets) = self.begin(&txn_objects(&fop), &up).await?;
-        if let Fop::Setattr { gfid, set } = &fop {
-            if let (Some(_), Err(e)) = (set.size, self.arbiter_allows(*gfid, &targets)) {
+        if let Fop::Setattr {
+            gfid,
+            set: SetAttr { size: Some(_), .. },
+        } = &fop
+        {
+            if let Err(e) = self.arbiter_allows(cx, *gfid, &targets).await {
                 self.finish(tickets, &[]).await;
                 return Err(e);
             }
@@ -330,13 +343,9 @@ impl Replicate {
             )));
         }
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
-        if self.arbiter_allows(gfid, &targets).is_err() {
-            // What this client knows of the copies may be older than a heal.
-            self.refresh(cx, gfid).await;
-            if let Err(e) = self.arbiter_allows(gfid, &targets) {
-                self.finish(tickets, &[]).await;
-                return Err(e);
-            }
+        if let Err(e) = self.arbiter_allows(cx, gfid, &targets).await {
+            self.finish(tickets, &[]).await;
+            return Err(e);
         }
         let res = self
             .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
@@ -476,8 +485,7 @@ impl Replicate {
         }
         let (tickets, targets) = self.begin(&[parent], &up).await?;
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
-        let blame =
-            ((1u32 << self.children.len()) - 1) & !targets.iter().fold(0, |b, &i| b | 1 << i);
+        let blame = txn::missed_by(self.children.len(), &targets);
         let calls = targets.iter().map(|&i| {
             let child = self.children[i].clone();
             let fop = fop.clone();
@@ -502,12 +510,7 @@ impl Replicate {
         let res: Vec<(usize, FsResult<Reply>)> = out.into_iter().map(|(i, c, _)| (i, c)).collect();
         self.finish(tickets, &res).await;
         self.txns.adopt(gfid, &locked, blame, &epochs).await;
-        let mut fhs = vec![None; self.children.len()];
-        for (i, r) in &res {
-            if let Ok(rep) = r {
-                fhs[*i] = rep.clone().into_fh().ok().map(|fh| (fh, epochs[*i]));
-            }
-        }
+        let fhs = self.handles_of(&res, &epochs);
         match merge(res) {
             Ok(ok) => {
                 let Reply::Created { entry, .. } = self.pick(gfid, ok) else {
@@ -517,11 +520,7 @@ impl Replicate {
                 Ok(Reply::Created { entry, fh })
             }
             Err(e) => {
-                let idx: Vec<usize> = (0..fhs.len()).filter(|&i| fhs[i].is_some()).collect();
-                self.fan_out(cx, &idx, |i| {
-                    fhs[i].map(|(f, _)| Fop::Release { gfid, fh: f })
-                })
-                .await;
+                self.close(cx, &fhs, |f| Fop::Release { gfid, fh: f }).await;
                 Err(e)
             }
         }
@@ -572,34 +571,42 @@ impl Replicate {
             // Not read-only, or that replica failed: open everywhere.
             res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
         }
+        let fhs = self.handles_of(&res, &epochs);
+        match merge(res) {
+            Ok(_) => Ok(Reply::Opened {
+                fh: self.fds.insert(Arc::new(fhs)),
+            }),
+            Err(e) => {
+                let gfid = fop_gfid(&fop);
+                let dir = matches!(fop, Fop::Opendir { .. });
+                self.close(cx, &fhs, |fh| match dir {
+                    true => Fop::Releasedir { gfid, fh },
+                    false => Fop::Release { gfid, fh },
+                })
+                .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Each child's handle from the answers to an open or create, with the
+    /// child's epoch when it was issued.
+    fn handles_of(&self, res: &[(usize, FsResult<Reply>)], epochs: &[u64]) -> ChildHandles {
         let mut fhs = vec![None; self.children.len()];
-        for (i, r) in &res {
+        for (i, r) in res {
             if let Ok(rep) = r {
                 fhs[*i] = rep.clone().into_fh().ok().map(|fh| (fh, epochs[*i]));
             }
         }
-        match merge(res) {
-            Ok(ok) => {
-                let rep = self.pick(fop_gfid(&fop), ok);
-                let fh = self.fds.insert(Arc::new(fhs));
-                Ok(match rep {
-                    Reply::Created { entry, .. } => Reply::Created { entry, fh },
-                    _ => Reply::Opened { fh },
-                })
-            }
-            Err(e) => {
-                // Close what did open, so no handle leaks on a brick.
-                let release = |g, f| match &fop {
-                    Fop::Opendir { .. } => Fop::Releasedir { gfid: g, fh: f },
-                    _ => Fop::Release { gfid: g, fh: f },
-                };
-                let gfid = fop_gfid(&fop);
-                let idx: Vec<usize> = (0..fhs.len()).filter(|&i| fhs[i].is_some()).collect();
-                self.fan_out(cx, &idx, |i| fhs[i].map(|(f, _)| release(gfid, f)))
-                    .await;
-                Err(e)
-            }
-        }
+        fhs
+    }
+
+    /// Closes what did open when an open failed as a whole, so that no
+    /// handle leaks on a brick.
+    async fn close(&self, cx: &Ctx, fhs: &ChildHandles, release: impl Fn(u64) -> Fop) {
+        let idx: Vec<usize> = (0..fhs.len()).filter(|&i| fhs[i].is_some()).collect();
+        self.fan_out(cx, &idx, |i| fhs[i].map(|(f, _)| release(f)))
+            .await;
     }
 
     /// The child handles of `fhs` that are still valid: the child is up and
@@ -616,6 +623,7 @@ impl Replicate {
     async fn with_handles(
         &self,
         cx: &Ctx,
+        gfid: Gfid,
         fh: u64,
         release: bool,
         make: impl Fn(u64) -> Fop,
@@ -645,7 +653,7 @@ impl Replicate {
             .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
             .await;
         let ok = merge(res)?;
-        Ok(self.pick(fop_gfid(&make(0)), ok))
+        Ok(self.pick(gfid, ok))
     }
 
     async fn read_handle(
@@ -879,11 +887,11 @@ impl Xlator for Replicate {
                 .await
             }
             Fop::Flush { gfid, fh } => {
-                self.with_handles(cx, fh, false, |f| Fop::Flush { gfid, fh: f })
+                self.with_handles(cx, gfid, fh, false, |f| Fop::Flush { gfid, fh: f })
                     .await
             }
             Fop::Fsync { gfid, fh, datasync } => {
-                self.with_handles(cx, fh, false, |f| Fop::Fsync {
+                self.with_handles(cx, gfid, fh, false, |f| Fop::Fsync {
                     gfid,
                     fh: f,
                     datasync,
@@ -917,13 +925,13 @@ impl Xlator for Replicate {
                     }
                 }
                 let _ = self
-                    .with_handles(cx, fh, true, |f| Fop::Release { gfid, fh: f })
+                    .with_handles(cx, gfid, fh, true, |f| Fop::Release { gfid, fh: f })
                     .await;
                 Ok(Reply::Ok)
             }
             Fop::Releasedir { gfid, fh } => {
                 let _ = self
-                    .with_handles(cx, fh, true, |f| Fop::Releasedir { gfid, fh: f })
+                    .with_handles(cx, gfid, fh, true, |f| Fop::Releasedir { gfid, fh: f })
                     .await;
                 Ok(Reply::Ok)
             }

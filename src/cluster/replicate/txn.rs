@@ -96,8 +96,14 @@ pub struct Txns {
     start: Instant,
 }
 
-fn bits(idx: &[usize]) -> u32 {
+/// The bit mask of replica positions `idx` (the blame's encoding).
+pub fn bits(idx: &[usize]) -> u32 {
     idx.iter().fold(0, |m, &i| m | 1 << i)
+}
+
+/// The blame of a change that reaches `targets` of `n` replicas: those it misses.
+pub fn missed_by(n: usize, targets: &[usize]) -> u32 {
+    bits(&(0..n).collect::<Vec<_>>()) & !bits(targets)
 }
 
 fn lock_fop(gfid: Gfid, wait: bool, blame: u32) -> Fop {
@@ -206,8 +212,7 @@ impl Txns {
             // Another client waits: let it have the object first.
             self.unlock_held(gfid, &mut held).await;
         }
-        let all = (0..n).collect::<Vec<_>>();
-        let blame = bits(&all) & !bits(targets);
+        let blame = missed_by(n, targets);
         let have: Vec<usize> = targets
             .iter()
             .copied()

@@ -10,6 +10,7 @@
 //! differ, one chunk per lock hold so the application is not stalled),
 //! metadata (owner, mode, times, xattrs), and the blame is cleared.
 
+use crate::cluster::replicate::bits;
 use crate::core::fop::{FileKind, TimeSet, ANON_FH};
 use crate::core::{Attr, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr, Xlator};
 use std::collections::HashMap;
@@ -103,10 +104,6 @@ async fn get_xattr(b: &Brick, gfid: Gfid, name: &str) -> FsResult<Reply> {
         name: name.to_string(),
     };
     call(b, &root(), fop).await
-}
-
-fn bits(idx: &[usize]) -> u32 {
-    idx.iter().fold(0, |m, &i| m | 1 << i)
 }
 
 impl Set {
@@ -280,11 +277,11 @@ impl Set {
         let sinks: Vec<usize> = if merge_names {
             everyone.clone()
         } else {
+            // `src` is always among the sources.
             everyone
                 .iter()
                 .copied()
-                .filter(|i| !sources.contains(i) || (blamed == 0 && *i != src))
-                .filter(|&i| i != src)
+                .filter(|i| !sources.contains(i))
                 .collect()
         };
         let mut children = Vec::new();
@@ -324,14 +321,17 @@ impl Set {
             }
         }
         out.healed = healed.len() as u32;
-        // A source changed while the lock was let go between chunks: its
-        // changes may have missed the sink again, so nothing is cleared and
-        // the next pass looks again.
-        let now = self.stat(gfid, &[src]).await?;
-        if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
-            out.deferred = true;
-            out.healed = 0;
-            return Ok((out, children));
+        // A file's source changed while the lock was let go between data
+        // chunks: its changes may have missed the sink again, so nothing is
+        // cleared and the next pass looks again. (A directory's lock is held
+        // throughout, and a name merge changes the source itself.)
+        if kind == FileKind::File {
+            let now = self.stat(gfid, &[src]).await?;
+            if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
+                out.deferred = true;
+                out.healed = 0;
+                return Ok((out, children));
+            }
         }
         // The blame of a sink that was not reached (down, or without the
         // object yet: its directory's heal makes it) stays.

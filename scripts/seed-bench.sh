@@ -28,6 +28,8 @@ if ! mortar volume info gv0 >/dev/null 2>&1; then
 fi
 mortar volume info gv0 | grep -q "Status: Started" || mortar volume start gv0
 mortar volume info gv0
+# A mount whose client is gone ("Transport endpoint is not connected") is let go first.
+if grep -q " /mnt/gv0 " /proc/mounts && ! stat /mnt/gv0 >/dev/null 2>&1; then umount -l /mnt/gv0; fi
 mkdir -p /mnt/gv0
 mountpoint -q /mnt/gv0 || mount -t mortar $HOST:/gv0 /mnt/gv0
 df -h | grep gv0

@@ -15,35 +15,6 @@ const NO_SAFETY_NET: &[(&str, &str)] = &[
     ("cluster.self-heal-daemon", "off"),
 ];
 
-/// Freezes brick `i` until the client's ping timeout declares it down.
-fn freeze(c: &Cluster, vol: &str, i: usize) -> u64 {
-    let pid = brick_pid(c, vol, i);
-    ok(&format!("kill -STOP {pid}"));
-    pid
-}
-
-/// Waits until the client log shows `n` brick connections in all.
-fn wait_connections(c: &Cluster, n: usize) {
-    wait_for("the client to reconnect", Duration::from_secs(30), || {
-        std::fs::read_to_string(c.path("client.log"))
-            .unwrap_or_default()
-            .matches("connected to brick")
-            .count()
-            >= n
-    })
-}
-
-/// Sets volume options, in order.
-fn set_options(c: &Cluster, vol: &str, opts: &[(&str, &str)]) {
-    for (k, v) in opts {
-        c.ok(&["volume", "set", vol, k, v]);
-    }
-}
-
-fn thaw(pid: u64) {
-    ok(&format!("kill -CONT {pid}"));
-}
-
 #[test]
 fn changes_made_while_a_brick_was_frozen_are_healed() {
     let c = Cluster::start();

@@ -522,6 +522,7 @@ impl Xlator for Distribute {
             | Fop::Unlock { .. }
             | Fop::Clear { .. }
             | Fop::Pending { .. }
+            | Fop::Blamed { .. }
             | Fop::Checksum { .. } => Err(super::bookkeeping_refused()),
         }
     }

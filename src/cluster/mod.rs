@@ -42,9 +42,14 @@ impl<T: Clone> HandleMap<T> {
             .cloned()
             .ok_or_else(|| FsError::new(libc::EBADF, format!("unknown handle {fh}")))
     }
-    pub(crate) fn replace(&self, fh: u64, v: T) {
-        if let Some(slot) = self.map.lock().unwrap().get_mut(&fh) {
-            *slot = v;
+    /// Replaces what `fh` stands for; false if it is gone (released).
+    pub(crate) fn replace(&self, fh: u64, v: T) -> bool {
+        match self.map.lock().unwrap().get_mut(&fh) {
+            Some(slot) => {
+                *slot = v;
+                true
+            }
+            None => false,
         }
     }
     pub(crate) fn remove(&self, fh: u64) -> Option<T> {

@@ -338,6 +338,13 @@ pub enum Fop {
     Pending {
         max: u32,
     },
+    /// The objects this brick's copies blame other copies of, with the
+    /// blame: `max` at most (`max + 1` answered means there are more). A
+    /// copy that missed a change does not know it; its peers do, so a
+    /// client asks them before trusting one copy's directory listing.
+    Blamed {
+        max: u32,
+    },
     /// A hash of each `block`-sized piece of a file's data, from `offset`,
     /// `count` pieces at most (fewer at the end of the file).
     Checksum {
@@ -371,6 +378,8 @@ pub enum Reply {
     Sums(Vec<u64>),
     /// The blame left on an object (`Fop::Clear`).
     Blame(u32),
+    /// Objects and the replica positions they blame (`Fop::Blamed`).
+    Blames(Vec<(Gfid, u32)>),
 }
 
 impl Fop {
@@ -409,6 +418,7 @@ impl Fop {
             Fop::Unlock { .. } => "unlock",
             Fop::Clear { .. } => "clear",
             Fop::Pending { .. } => "pending",
+            Fop::Blamed { .. } => "blamed",
             Fop::Checksum { .. } => "checksum",
         }
     }

@@ -70,6 +70,40 @@ fn end_session(sessions: &mut HashMap<Gfid, u32>, gfid: Gfid) -> bool {
 }
 
 impl Posix {
+    /// Fills the in-memory record of blamed objects from the index (every
+    /// blamed object is in it) when the brick starts.
+    pub(super) fn load_blamed(&self) -> FsResult<()> {
+        let mut blamed = HashMap::new();
+        for gfid in self.index_entries(usize::MAX, |_| true)? {
+            if let Ok(b) = self.resolve(gfid).and_then(|fd| read_blame(&*fd)) {
+                if b != 0 {
+                    blamed.insert(gfid, b);
+                }
+            }
+        }
+        *self.blamed.lock().unwrap() = blamed;
+        Ok(())
+    }
+
+    fn note_blame(&self, gfid: Gfid, blame: u32) {
+        let mut blamed = self.blamed.lock().unwrap();
+        if blame == 0 {
+            blamed.remove(&gfid);
+        } else {
+            blamed.insert(gfid, blame);
+        }
+    }
+
+    /// Up to `max + 1` objects this copy blames others of (`Fop::Blamed`).
+    pub(super) fn blamed(&self, max: usize) -> Vec<(Gfid, u32)> {
+        let blamed = self.blamed.lock().unwrap();
+        blamed
+            .iter()
+            .take(max.saturating_add(1))
+            .map(|(g, b)| (*g, *b))
+            .collect()
+    }
+
     fn pending_dir(&self) -> FsResult<&std::os::fd::OwnedFd> {
         Ok(&self.pending)
     }
@@ -125,6 +159,7 @@ impl Posix {
             let old = read_blame(&*fd)?;
             if old | blame != old {
                 write_blame(&*fd, old | blame)?;
+                self.note_blame(gfid, old | blame);
                 tracing::info!(brick = %self.path().display(), %gfid, blame = old | blame, "recorded replicas that missed a change");
             }
         }
@@ -172,9 +207,13 @@ impl Posix {
                 if old & unblame != 0 {
                     write_blame(&*fd, old & !unblame)?;
                 }
+                self.note_blame(gfid, old & !unblame);
                 old & !unblame
             }
-            Err(e) if e.is(libc::ESTALE) => 0,
+            Err(e) if e.is(libc::ESTALE) => {
+                self.note_blame(gfid, 0);
+                0
+            }
             Err(e) => return Err(e),
         };
         if left == 0 && !sessions.contains_key(&gfid) {
@@ -187,6 +226,14 @@ impl Posix {
     /// left by a client that went away. An object a connected client is
     /// changing right now is its business (it settles it), not heal's.
     pub(super) fn pending(&self, max: usize) -> FsResult<Vec<crate::core::Gfid>> {
+        self.index_entries(max, |g| {
+            let live = self.sessions.lock().unwrap().contains_key(&g);
+            !live || self.resolve(g).and_then(|fd| read_blame(&*fd)).unwrap_or(0) != 0
+        })
+    }
+
+    /// Up to `max` objects of the heal index that `keep` accepts.
+    fn index_entries(&self, max: usize, mut keep: impl FnMut(Gfid) -> bool) -> FsResult<Vec<Gfid>> {
         let fd = rfs::openat(
             self.pending_dir()?,
             ".",
@@ -198,12 +245,11 @@ impl Posix {
         while let Some(ent) = d.read() {
             let ent = ent?;
             let name = ent.file_name().to_string_lossy();
-            if let Ok(u) = uuid::Uuid::parse_str(&name) {
-                if let Some(g) = Gfid::from_slice(u.as_bytes()) {
-                    let live = self.sessions.lock().unwrap().contains_key(&g);
-                    if live && self.resolve(g).and_then(|fd| read_blame(&*fd)).unwrap_or(0) == 0 {
-                        continue;
-                    }
+            let Ok(u) = uuid::Uuid::parse_str(&name) else {
+                continue;
+            };
+            if let Some(g) = Gfid::from_slice(u.as_bytes()) {
+                if keep(g) {
                     out.push(g);
                     if out.len() >= max {
                         break;

@@ -123,6 +123,9 @@ pub struct Posix {
     dirs: Mutex<HashMap<Gfid, Arc<OwnedFd>>>,
     /// Open change sessions per object, over all connections (`index.rs`).
     pub(super) sessions: Mutex<HashMap<Gfid, u32>>,
+    /// Objects whose copy here blames other copies, with the blame: the
+    /// xattrs' contents, kept in memory for `Fop::Blamed` (`index.rs`).
+    pub(super) blamed: Mutex<HashMap<Gfid, u32>>,
     /// An arbiter keeps names and metadata, but no file data: writes are
     /// acknowledged without being stored, sizes stay 0.
     arbiter: bool,
@@ -258,11 +261,13 @@ impl Posix {
             root,
             dirs: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            blamed: Mutex::new(HashMap::new()),
             arbiter: false,
             pending,
         };
         // The root's handle points back to the brick root.
         p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
+        p.load_blamed()?;
         Ok(p)
     }
 
@@ -338,6 +343,7 @@ impl Posix {
 
     fn drop_handle(&self, gfid: Gfid) {
         self.dirs.lock().unwrap().remove(&gfid);
+        self.blamed.lock().unwrap().remove(&gfid);
         if let Ok((idx, file)) = self.index_dir(gfid) {
             let _ = rfs::unlinkat(&idx, file.as_str(), AtFlags::empty());
         }
@@ -1219,6 +1225,7 @@ impl Posix {
             }
             Fop::Clear { gfid, unblame } => self.clear(*gfid, *unblame).map(Reply::Blame),
             Fop::Pending { max } => self.pending(*max as usize).map(Reply::Gfids),
+            Fop::Blamed { max } => Ok(Reply::Blames(self.blamed(*max as usize))),
             Fop::Checksum {
                 gfid,
                 offset,

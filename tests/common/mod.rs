@@ -103,6 +103,11 @@ impl Cluster {
         }
     }
 
+    /// The management daemon's process id.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().expect("the daemon runs").id()
+    }
+
     pub fn server(&self) -> String {
         format!("{}:{PORT}", self.ip)
     }
@@ -350,4 +355,33 @@ pub fn brick_pid(c: &Cluster, vol: &str, i: usize) -> u64 {
     c.volume_status_json(vol)[0]["bricks"][i]["pid"]
         .as_u64()
         .unwrap()
+}
+
+/// Freezes brick `i` until the client's ping timeout declares it down.
+pub fn freeze(c: &Cluster, vol: &str, i: usize) -> u64 {
+    let pid = brick_pid(c, vol, i);
+    ok(&format!("kill -STOP {pid}"));
+    pid
+}
+
+/// Waits until the client log shows `n` brick connections in all.
+pub fn wait_connections(c: &Cluster, n: usize) {
+    wait_for("the client to reconnect", Duration::from_secs(30), || {
+        std::fs::read_to_string(c.path("client.log"))
+            .unwrap_or_default()
+            .matches("connected to brick")
+            .count()
+            >= n
+    })
+}
+
+/// Sets volume options, in order.
+pub fn set_options(c: &Cluster, vol: &str, opts: &[(&str, &str)]) {
+    for (k, v) in opts {
+        c.ok(&["volume", "set", vol, k, v]);
+    }
+}
+
+pub fn thaw(pid: u64) {
+    ok(&format!("kill -CONT {pid}"));
 }

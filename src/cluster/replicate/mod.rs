@@ -14,30 +14,34 @@
 //! `merge` is the single place where answers of the replicas are judged,
 //! and `readable` the single place where copies are chosen for reading.
 
+mod handles;
 mod txn;
 
 use super::HandleMap;
-use crate::core::fop::ANON_FH;
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator};
 use async_trait::async_trait;
+use handles::{How, Open};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use txn::Txns;
 pub use txn::{bits, Quorum};
 
+/// Blamed objects a copy lists at most for a readdirplus (beyond, its
+/// listing's attributes are not trusted: the kernel looks entries up).
+const BLAMED_MAX: usize = 1024;
+
 /// Objects whose blame is remembered at most (beyond, the oldest knowledge
 /// is dropped and learnt again from the next lookup).
 const BAD_MAX: usize = 1 << 16;
 
-/// Per child: its handle and its epoch when the handle was issued.
-type ChildHandles = Vec<Option<(u64, u64)>>;
-
 pub struct Replicate {
     name: String,
     children: Vec<Arc<dyn Xlator>>,
-    /// Our handle → each child's handle and the child's epoch when it was
-    /// issued (None where that child was down).
-    fds: HandleMap<Arc<ChildHandles>>,
+    /// Our handle → what it stands for on each child (`handles.rs`).
+    fds: HandleMap<Arc<Open>>,
+    /// Held while handles are opened again on children that came back, so
+    /// that two operations on one handle do not both re-open it.
+    reopening: tokio::sync::Mutex<()>,
     /// `cluster.read-hash-mode`: 0 reads from the first replica up, 1 (and
     /// above, for now) spreads reads by gfid.
     read_hash_mode: std::sync::atomic::AtomicU8,
@@ -88,6 +92,7 @@ impl Replicate {
     pub fn new(name: String, children: Vec<Arc<dyn Xlator>>) -> Self {
         Replicate {
             fds: HandleMap::new(),
+            reopening: tokio::sync::Mutex::new(()),
             read_hash_mode: std::sync::atomic::AtomicU8::new(1),
             open_behind: Default::default(),
             txns: Txns::new(name.clone(), children.clone()),
@@ -289,6 +294,15 @@ impl Replicate {
                 }
             }
         }
+        // The locks recorded on the bricks that the replicas out of reach
+        // miss this change; this client knows it too.
+        let n = self.children.len();
+        for t in &tickets {
+            let missed = txn::missed_by(n, &t.targets);
+            if missed != 0 {
+                self.learn(t.gfid(), missed, false);
+            }
+        }
         Ok((tickets, targets))
     }
 
@@ -322,6 +336,10 @@ impl Replicate {
         }
         let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
         self.finish(tickets, &res).await;
+        if let Fop::Mknod { gfid, .. } | Fop::Mkdir { gfid, .. } | Fop::Symlink { gfid, .. } = &fop
+        {
+            self.learn_new(*gfid, &res);
+        }
         Ok(self.pick(fop_gfid(&fop), merge(res)?))
     }
 
@@ -334,8 +352,8 @@ impl Replicate {
         fh: u64,
         make: impl Fn(u64) -> Fop,
     ) -> FsResult<Reply> {
-        let fhs = self.fds.get(fh)?;
-        let live = self.live(&fhs);
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let live = fhs.live(&self.children);
         if live.is_empty() {
             return Err(FsError::notconn(format!(
                 "{}: no replica holding this file is up",
@@ -347,9 +365,7 @@ impl Replicate {
             self.finish(tickets, &[]).await;
             return Err(e);
         }
-        let res = self
-            .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
-            .await;
+        let res = self.fan_out(cx, &targets, |i| Some(make(fhs.fh(i)))).await;
         self.finish(tickets, &res).await;
         Ok(self.pick(gfid, merge(res)?))
     }
@@ -381,25 +397,37 @@ impl Replicate {
                 flags: libc::O_RDONLY,
             };
             let res = self.fan_out(cx, &up, |_| Some(open.clone())).await;
-            let mut real = vec![None; self.children.len()];
-            for (i, r) in res {
-                if let Ok(Reply::Opened { fh: f }) = r {
-                    real[i] = Some((f, epochs[i]));
-                }
+            let real = Open::from_answers(
+                How::File(libc::O_RDONLY),
+                self.children.len(),
+                &res,
+                &epochs,
+            );
+            if !self.fds.replace(fh, Arc::new(real.clone())) {
+                // Released meanwhile.
+                self.close(cx, &real, |f| Fop::Release { gfid, fh: f })
+                    .await;
             }
-            self.fds.replace(fh, Arc::new(real));
         }
     }
 
-    /// Asks the attribute child about metadata, falling back to the others
-    /// if it is down.
+    /// Asks the attribute child about metadata, falling back to the other
+    /// good copies if it cannot answer (`copy_fault`).
     async fn meta_one(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let gfid = fop_gfid(&fop);
         let mut up = self.up();
+        let mut last: Option<FsError> = None;
         loop {
-            let i = self.attr_child(gfid, &up)?;
+            let i = match self.attr_child(gfid, &up) {
+                Ok(i) => i,
+                Err(e) => return Err(last.unwrap_or(e)),
+            };
             match self.children[i].call(cx, fop.clone()).await {
-                Err(e) if e.is(libc::ENOTCONN) => up.retain(|&c| c != i),
+                Err(e) if copy_fault(&e) => {
+                    self.distrust(gfid, i, &e);
+                    up.retain(|&c| c != i);
+                    last = Some(e);
+                }
                 Ok(Reply::Attr(a)) => {
                     self.learn(gfid, a.blame, false);
                     return Ok(Reply::Attr(a));
@@ -431,6 +459,8 @@ impl Replicate {
         let mut err: Option<FsError> = None;
         let mut found: Vec<(usize, crate::core::Entry)> = Vec::new();
         let mut answered = 0;
+        // Copies that answered without the name.
+        let mut lacking: u32 = 0;
         while let Some((i, r)) = pending.next().await {
             match r {
                 Ok(Reply::Entry(e)) => found.push((i, e)),
@@ -442,6 +472,7 @@ impl Replicate {
                     if e.is(libc::ENOTCONN) {
                         continue;
                     }
+                    lacking |= 1 << i;
                 }
             }
             answered += 1;
@@ -461,10 +492,17 @@ impl Replicate {
         if found.iter().any(|(_, e)| e.attr.gfid != gfid) {
             tracing::debug!(xlator = %self.name, ?fop, "copies of one name carry different gfids (a change in flight, or heal will settle it)");
         }
-        let blame = found
-            .iter()
-            .filter(|(_, e)| e.attr.gfid == gfid)
-            .fold(0, |b, (_, e)| b | e.attr.blame);
+        // Not good copies of the object: those its copies blame, those that
+        // lack it (or hold another object under the name), and those up
+        // whose directory missed changes to its names (not asked).
+        let untrusted = txn::bits(&up) & !txn::bits(&trusted);
+        let blame = found.iter().fold(lacking | untrusted, |b, (i, e)| {
+            if e.attr.gfid == gfid {
+                b | e.attr.blame
+            } else {
+                b | 1 << i
+            }
+        });
         self.learn(gfid, blame, true);
         let idx: Vec<usize> = found.iter().map(|(i, _)| *i).collect();
         let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
@@ -476,7 +514,13 @@ impl Replicate {
     /// create, on the same connections, the new file is locked, so that its
     /// first writes cost no round trip.
     async fn create(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        let Fop::Create { parent, gfid, .. } = fop else {
+        let Fop::Create {
+            parent,
+            gfid,
+            flags,
+            ..
+        } = fop
+        else {
             unreachable!()
         };
         let up = self.up();
@@ -510,7 +554,11 @@ impl Replicate {
         let res: Vec<(usize, FsResult<Reply>)> = out.into_iter().map(|(i, c, _)| (i, c)).collect();
         self.finish(tickets, &res).await;
         self.txns.adopt(gfid, &locked, blame, &epochs).await;
-        let fhs = self.handles_of(&res, &epochs);
+        // The new file's copies blame those it was not made on: what the
+        // bricks recorded, this client knows too, so that it never reads a
+        // copy that is missing.
+        self.learn_new(gfid, &res);
+        let fhs = Open::from_answers(How::File(flags), self.children.len(), &res, &epochs);
         match merge(res) {
             Ok(ok) => {
                 let Reply::Created { entry, .. } = self.pick(gfid, ok) else {
@@ -549,10 +597,9 @@ impl Replicate {
             // kernel has checked permissions; a file removed by another
             // client meanwhile fails at its first read with ESTALE; one this
             // client removes is opened for real first, `open_for_real`).
-            let fhs: Vec<_> = (0..self.children.len())
-                .map(|i| up.contains(&i).then_some((ANON_FH, epochs[i])))
-                .collect();
-            let fh = self.fds.insert(Arc::new(fhs));
+            let fh = self
+                .fds
+                .insert(Arc::new(Open::anonymous(self.children.len())));
             let gfid = fop_gfid(&fop);
             self.open_behind
                 .lock()
@@ -571,7 +618,11 @@ impl Replicate {
             // Not read-only, or that replica failed: open everywhere.
             res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
         }
-        let fhs = self.handles_of(&res, &epochs);
+        let how = match fop {
+            Fop::Open { flags, .. } => How::File(flags),
+            _ => How::Dir,
+        };
+        let fhs = Open::from_answers(how, self.children.len(), &res, &epochs);
         match merge(res) {
             Ok(_) => Ok(Reply::Opened {
                 fh: self.fds.insert(Arc::new(fhs)),
@@ -589,34 +640,137 @@ impl Replicate {
         }
     }
 
-    /// Each child's handle from the answers to an open or create, with the
-    /// child's epoch when it was issued.
-    fn handles_of(&self, res: &[(usize, FsResult<Reply>)], epochs: &[u64]) -> ChildHandles {
-        let mut fhs = vec![None; self.children.len()];
-        for (i, r) in res {
-            if let Ok(rep) = r {
-                fhs[*i] = rep.clone().into_fh().ok().map(|fh| (fh, epochs[*i]));
+    /// Closes the child handles of `fhs` (an open that failed as a whole,
+    /// a release), so that no handle leaks on a brick.
+    async fn close(&self, cx: &Ctx, fhs: &Open, release: impl Fn(u64) -> Fop) {
+        let open = fhs.to_close(&self.children);
+        let idx: Vec<usize> = open.iter().map(|&(i, _)| i).collect();
+        self.fan_out(cx, &idx, |i| {
+            open.iter()
+                .find(|&&(c, _)| c == i)
+                .map(|&(_, f)| release(f))
+        })
+        .await;
+    }
+
+    /// The handle `fh`, opened again first on every child that came back
+    /// since it was opened (`handles.rs`).
+    async fn handles(&self, cx: &Ctx, gfid: Gfid, fh: u64) -> FsResult<Arc<Open>> {
+        let fhs = self.fds.get(fh)?;
+        let fallback = || {
+            let up = self.up();
+            self.attr_child(gfid, &up).ok()
+        };
+        if fhs.to_reopen(&self.children, fallback()).is_empty() {
+            return Ok(fhs);
+        }
+        let _one_at_a_time = self.reopening.lock().await;
+        let fhs = self.fds.get(fh)?;
+        let again = fhs.to_reopen(&self.children, fallback());
+        if again.is_empty() {
+            return Ok(fhs);
+        }
+        let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+        let fop = match fhs.how {
+            How::Dir => Fop::Opendir { gfid },
+            _ => Fop::Open {
+                gfid,
+                flags: fhs.reopen_flags(),
+            },
+        };
+        let res = self.fan_out(cx, &again, |_| Some(fop.clone())).await;
+        let mut new = (*fhs).clone();
+        let got = Open::from_answers(fhs.how, self.children.len(), &res, &epochs);
+        for &i in &again {
+            new.on[i] = got.on[i];
+        }
+        tracing::info!(xlator = %self.name, %gfid, children = ?again, how = ?fhs.how, "re-opened a handle on replicas that came back");
+        let new = Arc::new(new);
+        if !self.fds.replace(fh, new.clone()) {
+            // Released meanwhile: close what was just opened.
+            let dir = fhs.how == How::Dir;
+            self.close(cx, &got, |f| match dir {
+                true => Fop::Releasedir { gfid, fh: f },
+                false => Fop::Release { gfid, fh: f },
+            })
+            .await;
+            return Err(FsError::errno(libc::EBADF));
+        }
+        Ok(new)
+    }
+
+    /// A listing, read from the attribute child (its offsets are that
+    /// replica's, so it stays there while it is up). With attributes
+    /// (readdirplus), the other copies are asked at the same time which
+    /// objects they blame: a copy that missed changes does not know it, so
+    /// the listing's own word is not enough. An entry whose listed copy is
+    /// not known good goes to the kernel without attributes (it looks the
+    /// name up, which asks a majority); one from a copy other than its
+    /// attribute child goes uncached, so that attributes never flip.
+    async fn readdir(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+    ) -> FsResult<Reply> {
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let live = fhs.live(&self.children);
+        let i = self.attr_child(gfid, &live)?;
+        let fop = Fop::Readdir {
+            gfid,
+            fh: fhs.fh(i),
+            offset,
+            plus,
+        };
+        let others: Vec<usize> = match plus {
+            true => self.up().into_iter().filter(|&c| c != i).collect(),
+            false => Vec::new(),
+        };
+        let probe = Fop::Blamed {
+            max: BLAMED_MAX as u32,
+        };
+        let (rep, probes) = futures_util::future::join(
+            self.children[i].call(cx, fop),
+            self.fan_out(cx, &others, |_| Some(probe.clone())),
+        )
+        .await;
+        let mut rep = rep?;
+        let Reply::Entries(ents) = &mut rep else {
+            return Ok(rep);
+        };
+        if !plus {
+            return Ok(rep);
+        }
+        let mut blames: HashMap<Gfid, u32> = HashMap::new();
+        let mut unsure = false;
+        for (_, r) in probes {
+            match r {
+                Ok(Reply::Blames(v)) if v.len() <= BLAMED_MAX => {
+                    for (g, b) in v {
+                        *blames.entry(g).or_default() |= b;
+                    }
+                }
+                _ => unsure = true,
             }
         }
-        fhs
-    }
-
-    /// Closes what did open when an open failed as a whole, so that no
-    /// handle leaks on a brick.
-    async fn close(&self, cx: &Ctx, fhs: &ChildHandles, release: impl Fn(u64) -> Fop) {
-        let idx: Vec<usize> = (0..fhs.len()).filter(|&i| fhs[i].is_some()).collect();
-        self.fan_out(cx, &idx, |i| fhs[i].map(|(f, _)| release(f)))
-            .await;
-    }
-
-    /// The child handles of `fhs` that are still valid: the child is up and
-    /// has not lost its connection since the handle was issued.
-    fn live(&self, fhs: &[Option<(u64, u64)>]) -> Vec<usize> {
-        (0..fhs.len())
-            .filter(|&i| {
-                matches!(fhs[i], Some((_, e)) if self.children[i].is_up() && self.children[i].epoch() == e)
-            })
-            .collect()
+        let up = self.up();
+        for e in ents.iter_mut() {
+            let Some(a) = &e.attr else { continue };
+            let g = a.gfid;
+            let blame = a.blame | blames.get(&g).copied().unwrap_or(0);
+            if blame != 0 {
+                self.learn(g, blame, false);
+            }
+            let bad = self.bad.lock().unwrap().get(&g).copied().unwrap_or(0);
+            if unsure || bad & (1 << i) != 0 {
+                e.attr = None;
+            } else if self.attr_child(g, &up).ok() != Some(i) {
+                e.cacheable = false;
+            }
+        }
+        Ok(rep)
     }
 
     /// Sends a handle-based operation to every replica holding the handle.
@@ -625,37 +779,32 @@ impl Replicate {
         cx: &Ctx,
         gfid: Gfid,
         fh: u64,
-        release: bool,
         make: impl Fn(u64) -> Fop,
     ) -> FsResult<Reply> {
-        let fhs = if release {
-            self.fds
-                .remove(fh)
-                .ok_or_else(|| FsError::errno(libc::EBADF))?
-        } else {
-            self.fds.get(fh)?
-        };
-        let mut targets = self.live(&fhs);
-        if release {
-            // Anonymous handles are the brick's to keep; nothing to close.
-            targets.retain(|&i| fhs[i].is_some_and(|(f, _)| f != ANON_FH));
-            if targets.is_empty() {
-                return Ok(Reply::Ok);
-            }
-        }
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let targets = fhs.live(&self.children);
         if targets.is_empty() {
             return Err(FsError::notconn(format!(
                 "{}: no replica holding this file is up",
                 self.name
             )));
         }
-        let res = self
-            .fan_out(cx, &targets, |i| fhs[i].map(|(f, _)| make(f)))
-            .await;
+        let res = self.fan_out(cx, &targets, |i| Some(make(fhs.fh(i)))).await;
         let ok = merge(res)?;
         Ok(self.pick(gfid, ok))
     }
 
+    /// Lets go of our handle `fh` and closes it on the bricks.
+    async fn release(&self, cx: &Ctx, fh: u64, release: impl Fn(u64) -> Fop) {
+        if let Some(fhs) = self.fds.remove(fh) {
+            self.close(cx, &fhs, release).await;
+        }
+    }
+
+    /// A read through handle `fh`: from one good copy, and if that copy
+    /// cannot answer for any reason but a genuine one (`copy_fault`), from
+    /// another good copy, so that the application sees no error while a
+    /// good copy is reachable.
     async fn read_handle(
         &self,
         cx: &Ctx,
@@ -663,19 +812,61 @@ impl Replicate {
         fh: u64,
         make: impl Fn(u64) -> Fop,
     ) -> FsResult<Reply> {
-        let fhs = self.fds.get(fh)?;
-        let mut allowed = self.live(&fhs);
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let mut allowed = fhs.live(&self.children);
         if self.read_child(gfid, &allowed).is_err() {
             self.refresh(cx, gfid).await;
         }
+        let mut last: Option<FsError> = None;
         loop {
-            let i = self.read_child(gfid, &allowed)?;
-            match self.children[i].call(cx, make(fhs[i].unwrap().0)).await {
-                Err(e) if e.is(libc::ENOTCONN) => allowed.retain(|&c| c != i),
+            let i = match self.read_child(gfid, &allowed) {
+                Ok(i) => i,
+                Err(e) => return Err(last.unwrap_or(e)),
+            };
+            match self.children[i].call(cx, make(fhs.fh(i))).await {
+                Err(e) if copy_fault(&e) => {
+                    self.distrust(gfid, i, &e);
+                    allowed.retain(|&c| c != i);
+                    last = Some(e);
+                }
                 r => return r,
             }
         }
     }
+
+    /// A copy failed in a way that says it is not a good copy of `gfid`
+    /// (it lacks it, or cannot read it): reads avoid it until a lookup
+    /// says otherwise.
+    fn distrust(&self, gfid: Gfid, i: usize, e: &FsError) {
+        if e.is(libc::ENOTCONN) {
+            return;
+        }
+        tracing::info!(xlator = %self.name, %gfid, replica = i, "a copy failed a read ({e}); reading another copy");
+        self.learn(gfid, 1 << i, false);
+    }
+
+    /// What a new object's copies are known to lack: the replicas its
+    /// making did not reach or failed on (when it was made somewhere).
+    fn learn_new(&self, gfid: Gfid, res: &[(usize, FsResult<Reply>)]) {
+        let made: Vec<usize> = res
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(i, _)| *i)
+            .collect();
+        if !made.is_empty() {
+            self.learn(gfid, txn::missed_by(self.children.len(), &made), false);
+        }
+    }
+}
+
+/// Errors that say one copy cannot serve a read, where another copy may:
+/// it is down, lacks the object (ESTALE, ENOENT), lost the handle (EBADF),
+/// or failed to read (EIO). Any other error is the answer itself.
+fn copy_fault(e: &FsError) -> bool {
+    matches!(
+        e.errno,
+        libc::ENOTCONN | libc::ESTALE | libc::ENOENT | libc::EBADF | libc::EIO
+    )
 }
 
 pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
@@ -709,7 +900,7 @@ pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
         | Fop::Rmdir { parent, .. }
         | Fop::Rename { parent, .. } => *parent,
         Fop::Lock { gfid, .. } | Fop::Clear { gfid, .. } | Fop::Checksum { gfid, .. } => *gfid,
-        Fop::Unlock { .. } | Fop::Pending { .. } => Gfid::NULL,
+        Fop::Unlock { .. } | Fop::Pending { .. } | Fop::Blamed { .. } => Gfid::NULL,
     }
 }
 
@@ -842,36 +1033,7 @@ impl Xlator for Replicate {
                 fh,
                 offset,
                 plus,
-            } => {
-                // Listings are read from the attribute child; offsets
-                // are that replica's, so stay on it while it is up.
-                let fhs = self.fds.get(fh)?;
-                let live = self.live(&fhs);
-                let i = self.attr_child(gfid, &live)?;
-                let fop = Fop::Readdir {
-                    gfid,
-                    fh: fhs[i].unwrap().0,
-                    offset,
-                    plus,
-                };
-                let mut rep = self.children[i].call(cx, fop).await?;
-                // Entries' attributes may be cached only if they come from
-                // the attribute child, as every other answer about them does
-                // (see `pick`); if the listing's replica is no longer it,
-                // they are fetched again when used.
-                if let Reply::Entries(ents) = &mut rep {
-                    let up = self.up();
-                    for e in ents.iter_mut() {
-                        if e.attr
-                            .as_ref()
-                            .is_some_and(|_| self.attr_child(gfid, &up).ok() != Some(i))
-                        {
-                            e.cacheable = false;
-                        }
-                    }
-                }
-                Ok(rep)
-            }
+            } => self.readdir(cx, gfid, fh, offset, plus).await,
             Fop::Write {
                 gfid,
                 fh,
@@ -887,11 +1049,11 @@ impl Xlator for Replicate {
                 .await
             }
             Fop::Flush { gfid, fh } => {
-                self.with_handles(cx, gfid, fh, false, |f| Fop::Flush { gfid, fh: f })
+                self.with_handles(cx, gfid, fh, |f| Fop::Flush { gfid, fh: f })
                     .await
             }
             Fop::Fsync { gfid, fh, datasync } => {
-                self.with_handles(cx, gfid, fh, false, |f| Fop::Fsync {
+                self.with_handles(cx, gfid, fh, |f| Fop::Fsync {
                     gfid,
                     fh: f,
                     datasync,
@@ -924,14 +1086,11 @@ impl Xlator for Replicate {
                         }
                     }
                 }
-                let _ = self
-                    .with_handles(cx, gfid, fh, true, |f| Fop::Release { gfid, fh: f })
-                    .await;
+                self.release(cx, fh, |f| Fop::Release { gfid, fh: f }).await;
                 Ok(Reply::Ok)
             }
             Fop::Releasedir { gfid, fh } => {
-                let _ = self
-                    .with_handles(cx, gfid, fh, true, |f| Fop::Releasedir { gfid, fh: f })
+                self.release(cx, fh, |f| Fop::Releasedir { gfid, fh: f })
                     .await;
                 Ok(Reply::Ok)
             }
@@ -959,6 +1118,7 @@ impl Xlator for Replicate {
             | Fop::Unlock { .. }
             | Fop::Clear { .. }
             | Fop::Pending { .. }
+            | Fop::Blamed { .. }
             | Fop::Checksum { .. } => Err(super::bookkeeping_refused()),
         }
     }

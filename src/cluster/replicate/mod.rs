@@ -108,30 +108,50 @@ impl Replicate {
         self
     }
 
-    /// With an arbiter, a data change must reach a copy that holds good
-    /// data: were the arbiter the only good copy to take it, no brick
-    /// would have the data the application was told is safe.
-    /// What this client knows of the copies may predate a heal: it asks
-    /// again before refusing.
-    async fn arbiter_allows(&self, cx: &Ctx, gfid: Gfid, targets: &[usize]) -> FsResult<()> {
-        let Some(a) = self.arbiter else {
+    /// A change must reach a good copy of the object (one no copy blames),
+    /// or it would leave no copy with everything the application was told
+    /// is safe: each copy would lack a different change. A data change must
+    /// reach a good copy that holds data (not the arbiter). What this
+    /// client knows of the copies may predate a heal: it asks again before
+    /// refusing (EIO; ENOTCONN when only the arbiter is good). With quorum
+    /// off the user has chosen availability over consistency: only the
+    /// arbiter rule holds.
+    async fn good_target(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        targets: &[usize],
+        data: bool,
+    ) -> FsResult<()> {
+        if self.txns.quorum() == Quorum::None && !(data && self.arbiter.is_some()) {
             return Ok(());
-        };
-        let good_data = || {
+        }
+        let good = |arbiter_counts: bool| {
             let bad = self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0);
-            targets.iter().any(|&t| t != a && bad & (1 << t) == 0)
+            targets
+                .iter()
+                .any(|&t| (arbiter_counts || Some(t) != self.arbiter) && bad & (1 << t) == 0)
         };
-        if good_data() {
+        if good(!data) {
             return Ok(());
         }
         self.refresh(cx, gfid).await;
-        if good_data() {
+        if good(!data) {
             return Ok(());
         }
-        Err(FsError::notconn(format!(
-            "{}: {gfid}: no brick with good data is up (only the arbiter)",
-            self.name
-        )))
+        if data && good(true) {
+            return Err(FsError::notconn(format!(
+                "{}: {gfid}: no brick with good data is up (only the arbiter)",
+                self.name
+            )));
+        }
+        Err(FsError::new(
+            libc::EIO,
+            format!(
+                "{}: {gfid}: no good copy is up (the copies up missed changes and are not healed yet); change refused",
+                self.name
+            ),
+        ))
     }
 
     fn up(&self) -> Vec<usize> {
@@ -323,13 +343,17 @@ impl Replicate {
         if up.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
-        let (tickets, targets) = self.begin(&txn_objects(&fop), &up).await?;
-        if let Fop::Setattr {
-            gfid,
-            set: SetAttr { size: Some(_), .. },
-        } = &fop
-        {
-            if let Err(e) = self.arbiter_allows(cx, *gfid, &targets).await {
+        let objs = txn_objects(&fop);
+        let (tickets, targets) = self.begin(&objs, &up).await?;
+        let data = matches!(
+            fop,
+            Fop::Setattr {
+                set: SetAttr { size: Some(_), .. },
+                ..
+            }
+        );
+        for &g in &objs {
+            if let Err(e) = self.good_target(cx, g, &targets, data).await {
                 self.finish(tickets, &[]).await;
                 return Err(e);
             }
@@ -361,7 +385,7 @@ impl Replicate {
             )));
         }
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
-        if let Err(e) = self.arbiter_allows(cx, gfid, &targets).await {
+        if let Err(e) = self.good_target(cx, gfid, &targets, true).await {
             self.finish(tickets, &[]).await;
             return Err(e);
         }
@@ -528,6 +552,10 @@ impl Replicate {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
         let (tickets, targets) = self.begin(&[parent], &up).await?;
+        if let Err(e) = self.good_target(cx, parent, &targets, false).await {
+            self.finish(tickets, &[]).await;
+            return Err(e);
+        }
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let blame = txn::missed_by(self.children.len(), &targets);
         let calls = targets.iter().map(|&i| {

@@ -145,6 +145,10 @@ impl Txns {
         }
     }
 
+    pub fn quorum(&self) -> Quorum {
+        *self.quorum.lock().unwrap()
+    }
+
     fn now(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }

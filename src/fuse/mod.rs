@@ -244,11 +244,14 @@ impl Filesystem for MortarFs {
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.set_max_background(64);
         // One at a time: a kernel that lacks one still gets the others.
+        // FUSE_HANDLE_KILLPRIV is not asked for: the kernel itself then
+        // clears set-id bits and capabilities on a write, truncate or
+        // fallocate by a process without CAP_FSETID, through SETATTR and
+        // REMOVEXATTR, exactly as a local file system does.
         for flag in [
             fuser::InitFlags::FUSE_DO_READDIRPLUS,
             fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
             fuser::InitFlags::FUSE_PARALLEL_DIROPS,
-            fuser::InitFlags::FUSE_HANDLE_KILLPRIV,
             fuser::InitFlags::FUSE_DONT_MASK,
             // Cached pages are dropped when a refreshed size or mtime shows
             // that the file changed (see FOPEN_KEEP_CACHE in `open_flags`).

@@ -137,6 +137,7 @@ impl Healer {
                 name: r.name.clone(),
                 bricks,
                 arbiter,
+                busy: Default::default(),
             });
         }
         let policy = Policy::parse(

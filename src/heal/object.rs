@@ -14,7 +14,7 @@ use crate::cluster::replicate::bits;
 use crate::core::fop::{FileKind, TimeSet, ANON_FH};
 use crate::core::{Attr, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr, Xlator};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Bytes compared per checksum and copied per write.
 const BLOCK: u32 = 128 << 10;
@@ -35,6 +35,49 @@ pub struct Set {
     pub bricks: Vec<Brick>,
     /// The brick that keeps names and metadata but no file data.
     pub arbiter: Option<usize>,
+    /// Objects being healed now, each by one task: the bricks grant a lock
+    /// again to the connection that holds it, so the healer's own tasks
+    /// (an index pass, a full crawl, a directory's new children) must be
+    /// kept from healing one object twice at once.
+    pub busy: Busy,
+}
+
+/// Per-object exclusion among the tasks of one healer.
+#[derive(Default)]
+pub struct Busy(Mutex<HashMap<Gfid, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Busy {
+    /// Waits until no other task heals `gfid`; the object is this task's
+    /// while the guard lives.
+    pub async fn claim(&self, gfid: Gfid) -> BusyGuard<'_> {
+        let m = self.0.lock().unwrap().entry(gfid).or_default().clone();
+        let guard = m.clone().lock_owned().await;
+        BusyGuard {
+            busy: self,
+            gfid,
+            _guard: Some(guard),
+        }
+    }
+}
+
+pub struct BusyGuard<'a> {
+    busy: &'a Busy,
+    gfid: Gfid,
+    _guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self._guard.take();
+        let mut map = self.busy.0.lock().unwrap();
+        // Forget the object once no other task waits for it.
+        if map
+            .get(&self.gfid)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            map.remove(&self.gfid);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,10 +228,12 @@ impl Set {
         policy: Policy,
         forced: Option<usize>,
     ) -> FsResult<Outcome> {
+        let claim = self.busy.claim(gfid).await;
         let up = self.up();
         let locked = self.lock(gfid, &up).await;
         let res = self.heal_locked(gfid, &locked, policy, forced).await;
         self.unlock(gfid, &locked).await;
+        drop(claim);
         let (mut out, children) = res?;
         // New subdirectories and files are healed after the directory's
         // lock is let go: a client renaming between them takes them in
@@ -710,5 +755,38 @@ fn pick_by_policy(copies: &[(usize, Attr)], policy: Policy) -> Option<usize> {
                 })
                 .map(|(i, _)| *i)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_object_is_healed_by_one_task_at_a_time() {
+        let busy = Arc::new(Busy::default());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let g = Gfid::random();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (busy, inside, most) = (busy.clone(), inside.clone(), most.clone());
+                tokio::spawn(async move {
+                    let _claim = busy.claim(g).await;
+                    let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        // Another object is not held up by the first.
+        drop(busy.claim(Gfid::random()).await);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 1);
+        assert!(busy.0.lock().unwrap().is_empty(), "claims are forgotten");
     }
 }

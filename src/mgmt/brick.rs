@@ -16,6 +16,10 @@ pub async fn run(path: &Path, ip: IpAddr, volume_id: &str, arbiter: bool) -> any
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
     }
+    // Objects are made with the mode the client asked for, the caller's
+    // umask already applied by the client (FUSE_DONT_MASK): the brick's own
+    // umask must not take more away.
+    rustix::process::umask(rustix::fs::Mode::empty());
     let mut buf = [0u8; 64];
     let n = rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut buf[..]).map_err(|e| {
         anyhow::anyhow!(

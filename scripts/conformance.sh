@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SUITES=${SUITES:-$ROOT/../shared/suites}
+[ -e "$SUITES/pjdfstest.tar.gz" ] || SUITES=/work/shared/suites
 WORK=${WORK:-$(mktemp -d /tmp/mortar-conformance.XXXXXX)}
 KEEP=0
 [ "${1:-}" = "--keep" ] && KEEP=1

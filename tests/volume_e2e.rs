@@ -134,8 +134,7 @@ fn a_killed_brick_is_restarted_and_writes_go_on() {
     let c = Cluster::start();
     let bricks = c.volume("gv1", 3, &["b1", "b2", "b3"]);
     let m = c.mount("gv1");
-    let st = c.volume_status_json("gv1");
-    let pid = st[0]["bricks"][1]["pid"].as_u64().unwrap();
+    let pid = brick_pid(&c, "gv1", 1);
     for i in 0..12 {
         std::fs::write(m.dir.join(format!("o{i}")), format!("old-{i:02}")).unwrap();
     }

@@ -51,11 +51,10 @@ impl Busy {
     /// while the guard lives.
     pub async fn claim(&self, gfid: Gfid) -> BusyGuard<'_> {
         let m = self.0.lock().unwrap().entry(gfid).or_default().clone();
-        let guard = m.clone().lock_owned().await;
         BusyGuard {
             busy: self,
             gfid,
-            _guard: Some(guard),
+            guard: Some(m.lock_owned().await),
         }
     }
 }
@@ -63,12 +62,13 @@ impl Busy {
 pub struct BusyGuard<'a> {
     busy: &'a Busy,
     gfid: Gfid,
-    _guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
-        self._guard.take();
+        // Let go first, so that the count below is of the waiters alone.
+        self.guard.take();
         let mut map = self.busy.0.lock().unwrap();
         // Forget the object once no other task waits for it.
         if map

@@ -100,8 +100,12 @@ impl Open {
     /// a file every child without a live handle that was not found lacking
     /// the file since it last connected; for a listing (read from one child)
     /// the child that held it, if it reconnected, or the one `fallback`
-    /// names when no child holds it any more.
-    pub fn to_reopen(&self, children: &[Arc<dyn Xlator>], fallback: Option<usize>) -> Vec<usize> {
+    /// names (asked only then) when no child holds it any more.
+    pub fn to_reopen(
+        &self,
+        children: &[Arc<dyn Xlator>],
+        fallback: impl FnOnce() -> Option<usize>,
+    ) -> Vec<usize> {
         let up_since = |i: usize, epoch: u64| children[i].epoch() == epoch;
         match self.how {
             How::Anon => Vec::new(),
@@ -121,7 +125,7 @@ impl Open {
                 }
                 let back: Vec<usize> = held.into_iter().filter(|&i| children[i].is_up()).collect();
                 if back.is_empty() {
-                    fallback.into_iter().collect()
+                    fallback().into_iter().collect()
                 } else {
                     back
                 }
@@ -138,16 +142,15 @@ impl Open {
         }
     }
 
-    /// Children holding a real (not anonymous) handle of the current epoch,
-    /// with it: what a release closes.
-    pub fn to_close(&self, children: &[Arc<dyn Xlator>]) -> Vec<(usize, u64)> {
+    /// Children holding a real (not anonymous) handle of the current
+    /// epoch: what a release closes.
+    pub fn to_close(&self, children: &[Arc<dyn Xlator>]) -> Vec<usize> {
         if self.how == How::Anon {
             return Vec::new();
         }
         self.live(children)
             .into_iter()
-            .map(|i| (i, self.fh(i)))
-            .filter(|&(_, fh)| fh != ANON_FH)
+            .filter(|&i| self.fh(i) != ANON_FH)
             .collect()
     }
 }
@@ -209,14 +212,15 @@ mod tests {
             &[0, 0, 0],
         );
         assert_eq!(o.live(&x), vec![0, 2]);
-        assert!(o.to_reopen(&x, None).is_empty());
+        assert!(o.to_reopen(&x, || None).is_empty());
         assert_eq!(o.reopen_flags(), libc::O_WRONLY);
         // 1 comes back, 2 reconnects: both need the file again.
         c[1].up.store(true, Ordering::Relaxed);
         c[2].epoch.store(1, Ordering::Relaxed);
         assert_eq!(o.live(&x), vec![0]);
-        assert_eq!(o.to_reopen(&x, None), vec![1, 2]);
-        assert_eq!(o.to_close(&x), vec![(0, 7)]);
+        assert_eq!(o.to_reopen(&x, || None), vec![1, 2]);
+        assert_eq!(o.to_close(&x), vec![0]);
+        assert_eq!(o.fh(0), 7);
     }
 
     #[test]
@@ -227,9 +231,9 @@ mod tests {
             (1, Err(FsError::errno(libc::ESTALE))),
         ];
         let o = Open::from_answers(How::File(libc::O_RDWR), 2, &res, &[0, 0]);
-        assert!(o.to_reopen(&x, None).is_empty());
+        assert!(o.to_reopen(&x, || None).is_empty());
         c[1].epoch.store(5, Ordering::Relaxed);
-        assert_eq!(o.to_reopen(&x, None), vec![1]);
+        assert_eq!(o.to_reopen(&x, || None), vec![1]);
     }
 
     #[test]
@@ -240,7 +244,7 @@ mod tests {
         c[2].epoch.store(4, Ordering::Relaxed);
         assert_eq!(o.live(&x), vec![1, 2]);
         assert_eq!(o.fh(2), ANON_FH);
-        assert!(o.to_reopen(&x, Some(1)).is_empty());
+        assert!(o.to_reopen(&x, || Some(1)).is_empty());
         assert!(o.to_close(&x).is_empty());
     }
 
@@ -249,10 +253,10 @@ mod tests {
         let (c, x) = children(3);
         let res = vec![(0, Ok(Reply::Opened { fh: 1 }))];
         let o = Open::from_answers(How::Dir, 3, &res, &[0, 0, 0]);
-        assert!(o.to_reopen(&x, Some(1)).is_empty());
+        assert!(o.to_reopen(&x, || Some(1)).is_empty());
         c[0].epoch.store(1, Ordering::Relaxed);
-        assert_eq!(o.to_reopen(&x, Some(1)), vec![0]);
+        assert_eq!(o.to_reopen(&x, || Some(1)), vec![0]);
         c[0].up.store(false, Ordering::Relaxed);
-        assert_eq!(o.to_reopen(&x, Some(1)), vec![1]);
+        assert_eq!(o.to_reopen(&x, || Some(1)), vec![1]);
     }
 }

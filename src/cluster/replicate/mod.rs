@@ -127,7 +127,7 @@ impl Replicate {
             return Ok(());
         }
         let good = |arbiter_counts: bool| {
-            let bad = self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0);
+            let bad = self.stale_copies(gfid);
             targets
                 .iter()
                 .any(|&t| (arbiter_counts || Some(t) != self.arbiter) && bad & (1 << t) == 0)
@@ -187,6 +187,11 @@ impl Replicate {
             .unwrap_or(good[0]))
     }
 
+    /// The copies of `gfid` this client knows to be stale (a bit mask).
+    fn stale_copies(&self, gfid: Gfid) -> u32 {
+        self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0)
+    }
+
     /// Of `allowed`, the copies of `gfid` no other copy blames. Never
     /// empty: with no good copy up, the object cannot be read (EIO if some
     /// copy is up but blamed: reading it could return stale data).
@@ -194,7 +199,7 @@ impl Replicate {
         if allowed.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
-        let bad = self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0);
+        let bad = self.stale_copies(gfid);
         let good: Vec<usize> = allowed
             .iter()
             .copied()
@@ -376,14 +381,7 @@ impl Replicate {
         fh: u64,
         make: impl Fn(u64) -> Fop,
     ) -> FsResult<Reply> {
-        let fhs = self.handles(cx, gfid, fh).await?;
-        let live = fhs.live(&self.children);
-        if live.is_empty() {
-            return Err(FsError::notconn(format!(
-                "{}: no replica holding this file is up",
-                self.name
-            )));
-        }
+        let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
         if let Err(e) = self.good_target(cx, gfid, &targets, true).await {
             self.finish(tickets, &[]).await;
@@ -671,14 +669,8 @@ impl Replicate {
     /// Closes the child handles of `fhs` (an open that failed as a whole,
     /// a release), so that no handle leaks on a brick.
     async fn close(&self, cx: &Ctx, fhs: &Open, release: impl Fn(u64) -> Fop) {
-        let open = fhs.to_close(&self.children);
-        let idx: Vec<usize> = open.iter().map(|&(i, _)| i).collect();
-        self.fan_out(cx, &idx, |i| {
-            open.iter()
-                .find(|&&(c, _)| c == i)
-                .map(|&(_, f)| release(f))
-        })
-        .await;
+        let idx = fhs.to_close(&self.children);
+        self.fan_out(cx, &idx, |i| Some(release(fhs.fh(i)))).await;
     }
 
     /// The handle `fh`, opened again first on every child that came back
@@ -689,12 +681,12 @@ impl Replicate {
             let up = self.up();
             self.attr_child(gfid, &up).ok()
         };
-        if fhs.to_reopen(&self.children, fallback()).is_empty() {
+        if fhs.to_reopen(&self.children, fallback).is_empty() {
             return Ok(fhs);
         }
         let _one_at_a_time = self.reopening.lock().await;
         let fhs = self.fds.get(fh)?;
-        let again = fhs.to_reopen(&self.children, fallback());
+        let again = fhs.to_reopen(&self.children, fallback);
         if again.is_empty() {
             return Ok(fhs);
         }
@@ -791,7 +783,7 @@ impl Replicate {
             if blame != 0 {
                 self.learn(g, blame, false);
             }
-            let bad = self.bad.lock().unwrap().get(&g).copied().unwrap_or(0);
+            let bad = self.stale_copies(g);
             if unsure || bad & (1 << i) != 0 {
                 e.attr = None;
             } else if self.attr_child(g, &up).ok() != Some(i) {
@@ -799,6 +791,25 @@ impl Replicate {
             }
         }
         Ok(rep)
+    }
+
+    /// The handle `fh` (`handles`) and the children it can be used on now;
+    /// ENOTCONN when there are none.
+    async fn live_handles(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        fh: u64,
+    ) -> FsResult<(Arc<Open>, Vec<usize>)> {
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let live = fhs.live(&self.children);
+        if live.is_empty() {
+            return Err(FsError::notconn(format!(
+                "{}: no replica holding this file is up",
+                self.name
+            )));
+        }
+        Ok((fhs, live))
     }
 
     /// Sends a handle-based operation to every replica holding the handle.
@@ -809,14 +820,7 @@ impl Replicate {
         fh: u64,
         make: impl Fn(u64) -> Fop,
     ) -> FsResult<Reply> {
-        let fhs = self.handles(cx, gfid, fh).await?;
-        let targets = fhs.live(&self.children);
-        if targets.is_empty() {
-            return Err(FsError::notconn(format!(
-                "{}: no replica holding this file is up",
-                self.name
-            )));
-        }
+        let (fhs, targets) = self.live_handles(cx, gfid, fh).await?;
         let res = self.fan_out(cx, &targets, |i| Some(make(fhs.fh(i)))).await;
         let ok = merge(res)?;
         Ok(self.pick(gfid, ok))
@@ -876,11 +880,7 @@ impl Replicate {
     /// What a new object's copies are known to lack: the replicas its
     /// making did not reach or failed on (when it was made somewhere).
     fn learn_new(&self, gfid: Gfid, res: &[(usize, FsResult<Reply>)]) {
-        let made: Vec<usize> = res
-            .iter()
-            .filter(|(_, r)| r.is_ok())
-            .map(|(i, _)| *i)
-            .collect();
+        let made = txn::succeeded(res);
         if !made.is_empty() {
             self.learn(gfid, txn::missed_by(self.children.len(), &made), false);
         }

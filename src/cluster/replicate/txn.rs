@@ -106,6 +106,15 @@ pub fn missed_by(n: usize, targets: &[usize]) -> u32 {
     bits(&(0..n).collect::<Vec<_>>()) & !bits(targets)
 }
 
+/// The replicas whose answer is a success.
+pub fn succeeded(results: &[(usize, FsResult<Reply>)]) -> Vec<usize> {
+    results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(i, _)| *i)
+        .collect()
+}
+
 fn lock_fop(gfid: Gfid, wait: bool, blame: u32) -> Fop {
     Fop::Lock {
         gfid,
@@ -309,11 +318,7 @@ impl Txns {
         ticket: Ticket,
         results: &[(usize, FsResult<Reply>)],
     ) -> u32 {
-        let ok: Vec<usize> = results
-            .iter()
-            .filter(|(_, r)| r.is_ok())
-            .map(|(i, _)| *i)
-            .collect();
+        let ok = succeeded(results);
         if ok.is_empty() {
             // Failed everywhere: nothing changed, nobody to blame.
             self.end(ticket);

@@ -73,12 +73,15 @@ fn main() -> ExitCode {
                 .build()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| {
-                    rt.block_on(mortar::mgmt::brick::run(
-                        &a.path,
-                        a.ip,
-                        &a.volume_id,
-                        a.arbiter,
-                    ))
+                    rt.block_on(mortar::mgmt::brick::run(mortar::mgmt::brick::BrickConfig {
+                        path: a.path.clone(),
+                        ip: a.ip,
+                        volume_id: a.volume_id.clone(),
+                        arbiter: a.arbiter,
+                        volume: a.volume.clone(),
+                        mgmt: a.mgmt.clone(),
+                        pid_file: a.pid_file.clone(),
+                    }))
                 })
         }
         Cmd::Mount(ref m) => {

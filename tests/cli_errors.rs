@@ -190,11 +190,11 @@ fn options_are_set_read_and_reset() {
     let c = Cluster::start();
     c.volume("opt", 1, &["o1"]);
     c.ok(&["volume", "set", "opt", "network.ping-timeout", "7"]);
-    c.ok(&["volume", "set", "opt", "performance.write-behind", "off"]);
+    c.ok(&["volume", "set", "opt", "storage.health-check-interval", "5"]);
     let info = c.ok(&["volume", "info", "opt"]);
     assert!(
         info.contains(
-            "Options Reconfigured:\nnetwork.ping-timeout: 7\nperformance.write-behind: off"
+            "Options Reconfigured:\nnetwork.ping-timeout: 7\nstorage.health-check-interval: 5"
         ),
         "{info}"
     );

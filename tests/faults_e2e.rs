@@ -8,12 +8,13 @@ use std::time::Duration;
 
 const HEAL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Processes that keep the CPUs busy while they live.
-struct Burners(Vec<std::process::Child>);
+/// Background processes, killed when this goes (also on a failed test).
+struct Background(Vec<std::process::Child>);
 
-impl Burners {
-    fn start(n: usize) -> Burners {
-        Burners(
+impl Background {
+    /// Processes that keep the CPUs busy.
+    fn burners(n: usize) -> Background {
+        Background(
             (0..n)
                 .map(|_| {
                     std::process::Command::new("sh")
@@ -26,12 +27,21 @@ impl Burners {
     }
 }
 
-impl Drop for Burners {
+impl Drop for Background {
     fn drop(&mut self) {
         for c in &mut self.0 {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// A stopped process, continued when this goes (also on a failed test).
+struct Frozen(u64);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        thaw(self.0);
     }
 }
 
@@ -108,7 +118,7 @@ fn files_a_restarted_brick_missed_are_read_from_the_good_copies() {
 /// killed in the middle (the daemon starts it again), then every file read
 /// back at once, and once more after heal.
 fn killed_brick_round(round: usize, burners: usize) {
-    let load = Burners::start(burners);
+    let load = Background::burners(burners);
     let c = Cluster::start();
     let vol = format!("kb{round}");
     let bricks = c.volume(&vol, 3, &["k1", "k2", "k3"]);
@@ -203,4 +213,141 @@ fn an_open_file_outlives_every_brick_restarting() {
     for b in &bricks {
         assert_eq!(std::fs::read(b.join("held")).unwrap(), want);
     }
+}
+
+/// A writer goes on, without an error, while the management daemon
+/// crashes and starts again: the bricks outlive it and are adopted.
+#[test]
+fn a_writer_goes_on_across_a_daemon_crash_and_restart() {
+    let mut c = Cluster::start();
+    let bricks = c.volume("dv", 3, &["d1", "d2", "d3"]);
+    let m = c.mount("dv");
+    let f = m.p("log");
+    let pids: Vec<u64> = (0..3).map(|i| brick_pid(&c, "dv", i)).collect();
+    let writer = std::thread::spawn(move || {
+        sh(&format!(
+            "set -e; for i in $(seq 1 400); do echo line-$i >> {f}; sleep 0.01; done"
+        ))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    c.crash_daemon();
+    std::thread::sleep(Duration::from_millis(1500));
+    c.start_daemon();
+    let o = writer.join().unwrap();
+    assert!(
+        o.status.success(),
+        "the writer failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let want: String = (1..=400).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(ok(&format!("cat {}", m.p("log"))), want);
+    // The same brick processes serve, and the new daemon knows them.
+    let now: Vec<u64> = (0..3).map(|i| brick_pid(&c, "dv", i)).collect();
+    assert_eq!(now, pids, "the bricks were restarted, not adopted");
+    // It watches them as its own: a killed one is started again.
+    ok(&format!("kill -9 {}", pids[1]));
+    wait_brick_restarted(&c, "dv", 1, pids[1]);
+    wait_healed(&c, "dv", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+    drop(m);
+}
+
+/// A brick whose directory is deleted fails its health check: it goes
+/// offline with the reason in `volume status`, and the volume goes on with
+/// the good copies.
+#[test]
+fn a_brick_whose_directory_is_deleted_goes_offline_and_the_volume_goes_on() {
+    let c = Cluster::start();
+    let bricks = c.volume("hv", 3, &["h1", "h2", "h3"]);
+    c.ok(&["volume", "set", "hv", "storage.health-check-interval", "1"]);
+    let m = c.mount("hv");
+    ok(&format!(
+        "mkdir {} && echo before > {}",
+        m.p("d"),
+        m.p("d/f")
+    ));
+    ok(&format!("rm -rf {}", bricks[2].display()));
+    wait_for("the brick to go offline", Duration::from_secs(20), || {
+        let st = c.volume_status_json("hv");
+        st[0]["bricks"][2]["online"] == false
+            && st[0]["bricks"][2]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("health check failed"))
+    });
+    let status = c.ok(&["volume", "status", "hv"]);
+    assert!(
+        status.contains("Offline: health check failed: the brick directory"),
+        "{status}"
+    );
+    let log = std::fs::read_to_string(c.path("daemon.log")).unwrap();
+    assert!(log.contains("brick offline"), "{log}");
+    // Creates, reads and listings work on the two good copies.
+    for i in 0..20 {
+        ok(&format!("echo {i} > {}", m.p(&format!("d/n{i}"))));
+    }
+    assert_eq!(ok(&format!("cat {}", m.p("d/f"))), "before\n");
+    assert_eq!(ok(&format!("cat {}", m.p("d/n7"))), "7\n");
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "21");
+    // It stays offline, also when tried again, while its directory is gone.
+    let err = c.fails(&["volume", "start", "hv", "force"]);
+    assert!(err.contains("no volume id"), "{err}");
+    drop(m);
+}
+
+/// A client frozen (SIGSTOP) while it holds a lock loses it after
+/// `features.locks-revocation-secs`: another client's write goes through.
+#[test]
+fn a_frozen_client_loses_its_locks_to_a_waiting_one() {
+    let c = Cluster::start();
+    let bricks = c.volume("lv", 3, &["l1", "l2", "l3"]);
+    c.ok(&["volume", "set", "lv", "features.locks-revocation-secs", "2"]);
+    // Let the bricks pick the option up (they poll every 2 s).
+    std::thread::sleep(Duration::from_secs(3));
+    let frozen = c.mount("lv");
+    let other = c.mount("lv");
+    let f = frozen.p("shared");
+    ok(&format!("echo start > {f}"));
+    let pid = ok(&format!(
+        "pgrep -f 'mortar mount .*{}' | head -1",
+        frozen.dir.display()
+    ));
+    let pid: u64 = pid.trim().parse().unwrap();
+    // A writer keeps the file's lock busy; the client is frozen mid-way.
+    let writer = Background(vec![std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "while :; do dd if=/dev/zero of={f} bs=64k count=4 conv=notrunc status=none; done"
+            ),
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()]);
+    std::thread::sleep(Duration::from_millis(500));
+    ok(&format!("kill -STOP {pid}"));
+    let frozen_client = Frozen(pid);
+    // The other client waits for the lock, and gets it.
+    let g = other.p("shared");
+    let done = std::thread::spawn(move || sh(&format!("echo other-client > {g}")));
+    wait_for("the waiting write", Duration::from_secs(30), || {
+        done.is_finished()
+    });
+    let o = done.join().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ok(&format!("cat {}", other.p("shared"))), "other-client\n");
+    let brick_logs = ok(&format!("cat {}/state/logs/*.log", c.path("").display()));
+    assert!(
+        brick_logs.contains("revoking the locks of a client"),
+        "{brick_logs}"
+    );
+    // Thawed, the client reconnects and works again.
+    drop(frozen_client);
+    drop(writer);
+    wait_connections(&c, 9);
+    ok(&format!("echo after > {}", frozen.p("after")));
+    assert_eq!(ok(&format!("cat {}", other.p("after"))), "after\n");
+    drop(frozen);
+    drop(other);
+    wait_healed(&c, "lv", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
 }

@@ -56,6 +56,9 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
                 online,
                 pid
             );
+            if let Some(r) = &b.reason {
+                let _ = writeln!(s, "  Offline: {r}");
+            }
         }
         let _ = writeln!(s, " ");
         let _ = writeln!(s, "Task Status of Volume {}", v.name);

@@ -167,6 +167,15 @@ pub struct BrickArgs {
     /// Keep names and metadata but no file data (an arbiter brick).
     #[arg(long)]
     pub arbiter: bool,
+    /// The volume's name, to follow its options (with --mgmt).
+    #[arg(long)]
+    pub volume: Option<String>,
+    /// The management daemon to ask for the volume's options.
+    #[arg(long)]
+    pub mgmt: Option<String>,
+    /// Where to write "<pid> <port>" once serving.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
 }
 
 pub struct CreateArgs {

@@ -1,54 +1,225 @@
 //! The brick process (`mortar brick`), started and watched by the daemon:
 //! opens the brick directory, checks that it belongs to the volume, binds
 //! the first free port from `BRICK_PORT_BASE` and tells the daemon which
-//! one by printing `LISTENING <port>` on its standard output.
+//! one by printing `LISTENING <port>` on its standard output (and in its
+//! pid file, for a daemon that restarts and adopts it).
+//!
+//! A brick outlives a daemon that crashes: clients go on talking to it.
+//! It follows its volume's options by asking the daemon for the volume's
+//! description every few seconds, as clients do, and runs the health check
+//! (`storage.health-check-interval`). A brick that cannot serve (it fails
+//! the check, or its directory is not the volume's) prints
+//! `OFFLINE <reason>` and exits; the daemon shows the reason in
+//! `volume status` and leaves it down until `volume start NAME force`.
 
+use super::options;
+use super::rpc::{self, Request, Response};
 use crate::protocol::server;
 use crate::storage::posix::{Posix, VOLUME_ID_XATTR};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
 
-pub async fn run(path: &Path, ip: IpAddr, volume_id: &str, arbiter: bool) -> anyhow::Result<()> {
-    // Die with the daemon that started us; it starts a fresh brick when it
-    // comes back.
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+/// What a brick needs to know to run.
+pub struct BrickConfig {
+    pub path: PathBuf,
+    pub ip: IpAddr,
+    pub volume_id: String,
+    pub arbiter: bool,
+    /// The volume's name and the daemon to ask for its options.
+    pub volume: Option<String>,
+    pub mgmt: Option<String>,
+    /// Where to write `<pid> <port>` once listening.
+    pub pid_file: Option<PathBuf>,
+}
+
+/// How often the brick asks for its volume's options.
+const OPTIONS_EVERY: Duration = Duration::from_secs(2);
+
+/// The volume options a brick applies itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tunables {
+    /// `storage.health-check-interval`; None: off.
+    pub health_check: Option<Duration>,
+    /// `features.locks-revocation-secs`; None: never.
+    pub lock_revocation: Option<Duration>,
+}
+
+impl Tunables {
+    pub fn from_options(o: &crate::core::Options) -> Tunables {
+        let secs = |key: &str| {
+            let v = o
+                .get(key)
+                .map(String::as_str)
+                .unwrap_or_else(|| options::spec(key).map_or("0", |s| s.default));
+            match v.parse::<u64>() {
+                Ok(0) | Err(_) => None,
+                Ok(n) => Some(Duration::from_secs(n)),
+            }
+        };
+        Tunables {
+            health_check: secs("storage.health-check-interval"),
+            lock_revocation: secs("features.locks-revocation-secs"),
+        }
     }
+}
+
+/// Tells the daemon (if it still listens) why this brick stops serving,
+/// then exits.
+fn go_offline(reason: &str) -> ! {
+    tracing::error!("brick going offline: {reason}");
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "OFFLINE {reason}");
+    let _ = out.flush();
+    std::process::exit(3);
+}
+
+pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     // Objects are made with the mode the client asked for, the caller's
     // umask already applied by the client (FUSE_DONT_MASK): the brick's own
     // umask must not take more away.
     rustix::process::umask(rustix::fs::Mode::empty());
-    let mut buf = [0u8; 64];
-    let n = rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut buf[..]).map_err(|e| {
-        anyhow::anyhow!(
-            "brick {}: no volume id ({e}); was the volume created?",
-            path.display()
-        )
-    })?;
-    let found = String::from_utf8_lossy(&buf[..n]).to_string();
-    if found != volume_id {
-        anyhow::bail!(
-            "brick {} belongs to volume id {found}, not {volume_id}",
-            path.display()
-        );
+    let path = cfg.path.as_path();
+    if let Err(reason) = check_volume_id(path, &cfg.volume_id) {
+        go_offline(&reason);
     }
-    let posix = Arc::new(
-        Posix::open(path)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .with_arbiter(arbiter),
-    );
+    let posix = match Posix::open(path) {
+        Ok(p) => Arc::new(p.with_arbiter(cfg.arbiter)),
+        Err(e) => go_offline(&format!("cannot open the brick: {e}")),
+    };
+    if let Err(reason) = posix.health_check() {
+        go_offline(&format!("health check failed: {reason}"));
+    }
     let mut port = super::BRICK_PORT_BASE;
     let listener = loop {
-        match tokio::net::TcpListener::bind(SocketAddr::new(ip, port)).await {
+        match tokio::net::TcpListener::bind(SocketAddr::new(cfg.ip, port)).await {
             Ok(l) => break l,
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && port < u16::MAX => port += 1,
             Err(e) => return Err(e.into()),
         }
     };
-    println!("LISTENING {port}");
-    tracing::info!(brick = %path.display(), port, arbiter, "brick serving");
-    server::serve(listener, posix).await?;
+    if let Some(f) = &cfg.pid_file {
+        std::fs::write(f, format!("{} {port}\n", std::process::id()))?;
+    }
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "LISTENING {port}");
+    let _ = out.flush();
+    tracing::info!(brick = %path.display(), port, arbiter = cfg.arbiter, "brick serving");
+
+    let (tunables_tx, tunables) = watch::channel(Tunables::from_options(&Default::default()));
+    if let (Some(vol), Some(mgmt)) = (cfg.volume.clone(), cfg.mgmt.clone()) {
+        tokio::spawn(follow_options(vol, mgmt, tunables_tx));
+    }
+    tokio::spawn(health_checks(posix.clone(), tunables.clone()));
+    let (revoke_tx, revoke) = watch::channel(tunables.borrow().lock_revocation);
+    let mut t = tunables.clone();
+    tokio::spawn(async move {
+        while t.changed().await.is_ok() {
+            let v = t.borrow().lock_revocation;
+            revoke_tx.send_if_modified(|old| std::mem::replace(old, v) != v);
+        }
+    });
+    server::serve(listener, posix, revoke).await?;
     Ok(())
+}
+
+fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {
+    let mut buf = [0u8; 64];
+    let n = rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut buf[..]).map_err(|e| {
+        format!(
+            "brick {}: no volume id ({e}); was the volume created, is the brick's file system mounted?",
+            path.display()
+        )
+    })?;
+    let found = String::from_utf8_lossy(&buf[..n]).to_string();
+    if found != volume_id {
+        return Err(format!(
+            "brick {} belongs to volume id {found}, not {volume_id}",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Keeps `tx` at the volume's options, asking the daemon every few seconds.
+/// While the daemon cannot be reached the last known values stay.
+async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables>) {
+    let mut version = None;
+    loop {
+        if let Ok(Response::VolDesc(d)) = rpc::call(
+            &mgmt,
+            &Request::GetVolDesc {
+                name: volume.clone(),
+            },
+        )
+        .await
+        {
+            if version != Some(d.version) {
+                version = Some(d.version);
+                let t = Tunables::from_options(&d.options);
+                if tx.send_if_modified(|old| std::mem::replace(old, t) != t) {
+                    tracing::info!(?t, "volume options applied");
+                }
+            }
+        }
+        tokio::time::sleep(OPTIONS_EVERY).await;
+    }
+}
+
+/// Runs the health check at the configured interval; a failure takes the
+/// brick offline.
+async fn health_checks(posix: Arc<Posix>, mut tunables: watch::Receiver<Tunables>) {
+    loop {
+        let every = tunables.borrow_and_update().health_check;
+        let Some(every) = every else {
+            if tunables.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            r = tunables.changed() => {
+                if r.is_err() { return; }
+                continue;
+            }
+        }
+        let p = posix.clone();
+        // A file system that hangs fails too (GlusterFS's
+        // health-check-timeout).
+        let limit = every.max(Duration::from_secs(10));
+        let checked =
+            tokio::time::timeout(limit, tokio::task::spawn_blocking(move || p.health_check()))
+                .await;
+        match checked {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(reason))) => go_offline(&format!("health check failed: {reason}")),
+            Ok(Err(e)) => go_offline(&format!("health check could not run: {e}")),
+            Err(_) => go_offline(&format!(
+                "health check failed: no answer from the brick's file system in {} s",
+                limit.as_secs()
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tunables_follow_the_options_and_zero_turns_them_off() {
+        let mut o = crate::core::Options::new();
+        let t = Tunables::from_options(&o);
+        assert_eq!(t.health_check, Some(Duration::from_secs(30)));
+        assert_eq!(t.lock_revocation, Some(Duration::from_secs(60)));
+        o.insert("storage.health-check-interval".into(), "0".into());
+        o.insert("features.locks-revocation-secs".into(), "5".into());
+        let t = Tunables::from_options(&o);
+        assert_eq!(t.health_check, None);
+        assert_eq!(t.lock_revocation, Some(Duration::from_secs(5)));
+    }
 }

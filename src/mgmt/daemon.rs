@@ -1,8 +1,10 @@
 //! The management daemon (`mortar daemon`), one per server. It keeps the
 //! cluster state on disk, answers the CLI and mounting clients, keeps its
 //! peers in step (every change is pushed to every peer as a whole `Sync`),
-//! and runs one brick process per local brick of every started volume,
-//! restarting a brick that dies.
+//! and runs one brick process per local brick of every started volume
+//! (`supervise`: restarted when it dies, adopted after a daemon crash,
+//! left offline with its reason when its health check fails). A daemon
+//! stopped by SIGTERM stops its bricks first.
 //!
 //! Changes are serialised by one async lock; the state itself sits behind a
 //! plain mutex that is never held across a network call.
@@ -14,9 +16,8 @@ use super::volgen;
 use crate::heal::Healer;
 use crate::storage::posix::VOLUME_ID_XATTR;
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -35,7 +36,7 @@ struct BrickProc {
     done: Option<tokio::task::JoinHandle<()>>,
 }
 
-type BrickInfo = Arc<Mutex<(Option<u16>, Option<u32>)>>;
+use super::supervise::{supervise, BrickInfo, BrickSpec};
 
 /// A running self-heal: the volume version it was built for, the healer,
 /// its task.
@@ -258,16 +259,18 @@ impl Daemon {
                     continue;
                 }
                 let (stop, stop_rx) = watch::channel(false);
-                let info: BrickInfo = Arc::new(Mutex::new((None, None)));
-                let done = tokio::spawn(supervise(
-                    PathBuf::from(&path),
-                    id,
-                    self.cfg.listen.ip(),
-                    self.cfg.state_dir.join("logs"),
-                    info.clone(),
-                    stop_rx,
+                let info: BrickInfo = Default::default();
+                let spec = BrickSpec {
+                    path: PathBuf::from(&path),
+                    volume: vol.clone(),
+                    volume_id: id,
                     arbiter,
-                ));
+                    ip: self.cfg.listen.ip(),
+                    mgmt: self.me.mgmt.clone(),
+                    logs: self.cfg.state_dir.join("logs"),
+                    run: self.cfg.state_dir.join("run"),
+                };
+                let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));
                 bricks.insert(
                     path,
                     (
@@ -418,6 +421,30 @@ impl Daemon {
         Response::Heal(rep)
     }
 
+    /// Drops the watch over local bricks of `volume` that went offline, so
+    /// that the next reconcile starts them again.
+    async fn forget_offline(&self, volume: &str) {
+        let done: Vec<_> = {
+            let mut bricks = self.bricks.lock().unwrap();
+            let offline: Vec<String> = bricks
+                .iter()
+                .filter(|(_, (p, i))| p.volume == volume && i.lock().unwrap().offline.is_some())
+                .map(|(path, _)| path.clone())
+                .collect();
+            offline
+                .iter()
+                .filter_map(|path| {
+                    let (mut p, _) = bricks.remove(path)?;
+                    let _ = p.stop.send(true);
+                    p.done.take()
+                })
+                .collect()
+        };
+        for h in done {
+            let _ = h.await;
+        }
+    }
+
     async fn stop_all_bricks(&self) {
         let handles: Vec<_> = {
             let mut bricks = self.bricks.lock().unwrap();
@@ -440,12 +467,13 @@ impl Daemon {
             .iter()
             .filter_map(|b| {
                 let (_, info) = bricks.get(&b.path)?;
-                let (port, pid) = *info.lock().unwrap();
+                let st = info.lock().unwrap().clone();
                 Some(BrickStatus {
                     brick: b.to_string(),
-                    port,
-                    pid,
-                    online: port.is_some(),
+                    port: st.port,
+                    pid: st.pid,
+                    online: st.port.is_some(),
+                    reason: st.offline,
                 })
             })
             .collect()
@@ -484,6 +512,7 @@ impl Daemon {
                         port: None,
                         pid: None,
                         online: false,
+                        reason: None,
                     })
             })
             .collect()
@@ -564,7 +593,7 @@ impl Daemon {
             },
             Request::Portmap { path } => {
                 let bricks = self.bricks.lock().unwrap();
-                match bricks.get(&path).and_then(|(_, i)| i.lock().unwrap().0) {
+                match bricks.get(&path).and_then(|(_, i)| i.lock().unwrap().port) {
                     Some(port) => Response::Port(port),
                     None => err(format!("brick {path} is not running on {}", self.me.host)),
                 }
@@ -604,7 +633,10 @@ impl Daemon {
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,
-            Request::BricksRun { .. } => {
+            Request::BricksRun { volume, force } => {
+                if force {
+                    self.forget_offline(&volume).await;
+                }
                 self.reconcile().await;
                 Response::Ok(String::new())
             }
@@ -757,6 +789,7 @@ impl Daemon {
                             &h,
                             Request::BricksRun {
                                 volume: name.clone(),
+                                force,
                             },
                         )
                         .await;
@@ -772,6 +805,13 @@ impl Daemon {
                         .collect();
                     if down.is_empty() {
                         return Ok(String::new());
+                    }
+                    let offline: Vec<String> = st
+                        .iter()
+                        .filter_map(|s| Some(format!("{}: {}", s.brick, s.reason.as_ref()?)))
+                        .collect();
+                    if !offline.is_empty() {
+                        return Err(format!("bricks offline: {}", offline.join("; ")));
                     }
                     if tokio::time::Instant::now() > deadline {
                         return Err(format!(
@@ -972,88 +1012,5 @@ fn mgmt_self(cfg: &Config) -> String {
         format!("{}:{}", cfg.host, cfg.listen.port())
     } else {
         cfg.listen.to_string()
-    }
-}
-
-/// Runs one brick process and restarts it when it dies, until told to stop.
-async fn supervise(
-    path: PathBuf,
-    volume_id: String,
-    ip: IpAddr,
-    logs: PathBuf,
-    info: BrickInfo,
-    mut stop: watch::Receiver<bool>,
-    arbiter: bool,
-) {
-    let _ = std::fs::create_dir_all(&logs);
-    let log = logs.join(format!(
-        "brick{}.log",
-        path.display().to_string().replace('/', "-")
-    ));
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("mortar"));
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        let logf = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log);
-        let mut cmd = tokio::process::Command::new(&exe);
-        cmd.arg("brick")
-            .arg("--path")
-            .arg(&path)
-            .arg("--ip")
-            .arg(ip.to_string())
-            .arg("--volume-id")
-            .arg(&volume_id)
-            .args(arbiter.then_some("--arbiter"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        if let Ok(f) = logf {
-            cmd.stderr(f);
-        }
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(brick = %path.display(), "cannot start brick: {e}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let pid = child.id();
-        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-        let port = tokio::time::timeout(Duration::from_secs(10), out.next_line())
-            .await
-            .ok()
-            .and_then(|l| l.ok().flatten())
-            .and_then(|l| {
-                l.strip_prefix("LISTENING ")
-                    .and_then(|p| p.trim().parse::<u16>().ok())
-            });
-        if let Some(port) = port {
-            tracing::info!(brick = %path.display(), port, pid, "brick started");
-            *info.lock().unwrap() = (Some(port), pid);
-        }
-        tokio::select! {
-            status = child.wait() => {
-                *info.lock().unwrap() = (None, None);
-                tracing::warn!(brick = %path.display(), "brick exited ({status:?}); restarting (log: {})", log.display());
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            _ = stop.changed() => {
-                if let Some(pid) = pid {
-                    // SAFETY: kill() with a pid we spawned and still own as a child.
-                    unsafe { libc::kill(pid as i32, libc::SIGTERM); }
-                }
-                if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
-                    let _ = child.kill().await;
-                }
-                *info.lock().unwrap() = (None, None);
-                tracing::info!(brick = %path.display(), "brick stopped");
-                return;
-            }
-        }
     }
 }

@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod options;
 pub mod rpc;
 pub mod state;
+pub mod supervise;
 pub mod volgen;
 
 /// Default port of the management daemon. GlusterFS uses 24007-24008 and

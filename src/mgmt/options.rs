@@ -31,14 +31,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { key: "cluster.self-heal-daemon", kind: Kind::Bool, default: "on", help: "Heal what the bricks' heal index names, in the background, on every server with bricks of the volume." },
     OptionSpec { key: "cluster.quorum-count", kind: Kind::Int(1, 64), default: "1", help: "Replicas needed when cluster.quorum-type is fixed." },
     OptionSpec { key: "cluster.favorite-child-policy", kind: Kind::Enum(&["none", "size", "mtime", "ctime", "majority"]), default: "none", help: "How split-brain is resolved automatically." },
-    OptionSpec { key: "performance.write-behind", kind: Kind::Bool, default: "on", help: "Acknowledge writes before the bricks do (performance translators to come)." },
-    OptionSpec { key: "performance.read-ahead", kind: Kind::Bool, default: "on", help: "Read ahead of sequential readers." },
-    OptionSpec { key: "performance.io-cache", kind: Kind::Bool, default: "on", help: "Cache file data at the client." },
-    OptionSpec { key: "performance.cache-size", kind: Kind::Size, default: "32MB", help: "Size of the client's data cache." },
-    OptionSpec { key: "auth.allow", kind: Kind::Text, default: "*", help: "Addresses allowed to mount." },
-    OptionSpec { key: "nfs.disable", kind: Kind::Bool, default: "on", help: "Do not export the volume over NFS." },
-    OptionSpec { key: "transport.address-family", kind: Kind::Enum(&["inet", "inet6"]), default: "inet", help: "Address family of the brick servers." },
-    OptionSpec { key: "storage.reserve", kind: Kind::Int(0, 100), default: "1", help: "Percent of each brick kept free; creates fail with ENOSPC below it (to come)." },
+    OptionSpec { key: "storage.health-check-interval", kind: Kind::Int(0, 3600), default: "30", help: "Seconds between checks that each brick's directory is still there and takes a write, fsync and read back; a brick that fails goes offline, with the reason in volume status, until volume start force. 0 turns the check off." },
+    OptionSpec { key: "features.locks-revocation-secs", kind: Kind::Int(0, 3600), default: "60", help: "Seconds a client may keep a lock that another client waits for; after that the brick revokes it by closing the holder's connection (its unfinished change is healed). 0: never." },
 ];
 
 pub fn spec(key: &str) -> Option<&'static OptionSpec> {
@@ -118,8 +112,8 @@ mod tests {
 
     #[test]
     fn values_are_checked_and_canonical() {
-        assert_eq!(validate("performance.write-behind", "yes").unwrap(), "on");
-        assert!(validate("performance.write-behind", "maybe").is_err());
+        assert_eq!(validate("cluster.self-heal-daemon", "yes").unwrap(), "on");
+        assert!(validate("cluster.self-heal-daemon", "maybe").is_err());
         assert_eq!(validate("network.ping-timeout", "10").unwrap(), "10");
         assert!(validate("network.ping-timeout", "0").is_err());
         assert!(validate("network.ping-timeout", "x").is_err());
@@ -130,7 +124,6 @@ mod tests {
         assert!(validate("cluster.quorum-type", "most").is_err());
         assert_eq!(parse_size("64MB"), Some(64 << 20));
         assert_eq!(parse_size("1g"), Some(1 << 30));
-        assert!(validate("performance.cache-size", "lots").is_err());
         let mut m = BTreeMap::new();
         assert_eq!(effective(&m, "network.ping-timeout"), "42");
         m.insert("network.ping-timeout".into(), "5".into());

@@ -83,6 +83,9 @@ pub enum Request {
     },
     BricksRun {
         volume: String,
+        /// Try again bricks that went offline.
+        #[serde(default)]
+        force: bool,
     },
     LocalStatus {
         volume: String,
@@ -128,6 +131,9 @@ pub struct BrickStatus {
     pub port: Option<u16>,
     pub pid: Option<u32>,
     pub online: bool,
+    /// Why a brick that went offline stays so (its health check failed…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -4,16 +4,23 @@
 //! one connection are in flight at once and are answered as they finish.
 //! Each connection has its own handle table; closing the connection closes
 //! every file it had open.
+//!
+//! A client that keeps a lock someone else waits for longer than
+//! `features.locks-revocation-secs` (a frozen or stuck client) loses its
+//! connection: its locks go to the waiters, its unfinished change stays in
+//! the heal index, and the client reconnects when it runs again.
 
 use super::wire::{self, Msg};
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
 use crate::storage::locks::{Acquire, ConnId, LockTable};
 use crate::storage::posix::{FdTable, Posix};
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch, Notify};
 
 /// Operations that may take long (syncing, large transfers, listing or
 /// freeing much) run on the blocking pool, so that they never hold up the
@@ -39,20 +46,69 @@ fn is_slow(fop: &Fop) -> bool {
 struct Brick {
     posix: Arc<Posix>,
     locks: LockTable,
-    /// Where to send unasked notices to each connection.
-    conns: Mutex<HashMap<ConnId, mpsc::Sender<wire::Frame>>>,
+    conns: Mutex<HashMap<ConnId, Conn>>,
     next_conn: AtomicU64,
+    /// How long a lock may be kept from a waiter (None: forever).
+    revoke_after: watch::Receiver<Option<Duration>>,
+}
+
+/// What the brick keeps of each connection.
+struct Conn {
+    /// Where to send unasked notices.
+    tx: mpsc::Sender<wire::Frame>,
+    peer: SocketAddr,
+    /// Closes the connection (lock revocation).
+    close: Arc<Notify>,
 }
 
 impl Brick {
     /// Tells a lock's owner that someone waits for it.
     fn contention(&self, owner: ConnId, gfid: Gfid) {
-        if let Some(tx) = self.conns.lock().unwrap().get(&owner) {
-            let _ = tx.try_send(wire::encode(&Msg::Notice {
+        if let Some(c) = self.conns.lock().unwrap().get(&owner) {
+            let _ = c.tx.try_send(wire::encode(&Msg::Notice {
                 kind: "contention".into(),
                 gfid: Some(gfid),
             }));
         }
+    }
+
+    /// Waits for a lock `conn` asked for; a holder that keeps it past the
+    /// revocation time loses its connection, and with it its locks.
+    async fn wait_granted(
+        &self,
+        conn: ConnId,
+        gfid: Gfid,
+        mut granted: tokio::sync::oneshot::Receiver<()>,
+    ) -> bool {
+        loop {
+            let limit = *self.revoke_after.borrow();
+            let Some(limit) = limit else {
+                return (&mut granted).await.is_ok();
+            };
+            let holder = self.locks.owner(gfid);
+            match tokio::time::timeout(limit, &mut granted).await {
+                Ok(r) => return r.is_ok(),
+                Err(_) => {
+                    if let Some(h) = holder.filter(|h| self.locks.owner(gfid) == Some(*h)) {
+                        self.revoke(h, gfid, conn, limit);
+                    }
+                }
+            }
+        }
+    }
+
+    fn revoke(&self, holder: ConnId, gfid: Gfid, waiter: ConnId, held: Duration) {
+        let conns = self.conns.lock().unwrap();
+        let Some(c) = conns.get(&holder) else { return };
+        let by = conns.get(&waiter).map(|w| w.peer.to_string());
+        tracing::warn!(
+            client = %c.peer,
+            %gfid,
+            waiter = by.as_deref().unwrap_or("?"),
+            "revoking the locks of a client that kept {gfid} from a waiter for {} s (features.locks-revocation-secs): closing its connection",
+            held.as_secs()
+        );
+        c.close.notify_one();
     }
 
     /// Serves `Fop::Lock`: answers at once, or from a task once granted.
@@ -86,7 +142,7 @@ impl Brick {
                 self.contention(owner, gfid);
                 let (me, fds, tx) = (self.clone(), fds.clone(), tx.clone());
                 tokio::spawn(async move {
-                    if granted.await.is_err() {
+                    if !me.wait_granted(conn, gfid, granted).await {
                         return;
                     }
                     if me.locks.contended(gfid) {
@@ -104,19 +160,24 @@ impl Brick {
     }
 }
 
-pub async fn serve(listener: TcpListener, posix: Arc<Posix>) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    posix: Arc<Posix>,
+    revoke_after: watch::Receiver<Option<Duration>>,
+) -> std::io::Result<()> {
     let brick = Arc::new(Brick {
         posix,
         locks: LockTable::default(),
         conns: Mutex::new(HashMap::new()),
         next_conn: AtomicU64::new(1),
+        revoke_after,
     });
     loop {
         let (stream, peer) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
         let brick = brick.clone();
         tokio::spawn(async move {
-            match serve_conn(stream, brick).await {
+            match serve_conn(stream, peer, brick).await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
                 Err(e) => tracing::warn!(%peer, "connection ended: {e}"),
             }
@@ -124,7 +185,11 @@ pub async fn serve(listener: TcpListener, posix: Arc<Posix>) -> std::io::Result<
     }
 }
 
-async fn serve_conn(stream: TcpStream, shared: Arc<Brick>) -> std::io::Result<()> {
+async fn serve_conn(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Brick>,
+) -> std::io::Result<()> {
     let posix = shared.posix.clone();
     let (rd, mut wr) = stream.into_split();
     // Buffered, so that one read system call takes in many requests.
@@ -184,9 +249,21 @@ async fn serve_conn(stream: TcpStream, shared: Arc<Brick>) -> std::io::Result<()
 
     let fds = Arc::new(FdTable::default());
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-    shared.conns.lock().unwrap().insert(conn, tx.clone());
+    let close = Arc::new(Notify::new());
+    shared.conns.lock().unwrap().insert(
+        conn,
+        Conn {
+            tx: tx.clone(),
+            peer,
+            close: close.clone(),
+        },
+    );
     let result = loop {
-        let msg = match wire::read_frame(&mut rd).await {
+        let read = tokio::select! {
+            r = wire::read_frame(&mut rd) => r,
+            _ = close.notified() => break Err(std::io::Error::other("locks revoked")),
+        };
+        let msg = match read {
             Ok(Some(m)) => m,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),

@@ -98,6 +98,11 @@ impl LockTable {
         }
     }
 
+    /// The connection holding `gfid`, if any.
+    pub fn owner(&self, gfid: Gfid) -> Option<ConnId> {
+        self.held.lock().unwrap().get(&gfid).map(|h| h.owner)
+    }
+
     /// Whether anyone waits for `gfid` (the owner should let go).
     pub fn contended(&self, gfid: Gfid) -> bool {
         self.held

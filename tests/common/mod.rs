@@ -103,6 +103,36 @@ impl Cluster {
         }
     }
 
+    /// Kills the daemon as a crash would (SIGKILL): its bricks live on.
+    pub fn crash_daemon(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+    }
+
+    /// Brick processes left running by a crashed daemon (from their pid files).
+    fn kill_orphan_bricks(&self) {
+        let Ok(dir) = std::fs::read_dir(self.path("state/run")) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let Some(pid) = text.split_whitespace().next() else {
+                continue;
+            };
+            // Only a brick of this cluster: a pid may have been reused.
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let mine = self.dir.path().display().to_string();
+            if String::from_utf8_lossy(&cmdline).contains(&mine) {
+                let _ = Command::new("kill")
+                    .args(["-9", pid])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+
     /// The management daemon's process id.
     pub fn daemon_pid(&self) -> u32 {
         self.daemon.as_ref().expect("the daemon runs").id()
@@ -202,6 +232,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill_daemon();
+        self.kill_orphan_bricks();
     }
 }
 

@@ -389,7 +389,49 @@ impl Replicate {
         }
         let res = self.fan_out(cx, &targets, |i| Some(make(fhs.fh(i)))).await;
         self.finish(tickets, &res).await;
-        Ok(self.pick(gfid, merge(res)?))
+        Ok(self.pick(gfid, self.merge_data(gfid, res)?))
+    }
+
+    /// Judges the answers to a data change (write, fallocate) like `merge`,
+    /// except that copies refusing it for want of room (ENOSPC, EDQUOT) do
+    /// not fail it when the copies that took it meet the quorum and hold
+    /// good data: the full copies are blamed (`finish`) and healed once
+    /// there is room, and the application is told what the good copies
+    /// store (docs/replication.md).
+    fn merge_data(
+        &self,
+        gfid: Gfid,
+        res: Vec<(usize, FsResult<Reply>)>,
+    ) -> FsResult<Vec<(usize, Reply)>> {
+        let ok = txn::succeeded(&res);
+        let full: Vec<usize> = res
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .is_err_and(|e| e.is(libc::ENOSPC) || e.is(libc::EDQUOT))
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        let only_room = res.iter().all(|(i, r)| {
+            r.is_ok() || full.contains(i) || r.as_ref().is_err_and(|e| e.is(libc::ENOTCONN))
+        });
+        let bad = self.stale_copies(gfid);
+        let good_took_it = ok
+            .iter()
+            .any(|&i| Some(i) != self.arbiter && (bad & (1 << i)) == 0);
+        if full.is_empty()
+            || !only_room
+            || !good_took_it
+            || !self.txns.quorum().met(&ok, self.children.len())
+        {
+            return merge(res);
+        }
+        let names: Vec<String> = full.iter().map(|&i| self.children[i].name()).collect();
+        tracing::warn!(xlator = %self.name, %gfid, full = ?names, "no room on some bricks: the write is kept on the others and healed to these once they have room");
+        Ok(res
+            .into_iter()
+            .filter_map(|(i, r)| r.ok().map(|r| (i, r)))
+            .collect())
     }
 
     /// Before a name goes (unlink, rename over it): if it names a file this

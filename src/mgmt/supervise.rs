@@ -1,0 +1,268 @@
+//! The daemon's watch over one brick process: starts it, learns its port,
+//! restarts it when it dies, and stops it when told.
+//!
+//! A brick outlives a daemon that crashes. Each brick writes `<pid> <port>`
+//! to a pid file in the daemon's run directory; a daemon that starts and
+//! finds there a live brick process serving the same directory adopts it
+//! instead of starting a second one, so clients never notice the restart.
+//!
+//! A brick that says `OFFLINE <reason>` (it failed its health check, or its
+//! directory is not the volume's) is not restarted: the reason shows in
+//! `volume status` until `volume start NAME force` tries it again.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::watch;
+
+/// What the daemon knows of a brick process right now.
+#[derive(Clone, Debug, Default)]
+pub struct BrickState {
+    pub port: Option<u16>,
+    pub pid: Option<u32>,
+    /// Why the brick went offline and stays so.
+    pub offline: Option<String>,
+}
+
+pub type BrickInfo = Arc<Mutex<BrickState>>;
+
+/// How to run one brick.
+pub struct BrickSpec {
+    pub path: PathBuf,
+    pub volume: String,
+    pub volume_id: String,
+    pub arbiter: bool,
+    pub ip: IpAddr,
+    /// The daemon's own address, for the brick to fetch its options.
+    pub mgmt: String,
+    pub logs: PathBuf,
+    pub run: PathBuf,
+}
+
+impl BrickSpec {
+    fn file_name(&self, ext: &str) -> String {
+        format!(
+            "brick{}.{ext}",
+            self.path.display().to_string().replace('/', "-")
+        )
+    }
+
+    pub fn pid_file(&self) -> PathBuf {
+        self.run.join(self.file_name("pid"))
+    }
+}
+
+/// A brick process a previous daemon left running: the pid file names a
+/// live `mortar brick` process for this very path.
+fn adoptable(spec: &BrickSpec) -> Option<(u32, u16)> {
+    let text = std::fs::read_to_string(spec.pid_file()).ok()?;
+    let mut words = text.split_whitespace();
+    let pid: u32 = words.next()?.parse().ok()?;
+    let port: u16 = words.next()?.parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let path = spec.path.as_os_str().as_encoded_bytes();
+    let serves_it = args.iter().any(|a| *a == b"brick")
+        && args.windows(2).any(|w| w[0] == b"--path" && w[1] == path);
+    serves_it.then_some((pid, port))
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is not alive; only this daemon's children can be zombies of
+    // ours, and those are waited for.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill() takes plain integers and touches no memory.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Stops an adopted brick (not our child: it cannot be waited for).
+async fn stop_adopted(pid: u32) {
+    signal(pid, libc::SIGTERM);
+    for _ in 0..50 {
+        if !alive(pid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    signal(pid, libc::SIGKILL);
+}
+
+/// Runs one brick process and restarts it when it dies, until told to
+/// stop or the brick goes offline.
+pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiver<bool>) {
+    let _ = std::fs::create_dir_all(&spec.logs);
+    let _ = std::fs::create_dir_all(&spec.run);
+    let log = spec.logs.join(spec.file_name("log"));
+    let brick = spec.path.display().to_string();
+    if let Some((pid, port)) = adoptable(&spec) {
+        tracing::info!(%brick, pid, port, "adopted a running brick");
+        *info.lock().unwrap() = BrickState {
+            port: Some(port),
+            pid: Some(pid),
+            offline: None,
+        };
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if !alive(pid) {
+                        *info.lock().unwrap() = BrickState::default();
+                        tracing::warn!(%brick, "brick exited; restarting (log: {})", log.display());
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        break;
+                    }
+                }
+                _ = stop.changed() => {
+                    stop_adopted(pid).await;
+                    let _ = std::fs::remove_file(spec.pid_file());
+                    *info.lock().unwrap() = BrickState::default();
+                    tracing::info!(%brick, "brick stopped");
+                    return;
+                }
+            }
+        }
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("mortar"));
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log);
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("brick")
+            .arg("--path")
+            .arg(&spec.path)
+            .arg("--ip")
+            .arg(spec.ip.to_string())
+            .arg("--volume-id")
+            .arg(&spec.volume_id)
+            .arg("--volume")
+            .arg(&spec.volume)
+            .arg("--mgmt")
+            .arg(&spec.mgmt)
+            .arg("--pid-file")
+            .arg(spec.pid_file())
+            .args(spec.arbiter.then_some("--arbiter"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            // Its own process group: a signal to the daemon's group (a
+            // terminal's ^C) does not reach the bricks.
+            .process_group(0);
+        if let Ok(f) = logf {
+            cmd.stderr(f);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(%brick, "cannot start brick: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let pid = child.id();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        // Its standard output says LISTENING or OFFLINE, now or later.
+        let said = info.clone();
+        let (bp, listening) = (brick.clone(), tokio::sync::oneshot::channel::<()>());
+        let (up_tx, up_rx) = listening;
+        let reader = tokio::spawn(async move {
+            let mut up_tx = Some(up_tx);
+            while let Ok(Some(line)) = out.next_line().await {
+                if let Some(port) = line
+                    .strip_prefix("LISTENING ")
+                    .and_then(|p| p.trim().parse::<u16>().ok())
+                {
+                    tracing::info!(brick = %bp, port, pid, "brick started");
+                    *said.lock().unwrap() = BrickState {
+                        port: Some(port),
+                        pid,
+                        offline: None,
+                    };
+                    if let Some(t) = up_tx.take() {
+                        let _ = t.send(());
+                    }
+                } else if let Some(reason) = line.strip_prefix("OFFLINE ") {
+                    tracing::error!(brick = %bp, "brick offline: {reason}");
+                    said.lock().unwrap().offline = Some(reason.to_string());
+                }
+            }
+        });
+        let _ = tokio::time::timeout(Duration::from_secs(10), up_rx).await;
+        tokio::select! {
+            status = child.wait() => {
+                let _ = reader.await;
+                let offline = {
+                    let mut i = info.lock().unwrap();
+                    i.port = None;
+                    i.pid = None;
+                    i.offline.clone()
+                };
+                if let Some(reason) = offline {
+                    tracing::error!(%brick, "brick stays offline until `volume start NAME force`: {reason}");
+                    let _ = stop.changed().await;
+                    return;
+                }
+                tracing::warn!(%brick, "brick exited ({status:?}); restarting (log: {})", log.display());
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            _ = stop.changed() => {
+                if let Some(pid) = pid {
+                    signal(pid, libc::SIGTERM);
+                }
+                if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
+                    let _ = child.kill().await;
+                }
+                reader.abort();
+                let _ = std::fs::remove_file(spec.pid_file());
+                *info.lock().unwrap() = BrickState::default();
+                tracing::info!(%brick, "brick stopped");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn spec_for(path: &Path, run: &Path) -> BrickSpec {
+        BrickSpec {
+            path: path.to_path_buf(),
+            volume: "v".into(),
+            volume_id: "id".into(),
+            arbiter: false,
+            ip: "127.0.0.1".parse().unwrap(),
+            mgmt: "127.0.0.1:1".into(),
+            logs: run.to_path_buf(),
+            run: run.to_path_buf(),
+        }
+    }
+
+    #[test]
+    fn only_a_live_brick_of_the_same_path_is_adopted() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_for(Path::new("/data/b1"), t.path());
+        assert!(adoptable(&spec).is_none(), "no pid file");
+        // This test process is alive but is not a brick of /data/b1.
+        std::fs::write(spec.pid_file(), format!("{} 24300\n", std::process::id())).unwrap();
+        assert!(adoptable(&spec).is_none());
+        assert!(alive(std::process::id()));
+        std::fs::write(spec.pid_file(), "garbage").unwrap();
+        assert!(adoptable(&spec).is_none());
+    }
+}

@@ -1,0 +1,88 @@
+//! The brick's health check (GlusterFS's posix health check): a periodic
+//! probe that the brick directory is still there and its file system still
+//! takes writes. A brick that fails it goes offline (`mgmt::brick`), so
+//! that clients stop sending it requests that can only fail and replicate
+//! carries on with the good copies.
+
+use super::posix::{Posix, META_DIR};
+use rustix::fs::{self as rfs, Mode, OFlags, ResolveFlags};
+use std::io::{Read, Seek, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Inside the brick's hidden directory.
+const PROBE: &str = "health_check";
+
+impl Posix {
+    /// Checks that the brick directory is the one opened at start and not
+    /// deleted, and that a small write, fsync and read back of a file in
+    /// it work. The error says what failed.
+    pub fn health_check(&self) -> Result<(), String> {
+        let held = rfs::fstat(&self.root).map_err(|e| format!("stat of the brick: {e}"))?;
+        if held.st_nlink == 0 {
+            return Err("the brick directory was deleted".into());
+        }
+        match rfs::stat(self.path()) {
+            Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {}
+            Ok(_) => return Err("the brick directory was replaced by another one".into()),
+            Err(e) => return Err(format!("the brick directory is gone: {e}")),
+        }
+        let fd = rfs::openat2(
+            &self.root,
+            format!("{META_DIR}/{PROBE}"),
+            OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
+        )
+        .map_err(|e| format!("open of {META_DIR}/{PROBE}: {e}"))?;
+        let mut f = std::fs::File::from(fd);
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            .to_string();
+        let mut probe = || -> std::io::Result<String> {
+            f.set_len(0)?;
+            f.rewind()?;
+            f.write_all(stamp.as_bytes())?;
+            f.sync_all()?;
+            f.rewind()?;
+            let mut back = String::new();
+            f.read_to_string(&mut back)?;
+            Ok(back)
+        };
+        match probe() {
+            Ok(back) if back == stamp => Ok(()),
+            Ok(_) => Err(format!("{META_DIR}/{PROBE} read back other data")),
+            Err(e) => Err(format!("write and fsync of {META_DIR}/{PROBE}: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deleted_brick_directory_fails_the_check() {
+        let t = tempfile::tempdir().unwrap();
+        let b = t.path().join("b");
+        std::fs::create_dir(&b).unwrap();
+        let p = Posix::open(&b).unwrap();
+        p.health_check().unwrap();
+        std::fs::remove_dir_all(&b).unwrap();
+        let e = p.health_check().unwrap_err();
+        assert!(e.contains("deleted"), "{e}");
+    }
+
+    #[test]
+    fn a_replaced_brick_directory_fails_the_check() {
+        let t = tempfile::tempdir().unwrap();
+        let b = t.path().join("b");
+        std::fs::create_dir(&b).unwrap();
+        let p = Posix::open(&b).unwrap();
+        std::fs::rename(&b, t.path().join("old")).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let e = p.health_check().unwrap_err();
+        assert!(e.contains("replaced"), "{e}");
+    }
+}

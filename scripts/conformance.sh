@@ -1,29 +1,52 @@
 #!/bin/bash
-# POSIX conformance of a mortar volume: builds pjdfstest from the source
-# snapshot in ../shared/suites (or $SUITES), starts a daemon of its own on a
-# loopback address, creates and mounts a replica-3 volume of three bricks,
-# runs the suite as root in a directory of the mount, and prints the counts
-# (and the failed tests) as a Markdown table row.
+# POSIX conformance of mortar volumes: builds pjdfstest and xfstests from
+# the source snapshots in ../shared/suites (or $SUITES), starts a daemon of
+# its own on a loopback address, creates and mounts replica-3 volumes of
+# three bricks each, runs the suites and prints their counts (one summary
+# line per suite, and the failed tests).
 #
-# Usage: scripts/conformance.sh [--keep]
-#   env: SUITES=dir with pjdfstest.tar.gz, WORK=scratch dir, MORTAR=binary,
-#        OUT=file to append the summary to
-# --keep leaves the volume mounted and the daemon running for a look.
+# Usage: scripts/conformance.sh [pjdfstest|xfstests|all] [--keep]
+#   env: SUITES=dir with the snapshots, WORK=scratch dir, MORTAR=binary,
+#        XFSTESTS="arguments to xfstests' check" (default: -g quick
+#          -e generic/103, which fills the file system the bricks share),
+#        OUT=file to append Markdown table rows to, IP and PORT=where the
+#        daemon listens (127.0.77.1:24198)
+# --keep leaves the volumes mounted and the daemon running for a look.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SUITES=${SUITES:-$ROOT/../shared/suites}
 [ -e "$SUITES/pjdfstest.tar.gz" ] || SUITES=/work/shared/suites
 WORK=${WORK:-$(mktemp -d /tmp/mortar-conformance.XXXXXX)}
+WHICH=all
 KEEP=0
-[ "${1:-}" = "--keep" ] && KEEP=1
-IP=127.0.77.1
-PORT=24198
+for a in "$@"; do
+    case $a in
+        --keep) KEEP=1 ;;
+        pjdfstest | xfstests | all) WHICH=$a ;;
+        *) echo "usage: $0 [pjdfstest|xfstests|all] [--keep]" >&2; exit 2 ;;
+    esac
+done
+want() { [ "$WHICH" = all ] || [ "$WHICH" = "$1" ]; }
+IP=${IP:-127.0.77.1}
+PORT=${PORT:-24198}
+XFSTESTS=${XFSTESTS:--g quick -e generic/103}
 
+# Build packages, from Debian, as the suites' READMEs list them.
 need=()
-command -v autoreconf >/dev/null || need+=(autoconf automake libtool)
-command -v prove >/dev/null || need+=(perl)
 command -v fusermount3 >/dev/null || need+=(fuse3)
+if want pjdfstest; then
+    command -v autoreconf >/dev/null || need+=(autoconf automake libtool)
+    command -v prove >/dev/null || need+=(perl)
+fi
+if want xfstests; then
+    for p in acl attr automake bc dbench dump e2fsprogs fio gawk gcc indent \
+        libacl1-dev libaio-dev libcap-dev libgdbm-dev libtool libtool-bin \
+        liburing-dev make psmisc python3 quota sed uuid-dev uuid-runtime \
+        xfsprogs xfslibs-dev sqlite3 libgdbm-compat-dev; do
+        dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+    done
+fi
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
@@ -32,52 +55,125 @@ if [ -z "${MORTAR:-}" ]; then
     cargo build --release --quiet
     MORTAR=$ROOT/target/release/mortar
 fi
+mkdir -p "$WORK"
 
-# --- pjdfstest, built once per scratch directory ---
-PJD=$WORK/pjdfstest
-if [ ! -x "$PJD/pjdfstest" ]; then
-    mkdir -p "$WORK"
-    tar -xzf "$SUITES/pjdfstest.tar.gz" -C "$WORK"
-    (cd "$PJD" && autoreconf -ifs >/dev/null 2>&1 && ./configure -q >/dev/null && make -s pjdfstest >/dev/null 2>&1)
-fi
-
-# --- a daemon and a replica-3 volume of our own ---
+# --- a daemon of our own ---
 STATE=$WORK/state
-MNT=$WORK/mnt
-umount -l "$MNT" 2>/dev/null || true
-rm -rf "$STATE" "$WORK/b1" "$WORK/b2" "$WORK/b3"
-mkdir -p "$STATE" "$MNT" "$WORK/b1" "$WORK/b2" "$WORK/b3"
+MOUNTS=()
+for m in "$WORK"/mnt-*; do [ -d "$m" ] && { umount -l "$m" 2>/dev/null || true; }; done
+rm -rf "$STATE" "$WORK"/bricks
+mkdir -p "$STATE" "$WORK/bricks"
 cli() { "$MORTAR" --server $IP:$PORT "$@"; }
 "$MORTAR" daemon --listen $IP:$PORT --host $IP --state-dir "$STATE" >>"$WORK/daemon.log" 2>&1 &
 DAEMON=$!
 cleanup() {
-    [ $KEEP = 1 ] && { echo "kept: mount $MNT, daemon pid $DAEMON"; return; }
-    umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+    [ $KEEP = 1 ] && { echo "kept: mounts ${MOUNTS[*]:-none}, daemon pid $DAEMON"; return; }
+    for m in "$WORK"/mnt-*; do
+        [ -d "$m" ] && { umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; }
+    done
     kill $DAEMON 2>/dev/null || true
     wait $DAEMON 2>/dev/null || true
 }
 trap cleanup EXIT
 for _ in $(seq 100); do cli volume list >/dev/null 2>&1 && break; sleep 0.1; done
-cli volume create pjd replica 3 transport tcp $IP:$WORK/b1 $IP:$WORK/b2 $IP:$WORK/b3 force >/dev/null
-cli volume start pjd >/dev/null
-"$MORTAR" mount --port $PORT $IP:/pjd "$MNT" --log-file "$WORK/client.log"
 
-# --- the suite, as its README says: prove -r, as root, inside the mount ---
-mkdir -p "$MNT/pjd"
-LOG=$WORK/pjdfstest.log
-set +e
-(cd "$MNT/pjd" && prove -r "$PJD/tests") >"$LOG" 2>&1
-set -e
-summary=$(grep -E '^Files=' "$LOG" || echo "Files=?, Tests=?")
-result=$(grep -E '^Result:' "$LOG" || echo "Result: ?")
-tests=$(echo "$summary" | sed -E 's/.*Tests=([0-9]+).*/\1/')
-# "Failed N/M subtests" per file; their sum is the failed subtest count.
-failed=$(grep -E 'Failed [0-9]+/[0-9]+ subtests' "$LOG" | sed -E 's/.*Failed ([0-9]+)\/.*/\1/' | paste -sd+ | bc 2>/dev/null || true)
-failed=${failed:-0}
-files=$(grep -E 'Wstat: [0-9]+ Tests: [0-9]+ Failed: [1-9]' "$LOG" | grep -oE 'tests/[a-z_]+/[0-9]+\.t' | sort -u | paste -sd' ' || true)
-echo "pjdfstest: $tests subtests, $failed failed ($result)"
-[ -n "$files" ] && echo "failed: $files"
-echo "log: $LOG"
-if [ -n "${OUT:-}" ]; then
-    echo "| mortar $(git rev-parse --short HEAD) replica 3 | $tests | $failed | ${files:-none} |" >>"$OUT"
-fi
+# A started replica-3 volume NAME of three bricks under $WORK/bricks.
+volume() {
+    local b=()
+    for i in 1 2 3; do
+        mkdir -p "$WORK/bricks/$1-$i"
+        b+=("$IP:$WORK/bricks/$1-$i")
+    done
+    cli volume create "$1" replica 3 transport tcp "${b[@]}" force >/dev/null
+    cli volume start "$1" >/dev/null
+    mkdir -p "$WORK/mnt-$1"
+}
+
+# --- pjdfstest: prove -r, as root, inside a directory of the mount ---
+run_pjdfstest() {
+    local PJD=$WORK/pjdfstest
+    if [ ! -x "$PJD/pjdfstest" ]; then
+        tar -xzf "$SUITES/pjdfstest.tar.gz" -C "$WORK"
+        (cd "$PJD" && autoreconf -ifs >/dev/null 2>&1 && ./configure -q >/dev/null && make -s pjdfstest >/dev/null 2>&1)
+    fi
+    volume pjd
+    local MNT=$WORK/mnt-pjd
+    MOUNTS+=("$MNT")
+    "$MORTAR" mount --port $PORT $IP:/pjd "$MNT" --log-file "$WORK/client-pjd.log"
+    mkdir -p "$MNT/pjd"
+    local LOG=$WORK/pjdfstest.log
+    set +e
+    (cd "$MNT/pjd" && prove -r "$PJD/tests") >"$LOG" 2>&1
+    set -e
+    local summary result tests failed files
+    summary=$(grep -E '^Files=' "$LOG" || echo "Files=?, Tests=?")
+    result=$(grep -E '^Result:' "$LOG" || echo "Result: ?")
+    tests=$(echo "$summary" | sed -E 's/.*Tests=([0-9]+).*/\1/')
+    # "Failed N/M subtests" per file; their sum is the failed subtest count.
+    failed=$(grep -E 'Failed [0-9]+/[0-9]+ subtests' "$LOG" | sed -E 's/.*Failed ([0-9]+)\/.*/\1/' | paste -sd+ | bc 2>/dev/null || true)
+    failed=${failed:-0}
+    files=$(grep -E 'Wstat: [0-9]+ Tests: [0-9]+ Failed: [1-9]' "$LOG" | grep -oE 'tests/[a-z_]+/[0-9]+\.t' | sort -u | paste -sd' ' || true)
+    echo "pjdfstest: $tests subtests, $failed failed ($result)"
+    [ -n "$files" ] && echo "failed: $files"
+    echo "log: $LOG"
+    if [ -n "${OUT:-}" ]; then
+        echo "| pjdfstest | mortar $(git rev-parse --short HEAD) replica 3 | $tests | $failed | ${files:-none} |" >>"$OUT"
+    fi
+}
+
+# --- xfstests: FSTYP=fuse with a mount.fuse.mortar helper (README.fuse) ---
+run_xfstests() {
+    local XFS=$WORK/xfstests
+    if [ ! -x "$XFS/check" ] || [ ! -e "$XFS/ltp/fsx" ]; then
+        tar -xzf "$SUITES/xfstests.tar.gz" -C "$WORK"
+        (cd "$XFS" && make -j"$(nproc)" >"$WORK/xfstests-build.log" 2>&1)
+    fi
+    # mount(8) runs /sbin/mount.fuse.mortar for `mount -t fuse.mortar`.
+    local helper=/sbin/mount.fuse.mortar
+    if [ -e "$helper" ] && ! readlink "$helper" | grep -q mortar; then
+        echo "$helper exists and is not mortar's; not replacing it" >&2
+        exit 1
+    fi
+    ln -sf "$MORTAR" "$helper"
+    # The users and group tests run as (README: fsgqa, fsgqa2, 123456-fsgqa).
+    getent group fsgqa >/dev/null || groupadd fsgqa
+    id fsgqa >/dev/null 2>&1 || useradd -m -g fsgqa fsgqa
+    id fsgqa2 >/dev/null 2>&1 || useradd -m fsgqa2
+    id 123456-fsgqa >/dev/null 2>&1 || useradd -m 123456-fsgqa
+    volume xtest
+    volume xscratch
+    MOUNTS+=("$WORK/mnt-xtest" "$WORK/mnt-xscratch")
+    cat >"$XFS/local.config" <<EOF
+export TEST_DEV=$IP:/xtest
+export TEST_DIR=$WORK/mnt-xtest
+export SCRATCH_DEV=$IP:/xscratch
+export SCRATCH_MNT=$WORK/mnt-xscratch
+export FSTYP=fuse
+export FUSE_SUBTYP=.mortar
+export MOUNT_OPTIONS="-o port=$PORT"
+export TEST_FS_MOUNT_OPTS="-o port=$PORT"
+EOF
+    local LOG=$WORK/xfstests.log
+    set +e
+    # shellcheck disable=SC2086 # XFSTESTS is a list of arguments
+    (cd "$XFS" && ./check $XFSTESTS) >"$LOG" 2>&1
+    set -e
+    local ran notrun failures nran nfailed
+    ran=$(grep -E '^Ran:' "$LOG" | sed 's/^Ran://' || true)
+    notrun=$(grep -E '^Not run:' "$LOG" | sed 's/^Not run://' || true)
+    failures=$(grep -E '^Failures:' "$LOG" | sed 's/^Failures: *//' || true)
+    # "Ran:" lists the tests not run too.
+    nnotrun=$(echo "$notrun" | wc -w)
+    nran=$(($(echo "$ran" | wc -w) - nnotrun))
+    nfailed=$(echo "$failures" | wc -w)
+    echo "xfstests: $nran run, $((nran - nfailed)) passed, $nfailed failed, $nnotrun not run"
+    [ -n "$failures" ] && echo "failed: $failures"
+    echo "log: $LOG (per test: $XFS/results/)"
+    if [ -n "${OUT:-}" ]; then
+        echo "| xfstests $XFSTESTS | mortar $(git rev-parse --short HEAD) replica 3 | $nran | $nfailed | ${failures:-none} |" >>"$OUT"
+    fi
+}
+
+want pjdfstest && run_pjdfstest
+want xfstests && run_xfstests
+exit 0

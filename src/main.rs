@@ -13,10 +13,11 @@ fn init_logs() {
         .init();
 }
 
-/// `mount -t mortar SRC DIR -o OPTS` runs `mount.mortar SRC DIR -o OPTS`.
+/// `mount -t mortar SRC DIR -o OPTS` runs `mount.mortar SRC DIR -o OPTS`
+/// (and `mount -t fuse.mortar` runs `mount.fuse.mortar`, as xfstests does).
 fn mount_helper_args() -> Option<Vec<String>> {
     let argv0 = std::env::args().next()?;
-    if !argv0.ends_with("mount.mortar") {
+    if !argv0.ends_with("mount.mortar") && !argv0.ends_with("mount.fuse.mortar") {
         return None;
     }
     let mut out = vec!["mortar".to_string(), "mount".to_string()];

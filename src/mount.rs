@@ -209,8 +209,18 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         match o {
             "ro" => cfg.mount_options.push(fuser::MountOption::RO),
             "noatime" => cfg.mount_options.push(fuser::MountOption::NoAtime),
-            "" | "rw" | "defaults" | "_netdev" | "auto" | "noauto" | "nofail" | "user"
-            | "nouser" => {}
+            "atime" => cfg.mount_options.push(fuser::MountOption::Atime),
+            // The kernel's own flags: FUSE mounts default to nosuid,nodev.
+            "suid" => cfg.mount_options.push(fuser::MountOption::Suid),
+            "nosuid" => cfg.mount_options.push(fuser::MountOption::NoSuid),
+            "dev" => cfg.mount_options.push(fuser::MountOption::Dev),
+            "nodev" => cfg.mount_options.push(fuser::MountOption::NoDev),
+            "exec" => cfg.mount_options.push(fuser::MountOption::Exec),
+            "noexec" => cfg.mount_options.push(fuser::MountOption::NoExec),
+            "sync" => cfg.mount_options.push(fuser::MountOption::Sync),
+            "dirsync" => cfg.mount_options.push(fuser::MountOption::DirSync),
+            "" | "rw" | "async" | "defaults" | "_netdev" | "auto" | "noauto" | "nofail"
+            | "user" | "nouser" => {}
             other
                 if other.starts_with("log-file=")
                     || other.starts_with("x-")

@@ -1,14 +1,17 @@
-//! pjdfstest, the POSIX conformance suite, run through a mounted replica-3
-//! volume by `scripts/conformance.sh` (which builds it from the source
-//! snapshot in `../shared/suites`). Every subtest must pass; where mortar
-//! cannot behave as a local file system, docs/semantics.md says why.
+//! The conformance suites, run through mounted replica-3 volumes by
+//! `scripts/conformance.sh` (which builds them from the source snapshots in
+//! `../shared/suites`): all of pjdfstest, and a fast subset of xfstests
+//! (the whole `-g quick` group is run by hand, docs/conformance.md). Every
+//! test run must pass; where mortar cannot behave as a local file system,
+//! docs/semantics.md says why.
 
 mod common;
 use common::*;
+use std::path::PathBuf;
 
-#[test]
-fn pjdfstest_passes_through_a_replica_3_volume() {
-    // The snapshot lives beside the repository (`../shared/suites`) in the
+/// The directory holding the suites' snapshots, if there is one.
+fn suites(file: &str) -> Option<PathBuf> {
+    // The snapshots live beside the repository (`../shared/suites`) in the
     // workplace; MORTAR_SUITES names another place.
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let candidates: Vec<std::path::PathBuf> = std::env::var_os("MORTAR_SUITES")
@@ -19,11 +22,16 @@ fn pjdfstest_passes_through_a_replica_3_volume() {
             std::path::PathBuf::from("/work/shared/suites"),
         ])
         .collect();
-    let Some(suites) = candidates
-        .iter()
-        .find(|d| d.join("pjdfstest.tar.gz").exists())
-    else {
-        eprintln!("SKIPPED: no pjdfstest.tar.gz in any of {candidates:?}; set MORTAR_SUITES");
+    let found = candidates.iter().find(|d| d.join(file).exists()).cloned();
+    if found.is_none() {
+        eprintln!("SKIPPED: no {file} in any of {candidates:?}; set MORTAR_SUITES");
+    }
+    found
+}
+
+#[test]
+fn pjdfstest_passes_through_a_replica_3_volume() {
+    let Some(suites) = suites("pjdfstest.tar.gz") else {
         return;
     };
     let work = tempfile::Builder::new()
@@ -31,7 +39,7 @@ fn pjdfstest_passes_through_a_replica_3_volume() {
         .tempdir()
         .unwrap();
     let out = ok(&format!(
-        "cd {} && SUITES={} WORK={} MORTAR={BIN} scripts/conformance.sh 2>&1",
+        "cd {} && SUITES={} WORK={} MORTAR={BIN} scripts/conformance.sh pjdfstest 2>&1",
         env!("CARGO_MANIFEST_DIR"),
         suites.display(),
         work.path().display()
@@ -53,4 +61,34 @@ fn pjdfstest_passes_through_a_replica_3_volume() {
         .collect();
     assert!(num("subtests") > 8000, "{out}");
     assert_eq!(num("failed"), 0, "{out}\n{}", failed.join("\n"));
+}
+
+/// The xfstests that exercise data paths hardest (fsx, fsx with AIO,
+/// fsstress and `rm -rf` of its tree) and set-id clearing: about two
+/// minutes, so that CI catches their regressions.
+const XFSTESTS_SUBSET: &str = "generic/013 generic/075 generic/112 generic/193";
+
+#[test]
+fn an_xfstests_subset_passes_through_replica_3_volumes() {
+    let Some(suites) = suites("xfstests.tar.gz") else {
+        return;
+    };
+    let work = tempfile::Builder::new()
+        .prefix("mortar-xfs-")
+        .tempdir()
+        .unwrap();
+    let out = ok(&format!(
+        "cd {} && SUITES={} WORK={} MORTAR={BIN} IP=127.0.77.2 XFSTESTS='{XFSTESTS_SUBSET}' scripts/conformance.sh xfstests 2>&1",
+        env!("CARGO_MANIFEST_DIR"),
+        suites.display(),
+        work.path().display()
+    ));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("xfstests: "))
+        .unwrap_or_else(|| panic!("no summary in:\n{out}"));
+    // "xfstests: 4 run, 4 passed, 0 failed, 0 not run"
+    let log = std::fs::read_to_string(work.path().join("xfstests.log")).unwrap_or_default();
+    assert!(line.contains(" 0 failed"), "{out}\n{log}");
+    assert!(line.contains(" 0 not run"), "{out}\n{log}");
 }

@@ -199,17 +199,37 @@ impl MortarFs {
                 }
                 off = 2;
             }
-            let rep = g
-                .call(
-                    &cx,
-                    Fop::Readdir {
-                        gfid,
-                        fh: fh.0,
-                        offset: off - 2,
-                        plus,
-                    },
-                )
-                .await;
+            let mut from = off - 2;
+            let rep = loop {
+                let rep = g
+                    .call(
+                        &cx,
+                        Fop::Readdir {
+                            gfid,
+                            fh: fh.0,
+                            offset: from,
+                            plus,
+                        },
+                    )
+                    .await;
+                // A batch whose every name went away meanwhile is not the
+                // end of the directory: read on behind it.
+                match rep {
+                    Ok(Reply::Entries(ents)) if plus && !ents.is_empty() => {
+                        let last = ents.last().map_or(from, |e| e.next);
+                        let ents = match vouched(&g, &cx, gfid, ents).await {
+                            Ok(v) => v,
+                            Err(e) => return done(Err(errno(&e))),
+                        };
+                        if ents.is_empty() {
+                            from = last;
+                            continue;
+                        }
+                        break Ok(Reply::Entries(ents));
+                    }
+                    other => break other,
+                }
+            };
             match rep {
                 Ok(Reply::Entries(ents)) => {
                     for e in ents {
@@ -236,6 +256,42 @@ impl MortarFs {
             }
         });
     }
+}
+
+/// Gives every READDIRPLUS entry attributes. An entry must reach the
+/// kernel with an inode: one without (glibc skips d_ino 0) would be
+/// invisible to `ls` and `rm -r`. Entries the listed copy could not vouch
+/// for (`attr` None) are looked up, which finds a good copy; names gone
+/// meanwhile are dropped.
+async fn vouched(
+    g: &Arc<dyn Xlator>,
+    cx: &Ctx,
+    dir: Gfid,
+    ents: Vec<crate::core::fop::DirEntry>,
+) -> Result<Vec<crate::core::fop::DirEntry>, FsError> {
+    let mut out = Vec::with_capacity(ents.len());
+    for mut e in ents {
+        if e.attr.is_none() {
+            let Ok(name) = Name::new(e.name.to_vec()) else {
+                continue;
+            };
+            match g
+                .call(cx, Fop::Lookup { parent: dir, name })
+                .await
+                .and_then(Reply::into_attr)
+            {
+                Ok(a) => {
+                    e.kind = a.kind;
+                    e.attr = Some(a);
+                    e.cacheable = true;
+                }
+                Err(err) if err.is(libc::ENOENT) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        out.push(e);
+    }
+    Ok(out)
 }
 
 impl Filesystem for MortarFs {

@@ -48,7 +48,17 @@ const DIR_CACHE_MAX: usize = 8192;
 pub enum Handle {
     /// An open file and its gfid.
     File(File, Gfid),
-    Dir(Vec<(Vec<u8>, FileKind)>),
+    Dir(Mutex<Listing>),
+}
+
+/// An open directory's entries, taken at opendir and again at every
+/// rewind (a read from offset 0 after the first), so that offsets stay
+/// valid however the directory changes, and a rewound reader sees it anew,
+/// as POSIX wants of `rewinddir`.
+pub struct Listing {
+    names: Arc<Vec<(Vec<u8>, FileKind)>>,
+    /// Not read from offset 0 yet: the listing is as fresh as it gets.
+    fresh: bool,
 }
 
 /// Handles issued to one client connection; dropped (closing every file)
@@ -937,6 +947,15 @@ impl Posix {
     }
 
     fn opendir(&self, fds: &FdTable, gfid: Gfid) -> FsResult<Reply> {
+        let names = Arc::new(self.list_dir(gfid)?);
+        Ok(Reply::Opened {
+            fh: fds.insert(Handle::Dir(Mutex::new(Listing { names, fresh: true }))),
+        })
+    }
+
+    /// The names in a directory, with their types (the brick's own
+    /// directory left out of the root).
+    fn list_dir(&self, gfid: Gfid) -> FsResult<Vec<(Vec<u8>, FileKind)>> {
         let dir = self.resolve_dir(gfid)?;
         let fd = rfs::openat(
             &*dir,
@@ -963,9 +982,7 @@ impl Posix {
             };
             names.push((n.to_vec(), kind));
         }
-        Ok(Reply::Opened {
-            fh: fds.insert(Handle::Dir(names)),
-        })
+        Ok(names)
     }
 
     fn readdir(
@@ -977,9 +994,15 @@ impl Posix {
         plus: bool,
     ) -> FsResult<Reply> {
         let h = fds.get(fh)?;
-        let Handle::Dir(names) = &*h else {
+        let Handle::Dir(listing) = &*h else {
             return Err(FsError::errno(libc::ENOTDIR));
         };
+        let rewound = offset == 0 && !std::mem::replace(&mut listing.lock().unwrap().fresh, false);
+        if rewound {
+            let names = Arc::new(self.list_dir(gfid)?);
+            listing.lock().unwrap().names = names;
+        }
+        let names = listing.lock().unwrap().names.clone();
         let dir = if plus {
             Some(self.resolve_dir(gfid)?)
         } else {
@@ -1579,6 +1602,39 @@ mod tests {
             flags: 0,
         };
         assert_eq!(b.call(set).unwrap_err().errno, libc::EPERM);
+    }
+
+    #[test]
+    fn a_rewound_listing_shows_the_directory_as_it_is_now() {
+        let b = brick();
+        b.mkdir(Gfid::ROOT, "a");
+        let Reply::Opened { fh } = b.call(Fop::Opendir { gfid: Gfid::ROOT }).unwrap() else {
+            panic!()
+        };
+        let names = |offset| {
+            let Reply::Entries(e) = b
+                .call(Fop::Readdir {
+                    gfid: Gfid::ROOT,
+                    fh,
+                    offset,
+                    plus: false,
+                })
+                .unwrap()
+            else {
+                panic!()
+            };
+            e.iter()
+                .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(0), ["a"]);
+        b.mkdir(Gfid::ROOT, "b");
+        // Offsets into the listing stay as they were...
+        assert!(names(1).is_empty());
+        // ...until the reader rewinds.
+        let mut now = names(0);
+        now.sort();
+        assert_eq!(now, ["a", "b"]);
     }
 
     #[test]

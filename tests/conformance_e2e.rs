@@ -29,32 +29,51 @@ fn suites(file: &str) -> Option<PathBuf> {
     found
 }
 
-#[test]
-fn pjdfstest_passes_through_a_replica_3_volume() {
-    let Some(suites) = suites("pjdfstest.tar.gz") else {
-        return;
-    };
+/// What one run of `scripts/conformance.sh SUITE` left: its output, its
+/// summary line ("SUITE: …") and the suite's own log.
+struct Run {
+    out: String,
+    summary: String,
+    log: String,
+}
+
+/// Runs one suite from its snapshot, with `env` set for the script;
+/// None when the snapshot is not there (the test is skipped).
+fn run(suite: &str, env: &str) -> Option<Run> {
+    let suites = suites(&format!("{suite}.tar.gz"))?;
     let work = tempfile::Builder::new()
-        .prefix("mortar-pjd-")
+        .prefix(&format!("mortar-{suite}-"))
         .tempdir()
         .unwrap();
     let out = ok(&format!(
-        "cd {} && SUITES={} WORK={} MORTAR={BIN} scripts/conformance.sh pjdfstest 2>&1",
+        "cd {} && SUITES={} WORK={} MORTAR={BIN} {env} scripts/conformance.sh {suite} 2>&1",
         env!("CARGO_MANIFEST_DIR"),
         suites.display(),
         work.path().display()
     ));
-    let line = out
+    let summary = out
         .lines()
-        .find(|l| l.starts_with("pjdfstest: "))
-        .unwrap_or_else(|| panic!("no summary in:\n{out}"));
+        .find(|l| l.starts_with(&format!("{suite}: ")))
+        .unwrap_or_else(|| panic!("no summary in:\n{out}"))
+        .to_string();
+    let log = std::fs::read_to_string(work.path().join(format!("{suite}.log"))).unwrap_or_default();
+    Some(Run { out, summary, log })
+}
+
+#[test]
+fn pjdfstest_passes_through_a_replica_3_volume() {
+    let Some(Run { out, summary, log }) = run("pjdfstest", "") else {
+        return;
+    };
     // "pjdfstest: 8798 subtests, 0 failed (Result: PASS)"
     let num = |word: &str| -> u64 {
-        let w: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        let w: Vec<&str> = summary
+            .split([' ', ','])
+            .filter(|w| !w.is_empty())
+            .collect();
         let i = w.iter().position(|x| *x == word).unwrap();
         w[i - 1].parse().unwrap_or(u64::MAX)
     };
-    let log = std::fs::read_to_string(work.path().join("pjdfstest.log")).unwrap_or_default();
     let failed: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("Failed") || l.contains("Wstat"))
@@ -70,25 +89,11 @@ const XFSTESTS_SUBSET: &str = "generic/013 generic/075 generic/112 generic/193";
 
 #[test]
 fn an_xfstests_subset_passes_through_replica_3_volumes() {
-    let Some(suites) = suites("xfstests.tar.gz") else {
+    let env = format!("IP=127.0.77.2 XFSTESTS='{XFSTESTS_SUBSET}'");
+    let Some(Run { out, summary, log }) = run("xfstests", &env) else {
         return;
     };
-    let work = tempfile::Builder::new()
-        .prefix("mortar-xfs-")
-        .tempdir()
-        .unwrap();
-    let out = ok(&format!(
-        "cd {} && SUITES={} WORK={} MORTAR={BIN} IP=127.0.77.2 XFSTESTS='{XFSTESTS_SUBSET}' scripts/conformance.sh xfstests 2>&1",
-        env!("CARGO_MANIFEST_DIR"),
-        suites.display(),
-        work.path().display()
-    ));
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("xfstests: "))
-        .unwrap_or_else(|| panic!("no summary in:\n{out}"));
     // "xfstests: 4 run, 4 passed, 0 failed, 0 not run"
-    let log = std::fs::read_to_string(work.path().join("xfstests.log")).unwrap_or_default();
-    assert!(line.contains(" 0 failed"), "{out}\n{log}");
-    assert!(line.contains(" 0 not run"), "{out}\n{log}");
+    assert!(summary.contains(" 0 failed"), "{out}\n{log}");
+    assert!(summary.contains(" 0 not run"), "{out}\n{log}");
 }

@@ -114,15 +114,8 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
         tokio::spawn(follow_options(vol, mgmt, tunables_tx));
     }
     tokio::spawn(health_checks(posix.clone(), tunables.clone()));
-    let (revoke_tx, revoke) = watch::channel(tunables.borrow().lock_revocation);
-    let mut t = tunables.clone();
-    tokio::spawn(async move {
-        while t.changed().await.is_ok() {
-            let v = t.borrow().lock_revocation;
-            revoke_tx.send_if_modified(|old| std::mem::replace(old, v) != v);
-        }
-    });
-    server::serve(listener, posix, revoke).await?;
+    let revoke_after = Box::new(move || tunables.borrow().lock_revocation);
+    server::serve(listener, posix, revoke_after).await?;
     Ok(())
 }
 

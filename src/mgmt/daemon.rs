@@ -421,17 +421,17 @@ impl Daemon {
         Response::Heal(rep)
     }
 
-    /// Drops the watch over local bricks of `volume` that went offline, so
-    /// that the next reconcile starts them again.
-    async fn forget_offline(&self, volume: &str) {
+    /// Stops watching (and so stops) the local bricks `which` picks, and
+    /// waits until their watchers are done.
+    async fn stop_bricks(&self, which: impl Fn(&BrickProc, &BrickInfo) -> bool) {
         let done: Vec<_> = {
             let mut bricks = self.bricks.lock().unwrap();
-            let offline: Vec<String> = bricks
+            let picked: Vec<String> = bricks
                 .iter()
-                .filter(|(_, (p, i))| p.volume == volume && i.lock().unwrap().offline.is_some())
+                .filter(|(_, (p, i))| which(p, i))
                 .map(|(path, _)| path.clone())
                 .collect();
-            offline
+            picked
                 .iter()
                 .filter_map(|path| {
                     let (mut p, _) = bricks.remove(path)?;
@@ -445,20 +445,15 @@ impl Daemon {
         }
     }
 
+    /// Drops the watch over local bricks of `volume` that went offline, so
+    /// that the next reconcile starts them again.
+    async fn forget_offline(&self, volume: &str) {
+        self.stop_bricks(|p, i| p.volume == volume && i.lock().unwrap().offline.is_some())
+            .await;
+    }
+
     async fn stop_all_bricks(&self) {
-        let handles: Vec<_> = {
-            let mut bricks = self.bricks.lock().unwrap();
-            bricks
-                .drain()
-                .filter_map(|(_, (mut p, _))| {
-                    let _ = p.stop.send(true);
-                    p.done.take()
-                })
-                .collect()
-        };
-        for h in handles {
-            let _ = h.await;
-        }
+        self.stop_bricks(|_, _| true).await;
     }
 
     fn local_status(&self, vol: &Volume) -> Vec<BrickStatus> {

@@ -98,6 +98,13 @@ async fn stop_adopted(pid: u32) {
     signal(pid, libc::SIGKILL);
 }
 
+/// A brick was stopped as asked: nothing of it is left to adopt.
+fn stopped(spec: &BrickSpec, info: &BrickInfo) {
+    let _ = std::fs::remove_file(spec.pid_file());
+    *info.lock().unwrap() = BrickState::default();
+    tracing::info!(brick = %spec.path.display(), "brick stopped");
+}
+
 /// Runs one brick process and restarts it when it dies, until told to
 /// stop or the brick goes offline.
 pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiver<bool>) {
@@ -124,9 +131,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
                 }
                 _ = stop.changed() => {
                     stop_adopted(pid).await;
-                    let _ = std::fs::remove_file(spec.pid_file());
-                    *info.lock().unwrap() = BrickState::default();
-                    tracing::info!(%brick, "brick stopped");
+                    stopped(&spec, &info);
                     return;
                 }
             }
@@ -175,11 +180,8 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
         let pid = child.id();
         let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
         // Its standard output says LISTENING or OFFLINE, now or later.
-        let said = info.clone();
-        let (bp, listening) = (brick.clone(), tokio::sync::oneshot::channel::<()>());
-        let (up_tx, up_rx) = listening;
+        let (said, bp) = (info.clone(), brick.clone());
         let reader = tokio::spawn(async move {
-            let mut up_tx = Some(up_tx);
             while let Ok(Some(line)) = out.next_line().await {
                 if let Some(port) = line
                     .strip_prefix("LISTENING ")
@@ -191,16 +193,12 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
                         pid,
                         offline: None,
                     };
-                    if let Some(t) = up_tx.take() {
-                        let _ = t.send(());
-                    }
                 } else if let Some(reason) = line.strip_prefix("OFFLINE ") {
                     tracing::error!(brick = %bp, "brick offline: {reason}");
                     said.lock().unwrap().offline = Some(reason.to_string());
                 }
             }
         });
-        let _ = tokio::time::timeout(Duration::from_secs(10), up_rx).await;
         tokio::select! {
             status = child.wait() => {
                 let _ = reader.await;
@@ -226,9 +224,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
                     let _ = child.kill().await;
                 }
                 reader.abort();
-                let _ = std::fs::remove_file(spec.pid_file());
-                *info.lock().unwrap() = BrickState::default();
-                tracing::info!(%brick, "brick stopped");
+                stopped(&spec, &info);
                 return;
             }
         }

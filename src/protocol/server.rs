@@ -20,7 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, Notify};
+
+/// The lock revocation time in force (`features.locks-revocation-secs`),
+/// read whenever a waiter starts waiting, so that a changed option applies.
+pub type RevokeAfter = Box<dyn Fn() -> Option<Duration> + Send + Sync>;
 
 /// Operations that may take long (syncing, large transfers, listing or
 /// freeing much) run on the blocking pool, so that they never hold up the
@@ -48,8 +52,8 @@ struct Brick {
     locks: LockTable,
     conns: Mutex<HashMap<ConnId, Conn>>,
     next_conn: AtomicU64,
-    /// How long a lock may be kept from a waiter (None: forever).
-    revoke_after: watch::Receiver<Option<Duration>>,
+    /// How long a lock may be kept from a waiter now (None: forever).
+    revoke_after: RevokeAfter,
 }
 
 /// What the brick keeps of each connection.
@@ -81,7 +85,7 @@ impl Brick {
         mut granted: tokio::sync::oneshot::Receiver<()>,
     ) -> bool {
         loop {
-            let limit = *self.revoke_after.borrow();
+            let limit = (self.revoke_after)();
             let Some(limit) = limit else {
                 return (&mut granted).await.is_ok();
             };
@@ -163,7 +167,7 @@ impl Brick {
 pub async fn serve(
     listener: TcpListener,
     posix: Arc<Posix>,
-    revoke_after: watch::Receiver<Option<Duration>>,
+    revoke_after: RevokeAfter,
 ) -> std::io::Result<()> {
     let brick = Arc::new(Brick {
         posix,

@@ -163,7 +163,17 @@ for how in ('unlink', 'rename'):
         open(p + '.new', 'w').write('other')
         os.rename(p + '.new', p)
     assert os.read(fd, 100) == b'still here', how
+    assert os.fstat(fd).st_nlink == 0, how
     os.close(fd)
+# An open directory a rename replaced: fstat says it has no links left
+# (xfstests generic/035), rather than ESTALE.
+os.mkdir('{d}/dir1')
+os.mkdir('{d}/dir2')
+fd = os.open('{d}/dir2', os.O_RDONLY)
+os.rename('{d}/dir1', '{d}/dir2')
+assert os.fstat(fd).st_nlink == 0
+os.close(fd)
+os.rmdir('{d}/dir2')
 print('ok')
 "#
     );

@@ -48,7 +48,24 @@ const DIR_CACHE_MAX: usize = 8192;
 pub enum Handle {
     /// An open file and its gfid.
     File(File, Gfid),
-    Dir(Mutex<Listing>),
+    /// An open directory's listing, the directory itself (so that it can
+    /// be stat'ed after its last name is gone, as `fstat` on a local
+    /// file system can) and its gfid.
+    Dir(Mutex<Listing>, Arc<OwnedFd>, Gfid),
+}
+
+impl Handle {
+    fn gfid(&self) -> Gfid {
+        match self {
+            Handle::File(_, g) | Handle::Dir(_, _, g) => *g,
+        }
+    }
+    fn fstat(&self) -> FsResult<rfs::Stat> {
+        Ok(match self {
+            Handle::File(f, _) => rfs::fstat(f)?,
+            Handle::Dir(_, d, _) => rfs::fstat(&**d)?,
+        })
+    }
 }
 
 /// An open directory's entries, taken at opendir and again at every
@@ -82,14 +99,11 @@ impl FdTable {
         self.map.lock().unwrap().insert(fh, Arc::new(h));
         fh
     }
-    /// A file of this connection's, open under `gfid`: it stays reachable
-    /// after its last name (and so its gfid handle) is gone.
+    /// A file or directory of this connection's, open under `gfid`: it
+    /// stays reachable after its last name (and so its gfid handle) is gone.
     fn open_by_gfid(&self, gfid: Gfid) -> Option<Arc<Handle>> {
         let open = self.map.lock().unwrap();
-        let found = open
-            .values()
-            .find(|h| matches!(&***h, Handle::File(_, g) if *g == gfid))
-            .cloned();
+        let found = open.values().find(|h| h.gfid() == gfid).cloned();
         drop(open);
         found.or_else(|| self.anon.lock().unwrap().get(&gfid).cloned())
     }
@@ -106,7 +120,7 @@ impl FdTable {
         let h = self.get(fh)?;
         match &*h {
             Handle::File(..) => Ok(h),
-            Handle::Dir(_) => Err(FsError::errno(libc::EISDIR)),
+            Handle::Dir(..) => Err(FsError::errno(libc::EISDIR)),
         }
     }
     fn remove(&self, fh: u64) {
@@ -123,7 +137,7 @@ impl FdTable {
 fn as_file(h: &Handle) -> &File {
     match h {
         Handle::File(f, _) => f,
-        Handle::Dir(_) => unreachable!("checked by FdTable::file"),
+        Handle::Dir(..) => unreachable!("checked by FdTable::file"),
     }
 }
 
@@ -947,18 +961,19 @@ impl Posix {
     }
 
     fn opendir(&self, fds: &FdTable, gfid: Gfid) -> FsResult<Reply> {
-        let names = Arc::new(self.list_dir(gfid)?);
+        let dir = self.resolve_dir(gfid)?;
+        let names = Arc::new(Self::list_dir(&dir, gfid)?);
+        let listing = Mutex::new(Listing { names, fresh: true });
         Ok(Reply::Opened {
-            fh: fds.insert(Handle::Dir(Mutex::new(Listing { names, fresh: true }))),
+            fh: fds.insert(Handle::Dir(listing, dir, gfid)),
         })
     }
 
     /// The names in a directory, with their types (the brick's own
     /// directory left out of the root).
-    fn list_dir(&self, gfid: Gfid) -> FsResult<Vec<(Vec<u8>, FileKind)>> {
-        let dir = self.resolve_dir(gfid)?;
+    fn list_dir(dir: &OwnedFd, gfid: Gfid) -> FsResult<Vec<(Vec<u8>, FileKind)>> {
         let fd = rfs::openat(
-            &*dir,
+            dir,
             ".",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
@@ -994,12 +1009,12 @@ impl Posix {
         plus: bool,
     ) -> FsResult<Reply> {
         let h = fds.get(fh)?;
-        let Handle::Dir(listing) = &*h else {
+        let Handle::Dir(listing, dir, _) = &*h else {
             return Err(FsError::errno(libc::ENOTDIR));
         };
         let rewound = offset == 0 && !std::mem::replace(&mut listing.lock().unwrap().fresh, false);
         if rewound {
-            let names = Arc::new(self.list_dir(gfid)?);
+            let names = Arc::new(Self::list_dir(dir, gfid)?);
             listing.lock().unwrap().names = names;
         }
         let names = listing.lock().unwrap().names.clone();
@@ -1067,7 +1082,7 @@ impl Posix {
             Fop::Getattr { gfid } => match self.stat_gfid(*gfid) {
                 // Unlinked but still open here: POSIX keeps it alive.
                 Err(e) if e.is(libc::ESTALE) => match fds.open_by_gfid(*gfid) {
-                    Some(h) => Ok(Reply::Attr(attr_of(&rfs::fstat(as_file(&h))?, *gfid))),
+                    Some(h) => Ok(Reply::Attr(attr_of(&h.fstat()?, *gfid))),
                     None => Err(e),
                 },
                 r => r.map(Reply::Attr),

@@ -1008,12 +1008,15 @@ impl MortarFs {
     }
 }
 
-/// O_DIRECT bypasses the page cache; otherwise cached pages are kept across
-/// opens, and dropped by the kernel when the file's size or mtime changes
-/// (FUSE_AUTO_INVAL_DATA), within the attribute timeout, as GlusterFS does.
+/// Cached pages are kept across opens, and dropped by the kernel when the
+/// file's size or mtime changes (FUSE_AUTO_INVAL_DATA), within the
+/// attribute timeout, as GlusterFS does. O_DIRECT is left to the kernel's
+/// own direct I/O path (not FOPEN_DIRECT_IO): it bypasses the page cache
+/// all the same, and, unlike FOPEN_DIRECT_IO, still clears set-id bits on a
+/// write and lets the file be mapped.
 fn open_flags(flags: i32) -> FopenFlags {
     if flags & libc::O_DIRECT != 0 {
-        FopenFlags::FOPEN_DIRECT_IO
+        FopenFlags::empty()
     } else {
         FopenFlags::FOPEN_KEEP_CACHE
     }

@@ -6,7 +6,7 @@
 //! in the background and returns once the mount is in place, as mount(8)
 //! expects of a helper.
 
-use crate::fuse::MortarFs;
+use crate::fuse::{kmount, MortarFs};
 use crate::mgmt::rpc::{self, Request, Response};
 use crate::mgmt::volgen::VolDesc;
 use std::path::{Path, PathBuf};
@@ -53,13 +53,30 @@ pub fn is_mounted(dir: &Path) -> bool {
     let want = dir.to_string_lossy().replace(' ', "\\040");
     mi.lines().any(|l| {
         let f: Vec<&str> = l.split(' ').collect();
-        f.len() > 4 && f[4] == want && (l.contains(" - fuse.mortar ") || l.contains(" - fuse "))
+        f.len() > 4 && f[4] == want && l.contains(" - fuse.mortar ")
     })
+}
+
+/// `-o remount,...`: the mount already there takes the new flags; no
+/// client is started.
+fn remount(a: &MountArgs, kernel: &kmount::KernelOptions) -> anyhow::Result<()> {
+    if !is_mounted(&a.dir) {
+        anyhow::bail!(
+            "{} is not a mortar mount; nothing to remount",
+            a.dir.display()
+        );
+    }
+    kmount::remount(&a.dir, kernel.flags)
+        .map_err(|e| anyhow::anyhow!("remounting {}: {e}", a.dir.display()))
 }
 
 /// Starts the mount in the background and waits until it is in place.
 pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
     parse_source(&a.source)?;
+    let kernel = kmount::parse(&a.options);
+    if kernel.remount {
+        return remount(a, &kernel);
+    }
     if !a.dir.is_dir() {
         anyhow::bail!(
             "mount point {} does not exist or is not a directory",
@@ -172,6 +189,13 @@ async fn watch_volume(
 /// Serves the mount in this process until it is unmounted.
 pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     let (host, vol) = parse_source(&a.source)?;
+    let kernel = kmount::parse(&a.options);
+    if kernel.remount {
+        return remount(a, &kernel);
+    }
+    for o in &kernel.unknown {
+        tracing::warn!("ignoring mount option {o}");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(
             std::env::var("MORTAR_CLIENT_THREADS")
@@ -200,39 +224,18 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     rt.spawn(watch_volume(mgmt.clone(), desc.clone(), graph.top.clone()));
     let fs = MortarFs::new(graph.top.clone(), rt.handle().clone());
     let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::FSName(format!("{host}:/{vol}")),
-        fuser::MountOption::Subtype("mortar".into()),
-        fuser::MountOption::DefaultPermissions,
-    ];
-    for o in a.options.iter().flat_map(|o| o.split(',')) {
-        match o {
-            "ro" => cfg.mount_options.push(fuser::MountOption::RO),
-            "noatime" => cfg.mount_options.push(fuser::MountOption::NoAtime),
-            "atime" => cfg.mount_options.push(fuser::MountOption::Atime),
-            // The kernel's own flags: FUSE mounts default to nosuid,nodev.
-            "suid" => cfg.mount_options.push(fuser::MountOption::Suid),
-            "nosuid" => cfg.mount_options.push(fuser::MountOption::NoSuid),
-            "dev" => cfg.mount_options.push(fuser::MountOption::Dev),
-            "nodev" => cfg.mount_options.push(fuser::MountOption::NoDev),
-            "exec" => cfg.mount_options.push(fuser::MountOption::Exec),
-            "noexec" => cfg.mount_options.push(fuser::MountOption::NoExec),
-            "sync" => cfg.mount_options.push(fuser::MountOption::Sync),
-            "dirsync" => cfg.mount_options.push(fuser::MountOption::DirSync),
-            "" | "rw" | "async" | "defaults" | "_netdev" | "auto" | "noauto" | "nofail"
-            | "user" | "nouser" => {}
-            other
-                if other.starts_with("log-file=")
-                    || other.starts_with("x-")
-                    || other.starts_with("port=") => {}
-            other => tracing::warn!("ignoring mount option {other}"),
-        }
-    }
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(2);
     cfg.clone_fd = true;
     tracing::info!(volume = %vol, dir = %a.dir.display(), "mounting");
-    fuser::mount(fs, &a.dir, &cfg)?;
+    let dev = kmount::mount(&a.source, &a.dir, kernel.flags)
+        .map_err(|e| anyhow::anyhow!("mounting {} on {}: {e}", a.source, a.dir.display()))?;
+    let session = fuser::Session::from_fd(fs, dev, fuser::SessionACL::All, cfg);
+    // The kernel answers the handshake; if that fails, the mount is dead.
+    let session = session.inspect_err(|_| {
+        let _ = rustix::mount::unmount(&a.dir, rustix::mount::UnmountFlags::DETACH);
+    })?;
+    session.run()?;
     tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
     // Settle what was changed last, so that the bricks' heal index is
     // left empty by a clean unmount.

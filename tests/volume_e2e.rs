@@ -331,6 +331,38 @@ fn mount_dot_mortar_works_as_mount8_calls_it() {
         std::fs::read_to_string(c.path("m1/f")).unwrap(),
         "via-helper\n"
     );
+    // The kernel knows it as fuse.mortar, so mount(8) hands a remount to
+    // the same helper, which changes the mount in place.
+    let mounts = || {
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&*dir.to_string_lossy()))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let m = mounts();
+    assert!(m.len() == 1 && m[0].contains(" fuse.mortar rw,"), "{m:?}");
+    let remount = |how: &str| {
+        ok(&format!(
+            "{} {}:/mh {} -o remount,{how},port={PORT}",
+            helper.display(),
+            c.ip,
+            dir.display()
+        ))
+    };
+    remount("ro");
+    let m = mounts();
+    assert!(m.len() == 1 && m[0].contains(" fuse.mortar ro,"), "{m:?}");
+    let o = sh(&format!("echo no > {}/f", dir.display()));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Read-only file system"),
+        "{o:?}"
+    );
+    assert_eq!(ok(&format!("cat {}/f", dir.display())), "via-helper\n");
+    remount("rw");
+    ok(&format!("echo again > {}/f", dir.display()));
+    assert_eq!(std::fs::read_to_string(c.path("m1/f")).unwrap(), "again\n");
     ok(&format!("umount {}", dir.display()));
     wait_for("unmount", Duration::from_secs(10), || !is_mounted(&dir));
     // A bad source is refused with a clear message.

@@ -8,6 +8,7 @@
 //! that `forget` frees entries.
 
 pub mod inodes;
+pub mod kmount;
 
 use crate::core::fop::TimeSet;
 use crate::core::{Attr, Ctx, FileKind, Fop, FsError, Gfid, Name, Reply, SetAttr, Xlator};

@@ -69,6 +69,34 @@ print('ok')
         "ok"
     );
 
+    // POSIX ACLs: enforced, kept on the bricks as their own ACLs, and a
+    // directory's default ACL takes over from the umask.
+    ok(&format!(
+        "echo acl > {d}/acl && chmod 600 {d}/acl && setfacl -m u:nobody:rw {d}/acl"
+    ));
+    ok(&format!("su nobody -s /bin/sh -c 'echo by-acl >> {d}/acl'"));
+    assert!(
+        ok(&format!("getfacl -c {}", bricks[2].join("acl").display())).contains("user:nobody:rw-")
+    );
+    ok(&format!("setfacl -x u:nobody {d}/acl"));
+    assert!(!sh(&format!("su nobody -s /bin/sh -c 'cat {d}/acl'"))
+        .status
+        .success());
+    ok(&format!(
+        "mkdir {d}/inherit && setfacl -d -m u::rwx,g::rwx,o::rwx,u:nobody:r-x {d}/inherit"
+    ));
+    ok(&format!(
+        "umask 077 && mkdir {d}/inherit/sub && touch {d}/inherit/f"
+    ));
+    assert_eq!(ok(&format!("stat -c %a {d}/inherit/sub")).trim(), "777");
+    assert!(ok(&format!("getfacl -c {d}/inherit/f")).contains("user:nobody:r-x"));
+    for b in &bricks {
+        assert!(
+            ok(&format!("getfacl -c {}", b.join("inherit/sub").display()))
+                .contains("default:user:nobody:r-x")
+        );
+    }
+
     // Timestamps.
     ok(&format!("touch -d '2001-02-03 04:05:06.5' {d}/secret"));
     assert_eq!(

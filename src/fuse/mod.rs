@@ -313,6 +313,10 @@ impl Filesystem for MortarFs {
             // Cached pages are dropped when a refreshed size or mtime shows
             // that the file changed (see FOPEN_KEEP_CACHE in `open_flags`).
             fuser::InitFlags::FUSE_AUTO_INVAL_DATA,
+            // POSIX ACLs: the kernel checks them and keeps them in the
+            // `system.posix_acl_*` xattrs, which the bricks store as their
+            // own file system's ACLs (it inherits default ACLs on create).
+            fuser::InitFlags::FUSE_POSIX_ACL,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks FUSE capability {flag:?}");

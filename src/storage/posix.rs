@@ -134,6 +134,19 @@ impl FdTable {
     }
 }
 
+/// The umask a new object in `dir` gets: none under a default ACL, which
+/// the brick's file system applies instead (POSIX.1e, as a local file
+/// system does it; the client leaves the umask to the brick).
+fn effective_umask(dir: &OwnedFd, umask: u32) -> u32 {
+    if umask != 0 && rfs::getxattr_query(proc_path(dir), DEFAULT_ACL_XATTR).is_ok() {
+        return 0;
+    }
+    umask
+}
+
+/// Where a directory's default ACL is kept (`system.posix_acl_default`).
+const DEFAULT_ACL_XATTR: &str = "system.posix_acl_default";
+
 fn as_file(h: &Handle) -> &File {
     match h {
         Handle::File(f, _) => f,
@@ -610,7 +623,7 @@ impl Posix {
             return Err(FsError::errno(libc::EPERM));
         }
         let dir = self.resolve_dir(parent)?;
-        let perm = mode & 0o7777 & !umask;
+        let perm = mode & 0o7777 & !effective_umask(&dir, umask);
         let oflags = OFlags::from_bits_retain(
             (flags & (libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC)) as u32,
         );
@@ -665,7 +678,7 @@ impl Posix {
             return Err(FsError::errno(libc::EPERM));
         }
         let dir = self.resolve_dir(parent)?;
-        let perm = mode & 0o7777 & !umask;
+        let perm = mode & 0o7777 & !effective_umask(&dir, umask);
         let ftype = rfs::FileType::from_raw_mode(mode);
         rfs::mknodat(
             &*dir,
@@ -690,7 +703,7 @@ impl Posix {
             return Err(FsError::errno(libc::EPERM));
         }
         let dir = self.resolve_dir(parent)?;
-        let perm = mode & 0o7777 & !umask;
+        let perm = mode & 0o7777 & !effective_umask(&dir, umask);
         rfs::mkdirat(&*dir, name.as_os_str(), Mode::from_raw_mode(perm))?;
         self.adopt_new(cx, &dir, parent, name, gfid, perm, true)
     }

@@ -1,6 +1,10 @@
-//! Kernel inode numbers ↔ gfids. Inode 1 is the volume root. Each entry
-//! counts the lookups the kernel holds on it; `forget` drops the entry when
-//! the count reaches zero, so memory follows the kernel's inode cache.
+//! Kernel inode numbers ↔ gfids. Inode 1 is the volume root; any other
+//! object's number is taken from its gfid (`ino_of`), so it is the same on
+//! every client, across remounts and after the kernel forgot it, as tools
+//! that compare `st_ino` (git, backup tools, `find -samefile`) expect. Each
+//! entry counts the lookups the kernel holds on it; `forget` drops the
+//! entry when the count reaches zero, so memory follows the kernel's inode
+//! cache.
 
 use crate::core::Gfid;
 use std::collections::HashMap;
@@ -10,7 +14,19 @@ use std::sync::Mutex;
 struct Inner {
     by_ino: HashMap<u64, (Gfid, u64)>,
     by_gfid: HashMap<Gfid, u64>,
-    next: u64,
+}
+
+/// The inode number of `gfid`: its last eight bytes (random for every gfid
+/// but the root's), kept clear of 0, the root's 1 and `u64::MAX`.
+pub fn ino_of(gfid: Gfid) -> u64 {
+    if gfid == Gfid::ROOT {
+        return 1;
+    }
+    let n = u64::from_be_bytes(gfid.0[8..].try_into().unwrap());
+    match n {
+        0 | 1 | u64::MAX => n ^ 0x5a5a_5a5a_5a5a_5a5a,
+        n => n,
+    }
 }
 
 pub struct InodeTable {
@@ -25,10 +41,7 @@ impl Default for InodeTable {
 
 impl InodeTable {
     pub fn new() -> Self {
-        let mut inner = Inner {
-            next: 2,
-            ..Default::default()
-        };
+        let mut inner = Inner::default();
         inner.by_ino.insert(1, (Gfid::ROOT, 1));
         inner.by_gfid.insert(Gfid::ROOT, 1);
         InodeTable {
@@ -47,15 +60,19 @@ impl InodeTable {
             g.by_ino.get_mut(&ino).unwrap().1 += 1;
             return ino;
         }
-        let ino = g.next;
-        g.next += 1;
+        // Two gfids whose numbers collide (a one in 2^64 chance) cannot
+        // share one: the later one takes the next free number while both
+        // are known.
+        let mut ino = ino_of(gfid);
+        while g.by_ino.contains_key(&ino) || ino <= 1 || ino == u64::MAX {
+            ino = ino.wrapping_add(1);
+        }
         g.by_ino.insert(ino, (gfid, 1));
         g.by_gfid.insert(gfid, ino);
         ino
     }
 
-    /// The inode for `gfid` if known, without counting a lookup (plain
-    /// readdir); an unknown object gets a number the kernel will look up.
+    /// The inode for `gfid` without counting a lookup (plain readdir).
     pub fn peek(&self, gfid: Gfid) -> u64 {
         self.inner
             .lock()
@@ -63,7 +80,7 @@ impl InodeTable {
             .by_gfid
             .get(&gfid)
             .copied()
-            .unwrap_or(u64::MAX)
+            .unwrap_or_else(|| ino_of(gfid))
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -93,6 +110,23 @@ impl InodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_come_from_the_gfid_and_never_collide() {
+        let t = InodeTable::new();
+        let g = Gfid::random();
+        let ino = t.remember(g);
+        assert_eq!(ino, ino_of(g));
+        t.forget(ino, 1);
+        assert_eq!(t.remember(g), ino, "the same number after a forget");
+        let mut twin = Gfid::random();
+        twin.0[8..].copy_from_slice(&g.0[8..]);
+        let other = t.remember(twin);
+        assert_ne!(other, ino);
+        assert_eq!((t.gfid(ino), t.gfid(other)), (Some(g), Some(twin)));
+        assert_eq!(ino_of(Gfid::ROOT), 1);
+        assert_ne!(ino_of(Gfid([0; 16])), 0);
+    }
 
     #[test]
     fn lookups_are_counted_and_forgotten() {

@@ -205,11 +205,14 @@ impl MortarFs {
                 let rep = g
                     .call(
                         &cx,
+                        // The bricks' plus listing also for a plain
+                        // readdir: it carries each entry's gfid, and so the
+                        // inode number `stat` will show.
                         Fop::Readdir {
                             gfid,
                             fh: fh.0,
                             offset: from,
-                            plus,
+                            plus: true,
                         },
                     )
                     .await;

@@ -148,7 +148,8 @@ pub struct MountCmd {
     /// Stay in the foreground (logs go to standard error).
     #[arg(long, short = 'f')]
     pub foreground: bool,
-    /// Mount options (as mount -o): ro, noatime, log-file=PATH.
+    /// Mount options (as mount -o): ro, nosuid, nodev, noexec, sync, dirsync,
+    /// noatime, remount, port=N, log-file=PATH.
     #[arg(short = 'o')]
     pub options: Vec<String>,
     /// Log file of the background client.

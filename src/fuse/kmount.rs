@@ -42,11 +42,13 @@ fn is_ours(o: &str) -> bool {
         || o.starts_with("port=")
 }
 
-/// Parses `-o` lists (each comma-separated). FUSE mounts are `nosuid` and
-/// `nodev` unless `suid` or `dev` is given, as fuse(8) does it.
+/// Parses `-o` lists (each comma-separated). Only root mounts, so the
+/// defaults are mount(8)'s (`suid`, `dev`), as for a local or NFS file
+/// system and for GlusterFS's mounts (not fusermount's `nosuid,nodev`, which
+/// guards mounts made by ordinary users); `nosuid`, `nodev` turn them off.
 pub fn parse(options: &[String]) -> KernelOptions {
     let mut flags = MountFlags::empty();
-    let (mut suid, mut dev) = (false, false);
+    let (mut suid, mut dev) = (true, true);
     let mut remount = false;
     let mut unknown = Vec::new();
     for o in options.iter().flat_map(|o| o.split(',')) {
@@ -144,10 +146,13 @@ mod tests {
     }
 
     #[test]
-    fn fuse_mounts_are_nosuid_and_nodev_unless_asked() {
-        assert_eq!(p("").flags, MountFlags::NOSUID | MountFlags::NODEV);
-        assert_eq!(p("suid,dev").flags, MountFlags::empty());
-        assert_eq!(p("dev,nodev").flags, MountFlags::NOSUID | MountFlags::NODEV);
+    fn mounts_are_suid_and_dev_unless_asked_otherwise() {
+        assert_eq!(p("").flags, MountFlags::empty());
+        assert_eq!(
+            p("nosuid,nodev").flags,
+            MountFlags::NOSUID | MountFlags::NODEV
+        );
+        assert_eq!(p("nodev,dev").flags, MountFlags::empty());
     }
 
     #[test]

@@ -128,6 +128,10 @@ run_xfstests() {
         tar -xzf "$SUITES/xfstests.tar.gz" -C "$WORK"
         (cd "$XFS" && make -j"$(nproc)" >"$WORK/xfstests-build.log" 2>&1)
     fi
+    # A mortar mount's type is fuse.mortar; xfstests maps the types of the
+    # FUSE file systems it knows (fuse.glusterfs, fuse.ceph-fuse) the same way.
+    grep -q 'fuse.mortar' "$XFS/common/rc" ||
+        sed -i "s|-e 's/fuse.glusterfs/glusterfs/'|-e 's/fuse.mortar/fuse/' &|" "$XFS/common/rc"
     # mount(8) runs /sbin/mount.fuse.mortar for `mount -t fuse.mortar`.
     local helper=/sbin/mount.fuse.mortar
     if [ -e "$helper" ] && ! readlink "$helper" | grep -q mortar; then

@@ -292,6 +292,37 @@ fn a_second_mount_sees_changes_within_the_attribute_timeout() {
     let (ia, ib) = (inodes(&a), inodes(&b));
     assert_eq!(ia.lines().count(), 600);
     assert_eq!(ia, ib);
+
+    // File handles (open_by_handle_at; xfstests 426, 467, 477, 756, 777):
+    // one taken on a is opened on b, which never looked the file up, and
+    // after both kernels dropped their inodes.
+    ok(&format!("echo handled > {}", a.p("h")));
+    let py = format!(
+        r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+class FH(ctypes.Structure):
+    _fields_ = [('bytes', ctypes.c_uint), ('type', ctypes.c_int), ('f', ctypes.c_ubyte * 128)]
+h, mnt = FH(), ctypes.c_int()
+h.bytes = 128
+assert libc.name_to_handle_at(-100, b'{a}/h', ctypes.byref(h), ctypes.byref(mnt), 0) == 0, os.strerror(ctypes.get_errno())
+for rnd in (0, 1):
+    mfd = os.open('{b}', os.O_RDONLY | os.O_DIRECTORY)
+    fd = libc.open_by_handle_at(mfd, ctypes.byref(h), os.O_RDONLY)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    assert os.read(fd, 100) == b'handled\n'
+    os.close(fd)
+    os.close(mfd)
+    open('/proc/sys/vm/drop_caches', 'w').write('2')
+print('ok')
+"#,
+        a = a.dir.display(),
+        b = b.dir.display()
+    );
+    assert_eq!(
+        ok(&format!("python3 -c \"{}\"", py.replace('"', "\\\""))).trim(),
+        "ok"
+    );
 }
 
 #[test]

@@ -518,6 +518,16 @@ impl Xlator for Distribute {
             | Fop::Getxattr { .. }
             | Fop::Listxattr { .. }
             | Fop::Removexattr { .. } => self.on_object(cx, fop).await,
+            Fop::Resolve { .. } => {
+                let mut last = FsError::errno(libc::ESTALE);
+                for (_, r) in self.on_all(cx, &fop).await {
+                    match r {
+                        Ok(rep) => return Ok(rep),
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
             Fop::Lock { .. }
             | Fop::Unlock { .. }
             | Fop::Clear { .. }

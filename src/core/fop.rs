@@ -353,6 +353,13 @@ pub enum Fop {
         block: u32,
         count: u32,
     },
+    /// The object whose inode number is `ino` (the first eight bytes of its
+    /// gfid, `fuse::inodes::ino_of`), found in the brick's gfid index: how
+    /// a file handle the kernel exported (`open_by_handle_at`, NFS) finds
+    /// its object after the client forgot it. Answers an entry or ESTALE.
+    Resolve {
+        ino: u64,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -420,6 +427,7 @@ impl Fop {
             Fop::Pending { .. } => "pending",
             Fop::Blamed { .. } => "blamed",
             Fop::Checksum { .. } => "checksum",
+            Fop::Resolve { .. } => "resolve",
         }
     }
 

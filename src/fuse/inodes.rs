@@ -16,13 +16,15 @@ struct Inner {
     by_gfid: HashMap<Gfid, u64>,
 }
 
-/// The inode number of `gfid`: its last eight bytes (random for every gfid
-/// but the root's), kept clear of 0, the root's 1 and `u64::MAX`.
+/// The inode number of `gfid`: its first eight bytes (random for every gfid
+/// but the root's; they also name the brick index directory its handle is
+/// in, so that a brick finds an object by number: `Fop::Resolve`), kept
+/// clear of 0, the root's 1 and `u64::MAX`.
 pub fn ino_of(gfid: Gfid) -> u64 {
     if gfid == Gfid::ROOT {
         return 1;
     }
-    let n = u64::from_be_bytes(gfid.0[8..].try_into().unwrap());
+    let n = u64::from_be_bytes(gfid.0[..8].try_into().unwrap());
     match n {
         0 | 1 | u64::MAX => n ^ 0x5a5a_5a5a_5a5a_5a5a,
         n => n,
@@ -120,7 +122,7 @@ mod tests {
         t.forget(ino, 1);
         assert_eq!(t.remember(g), ino, "the same number after a forget");
         let mut twin = Gfid::random();
-        twin.0[8..].copy_from_slice(&g.0[8..]);
+        twin.0[..8].copy_from_slice(&g.0[..8]);
         let other = t.remember(twin);
         assert_ne!(other, ino);
         assert_eq!((t.gfid(ino), t.gfid(other)), (Some(g), Some(twin)));

@@ -153,6 +153,35 @@ impl MortarFs {
         });
     }
 
+    /// LOOKUP of "." in inode `ino`: the kernel decoding a file handle it
+    /// exported (FUSE_EXPORT_SUPPORT) whose inode it no longer holds. The
+    /// number comes from the gfid, so the bricks can find the object again
+    /// even if this client forgot it (or never knew it: another mount's
+    /// handle, or one from before a remount).
+    fn lookup_self(&self, req: &Request, ino: u64, reply: ReplyEntry) {
+        let cx = ctx(req);
+        self.spawn(move |g, inodes| async move {
+            let attr = match inodes.gfid(ino) {
+                Some(gfid) => g
+                    .call(&cx, Fop::Getattr { gfid })
+                    .await
+                    .and_then(Reply::into_attr),
+                None => g
+                    .call(&cx, Fop::Resolve { ino })
+                    .await
+                    .and_then(Reply::into_entry)
+                    .map(|e| e.attr),
+            };
+            match attr {
+                Ok(a) => {
+                    let ino = inodes.remember(a.gfid);
+                    reply.entry(&TTL, &fuse_attr(ino, &a), fuser::Generation(0));
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
     fn empty_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEmpty) {
         let fop = match fop {
             Ok(f) => f,
@@ -320,6 +349,9 @@ impl Filesystem for MortarFs {
             // `system.posix_acl_*` xattrs, which the bricks store as their
             // own file system's ACLs (it inherits default ACLs on create).
             fuser::InitFlags::FUSE_POSIX_ACL,
+            // File handles (`name_to_handle_at`, NFS re-export) that stay
+            // valid after the kernel forgets the inode (`lookup_self`).
+            fuser::InitFlags::FUSE_EXPORT_SUPPORT,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks FUSE capability {flag:?}");
@@ -329,6 +361,9 @@ impl Filesystem for MortarFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        if n.as_bytes() == b"." {
+            return self.lookup_self(req, parent.0, reply);
+        }
         let fop = self.gfid(parent).and_then(|p| {
             Ok(Fop::Lookup {
                 parent: p,

@@ -38,7 +38,8 @@ fn is_slow(fop: &Fop) -> bool {
         | Fop::Readdir { .. }
         | Fop::Unlink { .. }
         | Fop::Checksum { .. }
-        | Fop::Pending { .. } => true,
+        | Fop::Pending { .. }
+        | Fop::Resolve { .. } => true,
         Fop::Read { size, .. } => *size as usize > BIG,
         Fop::Write { data, .. } => data.len() > BIG,
         Fop::Setattr { set, .. } => set.size.is_some(),

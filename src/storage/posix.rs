@@ -526,6 +526,45 @@ impl Posix {
         Ok((fd, attr))
     }
 
+    /// The object whose gfid starts with the eight bytes of `ino`: its
+    /// handle is in the index directory those bytes name.
+    fn resolve_ino(&self, ino: u64) -> FsResult<Reply> {
+        let hex = format!("{ino:016x}");
+        let prefix = format!("{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16]);
+        let rel = format!("{INDEX_REL}/{}/{}", &hex[0..2], &hex[2..4]);
+        let stale = || FsError::new(libc::ESTALE, format!("no object with inode {ino}"));
+        let dir = match rfs::openat2(
+            &self.root,
+            rel.as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        ) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::NOENT) => return Err(stale()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut d = rfs::Dir::new(dir)?;
+        while let Some(ent) = d.read() {
+            let ent = ent?;
+            let n = ent.file_name().to_bytes();
+            if !n.starts_with(prefix.as_bytes()) {
+                continue;
+            }
+            let Some(gfid) = std::str::from_utf8(n)
+                .ok()
+                .and_then(|s| uuid::Uuid::parse_str(s).ok())
+                .map(|u| Gfid(*u.as_bytes()))
+            else {
+                continue;
+            };
+            return self
+                .stat_gfid(gfid)
+                .map(|attr| Reply::Entry(Entry { attr }));
+        }
+        Err(stale())
+    }
+
     fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
         let fd = self.resolve(gfid)?;
         let mut attr = attr_of(&rfs::fstat(&*fd)?, gfid);
@@ -1277,6 +1316,7 @@ impl Posix {
             Fop::Clear { gfid, unblame } => self.clear(*gfid, *unblame).map(Reply::Blame),
             Fop::Pending { max } => self.pending(*max as usize).map(Reply::Gfids),
             Fop::Blamed { max } => Ok(Reply::Blames(self.blamed(*max as usize))),
+            Fop::Resolve { ino } => self.resolve_ino(*ino),
             Fop::Checksum {
                 gfid,
                 offset,

@@ -970,7 +970,9 @@ pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
         | Fop::Rmdir { parent, .. }
         | Fop::Rename { parent, .. } => *parent,
         Fop::Lock { gfid, .. } | Fop::Clear { gfid, .. } | Fop::Checksum { gfid, .. } => *gfid,
-        Fop::Unlock { .. } | Fop::Pending { .. } | Fop::Blamed { .. } => Gfid::NULL,
+        Fop::Unlock { .. } | Fop::Pending { .. } | Fop::Blamed { .. } | Fop::Resolve { .. } => {
+            Gfid::NULL
+        }
     }
 }
 
@@ -1184,6 +1186,19 @@ impl Xlator for Replicate {
             | Fop::Symlink { .. }
             | Fop::Setxattr { .. }
             | Fop::Removexattr { .. } => self.change(cx, fop).await,
+            // Any copy that has it will do: the answer is only its gfid
+            // (attributes are asked for again by gfid).
+            Fop::Resolve { .. } => {
+                let up = self.up();
+                let mut last = FsError::errno(libc::ESTALE);
+                for r in self.fan_out(cx, &up, |_| Some(fop.clone())).await {
+                    match r.1 {
+                        Ok(rep) => return Ok(rep),
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
             Fop::Lock { .. }
             | Fop::Unlock { .. }
             | Fop::Clear { .. }

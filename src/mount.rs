@@ -196,6 +196,15 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     for o in &kernel.unknown {
         tracing::warn!("ignoring mount option {o}");
     }
+    if a.options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "strictatime")
+    {
+        tracing::warn!(
+            "strictatime: reads never update access times on mortar volumes (docs/semantics.md)"
+        );
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(
             std::env::var("MORTAR_CLIENT_THREADS")

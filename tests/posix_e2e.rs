@@ -103,6 +103,20 @@ print('ok')
         ok(&format!("stat -c %y {d}/secret")).trim(),
         "2001-02-03 04:05:06.500000000 +0000"
     );
+    // Reads leave atime alone, on every copy (no copy's differs from the
+    // others by which one served the read).
+    ok(&format!(
+        "echo r > {d}/reads && touch -a -d '2001-01-01' {d}/reads"
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    for _ in 0..3 {
+        ok(&format!("cat {d}/reads >/dev/null && ls {d} >/dev/null"));
+    }
+    for p in std::iter::once(format!("{d}/reads"))
+        .chain(bricks.iter().map(|b| b.join("reads").display().to_string()))
+    {
+        assert_eq!(ok(&format!("stat -c %X {p}")).trim(), "978307200", "{p}");
+    }
 
     // Hard links, symlinks, rename over an existing file.
     ok(&format!(

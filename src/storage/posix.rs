@@ -669,7 +669,12 @@ impl Posix {
         let made = rfs::openat2(
             &*dir,
             name.as_os_str(),
-            oflags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            oflags
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC
+                | OFlags::NOATIME,
             Mode::from_raw_mode(perm),
             beneath() | ResolveFlags::NO_SYMLINKS,
         );
@@ -945,13 +950,15 @@ impl Posix {
     pub(super) fn open_gfid(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
         let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
         // O_DIRECT is not passed on: the brick writes through its page cache
-        // (see docs/semantics.md); O_TRUNC arrives as a setattr.
+        // (see docs/semantics.md); O_TRUNC arrives as a setattr. Reads never
+        // touch atime (O_NOATIME): copies would differ, depending on which
+        // one served the read (docs/semantics.md).
         let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_TRUNC;
         let oflags = OFlags::from_bits_retain((flags & keep) as u32);
         let f = rfs::openat2(
             &self.root,
             rel.as_str(),
-            oflags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            oflags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOATIME,
             Mode::empty(),
             beneath() | ResolveFlags::NO_SYMLINKS,
         )
@@ -1027,7 +1034,7 @@ impl Posix {
         let fd = rfs::openat(
             dir,
             ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOATIME,
             Mode::empty(),
         )?;
         let mut d = rfs::Dir::new(fd)?;

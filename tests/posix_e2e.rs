@@ -250,6 +250,29 @@ print('ok')
         "ok"
     );
 
+    // RENAME_WHITEOUT (overlayfs) leaves a 0/0 character device, the same
+    // object (one gfid) on every brick.
+    let py = format!(
+        r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+open('{d}/wo', 'w').write('x')
+assert libc.renameat2(-100, b'{d}/wo', -100, b'{d}/wo2', 4) == 0, os.strerror(ctypes.get_errno())
+st = os.lstat('{d}/wo')
+assert (st.st_mode, st.st_rdev) == (0o20000, 0), (oct(st.st_mode), st.st_rdev)
+print('ok')
+"#
+    );
+    assert_eq!(
+        ok(&format!("python3 -c \"{}\"", py.replace('"', "\\\""))).trim(),
+        "ok"
+    );
+    let gfids: Vec<Vec<u8>> = bricks
+        .iter()
+        .map(|b| gfid_on_brick(&b.join("wo")))
+        .collect();
+    assert!(gfids.iter().all(|g| *g == gfids[0]), "{gfids:?}");
+
     // Names: the index is hidden and reserved; long names and deep paths work.
     assert!(!sh(&format!("mkdir {d}/.mortar")).status.success());
     let long = "n".repeat(255);

@@ -545,10 +545,45 @@ impl Filesystem for MortarFs {
                 name: name(n)?,
                 newparent: self.gfid(newparent)?,
                 newname: name(newname)?,
-                flags: flags.bits(),
+                flags: flags.bits() & !libc::RENAME_WHITEOUT,
             })
         })();
-        self.empty_op(req, fop, reply)
+        if flags.bits() & libc::RENAME_WHITEOUT == 0 {
+            return self.empty_op(req, fop, reply);
+        }
+        // RENAME_WHITEOUT (overlayfs): the whiteout left at the old name
+        // is made here as an ordinary replicated mknod (a 0/0 character
+        // device) with a gfid of its own. Bricks refuse the flag: each would
+        // make a whiteout without a gfid, and give it a different one.
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let Fop::Rename {
+            parent, ref name, ..
+        } = fop
+        else {
+            unreachable!()
+        };
+        let whiteout = Fop::Mknod {
+            parent,
+            name: name.clone(),
+            gfid: Gfid::random(),
+            mode: libc::S_IFCHR,
+            umask: 0,
+            rdev: 0,
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            let res = match g.call(&cx, fop).await {
+                Ok(_) => g.call(&cx, whiteout).await,
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn link(

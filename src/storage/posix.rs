@@ -807,6 +807,14 @@ impl Posix {
         if hidden(newparent, newname) {
             return Err(FsError::errno(libc::EPERM));
         }
+        // RENAME_WHITEOUT would leave an object without a gfid, made on
+        // each brick on its own; the client makes whiteouts itself.
+        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+            return Err(FsError::new(
+                libc::EINVAL,
+                "rename flags other than NOREPLACE and EXCHANGE",
+            ));
+        }
         let dir = self.resolve_dir(parent)?;
         let newdir = self.resolve_dir(newparent)?;
         let (_, src) = self.lookup_at(&dir, parent, name)?;

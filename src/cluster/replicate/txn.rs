@@ -326,7 +326,11 @@ impl Txns {
         }
         let failed = bits(&ticket.targets) & !bits(&ok);
         if failed != 0 {
-            tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, failed, "a replica missed a change; recording it for heal");
+            let why: Vec<String> = results
+                .iter()
+                .filter_map(|(i, r)| r.as_ref().err().map(|e| format!("replica {i}: {e}")))
+                .collect();
+            tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, failed, "a replica missed a change; recording it for heal ({})", why.join("; "));
             let gfid = ticket.gfid;
             self.each(&ok, |_| lock_fop(gfid, false, failed)).await;
             ticket.txn.held.lock().await.blamed |= failed;

@@ -89,6 +89,13 @@ print('ok')
         "umask 077 && mkdir {d}/inherit/sub && touch {d}/inherit/f"
     ));
     assert_eq!(ok(&format!("stat -c %a {d}/inherit/sub")).trim(), "777");
+    // An owner outside the file's group who sets an ACL loses set-gid, as
+    // with chmod (xfstests generic/375).
+    ok(&format!(
+        "touch {d}/pub/sg && chown nobody:root {d}/pub/sg && chmod 2755 {d}/pub/sg && \
+         su nobody -s /bin/sh -c 'setfacl -m u::rwx,g::rwx,o::rwx {d}/pub/sg'"
+    ));
+    assert_eq!(ok(&format!("stat -c %a {d}/pub/sg")).trim(), "777");
     assert!(ok(&format!("getfacl -c {d}/inherit/f")).contains("user:nobody:r-x"));
     for b in &bricks {
         assert!(

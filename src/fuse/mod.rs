@@ -109,6 +109,21 @@ fn ctx(req: &Request) -> Ctx {
     }
 }
 
+/// The supplementary groups of process `pid` (from /proc; none if it is
+/// gone).
+fn caller_groups(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn name(n: &OsStr) -> Result<Name, Errno> {
     Name::new(n.as_bytes().to_vec()).map_err(|e| errno(&e))
 }
@@ -924,7 +939,39 @@ impl Filesystem for MortarFs {
             value: serde_bytes::ByteBuf::from(value.to_vec()),
             flags,
         });
-        self.empty_op(req, fop, reply)
+        if n.as_bytes() != b"system.posix_acl_access" {
+            return self.empty_op(req, fop, reply);
+        }
+        // Setting an access ACL clears set-gid when the caller is neither
+        // in the file's group nor root, as chmod does. The kernel asks that
+        // of a FUSE file system only through FUSE_SETXATTR_EXT, which the
+        // FUSE crate does not speak; the brick, as root, would keep it.
+        let (fop, gfid) = match (fop, self.gfid(ino)) {
+            (Ok(f), Ok(g)) => (f, g),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        let groups = caller_groups(req.pid());
+        self.spawn(move |g, _| async move {
+            let res = async {
+                g.call(&cx, fop).await?;
+                let a = g.call(&cx, Fop::Getattr { gfid }).await?.into_attr()?;
+                let in_group = cx.gid == a.gid || groups.contains(&a.gid);
+                if a.perm & libc::S_ISGID != 0 && cx.uid != 0 && !in_group {
+                    let set = SetAttr {
+                        mode: Some(a.perm & !libc::S_ISGID),
+                        ..Default::default()
+                    };
+                    g.call(&cx, Fop::Setattr { gfid, set }).await?;
+                }
+                Ok::<_, FsError>(())
+            }
+            .await;
+            match res {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {

@@ -9,5 +9,8 @@ fi
 cargo build --release --quiet
 install -m 0755 target/release/mortar /usr/local/sbin/mortar
 ln -sf /usr/local/sbin/mortar /sbin/mount.mortar
+# A mounted volume's type is fuse.mortar: mount(8) hands `-o remount` to
+# mount.fuse.mortar.
+ln -sf /usr/local/sbin/mortar /sbin/mount.fuse.mortar
 mkdir -p /var/log/mortar /var/lib/mortar
-echo "installed /usr/local/sbin/mortar and /sbin/mount.mortar"
+echo "installed /usr/local/sbin/mortar, /sbin/mount.mortar and /sbin/mount.fuse.mortar"

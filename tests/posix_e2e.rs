@@ -340,7 +340,11 @@ fn a_second_mount_sees_changes_within_the_attribute_timeout() {
     // File handles (open_by_handle_at; xfstests 426, 467, 477, 756, 777):
     // one taken on a is opened on b, which never looked the file up, and
     // after both kernels dropped their inodes.
-    ok(&format!("echo handled > {}", a.p("h")));
+    ok(&format!(
+        "echo handled > {} && mkdir -p {}/x/y",
+        a.p("h"),
+        a.p("hd")
+    ));
     let py = format!(
         r#"
 import ctypes, os
@@ -350,11 +354,19 @@ class FH(ctypes.Structure):
 h, mnt = FH(), ctypes.c_int()
 h.bytes = 128
 assert libc.name_to_handle_at(-100, b'{a}/h', ctypes.byref(h), ctypes.byref(mnt), 0) == 0, os.strerror(ctypes.get_errno())
+# A directory found by handle is reconnected to the tree through '..'.
+dh = FH()
+dh.bytes = 128
+assert libc.name_to_handle_at(-100, b'{a}/hd/x/y', ctypes.byref(dh), ctypes.byref(mnt), 0) == 0
 for rnd in (0, 1):
     mfd = os.open('{b}', os.O_RDONLY | os.O_DIRECTORY)
     fd = libc.open_by_handle_at(mfd, ctypes.byref(h), os.O_RDONLY)
     assert fd >= 0, os.strerror(ctypes.get_errno())
     assert os.read(fd, 100) == b'handled\n'
+    os.close(fd)
+    fd = libc.open_by_handle_at(mfd, ctypes.byref(dh), os.O_RDONLY | os.O_DIRECTORY)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    assert os.readlink('/proc/self/fd/%d' % fd) == '{b}/hd/x/y', os.readlink('/proc/self/fd/%d' % fd)
     os.close(fd)
     os.close(mfd)
     open('/proc/sys/vm/drop_caches', 'w').write('2')

@@ -512,6 +512,7 @@ impl Xlator for Distribute {
                 Ok(Reply::StatFs(sum))
             }
             Fop::Getattr { .. }
+            | Fop::Parent { .. }
             | Fop::Setattr { .. }
             | Fop::Readlink { .. }
             | Fop::Setxattr { .. }

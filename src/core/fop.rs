@@ -360,6 +360,12 @@ pub enum Fop {
     Resolve {
         ino: u64,
     },
+    /// The directory holding directory `gfid` (the root's is itself): how
+    /// the kernel reconnects a directory it found by file handle to the
+    /// tree. Answers an entry.
+    Parent {
+        gfid: Gfid,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -428,6 +434,7 @@ impl Fop {
             Fop::Blamed { .. } => "blamed",
             Fop::Checksum { .. } => "checksum",
             Fop::Resolve { .. } => "resolve",
+            Fop::Parent { .. } => "parent",
         }
     }
 

@@ -379,6 +379,11 @@ impl Filesystem for MortarFs {
         if n.as_bytes() == b"." {
             return self.lookup_self(req, parent.0, reply);
         }
+        if n.as_bytes() == b".." {
+            // The kernel reconnecting a directory found by file handle.
+            let fop = self.gfid(parent).map(|gfid| Fop::Parent { gfid });
+            return self.entry_op(req, fop, reply);
+        }
         let fop = self.gfid(parent).and_then(|p| {
             Ok(Fop::Lookup {
                 parent: p,

@@ -565,6 +565,31 @@ impl Posix {
         Err(stale())
     }
 
+    /// The directory holding directory `gfid`, found through its `..`
+    /// (inside the brick for any directory but the root, whose parent is
+    /// itself).
+    fn parent_of(&self, gfid: Gfid) -> FsResult<Reply> {
+        let parent = if gfid == Gfid::ROOT {
+            Gfid::ROOT
+        } else {
+            let dir = self.resolve_dir(gfid)?;
+            let up = rfs::openat(
+                &*dir,
+                "..",
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let (st, root) = (rfs::fstat(&up)?, rfs::fstat(&self.root)?);
+            if (st.st_dev, st.st_ino) == (root.st_dev, root.st_ino) {
+                Gfid::ROOT
+            } else {
+                read_gfid(&up)?.ok_or_else(|| FsError::errno(libc::ESTALE))?
+            }
+        };
+        self.stat_gfid(parent)
+            .map(|attr| Reply::Entry(Entry { attr }))
+    }
+
     fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
         let fd = self.resolve(gfid)?;
         let mut attr = attr_of(&rfs::fstat(&*fd)?, gfid);
@@ -1332,6 +1357,7 @@ impl Posix {
             Fop::Pending { max } => self.pending(*max as usize).map(Reply::Gfids),
             Fop::Blamed { max } => Ok(Reply::Blames(self.blamed(*max as usize))),
             Fop::Resolve { ino } => self.resolve_ino(*ino),
+            Fop::Parent { gfid } => self.parent_of(*gfid),
             Fop::Checksum {
                 gfid,
                 offset,

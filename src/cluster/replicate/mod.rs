@@ -942,6 +942,7 @@ fn copy_fault(e: &FsError) -> bool {
 pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
     match fop {
         Fop::Getattr { gfid }
+        | Fop::Parent { gfid }
         | Fop::Setattr { gfid, .. }
         | Fop::Link { gfid, .. }
         | Fop::Readlink { gfid }
@@ -1048,6 +1049,7 @@ impl Xlator for Replicate {
             // is still found on the others.
             Fop::Lookup { .. } => self.lookup(cx, fop).await,
             Fop::Getattr { .. }
+            | Fop::Parent { .. }
             | Fop::Readlink { .. }
             | Fop::Listxattr { .. }
             | Fop::Getxattr { .. } => self.meta_one(cx, fop).await,

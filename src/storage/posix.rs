@@ -971,7 +971,18 @@ impl Posix {
         if let Some(h) = fds.anon.lock().unwrap().get(&gfid) {
             return Ok(h.clone());
         }
-        let h = Arc::new(Handle::File(self.open_gfid(gfid, libc::O_RDONLY)?, gfid));
+        let f = match self.open_gfid(gfid, libc::O_RDONLY) {
+            Ok(f) => f,
+            // No name left, but open on this connection: read through that.
+            Err(e) if e.is(libc::ESTALE) => {
+                return match fds.open_by_gfid(gfid) {
+                    Some(h) if matches!(&*h, Handle::File(..)) => Ok(h),
+                    _ => Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let h = Arc::new(Handle::File(f, gfid));
         let mut anon = fds.anon.lock().unwrap();
         if anon.len() >= ANON_MAX {
             anon.clear();
@@ -1567,6 +1578,17 @@ mod tests {
             data: bytes::Bytes::from_static(b"x"),
         };
         assert_eq!(b.call(w).unwrap_err().errno, libc::EBADF);
+        // A connection that holds it open for real, not anonymously.
+        let held = FdTable::default();
+        b.p.call(
+            &Ctx::root(),
+            &held,
+            &Fop::Open {
+                gfid,
+                flags: libc::O_RDONLY,
+            },
+        )
+        .unwrap();
         // Unlinked while open here: still readable and stat-able, as POSIX wants.
         b.call(Fop::Unlink {
             parent: Gfid::ROOT,
@@ -1574,6 +1596,16 @@ mod tests {
         })
         .unwrap();
         assert!(matches!(read(&b).unwrap(), Reply::Data(d) if &d[..] == b"data"));
+        // Read anonymously there (a second open of it, by file handle or
+        // /proc/PID/fd), it is read through the open one.
+        let anon = Fop::Read {
+            gfid,
+            fh: ANON_FH,
+            offset: 0,
+            size: 10,
+        };
+        let r = b.p.call(&Ctx::root(), &held, &anon).unwrap();
+        assert!(matches!(r, Reply::Data(d) if &d[..] == b"data"));
         assert_eq!(
             b.call(Fop::Getattr { gfid })
                 .unwrap()

@@ -559,46 +559,43 @@ impl Filesystem for MortarFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let fop = (|| {
-            Ok(Fop::Rename {
-                parent: self.gfid(parent)?,
-                name: name(n)?,
-                newparent: self.gfid(newparent)?,
-                newname: name(newname)?,
-                flags: flags.bits() & !libc::RENAME_WHITEOUT,
-            })
+        let args = (|| {
+            Ok((
+                self.gfid(parent)?,
+                name(n)?,
+                self.gfid(newparent)?,
+                name(newname)?,
+            ))
         })();
-        if flags.bits() & libc::RENAME_WHITEOUT == 0 {
-            return self.empty_op(req, fop, reply);
-        }
+        let (parent, name, newparent, newname) = match args {
+            Ok(a) => a,
+            Err(e) => return reply.error(e),
+        };
         // RENAME_WHITEOUT (overlayfs): the whiteout left at the old name
         // is made here as an ordinary replicated mknod (a 0/0 character
         // device) with a gfid of its own. Bricks refuse the flag: each would
         // make a whiteout without a gfid, and give it a different one.
-        let fop = match fop {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        let Fop::Rename {
-            parent, ref name, ..
-        } = fop
-        else {
-            unreachable!()
-        };
-        let whiteout = Fop::Mknod {
+        let whiteout = (flags.bits() & libc::RENAME_WHITEOUT != 0).then(|| Fop::Mknod {
             parent,
             name: name.clone(),
             gfid: Gfid::random(),
             mode: libc::S_IFCHR,
             umask: 0,
             rdev: 0,
+        });
+        let fop = Fop::Rename {
+            parent,
+            name,
+            newparent,
+            newname,
+            flags: flags.bits() & !libc::RENAME_WHITEOUT,
         };
         let cx = ctx(req);
         self.spawn(move |g, _| async move {
-            let res = match g.call(&cx, fop).await {
-                Ok(_) => g.call(&cx, whiteout).await,
-                Err(e) => Err(e),
-            };
+            let mut res = g.call(&cx, fop).await;
+            if let (Ok(_), Some(w)) = (&res, whiteout) {
+                res = g.call(&cx, w).await;
+            }
             match res {
                 Ok(_) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),

@@ -197,6 +197,48 @@ impl MortarFs {
         });
     }
 
+    /// Runs `fop`, then clears the object's set-gid bit if the caller is
+    /// neither root nor in the object's group (by its primary group or the
+    /// supplementary ones in /proc), as a local file system does when such
+    /// a caller sets an ACL.
+    fn then_drop_sgid(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fop: Result<Fop, Errno>,
+        reply: ReplyEmpty,
+    ) {
+        let (fop, gfid) = match (fop, self.gfid(ino)) {
+            (Ok(f), Ok(g)) => (f, g),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        let groups = caller_groups(req.pid());
+        self.spawn(move |g, _| async move {
+            let res = async {
+                g.call(&cx, fop).await?;
+                if cx.uid == 0 {
+                    return Ok(());
+                }
+                let a = g.call(&cx, Fop::Getattr { gfid }).await?.into_attr()?;
+                let in_group = cx.gid == a.gid || groups.contains(&a.gid);
+                if a.perm & libc::S_ISGID != 0 && !in_group {
+                    let set = SetAttr {
+                        mode: Some(a.perm & !libc::S_ISGID),
+                        ..Default::default()
+                    };
+                    g.call(&cx, Fop::Setattr { gfid, set }).await?;
+                }
+                Ok::<_, FsError>(())
+            }
+            .await;
+            match res {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
     fn empty_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEmpty) {
         let fop = match fop {
             Ok(f) => f,
@@ -948,32 +990,7 @@ impl Filesystem for MortarFs {
         // in the file's group nor root, as chmod does. The kernel asks that
         // of a FUSE file system only through FUSE_SETXATTR_EXT, which the
         // FUSE crate does not speak; the brick, as root, would keep it.
-        let (fop, gfid) = match (fop, self.gfid(ino)) {
-            (Ok(f), Ok(g)) => (f, g),
-            (Err(e), _) | (_, Err(e)) => return reply.error(e),
-        };
-        let cx = ctx(req);
-        let groups = caller_groups(req.pid());
-        self.spawn(move |g, _| async move {
-            let res = async {
-                g.call(&cx, fop).await?;
-                let a = g.call(&cx, Fop::Getattr { gfid }).await?.into_attr()?;
-                let in_group = cx.gid == a.gid || groups.contains(&a.gid);
-                if a.perm & libc::S_ISGID != 0 && cx.uid != 0 && !in_group {
-                    let set = SetAttr {
-                        mode: Some(a.perm & !libc::S_ISGID),
-                        ..Default::default()
-                    };
-                    g.call(&cx, Fop::Setattr { gfid, set }).await?;
-                }
-                Ok::<_, FsError>(())
-            }
-            .await;
-            match res {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.then_drop_sgid(req, ino, fop, reply)
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {

@@ -520,14 +520,7 @@ impl Xlator for Distribute {
             | Fop::Listxattr { .. }
             | Fop::Removexattr { .. } => self.on_object(cx, fop).await,
             Fop::Resolve { .. } => {
-                let mut last = FsError::errno(libc::ESTALE);
-                for (_, r) in self.on_all(cx, &fop).await {
-                    match r {
-                        Ok(rep) => return Ok(rep),
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
+                super::first_ok(self.on_all(cx, &fop).await.into_iter().map(|(_, r)| r))
             }
             Fop::Lock { .. }
             | Fop::Unlock { .. }

@@ -4,7 +4,21 @@
 pub mod distribute;
 pub mod replicate;
 
-use crate::core::{FsError, FsResult};
+use crate::core::{FsError, FsResult, Reply};
+
+/// The first child that answered with success, else the last failure
+/// (ESTALE when no child was asked): for questions any one child may
+/// answer, such as finding an object by inode number (`Fop::Resolve`).
+pub(crate) fn first_ok(answers: impl IntoIterator<Item = FsResult<Reply>>) -> FsResult<Reply> {
+    let mut last = FsError::errno(libc::ESTALE);
+    for r in answers {
+        match r {
+            Ok(rep) => return Ok(rep),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
 
 /// The answer of a cluster translator to replication bookkeeping (locks,
 /// markers, the heal index): those go to bricks directly, never through it.

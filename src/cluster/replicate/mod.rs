@@ -1192,14 +1192,8 @@ impl Xlator for Replicate {
             // (attributes are asked for again by gfid).
             Fop::Resolve { .. } => {
                 let up = self.up();
-                let mut last = FsError::errno(libc::ESTALE);
-                for r in self.fan_out(cx, &up, |_| Some(fop.clone())).await {
-                    match r.1 {
-                        Ok(rep) => return Ok(rep),
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
+                let res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+                super::first_ok(res.into_iter().map(|(_, r)| r))
             }
             Fop::Lock { .. }
             | Fop::Unlock { .. }

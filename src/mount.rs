@@ -144,9 +144,6 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
     }
 }
 
-/// How often a client asks its daemon whether the volume changed.
-const WATCH_EVERY: Duration = Duration::from_secs(2);
-
 /// Fetches the volume description again whenever it may have changed, and
 /// applies changed options to the running graph. A change of the volume's
 /// bricks is logged; it takes a remount to use (graph switching is to come).
@@ -155,22 +152,8 @@ async fn watch_volume(
     mut current: VolDesc,
     top: std::sync::Arc<dyn crate::core::Xlator>,
 ) {
-    loop {
-        tokio::time::sleep(WATCH_EVERY).await;
-        let desc = match rpc::call(
-            &mgmt,
-            &Request::GetVolDesc {
-                name: current.volume.clone(),
-            },
-        )
-        .await
-        {
-            Ok(Response::VolDesc(d)) => d,
-            _ => continue,
-        };
-        if desc.version == current.version {
-            continue;
-        }
+    let (name, known) = (current.volume.clone(), Some(current.version));
+    rpc::follow_volume(&mgmt, &name, known, |desc| {
         let changed: Vec<String> = desc
             .options
             .iter()
@@ -183,7 +166,8 @@ async fn watch_volume(
         }
         top.reconfigure(&desc.options);
         current = desc;
-    }
+    })
+    .await
 }
 
 /// Serves the mount in this process until it is unmounted.

@@ -13,7 +13,7 @@
 //! `volume status` and leaves it down until `volume start NAME force`.
 
 use super::options;
-use super::rpc::{self, Request, Response};
+use super::rpc;
 use crate::protocol::server;
 use crate::storage::posix::{Posix, VOLUME_ID_XATTR};
 use std::io::Write;
@@ -35,9 +35,6 @@ pub struct BrickConfig {
     /// Where to write `<pid> <port>` once listening.
     pub pid_file: Option<PathBuf>,
 }
-
-/// How often the brick asks for its volume's options.
-const OPTIONS_EVERY: Duration = Duration::from_secs(2);
 
 /// The volume options a brick applies itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,26 +137,13 @@ fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {
 /// Keeps `tx` at the volume's options, asking the daemon every few seconds.
 /// While the daemon cannot be reached the last known values stay.
 async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables>) {
-    let mut version = None;
-    loop {
-        if let Ok(Response::VolDesc(d)) = rpc::call(
-            &mgmt,
-            &Request::GetVolDesc {
-                name: volume.clone(),
-            },
-        )
-        .await
-        {
-            if version != Some(d.version) {
-                version = Some(d.version);
-                let t = Tunables::from_options(&d.options);
-                if tx.send_if_modified(|old| std::mem::replace(old, t) != t) {
-                    tracing::info!(?t, "volume options applied");
-                }
-            }
+    rpc::follow_volume(&mgmt, &volume, None, |d| {
+        let t = Tunables::from_options(&d.options);
+        if tx.send_if_modified(|old| std::mem::replace(old, t) != t) {
+            tracing::info!(?t, "volume options applied");
         }
-        tokio::time::sleep(OPTIONS_EVERY).await;
-    }
+    })
+    .await
 }
 
 /// Runs the health check at the configured interval; a failure takes the

@@ -150,6 +150,34 @@ pub enum Response {
     Heal(HealReport),
 }
 
+/// How often clients and bricks ask their daemon whether their volume's
+/// description changed.
+pub const FOLLOW_EVERY: Duration = Duration::from_secs(2);
+
+/// Asks the daemon at `mgmt` for volume `name`'s description now and every
+/// `FOLLOW_EVERY`, and hands `changed` each version other than `known`
+/// (the one already in use, if any). Runs until the task is dropped; an
+/// unreachable daemon is asked again at the next round.
+pub async fn follow_volume(
+    mgmt: &str,
+    name: &str,
+    mut known: Option<u64>,
+    mut changed: impl FnMut(VolDesc),
+) {
+    let req = Request::GetVolDesc {
+        name: name.to_string(),
+    };
+    loop {
+        if let Ok(Response::VolDesc(d)) = call(mgmt, &req).await {
+            if known != Some(d.version) {
+                known = Some(d.version);
+                changed(d);
+            }
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
 /// Sends one request to a daemon and waits for its answer.
 pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
     let go = async {

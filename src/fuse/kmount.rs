@@ -26,8 +26,7 @@ pub struct KernelOptions {
 fn is_ours(o: &str) -> bool {
     matches!(
         o,
-        "" | "rw"
-            | "async"
+        "" | "async"
             | "defaults"
             | "_netdev"
             | "auto"

@@ -7,9 +7,10 @@
 //! expects of a helper.
 
 use crate::fuse::{kmount, MortarFs};
+use crate::graph::{Graph, VolDesc};
 use crate::mgmt::rpc::{self, Request, Response};
-use crate::mgmt::volgen::VolDesc;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct MountArgs {
@@ -147,11 +148,7 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
 /// Fetches the volume description again whenever it may have changed, and
 /// applies changed options to the running graph. A change of the volume's
 /// bricks is logged; it takes a remount to use (graph switching is to come).
-async fn watch_volume(
-    mgmt: String,
-    mut current: VolDesc,
-    top: std::sync::Arc<dyn crate::core::Xlator>,
-) {
+async fn watch_volume(mgmt: String, mut current: VolDesc, graph: Arc<Graph>) {
     let (name, known) = (current.volume.clone(), Some(current.version));
     rpc::follow_volume(&mgmt, &name, known, |desc| {
         let changed: Vec<String> = desc
@@ -164,7 +161,7 @@ async fn watch_volume(
         if desc.top != current.top {
             tracing::warn!(volume = %desc.volume, "the volume's bricks changed; remount to use the new layout");
         }
-        top.reconfigure(&desc.options);
+        graph.reconfigure(&desc.options);
         current = desc;
     })
     .await
@@ -207,15 +204,14 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
             Err(e) => Err(anyhow::anyhow!("{e}")),
         }
     })?;
-    let graph = rt.block_on(async { crate::graph::build(&desc) })?;
+    let graph = Arc::new(rt.block_on(async { Graph::build(&desc, &rpc::graph_env()) })?);
     let up = rt.block_on(graph.wait_up(Duration::from_secs(10)));
-    tracing::info!(volume = %vol, bricks_up = up, bricks = graph.clients.len(), "volume graph ready");
+    tracing::info!(volume = %vol, bricks_up = up, bricks = graph.leaves().count(), "volume graph ready");
     if up == 0 {
         anyhow::bail!("no brick of volume {vol} could be reached");
     }
-    graph.top.reconfigure(&desc.options);
-    rt.spawn(watch_volume(mgmt.clone(), desc.clone(), graph.top.clone()));
-    let fs = MortarFs::new(graph.top.clone(), rt.handle().clone());
+    rt.spawn(watch_volume(mgmt.clone(), desc.clone(), graph.clone()));
+    let fs = MortarFs::new(graph.clone(), rt.handle().clone());
     let mut cfg = fuser::Config::default();
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(2);
@@ -232,9 +228,8 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
     // Settle what was changed last, so that the bricks' heal index is
     // left empty by a clean unmount.
-    let settled = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), graph.top.shutdown()).await
-    });
+    let settled =
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), graph.fini()).await });
     if settled.is_err() {
         tracing::warn!("bricks did not answer in time; heal will settle the last changes");
     }

@@ -442,7 +442,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 Response::Volumes(vs) => {
                     let v = &vs[0];
                     let keys: Vec<&str> = if key == "all" {
-                        options::OPTIONS.iter().map(|o| o.key).collect()
+                        options::all().into_iter().map(|o| o.key).collect()
                     } else if options::spec(&key).is_some() {
                         vec![key.as_str()]
                     } else {

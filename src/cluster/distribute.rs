@@ -14,9 +14,11 @@
 //! Directory listings read child 0 completely, then child 1, and so on; the
 //! offset handed to the kernel carries the child index in its top 16 bits.
 
-use super::replicate::{fop_gfid, join_all};
+use super::replicate::join_all;
 use super::HandleMap;
-use crate::core::{Attr, Ctx, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, StatFs, Xlator};
+use crate::core::{
+    Attr, Child, Ctx, Event, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, StatFs, Xlator,
+};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,7 +30,9 @@ const OFFSET_MASK: u64 = (1 << CHILD_SHIFT) - 1;
 
 pub struct Distribute {
     name: String,
-    children: Vec<Arc<dyn Xlator>>,
+    children: Vec<Child>,
+    /// Whether any child is up (what this translator tells its parent).
+    up: std::sync::atomic::AtomicBool,
     /// Where each known non-directory object lives.
     placed: Mutex<HashMap<Gfid, usize>>,
     /// Our handle → (child, child's handle) for files; every child's for dirs.
@@ -42,12 +46,13 @@ pub fn hashed_child(name: &Name, n: usize) -> usize {
 }
 
 impl Distribute {
-    pub fn new(name: String, children: Vec<Arc<dyn Xlator>>) -> Self {
+    pub fn new(name: String, children: Vec<Child>) -> Self {
         assert!(!children.is_empty() && children.len() < (1 << 16));
         Distribute {
             name,
             children,
             placed: Mutex::new(HashMap::new()),
+            up: Default::default(),
             fds: HandleMap::new(),
         }
     }
@@ -149,7 +154,7 @@ impl Distribute {
     /// Sends an object-addressed operation to the child holding it, or to
     /// every child for a directory.
     async fn on_object(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        match self.locate(cx, fop_gfid(&fop)).await? {
+        match self.locate(cx, fop.gfid()).await? {
             Some(i) => self.children[i].call(cx, fop).await,
             None if fop.is_modifying() => self.dir_op(cx, fop, 0).await,
             None => self.children[0].call(cx, fop).await,
@@ -157,7 +162,7 @@ impl Distribute {
     }
 
     async fn open(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        let gfid = fop_gfid(&fop);
+        let gfid = fop.gfid();
         let targets: Vec<usize> = match (&fop, self.locate(cx, gfid).await?) {
             (Fop::Opendir { .. }, _) | (_, None) => self.all(),
             (_, Some(i)) => vec![i],
@@ -192,13 +197,10 @@ impl Distribute {
         })
     }
 
-    async fn with_handle(
-        &self,
-        cx: &Ctx,
-        fh: u64,
-        release: bool,
-        make: impl Fn(u64) -> Fop,
-    ) -> FsResult<Reply> {
+    /// Passes an operation on our handle to the children holding theirs.
+    async fn with_handle(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let fh = fop.fh().unwrap_or(0);
+        let release = matches!(fop, Fop::Release { .. } | Fop::Releasedir { .. });
         let fhs = if release {
             self.fds
                 .remove(fh)
@@ -209,7 +211,7 @@ impl Distribute {
         let mut out = Err(FsError::errno(libc::EBADF));
         for (i, f) in fhs.iter().enumerate() {
             if let Some(f) = f {
-                out = self.children[i].call(cx, make(*f)).await;
+                out = self.children[i].call(cx, fop.clone().with_fh(*f)).await;
                 if out.is_err() && !release {
                     return out;
                 }
@@ -245,6 +247,9 @@ impl Distribute {
                 let Reply::Entries(mut ents) = rep else {
                     return Err(FsError::errno(libc::EIO));
                 };
+                if let Some(last) = ents.last() {
+                    off = last.next;
+                }
                 // Directories are listed from child 0 only.
                 if child > 0 {
                     ents.retain(|e| e.kind != FileKind::Dir);
@@ -277,21 +282,14 @@ impl Xlator for Distribute {
         self.name.clone()
     }
 
-    fn is_up(&self) -> bool {
-        self.children.iter().all(|c| c.is_up())
-    }
-
-    fn requests(&self) -> u64 {
-        self.children.iter().map(|c| c.requests()).sum()
-    }
-
-    async fn shutdown(&self) {
-        join_all(self.children.iter().map(|c| c.shutdown())).await;
-    }
-
-    fn reconfigure(&self, options: &crate::core::Options) {
-        for c in &self.children {
-            c.reconfigure(options);
+    fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
+        match ev {
+            Event::Up | Event::Down => {
+                let any = self.children.iter().any(|c| c.is_up());
+                let was = self.up.swap(any, std::sync::atomic::Ordering::AcqRel);
+                (any != was).then_some(if any { Event::Up } else { Event::Down })
+            }
+            other => Some(other),
         }
     }
 
@@ -405,87 +403,14 @@ impl Xlator for Distribute {
                 self.children[i].call(cx, fop).await
             }
             Fop::Open { .. } | Fop::Opendir { .. } => self.open(cx, fop).await,
-            Fop::Read {
-                gfid,
-                fh,
-                offset,
-                size,
-            } => {
-                self.with_handle(cx, fh, false, |f| Fop::Read {
-                    gfid,
-                    fh: f,
-                    offset,
-                    size,
-                })
-                .await
-            }
-            Fop::Write {
-                gfid,
-                fh,
-                offset,
-                ref data,
-            } => {
-                let data = data.clone();
-                self.with_handle(cx, fh, false, |f| Fop::Write {
-                    gfid,
-                    fh: f,
-                    offset,
-                    data: data.clone(),
-                })
-                .await
-            }
-            Fop::Flush { gfid, fh } => {
-                self.with_handle(cx, fh, false, |f| Fop::Flush { gfid, fh: f })
-                    .await
-            }
-            Fop::Fsync { gfid, fh, datasync } => {
-                self.with_handle(cx, fh, false, |f| Fop::Fsync {
-                    gfid,
-                    fh: f,
-                    datasync,
-                })
-                .await
-            }
-            Fop::Fallocate {
-                gfid,
-                fh,
-                mode,
-                offset,
-                len,
-            } => {
-                self.with_handle(cx, fh, false, |f| Fop::Fallocate {
-                    gfid,
-                    fh: f,
-                    mode,
-                    offset,
-                    len,
-                })
-                .await
-            }
-            Fop::Lseek {
-                gfid,
-                fh,
-                offset,
-                whence,
-            } => {
-                self.with_handle(cx, fh, false, |f| Fop::Lseek {
-                    gfid,
-                    fh: f,
-                    offset,
-                    whence,
-                })
-                .await
-            }
-            Fop::Release { gfid, fh } => {
-                let _ = self
-                    .with_handle(cx, fh, true, |f| Fop::Release { gfid, fh: f })
-                    .await;
-                Ok(Reply::Ok)
-            }
-            Fop::Releasedir { gfid, fh } => {
-                let _ = self
-                    .with_handle(cx, fh, true, |f| Fop::Releasedir { gfid, fh: f })
-                    .await;
+            Fop::Read { .. }
+            | Fop::Write { .. }
+            | Fop::Flush { .. }
+            | Fop::Fsync { .. }
+            | Fop::Fallocate { .. }
+            | Fop::Lseek { .. } => self.with_handle(cx, fop).await,
+            Fop::Release { .. } | Fop::Releasedir { .. } => {
+                let _ = self.with_handle(cx, fop).await;
                 Ok(Reply::Ok)
             }
             Fop::Readdir {

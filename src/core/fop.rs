@@ -438,6 +438,85 @@ impl Fop {
         }
     }
 
+    /// The object the operation is about: the object itself, the new
+    /// object for creations, the parent directory for name operations
+    /// (`Gfid::NULL` for requests about a whole brick).
+    pub fn gfid(&self) -> Gfid {
+        match self {
+            Fop::Getattr { gfid }
+            | Fop::Parent { gfid }
+            | Fop::Setattr { gfid, .. }
+            | Fop::Link { gfid, .. }
+            | Fop::Readlink { gfid }
+            | Fop::Open { gfid, .. }
+            | Fop::Read { gfid, .. }
+            | Fop::Write { gfid, .. }
+            | Fop::Flush { gfid, .. }
+            | Fop::Fsync { gfid, .. }
+            | Fop::Release { gfid, .. }
+            | Fop::Fallocate { gfid, .. }
+            | Fop::Lseek { gfid, .. }
+            | Fop::Opendir { gfid }
+            | Fop::Readdir { gfid, .. }
+            | Fop::Releasedir { gfid, .. }
+            | Fop::Statfs { gfid }
+            | Fop::Setxattr { gfid, .. }
+            | Fop::Getxattr { gfid, .. }
+            | Fop::Listxattr { gfid }
+            | Fop::Removexattr { gfid, .. }
+            | Fop::Mknod { gfid, .. }
+            | Fop::Create { gfid, .. }
+            | Fop::Mkdir { gfid, .. }
+            | Fop::Symlink { gfid, .. }
+            | Fop::Lock { gfid, .. }
+            | Fop::Clear { gfid, .. }
+            | Fop::Checksum { gfid, .. } => *gfid,
+            Fop::Lookup { parent, .. }
+            | Fop::Unlink { parent, .. }
+            | Fop::Rmdir { parent, .. }
+            | Fop::Rename { parent, .. } => *parent,
+            Fop::Unlock { .. } | Fop::Pending { .. } | Fop::Blamed { .. } | Fop::Resolve { .. } => {
+                Gfid::NULL
+            }
+        }
+    }
+
+    /// The handle the operation uses, for operations on an open file or
+    /// directory.
+    pub fn fh(&self) -> Option<u64> {
+        match self {
+            Fop::Read { fh, .. }
+            | Fop::Write { fh, .. }
+            | Fop::Flush { fh, .. }
+            | Fop::Fsync { fh, .. }
+            | Fop::Release { fh, .. }
+            | Fop::Fallocate { fh, .. }
+            | Fop::Lseek { fh, .. }
+            | Fop::Readdir { fh, .. }
+            | Fop::Releasedir { fh, .. } => Some(*fh),
+            _ => None,
+        }
+    }
+
+    /// The same operation on another handle: how a translator that issues
+    /// its own handles passes an operation to a child, which knows the
+    /// child's handle instead. Operations without a handle are unchanged.
+    pub fn with_fh(mut self, new: u64) -> Fop {
+        match &mut self {
+            Fop::Read { fh, .. }
+            | Fop::Write { fh, .. }
+            | Fop::Flush { fh, .. }
+            | Fop::Fsync { fh, .. }
+            | Fop::Release { fh, .. }
+            | Fop::Fallocate { fh, .. }
+            | Fop::Lseek { fh, .. }
+            | Fop::Readdir { fh, .. }
+            | Fop::Releasedir { fh, .. } => *fh = new,
+            _ => {}
+        }
+        self
+    }
+
     /// True for operations that change data, metadata or the namespace:
     /// the replicate translator sends these to every replica.
     pub fn is_modifying(&self) -> bool {
@@ -502,6 +581,30 @@ mod tests {
         );
         assert!(Name::new(vec![b'x'; 255]).is_ok());
         assert!(Name::new(&b"...hidden"[..]).is_ok());
+    }
+
+    #[test]
+    fn handles_are_swapped_without_touching_the_rest() {
+        let g = Gfid::random();
+        let w = Fop::Write {
+            gfid: g,
+            fh: 3,
+            offset: 10,
+            data: bytes::Bytes::from_static(b"abc"),
+        };
+        assert_eq!((w.gfid(), w.fh()), (g, Some(3)));
+        match w.with_fh(9) {
+            Fop::Write {
+                gfid,
+                fh,
+                offset,
+                data,
+            } => assert_eq!((gfid, fh, offset, &data[..]), (g, 9, 10, &b"abc"[..])),
+            other => panic!("{other:?}"),
+        }
+        let l = Fop::Getattr { gfid: g };
+        assert_eq!(l.fh(), None);
+        assert!(matches!(l.with_fh(4), Fop::Getattr { gfid } if gfid == g));
     }
 
     #[test]

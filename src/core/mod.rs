@@ -1,5 +1,6 @@
 //! Core types shared by every layer: object ids, file operations as data,
-//! errors with an errno, and the translator trait.
+//! errors with an errno, option specs, and the translator trait with its
+//! event path.
 //!
 //! Dependencies point one way: `core` knows nothing of the network, the
 //! brick storage, FUSE or the management daemon.
@@ -7,9 +8,10 @@
 pub mod error;
 pub mod fop;
 pub mod gfid;
+pub mod options;
 pub mod xlator;
 
 pub use error::{FsError, FsResult};
 pub use fop::{Attr, DirEntry, Entry, FileKind, Fop, Name, Reply, SetAttr, StatFs};
 pub use gfid::Gfid;
-pub use xlator::{Ctx, Options, Xlator};
+pub use xlator::{Child, Ctx, Event, Link, Options, Xlator};

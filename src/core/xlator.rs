@@ -1,17 +1,30 @@
-//! The translator trait. A volume's client is a graph of translators, each
-//! holding its children; a request is a `Fop` passed down with a `Ctx`.
-//! A parent learns whether a child can serve from `is_up`, which the
-//! protocol client keeps current from its connection and ping timer.
+//! The translator trait, and how translators are joined into a graph.
+//!
+//! A volume's client is a graph of translators, each holding its children;
+//! a request is a `Fop` passed down with a `Ctx`, and a translator that
+//! does not handle a fop hands it to its child unchanged.
+//!
+//! Everything that is not a request is an `Event`, and no translator has to
+//! forward one by hand:
+//! - **Upward** (a brick came up or went down, a brick's notice): the
+//!   translator that saw it emits it on its `Link`; the graph hands it to
+//!   the parent's `notify`, whose default passes it on unchanged, and so on
+//!   to the top, where any number of subscribers receive it. Each link
+//!   keeps what passed over it (up or down, and an epoch bumped on every
+//!   down), so a parent asks `Child::is_up`/`Child::epoch` of its own link,
+//!   never of a translator that might forget to answer.
+//! - **Downward** (start, changed options, shutdown): the graph calls each
+//!   translator's `start`, `reconfigure` and `fini` itself; a translator
+//!   implements the ones it needs and never calls its children's.
 
 use super::{Fop, FsResult, Gfid, Reply};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
-/// Receives a brick's unasked notices: their kind ("contention": another
-/// client waits for a lock this one holds) and object.
-pub type Upcall = std::sync::Arc<dyn Fn(&str, Gfid) + Send + Sync>;
-
-/// Volume options in force, by key (see `mgmt::options`).
+/// Volume options in force, by key (declared in `core::options` specs
+/// beside the translators that read them).
 pub type Options = std::collections::BTreeMap<String, String>;
 
 /// Per-request context: who asks, for what, on whose behalf.
@@ -30,33 +43,238 @@ impl Ctx {
     }
 }
 
+/// Something that happened below a translator, travelling up the graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The child can serve requests (again).
+    Up,
+    /// The child cannot serve requests; handles it issued before are no
+    /// longer valid (its link's epoch moves on).
+    Down,
+    /// Another client waits for a lock on this object that we hold.
+    Contention(Gfid),
+}
+
 #[async_trait]
 pub trait Xlator: Send + Sync {
     /// A short name for logs: the translator type and its instance.
     fn name(&self) -> String;
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply>;
-    /// True when this translator can serve requests now.
-    fn is_up(&self) -> bool {
-        true
+    /// An event from child `from`; what is returned goes on to the parent
+    /// (the default: the same event). Runs on the task that saw the event:
+    /// it must not block (spawn what takes time).
+    fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
+        Some(ev)
     }
-    /// Changes whenever handles this translator issued may have become
-    /// invalid (a brick connection was lost): a parent holding handles from
-    /// an older epoch must not use them.
-    fn epoch(&self) -> u64 {
-        0
-    }
-    /// Network requests this translator and those below it have sent to
-    /// bricks (the benchmark's requests-per-create figure).
+    /// Called by the graph once every translator of it is joined: begin
+    /// work that may emit events (connecting, timers).
+    fn start(&self) {}
+    /// Called by the graph with the volume's options whenever they change
+    /// (and once after `start`): take what this translator reads.
+    fn reconfigure(&self, _options: &Options) {}
+    /// Called by the graph, top down, before it is dropped: let go of what
+    /// this translator holds on the bricks (locks, change sessions).
+    async fn fini(&self) {}
+    /// Network requests this translator has sent (the graph sums them for
+    /// the benchmark's requests-per-create figure).
     fn requests(&self) -> u64 {
         0
     }
-    /// Applies changed volume options (key → value in force) to this
-    /// translator and its children, without rebuilding the graph.
-    fn reconfigure(&self, _options: &Options) {}
-    /// Where to deliver notices from the bricks below (the parent that
-    /// holds their locks subscribes).
-    fn set_upcall(&self, _upcall: Upcall) {}
-    /// Lets go of what this translator holds on the bricks (locks, change
-    /// sessions) before the client exits.
-    async fn shutdown(&self) {}
+}
+
+/// What passed over the edge between a translator and its parent, and the
+/// way up from it.
+pub struct Link {
+    up: AtomicBool,
+    epoch: AtomicU64,
+    parent: OnceLock<Parent>,
+    top: OnceLock<tokio::sync::broadcast::Sender<Event>>,
+}
+
+struct Parent {
+    xl: Weak<dyn Xlator>,
+    index: usize,
+    link: Arc<Link>,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link {
+            up: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            parent: OnceLock::new(),
+            top: OnceLock::new(),
+        }
+    }
+}
+
+impl Link {
+    pub fn new() -> Arc<Link> {
+        Arc::new(Link::default())
+    }
+
+    /// A link that is up and joined to nothing (a translator used alone).
+    pub fn up() -> Arc<Link> {
+        let l = Link::new();
+        l.up.store(true, Ordering::Release);
+        l
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Joins this link to the parent translator that holds it as child `index`.
+    pub fn attach(&self, parent: Weak<dyn Xlator>, index: usize, parent_link: Arc<Link>) {
+        let _ = self.parent.set(Parent {
+            xl: parent,
+            index,
+            link: parent_link,
+        });
+    }
+
+    /// Makes this link the top of a graph: what reaches it is broadcast.
+    pub fn attach_top(&self, tx: tokio::sync::broadcast::Sender<Event>) {
+        let _ = self.top.set(tx);
+    }
+
+    /// Records the event on this link and carries it up the graph.
+    pub fn emit(&self, ev: Event) {
+        match ev {
+            Event::Up => self.up.store(true, Ordering::Release),
+            Event::Down => {
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                self.up.store(false, Ordering::Release);
+            }
+            Event::Contention(_) => {}
+        }
+        if let Some(p) = self.parent.get() {
+            let Some(xl) = p.xl.upgrade() else { return };
+            if let Some(next) = xl.notify(p.index, ev) {
+                p.link.emit(next);
+            }
+        } else if let Some(tx) = self.top.get() {
+            let _ = tx.send(ev);
+        }
+    }
+}
+
+/// A translator as its parent holds it: the translator and the link to it.
+#[derive(Clone)]
+pub struct Child {
+    pub xl: Arc<dyn Xlator>,
+    pub link: Arc<Link>,
+}
+
+impl Child {
+    pub fn new(xl: Arc<dyn Xlator>, link: Arc<Link>) -> Child {
+        Child { xl, link }
+    }
+    /// A translator used without a graph, always up (tests, tools).
+    pub fn standalone(xl: Arc<dyn Xlator>) -> Child {
+        Child::new(xl, Link::up())
+    }
+    pub async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        self.xl.call(cx, fop).await
+    }
+    pub fn is_up(&self) -> bool {
+        self.link.is_up()
+    }
+    /// Moves on every time the child goes down: a handle it issued in an
+    /// older epoch is dead.
+    pub fn epoch(&self) -> u64 {
+        self.link.epoch()
+    }
+    pub fn name(&self) -> String {
+        self.xl.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::FsError;
+    use std::sync::Mutex;
+
+    /// Records what it is notified of; passes on, or swallows, by choice.
+    struct Recorder {
+        seen: Mutex<Vec<(usize, Event)>>,
+        pass: bool,
+    }
+
+    #[async_trait]
+    impl Xlator for Recorder {
+        fn name(&self) -> String {
+            "recorder".into()
+        }
+        async fn call(&self, _: &Ctx, _: Fop) -> FsResult<Reply> {
+            Err(FsError::errno(libc::ENOSYS))
+        }
+        fn notify(&self, from: usize, ev: Event) -> Option<Event> {
+            self.seen.lock().unwrap().push((from, ev.clone()));
+            self.pass.then_some(ev)
+        }
+    }
+
+    /// A translator that overrides nothing but `call`.
+    struct Plain;
+
+    #[async_trait]
+    impl Xlator for Plain {
+        fn name(&self) -> String {
+            "plain".into()
+        }
+        async fn call(&self, _: &Ctx, _: Fop) -> FsResult<Reply> {
+            Ok(Reply::Ok)
+        }
+    }
+
+    #[tokio::test]
+    async fn events_pass_through_translators_that_ignore_them() {
+        // top (recorder) <- middle (plain) <- leaf link
+        let top = Arc::new(Recorder {
+            seen: Mutex::new(vec![]),
+            pass: true,
+        });
+        let top_link = Link::new();
+        let (tx, mut rx) = tokio::sync::broadcast::channel(8);
+        top_link.attach_top(tx);
+        let mid: Arc<dyn Xlator> = Arc::new(Plain);
+        let mid_link = Link::new();
+        let top_dyn: Arc<dyn Xlator> = top.clone();
+        mid_link.attach(Arc::downgrade(&top_dyn), 1, top_link.clone());
+        let leaf_link = Link::new();
+        leaf_link.attach(Arc::downgrade(&mid), 0, mid_link.clone());
+
+        leaf_link.emit(Event::Up);
+        assert!(leaf_link.is_up() && mid_link.is_up() && top_link.is_up());
+        leaf_link.emit(Event::Down);
+        assert_eq!((leaf_link.epoch(), mid_link.epoch()), (1, 1));
+        assert!(!mid_link.is_up());
+        assert_eq!(
+            *top.seen.lock().unwrap(),
+            vec![(1, Event::Up), (1, Event::Down)]
+        );
+        assert_eq!(rx.recv().await.unwrap(), Event::Up);
+        assert_eq!(rx.recv().await.unwrap(), Event::Down);
+    }
+
+    #[test]
+    fn a_translator_may_keep_an_event_to_itself() {
+        let top = Arc::new(Recorder {
+            seen: Mutex::new(vec![]),
+            pass: false,
+        });
+        let top_dyn: Arc<dyn Xlator> = top.clone();
+        let top_link = Link::new();
+        let leaf = Link::new();
+        leaf.attach(Arc::downgrade(&top_dyn), 0, top_link.clone());
+        leaf.emit(Event::Contention(Gfid::ROOT));
+        assert_eq!(top.seen.lock().unwrap().len(), 1);
+        assert!(!top_link.is_up());
+    }
 }

@@ -12,6 +12,7 @@ pub mod kmount;
 
 use crate::core::fop::TimeSet;
 use crate::core::{Attr, Ctx, FileKind, Fop, FsError, Gfid, Name, Reply, SetAttr, Xlator};
+use crate::graph::Graph;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -29,11 +30,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// of requests this client has sent to bricks.
 pub const REQUESTS_XATTR: &str = "trusted.mortar.client.requests";
 
+/// Virtual xattr (root only) holding the client's translator graph: the
+/// volume description's version and each translator with its state.
+pub const GRAPH_XATTR: &str = "trusted.mortar.client.graph";
+
 /// How long the kernel may cache names and attributes.
 const TTL: Duration = Duration::from_secs(1);
 
 pub struct MortarFs {
-    graph: Arc<dyn Xlator>,
+    graph: Arc<Graph>,
     rt: tokio::runtime::Handle,
     inodes: Arc<InodeTable>,
 }
@@ -129,7 +134,7 @@ fn name(n: &OsStr) -> Result<Name, Errno> {
 }
 
 impl MortarFs {
-    pub fn new(graph: Arc<dyn Xlator>, rt: tokio::runtime::Handle) -> Self {
+    pub fn new(graph: Arc<Graph>, rt: tokio::runtime::Handle) -> Self {
         MortarFs {
             graph,
             rt,
@@ -147,7 +152,7 @@ impl MortarFs {
         F: FnOnce(Arc<dyn Xlator>, Arc<InodeTable>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let (g, i) = (self.graph.clone(), self.inodes.clone());
+        let (g, i) = (self.graph.top().xl.clone(), self.inodes.clone());
         self.rt.spawn(async move { f(g, i).await });
     }
 
@@ -994,9 +999,14 @@ impl Filesystem for MortarFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        if n.as_bytes() == REQUESTS_XATTR.as_bytes() {
+        let local = match n.as_bytes() {
+            b if b == REQUESTS_XATTR.as_bytes() => Some(self.graph.requests().to_string()),
+            b if b == GRAPH_XATTR.as_bytes() => Some(self.graph.describe()),
+            _ => None,
+        };
+        if let Some(v) = local {
             // A virtual xattr answered by the client itself.
-            let v = self.graph.requests().to_string().into_bytes();
+            let v = v.into_bytes();
             return if size == 0 {
                 reply.size(v.len() as u32)
             } else if v.len() > size as usize {

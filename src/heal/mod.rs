@@ -10,8 +10,9 @@
 
 pub mod object;
 
-use crate::core::{Ctx, Fop, FsResult, Gfid, Reply, Xlator};
-use crate::mgmt::volgen::{VolDesc, XlDesc};
+use crate::cluster::replicate::options::FAVORITE_CHILD_POLICY;
+use crate::core::{Ctx, Fop, FsResult, Gfid, Reply};
+use crate::graph::{Env, Graph, VolDesc};
 use object::{Brick, Outcome, Policy, Set};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashSet, VecDeque};
@@ -69,7 +70,7 @@ pub struct Healer {
     crawls: Mutex<VecDeque<Crawl>>,
     current: Mutex<Option<Crawl>>,
     split: Mutex<HashSet<Gfid>>,
-    _graph: crate::graph::Graph,
+    graph: Graph,
 }
 
 fn now() -> u64 {
@@ -90,40 +91,28 @@ pub fn show(g: Gfid) -> String {
 impl Healer {
     /// Connects to every brick of the volume; `is_local` says which hosts
     /// are this server.
-    pub fn new(desc: &VolDesc, is_local: impl Fn(&str) -> bool) -> anyhow::Result<Arc<Healer>> {
-        let graph = crate::graph::build(desc)?;
-        // Protocol clients come in the order of the description's leaves.
-        fn leaves<'a>(d: &'a XlDesc, out: &mut Vec<&'a XlDesc>) {
-            if d.kind == "protocol/client" {
-                out.push(d);
-            }
-            for c in &d.children {
-                leaves(c, out);
-            }
-        }
-        let mut all = Vec::new();
-        leaves(&desc.top, &mut all);
-        let client_of = |d: &XlDesc| -> Arc<dyn Xlator> {
-            let i = all.iter().position(|x| std::ptr::eq(*x, d)).unwrap();
-            graph.clients[i].clone()
-        };
+    pub fn new(
+        desc: &VolDesc,
+        is_local: impl Fn(&str) -> bool,
+        env: &Env,
+    ) -> anyhow::Result<Arc<Healer>> {
+        // The volume's own client graph: its replicate translators say
+        // which bricks form a set, their children are the connections.
+        let graph = Graph::build(desc, env)?;
         let mut sets = Vec::new();
         let mut local = Vec::new();
-        for r in desc
-            .top
-            .children
-            .iter()
-            .filter(|c| c.kind == "cluster/replicate")
-        {
+        for r in graph.of_kind("cluster/replicate") {
             let bricks: Vec<Brick> = r
                 .children
                 .iter()
-                .map(|c| {
-                    let host = c.host.clone().unwrap_or_default();
+                .map(|&c| {
+                    let n = &graph.nodes()[c];
+                    let host = n.params.get("host").cloned().unwrap_or_default();
+                    let path = n.params.get("brick").cloned().unwrap_or_default();
                     Brick {
-                        label: format!("{host}:{}", c.brick.clone().unwrap_or_default()),
+                        label: format!("{host}:{path}"),
                         host,
-                        x: client_of(c),
+                        x: n.child.clone(),
                     }
                 })
                 .collect();
@@ -132,7 +121,8 @@ impl Healer {
                     .filter(|&i| is_local(&bricks[i].host))
                     .collect(),
             );
-            let arbiter = r.arbiter.then(|| bricks.len() - 1);
+            let arbiter = (r.params.get("arbiter").map(String::as_str) == Some("on"))
+                .then(|| bricks.len() - 1);
             sets.push(Set {
                 name: r.name.clone(),
                 bricks,
@@ -140,12 +130,7 @@ impl Healer {
                 busy: Default::default(),
             });
         }
-        let policy = Policy::parse(
-            desc.options
-                .get("cluster.favorite-child-policy")
-                .map(String::as_str)
-                .unwrap_or("none"),
-        );
+        let policy = Policy::parse(FAVORITE_CHILD_POLICY.str(&desc.options));
         Ok(Arc::new(Healer {
             volume: desc.volume.clone(),
             sets,
@@ -155,7 +140,7 @@ impl Healer {
             crawls: Mutex::new(VecDeque::new()),
             current: Mutex::new(None),
             split: Mutex::new(HashSet::new()),
-            _graph: graph,
+            graph,
         }))
     }
 
@@ -164,7 +149,7 @@ impl Healer {
     }
 
     pub async fn wait_up(&self, t: Duration) {
-        self._graph.wait_up(t).await;
+        self.graph.wait_up(t).await;
     }
 
     /// Heals what is pending now, without waiting for the next pass.

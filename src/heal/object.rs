@@ -12,7 +12,7 @@
 
 use crate::cluster::replicate::bits;
 use crate::core::fop::{FileKind, TimeSet, ANON_FH};
-use crate::core::{Attr, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr, Xlator};
+use crate::core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +27,7 @@ pub struct Brick {
     /// `host:/path`, as the CLI shows it.
     pub label: String,
     pub host: String,
-    pub x: Arc<dyn Xlator>,
+    pub x: Child,
 }
 
 pub struct Set {

@@ -12,7 +12,6 @@
 //! `OFFLINE <reason>` and exits; the daemon shows the reason in
 //! `volume status` and leaves it down until `volume start NAME force`.
 
-use super::options;
 use super::rpc;
 use crate::protocol::server;
 use crate::storage::posix::{Posix, VOLUME_ID_XATTR};
@@ -47,19 +46,13 @@ pub struct Tunables {
 
 impl Tunables {
     pub fn from_options(o: &crate::core::Options) -> Tunables {
-        let secs = |key: &str| {
-            let v = o
-                .get(key)
-                .map(String::as_str)
-                .unwrap_or_else(|| options::spec(key).map_or("0", |s| s.default));
-            match v.parse::<u64>() {
-                Ok(0) | Err(_) => None,
-                Ok(n) => Some(Duration::from_secs(n)),
-            }
+        let secs = |spec: &'static crate::core::options::Spec| match spec.int(o) {
+            n if n > 0 => Some(Duration::from_secs(n as u64)),
+            _ => None,
         };
         Tunables {
-            health_check: secs("storage.health-check-interval"),
-            lock_revocation: secs("features.locks-revocation-secs"),
+            health_check: secs(&crate::storage::health::HEALTH_CHECK_INTERVAL),
+            lock_revocation: secs(&crate::storage::locks::REVOCATION_SECS),
         }
     }
 }

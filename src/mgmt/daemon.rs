@@ -13,6 +13,7 @@ use super::options;
 use super::rpc::{self, BrickStatus, HealOp, HealReport, Request, Response};
 use super::state::{Brick, ClusterState, Peer, Store, VolStatus, Volume};
 use super::volgen;
+use crate::cluster::replicate::options::SELF_HEAL_DAEMON;
 use crate::heal::Healer;
 use crate::storage::posix::VOLUME_ID_XATTR;
 use std::collections::HashMap;
@@ -297,7 +298,7 @@ impl Daemon {
             .volumes
             .values()
             .filter(|v| v.status == VolStatus::Started && v.replica > 1)
-            .filter(|v| options::effective(&v.options, "cluster.self-heal-daemon") != "off")
+            .filter(|v| SELF_HEAL_DAEMON.bool(&v.options))
         {
             let mut local = Vec::new();
             for b in &v.bricks {
@@ -323,7 +324,7 @@ impl Daemon {
             }
             let desc =
                 volgen::generate(st, &v, &self.me.host, &self.me.mgmt, self.cfg.listen.port());
-            match Healer::new(&desc, |h| local.iter().any(|l| l == h)) {
+            match Healer::new(&desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
                 Ok(h) => {
                     tracing::info!(volume = %name, "self-heal daemon started");
                     let task = tokio::spawn(h.clone().run());
@@ -364,7 +365,7 @@ impl Daemon {
                     &self.me.mgmt,
                     self.cfg.listen.port(),
                 );
-                match Healer::new(&desc, |_| false) {
+                match Healer::new(&desc, |_| false, &rpc::graph_env()) {
                     Ok(h) => {
                         h.wait_up(Duration::from_secs(3)).await;
                         h
@@ -373,9 +374,7 @@ impl Daemon {
                 }
             }
         };
-        if matches!(op, HealOp::Index | HealOp::Full)
-            && options::effective(&v.options, "cluster.self-heal-daemon") == "off"
-        {
+        if matches!(op, HealOp::Index | HealOp::Full) && !SELF_HEAL_DAEMON.bool(&v.options) {
             return err(format!(
                 "Self-heal-daemon is disabled. Heal will not be triggered on volume {name}"
             ));

@@ -3,8 +3,10 @@
 //! and brick ports) and between peers' daemons.
 
 use super::state::{Brick, ClusterState, Peer, Volume};
-use super::volgen::VolDesc;
+use crate::graph::{Env, VolDesc, XlDesc};
+use crate::protocol::client::Resolver;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -176,6 +178,47 @@ pub async fn follow_volume(
         }
         tokio::time::sleep(FOLLOW_EVERY).await;
     }
+}
+
+/// Finds a brick's address by asking its host's daemon for the port:
+/// how clients and the healer build a graph (`graph::Env`).
+pub fn graph_env() -> Env {
+    Env {
+        resolver: Arc::new(|d: &XlDesc| {
+            let param = |k: &str| {
+                d.param(k)
+                    .map(str::to_string)
+                    .ok_or_else(|| anyhow::anyhow!("{}: protocol/client needs {k}", d.name))
+            };
+            Ok(port_resolver(
+                param("mgmt")?,
+                param("brick")?,
+                param("host")?,
+            ))
+        }),
+    }
+}
+
+fn port_resolver(mgmt: String, brick: String, host: String) -> Resolver {
+    Arc::new(move || {
+        let (mgmt, brick, host) = (mgmt.clone(), brick.clone(), host.clone());
+        Box::pin(async move {
+            let port = match call(&mgmt, &Request::Portmap { path: brick }).await {
+                Ok(Response::Port(p)) => p,
+                Ok(Response::Err(e)) => return Err(std::io::Error::other(e)),
+                Ok(other) => {
+                    return Err(std::io::Error::other(format!(
+                        "unexpected answer {other:?}"
+                    )))
+                }
+                Err(e) => return Err(std::io::Error::other(e)),
+            };
+            let mut addrs = tokio::net::lookup_host((host.as_str(), port)).await?;
+            addrs
+                .next()
+                .ok_or_else(|| std::io::Error::other(format!("{host} has no address")))
+        })
+    })
 }
 
 /// Sends one request to a daemon and waits for its answer.

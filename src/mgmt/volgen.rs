@@ -1,37 +1,14 @@
-//! Volume description generator: turns a volume's definition into the
-//! client translator graph, as data (`XlDesc`). The client builds the graph
-//! from it with `crate::graph::build`; adding a translator to every client
-//! is a change here and a factory there.
+//! Volume description generator: stacks a volume's client graph from the
+//! translator table (`graph::table`): one `Place::Brick` translator per
+//! brick, a `Place::Set` translator over each replica set (replica > 1), a
+//! `Place::Volume` translator over the sets, then every `Place::Above`
+//! row whose option is on, in table order. The client builds the graph
+//! from the result with `graph::Graph::build`.
 
-use super::options::effective;
+use super::options::in_force;
 use super::state::{ClusterState, Volume};
-use serde::{Deserialize, Serialize};
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct XlDesc {
-    /// Factory name: "protocol/client", "cluster/replicate", "cluster/distribute".
-    pub kind: String,
-    pub name: String,
-    /// For protocol/client: the brick's host, its daemon's address and path.
-    pub host: Option<String>,
-    pub mgmt: Option<String>,
-    pub brick: Option<String>,
-    pub children: Vec<XlDesc>,
-    /// For cluster/replicate: the last child is an arbiter.
-    #[serde(default)]
-    pub arbiter: bool,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct VolDesc {
-    pub volume: String,
-    pub id: String,
-    pub version: u64,
-    pub ping_timeout_secs: u64,
-    /// Every registered option's value in force for this volume.
-    pub options: crate::core::Options,
-    pub top: XlDesc,
-}
+use crate::graph::table::{Place, Row, Side, TABLE};
+use crate::graph::{VolDesc, XlDesc};
 
 /// The management address of a brick's host, as this daemon knows it.
 fn mgmt_of(
@@ -52,6 +29,32 @@ fn mgmt_of(
         .unwrap_or_else(|| super::rpc::mgmt_addr(host, port))
 }
 
+/// The client rows at `place` that this volume's options turn on.
+fn rows_at(
+    place: Place,
+    options: &crate::core::Options,
+) -> impl Iterator<Item = &'static Row> + '_ {
+    TABLE.iter().filter(move |r| {
+        r.side == Side::Client && r.place == place && r.enabled_by.is_none_or(|s| s.bool(options))
+    })
+}
+
+/// The one row a place must have (the table's own test checks there is one).
+fn one_row(place: Place, options: &crate::core::Options) -> &'static Row {
+    rows_at(place, options)
+        .next()
+        .expect("the translator table has a row for every place")
+}
+
+/// Short instance names, as GlusterFS writes them: "gv0-replicate-0".
+fn short(kind: &str) -> &str {
+    match kind {
+        "cluster/distribute" => "dht",
+        "protocol/client" => "client",
+        k => k.rsplit('/').next().unwrap_or(k),
+    }
+}
+
 pub fn generate(
     state: &ClusterState,
     vol: &Volume,
@@ -59,62 +62,112 @@ pub fn generate(
     self_mgmt: &str,
     port: u16,
 ) -> VolDesc {
-    let clients: Vec<XlDesc> = vol
+    let options = in_force(&vol.options);
+    let leaf = one_row(Place::Brick, &options);
+    let mut below: Vec<XlDesc> = vol
         .bricks
         .iter()
         .enumerate()
-        .map(|(i, b)| XlDesc {
-            kind: "protocol/client".into(),
-            name: format!("{}-client-{i}", vol.name),
-            host: Some(b.host.clone()),
-            mgmt: Some(mgmt_of(state, &b.host, self_host, self_mgmt, port)),
-            brick: Some(b.path.clone()),
-            children: vec![],
-            arbiter: false,
+        .map(|(i, b)| {
+            XlDesc::new(
+                leaf.kind,
+                format!("{}-{}-{i}", vol.name, short(leaf.kind)),
+                vec![],
+            )
+            .with("host", &b.host)
+            .with("mgmt", mgmt_of(state, &b.host, self_host, self_mgmt, port))
+            .with("brick", &b.path)
         })
         .collect();
-    let sets: Vec<XlDesc> = if vol.replica > 1 {
-        clients
+    if vol.replica > 1 {
+        let set = one_row(Place::Set, &options);
+        below = below
             .chunks(vol.replica)
             .enumerate()
-            .map(|(i, c)| XlDesc {
-                kind: "cluster/replicate".into(),
-                name: format!("{}-replicate-{i}", vol.name),
-                host: None,
-                mgmt: None,
-                brick: None,
-                children: c.to_vec(),
-                arbiter: vol.arbiter > 0,
+            .map(|(i, c)| {
+                let d = XlDesc::new(
+                    set.kind,
+                    format!("{}-{}-{i}", vol.name, short(set.kind)),
+                    c.to_vec(),
+                );
+                if vol.arbiter > 0 {
+                    d.with("arbiter", "on")
+                } else {
+                    d
+                }
             })
-            .collect()
-    } else {
-        clients
-    };
-    let top = XlDesc {
-        kind: "cluster/distribute".into(),
-        name: format!("{}-dht", vol.name),
-        host: None,
-        mgmt: None,
-        brick: None,
-        children: sets,
-        arbiter: false,
-    };
+            .collect();
+    }
+    let whole = one_row(Place::Volume, &options);
+    let mut top = XlDesc::new(
+        whole.kind,
+        format!("{}-{}", vol.name, short(whole.kind)),
+        below,
+    );
+    for r in rows_at(Place::Above, &options) {
+        top = XlDesc::new(r.kind, format!("{}-{}", vol.name, short(r.kind)), vec![top]);
+    }
     VolDesc {
         volume: vol.name.clone(),
         id: vol.id.clone(),
         version: vol.version,
-        ping_timeout_secs: effective(&vol.options, "network.ping-timeout")
-            .parse()
-            .unwrap_or(42),
-        options: super::options::OPTIONS
-            .iter()
-            .map(|o| {
-                (
-                    o.key.to_string(),
-                    effective(&vol.options, o.key).to_string(),
-                )
-            })
-            .collect(),
+        options,
         top,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mgmt::state::{Brick, VolStatus};
+
+    fn volume(replica: usize, bricks: usize, arbiter: usize) -> Volume {
+        Volume {
+            name: "gv0".into(),
+            id: "id".into(),
+            replica,
+            arbiter,
+            transport: "tcp".into(),
+            bricks: (0..bricks)
+                .map(|i| Brick {
+                    host: "h".into(),
+                    path: format!("/b{i}"),
+                })
+                .collect(),
+            status: VolStatus::Started,
+            options: Default::default(),
+            version: 7,
+        }
+    }
+
+    fn kinds(d: &XlDesc) -> Vec<String> {
+        d.walk()
+            .iter()
+            .map(|x| format!("{}:{}", x.kind, x.name))
+            .collect()
+    }
+
+    #[test]
+    fn the_stack_follows_the_table() {
+        let st = ClusterState::default();
+        let d = generate(&st, &volume(3, 6, 1), "h", "h:24107", 24107);
+        assert_eq!(d.version, 7);
+        assert_eq!(d.top.kind, "cluster/distribute");
+        assert_eq!(d.top.children.len(), 2);
+        let set = &d.top.children[1];
+        assert_eq!(set.name, "gv0-replicate-1");
+        assert_eq!(set.param("arbiter"), Some("on"));
+        assert_eq!(set.children[2].param("brick"), Some("/b5"));
+        assert_eq!(set.children[2].param("mgmt"), Some("h:24107"));
+        assert_eq!(d.options["network.ping-timeout"], "42");
+        let plain = generate(&st, &volume(1, 2, 0), "h", "h:24107", 24107);
+        assert_eq!(
+            kinds(&plain.top),
+            vec![
+                "cluster/distribute:gv0-dht",
+                "protocol/client:gv0-client-0",
+                "protocol/client:gv0-client-1"
+            ]
+        );
     }
 }

@@ -10,7 +10,8 @@
 //! once with ENOTCONN, which the replicate translator above expects.
 
 use super::wire::{self, Msg};
-use crate::core::{Ctx, Fop, FsError, FsResult, Reply, Xlator};
+use crate::core::options::{Kind, Spec};
+use crate::core::{Ctx, Event, Fop, FsError, FsResult, Link, Reply, Xlator};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,6 +30,15 @@ pub type Resolver = Arc<
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Read by every protocol client (`reconfigure`).
+pub static PING_TIMEOUT: Spec = Spec {
+    key: "network.ping-timeout",
+    kind: Kind::Int(1, 1800),
+    default: "42",
+    help:
+        "Seconds without an answer after which a brick with requests outstanding is declared down.",
+};
 
 type Pending = Mutex<HashMap<u64, oneshot::Sender<FsResult<Reply>>>>;
 
@@ -51,7 +61,8 @@ struct Shared {
     last_heard: AtomicU64,
     epoch: Instant,
     changed: Notify,
-    upcall: Mutex<Option<crate::core::xlator::Upcall>>,
+    /// Where up, down and the brick's notices go (to the parent translator).
+    link: Arc<Link>,
 }
 
 pub struct ProtocolClient {
@@ -59,8 +70,9 @@ pub struct ProtocolClient {
 }
 
 impl ProtocolClient {
-    /// Creates the client and starts connecting in the background.
-    pub fn new(name: String, brick: String, resolve: Resolver, ping_timeout: Duration) -> Self {
+    /// Creates the client; it connects once started (`Xlator::start`).
+    pub fn new(name: String, brick: String, resolve: Resolver, link: Arc<Link>) -> Self {
+        let ping_timeout = Duration::from_secs(PING_TIMEOUT.default.parse().unwrap_or(42));
         let shared = Arc::new(Shared {
             name,
             brick,
@@ -75,9 +87,8 @@ impl ProtocolClient {
             last_heard: AtomicU64::new(0),
             epoch: Instant::now(),
             changed: Notify::new(),
-            upcall: Mutex::new(None),
+            link,
         });
-        tokio::spawn(keep_connected(Arc::downgrade(&shared)));
         ProtocolClient { shared }
     }
 
@@ -98,6 +109,11 @@ impl ProtocolClient {
         }
         true
     }
+
+    /// Whether the brick is connected now.
+    pub fn is_up(&self) -> bool {
+        self.shared.up.load(Ordering::Acquire)
+    }
 }
 
 impl Shared {
@@ -117,6 +133,11 @@ impl Shared {
         let was_up = self.up.swap(false, Ordering::AcqRel);
         self.generation.fetch_add(1, Ordering::AcqRel);
         *self.tx.lock().unwrap() = None;
+        if was_up {
+            // Before the calls in flight fail, so that whoever sees their
+            // ENOTCONN also sees the new epoch.
+            self.link.emit(Event::Down);
+        }
         let pending: Vec<_> = self.pending.lock().unwrap().drain().collect();
         for (_, tx) in pending {
             let _ = tx.send(Err(FsError::notconn(format!("{}: {why}", self.name))));
@@ -198,6 +219,7 @@ async fn run_connection(
     sh.heard();
     *sh.tx.lock().unwrap() = Some(tx.clone());
     sh.up.store(true, Ordering::Release);
+    sh.link.emit(Event::Up);
     sh.changed.notify_waiters();
 
     // Ping four times per timeout (the timeout can change while we run).
@@ -217,9 +239,9 @@ async fn run_connection(
                 Ok(Some(Msg::Pong { .. })) => sh.heard(),
                 Ok(Some(Msg::Notice { kind, gfid })) => {
                     sh.heard();
-                    let up = sh.upcall.lock().unwrap().clone();
-                    if let (Some(up), Some(g)) = (up, gfid) {
-                        up(&kind, g);
+                    match (kind.as_str(), gfid) {
+                        ("contention", Some(g)) => sh.link.emit(Event::Contention(g)),
+                        _ => tracing::debug!(client = %sh.name, "ignoring notice {kind}"),
                     }
                 }
                 Ok(Some(other)) => break format!("unexpected message {other:?}"),
@@ -252,12 +274,8 @@ impl Xlator for ProtocolClient {
         self.shared.name.clone()
     }
 
-    fn is_up(&self) -> bool {
-        self.shared.up.load(Ordering::Acquire)
-    }
-
-    fn epoch(&self) -> u64 {
-        self.shared.generation.load(Ordering::Acquire)
+    fn start(&self) {
+        tokio::spawn(keep_connected(Arc::downgrade(&self.shared)));
     }
 
     fn requests(&self) -> u64 {
@@ -265,22 +283,14 @@ impl Xlator for ProtocolClient {
     }
 
     fn reconfigure(&self, options: &crate::core::Options) {
-        if let Some(secs) = options
-            .get("network.ping-timeout")
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            let old = self
-                .shared
-                .ping_timeout_ms
-                .swap(secs * 1000, Ordering::Relaxed);
-            if old != secs * 1000 {
-                tracing::info!(client = %self.shared.name, "network.ping-timeout is now {secs}s");
-            }
+        let secs = PING_TIMEOUT.int(options).max(1) as u64;
+        let old = self
+            .shared
+            .ping_timeout_ms
+            .swap(secs * 1000, Ordering::Relaxed);
+        if old != secs * 1000 {
+            tracing::info!(client = %self.shared.name, "network.ping-timeout is now {secs}s");
         }
-    }
-
-    fn set_upcall(&self, upcall: crate::core::xlator::Upcall) {
-        *self.shared.upcall.lock().unwrap() = Some(upcall);
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {

@@ -12,6 +12,14 @@ use tokio::sync::oneshot;
 
 pub type ConnId = u64;
 
+/// Read by the brick server, which revokes (`protocol::server`).
+pub static REVOCATION_SECS: crate::core::options::Spec = crate::core::options::Spec {
+    key: "features.locks-revocation-secs",
+    kind: crate::core::options::Kind::Int(0, 3600),
+    default: "60",
+    help: "Seconds a client may keep a lock that another client waits for; after that the brick revokes it by closing the holder's connection (its unfinished change is healed). 0: never.",
+};
+
 struct Held {
     owner: ConnId,
     waiters: VecDeque<(ConnId, oneshot::Sender<()>)>,

@@ -11,8 +11,7 @@
 //! are valid on any child that is up and need no re-open.
 
 use crate::core::fop::ANON_FH;
-use crate::core::{FsResult, Reply, Xlator};
-use std::sync::Arc;
+use crate::core::{Child, FsResult, Reply};
 
 /// How a handle was opened: what a re-open repeats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +72,7 @@ impl Open {
     }
 
     /// The children whose part of this handle can be used now.
-    pub fn live(&self, children: &[Arc<dyn Xlator>]) -> Vec<usize> {
+    pub fn live(&self, children: &[Child]) -> Vec<usize> {
         (0..children.len())
             .filter(|&i| {
                 let c = &children[i];
@@ -103,7 +102,7 @@ impl Open {
     /// names (asked only then) when no child holds it any more.
     pub fn to_reopen(
         &self,
-        children: &[Arc<dyn Xlator>],
+        children: &[Child],
         fallback: impl FnOnce() -> Option<usize>,
     ) -> Vec<usize> {
         let up_since = |i: usize, epoch: u64| children[i].epoch() == epoch;
@@ -144,7 +143,7 @@ impl Open {
 
     /// Children holding a real (not anonymous) handle of the current
     /// epoch: what a release closes.
-    pub fn to_close(&self, children: &[Arc<dyn Xlator>]) -> Vec<usize> {
+    pub fn to_close(&self, children: &[Child]) -> Vec<usize> {
         if self.how == How::Anon {
             return Vec::new();
         }
@@ -158,49 +157,38 @@ impl Open {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Ctx, Fop, FsError};
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use crate::core::{Ctx, Event, Fop, FsError, Link, Xlator};
+    use std::sync::Arc;
 
-    /// A child whose liveness and epoch a test sets.
-    struct Child {
-        up: AtomicBool,
-        epoch: AtomicU64,
-    }
+    struct Nothing;
 
     #[async_trait::async_trait]
-    impl Xlator for Child {
+    impl Xlator for Nothing {
         fn name(&self) -> String {
-            "child".into()
+            "nothing".into()
         }
         async fn call(&self, _: &Ctx, _: Fop) -> FsResult<Reply> {
             Err(FsError::errno(libc::ENOSYS))
         }
-        fn is_up(&self) -> bool {
-            self.up.load(Ordering::Relaxed)
-        }
-        fn epoch(&self) -> u64 {
-            self.epoch.load(Ordering::Relaxed)
-        }
     }
 
-    fn children(n: usize) -> (Vec<Arc<Child>>, Vec<Arc<dyn Xlator>>) {
-        let c: Vec<Arc<Child>> = (0..n)
-            .map(|_| {
-                Arc::new(Child {
-                    up: AtomicBool::new(true),
-                    epoch: AtomicU64::new(0),
-                })
-            })
-            .collect();
-        let x = c.iter().map(|c| c.clone() as Arc<dyn Xlator>).collect();
-        (c, x)
+    /// Children whose links a test drives: all up, at epoch 0.
+    fn children(n: usize) -> Vec<Child> {
+        (0..n)
+            .map(|_| Child::new(Arc::new(Nothing), Link::up()))
+            .collect()
+    }
+
+    fn reconnect(c: &Child) {
+        c.link.emit(Event::Down);
+        c.link.emit(Event::Up);
     }
 
     #[test]
     fn a_file_is_reopened_where_its_child_came_back_and_nowhere_else() {
-        let (c, x) = children(3);
+        let x = children(3);
         // Opened on 0 and 2 while 1 was down.
-        c[1].up.store(false, Ordering::Relaxed);
+        x[1].link.emit(Event::Down);
         let res = vec![
             (0, Ok(Reply::Opened { fh: 7 })),
             (2, Ok(Reply::Opened { fh: 9 })),
@@ -209,14 +197,14 @@ mod tests {
             How::File(libc::O_WRONLY | libc::O_TRUNC),
             3,
             &res,
-            &[0, 0, 0],
+            &[0, 1, 0],
         );
         assert_eq!(o.live(&x), vec![0, 2]);
         assert!(o.to_reopen(&x, || None).is_empty());
         assert_eq!(o.reopen_flags(), libc::O_WRONLY);
         // 1 comes back, 2 reconnects: both need the file again.
-        c[1].up.store(true, Ordering::Relaxed);
-        c[2].epoch.store(1, Ordering::Relaxed);
+        x[1].link.emit(Event::Up);
+        reconnect(&x[2]);
         assert_eq!(o.live(&x), vec![0]);
         assert_eq!(o.to_reopen(&x, || None), vec![1, 2]);
         assert_eq!(o.to_close(&x), vec![0]);
@@ -225,23 +213,23 @@ mod tests {
 
     #[test]
     fn a_child_lacking_the_file_is_asked_again_only_after_it_reconnects() {
-        let (c, x) = children(2);
+        let x = children(2);
         let res = vec![
             (0, Ok(Reply::Opened { fh: 3 })),
             (1, Err(FsError::errno(libc::ESTALE))),
         ];
         let o = Open::from_answers(How::File(libc::O_RDWR), 2, &res, &[0, 0]);
         assert!(o.to_reopen(&x, || None).is_empty());
-        c[1].epoch.store(5, Ordering::Relaxed);
+        reconnect(&x[1]);
         assert_eq!(o.to_reopen(&x, || None), vec![1]);
     }
 
     #[test]
     fn anonymous_handles_follow_whoever_is_up() {
-        let (c, x) = children(3);
+        let x = children(3);
         let o = Open::anonymous(3);
-        c[0].up.store(false, Ordering::Relaxed);
-        c[2].epoch.store(4, Ordering::Relaxed);
+        x[0].link.emit(Event::Down);
+        reconnect(&x[2]);
         assert_eq!(o.live(&x), vec![1, 2]);
         assert_eq!(o.fh(2), ANON_FH);
         assert!(o.to_reopen(&x, || Some(1)).is_empty());
@@ -250,13 +238,13 @@ mod tests {
 
     #[test]
     fn a_listing_moves_to_another_child_only_when_its_own_is_gone() {
-        let (c, x) = children(3);
+        let x = children(3);
         let res = vec![(0, Ok(Reply::Opened { fh: 1 }))];
         let o = Open::from_answers(How::Dir, 3, &res, &[0, 0, 0]);
         assert!(o.to_reopen(&x, || Some(1)).is_empty());
-        c[0].epoch.store(1, Ordering::Relaxed);
+        reconnect(&x[0]);
         assert_eq!(o.to_reopen(&x, || Some(1)), vec![0]);
-        c[0].up.store(false, Ordering::Relaxed);
+        x[0].link.emit(Event::Down);
         assert_eq!(o.to_reopen(&x, || Some(1)), vec![1]);
     }
 }

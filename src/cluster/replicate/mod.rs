@@ -15,10 +15,13 @@
 //! and `readable` the single place where copies are chosen for reading.
 
 mod handles;
+pub mod options;
 mod txn;
 
 use super::HandleMap;
-use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator};
+use crate::core::{
+    Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator,
+};
 use async_trait::async_trait;
 use handles::{How, Open};
 use std::collections::HashMap;
@@ -36,7 +39,9 @@ const BAD_MAX: usize = 1 << 16;
 
 pub struct Replicate {
     name: String,
-    children: Vec<Arc<dyn Xlator>>,
+    children: Vec<Child>,
+    /// Whether any child is up (what this translator tells its parent).
+    up: std::sync::atomic::AtomicBool,
     /// Our handle → what it stands for on each child (`handles.rs`).
     fds: HandleMap<Arc<Open>>,
     /// Held while handles are opened again on children that came back, so
@@ -89,7 +94,7 @@ pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<Vec<(usize, Rep
 }
 
 impl Replicate {
-    pub fn new(name: String, children: Vec<Arc<dyn Xlator>>) -> Self {
+    pub fn new(name: String, children: Vec<Child>) -> Self {
         Replicate {
             fds: HandleMap::new(),
             reopening: tokio::sync::Mutex::new(()),
@@ -98,6 +103,7 @@ impl Replicate {
             txns: Txns::new(name.clone(), children.clone()),
             bad: Mutex::new(HashMap::new()),
             arbiter: None,
+            up: Default::default(),
             name,
             children,
         }
@@ -369,25 +375,22 @@ impl Replicate {
         {
             self.learn_new(*gfid, &res);
         }
-        Ok(self.pick(fop_gfid(&fop), merge(res)?))
+        Ok(self.pick(fop.gfid(), merge(res)?))
     }
 
     /// A change through an open file (write, fallocate), to every replica
     /// holding the file open.
-    async fn change_handles(
-        &self,
-        cx: &Ctx,
-        gfid: Gfid,
-        fh: u64,
-        make: impl Fn(u64) -> Fop,
-    ) -> FsResult<Reply> {
+    async fn change_handles(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
         let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
         if let Err(e) = self.good_target(cx, gfid, &targets, true).await {
             self.finish(tickets, &[]).await;
             return Err(e);
         }
-        let res = self.fan_out(cx, &targets, |i| Some(make(fhs.fh(i)))).await;
+        let res = self
+            .fan_out(cx, &targets, |i| Some(fop.clone().with_fh(fhs.fh(i))))
+            .await;
         self.finish(tickets, &res).await;
         Ok(self.pick(gfid, self.merge_data(gfid, res)?))
     }
@@ -478,7 +481,7 @@ impl Replicate {
     /// Asks the attribute child about metadata, falling back to the other
     /// good copies if it cannot answer (`copy_fault`).
     async fn meta_one(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        let gfid = fop_gfid(&fop);
+        let gfid = fop.gfid();
         let mut up = self.up();
         let mut last: Option<FsError> = None;
         loop {
@@ -507,7 +510,7 @@ impl Replicate {
     /// object's copies blame, which decides where it is read from.
     async fn lookup(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         use futures_util::stream::{FuturesUnordered, StreamExt};
-        let parent = fop_gfid(&fop);
+        let parent = fop.gfid();
         let up = self.up();
         let trusted = self.readable(parent, &up)?;
         // The first answers that are enough to tell stale copies (see
@@ -668,7 +671,7 @@ impl Replicate {
             let fh = self
                 .fds
                 .insert(Arc::new(Open::anonymous(self.children.len())));
-            let gfid = fop_gfid(&fop);
+            let gfid = fop.gfid();
             self.open_behind
                 .lock()
                 .unwrap()
@@ -679,7 +682,7 @@ impl Replicate {
         }
         if read_only {
             // A listing is read from the attribute child.
-            let i = self.attr_child(fop_gfid(&fop), &up)?;
+            let i = self.attr_child(fop.gfid(), &up)?;
             res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
         }
         if !res.iter().any(|(_, r)| r.is_ok()) {
@@ -696,7 +699,7 @@ impl Replicate {
                 fh: self.fds.insert(Arc::new(fhs)),
             }),
             Err(e) => {
-                let gfid = fop_gfid(&fop);
+                let gfid = fop.gfid();
                 let dir = matches!(fop, Fop::Opendir { .. });
                 self.close(cx, &fhs, |fh| match dir {
                     true => Fop::Releasedir { gfid, fh },
@@ -855,23 +858,20 @@ impl Replicate {
     }
 
     /// Sends a handle-based operation to every replica holding the handle.
-    async fn with_handles(
-        &self,
-        cx: &Ctx,
-        gfid: Gfid,
-        fh: u64,
-        make: impl Fn(u64) -> Fop,
-    ) -> FsResult<Reply> {
+    async fn with_handles(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
         let (fhs, targets) = self.live_handles(cx, gfid, fh).await?;
-        let res = self.fan_out(cx, &targets, |i| Some(make(fhs.fh(i)))).await;
+        let res = self
+            .fan_out(cx, &targets, |i| Some(fop.clone().with_fh(fhs.fh(i))))
+            .await;
         let ok = merge(res)?;
         Ok(self.pick(gfid, ok))
     }
 
     /// Lets go of our handle `fh` and closes it on the bricks.
-    async fn release(&self, cx: &Ctx, fh: u64, release: impl Fn(u64) -> Fop) {
-        if let Some(fhs) = self.fds.remove(fh) {
-            self.close(cx, &fhs, release).await;
+    async fn release(&self, cx: &Ctx, fop: Fop) {
+        if let Some(fhs) = self.fds.remove(fop.fh().unwrap_or(0)) {
+            self.close(cx, &fhs, |f| fop.clone().with_fh(f)).await;
         }
     }
 
@@ -879,13 +879,8 @@ impl Replicate {
     /// cannot answer for any reason but a genuine one (`copy_fault`), from
     /// another good copy, so that the application sees no error while a
     /// good copy is reachable.
-    async fn read_handle(
-        &self,
-        cx: &Ctx,
-        gfid: Gfid,
-        fh: u64,
-        make: impl Fn(u64) -> Fop,
-    ) -> FsResult<Reply> {
+    async fn read_handle(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
         let fhs = self.handles(cx, gfid, fh).await?;
         let mut allowed = fhs.live(&self.children);
         if self.read_child(gfid, &allowed).is_err() {
@@ -897,7 +892,10 @@ impl Replicate {
                 Ok(i) => i,
                 Err(e) => return Err(last.unwrap_or(e)),
             };
-            match self.children[i].call(cx, make(fhs.fh(i))).await {
+            match self.children[i]
+                .call(cx, fop.clone().with_fh(fhs.fh(i)))
+                .await
+            {
                 Err(e) if copy_fault(&e) => {
                     self.distrust(gfid, i, &e);
                     allowed.retain(|&c| c != i);
@@ -939,44 +937,6 @@ fn copy_fault(e: &FsError) -> bool {
     )
 }
 
-pub(crate) fn fop_gfid(fop: &Fop) -> Gfid {
-    match fop {
-        Fop::Getattr { gfid }
-        | Fop::Parent { gfid }
-        | Fop::Setattr { gfid, .. }
-        | Fop::Link { gfid, .. }
-        | Fop::Readlink { gfid }
-        | Fop::Open { gfid, .. }
-        | Fop::Read { gfid, .. }
-        | Fop::Write { gfid, .. }
-        | Fop::Flush { gfid, .. }
-        | Fop::Fsync { gfid, .. }
-        | Fop::Release { gfid, .. }
-        | Fop::Fallocate { gfid, .. }
-        | Fop::Lseek { gfid, .. }
-        | Fop::Opendir { gfid }
-        | Fop::Readdir { gfid, .. }
-        | Fop::Releasedir { gfid, .. }
-        | Fop::Statfs { gfid }
-        | Fop::Setxattr { gfid, .. }
-        | Fop::Getxattr { gfid, .. }
-        | Fop::Listxattr { gfid }
-        | Fop::Removexattr { gfid, .. } => *gfid,
-        Fop::Mknod { gfid, .. }
-        | Fop::Create { gfid, .. }
-        | Fop::Mkdir { gfid, .. }
-        | Fop::Symlink { gfid, .. } => *gfid,
-        Fop::Lookup { parent, .. }
-        | Fop::Unlink { parent, .. }
-        | Fop::Rmdir { parent, .. }
-        | Fop::Rename { parent, .. } => *parent,
-        Fop::Lock { gfid, .. } | Fop::Clear { gfid, .. } | Fop::Checksum { gfid, .. } => *gfid,
-        Fop::Unlock { .. } | Fop::Pending { .. } | Fop::Blamed { .. } | Fop::Resolve { .. } => {
-            Gfid::NULL
-        }
-    }
-}
-
 /// The objects a change is a transaction on: the object itself for data
 /// and metadata, the directories whose names change for the rest.
 fn txn_objects(fop: &Fop) -> Vec<Gfid> {
@@ -991,7 +951,7 @@ fn txn_objects(fop: &Fop) -> Vec<Gfid> {
         Fop::Rename {
             parent, newparent, ..
         } => vec![*parent, *newparent],
-        other => vec![fop_gfid(other)],
+        other => vec![other.gfid()],
     }
 }
 
@@ -1009,38 +969,34 @@ impl Xlator for Replicate {
         self.name.clone()
     }
 
-    fn is_up(&self) -> bool {
-        self.children.iter().any(|c| c.is_up())
+    fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
+        match ev {
+            Event::Contention(gfid) => {
+                // Ours alone: we hold the lock.
+                self.txns.contention(gfid);
+                None
+            }
+            Event::Up | Event::Down => {
+                let any = self.children.iter().any(|c| c.is_up());
+                let was = self.up.swap(any, std::sync::atomic::Ordering::AcqRel);
+                (any != was).then_some(if any { Event::Up } else { Event::Down })
+            }
+        }
     }
 
-    fn requests(&self) -> u64 {
-        self.children.iter().map(|c| c.requests()).sum()
-    }
-
-    async fn shutdown(&self) {
+    async fn fini(&self) {
         self.txns.release_all().await;
     }
 
-    fn reconfigure(&self, options: &crate::core::Options) {
-        if let Some(m) = options
-            .get("cluster.read-hash-mode")
-            .and_then(|v| v.parse::<u8>().ok())
-        {
-            self.read_hash_mode
-                .store(m, std::sync::atomic::Ordering::Relaxed);
-        }
+    fn reconfigure(&self, set: &crate::core::Options) {
+        self.read_hash_mode.store(
+            options::READ_HASH_MODE.int(set) as u8,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.txns.set_quorum(Quorum::from_options(
-            options
-                .get("cluster.quorum-type")
-                .map(String::as_str)
-                .unwrap_or("auto"),
-            options
-                .get("cluster.quorum-count")
-                .and_then(|v| v.parse().ok()),
+            options::QUORUM_TYPE.str(set),
+            Some(options::QUORUM_COUNT.int(set) as usize),
         ));
-        for c in &self.children {
-            c.reconfigure(options);
-        }
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
@@ -1074,82 +1030,15 @@ impl Xlator for Replicate {
             }
             Fop::Create { .. } => self.create(cx, fop).await,
             Fop::Open { .. } | Fop::Opendir { .. } => self.open_all(cx, fop).await,
-            Fop::Read {
-                gfid,
-                fh,
-                offset,
-                size,
-            } => {
-                self.read_handle(cx, gfid, fh, |f| Fop::Read {
-                    gfid,
-                    fh: f,
-                    offset,
-                    size,
-                })
-                .await
-            }
-            Fop::Lseek {
-                gfid,
-                fh,
-                offset,
-                whence,
-            } => {
-                self.read_handle(cx, gfid, fh, |f| Fop::Lseek {
-                    gfid,
-                    fh: f,
-                    offset,
-                    whence,
-                })
-                .await
-            }
+            Fop::Read { .. } | Fop::Lseek { .. } => self.read_handle(cx, fop).await,
             Fop::Readdir {
                 gfid,
                 fh,
                 offset,
                 plus,
             } => self.readdir(cx, gfid, fh, offset, plus).await,
-            Fop::Write {
-                gfid,
-                fh,
-                offset,
-                data,
-            } => {
-                self.change_handles(cx, gfid, fh, |f| Fop::Write {
-                    gfid,
-                    fh: f,
-                    offset,
-                    data: data.clone(),
-                })
-                .await
-            }
-            Fop::Flush { gfid, fh } => {
-                self.with_handles(cx, gfid, fh, |f| Fop::Flush { gfid, fh: f })
-                    .await
-            }
-            Fop::Fsync { gfid, fh, datasync } => {
-                self.with_handles(cx, gfid, fh, |f| Fop::Fsync {
-                    gfid,
-                    fh: f,
-                    datasync,
-                })
-                .await
-            }
-            Fop::Fallocate {
-                gfid,
-                fh,
-                mode,
-                offset,
-                len,
-            } => {
-                self.change_handles(cx, gfid, fh, |f| Fop::Fallocate {
-                    gfid,
-                    fh: f,
-                    mode,
-                    offset,
-                    len,
-                })
-                .await
-            }
+            Fop::Write { .. } | Fop::Fallocate { .. } => self.change_handles(cx, fop).await,
+            Fop::Flush { .. } | Fop::Fsync { .. } => self.with_handles(cx, fop).await,
             Fop::Release { gfid, fh } => {
                 {
                     let mut ob = self.open_behind.lock().unwrap();
@@ -1160,12 +1049,11 @@ impl Xlator for Replicate {
                         }
                     }
                 }
-                self.release(cx, fh, |f| Fop::Release { gfid, fh: f }).await;
+                self.release(cx, fop).await;
                 Ok(Reply::Ok)
             }
-            Fop::Releasedir { gfid, fh } => {
-                self.release(cx, fh, |f| Fop::Releasedir { gfid, fh: f })
-                    .await;
+            Fop::Releasedir { .. } => {
+                self.release(cx, fop).await;
                 Ok(Reply::Ok)
             }
             Fop::Unlink { parent, ref name } => {

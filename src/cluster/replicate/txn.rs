@@ -19,7 +19,7 @@
 //! 5. **Settle**, later and batched: the lock is released and the change
 //!    session closed; an object that blames nobody leaves the heal index.
 
-use crate::core::{Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use crate::core::{Child, Fop, FsError, FsResult, Gfid, Reply};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -90,7 +90,7 @@ impl Ticket {
 
 pub struct Txns {
     name: String,
-    children: Vec<Arc<dyn Xlator>>,
+    children: Vec<Child>,
     map: Mutex<HashMap<Gfid, Arc<Txn>>>,
     quorum: Mutex<Quorum>,
     start: Instant,
@@ -124,7 +124,7 @@ fn lock_fop(gfid: Gfid, wait: bool, blame: u32) -> Fop {
 }
 
 impl Txns {
-    pub fn new(name: String, children: Vec<Arc<dyn Xlator>>) -> Arc<Txns> {
+    pub fn new(name: String, children: Vec<Child>) -> Arc<Txns> {
         let t = Arc::new(Txns {
             name,
             children,
@@ -132,14 +132,6 @@ impl Txns {
             quorum: Mutex::new(Quorum::Auto),
             start: Instant::now(),
         });
-        for c in &t.children {
-            let weak = Arc::downgrade(&t);
-            c.set_upcall(Arc::new(move |kind, gfid| {
-                if let (Some(t), "contention") = (weak.upgrade(), kind) {
-                    t.contention(gfid);
-                }
-            }));
-        }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(sweep(Arc::downgrade(&t)));
         }
@@ -361,7 +353,9 @@ impl Txns {
     }
 
     /// A brick says another client waits for `gfid`.
-    fn contention(self: &Arc<Self>, gfid: Gfid) {
+    /// Another client waits for `gfid`: let go of it once the changes in
+    /// flight are done.
+    pub fn contention(self: &Arc<Self>, gfid: Gfid) {
         let Some(txn) = self.map.lock().unwrap().get(&gfid).cloned() else {
             return;
         };

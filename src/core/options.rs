@@ -1,0 +1,149 @@
+//! Volume options as translators declare them: each one a `Spec` (key,
+//! type, default, help) written once, beside the translator that reads it,
+//! and listed in that translator's row of the graph table
+//! (`graph::table`). `volume set` validates against the spec, `volume get`
+//! reports from it, and the translator reads a typed value through it, so
+//! that an option cannot exist without the code that gives it an effect.
+
+use super::Options;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    /// An integer within the bounds.
+    Int(i64, i64),
+    /// One of a fixed set of words.
+    Enum(&'static [&'static str]),
+    /// A size with an optional KB/MB/GB suffix.
+    Size,
+    /// Free text (address lists and the like).
+    Text,
+}
+
+#[derive(Debug)]
+pub struct Spec {
+    pub key: &'static str,
+    pub kind: Kind,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "yes" | "true" | "enable" | "1" => Some(true),
+        "off" | "no" | "false" | "disable" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim().to_ascii_uppercase();
+    let (num, mul) = if let Some(n) = v.strip_suffix("GB").or_else(|| v.strip_suffix('G')) {
+        (n, 1u64 << 30)
+    } else if let Some(n) = v.strip_suffix("MB").or_else(|| v.strip_suffix('M')) {
+        (n, 1 << 20)
+    } else if let Some(n) = v.strip_suffix("KB").or_else(|| v.strip_suffix('K')) {
+        (n, 1 << 10)
+    } else {
+        (v.strip_suffix('B').unwrap_or(&v), 1)
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mul)
+}
+
+impl Spec {
+    /// Checks a value against the type; returns it in canonical form.
+    pub fn validate(&self, value: &str) -> Result<String, String> {
+        let bad = || {
+            format!(
+                "option {}: '{value}' is not valid ({})",
+                self.key,
+                describe(self.kind)
+            )
+        };
+        match self.kind {
+            Kind::Bool => parse_bool(value)
+                .map(|b| if b { "on" } else { "off" }.to_string())
+                .ok_or_else(bad),
+            Kind::Int(lo, hi) => match value.parse::<i64>() {
+                Ok(n) if (lo..=hi).contains(&n) => Ok(n.to_string()),
+                _ => Err(bad()),
+            },
+            Kind::Enum(words) => words
+                .iter()
+                .find(|w| **w == value)
+                .map(|w| w.to_string())
+                .ok_or_else(bad),
+            Kind::Size => parse_size(value).map(|_| value.to_string()).ok_or_else(bad),
+            Kind::Text if !value.is_empty() => Ok(value.to_string()),
+            Kind::Text => Err(bad()),
+        }
+    }
+
+    /// The value in force among `set`: the one set, else the default.
+    pub fn str<'a>(&'static self, set: &'a Options) -> &'a str {
+        set.get(self.key)
+            .map(String::as_str)
+            .unwrap_or(self.default)
+    }
+
+    /// The value as a boolean (the default if the one set does not parse).
+    pub fn bool(&'static self, set: &Options) -> bool {
+        parse_bool(self.str(set))
+            .or_else(|| parse_bool(self.default))
+            .unwrap_or(false)
+    }
+
+    /// The value as an integer (the default if the one set does not parse).
+    pub fn int(&'static self, set: &Options) -> i64 {
+        self.str(set)
+            .parse()
+            .or_else(|_| self.default.parse())
+            .unwrap_or(0)
+    }
+}
+
+fn describe(k: Kind) -> String {
+    match k {
+        Kind::Bool => "on or off".into(),
+        Kind::Int(lo, hi) => format!("an integer from {lo} to {hi}"),
+        Kind::Enum(w) => format!("one of {}", w.join(", ")),
+        Kind::Size => "a size such as 64MB".into(),
+        Kind::Text => "text".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static FLAG: Spec = Spec {
+        key: "test.flag",
+        kind: Kind::Bool,
+        default: "on",
+        help: "",
+    };
+    static COUNT: Spec = Spec {
+        key: "test.count",
+        kind: Kind::Int(1, 10),
+        default: "3",
+        help: "",
+    };
+
+    #[test]
+    fn values_are_checked_canonical_and_typed() {
+        assert_eq!(FLAG.validate("yes").unwrap(), "on");
+        assert!(FLAG.validate("maybe").is_err());
+        assert_eq!(COUNT.validate("10").unwrap(), "10");
+        assert!(COUNT.validate("0").is_err());
+        assert!(COUNT.validate("x").is_err());
+        assert_eq!(parse_size("64MB"), Some(64 << 20));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        let mut set = Options::new();
+        assert!(FLAG.bool(&set));
+        assert_eq!(COUNT.int(&set), 3);
+        set.insert("test.flag".into(), "off".into());
+        set.insert("test.count".into(), "7".into());
+        assert!(!FLAG.bool(&set));
+        assert_eq!(COUNT.int(&set), 7);
+    }
+}

@@ -1,0 +1,102 @@
+//! Builds translators from a description, one factory per table row, and
+//! joins them: each child's link is attached to its parent, so events
+//! travel up without any translator forwarding them.
+
+use super::desc::XlDesc;
+use super::table;
+use crate::cluster::{distribute::Distribute, replicate::Replicate};
+use crate::core::{Child, Link, Xlator};
+use crate::protocol::client::{ProtocolClient, Resolver};
+use std::sync::Arc;
+
+/// Makes the resolver of a protocol client from its description.
+pub type ResolverFor = Arc<dyn Fn(&XlDesc) -> anyhow::Result<Resolver> + Send + Sync>;
+
+/// What the graph's owner provides to the factories.
+pub struct Env {
+    /// Finds where a brick listens, for a protocol client's description
+    /// (the mount and the healer ask the brick host's daemon).
+    pub resolver: ResolverFor,
+}
+
+/// What a factory gets: its description, the link it emits events on, the
+/// owner's environment.
+pub struct BuildCtx<'a> {
+    pub desc: &'a XlDesc,
+    pub link: Arc<Link>,
+    pub env: &'a Env,
+}
+
+/// A built translator: where it is in the graph.
+pub struct Node {
+    pub kind: String,
+    pub name: String,
+    pub params: std::collections::BTreeMap<String, String>,
+    pub child: Child,
+    /// Its children's positions in the graph's node list.
+    pub children: Vec<usize>,
+}
+
+/// Builds `d` and everything below it into `nodes` (children first);
+/// returns its position.
+pub fn build_into(d: &XlDesc, env: &Env, nodes: &mut Vec<Node>) -> anyhow::Result<usize> {
+    let mut idx = Vec::with_capacity(d.children.len());
+    for c in &d.children {
+        idx.push(build_into(c, env, nodes)?);
+    }
+    let row = table::row(&d.kind)
+        .ok_or_else(|| anyhow::anyhow!("{}: unknown translator kind {}", d.name, d.kind))?;
+    let factory = row
+        .build
+        .ok_or_else(|| anyhow::anyhow!("{}: {} is not a client translator", d.name, d.kind))?;
+    let children: Vec<Child> = idx.iter().map(|&i| nodes[i].child.clone()).collect();
+    let link = Link::new();
+    let ctx = BuildCtx {
+        desc: d,
+        link: link.clone(),
+        env,
+    };
+    let xl = factory(&ctx, children.clone())?;
+    for (i, c) in children.iter().enumerate() {
+        c.link.attach(Arc::downgrade(&xl), i, link.clone());
+    }
+    nodes.push(Node {
+        kind: d.kind.clone(),
+        name: d.name.clone(),
+        params: d.params.clone(),
+        child: Child::new(xl, link),
+        children: idx,
+    });
+    Ok(nodes.len() - 1)
+}
+
+pub(super) fn protocol_client(
+    cx: &BuildCtx,
+    _children: Vec<Child>,
+) -> anyhow::Result<Arc<dyn Xlator>> {
+    let d = cx.desc;
+    let brick = d
+        .param("brick")
+        .ok_or_else(|| anyhow::anyhow!("{}: protocol/client needs a brick", d.name))?;
+    let resolve = (cx.env.resolver)(d)?;
+    Ok(Arc::new(ProtocolClient::new(
+        d.name.clone(),
+        brick.to_string(),
+        resolve,
+        cx.link.clone(),
+    )))
+}
+
+pub(super) fn replicate(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let arbiter = (cx.desc.param("arbiter") == Some("on")).then(|| children.len() - 1);
+    Ok(Arc::new(
+        Replicate::new(cx.desc.name.clone(), children).with_arbiter(arbiter),
+    ))
+}
+
+pub(super) fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    if children.is_empty() {
+        anyhow::bail!("{}: distribute needs children", cx.desc.name);
+    }
+    Ok(Arc::new(Distribute::new(cx.desc.name.clone(), children)))
+}

@@ -1,0 +1,61 @@
+//! A graph as data: what the management daemon generates (`mgmt::volgen`)
+//! and sends to clients, and what `graph::build` turns into translators.
+
+use crate::core::Options;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One translator of a graph and the translators below it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct XlDesc {
+    /// Its kind: a row of `graph::table` ("cluster/replicate", ...).
+    pub kind: String,
+    /// Its instance name, for logs ("gv0-replicate-0").
+    pub name: String,
+    /// Settings of this instance alone (a brick's host and path, whether
+    /// the last child is an arbiter); volume options are in `VolDesc`.
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    pub children: Vec<XlDesc>,
+}
+
+impl XlDesc {
+    pub fn new(kind: &str, name: String, children: Vec<XlDesc>) -> XlDesc {
+        XlDesc {
+            kind: kind.into(),
+            name,
+            params: BTreeMap::new(),
+            children,
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<String>) -> XlDesc {
+        self.params.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.params.get(key).map(String::as_str)
+    }
+
+    /// This translator and all below it, parents before children.
+    pub fn walk(&self) -> Vec<&XlDesc> {
+        let mut out = vec![self];
+        for c in &self.children {
+            out.extend(c.walk());
+        }
+        out
+    }
+}
+
+/// A volume's client graph and the options in force.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VolDesc {
+    pub volume: String,
+    pub id: String,
+    /// Moves on with every change of the volume (options, bricks).
+    pub version: u64,
+    /// Every declared option's value in force for this volume.
+    pub options: Options,
+    pub top: XlDesc,
+}

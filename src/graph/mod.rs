@@ -1,0 +1,129 @@
+//! A client translator graph: built from a description (`desc`), stacked
+//! from the translator table (`table`), joined by links that carry events
+//! up (`core::xlator`). The graph calls every translator's `start`,
+//! `reconfigure` and `fini` itself, sums their request counters, and
+//! broadcasts what reaches its top to any number of subscribers.
+
+pub mod build;
+pub mod desc;
+pub mod table;
+
+pub use build::{Env, Node};
+pub use desc::{VolDesc, XlDesc};
+
+use crate::core::{Child, Event, Options};
+use std::time::Duration;
+
+pub struct Graph {
+    /// The volume and the version of its description this graph is built from.
+    pub volume: String,
+    pub version: u64,
+    /// Every translator, children before parents; the last is the top.
+    nodes: Vec<Node>,
+    events: tokio::sync::broadcast::Sender<Event>,
+}
+
+impl Graph {
+    /// Builds the graph a volume description gives, applies its options,
+    /// and starts it (protocol clients begin to connect). Call within a
+    /// tokio runtime.
+    pub fn build(desc: &VolDesc, env: &Env) -> anyhow::Result<Graph> {
+        let mut nodes = Vec::new();
+        build::build_into(&desc.top, env, &mut nodes)?;
+        let (events, _) = tokio::sync::broadcast::channel(256);
+        nodes
+            .last()
+            .expect("a graph has a top")
+            .child
+            .link
+            .attach_top(events.clone());
+        let g = Graph {
+            volume: desc.volume.clone(),
+            version: desc.version,
+            nodes,
+            events,
+        };
+        g.reconfigure(&desc.options);
+        for n in &g.nodes {
+            n.child.xl.start();
+        }
+        Ok(g)
+    }
+
+    /// The translator requests enter by.
+    pub fn top(&self) -> &Child {
+        &self.nodes.last().expect("a graph has a top").child
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The translators of one kind, in graph order.
+    pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Node> + 'a {
+        self.nodes.iter().filter(move |n| n.kind == kind)
+    }
+
+    /// Events that reached the top from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Gives every translator the options in force.
+    pub fn reconfigure(&self, options: &Options) {
+        for n in &self.nodes {
+            n.child.xl.reconfigure(options);
+        }
+    }
+
+    /// Lets every translator let go of what it holds, top down.
+    pub async fn fini(&self) {
+        for n in self.nodes.iter().rev() {
+            n.child.xl.fini().await;
+        }
+    }
+
+    /// Requests sent to bricks by all translators.
+    pub fn requests(&self) -> u64 {
+        self.nodes.iter().map(|n| n.child.xl.requests()).sum()
+    }
+
+    /// The bottom translators (one per brick).
+    pub fn leaves(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(|n| n.children.is_empty())
+    }
+
+    /// Waits until every brick is connected, at most `timeout`; returns how
+    /// many are.
+    pub async fn wait_up(&self, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let up = self.leaves().filter(|n| n.child.is_up()).count();
+            if up == self.leaves().count() || tokio::time::Instant::now() >= deadline {
+                return up;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The graph as an indented tree, one translator per line, with the
+    /// state of each link: what `mortar.graph` shows at a mount.
+    pub fn describe(&self) -> String {
+        fn line(g: &Graph, i: usize, depth: usize, out: &mut String) {
+            let n = &g.nodes[i];
+            let state = if n.child.is_up() { "up" } else { "down" };
+            out.push_str(&format!(
+                "{}{} ({}) {state}\n",
+                "  ".repeat(depth),
+                n.name,
+                n.kind
+            ));
+            for &c in &n.children {
+                line(g, c, depth + 1, out);
+            }
+        }
+        let mut out = format!("volume {} version {}\n", self.volume, self.version);
+        line(self, self.nodes.len() - 1, 0, &mut out);
+        out
+    }
+}

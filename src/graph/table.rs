@@ -1,0 +1,131 @@
+//! The translator table: every kind of translator mortar has, where it
+//! sits in a stack, the option that turns it on, the options it reads, and
+//! how it is built. `mgmt::volgen` stacks a volume's client graph from the
+//! rows, `graph::build` builds each translator through its row's factory,
+//! and the option registry (`mgmt::options`) is the union of the rows'
+//! options. Adding a translator is its file plus one row here.
+
+use super::build::BuildCtx;
+use crate::core::options::Spec;
+use crate::core::{Child, Xlator};
+use std::sync::Arc;
+
+/// Which process runs a translator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Brick,
+}
+
+/// Where a client translator sits, bottom to top.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Place {
+    /// One per brick: the bottom of the stack.
+    Brick,
+    /// One over each replica set's bricks (volumes with replica > 1).
+    Set,
+    /// One over all replica sets.
+    Volume,
+    /// One over the whole volume, stacked in table order (performance
+    /// layers); present when its `enabled_by` option is on.
+    Above,
+}
+
+pub type Factory = fn(&BuildCtx, Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>>;
+
+pub struct Row {
+    pub kind: &'static str,
+    pub side: Side,
+    pub place: Place,
+    /// The volume option that turns it on (None: always there).
+    pub enabled_by: Option<&'static Spec>,
+    /// The volume options it reads (in `reconfigure`).
+    pub options: &'static [&'static Spec],
+    /// How a client builds it (None for brick-side rows, which the brick
+    /// process composes).
+    pub build: Option<Factory>,
+    pub about: &'static str,
+}
+
+pub static TABLE: &[Row] = &[
+    Row {
+        kind: "protocol/client",
+        side: Side::Client,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[&crate::protocol::client::PING_TIMEOUT],
+        build: Some(super::build::protocol_client),
+        about: "one connection to one brick; requests in flight in any number",
+    },
+    Row {
+        kind: "cluster/replicate",
+        side: Side::Client,
+        place: Place::Set,
+        enabled_by: None,
+        options: crate::cluster::replicate::options::OPTIONS,
+        build: Some(super::build::replicate),
+        about: "copies every change to each brick of a replica set; reads from one good copy",
+    },
+    Row {
+        kind: "cluster/distribute",
+        side: Side::Client,
+        place: Place::Volume,
+        enabled_by: None,
+        options: &[],
+        build: Some(super::build::distribute),
+        about: "places files on replica sets by the hash of their names",
+    },
+    Row {
+        kind: "storage/posix",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[&crate::storage::health::HEALTH_CHECK_INTERVAL],
+        build: None,
+        about: "the brick's directory: files at their own path, a gfid index beside them",
+    },
+    Row {
+        kind: "features/locks",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[&crate::storage::locks::REVOCATION_SECS],
+        build: None,
+        about: "object locks for replicate's transactions, with contention notices and revocation",
+    },
+];
+
+pub fn row(kind: &str) -> Option<&'static Row> {
+    TABLE.iter().find(|r| r.kind == kind)
+}
+
+/// Every option any translator declares.
+pub fn all_options() -> impl Iterator<Item = &'static Spec> {
+    TABLE
+        .iter()
+        .flat_map(|r| r.enabled_by.into_iter().chain(r.options.iter().copied()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_is_declared_once_and_valid_by_default() {
+        let mut keys: Vec<&str> = all_options().map(|s| s.key).collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "an option declared twice");
+        for s in all_options() {
+            assert_eq!(s.validate(s.default).as_deref(), Ok(s.default), "{}", s.key);
+        }
+    }
+
+    #[test]
+    fn client_rows_can_be_built_and_brick_rows_are_composed_by_the_brick() {
+        for r in TABLE {
+            assert_eq!(r.build.is_some(), r.side == Side::Client, "{}", r.kind);
+        }
+    }
+}

@@ -247,14 +247,16 @@ impl Distribute {
                 let Reply::Entries(mut ents) = rep else {
                     return Err(FsError::errno(libc::EIO));
                 };
+                // The child's listing goes on after this batch even when
+                // nothing of it is handed up (only directories, which are
+                // listed from child 0 only).
+                let had_any = !ents.is_empty();
                 if let Some(last) = ents.last() {
                     off = last.next;
                 }
-                // Directories are listed from child 0 only.
                 if child > 0 {
                     ents.retain(|e| e.kind != FileKind::Dir);
                 }
-                let had_any = !ents.is_empty();
                 for e in &mut ents {
                     e.next |= (child as u64) << CHILD_SHIFT;
                     if let Some(a) = &e.attr {
@@ -265,7 +267,6 @@ impl Distribute {
                     return Ok(Reply::Entries(ents));
                 }
                 if had_any {
-                    // Everything in this batch was filtered; go on from there.
                     continue;
                 }
             }

@@ -6,17 +6,18 @@ use super::desc::XlDesc;
 use super::table;
 use crate::cluster::{distribute::Distribute, replicate::Replicate};
 use crate::core::{Child, Link, Xlator};
-use crate::protocol::client::{ProtocolClient, Resolver};
 use std::sync::Arc;
 
-/// Makes the resolver of a protocol client from its description.
-pub type ResolverFor = Arc<dyn Fn(&XlDesc) -> anyhow::Result<Resolver> + Send + Sync>;
+/// Makes the connection to one brick from its description, emitting on
+/// the link given.
+pub type Connect = Arc<dyn Fn(&XlDesc, Arc<Link>) -> anyhow::Result<Arc<dyn Xlator>> + Send + Sync>;
 
 /// What the graph's owner provides to the factories.
 pub struct Env {
-    /// Finds where a brick listens, for a protocol client's description
-    /// (the mount and the healer ask the brick host's daemon).
-    pub resolver: ResolverFor,
+    /// How a `protocol/client` connects: over TCP to a brick whose port
+    /// its host's daemon gives (`mgmt::rpc::graph_env`), or to an
+    /// in-memory brick in tests.
+    pub connect: Connect,
 }
 
 /// What a factory gets: its description, the link it emits events on, the
@@ -74,17 +75,7 @@ pub(super) fn protocol_client(
     cx: &BuildCtx,
     _children: Vec<Child>,
 ) -> anyhow::Result<Arc<dyn Xlator>> {
-    let d = cx.desc;
-    let brick = d
-        .param("brick")
-        .ok_or_else(|| anyhow::anyhow!("{}: protocol/client needs a brick", d.name))?;
-    let resolve = (cx.env.resolver)(d)?;
-    Ok(Arc::new(ProtocolClient::new(
-        d.name.clone(),
-        brick.to_string(),
-        resolve,
-        cx.link.clone(),
-    )))
+    (cx.env.connect)(cx.desc, cx.link.clone())
 }
 
 pub(super) fn replicate(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {

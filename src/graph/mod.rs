@@ -7,6 +7,8 @@
 pub mod build;
 pub mod desc;
 pub mod table;
+#[cfg(test)]
+pub mod testkit;
 
 pub use build::{Env, Node};
 pub use desc::{VolDesc, XlDesc};

@@ -4,7 +4,7 @@
 
 use super::state::{Brick, ClusterState, Peer, Volume};
 use crate::graph::{Env, VolDesc, XlDesc};
-use crate::protocol::client::Resolver;
+use crate::protocol::client::{ProtocolClient, Resolver};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -180,21 +180,23 @@ pub async fn follow_volume(
     }
 }
 
-/// Finds a brick's address by asking its host's daemon for the port:
-/// how clients and the healer build a graph (`graph::Env`).
+/// How clients and the healer connect to bricks (`graph::Env`): over TCP,
+/// to the port the brick host's daemon gives.
 pub fn graph_env() -> Env {
     Env {
-        resolver: Arc::new(|d: &XlDesc| {
+        connect: Arc::new(|d: &XlDesc, link| {
             let param = |k: &str| {
                 d.param(k)
                     .map(str::to_string)
                     .ok_or_else(|| anyhow::anyhow!("{}: protocol/client needs {k}", d.name))
             };
-            Ok(port_resolver(
-                param("mgmt")?,
+            let resolve = port_resolver(param("mgmt")?, param("brick")?, param("host")?);
+            Ok(Arc::new(ProtocolClient::new(
+                d.name.clone(),
                 param("brick")?,
-                param("host")?,
-            ))
+                resolve,
+                link,
+            )))
         }),
     }
 }

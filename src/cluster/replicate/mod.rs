@@ -93,6 +93,14 @@ pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<Vec<(usize, Rep
     Ok(ok)
 }
 
+/// Whether `merge` judges these answers a success.
+fn merged_ok(res: &[(usize, FsResult<Reply>)]) -> bool {
+    res.iter().any(|(_, r)| r.is_ok())
+        && !res
+            .iter()
+            .any(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
+}
+
 impl Replicate {
     pub fn new(name: String, children: Vec<Child>) -> Self {
         Replicate {
@@ -320,7 +328,7 @@ impl Replicate {
                     tickets.push(t);
                 }
                 Err(e) => {
-                    self.finish(tickets, &[]).await;
+                    self.finish(tickets, &[], false).await;
                     return Err(e);
                 }
             }
@@ -337,10 +345,18 @@ impl Replicate {
         Ok((tickets, targets))
     }
 
-    async fn finish(&self, tickets: Vec<txn::Ticket>, res: &[(usize, FsResult<Reply>)]) {
+    /// Ends the transactions of a change whose answers are `res`; `told_ok`:
+    /// whether the application is told the change succeeded (which copies
+    /// are wrong depends on it).
+    async fn finish(
+        &self,
+        tickets: Vec<txn::Ticket>,
+        res: &[(usize, FsResult<Reply>)],
+        told_ok: bool,
+    ) {
         for t in tickets {
             let gfid = t.gfid();
-            let failed = self.txns.finish(t, res).await;
+            let failed = self.txns.finish(t, res, told_ok).await;
             if failed != 0 {
                 self.learn(gfid, failed, false);
             }
@@ -365,12 +381,12 @@ impl Replicate {
         );
         for &g in &objs {
             if let Err(e) = self.good_target(cx, g, &targets, data).await {
-                self.finish(tickets, &[]).await;
+                self.finish(tickets, &[], false).await;
                 return Err(e);
             }
         }
         let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
-        self.finish(tickets, &res).await;
+        self.finish(tickets, &res, merged_ok(&res)).await;
         if let Fop::Mknod { gfid, .. } | Fop::Mkdir { gfid, .. } | Fop::Symlink { gfid, .. } = &fop
         {
             self.learn_new(*gfid, &res);
@@ -385,14 +401,15 @@ impl Replicate {
         let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
         if let Err(e) = self.good_target(cx, gfid, &targets, true).await {
-            self.finish(tickets, &[]).await;
+            self.finish(tickets, &[], false).await;
             return Err(e);
         }
         let res = self
             .fan_out(cx, &targets, |i| Some(fop.clone().with_fh(fhs.fh(i))))
             .await;
-        self.finish(tickets, &res).await;
-        Ok(self.pick(gfid, self.merge_data(gfid, res)?))
+        let judged = self.merge_data(gfid, res.clone());
+        self.finish(tickets, &res, judged.is_ok()).await;
+        Ok(self.pick(gfid, judged?))
     }
 
     /// Judges the answers to a data change (write, fallocate) like `merge`,
@@ -596,7 +613,7 @@ impl Replicate {
         }
         let (tickets, targets) = self.begin(&[parent], &up).await?;
         if let Err(e) = self.good_target(cx, parent, &targets, false).await {
-            self.finish(tickets, &[]).await;
+            self.finish(tickets, &[], false).await;
             return Err(e);
         }
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
@@ -623,7 +640,7 @@ impl Replicate {
             .map(|(i, _, _)| *i)
             .collect();
         let res: Vec<(usize, FsResult<Reply>)> = out.into_iter().map(|(i, c, _)| (i, c)).collect();
-        self.finish(tickets, &res).await;
+        self.finish(tickets, &res, merged_ok(&res)).await;
         self.txns.adopt(gfid, &locked, blame, &epochs).await;
         // The new file's copies blame those it was not made on: what the
         // bricks recorded, this client knows too, so that it never reads a
@@ -694,6 +711,20 @@ impl Replicate {
             _ => How::Dir,
         };
         let fhs = Open::from_answers(how, self.children.len(), &res, &epochs);
+        // A copy that lacks the object (it missed its creation and is not
+        // healed yet) does not fail the open when a good copy has it: the
+        // handle is absent there, and the next change blames that copy.
+        let stale = self.stale_copies(fop.gfid());
+        let lacks =
+            |r: &FsResult<Reply>| matches!(r, Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT));
+        if res.iter().any(|(i, r)| r.is_ok() && stale & (1 << i) == 0) {
+            for (i, r) in &res {
+                if lacks(r) {
+                    tracing::info!(xlator = %self.name, gfid = %fop.gfid(), replica = i, "a copy lacks an object the others opened; opened without it");
+                }
+            }
+            res.retain(|(_, r)| !lacks(r));
+        }
         match merge(res) {
             Ok(_) => Ok(Reply::Opened {
                 fh: self.fds.insert(Arc::new(fhs)),

@@ -309,12 +309,29 @@ impl Txns {
         self: &Arc<Self>,
         ticket: Ticket,
         results: &[(usize, FsResult<Reply>)],
+        told_ok: bool,
     ) -> u32 {
         let ok = succeeded(results);
         if ok.is_empty() {
             // Failed everywhere: nothing changed, nobody to blame.
             self.end(ticket);
             return 0;
+        }
+        // The application is told the change failed although some copies
+        // applied it: those are the ones that differ, and the copies that
+        // refused it (not those merely down) blame them.
+        let refused: Vec<usize> = results
+            .iter()
+            .filter(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
+            .map(|(i, _)| *i)
+            .collect();
+        if !told_ok && !refused.is_empty() {
+            let wrong = bits(&ok);
+            tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, wrong, "a change refused by some replicas was applied by others; recording those for heal");
+            let gfid = ticket.gfid;
+            self.each(&refused, |_| lock_fop(gfid, false, wrong)).await;
+            self.end(ticket);
+            return wrong;
         }
         let failed = bits(&ticket.targets) & !bits(&ok);
         if failed != 0 {

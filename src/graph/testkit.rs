@@ -1,0 +1,166 @@
+//! Graphs over in-memory bricks, built like a mount's (same table, same
+//! factories, same links): the seam where the cluster translators are
+//! unit-tested without root, FUSE or processes.
+
+use super::{Env, Graph, VolDesc, XlDesc};
+use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
+use crate::storage::memory::MemBrick;
+use std::sync::Arc;
+
+pub struct Rig {
+    pub graph: Graph,
+    pub bricks: Vec<Arc<MemBrick>>,
+}
+
+/// `sets` replica sets of `replica` bricks each under distribute (plain
+/// distribute when `replica` is 1), with every option at its default.
+pub fn rig(sets: usize, replica: usize) -> Rig {
+    let bricks: Vec<Arc<MemBrick>> = (0..sets * replica)
+        .map(|i| MemBrick::new(&format!("b{i}")))
+        .collect();
+    let leaves: Vec<XlDesc> = (0..bricks.len())
+        .map(|i| {
+            XlDesc::new("protocol/client", format!("t-client-{i}"), vec![])
+                .with("index", i.to_string())
+        })
+        .collect();
+    let below = if replica > 1 {
+        leaves
+            .chunks(replica)
+            .enumerate()
+            .map(|(i, c)| XlDesc::new("cluster/replicate", format!("t-replicate-{i}"), c.to_vec()))
+            .collect()
+    } else {
+        leaves
+    };
+    let desc = VolDesc {
+        volume: "t".into(),
+        id: "t".into(),
+        version: 1,
+        options: crate::graph::table::all_options()
+            .map(|s| (s.key.to_string(), s.default.to_string()))
+            .collect(),
+        top: XlDesc::new("cluster/distribute", "t-dht".into(), below),
+    };
+    let b = bricks.clone();
+    let env = Env {
+        connect: Arc::new(move |d: &XlDesc, link| {
+            let i: usize = d.param("index").unwrap_or("0").parse()?;
+            Ok(b[i].connect(link))
+        }),
+    };
+    Rig {
+        graph: Graph::build(&desc, &env).expect("test graph builds"),
+        bricks,
+    }
+}
+
+pub fn n(s: &str) -> Name {
+    Name::new(s.as_bytes().to_vec()).unwrap()
+}
+
+impl Rig {
+    pub async fn call(&self, fop: Fop) -> FsResult<Reply> {
+        self.graph.top().call(&Ctx::root(), fop).await
+    }
+
+    /// Creates a file under `parent` with `data`; returns its gfid.
+    pub async fn create(&self, parent: Gfid, name: &str, data: &[u8]) -> FsResult<Gfid> {
+        let gfid = Gfid::random();
+        let fh = self
+            .call(Fop::Create {
+                parent,
+                name: n(name),
+                gfid,
+                mode: 0o644,
+                umask: 0o022,
+                flags: libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+            })
+            .await?
+            .into_fh()?;
+        if !data.is_empty() {
+            self.call(Fop::Write {
+                gfid,
+                fh,
+                offset: 0,
+                data: bytes::Bytes::copy_from_slice(data),
+            })
+            .await?;
+        }
+        self.call(Fop::Release { gfid, fh }).await?;
+        Ok(gfid)
+    }
+
+    /// Overwrites `gfid` from `offset` through a handle of its own.
+    pub async fn write(&self, gfid: Gfid, offset: u64, data: &[u8]) -> FsResult<()> {
+        let fh = self
+            .call(Fop::Open {
+                gfid,
+                flags: libc::O_WRONLY,
+            })
+            .await?
+            .into_fh()?;
+        let r = self
+            .call(Fop::Write {
+                gfid,
+                fh,
+                offset,
+                data: bytes::Bytes::copy_from_slice(data),
+            })
+            .await;
+        self.call(Fop::Release { gfid, fh }).await?;
+        r.map(|_| ())
+    }
+
+    /// The whole content of `gfid`, read through the graph.
+    pub async fn read(&self, gfid: Gfid) -> FsResult<Vec<u8>> {
+        let fh = self
+            .call(Fop::Open {
+                gfid,
+                flags: libc::O_RDONLY,
+            })
+            .await?
+            .into_fh()?;
+        let r = self
+            .call(Fop::Read {
+                gfid,
+                fh,
+                offset: 0,
+                size: 1 << 20,
+            })
+            .await;
+        self.call(Fop::Release { gfid, fh }).await?;
+        match r? {
+            Reply::Data(d) => Ok(d.to_vec()),
+            other => Err(crate::core::fop::unexpected(other)),
+        }
+    }
+
+    /// Every name in directory `dir`, read through the graph.
+    pub async fn list(&self, dir: Gfid) -> FsResult<Vec<String>> {
+        let fh = self.call(Fop::Opendir { gfid: dir }).await?.into_fh()?;
+        let mut out = Vec::new();
+        let mut offset = 0;
+        loop {
+            let Reply::Entries(ents) = self
+                .call(Fop::Readdir {
+                    gfid: dir,
+                    fh,
+                    offset,
+                    plus: false,
+                })
+                .await?
+            else {
+                break;
+            };
+            let Some(last) = ents.last() else { break };
+            offset = last.next;
+            out.extend(
+                ents.iter()
+                    .map(|e| String::from_utf8_lossy(&e.name).into_owned()),
+            );
+        }
+        self.call(Fop::Releasedir { gfid: dir, fh }).await?;
+        Ok(out)
+    }
+}

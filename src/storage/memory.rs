@@ -1,0 +1,676 @@
+//! An in-memory brick, for unit tests of the cluster translators without
+//! root, FUSE or processes. It answers the fops a brick answers with the
+//! same rules that matter to replicate and distribute: gfids given by the
+//! client, ENOENT/EEXIST/ENOTEMPTY, handles per connection, anonymous
+//! reads, locks per connection with contention notices, change sessions,
+//! blame and the heal index. A test takes connections from it
+//! (`MemBrick::connect`), takes it down and brings it back (`set_down`),
+//! and inspects its copies (`content`, `blame`, `pending`).
+//!
+//! Not modelled: permissions, times beyond a change counter, xattr
+//! namespaces, checksums (heal's block compare).
+
+use crate::core::fop::{DirEntry, StatFs, ANON_FH};
+use crate::core::{
+    Attr, Ctx, Entry, Event, FileKind, Fop, FsError, FsResult, Gfid, Link, Name, Reply, Xlator,
+};
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// Entries per readdir answer: small, so that tests page through listings.
+const BATCH: usize = 4;
+
+#[derive(Clone, Debug)]
+struct Obj {
+    kind: FileKind,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    nlink: u32,
+    data: Vec<u8>,
+    entries: BTreeMap<Vec<u8>, Gfid>,
+    parent: Gfid,
+    blame: u32,
+    changes: i64,
+    xattrs: BTreeMap<String, Vec<u8>>,
+}
+
+impl Obj {
+    fn new(kind: FileKind, perm: u32, parent: Gfid) -> Obj {
+        Obj {
+            kind,
+            perm,
+            uid: 0,
+            gid: 0,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            data: Vec::new(),
+            entries: BTreeMap::new(),
+            parent,
+            blame: 0,
+            changes: 0,
+            xattrs: BTreeMap::new(),
+        }
+    }
+    fn attr(&self, gfid: Gfid) -> Attr {
+        Attr {
+            gfid,
+            kind: self.kind,
+            perm: self.perm,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            size: self.data.len() as u64,
+            blocks: self.data.len().div_ceil(512) as u64,
+            blksize: 4096,
+            atime: (self.changes, 0),
+            mtime: (self.changes, 0),
+            ctime: (self.changes, 0),
+            blame: self.blame,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    down: bool,
+    objs: HashMap<Gfid, Obj>,
+    /// Open handles: fh → (connection, object).
+    fds: HashMap<u64, (u64, Gfid)>,
+    next_fh: u64,
+    locks: HashMap<Gfid, u64>,
+    sessions: HashMap<Gfid, HashSet<u64>>,
+    index: HashSet<Gfid>,
+    conns: HashMap<u64, Arc<Link>>,
+    next_conn: u64,
+    calls: u64,
+}
+
+pub struct MemBrick {
+    name: String,
+    state: Mutex<State>,
+    unlocked: tokio::sync::Notify,
+}
+
+/// One client connection to a `MemBrick`: the leaf translator tests use.
+pub struct MemConn {
+    brick: Arc<MemBrick>,
+    id: u64,
+    link: Arc<Link>,
+}
+
+fn err(errno: i32) -> FsError {
+    FsError::errno(errno)
+}
+
+impl MemBrick {
+    pub fn new(name: &str) -> Arc<MemBrick> {
+        let mut st = State {
+            next_fh: 1,
+            next_conn: 1,
+            ..Default::default()
+        };
+        st.objs
+            .insert(Gfid::ROOT, Obj::new(FileKind::Dir, 0o755, Gfid::ROOT));
+        Arc::new(MemBrick {
+            name: name.into(),
+            state: Mutex::new(st),
+            unlocked: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// A new connection, emitting on `link`; up once started.
+    pub fn connect(self: &Arc<Self>, link: Arc<Link>) -> Arc<MemConn> {
+        let id = {
+            let mut st = self.state.lock().unwrap();
+            st.next_conn += 1;
+            let id = st.next_conn;
+            st.conns.insert(id, link.clone());
+            id
+        };
+        Arc::new(MemConn {
+            brick: self.clone(),
+            id,
+            link,
+        })
+    }
+
+    /// Takes the brick down (its connections end: handles closed, locks
+    /// released, sessions left unsettled in the index) or brings it back.
+    pub fn set_down(&self, down: bool) {
+        let links: Vec<Arc<Link>> = {
+            let mut st = self.state.lock().unwrap();
+            if st.down == down {
+                return;
+            }
+            st.down = down;
+            if down {
+                st.fds.clear();
+                st.locks.clear();
+                st.sessions.clear();
+            }
+            st.conns.values().cloned().collect()
+        };
+        self.unlocked.notify_waiters();
+        for l in links {
+            l.emit(if down { Event::Down } else { Event::Up });
+        }
+    }
+
+    /// The object at `path` (names from the root): its kind and data.
+    pub fn content(&self, path: &[&str]) -> Option<(FileKind, Vec<u8>)> {
+        let st = self.state.lock().unwrap();
+        let mut g = Gfid::ROOT;
+        for n in path {
+            g = *st.objs.get(&g)?.entries.get(n.as_bytes())?;
+        }
+        st.objs.get(&g).map(|o| (o.kind, o.data.clone()))
+    }
+
+    /// Every name under the root, recursively, with its object's gfid.
+    pub fn tree(&self) -> BTreeMap<String, Gfid> {
+        fn walk(st: &State, dir: Gfid, prefix: &str, out: &mut BTreeMap<String, Gfid>) {
+            let Some(d) = st.objs.get(&dir) else { return };
+            for (n, g) in &d.entries {
+                let p = format!("{prefix}/{}", String::from_utf8_lossy(n));
+                out.insert(p.clone(), *g);
+                walk(st, *g, &p, out);
+            }
+        }
+        let st = self.state.lock().unwrap();
+        let mut out = BTreeMap::new();
+        walk(&st, Gfid::ROOT, "", &mut out);
+        out
+    }
+
+    /// The replica positions this copy of `gfid` blames.
+    pub fn blame(&self, gfid: Gfid) -> u32 {
+        self.state
+            .lock()
+            .unwrap()
+            .objs
+            .get(&gfid)
+            .map_or(0, |o| o.blame)
+    }
+
+    /// The heal index.
+    pub fn pending(&self) -> HashSet<Gfid> {
+        self.state.lock().unwrap().index.clone()
+    }
+
+    /// What the self-heal daemon achieves, at once: this copy becomes
+    /// `good`'s copy, and no copy blames another any more.
+    pub fn heal_from(&self, good: &MemBrick, all: &[Arc<MemBrick>]) {
+        let objs = good.state.lock().unwrap().objs.clone();
+        self.state.lock().unwrap().objs = objs;
+        for b in all {
+            let mut st = b.state.lock().unwrap();
+            for o in st.objs.values_mut() {
+                o.blame = 0;
+            }
+            st.index.clear();
+        }
+    }
+
+    pub fn calls(&self) -> u64 {
+        self.state.lock().unwrap().calls
+    }
+
+    fn end_session(st: &mut State, conn: u64, gfid: Gfid) {
+        let empty = match st.sessions.get_mut(&gfid) {
+            Some(s) => {
+                s.remove(&conn);
+                s.is_empty()
+            }
+            None => return,
+        };
+        if empty {
+            st.sessions.remove(&gfid);
+            if st.objs.get(&gfid).is_none_or(|o| o.blame == 0) {
+                st.index.remove(&gfid);
+            }
+        }
+    }
+
+    /// Drops an object whose last name went and that no handle holds.
+    fn reap(st: &mut State, gfid: Gfid) {
+        let gone = st.objs.get(&gfid).is_some_and(|o| o.nlink == 0)
+            && !st.fds.values().any(|(_, g)| *g == gfid);
+        if gone {
+            st.objs.remove(&gfid);
+        }
+    }
+
+    fn new_obj(st: &mut State, parent: Gfid, name: &Name, gfid: Gfid, obj: Obj) -> FsResult<Attr> {
+        let p = st.objs.get(&parent).ok_or(err(libc::ESTALE))?;
+        if p.kind != FileKind::Dir {
+            return Err(err(libc::ENOTDIR));
+        }
+        if p.entries.contains_key(name.as_bytes()) {
+            return Err(err(libc::EEXIST));
+        }
+        if st.objs.contains_key(&gfid) {
+            return Err(err(libc::EEXIST));
+        }
+        let is_dir = obj.kind == FileKind::Dir;
+        let attr = obj.attr(gfid);
+        st.objs.insert(gfid, obj);
+        let p = st.objs.get_mut(&parent).unwrap();
+        p.entries.insert(name.as_bytes().to_vec(), gfid);
+        p.changes += 1;
+        if is_dir {
+            p.nlink += 1;
+        }
+        Ok(attr)
+    }
+
+    fn remove_name(st: &mut State, parent: Gfid, name: &Name, dir: bool) -> FsResult<()> {
+        let p = st.objs.get(&parent).ok_or(err(libc::ESTALE))?;
+        let g = *p.entries.get(name.as_bytes()).ok_or(err(libc::ENOENT))?;
+        let o = st.objs.get(&g).ok_or(err(libc::ESTALE))?;
+        match (dir, o.kind == FileKind::Dir) {
+            (true, false) => return Err(err(libc::ENOTDIR)),
+            (false, true) => return Err(err(libc::EISDIR)),
+            (true, true) if !o.entries.is_empty() => return Err(err(libc::ENOTEMPTY)),
+            _ => {}
+        }
+        let p = st.objs.get_mut(&parent).unwrap();
+        p.entries.remove(name.as_bytes());
+        p.changes += 1;
+        if dir {
+            p.nlink -= 1;
+        }
+        let o = st.objs.get_mut(&g).unwrap();
+        o.nlink = if dir { 0 } else { o.nlink - 1 };
+        Self::reap(st, g);
+        Ok(())
+    }
+
+    fn obj(st: &mut State, gfid: Gfid) -> FsResult<&mut Obj> {
+        st.objs.get_mut(&gfid).ok_or(err(libc::ESTALE))
+    }
+
+    fn handle(st: &State, conn: u64, gfid: Gfid, fh: u64) -> FsResult<Gfid> {
+        if fh == ANON_FH {
+            return st
+                .objs
+                .contains_key(&gfid)
+                .then_some(gfid)
+                .ok_or(err(libc::ESTALE));
+        }
+        match st.fds.get(&fh) {
+            Some((c, g)) if *c == conn => Ok(*g),
+            _ => Err(err(libc::EBADF)),
+        }
+    }
+
+    fn open(st: &mut State, conn: u64, gfid: Gfid) -> u64 {
+        let fh = st.next_fh;
+        st.next_fh += 1;
+        st.fds.insert(fh, (conn, gfid));
+        fh
+    }
+
+    /// Every fop but a lock that must wait.
+    fn serve(&self, conn: u64, fop: Fop) -> FsResult<Reply> {
+        let st = &mut *self.state.lock().unwrap();
+        if st.down {
+            return Err(FsError::notconn(format!("{} is down", self.name)));
+        }
+        st.calls += 1;
+        let entry = |a: Attr| Ok(Reply::Entry(Entry { attr: a }));
+        match fop {
+            Fop::Lookup { parent, name } => {
+                let p = st.objs.get(&parent).ok_or(err(libc::ESTALE))?;
+                let g = *p.entries.get(name.as_bytes()).ok_or(err(libc::ENOENT))?;
+                entry(st.objs[&g].attr(g))
+            }
+            Fop::Getattr { gfid } => Ok(Reply::Attr(Self::obj(st, gfid)?.attr(gfid))),
+            Fop::Setattr { gfid, set } => {
+                let o = Self::obj(st, gfid)?;
+                if let Some(m) = set.mode {
+                    o.perm = m & 0o7777;
+                }
+                if let Some(u) = set.uid {
+                    o.uid = u;
+                }
+                if let Some(g) = set.gid {
+                    o.gid = g;
+                }
+                if let Some(s) = set.size {
+                    o.data.resize(s as usize, 0);
+                }
+                o.changes += 1;
+                Ok(Reply::Attr(o.attr(gfid)))
+            }
+            Fop::Create {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+                ..
+            } => {
+                let o = Obj::new(FileKind::File, mode & !umask & 0o7777, parent);
+                let attr = Self::new_obj(st, parent, &name, gfid, o)?;
+                let fh = Self::open(st, conn, gfid);
+                Ok(Reply::Created {
+                    entry: Entry { attr },
+                    fh,
+                })
+            }
+            Fop::Mknod {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+                ..
+            } => {
+                let o = Obj::new(FileKind::from_mode(mode), mode & !umask & 0o7777, parent);
+                entry(Self::new_obj(st, parent, &name, gfid, o)?)
+            }
+            Fop::Mkdir {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+            } => {
+                let o = Obj::new(FileKind::Dir, mode & !umask & 0o7777, parent);
+                entry(Self::new_obj(st, parent, &name, gfid, o)?)
+            }
+            Fop::Symlink {
+                parent,
+                name,
+                gfid,
+                target,
+            } => {
+                let mut o = Obj::new(FileKind::Symlink, 0o777, parent);
+                o.data = target.into_vec();
+                entry(Self::new_obj(st, parent, &name, gfid, o)?)
+            }
+            Fop::Readlink { gfid } => Ok(Reply::Data(Self::obj(st, gfid)?.data.clone().into())),
+            Fop::Unlink { parent, name } => {
+                Self::remove_name(st, parent, &name, false).map(|_| Reply::Ok)
+            }
+            Fop::Rmdir { parent, name } => {
+                Self::remove_name(st, parent, &name, true).map(|_| Reply::Ok)
+            }
+            Fop::Link {
+                gfid,
+                newparent,
+                newname,
+            } => {
+                Self::obj(st, gfid)?;
+                let p = Self::obj(st, newparent)?;
+                if p.entries.contains_key(newname.as_bytes()) {
+                    return Err(err(libc::EEXIST));
+                }
+                p.entries.insert(newname.as_bytes().to_vec(), gfid);
+                let o = Self::obj(st, gfid)?;
+                o.nlink += 1;
+                entry(o.attr(gfid))
+            }
+            Fop::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags,
+            } => {
+                let g = *Self::obj(st, parent)?
+                    .entries
+                    .get(name.as_bytes())
+                    .ok_or(err(libc::ENOENT))?;
+                let is_dir = st.objs[&g].kind == FileKind::Dir;
+                if let Some(&old) = Self::obj(st, newparent)?.entries.get(newname.as_bytes()) {
+                    if old == g {
+                        return Ok(Reply::Ok);
+                    }
+                    if flags & libc::RENAME_NOREPLACE != 0 {
+                        return Err(err(libc::EEXIST));
+                    }
+                    Self::remove_name(st, newparent, &newname, is_dir)?;
+                }
+                Self::obj(st, parent)?.entries.remove(name.as_bytes());
+                Self::obj(st, newparent)?
+                    .entries
+                    .insert(newname.as_bytes().to_vec(), g);
+                if is_dir && parent != newparent {
+                    Self::obj(st, parent)?.nlink -= 1;
+                    Self::obj(st, newparent)?.nlink += 1;
+                }
+                Self::obj(st, g)?.parent = newparent;
+                Ok(Reply::Ok)
+            }
+            Fop::Open { gfid, flags } => {
+                let o = Self::obj(st, gfid)?;
+                if flags & libc::O_TRUNC != 0 {
+                    o.data.clear();
+                }
+                Ok(Reply::Opened {
+                    fh: Self::open(st, conn, gfid),
+                })
+            }
+            Fop::Opendir { gfid } => {
+                if Self::obj(st, gfid)?.kind != FileKind::Dir {
+                    return Err(err(libc::ENOTDIR));
+                }
+                Ok(Reply::Opened {
+                    fh: Self::open(st, conn, gfid),
+                })
+            }
+            Fop::Read {
+                gfid,
+                fh,
+                offset,
+                size,
+            } => {
+                let g = Self::handle(st, conn, gfid, fh)?;
+                let d = &st.objs.get(&g).ok_or(err(libc::ESTALE))?.data;
+                let start = (offset as usize).min(d.len());
+                let end = (start + size as usize).min(d.len());
+                Ok(Reply::Data(d[start..end].to_vec().into()))
+            }
+            Fop::Write {
+                gfid,
+                fh,
+                offset,
+                data,
+            } => {
+                let g = Self::handle(st, conn, gfid, fh)?;
+                let o = Self::obj(st, g)?;
+                let end = offset as usize + data.len();
+                if o.data.len() < end {
+                    o.data.resize(end, 0);
+                }
+                o.data[offset as usize..end].copy_from_slice(&data);
+                o.changes += 1;
+                Ok(Reply::Written(data.len() as u32))
+            }
+            Fop::Fallocate {
+                gfid,
+                fh,
+                offset,
+                len,
+                ..
+            } => {
+                let g = Self::handle(st, conn, gfid, fh)?;
+                let o = Self::obj(st, g)?;
+                let end = (offset + len) as usize;
+                if o.data.len() < end {
+                    o.data.resize(end, 0);
+                }
+                Ok(Reply::Ok)
+            }
+            Fop::Lseek {
+                gfid, fh, offset, ..
+            } => {
+                Self::handle(st, conn, gfid, fh)?;
+                Ok(Reply::Offset(offset))
+            }
+            Fop::Flush { gfid, fh } | Fop::Fsync { gfid, fh, .. } => {
+                Self::handle(st, conn, gfid, fh)?;
+                Ok(Reply::Ok)
+            }
+            Fop::Release { gfid, fh } | Fop::Releasedir { gfid, fh } => {
+                Self::handle(st, conn, gfid, fh)?;
+                st.fds.remove(&fh);
+                Self::reap(st, gfid);
+                Ok(Reply::Ok)
+            }
+            Fop::Readdir {
+                gfid,
+                fh,
+                offset,
+                plus,
+            } => {
+                let g = Self::handle(st, conn, gfid, fh)?;
+                let d = st.objs.get(&g).ok_or(err(libc::ESTALE))?;
+                let out = d
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .skip(offset as usize)
+                    .take(BATCH)
+                    .map(|(i, (n, c))| {
+                        let o = &st.objs[c];
+                        DirEntry {
+                            name: serde_bytes::ByteBuf::from(n.clone()),
+                            kind: o.kind,
+                            next: i as u64 + 1,
+                            attr: plus.then(|| o.attr(*c)),
+                            cacheable: true,
+                        }
+                    })
+                    .collect();
+                Ok(Reply::Entries(out))
+            }
+            Fop::Statfs { .. } => Ok(Reply::StatFs(StatFs {
+                bsize: 4096,
+                frsize: 4096,
+                blocks: 1 << 20,
+                bfree: 1 << 19,
+                bavail: 1 << 19,
+                files: 1 << 20,
+                ffree: 1 << 19,
+                namelen: 255,
+            })),
+            Fop::Setxattr {
+                gfid, name, value, ..
+            } => {
+                Self::obj(st, gfid)?.xattrs.insert(name, value.into_vec());
+                Ok(Reply::Ok)
+            }
+            Fop::Getxattr { gfid, name } => Self::obj(st, gfid)?
+                .xattrs
+                .get(&name)
+                .map(|v| Reply::Xattr(serde_bytes::ByteBuf::from(v.clone())))
+                .ok_or(err(libc::ENODATA)),
+            Fop::Removexattr { gfid, name } => Self::obj(st, gfid)?
+                .xattrs
+                .remove(&name)
+                .map(|_| Reply::Ok)
+                .ok_or(err(libc::ENODATA)),
+            Fop::Listxattr { gfid } => {
+                let mut out = Vec::new();
+                for k in Self::obj(st, gfid)?.xattrs.keys() {
+                    out.extend_from_slice(k.as_bytes());
+                    out.push(0);
+                }
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(out)))
+            }
+            Fop::Lock { gfid, mark, .. } => {
+                // Reached only once the lock is this connection's.
+                Self::obj(st, gfid)?;
+                st.locks.insert(gfid, conn);
+                if let Some(blame) = mark {
+                    st.sessions.entry(gfid).or_default().insert(conn);
+                    st.index.insert(gfid);
+                    Self::obj(st, gfid)?.blame |= blame;
+                }
+                Ok(Reply::Ok)
+            }
+            Fop::Unlock { gfids } => {
+                for g in gfids {
+                    Self::end_session(st, conn, g);
+                    if st.locks.get(&g) == Some(&conn) {
+                        st.locks.remove(&g);
+                    }
+                }
+                self.unlocked.notify_waiters();
+                Ok(Reply::Ok)
+            }
+            Fop::Clear { gfid, unblame } => {
+                let left = match st.objs.get_mut(&gfid) {
+                    Some(o) => {
+                        o.blame &= !unblame;
+                        o.blame
+                    }
+                    None => 0,
+                };
+                if left == 0 && !st.sessions.contains_key(&gfid) {
+                    st.index.remove(&gfid);
+                }
+                Ok(Reply::Blame(left))
+            }
+            Fop::Pending { max } => Ok(Reply::Gfids(
+                st.index.iter().take(max as usize).copied().collect(),
+            )),
+            Fop::Blamed { max } => Ok(Reply::Blames(
+                st.objs
+                    .iter()
+                    .filter(|(_, o)| o.blame != 0)
+                    .take(max as usize + 1)
+                    .map(|(g, o)| (*g, o.blame))
+                    .collect(),
+            )),
+            Fop::Parent { gfid } => {
+                let p = Self::obj(st, gfid)?.parent;
+                entry(st.objs.get(&p).ok_or(err(libc::ESTALE))?.attr(p))
+            }
+            Fop::Checksum { .. } | Fop::Resolve { .. } => Err(err(libc::EOPNOTSUPP)),
+        }
+    }
+}
+
+#[async_trait]
+impl Xlator for MemConn {
+    fn name(&self) -> String {
+        format!("{}#{}", self.brick.name, self.id)
+    }
+
+    fn start(&self) {
+        if !self.brick.state.lock().unwrap().down {
+            self.link.emit(Event::Up);
+        }
+    }
+
+    async fn call(&self, _cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        if let Fop::Lock { gfid, wait, .. } = fop {
+            loop {
+                let waiting = self.brick.unlocked.notified();
+                let holder = {
+                    let st = self.brick.state.lock().unwrap();
+                    if st.down {
+                        return Err(FsError::notconn(format!("{} is down", self.brick.name)));
+                    }
+                    st.locks
+                        .get(&gfid)
+                        .copied()
+                        .filter(|&h| h != self.id)
+                        .and_then(|h| st.conns.get(&h).cloned())
+                };
+                let Some(holder) = holder else { break };
+                holder.emit(Event::Contention(gfid));
+                if !wait {
+                    return Err(err(libc::EAGAIN));
+                }
+                waiting.await;
+            }
+        }
+        self.brick.serve(self.id, fop)
+    }
+}

@@ -31,6 +31,25 @@ fn seed_replica3_volume_end_to_end() {
     }
 
     let m = c.mount("gv0");
+    // The mount shows the graph it runs: the table's stack, every brick up.
+    let graph = ok(&format!(
+        "getfattr --only-values -n trusted.mortar.client.graph {}",
+        m.dir.display()
+    ));
+    let lines: Vec<&str> = graph.lines().collect();
+    assert!(lines[0].starts_with("volume gv0 version "), "{graph}");
+    assert_eq!(lines[1], "gv0-dht (cluster/distribute) up", "{graph}");
+    assert_eq!(
+        lines[2], "  gv0-replicate-0 (cluster/replicate) up",
+        "{graph}"
+    );
+    for i in 0..3 {
+        assert_eq!(
+            lines[3 + i],
+            format!("    gv0-client-{i} (protocol/client) up"),
+            "{graph}"
+        );
+    }
     // The seed's functional check.
     ok(&format!("echo 'hello from mortar' > {}", m.p("test.txt")));
     assert_eq!(

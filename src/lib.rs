@@ -9,6 +9,8 @@ pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod core;
+pub mod debug;
+pub mod features;
 pub mod fuse;
 pub mod graph;
 pub mod heal;

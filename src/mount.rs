@@ -7,7 +7,7 @@
 //! expects of a helper.
 
 use crate::fuse::{kmount, MortarFs};
-use crate::graph::{Graph, VolDesc};
+use crate::graph::{active::Active, Graph, VolDesc};
 use crate::mgmt::rpc::{self, Request, Response};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -148,9 +148,20 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
 /// Fetches the volume description again whenever it may have changed, and
 /// applies changed options to the running graph. A change of the volume's
 /// bricks is logged; it takes a remount to use (graph switching is to come).
-async fn watch_volume(mgmt: String, mut current: VolDesc, graph: Arc<Graph>) {
+async fn watch_volume(mgmt: String, mut current: VolDesc, active: Arc<Active>) {
     let (name, known) = (current.volume.clone(), Some(current.version));
-    rpc::follow_volume(&mgmt, &name, known, |desc| {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        rpc::follow_volume(&mgmt, &name, known, |desc| {
+            let _ = tx.send(desc);
+        })
+        .await
+    });
+    while let Some(mut desc) = rx.recv().await {
+        // Only the newest description matters.
+        while let Ok(newer) = rx.try_recv() {
+            desc = newer;
+        }
         let changed: Vec<String> = desc
             .options
             .iter()
@@ -158,13 +169,21 @@ async fn watch_volume(mgmt: String, mut current: VolDesc, graph: Arc<Graph>) {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         tracing::info!(volume = %desc.volume, version = desc.version, "volume description changed: {}", changed.join(", "));
-        if desc.top != current.top {
-            tracing::warn!(volume = %desc.volume, "the volume's bricks changed; remount to use the new layout");
+        if desc.top == current.top {
+            active.graph().reconfigure(&desc.options);
+        } else {
+            match Graph::build(&desc, &rpc::graph_env()) {
+                Ok(g) => {
+                    active.switch(g).await;
+                }
+                Err(e) => {
+                    tracing::error!(volume = %desc.volume, "cannot build the new graph, keeping the old one: {e:#}");
+                    continue;
+                }
+            }
         }
-        graph.reconfigure(&desc.options);
         current = desc;
-    })
-    .await
+    }
 }
 
 /// Serves the mount in this process until it is unmounted.
@@ -204,14 +223,15 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
             Err(e) => Err(anyhow::anyhow!("{e}")),
         }
     })?;
-    let graph = Arc::new(rt.block_on(async { Graph::build(&desc, &rpc::graph_env()) })?);
+    let graph = rt.block_on(async { Graph::build(&desc, &rpc::graph_env()) })?;
     let up = rt.block_on(graph.wait_up(Duration::from_secs(10)));
     tracing::info!(volume = %vol, bricks_up = up, bricks = graph.leaves().count(), "volume graph ready");
     if up == 0 {
         anyhow::bail!("no brick of volume {vol} could be reached");
     }
-    rt.spawn(watch_volume(mgmt.clone(), desc.clone(), graph.clone()));
-    let fs = MortarFs::new(graph.clone(), rt.handle().clone());
+    let active = Active::new(graph);
+    rt.spawn(watch_volume(mgmt.clone(), desc.clone(), active.clone()));
+    let fs = MortarFs::new(active.clone(), rt.handle().clone());
     let mut cfg = fuser::Config::default();
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(2);
@@ -228,12 +248,13 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
     // Settle what was changed last, so that the bricks' heal index is
     // left empty by a clean unmount.
-    let settled =
-        rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), graph.fini()).await });
+    let settled = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), active.graph().fini()).await
+    });
     if settled.is_err() {
         tracing::warn!("bricks did not answer in time; heal will settle the last changes");
     }
-    drop(graph);
+    drop(active);
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())
 }

@@ -80,6 +80,11 @@ pub trait Xlator: Send + Sync {
     fn requests(&self) -> u64 {
         0
     }
+    /// What this translator would tell a person debugging it (counters,
+    /// state), one line each; shown with the graph.
+    fn dump(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What passed over the edge between a translator and its parent, and the

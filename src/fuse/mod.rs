@@ -12,7 +12,7 @@ pub mod kmount;
 
 use crate::core::fop::TimeSet;
 use crate::core::{Attr, Ctx, FileKind, Fop, FsError, Gfid, Name, Reply, SetAttr, Xlator};
-use crate::graph::Graph;
+use crate::graph::active::Active;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -38,7 +38,7 @@ pub const GRAPH_XATTR: &str = "trusted.mortar.client.graph";
 const TTL: Duration = Duration::from_secs(1);
 
 pub struct MortarFs {
-    graph: Arc<Graph>,
+    graph: Arc<Active>,
     rt: tokio::runtime::Handle,
     inodes: Arc<InodeTable>,
 }
@@ -134,7 +134,7 @@ fn name(n: &OsStr) -> Result<Name, Errno> {
 }
 
 impl MortarFs {
-    pub fn new(graph: Arc<Graph>, rt: tokio::runtime::Handle) -> Self {
+    pub fn new(graph: Arc<Active>, rt: tokio::runtime::Handle) -> Self {
         MortarFs {
             graph,
             rt,
@@ -152,7 +152,8 @@ impl MortarFs {
         F: FnOnce(Arc<dyn Xlator>, Arc<InodeTable>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let (g, i) = (self.graph.top().xl.clone(), self.inodes.clone());
+        let g: Arc<dyn Xlator> = self.graph.clone();
+        let i = self.inodes.clone();
         self.rt.spawn(async move { f(g, i).await });
     }
 
@@ -1007,8 +1008,11 @@ impl Filesystem for MortarFs {
         if let Some(v) = local {
             // A virtual xattr answered by the client itself.
             let v = v.into_bytes();
+            // These values change from one call to the next (counters): the
+            // size asked for first leaves room for them to grow, so that
+            // the read that follows fits.
             return if size == 0 {
-                reply.size(v.len() as u32)
+                reply.size(v.len() as u32 + 4096)
             } else if v.len() > size as usize {
                 reply.error(Errno::ERANGE)
             } else {

@@ -91,3 +91,26 @@ pub(super) fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<
     }
     Ok(Arc::new(Distribute::new(cx.desc.name.clone(), children)))
 }
+
+pub(super) fn read_only(
+    cx: &BuildCtx,
+    mut children: Vec<Child>,
+) -> anyhow::Result<Arc<dyn Xlator>> {
+    if children.len() != 1 {
+        anyhow::bail!("{}: read-only takes one child", cx.desc.name);
+    }
+    Ok(Arc::new(crate::features::read_only::ReadOnly::new(
+        cx.desc.name.clone(),
+        children.remove(0),
+    )))
+}
+
+pub(super) fn io_stats(cx: &BuildCtx, mut children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    if children.len() != 1 {
+        anyhow::bail!("{}: io-stats takes one child", cx.desc.name);
+    }
+    Ok(Arc::new(crate::debug::io_stats::IoStats::new(
+        cx.desc.name.clone(),
+        children.remove(0),
+    )))
+}

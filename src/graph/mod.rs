@@ -4,6 +4,7 @@
 //! `reconfigure` and `fini` itself, sums their request counters, and
 //! broadcasts what reaches its top to any number of subscribers.
 
+pub mod active;
 pub mod build;
 pub mod desc;
 pub mod table;
@@ -120,6 +121,9 @@ impl Graph {
                 n.name,
                 n.kind
             ));
+            for d in n.child.xl.dump() {
+                out.push_str(&format!("{}  | {d}\n", "  ".repeat(depth)));
+            }
             for &c in &n.children {
                 line(g, c, depth + 1, out);
             }

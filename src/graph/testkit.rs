@@ -18,6 +18,15 @@ pub fn rig(sets: usize, replica: usize) -> Rig {
     let bricks: Vec<Arc<MemBrick>> = (0..sets * replica)
         .map(|i| MemBrick::new(&format!("b{i}")))
         .collect();
+    Rig {
+        graph: graph_over(&bricks, sets, replica),
+        bricks,
+    }
+}
+
+/// A graph (a client) over bricks that exist already.
+pub fn graph_over(bricks: &[Arc<MemBrick>], sets: usize, replica: usize) -> Graph {
+    assert_eq!(bricks.len(), sets * replica);
     let leaves: Vec<XlDesc> = (0..bricks.len())
         .map(|i| {
             XlDesc::new("protocol/client", format!("t-client-{i}"), vec![])
@@ -42,17 +51,14 @@ pub fn rig(sets: usize, replica: usize) -> Rig {
             .collect(),
         top: XlDesc::new("cluster/distribute", "t-dht".into(), below),
     };
-    let b = bricks.clone();
+    let b = bricks.to_vec();
     let env = Env {
         connect: Arc::new(move |d: &XlDesc, link| {
             let i: usize = d.param("index").unwrap_or("0").parse()?;
             Ok(b[i].connect(link))
         }),
     };
-    Rig {
-        graph: Graph::build(&desc, &env).expect("test graph builds"),
-        bricks,
-    }
+    Graph::build(&desc, &env).expect("test graph builds")
 }
 
 pub fn n(s: &str) -> Name {

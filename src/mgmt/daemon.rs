@@ -53,7 +53,12 @@ pub struct Daemon {
     /// Self-heal per replicated volume with bricks here: the volume
     /// version it was built for, the healer and its task.
     healers: Mutex<HashMap<String, HealerProc>>,
+    /// Counts the saved changes of the state: what `WatchVolDesc` waits on.
+    changed: watch::Sender<u64>,
 }
+
+/// How long a `WatchVolDesc` waits for a change before it answers anyway.
+const WATCH_MAX: Duration = Duration::from_secs(25);
 
 fn err(s: impl Into<String>) -> Response {
     Response::Err(s.into())
@@ -122,6 +127,7 @@ impl Daemon {
             bricks: Mutex::new(HashMap::new()),
             op_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
+            changed: watch::channel(0).0,
         });
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");
         d.reconcile().await;
@@ -202,6 +208,7 @@ impl Daemon {
         self.store
             .save(&st)
             .map_err(|e| format!("cannot save the cluster state: {e}"))?;
+        self.changed.send_modify(|n| *n += 1);
         Ok(st)
     }
 
@@ -332,6 +339,24 @@ impl Daemon {
                 }
                 Err(e) => tracing::warn!(volume = %name, "cannot start self-heal: {e:#}"),
             }
+        }
+    }
+
+    /// A started volume's client graph description.
+    fn vol_desc(&self, name: &str) -> Response {
+        match self.volume(name) {
+            Ok(v) if v.status == VolStatus::Started => {
+                let st = self.state.lock().unwrap().clone();
+                Response::VolDesc(volgen::generate(
+                    &st,
+                    &v,
+                    &self.me.host,
+                    &self.me.mgmt,
+                    self.cfg.listen.port(),
+                ))
+            }
+            Ok(_) => err(format!("Volume {name} is not started")),
+            Err(e) => err(e),
         }
     }
 
@@ -571,20 +596,25 @@ impl Daemon {
                 }
                 Response::Status(out)
             }
-            Request::GetVolDesc { name } => match self.volume(&name) {
-                Ok(v) if v.status == VolStatus::Started => {
-                    let st = self.state.lock().unwrap().clone();
-                    Response::VolDesc(volgen::generate(
-                        &st,
-                        &v,
-                        &self.me.host,
-                        &self.me.mgmt,
-                        self.cfg.listen.port(),
-                    ))
+            Request::GetVolDesc { name } => self.vol_desc(&name),
+            Request::WatchVolDesc { name, known } => {
+                let mut rx = self.changed.subscribe();
+                let deadline = tokio::time::Instant::now() + WATCH_MAX;
+                loop {
+                    let now = self.vol_desc(&name);
+                    let news = match &now {
+                        Response::VolDesc(d) => known != Some(d.version),
+                        _ => true,
+                    };
+                    if news {
+                        return now;
+                    }
+                    match tokio::time::timeout_at(deadline, rx.changed()).await {
+                        Ok(Ok(())) => continue,
+                        _ => return now,
+                    }
                 }
-                Ok(_) => err(format!("Volume {name} is not started")),
-                Err(e) => err(e),
-            },
+            }
             Request::Portmap { path } => {
                 let bricks = self.bricks.lock().unwrap();
                 match bricks.get(&path).and_then(|(_, i)| i.lock().unwrap().port) {

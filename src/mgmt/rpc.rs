@@ -59,6 +59,13 @@ pub enum Request {
     GetVolDesc {
         name: String,
     },
+    /// The description once its version is not `known` (at once if it is
+    /// not already), or after a while anyway: how clients and bricks hear
+    /// of a change at once.
+    WatchVolDesc {
+        name: String,
+        known: Option<u64>,
+    },
     /// Port of a local brick of a started volume.
     Portmap {
         path: String,
@@ -152,31 +159,35 @@ pub enum Response {
     Heal(HealReport),
 }
 
-/// How often clients and bricks ask their daemon whether their volume's
-/// description changed.
-pub const FOLLOW_EVERY: Duration = Duration::from_secs(2);
+/// How long clients and bricks wait before asking their daemon again when
+/// it could not answer (down, or the volume stopped).
+pub const FOLLOW_RETRY: Duration = Duration::from_secs(2);
 
-/// Asks the daemon at `mgmt` for volume `name`'s description now and every
-/// `FOLLOW_EVERY`, and hands `changed` each version other than `known`
-/// (the one already in use, if any). Runs until the task is dropped; an
-/// unreachable daemon is asked again at the next round.
+/// Follows volume `name`'s description at the daemon at `mgmt`: hands
+/// `changed` each version other than `known` (the one already in use, if
+/// any) as soon as the daemon has it (`WatchVolDesc` waits on the daemon
+/// for a change). Runs until the task is dropped; an unreachable daemon is
+/// asked again after `FOLLOW_RETRY`.
 pub async fn follow_volume(
     mgmt: &str,
     name: &str,
     mut known: Option<u64>,
     mut changed: impl FnMut(VolDesc),
 ) {
-    let req = Request::GetVolDesc {
-        name: name.to_string(),
-    };
     loop {
-        if let Ok(Response::VolDesc(d)) = call(mgmt, &req).await {
-            if known != Some(d.version) {
-                known = Some(d.version);
-                changed(d);
+        let req = Request::WatchVolDesc {
+            name: name.to_string(),
+            known,
+        };
+        match call(mgmt, &req).await {
+            Ok(Response::VolDesc(d)) => {
+                if known != Some(d.version) {
+                    known = Some(d.version);
+                    changed(d);
+                }
             }
+            _ => tokio::time::sleep(FOLLOW_RETRY).await,
         }
-        tokio::time::sleep(FOLLOW_EVERY).await;
     }
 }
 

@@ -67,6 +67,10 @@ struct Shared {
 
 pub struct ProtocolClient {
     shared: Arc<Shared>,
+    /// Dropped with the client: its connection task sees that and ends
+    /// (closing the connection, so the brick lets go of its handles and
+    /// locks), whatever it was doing.
+    alive: tokio::sync::watch::Sender<()>,
 }
 
 impl ProtocolClient {
@@ -89,7 +93,10 @@ impl ProtocolClient {
             changed: Notify::new(),
             link,
         });
-        ProtocolClient { shared }
+        ProtocolClient {
+            shared,
+            alive: tokio::sync::watch::channel(()).0,
+        }
     }
 
     /// Waits until the brick is up, or the timeout passes.
@@ -129,7 +136,9 @@ impl Shared {
             self.last_heard.load(Ordering::Relaxed),
         ))
     }
-    fn set_down(&self, why: &str) {
+    /// The brick is gone for this client; `closing`: because the client
+    /// let go of it (a graph switched away), which is no news for the logs.
+    fn set_down(&self, why: &str, closing: bool) {
         let was_up = self.up.swap(false, Ordering::AcqRel);
         self.generation.fetch_add(1, Ordering::AcqRel);
         *self.tx.lock().unwrap() = None;
@@ -142,7 +151,9 @@ impl Shared {
         for (_, tx) in pending {
             let _ = tx.send(Err(FsError::notconn(format!("{}: {why}", self.name))));
         }
-        if was_up {
+        if was_up && closing {
+            tracing::debug!(client = %self.name, brick = %self.brick, "disconnected: {why}");
+        } else if was_up {
             tracing::warn!(client = %self.name, brick = %self.brick, "brick is down: {why}");
         }
         self.changed.notify_waiters();
@@ -178,19 +189,31 @@ async fn connect_once(sh: &Shared) -> std::io::Result<TcpStream> {
     }
 }
 
-async fn keep_connected(weak: std::sync::Weak<Shared>) {
+/// Keeps the brick connected until the client is dropped (`alive` closes).
+async fn keep_connected(
+    weak: std::sync::Weak<Shared>,
+    mut alive: tokio::sync::watch::Receiver<()>,
+) {
     let mut backoff = BACKOFF_MIN;
     let mut logged = false;
     loop {
         let Some(sh) = weak.upgrade() else { return };
-        match connect_once(&sh).await {
+        let connected = tokio::select! {
+            c = connect_once(&sh) => c,
+            _ = alive.changed() => return,
+        };
+        match connected {
             Ok(stream) => {
                 backoff = BACKOFF_MIN;
                 logged = false;
                 tracing::info!(client = %sh.name, brick = %sh.brick, "connected to brick");
-                let (why, writer) = run_connection(&sh, stream).await;
+                let (why, writer) = run_connection(&sh, stream, &mut alive).await;
                 writer.abort();
-                sh.set_down(&why);
+                let closing = alive.has_changed().is_err();
+                sh.set_down(&why, closing);
+                if closing {
+                    return;
+                }
             }
             Err(e) => {
                 if !logged {
@@ -200,7 +223,10 @@ async fn keep_connected(weak: std::sync::Weak<Shared>) {
             }
         }
         drop(sh);
-        tokio::time::sleep(backoff).await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = alive.changed() => return,
+        }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
@@ -210,6 +236,7 @@ async fn keep_connected(weak: std::sync::Weak<Shared>) {
 async fn run_connection(
     sh: &Arc<Shared>,
     stream: TcpStream,
+    alive: &mut tokio::sync::watch::Receiver<()>,
 ) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
     let (rd, wr) = stream.into_split();
     // Buffered, so that one read system call takes in many answers.
@@ -257,6 +284,7 @@ async fn run_connection(
                 let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
                 let _ = tx.try_send(wire::encode(&Msg::Ping { id }));
             }
+            _ = alive.changed() => break "the client let go of the brick".into(),
             res = &mut writer => {
                 break match res {
                     Ok(Err(e)) => format!("write failed: {e}"),
@@ -275,7 +303,10 @@ impl Xlator for ProtocolClient {
     }
 
     fn start(&self) {
-        tokio::spawn(keep_connected(Arc::downgrade(&self.shared)));
+        tokio::spawn(keep_connected(
+            Arc::downgrade(&self.shared),
+            self.alive.subscribe(),
+        ));
     }
 
     fn requests(&self) -> u64 {

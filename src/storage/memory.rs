@@ -213,6 +213,11 @@ impl MemBrick {
         }
     }
 
+    /// Handles open on this brick, all connections together.
+    pub fn open_handles(&self) -> usize {
+        self.state.lock().unwrap().fds.len()
+    }
+
     pub fn calls(&self) -> u64 {
         self.state.lock().unwrap().calls
     }
@@ -633,6 +638,24 @@ impl MemBrick {
             }
             Fop::Checksum { .. } | Fop::Resolve { .. } => Err(err(libc::EOPNOTSUPP)),
         }
+    }
+}
+
+/// A connection that ends closes its handles and gives up its locks; its
+/// change sessions end unsettled (their objects stay in the index).
+impl Drop for MemConn {
+    fn drop(&mut self) {
+        let mut st = self.brick.state.lock().unwrap();
+        let id = self.id;
+        st.conns.remove(&id);
+        st.fds.retain(|_, (c, _)| *c != id);
+        st.locks.retain(|_, c| *c != id);
+        for s in st.sessions.values_mut() {
+            s.remove(&id);
+        }
+        st.sessions.retain(|_, s| !s.is_empty());
+        drop(st);
+        self.brick.unlocked.notify_waiters();
     }
 }
 

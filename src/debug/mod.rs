@@ -1,0 +1,2 @@
+//! Diagnostic translators, stacked on a client's graph when an option asks.
+pub mod io_stats;

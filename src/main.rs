@@ -38,7 +38,31 @@ fn mount_helper_args() -> Option<Vec<String>> {
     Some(out)
 }
 
+/// Fail points (`FAILPOINTS=name=action;…`, crate `fail`): the crash
+/// windows end-to-end tests hit on purpose. A fail point set to `panic`
+/// ends the whole process at once, as a crash there would.
+fn init_fail_points() -> Option<fail::FailScenario<'static>> {
+    std::env::var_os("FAILPOINTS")?;
+    let scenario = fail::FailScenario::setup();
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("failpoint") {
+            eprintln!("{msg}: crashing here on purpose (FAILPOINTS)");
+            std::process::abort();
+        }
+        default(info);
+    }));
+    Some(scenario)
+}
+
 fn main() -> ExitCode {
+    let _fail_points = init_fail_points();
     let cli = match mount_helper_args() {
         Some(args) => Cli::parse_from(args),
         None => Cli::parse(),

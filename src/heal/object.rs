@@ -381,6 +381,8 @@ impl Set {
         // The blame of a sink that was not reached (down, or without the
         // object yet: its directory's heal makes it) stays.
         let reached = bits(&healed) | (bits(&everyone) & !bits(&sinks));
+        // Crash window: the sinks are healed, the blame is not cleared yet.
+        fail::fail_point!("heal-before-clear");
         self.clear(gfid, locked, blamed & reached).await;
         if blamed & !reached != 0 {
             out.deferred = true;

@@ -71,6 +71,12 @@ impl Cluster {
     }
 
     pub fn start_daemon(&mut self) {
+        self.start_daemon_env(&[]);
+    }
+
+    /// Starts the daemon with extra environment (`FAILPOINTS`; its bricks
+    /// and healers inherit it).
+    pub fn start_daemon_env(&mut self, env: &[(&str, &str)]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -86,6 +92,7 @@ impl Cluster {
                 "--state-dir",
             ])
             .arg(self.path("state"))
+            .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -131,6 +138,22 @@ impl Cluster {
                     .status();
             }
         }
+    }
+
+    /// Waits until the daemon has exited by itself (a fail point); true
+    /// if it did within `timeout`.
+    pub fn wait_daemon_gone(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(d) = self.daemon.as_mut() {
+                if d.try_wait().ok().flatten().is_some() {
+                    self.daemon = None;
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// The management daemon's process id.
@@ -199,6 +222,11 @@ impl Cluster {
     }
 
     pub fn mount(&self, vol: &str) -> Mount {
+        self.mount_env(vol, &[])
+    }
+
+    /// Mounts with extra environment for the client (`FAILPOINTS`).
+    pub fn mount_env(&self, vol: &str, env: &[(&str, &str)]) -> Mount {
         let dir = self.path(&format!(
             "mnt-{vol}-{}",
             NEXT.fetch_add(1, Ordering::Relaxed)
@@ -214,6 +242,7 @@ impl Cluster {
             .arg(&dir)
             .arg("--log-file")
             .arg(self.path("client.log"))
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         assert!(

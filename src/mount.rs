@@ -148,11 +148,19 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
 /// Fetches the volume description again whenever it may have changed, and
 /// applies changed options to the running graph. A change of the volume's
 /// bricks is logged; it takes a remount to use (graph switching is to come).
-async fn watch_volume(mgmt: String, mut current: VolDesc, active: Arc<Active>) {
+async fn watch_volume(mgmt: String, mut current: VolDesc, active: Arc<Active>, dir: PathBuf) {
+    let me = rpc::ClientInfo {
+        host: rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+        pid: std::process::id(),
+        mount: dir.display().to_string(),
+    };
     let (name, known) = (current.volume.clone(), Some(current.version));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        rpc::follow_volume(&mgmt, &name, known, |desc| {
+        rpc::follow_volume(&mgmt, &name, known, Some(me), |desc| {
             let _ = tx.send(desc);
         })
         .await
@@ -230,7 +238,12 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         anyhow::bail!("no brick of volume {vol} could be reached");
     }
     let active = Active::new(graph);
-    rt.spawn(watch_volume(mgmt.clone(), desc.clone(), active.clone()));
+    rt.spawn(watch_volume(
+        mgmt.clone(),
+        desc.clone(),
+        active.clone(),
+        a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone()),
+    ));
     let fs = MortarFs::new(active.clone(), rt.handle().clone());
     let mut cfg = fuser::Config::default();
     cfg.acl = fuser::SessionACL::All;

@@ -89,6 +89,23 @@ fn read_only_reaches_a_mounted_client_at_once_and_open_files_survive_it() {
     });
     std::fs::write(m.p("new"), b"after").unwrap();
     assert_eq!(std::fs::read(m.p("new")).unwrap(), b"after");
+    // The daemon lists the mount and the graph version it runs.
+    let version: u64 = graph_of(&m)
+        .lines()
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    wait_for("the client listed", Duration::from_secs(10), || {
+        let v: serde_json::Value =
+            serde_json::from_str(&c.ok(&["--json", "volume", "status", "ro", "clients"])).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["client"]["mount"] == m.dir.display().to_string() && x["version"] == version)
+    });
+    let text = c.ok(&["volume", "status", "ro", "clients"]);
+    assert!(text.contains("Clients connected : 1"), "{text}");
 }
 
 #[test]

@@ -77,6 +77,30 @@ pub fn status_json(st: &[(Volume, Vec<BrickStatus>)]) -> serde_json::Value {
     )
 }
 
+/// `volume status NAME clients`.
+pub fn clients(name: &str, clients: &[crate::mgmt::rpc::ClientSeen]) -> String {
+    let rule = "-".repeat(78);
+    let mut out = format!("Client connections for volume {name}\n{rule}\n");
+    out.push_str(&format!("Clients connected : {}\n", clients.len()));
+    out.push_str(&format!(
+        "{:<32} {:<24} {:>7} {:>10}  {}\n",
+        "Client", "Mount", "Graph", "Last seen", "Server"
+    ));
+    for c in clients {
+        out.push_str(&format!(
+            "{:<32} {:<24} {:>7} {:>8} s  {}\n",
+            format!("{}:{}", c.client.host, c.client.pid),
+            c.client.mount,
+            c.version.map_or("-".into(), |v| v.to_string()),
+            c.seen_secs_ago,
+            c.server
+        ));
+    }
+    out.push_str(&rule);
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

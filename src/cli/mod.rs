@@ -77,8 +77,13 @@ pub enum VolumeCmd {
     Delete { name: String },
     /// Show volume definitions.
     Info { name: Option<String> },
-    /// Show bricks, ports, pids and whether they are online.
-    Status { name: Option<String> },
+    /// Show bricks, ports, pids and whether they are online; with
+    /// `clients`, the mounted clients and the graph version each runs.
+    Status {
+        name: Option<String>,
+        #[arg(value_parser = ["clients"])]
+        what: Option<String>,
+    },
     /// List volume names.
     List,
     /// Set an option: volume set NAME KEY VALUE.
@@ -475,18 +480,23 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     &format!("unexpected answer {other:?}"),
                 )),
             },
-            VolumeCmd::Status { name } => match ask(&server, Request::VolumeStatus { name }).await?
+            VolumeCmd::Status {
+                name: Some(name),
+                what: Some(_),
+            } => match ask(
+                &server,
+                Request::VolumeClients {
+                    name: name.clone(),
+                    all: true,
+                },
+            )
+            .await?
             {
-                Response::Status(st) => {
+                Response::Clients(c) => {
                     if out.json {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(&format::status_json(&st))?
-                        );
-                    } else if st.is_empty() {
-                        println!("No volumes present");
+                        println!("{}", serde_json::to_string_pretty(&c)?);
                     } else {
-                        print!("{}", format::status(&st));
+                        print!("{}", format::clients(&name, &c));
                     }
                     Ok(())
                 }
@@ -497,6 +507,37 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     &format!("unexpected answer {other:?}"),
                 )),
             },
+            VolumeCmd::Status {
+                name: None,
+                what: Some(w),
+            } => Err(fail(
+                "volume status",
+                "",
+                &format!("'{w}' needs a volume name: volume status NAME {w}"),
+            )),
+            VolumeCmd::Status { name, what: None } => {
+                match ask(&server, Request::VolumeStatus { name }).await? {
+                    Response::Status(st) => {
+                        if out.json {
+                            println!(
+                                "{}",
+                                serde_json::to_string_pretty(&format::status_json(&st))?
+                            );
+                        } else if st.is_empty() {
+                            println!("No volumes present");
+                        } else {
+                            print!("{}", format::status(&st));
+                        }
+                        Ok(())
+                    }
+                    Response::Err(e) => Err(fail("volume status", "", &e)),
+                    other => Err(fail(
+                        "volume status",
+                        "",
+                        &format!("unexpected answer {other:?}"),
+                    )),
+                }
+            }
         },
         Cmd::Peer(p) => match p {
             PeerCmd::Probe { host } => {

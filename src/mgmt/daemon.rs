@@ -55,7 +55,17 @@ pub struct Daemon {
     healers: Mutex<HashMap<String, HealerProc>>,
     /// Counts the saved changes of the state: what `WatchVolDesc` waits on.
     changed: watch::Sender<u64>,
+    /// Mounted clients that follow a volume here: (volume, client) → the
+    /// graph version they run and when they last asked.
+    clients: Mutex<HashMap<(String, rpc::ClientInfo), Seen>>,
 }
+
+/// The graph version a client runs and when it last asked.
+type Seen = (Option<u64>, std::time::Instant);
+
+/// A client not heard from for this long is no longer listed (it asks at
+/// least every `WATCH_MAX`).
+const CLIENT_GONE: Duration = Duration::from_secs(60);
 
 /// How long a `WatchVolDesc` waits for a change before it answers anyway.
 const WATCH_MAX: Duration = Duration::from_secs(25);
@@ -128,6 +138,7 @@ impl Daemon {
             op_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
+            clients: Mutex::new(HashMap::new()),
         });
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");
         d.reconcile().await;
@@ -340,6 +351,26 @@ impl Daemon {
                 Err(e) => tracing::warn!(volume = %name, "cannot start self-heal: {e:#}"),
             }
         }
+    }
+
+    /// The clients that followed volume `name` here lately.
+    fn clients_of(&self, name: &str) -> Vec<rpc::ClientSeen> {
+        let mut clients = self.clients.lock().unwrap();
+        clients.retain(|_, (_, seen)| seen.elapsed() < CLIENT_GONE);
+        let mut out: Vec<rpc::ClientSeen> = clients
+            .iter()
+            .filter(|((v, _), _)| v == name)
+            .map(|((_, c), (version, seen))| rpc::ClientSeen {
+                client: c.clone(),
+                server: self.me.host.clone(),
+                version: *version,
+                seen_secs_ago: seen.elapsed().as_secs(),
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.client.host, &a.client.mount).cmp(&(&b.client.host, &b.client.mount))
+        });
+        out
     }
 
     /// A started volume's client graph description.
@@ -597,7 +628,36 @@ impl Daemon {
                 Response::Status(out)
             }
             Request::GetVolDesc { name } => self.vol_desc(&name),
-            Request::WatchVolDesc { name, known } => {
+            Request::VolumeClients { name, all } => {
+                if let Err(e) = self.volume(&name) {
+                    return err(e);
+                }
+                let mut out = self.clients_of(&name);
+                if all {
+                    let peers = self.state.lock().unwrap().peers.clone();
+                    for p in peers {
+                        let req = Request::VolumeClients {
+                            name: name.clone(),
+                            all: false,
+                        };
+                        if let Ok(Response::Clients(c)) = rpc::call(&p.mgmt, &req).await {
+                            out.extend(c);
+                        }
+                    }
+                }
+                Response::Clients(out)
+            }
+            Request::WatchVolDesc {
+                name,
+                known,
+                client,
+            } => {
+                if let Some(c) = client {
+                    self.clients
+                        .lock()
+                        .unwrap()
+                        .insert((name.clone(), c), (known, std::time::Instant::now()));
+                }
                 let mut rx = self.changed.subscribe();
                 let deadline = tokio::time::Instant::now() + WATCH_MAX;
                 loop {

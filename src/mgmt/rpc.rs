@@ -65,6 +65,16 @@ pub enum Request {
     WatchVolDesc {
         name: String,
         known: Option<u64>,
+        /// The mounted client asking (bricks follow their volume too, and
+        /// say nothing): what `volume status NAME clients` lists.
+        #[serde(default)]
+        client: Option<ClientInfo>,
+    },
+    /// The clients mounting a volume that asked this daemon (`all`: and
+    /// its peers) for its description lately.
+    VolumeClients {
+        name: String,
+        all: bool,
     },
     /// Port of a local brick of a started volume.
     Portmap {
@@ -145,6 +155,25 @@ pub struct BrickStatus {
     pub reason: Option<String>,
 }
 
+/// A mounted client, as it introduces itself to the daemon it follows.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub struct ClientInfo {
+    pub host: String,
+    pub pid: u32,
+    pub mount: String,
+}
+
+/// A client a daemon heard from: who, the graph version it runs, and how
+/// many seconds ago it last asked.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClientSeen {
+    pub client: ClientInfo,
+    /// The daemon it follows.
+    pub server: String,
+    pub version: Option<u64>,
+    pub seen_secs_ago: u64,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Response {
     Ok(String),
@@ -157,6 +186,7 @@ pub enum Response {
     Joined { me: Peer },
     Bricks(Vec<BrickStatus>),
     Heal(HealReport),
+    Clients(Vec<ClientSeen>),
 }
 
 /// How long clients and bricks wait before asking their daemon again when
@@ -172,12 +202,14 @@ pub async fn follow_volume(
     mgmt: &str,
     name: &str,
     mut known: Option<u64>,
+    client: Option<ClientInfo>,
     mut changed: impl FnMut(VolDesc),
 ) {
     loop {
         let req = Request::WatchVolDesc {
             name: name.to_string(),
             known,
+            client: client.clone(),
         };
         match call(mgmt, &req).await {
             Ok(Response::VolDesc(d)) => {

@@ -1,0 +1,89 @@
+//! Attributes: modes, owners, sizes and times; xattr name rules; statfs.
+
+use super::*;
+
+impl Posix {
+    pub(in crate::storage) fn setattr(&self, gfid: Gfid, set: &SetAttr) -> FsResult<Reply> {
+        let fd = self.resolve(gfid)?;
+        let st = rfs::fstat(&*fd)?;
+        let kind = FileKind::from_mode(st.st_mode);
+        if set.uid.is_some() || set.gid.is_some() {
+            rfs::chownat(
+                &*fd,
+                "",
+                set.uid.map(rfs::Uid::from_raw),
+                set.gid.map(rfs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        if let Some(mode) = set.mode {
+            if kind != FileKind::Symlink {
+                rfs::chmodat(
+                    rfs::CWD,
+                    proc_path(&*fd),
+                    Mode::from_raw_mode(mode & 0o7777),
+                    AtFlags::empty(),
+                )?;
+            }
+        }
+        if let Some(size) = set.size.filter(|_| !self.arbiter) {
+            if kind != FileKind::File {
+                return Err(FsError::errno(if kind == FileKind::Dir {
+                    libc::EISDIR
+                } else {
+                    libc::EINVAL
+                }));
+            }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(proc_path(&*fd))?;
+            f.set_len(size)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let ts = |t: Option<TimeSet>| match t {
+                None => rfs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rfs::UTIME_OMIT,
+                },
+                Some(TimeSet::Now) => rfs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rfs::UTIME_NOW,
+                },
+                Some(TimeSet::At(s, n)) => rfs::Timespec {
+                    tv_sec: s,
+                    tv_nsec: n as _,
+                },
+            };
+            let times = rfs::Timestamps {
+                last_access: ts(set.atime),
+                last_modification: ts(set.mtime),
+            };
+            rfs::utimensat(&*fd, "", &times, AtFlags::EMPTY_PATH)?;
+        }
+        Ok(Reply::Attr(self.stat_gfid(gfid)?))
+    }
+
+    pub(in crate::storage) fn check_xattr_name(cx: &Ctx, name: &str) -> FsResult<()> {
+        if name.starts_with(INTERNAL_XATTR_PREFIX) {
+            return Err(FsError::new(libc::EPERM, "reserved xattr name"));
+        }
+        if name.starts_with("trusted.") && cx.uid != 0 {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        Ok(())
+    }
+
+    pub(in crate::storage) fn statfs(&self) -> FsResult<Reply> {
+        let s = rfs::fstatvfs(&self.root)?;
+        Ok(Reply::StatFs(StatFs {
+            bsize: s.f_bsize as u32,
+            frsize: s.f_frsize as u32,
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            namelen: s.f_namemax as u32,
+        }))
+    }
+}

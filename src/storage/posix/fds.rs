@@ -1,0 +1,101 @@
+//! What one client connection holds open on the brick: files, listings,
+//! anonymous files and change sessions.
+
+use super::*;
+
+/// An open file or a directory listing, held for one client connection.
+pub enum Handle {
+    /// An open file and its gfid.
+    File(File, Gfid),
+    /// An open directory's listing, the directory itself (so that it can
+    /// be stat'ed after its last name is gone, as `fstat` on a local
+    /// file system can) and its gfid.
+    Dir(Mutex<Listing>, Arc<OwnedFd>, Gfid),
+}
+
+impl Handle {
+    pub(in crate::storage) fn gfid(&self) -> Gfid {
+        match self {
+            Handle::File(_, g) | Handle::Dir(_, _, g) => *g,
+        }
+    }
+    pub(in crate::storage) fn fstat(&self) -> FsResult<rfs::Stat> {
+        Ok(match self {
+            Handle::File(f, _) => rfs::fstat(f)?,
+            Handle::Dir(_, d, _) => rfs::fstat(&**d)?,
+        })
+    }
+}
+
+/// An open directory's entries, taken at opendir and again at every
+/// rewind (a read from offset 0 after the first), so that offsets stay
+/// valid however the directory changes, and a rewound reader sees it anew,
+/// as POSIX wants of `rewinddir`.
+pub struct Listing {
+    pub(in crate::storage) names: Arc<Vec<(Vec<u8>, FileKind)>>,
+    /// Not read from offset 0 yet: the listing is as fresh as it gets.
+    pub(in crate::storage) fresh: bool,
+}
+
+/// Handles issued to one client connection; dropped (closing every file)
+/// when the connection ends.
+#[derive(Default)]
+pub struct FdTable {
+    pub(in crate::storage) next: AtomicU64,
+    pub(in crate::storage) map: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// Files read through the anonymous handle (`ANON_FH`), by gfid.
+    pub(in crate::storage) anon: Mutex<HashMap<Gfid, Arc<Handle>>>,
+    /// Objects this connection has an open change session on (`index.rs`).
+    pub(in crate::storage) sessions: Mutex<std::collections::HashSet<Gfid>>,
+}
+
+/// Anonymous files kept open per connection.
+pub(in crate::storage) const ANON_MAX: usize = 1024;
+
+impl FdTable {
+    pub(in crate::storage) fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.map.lock().unwrap().insert(fh, Arc::new(h));
+        fh
+    }
+    /// A file or directory of this connection's, open under `gfid`: it
+    /// stays reachable after its last name (and so its gfid handle) is gone.
+    pub(in crate::storage) fn open_by_gfid(&self, gfid: Gfid) -> Option<Arc<Handle>> {
+        let open = self.map.lock().unwrap();
+        let found = open.values().find(|h| h.gfid() == gfid).cloned();
+        drop(open);
+        found.or_else(|| self.anon.lock().unwrap().get(&gfid).cloned())
+    }
+
+    pub(in crate::storage) fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        self.map
+            .lock()
+            .unwrap()
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| FsError::new(libc::EBADF, format!("unknown handle {fh}")))
+    }
+    pub(in crate::storage) fn file(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        let h = self.get(fh)?;
+        match &*h {
+            Handle::File(..) => Ok(h),
+            Handle::Dir(..) => Err(FsError::errno(libc::EISDIR)),
+        }
+    }
+    pub(in crate::storage) fn remove(&self, fh: u64) {
+        self.map.lock().unwrap().remove(&fh);
+    }
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub(in crate::storage) fn as_file(h: &Handle) -> &File {
+    match h {
+        Handle::File(f, _) => f,
+        Handle::Dir(..) => unreachable!("checked by FdTable::file"),
+    }
+}

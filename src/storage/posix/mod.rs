@@ -1,0 +1,427 @@
+//! The posix storage translator: one brick directory on a local file system.
+//!
+//! Files and directories live at the same relative path as in the volume, so
+//! the data can be read from the brick directly. Every object carries its
+//! gfid in the `trusted.mortar.gfid` xattr, and the brick keeps an index
+//! under `.mortar/gfid/ab/cd/<gfid>` so that any object can be reached by id:
+//! a hard link for every non-directory, a relative symlink
+//! `../../xy/zw/<parent-gfid>/<name>` for every directory (as GlusterFS's
+//! `.glusterfs`). The index is never visible through the mount.
+//!
+//! Safety: names arrive as validated single components (`Name`), every
+//! operation is relative to a directory handle (`*at` calls), and handles
+//! are resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`
+//! from the brick root, so that nothing outside the brick is ever reached,
+//! even through a symlink planted inside it. Objects are operated on through
+//! `O_PATH` descriptors; xattrs, modes and times go through
+//! `/proc/self/fd/N`, which names exactly the object the descriptor holds.
+
+use crate::core::fop::{TimeSet, ANON_FH};
+use crate::core::{
+    Attr, Ctx, DirEntry, Entry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
+    StatFs,
+};
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub const GFID_XATTR: &str = "trusted.mortar.gfid";
+pub const VOLUME_ID_XATTR: &str = "trusted.mortar.volume-id";
+/// Internal xattrs live under this prefix; clients can neither see nor set them.
+pub const INTERNAL_XATTR_PREFIX: &str = "trusted.mortar.";
+pub const META_DIR: &str = ".mortar";
+const INDEX_REL: &str = ".mortar/gfid";
+/// Entries returned by one readdir call.
+const READDIR_BATCH: usize = 512;
+/// Largest single pwrite a brick issues.
+const WRITE_PIECE: usize = 128 << 10;
+/// Directory descriptors kept open for fast resolution.
+const DIR_CACHE_MAX: usize = 8192;
+
+mod attrs;
+mod data;
+mod fds;
+mod handles;
+mod namespace;
+#[cfg(test)]
+mod tests;
+
+use fds::{as_file, ANON_MAX};
+pub use fds::{FdTable, Handle, Listing};
+
+pub struct Posix {
+    path: PathBuf,
+    pub(super) root: OwnedFd,
+    dirs: Mutex<HashMap<Gfid, Arc<OwnedFd>>>,
+    /// Open change sessions per object, over all connections (`index.rs`).
+    pub(super) sessions: Mutex<HashMap<Gfid, u32>>,
+    /// Objects whose copy here blames other copies, with the blame: the
+    /// xattrs' contents, kept in memory for `Fop::Blamed` (`index.rs`).
+    pub(super) blamed: Mutex<HashMap<Gfid, u32>>,
+    /// An arbiter keeps names and metadata, but no file data: writes are
+    /// acknowledged without being stored, sizes stay 0.
+    arbiter: bool,
+    /// `.mortar/pending`, the heal index (`index.rs`).
+    pub(super) pending: OwnedFd,
+}
+
+pub(super) fn proc_path(fd: impl AsFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
+}
+
+fn beneath() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
+}
+
+/// Opens one name inside a directory without following a final symlink.
+fn open_child(dir: impl AsFd, name: &Name) -> FsResult<OwnedFd> {
+    Ok(rfs::openat2(
+        dir,
+        name.as_os_str(),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        beneath() | ResolveFlags::NO_SYMLINKS,
+    )?)
+}
+
+pub(super) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
+    let p = proc_path(fd);
+    let mut buf = vec![0u8; 256];
+    loop {
+        match rfs::getxattr(&p, name, &mut buf[..]) {
+            Ok(m) => {
+                buf.truncate(m);
+                return Ok(buf);
+            }
+            Err(rustix::io::Errno::RANGE) => {
+                let n = rfs::getxattr_query(&p, name)?;
+                buf.resize(n.max(buf.len() * 2), 0);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+pub(super) fn set_xattr(
+    fd: impl AsFd,
+    name: &str,
+    value: &[u8],
+    flags: rfs::XattrFlags,
+) -> FsResult<()> {
+    Ok(rfs::setxattr(proc_path(fd), name, value, flags)?)
+}
+
+fn read_gfid(fd: impl AsFd) -> FsResult<Option<Gfid>> {
+    match get_xattr(fd, GFID_XATTR) {
+        Ok(v) => Ok(Gfid::from_slice(&v)),
+        Err(e) if e.is(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
+    let kind = FileKind::from_mode(st.st_mode);
+    // A non-directory's gfid handle is one of its links; it is not a name
+    // in the volume.
+    let nlink = if kind == FileKind::Dir {
+        st.st_nlink
+    } else {
+        st.st_nlink.saturating_sub(1)
+    };
+    Attr {
+        gfid,
+        kind,
+        perm: st.st_mode & 0o7777,
+        nlink: nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        blksize: st.st_blksize as u32,
+        atime: (st.st_atime, st.st_atime_nsec as u32),
+        mtime: (st.st_mtime, st.st_mtime_nsec as u32),
+        ctime: (st.st_ctime, st.st_ctime_nsec as u32),
+        blame: 0,
+    }
+}
+
+fn hidden(parent: Gfid, name: &Name) -> bool {
+    parent == Gfid::ROOT && name.as_bytes() == META_DIR.as_bytes()
+}
+
+fn split_handle(gfid: Gfid) -> (String, String) {
+    let rel = gfid.handle_rel();
+    let (dir, file) = rel.rsplit_once('/').expect("handle has a directory");
+    (dir.to_string(), file.to_string())
+}
+
+impl Posix {
+    /// Opens (and on first use prepares) a brick directory.
+    pub fn open(path: &Path) -> FsResult<Posix> {
+        let root = rfs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::new(e.raw_os_error(), format!("brick {}", path.display())))?;
+        match read_gfid(&root)? {
+            Some(g) if g == Gfid::ROOT => {}
+            Some(g) => {
+                return Err(FsError::inval(format!(
+                    "brick root {} carries gfid {g}, not the root gfid",
+                    path.display()
+                )))
+            }
+            None => set_xattr(&root, GFID_XATTR, &Gfid::ROOT.0, rfs::XattrFlags::empty())?,
+        }
+        for d in [META_DIR, INDEX_REL, super::index::PENDING_REL] {
+            match rfs::mkdirat(&root, d, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let pending = rfs::openat2(
+            &root,
+            super::index::PENDING_REL,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        )?;
+        let p = Posix {
+            path: path.to_path_buf(),
+            root,
+            dirs: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            blamed: Mutex::new(HashMap::new()),
+            arbiter: false,
+            pending,
+        };
+        // The root's handle points back to the brick root.
+        p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
+        p.load_blamed()?;
+        Ok(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn with_arbiter(mut self, arbiter: bool) -> Posix {
+        self.arbiter = arbiter;
+        self
+    }
+
+    /// Serves one operation. Blocking: the protocol server runs it on a
+    /// blocking-pool thread.
+    pub fn call(&self, cx: &Ctx, fds: &FdTable, fop: &Fop) -> FsResult<Reply> {
+        match fop {
+            Fop::Lookup { parent, name } => {
+                let dir = self.resolve_dir(*parent)?;
+                let (_, attr) = self.lookup_at(&dir, *parent, name)?;
+                Ok(Reply::Entry(Entry { attr }))
+            }
+            Fop::Getattr { gfid } => match self.stat_gfid(*gfid) {
+                // Unlinked but still open here: POSIX keeps it alive.
+                Err(e) if e.is(libc::ESTALE) => match fds.open_by_gfid(*gfid) {
+                    Some(h) => Ok(Reply::Attr(attr_of(&h.fstat()?, *gfid))),
+                    None => Err(e),
+                },
+                r => r.map(Reply::Attr),
+            },
+            Fop::Setattr { gfid, set } => self.setattr(*gfid, set),
+            Fop::Mknod {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+                rdev,
+            } => self.mknod(cx, *parent, name, *gfid, *mode, *umask, *rdev),
+            Fop::Create {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+                flags,
+            } => self.create(cx, fds, *parent, name, *gfid, *mode, *umask, *flags),
+            Fop::Mkdir {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+            } => self.mkdir(cx, *parent, name, *gfid, *mode, *umask),
+            Fop::Unlink { parent, name } => self.unlink(*parent, name),
+            Fop::Rmdir { parent, name } => self.rmdir(*parent, name),
+            Fop::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags,
+            } => self.rename(*parent, name, *newparent, newname, *flags),
+            Fop::Link {
+                gfid,
+                newparent,
+                newname,
+            } => self.link(*gfid, *newparent, newname),
+            Fop::Symlink {
+                parent,
+                name,
+                gfid,
+                target,
+            } => self.symlink(cx, *parent, name, *gfid, target),
+            Fop::Readlink { gfid } => {
+                let fd = self.resolve(*gfid)?;
+                let t = rfs::readlinkat(&*fd, "", Vec::new())?;
+                Ok(Reply::Data(bytes::Bytes::from(t.into_bytes())))
+            }
+            Fop::Open { gfid, flags } => self.open_file(fds, *gfid, *flags),
+            Fop::Read {
+                gfid,
+                fh,
+                offset,
+                size,
+            } => self.read(fds, *gfid, *fh, *offset, *size),
+            Fop::Write {
+                gfid,
+                fh,
+                offset,
+                data,
+            } => self.write(fds, *gfid, *fh, *offset, data),
+            Fop::Flush { gfid, fh } => self.file_for(fds, *gfid, *fh).map(|_| Reply::Ok),
+            Fop::Fsync { gfid, fh, datasync } => {
+                let h = self.file_for(fds, *gfid, *fh)?;
+                if *datasync {
+                    rfs::fdatasync(as_file(&h))?;
+                } else {
+                    rfs::fsync(as_file(&h))?;
+                }
+                Ok(Reply::Ok)
+            }
+            Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => {
+                fds.remove(*fh);
+                Ok(Reply::Ok)
+            }
+            Fop::Fallocate {
+                gfid,
+                fh,
+                mode,
+                offset,
+                len,
+            } => {
+                let h = self.file_for(fds, *gfid, *fh)?;
+                if self.arbiter {
+                    return Ok(Reply::Ok);
+                }
+                rfs::fallocate(
+                    as_file(&h),
+                    rfs::FallocateFlags::from_bits_retain(*mode as u32),
+                    *offset,
+                    *len,
+                )?;
+                Ok(Reply::Ok)
+            }
+            Fop::Lseek {
+                gfid,
+                fh,
+                offset,
+                whence,
+            } => {
+                let h = self.file_for(fds, *gfid, *fh)?;
+                let pos = match *whence {
+                    libc::SEEK_DATA => rfs::SeekFrom::Data(*offset),
+                    libc::SEEK_HOLE => rfs::SeekFrom::Hole(*offset),
+                    _ => return Err(FsError::errno(libc::EINVAL)),
+                };
+                Ok(Reply::Offset(rfs::seek(as_file(&h), pos)?))
+            }
+            Fop::Opendir { gfid } => self.opendir(fds, *gfid),
+            Fop::Readdir {
+                gfid,
+                fh,
+                offset,
+                plus,
+            } => self.readdir(fds, *gfid, *fh, *offset, *plus),
+            Fop::Statfs { .. } => self.statfs(),
+            Fop::Setxattr {
+                gfid,
+                name,
+                value,
+                flags,
+            } => {
+                Self::check_xattr_name(cx, name)?;
+                let fd = self.resolve(*gfid)?;
+                set_xattr(
+                    &*fd,
+                    name,
+                    value,
+                    rfs::XattrFlags::from_bits_retain(*flags as u32),
+                )?;
+                Ok(Reply::Ok)
+            }
+            Fop::Getxattr { gfid, name } => {
+                Self::check_xattr_name(cx, name)?;
+                let fd = self.resolve(*gfid)?;
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(get_xattr(
+                    &*fd, name,
+                )?)))
+            }
+            Fop::Listxattr { gfid } => {
+                let fd = self.resolve(*gfid)?;
+                let p = proc_path(&*fd);
+                let n = rfs::listxattr_query(&p)?;
+                let mut buf = vec![0u8; n + 256];
+                let m = rfs::listxattr(&p, &mut buf[..])?;
+                buf.truncate(m);
+                let mut out = Vec::new();
+                for name in buf.split(|&c| c == 0).filter(|n| !n.is_empty()) {
+                    if !name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes()) {
+                        out.extend_from_slice(name);
+                        out.push(0);
+                    }
+                }
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(out)))
+            }
+            Fop::Removexattr { gfid, name } => {
+                Self::check_xattr_name(cx, name)?;
+                let fd = self.resolve(*gfid)?;
+                rfs::removexattr(proc_path(&*fd), name.as_str())?;
+                Ok(Reply::Ok)
+            }
+            Fop::Lock { gfid, mark, .. } => {
+                // The lock itself is the server's (it may wait); here only
+                // the change session it opens.
+                if let Some(blame) = mark {
+                    self.mark(fds, *gfid, *blame)?;
+                }
+                Ok(Reply::Ok)
+            }
+            Fop::Unlock { gfids } => {
+                self.settle(fds, gfids);
+                Ok(Reply::Ok)
+            }
+            Fop::Clear { gfid, unblame } => self.clear(*gfid, *unblame).map(Reply::Blame),
+            Fop::Pending { max } => self.pending(*max as usize).map(Reply::Gfids),
+            Fop::Blamed { max } => Ok(Reply::Blames(self.blamed(*max as usize))),
+            Fop::Resolve { ino } => self.resolve_ino(*ino),
+            Fop::Parent { gfid } => self.parent_of(*gfid),
+            Fop::Checksum {
+                gfid,
+                offset,
+                block,
+                count,
+            } => self
+                .checksum(*gfid, *offset, *block, *count)
+                .map(Reply::Sums),
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Names: lookup, creation (with the gfid the client chose), removal,
+//! rename and hard links, each relative to a directory handle.
+
+use super::*;
+
+/// The umask a new object in `dir` gets: none under a default ACL, which
+/// the brick's file system applies instead (POSIX.1e, as a local file
+/// system does it; the client leaves the umask to the brick).
+fn effective_umask(dir: &OwnedFd, umask: u32) -> u32 {
+    if umask != 0 && rfs::getxattr_query(proc_path(dir), DEFAULT_ACL_XATTR).is_ok() {
+        return 0;
+    }
+    umask
+}
+
+/// Where a directory's default ACL is kept (`system.posix_acl_default`).
+const DEFAULT_ACL_XATTR: &str = "system.posix_acl_default";
+
+impl Posix {
+    /// Looks a name up, giving it a gfid (and a handle) if it was created
+    /// on the brick directly and has none yet.
+    pub(in crate::storage) fn lookup_at(
+        &self,
+        dir: &OwnedFd,
+        parent: Gfid,
+        name: &Name,
+    ) -> FsResult<(OwnedFd, Attr)> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::ENOENT));
+        }
+        let fd = open_child(dir, name)?;
+        let st = rfs::fstat(&fd)?;
+        let gfid = match read_gfid(&fd)? {
+            Some(g) => g,
+            None => {
+                let g = Gfid::random();
+                set_xattr(&fd, GFID_XATTR, &g.0, rfs::XattrFlags::CREATE)?;
+                if FileKind::from_mode(st.st_mode) == FileKind::Dir {
+                    self.make_dir_handle(g, parent, name)?;
+                } else {
+                    self.make_file_handle(g, dir, name)?;
+                }
+                tracing::info!(brick = %self.path.display(), name = ?name, gfid = %g, "assigned gfid to an object created on the brick");
+                g
+            }
+        };
+        let st = rfs::fstat(&fd)?;
+        let mut attr = attr_of(&st, gfid);
+        attr.blame = crate::storage::index::read_blame(&fd)?;
+        Ok((fd, attr))
+    }
+
+    /// Sets gfid, owner and group of a freshly created object; on failure the
+    /// caller removes it again, so a half-made object never stays behind.
+    pub(in crate::storage) fn finish_new(
+        &self,
+        cx: &Ctx,
+        dir: &OwnedFd,
+        fd: &OwnedFd,
+        gfid: Gfid,
+        perm: u32,
+    ) -> FsResult<()> {
+        set_xattr(fd, GFID_XATTR, &gfid.0, rfs::XattrFlags::CREATE)?;
+        let pst = rfs::fstat(dir)?;
+        let gid = if pst.st_mode & libc::S_ISGID != 0 {
+            pst.st_gid
+        } else {
+            cx.gid
+        };
+        rfs::chownat(
+            fd,
+            "",
+            Some(rfs::Uid::from_raw(cx.uid)),
+            Some(rfs::Gid::from_raw(gid)),
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+        let st = rfs::fstat(fd)?;
+        if FileKind::from_mode(st.st_mode) != FileKind::Symlink && perm & 0o6000 != 0 {
+            // chown cleared set-id bits; put back what was asked for.
+            rfs::chmodat(
+                rfs::CWD,
+                proc_path(fd),
+                Mode::from_raw_mode(st.st_mode & 0o7777 | (perm & 0o6000)),
+                AtFlags::empty(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Gives an object just made under `name` its gfid, owner and handle,
+    /// and answers with its entry; on failure removes it again.
+    pub(in crate::storage) fn adopt_new(
+        &self,
+        cx: &Ctx,
+        dir: &OwnedFd,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        perm: u32,
+        is_dir: bool,
+    ) -> FsResult<Reply> {
+        let res = open_child(dir, name).and_then(|fd| {
+            self.finish_new(cx, dir, &fd, gfid, perm)?;
+            if is_dir {
+                self.make_dir_handle(gfid, parent, name)?;
+            } else {
+                self.make_file_handle(gfid, dir, name)?;
+            }
+            Ok(Reply::Entry(Entry {
+                attr: attr_of(&rfs::fstat(&fd)?, gfid),
+            }))
+        });
+        if res.is_err() {
+            Self::undo_new(dir, name, is_dir);
+        }
+        res
+    }
+
+    pub(in crate::storage) fn undo_new(dir: &OwnedFd, name: &Name, is_dir: bool) {
+        let flags = if is_dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        let _ = rfs::unlinkat(dir, name.as_os_str(), flags);
+    }
+
+    pub(in crate::storage) fn create(
+        &self,
+        cx: &Ctx,
+        fds: &FdTable,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let perm = mode & 0o7777 & !effective_umask(&dir, umask);
+        let oflags = OFlags::from_bits_retain(
+            (flags & (libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC)) as u32,
+        );
+        let made = rfs::openat2(
+            &*dir,
+            name.as_os_str(),
+            oflags
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC
+                | OFlags::NOATIME,
+            Mode::from_raw_mode(perm),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        );
+        let file = match made {
+            Ok(f) => f,
+            Err(rustix::io::Errno::EXIST) if flags & libc::O_EXCL == 0 => {
+                // Someone else made it first: open theirs, as open(O_CREAT) would.
+                let (_, attr) = self.lookup_at(&dir, parent, name)?;
+                let Reply::Opened { fh } = self.open_file(fds, attr.gfid, flags)? else {
+                    unreachable!()
+                };
+                return Ok(Reply::Created {
+                    entry: Entry { attr },
+                    fh,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let finish = self
+            .finish_new(cx, &dir, &file, gfid, perm)
+            .and_then(|_| self.make_file_handle(gfid, &*dir, name));
+        if let Err(e) = finish {
+            Self::undo_new(&dir, name, false);
+            return Err(e);
+        }
+        let attr = attr_of(&rfs::fstat(&file)?, gfid);
+        let fh = fds.insert(Handle::File(File::from(file), gfid));
+        Ok(Reply::Created {
+            entry: Entry { attr },
+            fh,
+        })
+    }
+
+    pub(in crate::storage) fn mknod(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+        rdev: u64,
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let perm = mode & 0o7777 & !effective_umask(&dir, umask);
+        let ftype = rfs::FileType::from_raw_mode(mode);
+        rfs::mknodat(
+            &*dir,
+            name.as_os_str(),
+            ftype,
+            Mode::from_raw_mode(perm),
+            rdev,
+        )?;
+        self.adopt_new(cx, &dir, parent, name, gfid, perm, false)
+    }
+
+    pub(in crate::storage) fn mkdir(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let perm = mode & 0o7777 & !effective_umask(&dir, umask);
+        rfs::mkdirat(&*dir, name.as_os_str(), Mode::from_raw_mode(perm))?;
+        self.adopt_new(cx, &dir, parent, name, gfid, perm, true)
+    }
+
+    pub(in crate::storage) fn symlink(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        target: &[u8],
+    ) -> FsResult<Reply> {
+        if hidden(parent, name) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        if target.is_empty() || target.len() >= libc::PATH_MAX as usize || target.contains(&0) {
+            return Err(FsError::inval("bad symlink target"));
+        }
+        let dir = self.resolve_dir(parent)?;
+        rfs::symlinkat(std::ffi::OsStr::from_bytes(target), &*dir, name.as_os_str())?;
+        self.adopt_new(cx, &dir, parent, name, gfid, 0o777, false)
+    }
+
+    /// Removes a non-directory name; drops the gfid handle with the last name.
+    pub(in crate::storage) fn unlink(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let dir = self.resolve_dir(parent)?;
+        let (fd, attr) = self.lookup_at(&dir, parent, name)?;
+        if attr.kind == FileKind::Dir {
+            return Err(FsError::errno(libc::EISDIR));
+        }
+        rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::empty())?;
+        if rfs::fstat(&fd)?.st_nlink <= 1 {
+            self.drop_handle(attr.gfid);
+        }
+        Ok(Reply::Ok)
+    }
+
+    pub(in crate::storage) fn rmdir(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let dir = self.resolve_dir(parent)?;
+        let (_, attr) = self.lookup_at(&dir, parent, name)?;
+        if attr.kind != FileKind::Dir {
+            return Err(FsError::errno(libc::ENOTDIR));
+        }
+        rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::REMOVEDIR)?;
+        self.drop_handle(attr.gfid);
+        Ok(Reply::Ok)
+    }
+
+    pub(in crate::storage) fn rename(
+        &self,
+        parent: Gfid,
+        name: &Name,
+        newparent: Gfid,
+        newname: &Name,
+        flags: u32,
+    ) -> FsResult<Reply> {
+        if hidden(newparent, newname) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        // RENAME_WHITEOUT would leave an object without a gfid, made on
+        // each brick on its own; the client makes whiteouts itself.
+        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+            return Err(FsError::new(
+                libc::EINVAL,
+                "rename flags other than NOREPLACE and EXCHANGE",
+            ));
+        }
+        let dir = self.resolve_dir(parent)?;
+        let newdir = self.resolve_dir(newparent)?;
+        let (_, src) = self.lookup_at(&dir, parent, name)?;
+        let dst = match self.lookup_at(&newdir, newparent, newname) {
+            Ok((fd, a)) => Some((fd, a)),
+            Err(e) if e.is(libc::ENOENT) => None,
+            Err(e) => return Err(e),
+        };
+        rfs::renameat_with(
+            &*dir,
+            name.as_os_str(),
+            &*newdir,
+            newname.as_os_str(),
+            rfs::RenameFlags::from_bits_retain(flags),
+        )?;
+        let exchanged = flags & libc::RENAME_EXCHANGE != 0;
+        if src.kind == FileKind::Dir {
+            self.make_dir_handle(src.gfid, newparent, newname)?;
+        }
+        if let Some((fd, dst)) = dst {
+            if dst.gfid != src.gfid {
+                if exchanged {
+                    if dst.kind == FileKind::Dir {
+                        self.make_dir_handle(dst.gfid, parent, name)?;
+                    }
+                } else if dst.kind == FileKind::Dir || rfs::fstat(&fd)?.st_nlink <= 1 {
+                    self.drop_handle(dst.gfid);
+                }
+            }
+        }
+        Ok(Reply::Ok)
+    }
+
+    pub(in crate::storage) fn link(
+        &self,
+        gfid: Gfid,
+        newparent: Gfid,
+        newname: &Name,
+    ) -> FsResult<Reply> {
+        if hidden(newparent, newname) {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let newdir = self.resolve_dir(newparent)?;
+        let obj = self.resolve(gfid)?;
+        if FileKind::from_mode(rfs::fstat(&*obj)?.st_mode) == FileKind::Dir {
+            return Err(FsError::errno(libc::EPERM));
+        }
+        let (idx, file) = self.index_dir(gfid)?;
+        rfs::linkat(
+            &idx,
+            file.as_str(),
+            &*newdir,
+            newname.as_os_str(),
+            AtFlags::empty(),
+        )?;
+        Ok(Reply::Entry(Entry {
+            attr: self.stat_gfid(gfid)?,
+        }))
+    }
+}

@@ -1,0 +1,435 @@
+use super::*;
+use crate::core::fop::{TimeSet, ANON_FH};
+
+fn n(s: &str) -> Name {
+    Name::new(s.as_bytes().to_vec()).unwrap()
+}
+
+struct Brick {
+    _dir: tempfile::TempDir,
+    outside: PathBuf,
+    root: PathBuf,
+    p: Posix,
+    fds: FdTable,
+}
+
+fn brick() -> Brick {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("brick");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "s3cret").unwrap();
+    let p = Posix::open(&root).unwrap();
+    Brick {
+        _dir: dir,
+        outside,
+        root,
+        p,
+        fds: FdTable::default(),
+    }
+}
+
+impl Brick {
+    fn call(&self, fop: Fop) -> FsResult<Reply> {
+        self.p.call(&Ctx::root(), &self.fds, &fop)
+    }
+    fn lookup(&self, parent: Gfid, name: &str) -> FsResult<Attr> {
+        self.call(Fop::Lookup {
+            parent,
+            name: n(name),
+        })?
+        .into_attr()
+    }
+    fn mkdir(&self, parent: Gfid, name: &str) -> Gfid {
+        let gfid = Gfid::random();
+        self.call(Fop::Mkdir {
+            parent,
+            name: n(name),
+            gfid,
+            mode: 0o755,
+            umask: 0,
+        })
+        .unwrap();
+        gfid
+    }
+    fn outside_untouched(&self) {
+        let names: Vec<_> = std::fs::read_dir(&self.outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("secret")]);
+        assert_eq!(
+            std::fs::read_to_string(self.outside.join("secret")).unwrap(),
+            "s3cret"
+        );
+    }
+}
+
+#[test]
+fn files_round_trip_and_keep_their_gfid_across_renames() {
+    let b = brick();
+    let d = b.mkdir(Gfid::ROOT, "d");
+    let e = b.mkdir(d, "e");
+    let gfid = Gfid::random();
+    let rep = b
+        .call(Fop::Create {
+            parent: e,
+            name: n("f"),
+            gfid,
+            mode: 0o644,
+            umask: 0o022,
+            flags: libc::O_RDWR,
+        })
+        .unwrap();
+    let Reply::Created { fh, .. } = rep else {
+        panic!()
+    };
+    b.call(Fop::Write {
+        gfid,
+        fh,
+        offset: 0,
+        data: bytes::Bytes::from_static(b"hello"),
+    })
+    .unwrap();
+    assert_eq!(b.fds.len(), 1);
+    b.call(Fop::Release { gfid, fh }).unwrap();
+    assert!(b.fds.is_empty(), "release closes the handle");
+    assert_eq!(
+        std::fs::read_to_string(b.root.join("d/e/f")).unwrap(),
+        "hello"
+    );
+    // Rename the directory above; the file and its directory stay reachable by gfid.
+    b.call(Fop::Rename {
+        parent: Gfid::ROOT,
+        name: n("d"),
+        newparent: Gfid::ROOT,
+        newname: n("d2"),
+        flags: 0,
+    })
+    .unwrap();
+    let fresh = Posix::open(&b.root).unwrap();
+    let a = fresh
+        .call(&Ctx::root(), &b.fds, &Fop::Getattr { gfid })
+        .unwrap()
+        .into_attr()
+        .unwrap();
+    assert_eq!((a.size, a.nlink), (5, 1));
+    let x = fresh
+        .call(
+            &Ctx::root(),
+            &b.fds,
+            &Fop::Lookup {
+                parent: e,
+                name: n("f"),
+            },
+        )
+        .unwrap();
+    assert_eq!(x.into_attr().unwrap().gfid, gfid);
+    // Times and modes.
+    let set = SetAttr {
+        mode: Some(0o600),
+        mtime: Some(TimeSet::At(1_000_000_000, 5)),
+        ..Default::default()
+    };
+    let a = b
+        .call(Fop::Setattr { gfid, set })
+        .unwrap()
+        .into_attr()
+        .unwrap();
+    assert_eq!((a.perm, a.mtime), (0o600, (1_000_000_000, 5)));
+    // Unlinking the last name drops the handle.
+    b.call(Fop::Unlink {
+        parent: e,
+        name: n("f"),
+    })
+    .unwrap();
+    assert_eq!(
+        b.call(Fop::Getattr { gfid }).unwrap_err().errno,
+        libc::ESTALE
+    );
+}
+
+#[test]
+fn anonymous_reads_and_open_files_outlive_their_names() {
+    let b = brick();
+    let gfid = Gfid::random();
+    let c = Fop::Create {
+        parent: Gfid::ROOT,
+        name: n("f"),
+        gfid,
+        mode: 0o644,
+        umask: 0,
+        flags: libc::O_RDWR,
+    };
+    let Reply::Created { fh, .. } = b.call(c).unwrap() else {
+        panic!()
+    };
+    b.call(Fop::Write {
+        gfid,
+        fh,
+        offset: 0,
+        data: bytes::Bytes::from_static(b"data"),
+    })
+    .unwrap();
+    // Read without ever opening: the brick opens it by gfid.
+    let read = |b: &Brick| {
+        b.call(Fop::Read {
+            gfid,
+            fh: ANON_FH,
+            offset: 0,
+            size: 10,
+        })
+    };
+    let Reply::Data(d) = read(&b).unwrap() else {
+        panic!()
+    };
+    assert_eq!(&d[..], b"data");
+    // Anonymous handles are read-only.
+    let w = Fop::Write {
+        gfid,
+        fh: ANON_FH,
+        offset: 0,
+        data: bytes::Bytes::from_static(b"x"),
+    };
+    assert_eq!(b.call(w).unwrap_err().errno, libc::EBADF);
+    // A connection that holds it open for real, not anonymously.
+    let held = FdTable::default();
+    b.p.call(
+        &Ctx::root(),
+        &held,
+        &Fop::Open {
+            gfid,
+            flags: libc::O_RDONLY,
+        },
+    )
+    .unwrap();
+    // Unlinked while open here: still readable and stat-able, as POSIX wants.
+    b.call(Fop::Unlink {
+        parent: Gfid::ROOT,
+        name: n("f"),
+    })
+    .unwrap();
+    assert!(matches!(read(&b).unwrap(), Reply::Data(d) if &d[..] == b"data"));
+    // Read anonymously there (a second open of it, by file handle or
+    // /proc/PID/fd), it is read through the open one.
+    let anon = Fop::Read {
+        gfid,
+        fh: ANON_FH,
+        offset: 0,
+        size: 10,
+    };
+    let r = b.p.call(&Ctx::root(), &held, &anon).unwrap();
+    assert!(matches!(r, Reply::Data(d) if &d[..] == b"data"));
+    assert_eq!(
+        b.call(Fop::Getattr { gfid })
+            .unwrap()
+            .into_attr()
+            .unwrap()
+            .nlink,
+        0
+    );
+    // Another connection, which never had it open, sees it gone.
+    let other = FdTable::default();
+    assert_eq!(
+        b.p.call(&Ctx::root(), &other, &Fop::Getattr { gfid })
+            .unwrap_err()
+            .errno,
+        libc::ESTALE
+    );
+}
+
+#[test]
+fn a_planted_symlink_never_leads_outside_the_brick() {
+    let b = brick();
+    std::os::unix::fs::symlink(&b.outside, b.root.join("evil")).unwrap();
+    let evil = b.lookup(Gfid::ROOT, "evil").unwrap();
+    assert_eq!(evil.kind, FileKind::Symlink);
+    // Using it as a directory or opening it as a file is refused.
+    assert!(b.lookup(evil.gfid, "secret").is_err());
+    let c = Fop::Create {
+        parent: evil.gfid,
+        name: n("x"),
+        gfid: Gfid::random(),
+        mode: 0o644,
+        umask: 0,
+        flags: 2,
+    };
+    assert!(b.call(c).is_err());
+    assert!(b
+        .call(Fop::Mkdir {
+            parent: evil.gfid,
+            name: n("x"),
+            gfid: Gfid::random(),
+            mode: 0o755,
+            umask: 0
+        })
+        .is_err());
+    assert!(b
+        .call(Fop::Open {
+            gfid: evil.gfid,
+            flags: libc::O_RDWR
+        })
+        .is_err());
+    assert!(b.call(Fop::Opendir { gfid: evil.gfid }).is_err());
+    assert!(b
+        .call(Fop::Setattr {
+            gfid: evil.gfid,
+            set: SetAttr {
+                size: Some(0),
+                ..Default::default()
+            }
+        })
+        .is_err());
+    // Its target is readable as a link, as POSIX wants.
+    let Reply::Data(t) = b.call(Fop::Readlink { gfid: evil.gfid }).unwrap() else {
+        panic!()
+    };
+    assert_eq!(&t[..], b.outside.as_os_str().as_encoded_bytes());
+    b.outside_untouched();
+}
+
+#[test]
+fn a_tampered_handle_never_leads_outside_the_brick() {
+    let b = brick();
+    let d = b.mkdir(Gfid::ROOT, "d");
+    let handle = b.root.join(INDEX_REL).join(d.handle_rel());
+    for target in [
+        b.outside.display().to_string(),
+        "../../../../../outside".into(),
+        "../../../../..".into(),
+    ] {
+        std::fs::remove_file(&handle).unwrap();
+        std::os::unix::fs::symlink(&target, &handle).unwrap();
+        let fresh = Posix::open(&b.root).unwrap();
+        let fds = FdTable::default();
+        let lk = Fop::Lookup {
+            parent: d,
+            name: n("secret"),
+        };
+        assert!(fresh.call(&Ctx::root(), &fds, &lk).is_err(), "{target}");
+        let mk = Fop::Mknod {
+            parent: d,
+            name: n("x"),
+            gfid: Gfid::random(),
+            mode: libc::S_IFREG | 0o644,
+            umask: 0,
+            rdev: 0,
+        };
+        assert!(fresh.call(&Ctx::root(), &fds, &mk).is_err(), "{target}");
+    }
+    b.outside_untouched();
+}
+
+#[test]
+fn the_index_is_hidden_and_reserved() {
+    let b = brick();
+    assert_eq!(
+        b.lookup(Gfid::ROOT, META_DIR).unwrap_err().errno,
+        libc::ENOENT
+    );
+    let mk = Fop::Mkdir {
+        parent: Gfid::ROOT,
+        name: n(META_DIR),
+        gfid: Gfid::random(),
+        mode: 0o755,
+        umask: 0,
+    };
+    assert_eq!(b.call(mk).unwrap_err().errno, libc::EPERM);
+    let Reply::Opened { fh } = b.call(Fop::Opendir { gfid: Gfid::ROOT }).unwrap() else {
+        panic!()
+    };
+    let Reply::Entries(e) = b
+        .call(Fop::Readdir {
+            gfid: Gfid::ROOT,
+            fh,
+            offset: 0,
+            plus: true,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(e.is_empty(), "{e:?}");
+    let set = Fop::Setxattr {
+        gfid: Gfid::ROOT,
+        name: GFID_XATTR.into(),
+        value: Default::default(),
+        flags: 0,
+    };
+    assert_eq!(b.call(set).unwrap_err().errno, libc::EPERM);
+}
+
+#[test]
+fn a_rewound_listing_shows_the_directory_as_it_is_now() {
+    let b = brick();
+    b.mkdir(Gfid::ROOT, "a");
+    let Reply::Opened { fh } = b.call(Fop::Opendir { gfid: Gfid::ROOT }).unwrap() else {
+        panic!()
+    };
+    let names = |offset| {
+        let Reply::Entries(e) = b
+            .call(Fop::Readdir {
+                gfid: Gfid::ROOT,
+                fh,
+                offset,
+                plus: false,
+            })
+            .unwrap()
+        else {
+            panic!()
+        };
+        e.iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(0), ["a"]);
+    b.mkdir(Gfid::ROOT, "b");
+    // Offsets into the listing stay as they were...
+    assert!(names(1).is_empty());
+    // ...until the reader rewinds.
+    let mut now = names(0);
+    now.sort();
+    assert_eq!(now, ["a", "b"]);
+}
+
+#[test]
+fn directories_with_any_bytes_in_their_names_are_reachable_by_gfid() {
+    let b = brick();
+    let name = Name::new(vec![0xff, b'd', 0xfe]).unwrap();
+    let gfid = Gfid::random();
+    b.call(Fop::Mkdir {
+        parent: Gfid::ROOT,
+        name: name.clone(),
+        gfid,
+        mode: 0o755,
+        umask: 0,
+    })
+    .unwrap();
+    let child = b.mkdir(gfid, "inner");
+    let fresh = Posix::open(&b.root).unwrap();
+    let a = fresh
+        .call(&Ctx::root(), &b.fds, &Fop::Getattr { gfid: child })
+        .unwrap()
+        .into_attr()
+        .unwrap();
+    assert_eq!(a.kind, FileKind::Dir);
+}
+
+#[test]
+fn objects_made_on_the_brick_directly_get_a_gfid() {
+    let b = brick();
+    std::fs::create_dir(b.root.join("made")).unwrap();
+    std::fs::write(b.root.join("made/by-hand"), "x").unwrap();
+    let d = b.lookup(Gfid::ROOT, "made").unwrap();
+    let f = b.lookup(d.gfid, "by-hand").unwrap();
+    assert_eq!(b.lookup(d.gfid, "by-hand").unwrap().gfid, f.gfid, "stable");
+    assert_eq!(
+        b.call(Fop::Getattr { gfid: f.gfid })
+            .unwrap()
+            .into_attr()
+            .unwrap()
+            .size,
+        1
+    );
+}

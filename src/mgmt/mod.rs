@@ -2,6 +2,7 @@
 //! that keeps it and runs the bricks, the RPC the CLI and clients use to
 //! reach it, and the volume-description generator (`volgen`).
 pub mod brick;
+pub mod command;
 pub mod daemon;
 pub mod options;
 pub mod rpc;

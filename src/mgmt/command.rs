@@ -1,0 +1,180 @@
+//! Changes of the cluster state as data. A management operation first
+//! validates (`daemon::ops`: arguments, bricks, peers), then states what
+//! it changes as `Command`s, which `apply` makes to the state: a pure
+//! function, the same on every server, so that the commands can become the
+//! entries of a replicated log (the cluster issue) without the operations
+//! changing. Merging a whole peer's state (`Sync`, `PeerJoin`) is the
+//! replication that log will replace.
+
+use super::state::{ClusterState, Peer, VolStatus, Volume};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    AddPeer(Peer),
+    RemovePeer {
+        host: String,
+    },
+    AddVolume(Volume),
+    RemoveVolume {
+        volume: String,
+    },
+    SetStatus {
+        volume: String,
+        status: VolStatus,
+    },
+    /// Sets an option (validated already); clients see a new version.
+    SetOption {
+        volume: String,
+        key: String,
+        value: String,
+    },
+    /// Resets one option, or all of them; clients see a new version.
+    ResetOptions {
+        volume: String,
+        key: Option<String>,
+    },
+}
+
+impl Command {
+    /// Makes the change to `st`, or says why it cannot be made there (and
+    /// leaves `st` as it was).
+    pub fn apply(&self, st: &mut ClusterState) -> Result<(), String> {
+        let volume = |st: &mut ClusterState, name: &str| {
+            st.volumes
+                .get_mut(name)
+                .map(|_| ())
+                .ok_or_else(|| format!("Volume {name} does not exist"))
+        };
+        match self {
+            Command::AddPeer(p) => {
+                if st
+                    .peers
+                    .iter()
+                    .any(|q| q.uuid == p.uuid || q.host == p.host)
+                {
+                    return Err(format!("{} is already a peer", p.host));
+                }
+                st.peers.push(p.clone());
+            }
+            Command::RemovePeer { host } => {
+                if !st.peers.iter().any(|p| &p.host == host) {
+                    return Err(format!("{host} is not part of cluster"));
+                }
+                st.peers.retain(|p| &p.host != host);
+            }
+            Command::AddVolume(v) => {
+                if st.volumes.contains_key(&v.name) {
+                    return Err(format!("Volume {} already exists", v.name));
+                }
+                st.volumes.insert(v.name.clone(), v.clone());
+            }
+            Command::RemoveVolume { volume: name } => {
+                volume(st, name)?;
+                st.volumes.remove(name);
+            }
+            Command::SetStatus {
+                volume: name,
+                status,
+            } => {
+                volume(st, name)?;
+                st.volumes.get_mut(name).unwrap().status = *status;
+            }
+            Command::SetOption {
+                volume: name,
+                key,
+                value,
+            } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                v.options.insert(key.clone(), value.clone());
+                v.version += 1;
+            }
+            Command::ResetOptions { volume: name, key } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                match key {
+                    Some(k) => {
+                        v.options.remove(k);
+                    }
+                    None => v.options.clear(),
+                }
+                v.version += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mgmt::state::Brick;
+
+    fn vol(name: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            id: "id".into(),
+            replica: 1,
+            transport: "tcp".into(),
+            bricks: vec![Brick {
+                host: "h".into(),
+                path: "/b".into(),
+            }],
+            status: VolStatus::Created,
+            options: Default::default(),
+            version: 1,
+            arbiter: 0,
+        }
+    }
+
+    #[test]
+    fn commands_change_the_state_or_leave_it_alone() {
+        let mut st = ClusterState::default();
+        Command::AddVolume(vol("a")).apply(&mut st).unwrap();
+        assert!(Command::AddVolume(vol("a")).apply(&mut st).is_err());
+        let set = Command::SetOption {
+            volume: "a".into(),
+            key: "k".into(),
+            value: "v".into(),
+        };
+        set.apply(&mut st).unwrap();
+        assert_eq!(st.volumes["a"].version, 2);
+        assert_eq!(st.volumes["a"].options["k"], "v");
+        Command::ResetOptions {
+            volume: "a".into(),
+            key: None,
+        }
+        .apply(&mut st)
+        .unwrap();
+        assert!(st.volumes["a"].options.is_empty());
+        assert_eq!(st.volumes["a"].version, 3);
+        Command::SetStatus {
+            volume: "a".into(),
+            status: VolStatus::Started,
+        }
+        .apply(&mut st)
+        .unwrap();
+        assert_eq!(st.volumes["a"].status, VolStatus::Started);
+        let before = st.volumes.clone();
+        assert!(Command::RemoveVolume { volume: "b".into() }
+            .apply(&mut st)
+            .is_err());
+        assert_eq!(st.volumes, before);
+        let p = Peer {
+            uuid: "u".into(),
+            host: "p".into(),
+            mgmt: "p:1".into(),
+        };
+        Command::AddPeer(p.clone()).apply(&mut st).unwrap();
+        assert!(Command::AddPeer(p).apply(&mut st).is_err());
+        Command::RemovePeer { host: "p".into() }
+            .apply(&mut st)
+            .unwrap();
+        assert!(st.peers.is_empty());
+        Command::RemoveVolume { volume: "a".into() }
+            .apply(&mut st)
+            .unwrap();
+        assert!(st.volumes.is_empty());
+    }
+}

@@ -1,0 +1,170 @@
+//! Supervision: one brick process per local brick of every started volume
+//! (`mgmt::supervise` runs each), and their status.
+
+use super::*;
+
+pub(super) struct BrickProc {
+    volume: String,
+    stop: watch::Sender<bool>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// Starts the local bricks of started volumes and stops the others.
+    pub(super) async fn reconcile(&self) {
+        let st = self.state.lock().unwrap().clone();
+        let mut want: HashMap<String, (String, String, bool)> = HashMap::new();
+        for v in st
+            .volumes
+            .values()
+            .filter(|v| v.status == VolStatus::Started)
+        {
+            for (i, b) in v.bricks.iter().enumerate() {
+                if self.is_local(&b.host).await {
+                    want.insert(
+                        b.path.clone(),
+                        (v.name.clone(), v.id.clone(), v.is_arbiter(i)),
+                    );
+                }
+            }
+        }
+        let mut to_stop = Vec::new();
+        {
+            let mut bricks = self.bricks.lock().unwrap();
+            let running: Vec<String> = bricks.keys().cloned().collect();
+            for path in running {
+                if want.get(&path).map(|w| &w.0) != bricks.get(&path).map(|b| &b.0.volume) {
+                    if let Some((mut p, _)) = bricks.remove(&path) {
+                        let _ = p.stop.send(true);
+                        to_stop.extend(p.done.take());
+                    }
+                }
+            }
+            for (path, (vol, id, arbiter)) in want {
+                if bricks.contains_key(&path) {
+                    continue;
+                }
+                let (stop, stop_rx) = watch::channel(false);
+                let info: BrickInfo = Default::default();
+                let spec = BrickSpec {
+                    path: PathBuf::from(&path),
+                    volume: vol.clone(),
+                    volume_id: id,
+                    arbiter,
+                    ip: self.cfg.listen.ip(),
+                    mgmt: self.me.mgmt.clone(),
+                    logs: self.cfg.state_dir.join("logs"),
+                    run: self.cfg.state_dir.join("run"),
+                };
+                let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));
+                bricks.insert(
+                    path,
+                    (
+                        BrickProc {
+                            volume: vol,
+                            stop,
+                            done: Some(done),
+                        },
+                        info,
+                    ),
+                );
+            }
+        }
+        for h in to_stop {
+            let _ = h.await;
+        }
+        self.reconcile_healers(&st).await;
+    }
+
+    /// Stops watching (and so stops) the local bricks `which` picks, and
+    /// waits until their watchers are done.
+    pub(super) async fn stop_bricks(&self, which: impl Fn(&BrickProc, &BrickInfo) -> bool) {
+        let done: Vec<_> = {
+            let mut bricks = self.bricks.lock().unwrap();
+            let picked: Vec<String> = bricks
+                .iter()
+                .filter(|(_, (p, i))| which(p, i))
+                .map(|(path, _)| path.clone())
+                .collect();
+            picked
+                .iter()
+                .filter_map(|path| {
+                    let (mut p, _) = bricks.remove(path)?;
+                    let _ = p.stop.send(true);
+                    p.done.take()
+                })
+                .collect()
+        };
+        for h in done {
+            let _ = h.await;
+        }
+    }
+
+    /// Drops the watch over local bricks of `volume` that went offline, so
+    /// that the next reconcile starts them again.
+    pub(super) async fn forget_offline(&self, volume: &str) {
+        self.stop_bricks(|p, i| p.volume == volume && i.lock().unwrap().offline.is_some())
+            .await;
+    }
+
+    pub(super) async fn stop_all_bricks(&self) {
+        self.stop_bricks(|_, _| true).await;
+    }
+
+    pub(super) fn local_status(&self, vol: &Volume) -> Vec<BrickStatus> {
+        let bricks = self.bricks.lock().unwrap();
+        vol.bricks
+            .iter()
+            .filter_map(|b| {
+                let (_, info) = bricks.get(&b.path)?;
+                let st = info.lock().unwrap().clone();
+                Some(BrickStatus {
+                    brick: b.to_string(),
+                    port: st.port,
+                    pid: st.pid,
+                    online: st.port.is_some(),
+                    reason: st.offline,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn status_of(self: &Arc<Self>, vol: &Volume) -> Vec<BrickStatus> {
+        let mut out = Vec::new();
+        let mut hosts: Vec<&str> = vol.bricks.iter().map(|b| b.host.as_str()).collect();
+        hosts.dedup();
+        let mut seen = std::collections::HashSet::new();
+        for h in hosts {
+            if !seen.insert(h) {
+                continue;
+            }
+            if let Response::Bricks(bs) = self
+                .on_host(
+                    h,
+                    Request::LocalStatus {
+                        volume: vol.name.clone(),
+                    },
+                )
+                .await
+            {
+                out.extend(bs);
+            }
+        }
+        vol.bricks
+            .iter()
+            .map(|b| {
+                let key = b.to_string();
+                out.iter()
+                    .find(|s| s.brick == key)
+                    .cloned()
+                    .unwrap_or(BrickStatus {
+                        brick: key,
+                        port: None,
+                        pid: None,
+                        online: false,
+                        reason: None,
+                    })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,391 @@
+//! The operations that change the cluster: each validates its request
+//! (arguments, bricks, peers) and then states the change as `Command`s
+//! (`mgmt::command`), which `Daemon::execute` applies and commits.
+
+use super::*;
+
+fn valid_volname(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !n.starts_with('-')
+}
+
+fn nested(a: &str, b: &str) -> bool {
+    a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
+}
+
+/// Checks a local brick path before a volume is created on it.
+pub(super) fn check_local_brick(path: &Path, force: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if !md.is_dir() {
+            return Err(format!("{} is not a directory", path.display()));
+        }
+        if rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut [0u8; 64][..]).is_ok() {
+            return Err(format!("{} is already part of a volume", path.display()));
+        }
+    }
+    let mut existing = path;
+    while !existing.exists() {
+        existing = existing.parent().unwrap_or(Path::new("/"));
+    }
+    let dev = std::fs::metadata(existing)
+        .map_err(|e| e.to_string())?
+        .dev();
+    let root = std::fs::metadata("/").map_err(|e| e.to_string())?.dev();
+    if dev == root && !force {
+        return Err(format!(
+            "The brick {} is being created in the root partition. It is recommended that you don't use the \
+             system's root partition for storage backend. Or use 'force' at the end of the command if you want \
+             to override this behavior.",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+impl Daemon {
+    /// Requests that change the cluster state; called under `op_lock`.
+    pub(super) async fn change(self: &Arc<Self>, req: Request) -> Result<String, String> {
+        match req {
+            Request::PeerProbe { host } => {
+                if self.is_local(&host).await {
+                    return Ok("Probe on localhost not needed".into());
+                }
+                if self.peer_mgmt(&host).is_some() {
+                    return Ok(format!(
+                        "Host {host} port {} already in peer list",
+                        self.cfg.listen.port()
+                    ));
+                }
+                let addr = rpc::mgmt_addr(&host, self.cfg.listen.port());
+                let st = self.state.lock().unwrap().clone();
+                let resp = rpc::call(
+                    &addr,
+                    &Request::PeerJoin {
+                        me: self.me.clone(),
+                        state: st,
+                    },
+                )
+                .await
+                .map_err(|e| format!("Probe returned with {e}"))?;
+                let Response::Joined { me } = resp else {
+                    return Err(format!("Probe returned with unexpected answer {resp:?}"));
+                };
+                let peer = Peer {
+                    uuid: me.uuid,
+                    host: host.clone(),
+                    mgmt: addr,
+                };
+                self.execute(Command::AddPeer(peer)).await?;
+                Ok(String::new())
+            }
+            Request::PeerDetach { host } => {
+                let uses = {
+                    let st = self.state.lock().unwrap();
+                    if !st.peers.iter().any(|p| p.host == host) {
+                        return Err(format!("{host} is not part of cluster"));
+                    }
+                    st.volumes
+                        .values()
+                        .any(|v| v.bricks.iter().any(|b| b.host == host))
+                };
+                if uses {
+                    return Err(format!(
+                        "Peer {host} hosts one or more bricks. Remove them before detaching."
+                    ));
+                }
+                let addr = self.peer_mgmt(&host).unwrap();
+                self.execute(Command::RemovePeer { host }).await?;
+                let alone = ClusterState::default();
+                let _ = rpc::call(&addr, &Request::Sync { state: alone }).await;
+                Ok(String::new())
+            }
+            Request::VolumeCreate {
+                name,
+                replica,
+                arbiter,
+                transport,
+                bricks,
+                force,
+            } => {
+                if arbiter > 0 && (replica != 3 || arbiter != 1) {
+                    return Err("For arbiter configuration, replica count must be 3 and arbiter count must be 1".into());
+                }
+                self.create_volume(name, replica, arbiter, transport, bricks, force)
+                    .await
+            }
+            Request::VolumeStart { name, force } => {
+                let v = self.volume(&name)?;
+                if v.status == VolStatus::Started && !force {
+                    return Err(format!("Volume {name} already started"));
+                }
+                self.execute(Command::SetStatus {
+                    volume: name.clone(),
+                    status: VolStatus::Started,
+                })
+                .await?;
+                for h in v
+                    .bricks
+                    .iter()
+                    .map(|b| b.host.clone())
+                    .collect::<std::collections::BTreeSet<_>>()
+                {
+                    let _ = self
+                        .on_host(
+                            &h,
+                            Request::BricksRun {
+                                volume: name.clone(),
+                                force,
+                            },
+                        )
+                        .await;
+                }
+                // Report bricks that do not come up, but keep trying them.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+                loop {
+                    let st = self.status_of(&v).await;
+                    let down: Vec<String> = st
+                        .iter()
+                        .filter(|s| !s.online)
+                        .map(|s| s.brick.clone())
+                        .collect();
+                    if down.is_empty() {
+                        return Ok(String::new());
+                    }
+                    let offline: Vec<String> = st
+                        .iter()
+                        .filter_map(|s| Some(format!("{}: {}", s.brick, s.reason.as_ref()?)))
+                        .collect();
+                    if !offline.is_empty() {
+                        return Err(format!("bricks offline: {}", offline.join("; ")));
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(format!(
+                            "bricks did not come online: {} (see the brick logs under the daemon's state directory)",
+                            down.join(", ")
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Request::VolumeStop { name } => {
+                let v = self.volume(&name)?;
+                if v.status != VolStatus::Started {
+                    return Err(format!("Volume {name} is not in the started state"));
+                }
+                self.execute(Command::SetStatus {
+                    volume: name,
+                    status: VolStatus::Stopped,
+                })
+                .await?;
+                Ok(String::new())
+            }
+            Request::VolumeDelete { name } => {
+                let v = self.volume(&name)?;
+                if v.status == VolStatus::Started {
+                    return Err(format!("Volume {name} has been started.Volume needs to be stopped before deletion."));
+                }
+                for b in &v.bricks {
+                    let _ = self
+                        .on_host(&b.host, Request::BrickRelease { brick: b.clone() })
+                        .await;
+                }
+                self.execute(Command::RemoveVolume { volume: name }).await?;
+                Ok(String::new())
+            }
+            Request::VolumeSet { name, key, value } => {
+                self.volume(&name)?;
+                let value = options::validate(&key, &value)?;
+                self.execute(Command::SetOption {
+                    volume: name,
+                    key,
+                    value,
+                })
+                .await?;
+                Ok(String::new())
+            }
+            Request::VolumeReset { name, key } => {
+                self.volume(&name)?;
+                if let Some(k) = &key {
+                    if options::spec(k).is_none() {
+                        return Err(format!("option : {k} does not exist"));
+                    }
+                }
+                self.execute(Command::ResetOptions { volume: name, key })
+                    .await?;
+                Ok(String::new())
+            }
+            other => Err(format!("unexpected request {other:?}")),
+        }
+    }
+
+    pub(super) async fn create_volume(
+        self: &Arc<Self>,
+        name: String,
+        replica: usize,
+        arbiter: usize,
+        transport: String,
+        bricks: Vec<String>,
+        force: bool,
+    ) -> Result<String, String> {
+        if !valid_volname(&name) {
+            return Err(format!(
+                "Volume name {name} is not valid: use letters, digits, '-' and '_'"
+            ));
+        }
+        if self.state.lock().unwrap().volumes.contains_key(&name) {
+            return Err(format!("Volume {name} already exists"));
+        }
+        if transport != "tcp" {
+            return Err(format!("transport {transport} is not supported (use tcp)"));
+        }
+        if replica == 0 {
+            return Err("replica count should be greater than 1".into());
+        }
+        if bricks.is_empty() {
+            return Err("at least one brick is needed".into());
+        }
+        if !bricks.len().is_multiple_of(replica) {
+            return Err(format!(
+                "Incorrect number of bricks supplied {} with count {replica}",
+                bricks.len()
+            ));
+        }
+        let parsed: Vec<Brick> = bricks
+            .iter()
+            .map(|b| Brick::parse(b))
+            .collect::<Result<_, _>>()?;
+        for (i, a) in parsed.iter().enumerate() {
+            for b in &parsed[i + 1..] {
+                if a.host == b.host && a.path == b.path {
+                    return Err(format!("Found duplicate exports {a}"));
+                }
+                if a.host == b.host && nested(&a.path, &b.path) {
+                    return Err(format!(
+                        "Brick: {a}, {b} one of the bricks contain the other"
+                    ));
+                }
+            }
+        }
+        for b in &parsed {
+            if !self.is_local(&b.host).await && self.peer_mgmt(&b.host).is_none() {
+                return Err(format!("Host {} is not in 'Peer in Cluster' state", b.host));
+            }
+        }
+        {
+            let st = self.state.lock().unwrap();
+            for v in st.volumes.values() {
+                for old in &v.bricks {
+                    for b in &parsed {
+                        if old.host == b.host && nested(&old.path, &b.path) {
+                            return Err(format!(
+                                "{} is already part of a volume ({}: {old})",
+                                b, v.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        for b in &parsed {
+            match self
+                .on_host(
+                    &b.host,
+                    Request::BrickCheck {
+                        brick: b.clone(),
+                        volume: name.clone(),
+                        force,
+                    },
+                )
+                .await
+            {
+                Response::Ok(_) => {}
+                Response::Err(e) => return Err(e),
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut done = Vec::new();
+        for b in &parsed {
+            match self
+                .on_host(
+                    &b.host,
+                    Request::BrickInit {
+                        brick: b.clone(),
+                        volume_id: id.clone(),
+                    },
+                )
+                .await
+            {
+                Response::Ok(_) => done.push(b.clone()),
+                other => {
+                    for d in done {
+                        let _ = self
+                            .on_host(&d.host, Request::BrickRelease { brick: d.clone() })
+                            .await;
+                    }
+                    return Err(match other {
+                        Response::Err(e) => e,
+                        o => format!("unexpected answer {o:?}"),
+                    });
+                }
+            }
+        }
+        let vol = Volume {
+            name: name.clone(),
+            id,
+            replica,
+            transport,
+            bricks: parsed,
+            status: VolStatus::Created,
+            options: Default::default(),
+            version: 1,
+            arbiter,
+        };
+        self.execute(Command::AddVolume(vol)).await?;
+        Ok("please start the volume to access data".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_names_and_nested_bricks_are_judged() {
+        assert!(valid_volname("gv0") && valid_volname("a-b_c"));
+        for bad in ["", "-x", "a/b", "a b", "ü", &"x".repeat(65)] {
+            assert!(!valid_volname(bad), "{bad:?}");
+        }
+        assert!(nested("/data/b", "/data/b"));
+        assert!(nested("/data/b", "/data/b/sub"));
+        assert!(nested("/data/b/sub", "/data/b"));
+        assert!(!nested("/data/b", "/data/bb"));
+    }
+
+    #[test]
+    fn a_brick_path_in_use_or_not_a_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        assert!(check_local_brick(&file, true)
+            .unwrap_err()
+            .contains("not a directory"));
+        let used = d.path().join("used");
+        std::fs::create_dir(&used).unwrap();
+        rustix::fs::setxattr(
+            &used,
+            VOLUME_ID_XATTR,
+            b"id",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        assert!(check_local_brick(&used, true)
+            .unwrap_err()
+            .contains("already part of a volume"));
+        assert!(check_local_brick(&d.path().join("new/brick"), true).is_ok());
+    }
+}

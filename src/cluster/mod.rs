@@ -3,8 +3,6 @@
 //! their names.
 pub mod distribute;
 pub mod replicate;
-#[cfg(test)]
-mod tests;
 
 use crate::core::{FsError, FsResult, Reply};
 

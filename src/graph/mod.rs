@@ -6,6 +6,8 @@
 
 pub mod active;
 pub mod build;
+#[cfg(test)]
+mod cluster_tests;
 pub mod desc;
 pub mod table;
 #[cfg(test)]

@@ -1,0 +1,279 @@
+//! Changes: every modifying operation as a transaction (`txn.rs`) on the
+//! objects it changes, to every replica up, blamed before it is answered.
+
+use super::*;
+
+impl Replicate {
+    /// Starts transactions on `objs` (in gfid order, so that two clients
+    /// never wait for each other crosswise) for a change meant for `want`.
+    pub(super) async fn begin(
+        &self,
+        objs: &[Gfid],
+        want: &[usize],
+    ) -> FsResult<(Vec<txn::Ticket>, Vec<usize>)> {
+        let mut objs = objs.to_vec();
+        objs.sort();
+        objs.dedup();
+        let mut targets = want.to_vec();
+        let mut tickets = Vec::new();
+        for g in objs {
+            match self.txns.begin(g, &targets).await {
+                Ok(t) => {
+                    targets = t.targets.clone();
+                    tickets.push(t);
+                }
+                Err(e) => {
+                    self.finish(tickets, &[], false).await;
+                    return Err(e);
+                }
+            }
+        }
+        // The locks recorded on the bricks that the replicas out of reach
+        // miss this change; this client knows it too.
+        let n = self.children.len();
+        for t in &tickets {
+            let missed = txn::missed_by(n, &t.targets);
+            if missed != 0 {
+                self.learn(t.gfid(), missed, false);
+            }
+        }
+        Ok((tickets, targets))
+    }
+
+    /// Ends the transactions of a change whose answers are `res`; `told_ok`:
+    /// whether the application is told the change succeeded (which copies
+    /// are wrong depends on it).
+    pub(super) async fn finish(
+        &self,
+        tickets: Vec<txn::Ticket>,
+        res: &[(usize, FsResult<Reply>)],
+        told_ok: bool,
+    ) {
+        if !res.is_empty() {
+            // Crash window: the change reached the bricks, what the copies
+            // missed is not recorded yet and the application has no answer.
+            fail::fail_point!("replicate-before-blame");
+        }
+        for t in tickets {
+            let gfid = t.gfid();
+            let failed = self.txns.finish(t, res, told_ok).await;
+            if failed != 0 {
+                self.learn(gfid, failed, false);
+            }
+        }
+    }
+
+    /// A change of names or metadata, to every replica up, as a transaction
+    /// on the objects it changes (`txn_objects`).
+    pub(super) async fn change(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let up = self.up();
+        if up.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let objs = txn_objects(&fop);
+        let (tickets, targets) = self.begin(&objs, &up).await?;
+        let data = matches!(
+            fop,
+            Fop::Setattr {
+                set: SetAttr { size: Some(_), .. },
+                ..
+            }
+        );
+        for &g in &objs {
+            if let Err(e) = self.good_target(cx, g, &targets, data).await {
+                self.finish(tickets, &[], false).await;
+                return Err(e);
+            }
+        }
+        let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
+        self.finish(tickets, &res, merged_ok(&res)).await;
+        if let Fop::Mknod { gfid, .. } | Fop::Mkdir { gfid, .. } | Fop::Symlink { gfid, .. } = &fop
+        {
+            self.learn_new(*gfid, &res);
+        }
+        Ok(self.pick(fop.gfid(), merge(res)?))
+    }
+
+    /// A change through an open file (write, fallocate), to every replica
+    /// holding the file open.
+    pub(super) async fn change_handles(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
+        let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
+        let (tickets, targets) = self.begin(&[gfid], &live).await?;
+        if let Err(e) = self.good_target(cx, gfid, &targets, true).await {
+            self.finish(tickets, &[], false).await;
+            return Err(e);
+        }
+        let res = self
+            .fan_out(cx, &targets, |i| Some(fop.clone().with_fh(fhs.fh(i))))
+            .await;
+        let judged = self.merge_data(gfid, res.clone());
+        self.finish(tickets, &res, judged.is_ok()).await;
+        Ok(self.pick(gfid, judged?))
+    }
+
+    /// Judges the answers to a data change (write, fallocate) like `merge`,
+    /// except that copies refusing it for want of room (ENOSPC, EDQUOT) do
+    /// not fail it when the copies that took it meet the quorum and hold
+    /// good data: the full copies are blamed (`finish`) and healed once
+    /// there is room, and the application is told what the good copies
+    /// store (docs/replication.md).
+    pub(super) fn merge_data(
+        &self,
+        gfid: Gfid,
+        res: Vec<(usize, FsResult<Reply>)>,
+    ) -> FsResult<Vec<(usize, Reply)>> {
+        let ok = txn::succeeded(&res);
+        let full: Vec<usize> = res
+            .iter()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .is_err_and(|e| e.is(libc::ENOSPC) || e.is(libc::EDQUOT))
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        let only_room = res.iter().all(|(i, r)| {
+            r.is_ok() || full.contains(i) || r.as_ref().is_err_and(|e| e.is(libc::ENOTCONN))
+        });
+        let bad = self.stale_copies(gfid);
+        let good_took_it = ok
+            .iter()
+            .any(|&i| Some(i) != self.arbiter && (bad & (1 << i)) == 0);
+        if full.is_empty()
+            || !only_room
+            || !good_took_it
+            || !self.txns.quorum().met(&ok, self.children.len())
+        {
+            return merge(res);
+        }
+        let names: Vec<String> = full.iter().map(|&i| self.children[i].name()).collect();
+        tracing::warn!(xlator = %self.name, %gfid, full = ?names, "no room on some bricks: the write is kept on the others and healed to these once they have room");
+        Ok(res
+            .into_iter()
+            .filter_map(|(i, r)| r.ok().map(|r| (i, r)))
+            .collect())
+    }
+
+    /// Creates a file as a transaction on its directory; right behind the
+    /// create, on the same connections, the new file is locked, so that its
+    /// first writes cost no round trip.
+    pub(super) async fn create(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let Fop::Create {
+            parent,
+            gfid,
+            flags,
+            ..
+        } = fop
+        else {
+            unreachable!()
+        };
+        let up = self.up();
+        if up.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let (tickets, targets) = self.begin(&[parent], &up).await?;
+        if let Err(e) = self.good_target(cx, parent, &targets, false).await {
+            self.finish(tickets, &[], false).await;
+            return Err(e);
+        }
+        let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+        let blame = txn::missed_by(self.children.len(), &targets);
+        let calls = targets.iter().map(|&i| {
+            let child = self.children[i].clone();
+            let fop = fop.clone();
+            async move {
+                let lock = Fop::Lock {
+                    gfid,
+                    wait: false,
+                    mark: Some(blame),
+                };
+                let root = Ctx::root();
+                let (c, l) =
+                    futures_util::future::join(child.call(cx, fop), child.call(&root, lock)).await;
+                (i, c, l.is_ok())
+            }
+        });
+        let out = join_all(calls).await;
+        let locked: Vec<usize> = out
+            .iter()
+            .filter(|(_, c, l)| c.is_ok() && *l)
+            .map(|(i, _, _)| *i)
+            .collect();
+        let res: Vec<(usize, FsResult<Reply>)> = out.into_iter().map(|(i, c, _)| (i, c)).collect();
+        self.finish(tickets, &res, merged_ok(&res)).await;
+        self.txns.adopt(gfid, &locked, blame, &epochs).await;
+        // The new file's copies blame those it was not made on: what the
+        // bricks recorded, this client knows too, so that it never reads a
+        // copy that is missing.
+        self.learn_new(gfid, &res);
+        let fhs = Open::from_answers(How::File(flags), self.children.len(), &res, &epochs);
+        match merge(res) {
+            Ok(ok) => {
+                let Reply::Created { entry, .. } = self.pick(gfid, ok) else {
+                    return Err(FsError::new(libc::EIO, "create answered without an entry"));
+                };
+                let fh = self.fds.insert(Arc::new(fhs));
+                Ok(Reply::Created { entry, fh })
+            }
+            Err(e) => {
+                self.close(cx, &fhs, |f| Fop::Release { gfid, fh: f }).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// What a new object's copies are known to lack: the replicas its
+    /// making did not reach or failed on (when it was made somewhere).
+    pub(super) fn learn_new(&self, gfid: Gfid, res: &[(usize, FsResult<Reply>)]) {
+        let made = txn::succeeded(res);
+        if !made.is_empty() {
+            self.learn(gfid, txn::missed_by(self.children.len(), &made), false);
+        }
+    }
+
+    /// A change must reach a good copy of the object (one no copy blames),
+    /// or it would leave no copy with everything the application was told
+    /// is safe: each copy would lack a different change. A data change must
+    /// reach a good copy that holds data (not the arbiter). What this
+    /// client knows of the copies may predate a heal: it asks again before
+    /// refusing (EIO; ENOTCONN when only the arbiter is good). With quorum
+    /// off the user has chosen availability over consistency: only the
+    /// arbiter rule holds.
+    pub(super) async fn good_target(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        targets: &[usize],
+        data: bool,
+    ) -> FsResult<()> {
+        if self.txns.quorum() == Quorum::None && !(data && self.arbiter.is_some()) {
+            return Ok(());
+        }
+        let good = |arbiter_counts: bool| {
+            let bad = self.stale_copies(gfid);
+            targets
+                .iter()
+                .any(|&t| (arbiter_counts || Some(t) != self.arbiter) && bad & (1 << t) == 0)
+        };
+        if good(!data) {
+            return Ok(());
+        }
+        self.refresh(cx, gfid).await;
+        if good(!data) {
+            return Ok(());
+        }
+        if data && good(true) {
+            return Err(FsError::notconn(format!(
+                "{}: {gfid}: no brick with good data is up (only the arbiter)",
+                self.name
+            )));
+        }
+        Err(FsError::new(
+            libc::EIO,
+            format!(
+                "{}: {gfid}: no good copy is up (the copies up missed changes and are not healed yet); change refused",
+                self.name
+            ),
+        ))
+    }
+}

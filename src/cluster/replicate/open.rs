@@ -1,0 +1,217 @@
+//! Open files and listings: our handles and what they stand for on each
+//! child (`handles.rs`), opened again on children that come back.
+
+use super::*;
+
+impl Replicate {
+    /// Before a name goes (unlink, rename over it): if it names a file this
+    /// client reads through anonymous handles, open that file for real on
+    /// the bricks, so that it stays readable after its last name is gone, as
+    /// POSIX wants. Costs a lookup only while some file is open-behind.
+    pub(super) async fn open_for_real(&self, cx: &Ctx, parent: Gfid, name: &crate::core::Name) {
+        if self.open_behind.lock().unwrap().is_empty() {
+            return;
+        }
+        let lookup = Fop::Lookup {
+            parent,
+            name: name.clone(),
+        };
+        let Ok(Reply::Entry(e)) = self.lookup(cx, lookup).await else {
+            return;
+        };
+        let gfid = e.attr.gfid;
+        let Some(fhs) = self.open_behind.lock().unwrap().remove(&gfid) else {
+            return;
+        };
+        for fh in fhs {
+            let up = self.up();
+            let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+            let open = Fop::Open {
+                gfid,
+                flags: libc::O_RDONLY,
+            };
+            let res = self.fan_out(cx, &up, |_| Some(open.clone())).await;
+            let real = Open::from_answers(
+                How::File(libc::O_RDONLY),
+                self.children.len(),
+                &res,
+                &epochs,
+            );
+            if !self.fds.replace(fh, Arc::new(real.clone())) {
+                // Released meanwhile.
+                self.close(cx, &real, |f| Fop::Release { gfid, fh: f })
+                    .await;
+            }
+        }
+    }
+
+    /// Opens on every replica up; our handle maps to theirs.
+    pub(super) async fn open_all(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let up = self.up();
+        if up.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        // What is only read (a directory listing, a file opened read-only) is
+        // opened on one replica alone: every read goes there anyway.
+        let read_only = match &fop {
+            Fop::Opendir { .. } => true,
+            Fop::Open { flags, .. } => {
+                flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0
+            }
+            _ => false,
+        };
+        let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+        let mut res = Vec::new();
+        if read_only && matches!(fop, Fop::Open { .. }) {
+            // Open-behind: a file opened read-only is read through each
+            // brick's anonymous handle, so the open costs no round trip (the
+            // kernel has checked permissions; a file removed by another
+            // client meanwhile fails at its first read with ESTALE; one this
+            // client removes is opened for real first, `open_for_real`).
+            let fh = self
+                .fds
+                .insert(Arc::new(Open::anonymous(self.children.len())));
+            let gfid = fop.gfid();
+            self.open_behind
+                .lock()
+                .unwrap()
+                .entry(gfid)
+                .or_default()
+                .push(fh);
+            return Ok(Reply::Opened { fh });
+        }
+        if read_only {
+            // A listing is read from the attribute child.
+            let i = self.attr_child(fop.gfid(), &up)?;
+            res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
+        }
+        if !res.iter().any(|(_, r)| r.is_ok()) {
+            // Not read-only, or that replica failed: open everywhere.
+            res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
+        }
+        let how = match fop {
+            Fop::Open { flags, .. } => How::File(flags),
+            _ => How::Dir,
+        };
+        let fhs = Open::from_answers(how, self.children.len(), &res, &epochs);
+        // A copy that lacks the object (it missed its creation and is not
+        // healed yet) does not fail the open when a good copy has it: the
+        // handle is absent there, and the next change blames that copy.
+        let stale = self.stale_copies(fop.gfid());
+        let lacks =
+            |r: &FsResult<Reply>| matches!(r, Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT));
+        if res.iter().any(|(i, r)| r.is_ok() && stale & (1 << i) == 0) {
+            for (i, r) in &res {
+                if lacks(r) {
+                    tracing::info!(xlator = %self.name, gfid = %fop.gfid(), replica = i, "a copy lacks an object the others opened; opened without it");
+                }
+            }
+            res.retain(|(_, r)| !lacks(r));
+        }
+        match merge(res) {
+            Ok(_) => Ok(Reply::Opened {
+                fh: self.fds.insert(Arc::new(fhs)),
+            }),
+            Err(e) => {
+                let gfid = fop.gfid();
+                let dir = matches!(fop, Fop::Opendir { .. });
+                self.close(cx, &fhs, |fh| match dir {
+                    true => Fop::Releasedir { gfid, fh },
+                    false => Fop::Release { gfid, fh },
+                })
+                .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes the child handles of `fhs` (an open that failed as a whole,
+    /// a release), so that no handle leaks on a brick.
+    pub(super) async fn close(&self, cx: &Ctx, fhs: &Open, release: impl Fn(u64) -> Fop) {
+        let idx = fhs.to_close(&self.children);
+        self.fan_out(cx, &idx, |i| Some(release(fhs.fh(i)))).await;
+    }
+
+    /// The handle `fh`, opened again first on every child that came back
+    /// since it was opened (`handles.rs`).
+    pub(super) async fn handles(&self, cx: &Ctx, gfid: Gfid, fh: u64) -> FsResult<Arc<Open>> {
+        let fhs = self.fds.get(fh)?;
+        let fallback = || {
+            let up = self.up();
+            self.attr_child(gfid, &up).ok()
+        };
+        if fhs.to_reopen(&self.children, fallback).is_empty() {
+            return Ok(fhs);
+        }
+        let _one_at_a_time = self.reopening.lock().await;
+        let fhs = self.fds.get(fh)?;
+        let again = fhs.to_reopen(&self.children, fallback);
+        if again.is_empty() {
+            return Ok(fhs);
+        }
+        let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
+        let fop = match fhs.how {
+            How::Dir => Fop::Opendir { gfid },
+            _ => Fop::Open {
+                gfid,
+                flags: fhs.reopen_flags(),
+            },
+        };
+        let res = self.fan_out(cx, &again, |_| Some(fop.clone())).await;
+        let mut new = (*fhs).clone();
+        let got = Open::from_answers(fhs.how, self.children.len(), &res, &epochs);
+        for &i in &again {
+            new.on[i] = got.on[i];
+        }
+        tracing::info!(xlator = %self.name, %gfid, children = ?again, how = ?fhs.how, "re-opened a handle on replicas that came back");
+        let new = Arc::new(new);
+        if !self.fds.replace(fh, new.clone()) {
+            // Released meanwhile: close what was just opened.
+            let dir = fhs.how == How::Dir;
+            self.close(cx, &got, |f| match dir {
+                true => Fop::Releasedir { gfid, fh: f },
+                false => Fop::Release { gfid, fh: f },
+            })
+            .await;
+            return Err(FsError::errno(libc::EBADF));
+        }
+        Ok(new)
+    }
+
+    /// The handle `fh` (`handles`) and the children it can be used on now;
+    /// ENOTCONN when there are none.
+    pub(super) async fn live_handles(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        fh: u64,
+    ) -> FsResult<(Arc<Open>, Vec<usize>)> {
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let live = fhs.live(&self.children);
+        if live.is_empty() {
+            return Err(FsError::notconn(format!(
+                "{}: no replica holding this file is up",
+                self.name
+            )));
+        }
+        Ok((fhs, live))
+    }
+
+    /// Sends a handle-based operation to every replica holding the handle.
+    pub(super) async fn with_handles(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
+        let (fhs, targets) = self.live_handles(cx, gfid, fh).await?;
+        let res = self
+            .fan_out(cx, &targets, |i| Some(fop.clone().with_fh(fhs.fh(i))))
+            .await;
+        let ok = merge(res)?;
+        Ok(self.pick(gfid, ok))
+    }
+
+    /// Lets go of our handle `fh` and closes it on the bricks.
+    pub(super) async fn release(&self, cx: &Ctx, fop: Fop) {
+        if let Some(fhs) = self.fds.remove(fop.fh().unwrap_or(0)) {
+            self.close(cx, &fhs, |f| fop.clone().with_fh(f)).await;
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! Reads: which copies may be read (`readable`: none another copy
+//! blames), which one answers (`attr_child` for names and attributes,
+//! `read_child` for data), and what this client learns of the copies'
+//! blame from every lookup and getattr.
+
+use super::*;
+
+impl Replicate {
+    /// The child every answer about attributes and names comes from: the
+    /// first one up. One copy for all metadata keeps attributes stable and
+    /// lets directory listings hand cacheable attributes to the kernel;
+    /// file data is spread over the replicas by `read_child`.
+    pub(super) fn attr_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
+        let good = self.readable(gfid, allowed)?;
+        // The lowest good replica, an arbiter (whose files have no size)
+        // only if nothing else is left.
+        Ok(good
+            .iter()
+            .copied()
+            .filter(|&i| Some(i) != self.arbiter)
+            .min()
+            .unwrap_or(good[0]))
+    }
+
+    /// The copies of `gfid` this client knows to be stale (a bit mask).
+    pub(super) fn stale_copies(&self, gfid: Gfid) -> u32 {
+        self.bad.lock().unwrap().get(&gfid).copied().unwrap_or(0)
+    }
+
+    /// Of `allowed`, the copies of `gfid` no other copy blames. Never
+    /// empty: with no good copy up, the object cannot be read (EIO if some
+    /// copy is up but blamed: reading it could return stale data).
+    pub(super) fn readable(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<Vec<usize>> {
+        if allowed.is_empty() {
+            return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
+        }
+        let bad = self.stale_copies(gfid);
+        let good: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|&i| bad & (1 << i) == 0)
+            .collect();
+        if good.is_empty() {
+            return Err(FsError::new(
+                libc::EIO,
+                format!(
+                    "{}: {gfid}: no good copy is up (copies {bad:#b} missed changes and are not healed yet)",
+                    self.name
+                ),
+            ));
+        }
+        Ok(good)
+    }
+
+    /// Asks every copy of `gfid` up for its blame again (what this client
+    /// knows may predate a heal).
+    pub(super) async fn refresh(&self, cx: &Ctx, gfid: Gfid) {
+        let up = self.up();
+        let res = self.fan_out(cx, &up, |_| Some(Fop::Getattr { gfid })).await;
+        let mut blame = 0;
+        let mut any = false;
+        for (_, r) in res {
+            if let Ok(Reply::Attr(a)) = r {
+                blame |= a.blame;
+                any = true;
+            }
+        }
+        if any {
+            self.learn(gfid, blame, true);
+        }
+    }
+
+    /// What the copies of `gfid` said about each other: `blame` is the union
+    /// of their blames (a fresh lookup replaces what was known, a change
+    /// that some replica missed adds to it).
+    pub(super) fn learn(&self, gfid: Gfid, blame: u32, replace: bool) {
+        let mut bad = self.bad.lock().unwrap();
+        let b = if replace {
+            blame
+        } else {
+            bad.get(&gfid).copied().unwrap_or(0) | blame
+        };
+        if b == 0 {
+            bad.remove(&gfid);
+        } else {
+            if bad.len() >= BAD_MAX {
+                bad.clear();
+            }
+            bad.insert(gfid, b);
+        }
+    }
+
+    /// The child to read `gfid` from: spread by gfid over the children up.
+    pub(super) fn read_child(&self, gfid: Gfid, allowed: &[usize]) -> FsResult<usize> {
+        let mut allowed = self.readable(gfid, allowed)?;
+        allowed.retain(|&i| Some(i) != self.arbiter);
+        if allowed.is_empty() {
+            return Err(FsError::new(
+                libc::EIO,
+                format!(
+                    "{}: {gfid}: no brick with good data is up (an arbiter holds none)",
+                    self.name
+                ),
+            ));
+        }
+        let allowed = &allowed[..];
+        if self
+            .read_hash_mode
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            return Ok(allowed[0]);
+        }
+        let h = xxhash_rust::xxh64::xxh64(&gfid.0, 0) as usize;
+        Ok(allowed[h % allowed.len()])
+    }
+
+    /// A read through handle `fh`: from one good copy, and if that copy
+    /// cannot answer for any reason but a genuine one (`copy_fault`), from
+    /// another good copy, so that the application sees no error while a
+    /// good copy is reachable.
+    pub(super) async fn read_handle(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let mut allowed = fhs.live(&self.children);
+        if self.read_child(gfid, &allowed).is_err() {
+            self.refresh(cx, gfid).await;
+        }
+        let mut last: Option<FsError> = None;
+        loop {
+            let i = match self.read_child(gfid, &allowed) {
+                Ok(i) => i,
+                Err(e) => return Err(last.unwrap_or(e)),
+            };
+            match self.children[i]
+                .call(cx, fop.clone().with_fh(fhs.fh(i)))
+                .await
+            {
+                Err(e) if copy_fault(&e) => {
+                    self.distrust(gfid, i, &e);
+                    allowed.retain(|&c| c != i);
+                    last = Some(e);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// A copy failed in a way that says it is not a good copy of `gfid`
+    /// (it lacks it, or cannot read it): reads avoid it until a lookup
+    /// says otherwise.
+    pub(super) fn distrust(&self, gfid: Gfid, i: usize, e: &FsError) {
+        if e.is(libc::ENOTCONN) {
+            return;
+        }
+        tracing::info!(xlator = %self.name, %gfid, replica = i, "a copy failed a read ({e}); reading another copy");
+        self.learn(gfid, 1 << i, false);
+    }
+
+    /// A listing, read from the attribute child (its offsets are that
+    /// replica's, so it stays there while it is up). With attributes
+    /// (readdirplus), the other copies are asked at the same time which
+    /// objects they blame: a copy that missed changes does not know it, so
+    /// the listing's own word is not enough. An entry whose listed copy is
+    /// not known good goes to the kernel without attributes (it looks the
+    /// name up, which asks a majority); one from a copy other than its
+    /// attribute child goes uncached, so that attributes never flip.
+    pub(super) async fn readdir(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+    ) -> FsResult<Reply> {
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let live = fhs.live(&self.children);
+        let i = self.attr_child(gfid, &live)?;
+        let fop = Fop::Readdir {
+            gfid,
+            fh: fhs.fh(i),
+            offset,
+            plus,
+        };
+        let others: Vec<usize> = match plus {
+            true => self.up().into_iter().filter(|&c| c != i).collect(),
+            false => Vec::new(),
+        };
+        let probe = Fop::Blamed {
+            max: BLAMED_MAX as u32,
+        };
+        let (rep, probes) = futures_util::future::join(
+            self.children[i].call(cx, fop),
+            self.fan_out(cx, &others, |_| Some(probe.clone())),
+        )
+        .await;
+        let mut rep = rep?;
+        let Reply::Entries(ents) = &mut rep else {
+            return Ok(rep);
+        };
+        if !plus {
+            return Ok(rep);
+        }
+        let mut blames: HashMap<Gfid, u32> = HashMap::new();
+        let mut unsure = false;
+        for (_, r) in probes {
+            match r {
+                Ok(Reply::Blames(v)) if v.len() <= BLAMED_MAX => {
+                    for (g, b) in v {
+                        *blames.entry(g).or_default() |= b;
+                    }
+                }
+                _ => unsure = true,
+            }
+        }
+        let up = self.up();
+        for e in ents.iter_mut() {
+            let Some(a) = &e.attr else { continue };
+            let g = a.gfid;
+            let blame = a.blame | blames.get(&g).copied().unwrap_or(0);
+            if blame != 0 {
+                self.learn(g, blame, false);
+            }
+            let bad = self.stale_copies(g);
+            if unsure || bad & (1 << i) != 0 {
+                e.attr = None;
+            } else if self.attr_child(g, &up).ok() != Some(i) {
+                e.cacheable = false;
+            }
+        }
+        Ok(rep)
+    }
+
+    /// Asks the attribute child about metadata, falling back to the other
+    /// good copies if it cannot answer (`copy_fault`).
+    pub(super) async fn meta_one(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let gfid = fop.gfid();
+        let mut up = self.up();
+        let mut last: Option<FsError> = None;
+        loop {
+            let i = match self.attr_child(gfid, &up) {
+                Ok(i) => i,
+                Err(e) => return Err(last.unwrap_or(e)),
+            };
+            match self.children[i].call(cx, fop.clone()).await {
+                Err(e) if copy_fault(&e) => {
+                    self.distrust(gfid, i, &e);
+                    up.retain(|&c| c != i);
+                    last = Some(e);
+                }
+                Ok(Reply::Attr(a)) => {
+                    self.learn(gfid, a.blame, false);
+                    return Ok(Reply::Attr(a));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Lookups ask every replica, so that a name missing on one copy is
+    /// still found on the others. Copies of the directory that missed
+    /// changes to its names are not believed; the answers say what the
+    /// object's copies blame, which decides where it is read from.
+    pub(super) async fn lookup(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let parent = fop.gfid();
+        let up = self.up();
+        let trusted = self.readable(parent, &up)?;
+        // The first answers that are enough to tell stale copies (see
+        // `Txns::answers_needed`): the slowest replica is not waited for.
+        let needed = self.txns.answers_needed();
+        let mut pending: FuturesUnordered<_> = trusted
+            .iter()
+            .map(|&i| {
+                let (child, fop) = (self.children[i].clone(), fop.clone());
+                async move { (i, child.call(cx, fop).await) }
+            })
+            .collect();
+        let mut err: Option<FsError> = None;
+        let mut found: Vec<(usize, crate::core::Entry)> = Vec::new();
+        let mut answered = 0;
+        // Copies that answered without the name.
+        let mut lacking: u32 = 0;
+        while let Some((i, r)) = pending.next().await {
+            match r {
+                Ok(Reply::Entry(e)) => found.push((i, e)),
+                Ok(other) => return Ok(other),
+                Err(e) => {
+                    if err.as_ref().is_none_or(|x| x.is(libc::ENOTCONN)) {
+                        err = Some(e.clone());
+                    }
+                    if e.is(libc::ENOTCONN) {
+                        continue;
+                    }
+                    lacking |= 1 << i;
+                }
+            }
+            answered += 1;
+            if answered >= needed {
+                break;
+            }
+        }
+        // Answers came in any order; the attribute child is the first good
+        // replica in replica order.
+        found.sort_by_key(|(i, _)| *i);
+        if found.is_empty() {
+            return Err(
+                err.unwrap_or_else(|| FsError::notconn(format!("{}: no replica is up", self.name)))
+            );
+        }
+        let gfid = found[0].1.attr.gfid;
+        if found.iter().any(|(_, e)| e.attr.gfid != gfid) {
+            tracing::debug!(xlator = %self.name, ?fop, "copies of one name carry different gfids (a change in flight, or heal will settle it)");
+        }
+        // Not good copies of the object: those its copies blame, those that
+        // lack it (or hold another object under the name), and those up
+        // whose directory missed changes to its names (not asked).
+        let untrusted = txn::bits(&up) & !txn::bits(&trusted);
+        let blame = found.iter().fold(lacking | untrusted, |b, (i, e)| {
+            if e.attr.gfid == gfid {
+                b | e.attr.blame
+            } else {
+                b | 1 << i
+            }
+        });
+        self.learn(gfid, blame, true);
+        let idx: Vec<usize> = found.iter().map(|(i, _)| *i).collect();
+        let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
+        let pos = found.iter().position(|(i, _)| *i == want).unwrap_or(0);
+        Ok(Reply::Entry(found.swap_remove(pos).1))
+    }
+}

@@ -1,0 +1,127 @@
+//! Conversions between the kernel's view (fuser's types) and mortar's:
+//! attributes, times, names, the caller, open flags.
+
+use super::*;
+
+pub(super) fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno)
+}
+
+pub(super) fn to_time((s, n): (i64, u32)) -> SystemTime {
+    if s >= 0 {
+        UNIX_EPOCH + Duration::new(s as u64, n)
+    } else {
+        UNIX_EPOCH - Duration::from_secs((-s) as u64) + Duration::from_nanos(n as u64)
+    }
+}
+
+pub(super) fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+pub(super) fn fuse_attr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: to_time(a.atime),
+        mtime: to_time(a.mtime),
+        ctime: to_time(a.ctime),
+        crtime: to_time(a.ctime),
+        kind: file_type(a.kind),
+        perm: a.perm as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: a.blksize.max(4096),
+        flags: 0,
+    }
+}
+
+pub(super) fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => TimeSet::At(d.as_secs() as i64, d.subsec_nanos()),
+            Err(e) => {
+                let d = e.duration();
+                let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+                if n == 0 {
+                    TimeSet::At(-s, 0)
+                } else {
+                    TimeSet::At(-s - 1, 1_000_000_000 - n)
+                }
+            }
+        },
+    }
+}
+
+pub(super) fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+        unique: req.unique().0,
+    }
+}
+
+/// The supplementary groups of process `pid` (from /proc; none if it is
+/// gone).
+pub(super) fn caller_groups(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub(super) fn name(n: &OsStr) -> Result<Name, Errno> {
+    Name::new(n.as_bytes().to_vec()).map_err(|e| errno(&e))
+}
+
+/// Cached pages are kept across opens, and dropped by the kernel when the
+/// file's size or mtime changes (FUSE_AUTO_INVAL_DATA), within the
+/// attribute timeout, as GlusterFS does. O_DIRECT is left to the kernel's
+/// own direct I/O path (not FOPEN_DIRECT_IO): it bypasses the page cache
+/// all the same, and, unlike FOPEN_DIRECT_IO, still clears set-id bits on a
+/// write and lets the file be mapped.
+pub(super) fn open_flags(flags: i32) -> FopenFlags {
+    if flags & libc::O_DIRECT != 0 {
+        FopenFlags::empty()
+    } else {
+        FopenFlags::FOPEN_KEEP_CACHE
+    }
+}
+
+pub(super) fn placeholder_attr() -> Attr {
+    Attr {
+        gfid: Gfid::NULL,
+        kind: FileKind::Dir,
+        perm: 0,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 0,
+        blocks: 0,
+        blksize: 4096,
+        atime: (0, 0),
+        mtime: (0, 0),
+        ctime: (0, 0),
+        blame: 0,
+    }
+}

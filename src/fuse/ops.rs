@@ -1,0 +1,278 @@
+//! How requests are handed to the graph: each on the tokio runtime, with
+//! the reply sent from there, so the FUSE session thread never waits.
+
+use super::*;
+
+impl MortarFs {
+    /// Runs `f` on the runtime; `f` gets the graph and the inode table.
+    pub(super) fn spawn<F, Fut>(&self, f: F)
+    where
+        F: FnOnce(Arc<dyn Xlator>, Arc<InodeTable>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let g: Arc<dyn Xlator> = self.graph.clone();
+        let i = self.inodes.clone();
+        self.rt.spawn(async move { f(g, i).await });
+    }
+
+    pub(super) fn entry_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEntry) {
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, inodes| async move {
+            match g.call(&cx, fop).await.and_then(Reply::into_entry) {
+                Ok(e) => {
+                    let ino = inodes.remember(e.attr.gfid);
+                    reply.entry(&TTL, &fuse_attr(ino, &e.attr), fuser::Generation(0));
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    /// LOOKUP of "." in inode `ino`: the kernel decoding a file handle it
+    /// exported (FUSE_EXPORT_SUPPORT) whose inode it no longer holds. The
+    /// number comes from the gfid, so the bricks can find the object again
+    /// even if this client forgot it (or never knew it: another mount's
+    /// handle, or one from before a remount).
+    pub(super) fn lookup_self(&self, req: &Request, ino: u64, reply: ReplyEntry) {
+        let cx = ctx(req);
+        self.spawn(move |g, inodes| async move {
+            let attr = match inodes.gfid(ino) {
+                Some(gfid) => g
+                    .call(&cx, Fop::Getattr { gfid })
+                    .await
+                    .and_then(Reply::into_attr),
+                None => g
+                    .call(&cx, Fop::Resolve { ino })
+                    .await
+                    .and_then(Reply::into_entry)
+                    .map(|e| e.attr),
+            };
+            match attr {
+                Ok(a) => {
+                    let ino = inodes.remember(a.gfid);
+                    reply.entry(&TTL, &fuse_attr(ino, &a), fuser::Generation(0));
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    /// Runs `fop`, then clears the object's set-gid bit if the caller is
+    /// neither root nor in the object's group (by its primary group or the
+    /// supplementary ones in /proc), as a local file system does when such
+    /// a caller sets an ACL.
+    pub(super) fn then_drop_sgid(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fop: Result<Fop, Errno>,
+        reply: ReplyEmpty,
+    ) {
+        let (fop, gfid) = match (fop, self.gfid(ino)) {
+            (Ok(f), Ok(g)) => (f, g),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        let groups = caller_groups(req.pid());
+        self.spawn(move |g, _| async move {
+            let res = async {
+                g.call(&cx, fop).await?;
+                if cx.uid == 0 {
+                    return Ok(());
+                }
+                let a = g.call(&cx, Fop::Getattr { gfid }).await?.into_attr()?;
+                let in_group = cx.gid == a.gid || groups.contains(&a.gid);
+                if a.perm & libc::S_ISGID != 0 && !in_group {
+                    let set = SetAttr {
+                        mode: Some(a.perm & !libc::S_ISGID),
+                        ..Default::default()
+                    };
+                    g.call(&cx, Fop::Setattr { gfid, set }).await?;
+                }
+                Ok::<_, FsError>(())
+            }
+            .await;
+            match res {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    pub(super) fn empty_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEmpty) {
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, fop).await {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    pub(super) fn readdir_common(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        plus: bool,
+        mut add: impl FnMut(&Arc<InodeTable>, u64, u64, FileKind, &[u8], Option<(&Attr, bool)>) -> bool
+            + Send
+            + 'static,
+        done: impl FnOnce(Result<(), Errno>) + Send + 'static,
+    ) {
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return done(Err(e)),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, inodes| async move {
+            // Offsets 1 and 2 are "." and ".."; brick offsets are shifted by 2.
+            let mut off = offset;
+            if off == 0 {
+                if add(&inodes, ino.0, 1, FileKind::Dir, b".", None) {
+                    return done(Ok(()));
+                }
+                off = 1;
+            }
+            if off == 1 {
+                let parent = if ino.0 == 1 { 1 } else { u64::MAX };
+                if add(&inodes, parent, 2, FileKind::Dir, b"..", None) {
+                    return done(Ok(()));
+                }
+                off = 2;
+            }
+            let mut from = off - 2;
+            let rep = loop {
+                let rep = g
+                    .call(
+                        &cx,
+                        // The bricks' plus listing also for a plain
+                        // readdir: it carries each entry's gfid, and so the
+                        // inode number `stat` will show.
+                        Fop::Readdir {
+                            gfid,
+                            fh: fh.0,
+                            offset: from,
+                            plus: true,
+                        },
+                    )
+                    .await;
+                // A batch whose every name went away meanwhile is not the
+                // end of the directory: read on behind it.
+                match rep {
+                    Ok(Reply::Entries(ents)) if plus && !ents.is_empty() => {
+                        let last = ents.last().map_or(from, |e| e.next);
+                        let ents = match vouched(&g, &cx, gfid, ents).await {
+                            Ok(v) => v,
+                            Err(e) => return done(Err(errno(&e))),
+                        };
+                        if ents.is_empty() {
+                            from = last;
+                            continue;
+                        }
+                        break Ok(Reply::Entries(ents));
+                    }
+                    other => break other,
+                }
+            };
+            match rep {
+                Ok(Reply::Entries(ents)) => {
+                    for e in ents {
+                        let ino = match &e.attr {
+                            Some(a) if plus => inodes.remember(a.gfid),
+                            Some(a) => inodes.peek(a.gfid),
+                            None => u64::MAX,
+                        };
+                        if add(
+                            &inodes,
+                            ino,
+                            e.next + 2,
+                            e.kind,
+                            &e.name,
+                            e.attr.as_ref().map(|a| (a, e.cacheable)),
+                        ) {
+                            break;
+                        }
+                    }
+                    done(Ok(()))
+                }
+                Ok(_) => done(Err(Errno::EIO)),
+                Err(e) => done(Err(errno(&e))),
+            }
+        });
+    }
+
+    pub(super) fn xattr_op(
+        &self,
+        req: &Request,
+        fop: Result<Fop, Errno>,
+        size: u32,
+        reply: ReplyXattr,
+    ) {
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, fop).await {
+                Ok(Reply::Xattr(v)) => {
+                    if size == 0 {
+                        reply.size(v.len() as u32)
+                    } else if v.len() > size as usize {
+                        reply.error(Errno::ERANGE)
+                    } else {
+                        reply.data(&v)
+                    }
+                }
+                Ok(_) => reply.error(Errno::EIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+}
+
+/// Gives every READDIRPLUS entry attributes. An entry must reach the
+/// kernel with an inode: one without (glibc skips d_ino 0) would be
+/// invisible to `ls` and `rm -r`. Entries the listed copy could not vouch
+/// for (`attr` None) are looked up, which finds a good copy; names gone
+/// meanwhile are dropped.
+pub(super) async fn vouched(
+    g: &Arc<dyn Xlator>,
+    cx: &Ctx,
+    dir: Gfid,
+    ents: Vec<crate::core::fop::DirEntry>,
+) -> Result<Vec<crate::core::fop::DirEntry>, FsError> {
+    let mut out = Vec::with_capacity(ents.len());
+    for mut e in ents {
+        if e.attr.is_none() {
+            let Ok(name) = Name::new(e.name.to_vec()) else {
+                continue;
+            };
+            match g
+                .call(cx, Fop::Lookup { parent: dir, name })
+                .await
+                .and_then(Reply::into_attr)
+            {
+                Ok(a) => {
+                    e.kind = a.kind;
+                    e.attr = Some(a);
+                    e.cacheable = true;
+                }
+                Err(err) if err.is(libc::ENOENT) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        out.push(e);
+    }
+    Ok(out)
+}

@@ -6,6 +6,7 @@
 //! `protocol` (wire format, brick server, client translator) ← `mgmt`
 //! (state, options, volgen, daemon) ← `graph`, `fuse`, `mount` and `cli`.
 pub mod bench;
+pub mod brick;
 pub mod cli;
 pub mod cluster;
 pub mod core;

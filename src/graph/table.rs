@@ -41,9 +41,10 @@ pub struct Row {
     pub enabled_by: Option<&'static Spec>,
     /// The volume options it reads (in `reconfigure`).
     pub options: &'static [&'static Spec],
-    /// How a client builds it (None for brick-side rows, which the brick
-    /// process composes).
+    /// How a client builds it (client rows).
     pub build: Option<Factory>,
+    /// How a brick builds it (brick rows, stacked in table order).
+    pub brick: Option<crate::brick::BrickFactory>,
     pub about: &'static str,
 }
 
@@ -55,6 +56,7 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         options: &[&crate::protocol::client::PING_TIMEOUT],
         build: Some(super::build::protocol_client),
+        brick: None,
         about: "one connection to one brick; requests in flight in any number",
     },
     Row {
@@ -64,6 +66,7 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         options: crate::cluster::replicate::options::OPTIONS,
         build: Some(super::build::replicate),
+        brick: None,
         about: "copies every change to each brick of a replica set; reads from one good copy",
     },
     Row {
@@ -73,6 +76,7 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         options: &[],
         build: Some(super::build::distribute),
+        brick: None,
         about: "places files on replica sets by the hash of their names",
     },
     Row {
@@ -82,6 +86,7 @@ pub static TABLE: &[Row] = &[
         enabled_by: Some(&crate::features::read_only::READ_ONLY),
         options: &[],
         build: Some(super::build::read_only),
+        brick: None,
         about: "refuses every change with EROFS",
     },
     Row {
@@ -91,6 +96,7 @@ pub static TABLE: &[Row] = &[
         enabled_by: Some(&crate::debug::io_stats::COUNT_FOP_HITS),
         options: &[],
         build: Some(super::build::io_stats),
+        brick: None,
         about: "counts fops, errors and latency",
     },
     Row {
@@ -100,7 +106,28 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         options: &[&crate::storage::health::HEALTH_CHECK_INTERVAL],
         build: None,
+        brick: Some(crate::brick::posix::build),
         about: "the brick's directory: files at their own path, a gfid index beside them",
+    },
+    Row {
+        kind: "features/arbiter",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[],
+        build: None,
+        brick: Some(crate::brick::arbiter::build),
+        about: "on an arbiter brick: names and metadata, no file data",
+    },
+    Row {
+        kind: "features/index",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[],
+        build: None,
+        brick: Some(crate::brick::index::build),
+        about: "change sessions, blame and the heal index",
     },
     Row {
         kind: "features/locks",
@@ -109,6 +136,7 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         options: &[&crate::storage::locks::REVOCATION_SECS],
         build: None,
+        brick: Some(crate::brick::locks::build),
         about: "object locks for replicate's transactions, with contention notices and revocation",
     },
 ];
@@ -141,9 +169,10 @@ mod tests {
     }
 
     #[test]
-    fn client_rows_can_be_built_and_brick_rows_are_composed_by_the_brick() {
+    fn every_row_can_be_built_on_its_side() {
         for r in TABLE {
             assert_eq!(r.build.is_some(), r.side == Side::Client, "{}", r.kind);
+            assert_eq!(r.brick.is_some(), r.side == Side::Brick, "{}", r.kind);
         }
     }
 }

@@ -77,12 +77,26 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
         go_offline(&reason);
     }
     let posix = match Posix::open(path) {
-        Ok(p) => Arc::new(p.with_arbiter(cfg.arbiter)),
+        Ok(p) => Arc::new(p),
         Err(e) => go_offline(&format!("cannot open the brick: {e}")),
     };
     if let Err(reason) = posix.health_check() {
         go_offline(&format!("health check failed: {reason}"));
     }
+    let (tunables_tx, tunables) = watch::channel(Tunables::from_options(&Default::default()));
+    let env = crate::brick::BrickEnv {
+        posix: posix.clone(),
+        arbiter: cfg.arbiter,
+        revoke_after: Arc::new({
+            let t = tunables.clone();
+            move || t.borrow().lock_revocation
+        }),
+    };
+    let stack = match crate::brick::Stack::build(&env) {
+        Ok(s) => Arc::new(s),
+        Err(e) => go_offline(&format!("cannot build the brick's translators: {e:#}")),
+    };
+    tracing::info!(brick = %path.display(), stack = ?stack.kinds(), "brick translators");
     let mut port = super::BRICK_PORT_BASE;
     let listener = loop {
         match tokio::net::TcpListener::bind(SocketAddr::new(cfg.ip, port)).await {
@@ -99,13 +113,11 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     let _ = out.flush();
     tracing::info!(brick = %path.display(), port, arbiter = cfg.arbiter, "brick serving");
 
-    let (tunables_tx, tunables) = watch::channel(Tunables::from_options(&Default::default()));
     if let (Some(vol), Some(mgmt)) = (cfg.volume.clone(), cfg.mgmt.clone()) {
         tokio::spawn(follow_options(vol, mgmt, tunables_tx));
     }
     tokio::spawn(health_checks(posix.clone(), tunables.clone()));
-    let revoke_after = Box::new(move || tunables.borrow().lock_revocation);
-    server::serve(listener, posix, revoke_after).await?;
+    server::serve(listener, stack, path.display().to_string()).await?;
     Ok(())
 }
 

@@ -1,10 +1,11 @@
-//! Pending markers and the heal index of a brick (docs/replication.md).
+//! Pending markers and the heal index of a brick (docs/replication.md):
+//! the records the `features/index` brick translator keeps.
 //!
 //! Two records say that the copies of an object may differ:
 //! - **blame**: the `trusted.mortar.blame` xattr of a copy, a bit mask of the
 //!   replica positions (in the replica set) known to have missed a change
 //!   this copy has. Set before a client acknowledges a change some replica
-//!   failed; cleared by heal.
+//!   failed; cleared by heal. (Posix reports it with the attributes.)
 //! - **the index**: a name `.mortar/pending/<gfid>` for every object
 //!   with a blame or an open change session (a client is changing it, or
 //!   crashed while it was). Self-heal works through the index instead of
@@ -15,29 +16,21 @@
 //! stays and heal compares the copies. Every update runs under the
 //! `sessions` mutex, so the xattr and the index stay in step.
 
-use super::posix::{get_xattr, proc_path, set_xattr, FdTable, Posix};
-use crate::core::{FsError, FsResult, Gfid};
+use super::posix::{proc_path, read_blame, set_xattr, Posix, BLAME_XATTR};
+use crate::core::{FsResult, Gfid};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
-use std::collections::HashMap;
-use std::os::fd::AsFd;
-use std::os::unix::fs::FileExt;
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 
-pub const BLAME_XATTR: &str = "trusted.mortar.blame";
 pub const PENDING_REL: &str = ".mortar/pending";
 /// Every index entry is a hard link to this empty file: adding one to the
 /// index makes a directory entry, not an inode (as GlusterFS's xattrop
 /// index does), which measured several times cheaper.
 pub const PENDING_BASE: &str = "pending-base";
 
-/// The blame recorded on a copy (0 when none).
-pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
-    match get_xattr(fd, BLAME_XATTR) {
-        Ok(v) if v.len() == 4 => Ok(u32::from_le_bytes(v.try_into().unwrap())),
-        Ok(_) => Err(FsError::new(libc::EIO, "malformed blame xattr")),
-        Err(e) if e.is(libc::ENODATA) => Ok(0),
-        Err(e) => Err(e),
-    }
-}
+/// A client connection, as the index tells them apart.
+pub type ConnId = u64;
 
 fn write_blame(fd: impl AsFd, blame: u32) -> FsResult<()> {
     if blame == 0 {
@@ -69,20 +62,49 @@ fn end_session(sessions: &mut HashMap<Gfid, u32>, gfid: Gfid) -> bool {
     }
 }
 
-impl Posix {
-    /// Fills the in-memory record of blamed objects from the index (every
-    /// blamed object is in it) when the brick starts.
-    pub(super) fn load_blamed(&self) -> FsResult<()> {
+pub struct Index {
+    posix: Arc<Posix>,
+    /// `.mortar/pending`.
+    pending: OwnedFd,
+    /// Open change sessions per object, over all connections.
+    sessions: Mutex<HashMap<Gfid, u32>>,
+    /// The objects each connection has a session on.
+    by_conn: Mutex<HashMap<ConnId, HashSet<Gfid>>>,
+    /// Objects whose copy here blames others, with the blame: the blame
+    /// xattrs' contents, kept in memory for `Fop::Blamed`.
+    blamed: Arc<Mutex<HashMap<Gfid, u32>>>,
+}
+
+impl Index {
+    /// Opens the brick's index, and fills the in-memory record of blamed
+    /// objects from it (every blamed object is in it).
+    pub fn open(posix: Arc<Posix>) -> FsResult<Index> {
+        let pending = posix.meta_dir(PENDING_REL)?;
+        let blamed: Arc<Mutex<HashMap<Gfid, u32>>> = Default::default();
+        // An object whose last name goes is no longer blamed.
+        let weak = Arc::downgrade(&blamed);
+        posix.on_forget(Box::new(move |gfid| {
+            if let Some(b) = weak.upgrade() {
+                b.lock().unwrap().remove(&gfid);
+            }
+        }));
+        let idx = Index {
+            posix,
+            pending,
+            sessions: Mutex::new(HashMap::new()),
+            by_conn: Mutex::new(HashMap::new()),
+            blamed,
+        };
         let mut blamed = HashMap::new();
-        for gfid in self.index_entries(usize::MAX, |_| true)? {
-            if let Ok(b) = self.resolve(gfid).and_then(|fd| read_blame(&*fd)) {
+        for gfid in idx.entries(usize::MAX, |_| true)? {
+            if let Ok(b) = idx.posix.resolve(gfid).and_then(|fd| read_blame(&*fd)) {
                 if b != 0 {
                     blamed.insert(gfid, b);
                 }
             }
         }
-        *self.blamed.lock().unwrap() = blamed;
-        Ok(())
+        *idx.blamed.lock().unwrap() = blamed;
+        Ok(idx)
     }
 
     fn note_blame(&self, gfid: Gfid, blame: u32) {
@@ -95,7 +117,7 @@ impl Posix {
     }
 
     /// Up to `max + 1` objects this copy blames others of (`Fop::Blamed`).
-    pub(super) fn blamed(&self, max: usize) -> Vec<(Gfid, u32)> {
+    pub fn blamed(&self, max: usize) -> Vec<(Gfid, u32)> {
         let blamed = self.blamed.lock().unwrap();
         blamed
             .iter()
@@ -104,12 +126,8 @@ impl Posix {
             .collect()
     }
 
-    fn pending_dir(&self) -> FsResult<&std::os::fd::OwnedFd> {
-        Ok(&self.pending)
-    }
-
-    fn index_add(&self, gfid: Gfid) -> FsResult<()> {
-        let dir = self.pending_dir()?;
+    fn add(&self, gfid: Gfid) -> FsResult<()> {
+        let dir = &self.pending;
         let name = gfid.to_string();
         match rfs::linkat(dir, PENDING_BASE, dir, name.as_str(), AtFlags::empty()) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
@@ -130,26 +148,34 @@ impl Posix {
         }
     }
 
-    fn index_remove(&self, gfid: Gfid) -> FsResult<()> {
-        let dir = self.pending_dir()?;
-        match rfs::unlinkat(dir, gfid.to_string().as_str(), AtFlags::empty()) {
+    fn remove(&self, gfid: Gfid) -> FsResult<()> {
+        match rfs::unlinkat(&self.pending, gfid.to_string().as_str(), AtFlags::empty()) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Opens this connection's change session on `gfid` (once) and adds
+    /// Opens connection `conn`'s change session on `gfid` (once) and adds
     /// `blame` to the object's blame.
-    pub(super) fn mark(&self, fds: &FdTable, gfid: Gfid, blame: u32) -> FsResult<()> {
+    pub fn mark(&self, conn: ConnId, gfid: Gfid, blame: u32) -> FsResult<()> {
         // Only objects that exist enter the index.
-        let fd = self.resolve(gfid)?;
+        let fd = self.posix.resolve(gfid)?;
         let mut sessions = self.sessions.lock().unwrap();
-        if fds.sessions.lock().unwrap().insert(gfid) {
+        if self
+            .by_conn
+            .lock()
+            .unwrap()
+            .entry(conn)
+            .or_default()
+            .insert(gfid)
+        {
             let n = sessions.entry(gfid).or_insert(0);
             *n += 1;
             if *n == 1 {
-                if let Err(e) = self.index_add(gfid) {
-                    fds.sessions.lock().unwrap().remove(&gfid);
+                if let Err(e) = self.add(gfid) {
+                    if let Some(s) = self.by_conn.lock().unwrap().get_mut(&conn) {
+                        s.remove(&gfid);
+                    }
                     end_session(&mut sessions, gfid);
                     return Err(e);
                 }
@@ -160,48 +186,57 @@ impl Posix {
             if old | blame != old {
                 write_blame(&*fd, old | blame)?;
                 self.note_blame(gfid, old | blame);
-                tracing::info!(brick = %self.path().display(), %gfid, blame = old | blame, "recorded replicas that missed a change");
+                tracing::info!(brick = %self.posix.path().display(), %gfid, blame = old | blame, "recorded replicas that missed a change");
             }
         }
         Ok(())
     }
 
-    /// Ends this connection's sessions on `gfids`: an object whose last
-    /// session ended and that blames nobody leaves the index.
-    pub(super) fn settle(&self, fds: &FdTable, gfids: &[Gfid]) {
+    /// Ends `conn`'s sessions on `gfids`: an object whose last session
+    /// ended and that blames nobody leaves the index.
+    pub fn settle(&self, conn: ConnId, gfids: &[Gfid]) {
         let mut sessions = self.sessions.lock().unwrap();
         for &gfid in gfids {
-            if !fds.sessions.lock().unwrap().remove(&gfid) {
+            let had = self
+                .by_conn
+                .lock()
+                .unwrap()
+                .get_mut(&conn)
+                .is_some_and(|s| s.remove(&gfid));
+            if !had || !end_session(&mut sessions, gfid) {
                 continue;
             }
-            if !end_session(&mut sessions, gfid) {
-                continue;
-            }
-            let blamed = match self.resolve(gfid) {
+            let blamed = match self.posix.resolve(gfid) {
                 Ok(fd) => read_blame(&*fd).unwrap_or(1) != 0,
                 // Gone: nothing left to heal.
                 Err(_) => false,
             };
             if !blamed {
-                let _ = self.index_remove(gfid);
+                let _ = self.remove(gfid);
             }
         }
     }
 
     /// A connection ended: its sessions end without settling, so that their
     /// objects stay in the index for heal to compare.
-    pub fn disconnect(&self, fds: &FdTable) {
+    pub fn disconnect(&self, conn: ConnId) {
         let mut sessions = self.sessions.lock().unwrap();
-        for gfid in fds.sessions.lock().unwrap().drain() {
+        for gfid in self
+            .by_conn
+            .lock()
+            .unwrap()
+            .remove(&conn)
+            .unwrap_or_default()
+        {
             end_session(&mut sessions, gfid);
         }
     }
 
     /// Heal is done with some replicas of `gfid`: drops their blame, and the
     /// index entry once nothing is pending and no session is open.
-    pub(super) fn clear(&self, gfid: Gfid, unblame: u32) -> FsResult<u32> {
+    pub fn clear(&self, gfid: Gfid, unblame: u32) -> FsResult<u32> {
         let sessions = self.sessions.lock().unwrap();
-        let left = match self.resolve(gfid) {
+        let left = match self.posix.resolve(gfid) {
             Ok(fd) => {
                 let old = read_blame(&*fd)?;
                 if old & unblame != 0 {
@@ -217,7 +252,7 @@ impl Posix {
             Err(e) => return Err(e),
         };
         if left == 0 && !sessions.contains_key(&gfid) {
-            self.index_remove(gfid)?;
+            self.remove(gfid)?;
         }
         Ok(left)
     }
@@ -225,17 +260,23 @@ impl Posix {
     /// Up to `max` objects of the heal index that need heal: blamed, or
     /// left by a client that went away. An object a connected client is
     /// changing right now is its business (it settles it), not heal's.
-    pub(super) fn pending(&self, max: usize) -> FsResult<Vec<crate::core::Gfid>> {
-        self.index_entries(max, |g| {
+    pub fn pending(&self, max: usize) -> FsResult<Vec<Gfid>> {
+        self.entries(max, |g| {
             let live = self.sessions.lock().unwrap().contains_key(&g);
-            !live || self.resolve(g).and_then(|fd| read_blame(&*fd)).unwrap_or(0) != 0
+            !live
+                || self
+                    .posix
+                    .resolve(g)
+                    .and_then(|fd| read_blame(&*fd))
+                    .unwrap_or(0)
+                    != 0
         })
     }
 
     /// Up to `max` objects of the heal index that `keep` accepts.
-    fn index_entries(&self, max: usize, mut keep: impl FnMut(Gfid) -> bool) -> FsResult<Vec<Gfid>> {
+    fn entries(&self, max: usize, mut keep: impl FnMut(Gfid) -> bool) -> FsResult<Vec<Gfid>> {
         let fd = rfs::openat(
-            self.pending_dir()?,
+            &self.pending,
             ".",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
@@ -255,42 +296,6 @@ impl Posix {
                         break;
                     }
                 }
-            }
-        }
-        Ok(out)
-    }
-
-    /// xxh3 of each `block` bytes of the file from `offset`.
-    pub(super) fn checksum(
-        &self,
-        gfid: Gfid,
-        offset: u64,
-        block: u32,
-        count: u32,
-    ) -> FsResult<Vec<u64>> {
-        if block == 0 || block > 4 << 20 || count > 1024 {
-            return Err(FsError::inval("checksum block or count out of range"));
-        }
-        let f = self.open_gfid(gfid, libc::O_RDONLY)?;
-        let mut buf = vec![0u8; block as usize];
-        let mut out = Vec::new();
-        for i in 0..count as u64 {
-            let at = offset + i * block as u64;
-            let mut got = 0;
-            while got < buf.len() {
-                match f.read_at(&mut buf[got..], at + got as u64) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if got == 0 {
-                break;
-            }
-            out.push(xxhash_rust::xxh3::xxh3_64(&buf[..got]));
-            if got < buf.len() {
-                break;
             }
         }
         Ok(out)

@@ -2,6 +2,20 @@
 
 use super::*;
 
+/// Replica positions a copy knows to have missed changes it has
+/// (docs/replication.md); reported with the attributes, kept by the index.
+pub const BLAME_XATTR: &str = "trusted.mortar.blame";
+
+/// The blame recorded on a copy (0 when none).
+pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
+    match get_xattr(fd, BLAME_XATTR) {
+        Ok(v) if v.len() == 4 => Ok(u32::from_le_bytes(v.try_into().unwrap())),
+        Ok(_) => Err(FsError::new(libc::EIO, "malformed blame xattr")),
+        Err(e) if e.is(libc::ENODATA) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
 impl Posix {
     pub(in crate::storage) fn setattr(&self, gfid: Gfid, set: &SetAttr) -> FsResult<Reply> {
         let fd = self.resolve(gfid)?;
@@ -26,7 +40,7 @@ impl Posix {
                 )?;
             }
         }
-        if let Some(size) = set.size.filter(|_| !self.arbiter) {
+        if let Some(size) = set.size {
             if kind != FileKind::File {
                 return Err(FsError::errno(if kind == FileKind::Dir {
                     libc::EISDIR

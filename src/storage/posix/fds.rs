@@ -45,8 +45,6 @@ pub struct FdTable {
     pub(in crate::storage) map: Mutex<HashMap<u64, Arc<Handle>>>,
     /// Files read through the anonymous handle (`ANON_FH`), by gfid.
     pub(in crate::storage) anon: Mutex<HashMap<Gfid, Arc<Handle>>>,
-    /// Objects this connection has an open change session on (`index.rs`).
-    pub(in crate::storage) sessions: Mutex<std::collections::HashSet<Gfid>>,
 }
 
 /// Anonymous files kept open per connection.

@@ -81,14 +81,16 @@ impl Posix {
 
     pub(in crate::storage) fn drop_handle(&self, gfid: Gfid) {
         self.dirs.lock().unwrap().remove(&gfid);
-        self.blamed.lock().unwrap().remove(&gfid);
+        if let Some(f) = self.forget.get() {
+            f(gfid);
+        }
         if let Ok((idx, file)) = self.index_dir(gfid) {
             let _ = rfs::unlinkat(&idx, file.as_str(), AtFlags::empty());
         }
     }
 
     /// Resolves a gfid to an `O_PATH` descriptor of the object.
-    pub(in crate::storage) fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+    pub(crate) fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
         let cached = self.dirs.lock().unwrap().get(&gfid).cloned();
         if let Some(fd) = cached {
             // A directory removed behind the brick's back stays open here
@@ -266,7 +268,7 @@ impl Posix {
     pub(in crate::storage) fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
         let fd = self.resolve(gfid)?;
         let mut attr = attr_of(&rfs::fstat(&*fd)?, gfid);
-        attr.blame = crate::storage::index::read_blame(&*fd)?;
+        attr.blame = read_blame(&*fd)?;
         Ok(attr)
     }
 }

@@ -52,6 +52,7 @@ mod namespace;
 #[cfg(test)]
 mod tests;
 
+pub use attrs::{read_blame, BLAME_XATTR};
 use fds::{as_file, ANON_MAX};
 pub use fds::{FdTable, Handle, Listing};
 
@@ -59,19 +60,12 @@ pub struct Posix {
     path: PathBuf,
     pub(super) root: OwnedFd,
     dirs: Mutex<HashMap<Gfid, Arc<OwnedFd>>>,
-    /// Open change sessions per object, over all connections (`index.rs`).
-    pub(super) sessions: Mutex<HashMap<Gfid, u32>>,
-    /// Objects whose copy here blames other copies, with the blame: the
-    /// xattrs' contents, kept in memory for `Fop::Blamed` (`index.rs`).
-    pub(super) blamed: Mutex<HashMap<Gfid, u32>>,
-    /// An arbiter keeps names and metadata, but no file data: writes are
-    /// acknowledged without being stored, sizes stay 0.
-    arbiter: bool,
-    /// `.mortar/pending`, the heal index (`index.rs`).
-    pub(super) pending: OwnedFd,
+    /// Told of every object whose last name went (the index forgets its
+    /// blame).
+    forget: std::sync::OnceLock<Box<dyn Fn(Gfid) + Send + Sync>>,
 }
 
-pub(super) fn proc_path(fd: impl AsFd) -> String {
+pub(crate) fn proc_path(fd: impl AsFd) -> String {
     format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
 }
 
@@ -90,7 +84,7 @@ fn open_child(dir: impl AsFd, name: &Name) -> FsResult<OwnedFd> {
     )?)
 }
 
-pub(super) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
+pub(crate) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
     let p = proc_path(fd);
     let mut buf = vec![0u8; 256];
     loop {
@@ -108,7 +102,7 @@ pub(super) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
     }
 }
 
-pub(super) fn set_xattr(
+pub(crate) fn set_xattr(
     fd: impl AsFd,
     name: &str,
     value: &[u8],
@@ -181,31 +175,20 @@ impl Posix {
             }
             None => set_xattr(&root, GFID_XATTR, &Gfid::ROOT.0, rfs::XattrFlags::empty())?,
         }
-        for d in [META_DIR, INDEX_REL, super::index::PENDING_REL] {
+        for d in [META_DIR, INDEX_REL] {
             match rfs::mkdirat(&root, d, Mode::from_raw_mode(0o700)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        let pending = rfs::openat2(
-            &root,
-            super::index::PENDING_REL,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            beneath() | ResolveFlags::NO_SYMLINKS,
-        )?;
         let p = Posix {
             path: path.to_path_buf(),
             root,
             dirs: Mutex::new(HashMap::new()),
-            sessions: Mutex::new(HashMap::new()),
-            blamed: Mutex::new(HashMap::new()),
-            arbiter: false,
-            pending,
+            forget: std::sync::OnceLock::new(),
         };
         // The root's handle points back to the brick root.
         p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
-        p.load_blamed()?;
         Ok(p)
     }
 
@@ -213,9 +196,25 @@ impl Posix {
         &self.path
     }
 
-    pub fn with_arbiter(mut self, arbiter: bool) -> Posix {
-        self.arbiter = arbiter;
-        self
+    /// Makes (once) and opens a directory of the brick's own under
+    /// `.mortar/` (`rel` is brick-relative, such as `.mortar/pending`).
+    pub fn meta_dir(&self, rel: &str) -> FsResult<OwnedFd> {
+        match rfs::mkdirat(&self.root, rel, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(rfs::openat2(
+            &self.root,
+            rel,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        )?)
+    }
+
+    /// Who to tell when an object's last name goes (one listener).
+    pub fn on_forget(&self, f: Box<dyn Fn(Gfid) + Send + Sync>) {
+        let _ = self.forget.set(f);
     }
 
     /// Serves one operation. Blocking: the protocol server runs it on a
@@ -319,9 +318,6 @@ impl Posix {
                 len,
             } => {
                 let h = self.file_for(fds, *gfid, *fh)?;
-                if self.arbiter {
-                    return Ok(Reply::Ok);
-                }
                 rfs::fallocate(
                     as_file(&h),
                     rfs::FallocateFlags::from_bits_retain(*mode as u32),
@@ -397,21 +393,18 @@ impl Posix {
                 rfs::removexattr(proc_path(&*fd), name.as_str())?;
                 Ok(Reply::Ok)
             }
-            Fop::Lock { gfid, mark, .. } => {
-                // The lock itself is the server's (it may wait); here only
-                // the change session it opens.
-                if let Some(blame) = mark {
-                    self.mark(fds, *gfid, *blame)?;
-                }
-                Ok(Reply::Ok)
-            }
-            Fop::Unlock { gfids } => {
-                self.settle(fds, gfids);
-                Ok(Reply::Ok)
-            }
-            Fop::Clear { gfid, unblame } => self.clear(*gfid, *unblame).map(Reply::Blame),
-            Fop::Pending { max } => self.pending(*max as usize).map(Reply::Gfids),
-            Fop::Blamed { max } => Ok(Reply::Blames(self.blamed(*max as usize))),
+            // Locks and the heal index are translators above (`brick`).
+            Fop::Lock { .. }
+            | Fop::Unlock { .. }
+            | Fop::Clear { .. }
+            | Fop::Pending { .. }
+            | Fop::Blamed { .. } => Err(FsError::new(
+                libc::EOPNOTSUPP,
+                format!(
+                    "{} is served by the brick's locks and index translators",
+                    fop.name()
+                ),
+            )),
             Fop::Resolve { ino } => self.resolve_ino(*ino),
             Fop::Parent { gfid } => self.parent_of(*gfid),
             Fop::Checksum {

@@ -46,7 +46,7 @@ impl Posix {
         };
         let st = rfs::fstat(&fd)?;
         let mut attr = attr_of(&st, gfid);
-        attr.blame = crate::storage::index::read_blame(&fd)?;
+        attr.blame = read_blame(&fd)?;
         Ok((fd, attr))
     }
 

@@ -1,0 +1,68 @@
+//! `features/index`: change sessions, blame and the heal index
+//! (`storage::index`, docs/replication.md). A lock request with a mark
+//! opens the connection's session on the object and records the blame; an
+//! unlock settles the sessions; heal clears blame and reads the index. A
+//! connection that ends leaves its sessions unsettled, for heal.
+
+use super::{BrickEnv, BrickXlator, Conn};
+use crate::core::{Ctx, Fop, FsResult, Reply};
+use crate::storage::index::Index;
+use async_trait::async_trait;
+use std::sync::Arc;
+
+pub struct IndexXl {
+    index: Arc<Index>,
+    below: Arc<dyn BrickXlator>,
+}
+
+pub fn build(
+    env: &BrickEnv,
+    below: Option<Arc<dyn BrickXlator>>,
+) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
+    let below = below.ok_or_else(|| anyhow::anyhow!("the index needs a translator below"))?;
+    let index = Index::open(env.posix.clone())
+        .map_err(|e| anyhow::anyhow!("cannot open the heal index: {e}"))?;
+    Ok(Some(Arc::new(IndexXl {
+        index: Arc::new(index),
+        below,
+    })))
+}
+
+#[async_trait]
+impl BrickXlator for IndexXl {
+    async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        match fop {
+            // The lock itself is granted above; here only the session.
+            Fop::Lock { gfid, mark, .. } => {
+                if let Some(blame) = mark {
+                    self.index.mark(conn.id, gfid, blame)?;
+                }
+                Ok(Reply::Ok)
+            }
+            Fop::Unlock { gfids } => {
+                self.index.settle(conn.id, &gfids);
+                Ok(Reply::Ok)
+            }
+            Fop::Clear { gfid, unblame } => self.index.clear(gfid, unblame).map(Reply::Blame),
+            Fop::Pending { max } => {
+                // A crawl of the index directory: on the blocking pool.
+                let index = self.index.clone();
+                tokio::task::spawn_blocking(move || index.pending(max as usize))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(crate::core::FsError::new(
+                            libc::EIO,
+                            format!("index task failed: {e}"),
+                        ))
+                    })
+                    .map(Reply::Gfids)
+            }
+            Fop::Blamed { max } => Ok(Reply::Blames(self.index.blamed(max as usize))),
+            other => self.below.call(conn, cx, other).await,
+        }
+    }
+
+    fn disconnect(&self, conn: &Conn) {
+        self.index.disconnect(conn.id);
+    }
+}

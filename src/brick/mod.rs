@@ -1,0 +1,142 @@
+//! The brick-side stack. `protocol::server` decodes each request and hands
+//! it, with the connection it came on, to the top of this stack; each
+//! concern is one translator (its row in `graph::table`, side `Brick`),
+//! bottom to top:
+//!
+//! | kind | file | what it does |
+//! |---|---|---|
+//! | `storage/posix` | `posix.rs` | the brick directory (`storage::posix`); slow fops on the blocking pool |
+//! | `features/arbiter` | `arbiter.rs` | on an arbiter brick: names and metadata, no file data |
+//! | `features/index` | `index.rs` | change sessions, blame and the heal index (`storage::index`) |
+//! | `features/locks` | `locks.rs` | object locks, contention notices, revocation (`storage::locks`) |
+//!
+//! A translator handles the fops it is about and passes every other one to
+//! the one below unchanged; the stack tells every translator of each
+//! connection that starts and ends (`connect`, `disconnect`).
+
+pub mod arbiter;
+pub mod index;
+pub mod locks;
+pub mod posix;
+
+use crate::core::{Ctx, Fop, FsResult, Gfid, Reply};
+use crate::storage::posix::{FdTable, Posix};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub type ConnId = u64;
+
+/// What a brick sends a client unasked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// Another client waits for a lock this one holds.
+    Contention(Gfid),
+}
+
+/// One client connection, as every translator of the stack sees it.
+pub struct Conn {
+    pub id: ConnId,
+    /// The client's address, for logs.
+    pub peer: String,
+    /// The files and listings it has open on the brick.
+    pub fds: FdTable,
+    /// Sends the client a notice (never blocks; dropped if it cannot keep up).
+    pub notice: Box<dyn Fn(Notice) + Send + Sync>,
+    /// Ends the connection (lock revocation).
+    pub close: Box<dyn Fn() + Send + Sync>,
+}
+
+#[async_trait]
+pub trait BrickXlator: Send + Sync {
+    async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply>;
+    /// A connection starts (before its first call).
+    fn connect(&self, _conn: &Arc<Conn>) {}
+    /// A connection ended (after its last call).
+    fn disconnect(&self, _conn: &Conn) {}
+}
+
+/// What the brick process gives the factories.
+pub struct BrickEnv {
+    pub posix: Arc<Posix>,
+    pub arbiter: bool,
+    /// How long a lock may be kept from a waiter now (None: forever).
+    pub revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
+}
+
+/// Builds one translator over `below` (None for the bottom one); None if it
+/// has no place on this brick (the arbiter on a data brick).
+pub type BrickFactory =
+    fn(&BrickEnv, Option<Arc<dyn BrickXlator>>) -> anyhow::Result<Option<Arc<dyn BrickXlator>>>;
+
+/// A brick's translators, bottom to top.
+pub struct Stack {
+    layers: Vec<(&'static str, Arc<dyn BrickXlator>)>,
+}
+
+impl Stack {
+    /// Stacks the brick rows of the translator table, in table order.
+    pub fn build(env: &BrickEnv) -> anyhow::Result<Stack> {
+        let mut layers: Vec<(&'static str, Arc<dyn BrickXlator>)> = Vec::new();
+        for row in crate::graph::table::TABLE {
+            let Some(make) = row.brick else { continue };
+            let below = layers.last().map(|(_, x)| x.clone());
+            if let Some(x) = make(env, below)? {
+                layers.push((row.kind, x));
+            }
+        }
+        anyhow::ensure!(!layers.is_empty(), "the translator table has no brick rows");
+        Ok(Stack { layers })
+    }
+
+    pub fn top(&self) -> Arc<dyn BrickXlator> {
+        self.layers.last().expect("a stack has a top").1.clone()
+    }
+
+    /// The translators' kinds, bottom to top.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.layers.iter().map(|(k, _)| *k).collect()
+    }
+
+    pub fn connect(&self, conn: &Arc<Conn>) {
+        for (_, x) in self.layers.iter().rev() {
+            x.connect(conn);
+        }
+    }
+
+    /// Top down: locks go to their waiters before the sessions end.
+    pub fn disconnect(&self, conn: &Conn) {
+        for (_, x) in self.layers.iter().rev() {
+            x.disconnect(conn);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stack_follows_the_table_and_the_arbiter_only_where_it_belongs() {
+        let d = tempfile::tempdir().unwrap();
+        let posix = Arc::new(Posix::open(d.path()).unwrap());
+        let env = |arbiter| BrickEnv {
+            posix: posix.clone(),
+            arbiter,
+            revoke_after: Arc::new(|| None),
+        };
+        assert_eq!(
+            Stack::build(&env(false)).unwrap().kinds(),
+            vec!["storage/posix", "features/index", "features/locks"]
+        );
+        assert_eq!(
+            Stack::build(&env(true)).unwrap().kinds(),
+            vec![
+                "storage/posix",
+                "features/arbiter",
+                "features/index",
+                "features/locks"
+            ]
+        );
+    }
+}

@@ -351,3 +351,29 @@ fn a_frozen_client_loses_its_locks_to_a_waiting_one() {
     wait_healed(&c, "lv", HEAL_TIMEOUT);
     assert_bricks_identical(&bricks);
 }
+
+#[test]
+fn a_brick_that_crashes_inside_a_directory_rename_finds_the_directory_again_and_heals() {
+    let mut c = Cluster::start();
+    c.kill_daemon();
+    // Brick n3 dies between renaming a directory and updating its gfid
+    // handle; the bricks inherit the daemon's environment.
+    c.start_daemon_env(&[("FAILPOINTS", "posix-rename-before-handle:n3=panic")]);
+    let bricks = c.volume("rn", 3, &["n1", "n2", "n3"]);
+    let m = c.mount("rn");
+    let d = m.dir.display().to_string();
+    ok(&format!("mkdir -p {d}/a/b && echo in > {d}/a/b/f"));
+    let pid = brick_pid(&c, "rn", 2);
+    ok(&format!("mv {d}/a/b {d}/a/c"));
+    wait_brick_restarted(&c, "rn", 2, pid);
+    let logs = ok(&format!("cat {}/state/logs/*.log", c.path("").display()));
+    assert!(logs.contains("crashing here on purpose"), "{logs}");
+    ok(&format!("echo more > {d}/a/c/g"));
+    wait_healed(&c, "rn", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+    assert_eq!(
+        std::fs::read_to_string(bricks[2].join("a/c/g")).unwrap(),
+        "more\n"
+    );
+    assert_eq!(ok(&format!("ls {d}/a/c")), "f\ng\n");
+}

@@ -212,6 +212,18 @@ impl Posix {
         )?)
     }
 
+    /// A fail point of this brick's: `posix-<what>:<brick directory name>`,
+    /// so that a test can crash one brick of several that share the
+    /// daemon's environment.
+    pub(in crate::storage) fn fail_point_name(&self, what: &str) -> String {
+        let base = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        format!("posix-{what}:{base}")
+    }
+
     /// Who to tell when an object's last name goes (one listener).
     pub fn on_forget(&self, f: Box<dyn Fn(Gfid) + Send + Sync>) {
         let _ = self.forget.set(f);

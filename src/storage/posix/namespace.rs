@@ -44,6 +44,16 @@ impl Posix {
                 g
             }
         };
+        if FileKind::from_mode(st.st_mode) == FileKind::Dir && gfid != Gfid::ROOT {
+            // A directory is where its lookup found it: a handle that says
+            // otherwise (a crash between a rename and its handle update)
+            // is brought in line, or the directory stays unreachable by gfid.
+            let here = (parent, name.clone());
+            if self.read_dir_handle(gfid).ok().as_ref() != Some(&here) {
+                self.make_dir_handle(gfid, parent, name)?;
+                tracing::info!(brick = %self.path.display(), %gfid, name = ?name, "directory handle repaired");
+            }
+        }
         let st = rfs::fstat(&fd)?;
         let mut attr = attr_of(&st, gfid);
         attr.blame = read_blame(&fd)?;
@@ -310,6 +320,8 @@ impl Posix {
         )?;
         let exchanged = flags & libc::RENAME_EXCHANGE != 0;
         if src.kind == FileKind::Dir {
+            // Crash window: renamed, its handle not updated yet.
+            fail::fail_point!(self.fail_point_name("rename-before-handle").as_str());
             self.make_dir_handle(src.gfid, newparent, newname)?;
         }
         if let Some((fd, dst)) = dst {

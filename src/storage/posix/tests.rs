@@ -433,3 +433,26 @@ fn objects_made_on_the_brick_directly_get_a_gfid() {
         1
     );
 }
+
+#[test]
+fn a_directory_moved_behind_the_bricks_back_is_found_again_by_its_lookup() {
+    // What a crash between a rename and its handle update leaves: the
+    // directory at its new name, its handle pointing at the old one.
+    let b = brick();
+    let a = b.mkdir(Gfid::ROOT, "a");
+    let d = b.mkdir(a, "old");
+    std::fs::rename(b.root.join("a/old"), b.root.join("a/new")).unwrap();
+    b.p.call(
+        &Ctx::root(),
+        &FdTable::default(),
+        &Fop::Getattr { gfid: Gfid::ROOT },
+    )
+    .unwrap();
+    assert!(
+        b.call(Fop::Opendir { gfid: d }).is_err(),
+        "the handle is stale"
+    );
+    assert_eq!(b.lookup(a, "new").unwrap().gfid, d);
+    b.call(Fop::Opendir { gfid: d })
+        .expect("repaired by the lookup");
+}

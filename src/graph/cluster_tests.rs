@@ -336,3 +336,20 @@ async fn a_change_the_good_copies_refuse_never_makes_them_look_stale() {
     assert_eq!(r.bricks[0].blame(Gfid::ROOT), 1 << 1);
     r.create(Gfid::ROOT, "z", b"").await.unwrap();
 }
+
+#[tokio::test]
+async fn a_write_one_good_copy_refuses_fails_and_that_copy_is_the_one_to_heal() {
+    let r = rig(1, 3);
+    let f = r.create(Gfid::ROOT, "f", b"old").await.unwrap();
+    r.bricks[2].inject("write", libc::EIO, 1);
+    // A live replica's refusal is never hidden from the application...
+    assert_eq!(errno(r.write(f, 0, b"new").await), libc::EIO);
+    r.graph.fini().await;
+    // ...and the copies that took the write are the good ones.
+    assert_eq!(r.bricks[0].blame(f), 1 << 2);
+    assert_eq!(r.bricks[2].blame(f), 0);
+    assert_eq!(r.read(f).await.unwrap(), b"new");
+    // The refusing copy going away leaves the file readable.
+    r.bricks[2].set_down(true);
+    assert_eq!(r.read(f).await.unwrap(), b"new");
+}

@@ -85,6 +85,8 @@ struct State {
     conns: HashMap<u64, Arc<Link>>,
     next_conn: u64,
     calls: u64,
+    /// Scripted failures: fop name → (errno, how many more times).
+    inject: HashMap<&'static str, (i32, usize)>,
 }
 
 pub struct MemBrick {
@@ -213,6 +215,16 @@ impl MemBrick {
         }
     }
 
+    /// Makes the next `times` calls of `fop` (its name, `Fop::name`) fail
+    /// with `errno` before they change anything: a scripted brick.
+    pub fn inject(&self, fop: &'static str, errno: i32, times: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .inject
+            .insert(fop, (errno, times));
+    }
+
     /// Handles open on this brick, all connections together.
     pub fn open_handles(&self) -> usize {
         self.state.lock().unwrap().fds.len()
@@ -324,6 +336,12 @@ impl MemBrick {
             return Err(FsError::notconn(format!("{} is down", self.name)));
         }
         st.calls += 1;
+        if let Some((errno, left)) = st.inject.get_mut(fop.name()) {
+            if *left > 0 {
+                *left -= 1;
+                return Err(FsError::new(*errno, "injected"));
+            }
+        }
         let entry = |a: Attr| Ok(Reply::Entry(Entry { attr: a }));
         match fop {
             Fop::Lookup { parent, name } => {

@@ -54,9 +54,24 @@ impl Replicate {
             // missed is not recorded yet and the application has no answer.
             fail::fail_point!("replicate-before-blame");
         }
+        let applied = txn::bits(&txn::succeeded(res));
+        let refused = txn::bits(
+            &res.iter()
+                .filter(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
+                .map(|(i, _)| *i)
+                .collect::<Vec<_>>(),
+        );
         for t in tickets {
             let gfid = t.gfid();
-            let failed = self.txns.finish(t, res, told_ok).await;
+            // The application is told the change failed, the good copies
+            // refused it, and only copies known stale applied it: those
+            // are the ones that now differ (a stale copy that still had a
+            // name the good ones had renamed away). Otherwise the copies
+            // that took the change are the good ones, as ever.
+            let stale = self.stale_copies(gfid);
+            let stale_applied =
+                !told_ok && applied != 0 && applied & !stale == 0 && refused & !stale != 0;
+            let failed = self.txns.finish(t, res, stale_applied).await;
             if failed != 0 {
                 self.learn(gfid, failed, false);
             }

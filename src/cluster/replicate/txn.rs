@@ -309,7 +309,7 @@ impl Txns {
         self: &Arc<Self>,
         ticket: Ticket,
         results: &[(usize, FsResult<Reply>)],
-        told_ok: bool,
+        stale_applied: bool,
     ) -> u32 {
         let ok = succeeded(results);
         if ok.is_empty() {
@@ -317,15 +317,14 @@ impl Txns {
             self.end(ticket);
             return 0;
         }
-        // The application is told the change failed although some copies
-        // applied it: those are the ones that differ, and the copies that
-        // refused it (not those merely down) blame them.
+        // Only stale copies applied a change the good ones refused: the
+        // copies that refused it (not those merely down) blame them.
         let refused: Vec<usize> = results
             .iter()
             .filter(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
             .map(|(i, _)| *i)
             .collect();
-        if !told_ok && !refused.is_empty() {
+        if stale_applied && !refused.is_empty() {
             let wrong = bits(&ok);
             tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, wrong, "a change refused by some replicas was applied by others; recording those for heal");
             let gfid = ticket.gfid;

@@ -283,6 +283,10 @@ impl Xlator for Distribute {
         self.name.clone()
     }
 
+    fn forget(&self, gfid: Gfid) {
+        self.placed.lock().unwrap().remove(&gfid);
+    }
+
     fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
         match ev {
             Event::Up | Event::Down => {

@@ -13,9 +13,10 @@
 //!   keeps what passed over it (up or down, and an epoch bumped on every
 //!   down), so a parent asks `Child::is_up`/`Child::epoch` of its own link,
 //!   never of a translator that might forget to answer.
-//! - **Downward** (start, changed options, shutdown): the graph calls each
-//!   translator's `start`, `reconfigure` and `fini` itself; a translator
-//!   implements the ones it needs and never calls its children's.
+//! - **Downward** (start, changed options, a forgotten object, shutdown):
+//!   the graph calls each translator's `start`, `reconfigure`, `forget` and
+//!   `fini` itself; a translator implements the ones it needs and never
+//!   calls its children's.
 
 use super::{Fop, FsResult, Gfid, Reply};
 use async_trait::async_trait;
@@ -75,6 +76,9 @@ pub trait Xlator: Send + Sync {
     /// Called by the graph, top down, before it is dropped: let go of what
     /// this translator holds on the bricks (locks, change sessions).
     async fn fini(&self) {}
+    /// Called by the graph when the kernel forgot an object: drop what
+    /// this translator remembers about it.
+    fn forget(&self, _gfid: Gfid) {}
     /// Network requests this translator has sent (the graph sums them for
     /// the benchmark's requests-per-create figure).
     fn requests(&self) -> u64 {

@@ -85,19 +85,22 @@ impl InodeTable {
             .unwrap_or_else(|| ino_of(gfid))
     }
 
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// Counts `n` kernel references out; returns the gfid when the last
+    /// one went (the object is forgotten).
+    pub fn forget(&self, ino: u64, n: u64) -> Option<Gfid> {
         if ino == 1 {
-            return;
+            return None;
         }
         let mut g = self.inner.lock().unwrap();
-        if let Some(e) = g.by_ino.get_mut(&ino) {
-            e.1 = e.1.saturating_sub(n);
-            if e.1 == 0 {
-                let gfid = e.0;
-                g.by_ino.remove(&ino);
-                g.by_gfid.remove(&gfid);
-            }
+        let e = g.by_ino.get_mut(&ino)?;
+        e.1 = e.1.saturating_sub(n);
+        if e.1 != 0 {
+            return None;
         }
+        let gfid = e.0;
+        g.by_ino.remove(&ino);
+        g.by_gfid.remove(&gfid);
+        Some(gfid)
     }
 
     pub fn len(&self) -> usize {

@@ -112,7 +112,10 @@ impl Filesystem for MortarFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.forget(ino.0, nlookup);
+        if let Some(gfid) = self.inodes.forget(ino.0, nlookup) {
+            // Every translator drops what it keeps about the object.
+            self.graph.graph().forget(gfid);
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -353,3 +353,20 @@ async fn a_write_one_good_copy_refuses_fails_and_that_copy_is_the_one_to_heal() 
     r.bricks[2].set_down(true);
     assert_eq!(r.read(f).await.unwrap(), b"new");
 }
+
+#[tokio::test]
+async fn a_forgotten_object_is_found_again_by_asking_every_set() {
+    let r = rig(3, 1);
+    let f = r.create(Gfid::ROOT, "f", b"x").await.unwrap();
+    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    r.call(Fop::Getattr { gfid: f }).await.unwrap();
+    let known: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    assert_eq!(known - before, 1, "a known object is asked of its set only");
+    r.graph.forget(f);
+    r.call(Fop::Getattr { gfid: f }).await.unwrap();
+    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    assert!(
+        after - known > 1,
+        "a forgotten one is looked for everywhere"
+    );
+}

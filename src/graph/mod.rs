@@ -16,7 +16,7 @@ pub mod testkit;
 pub use build::{Env, Node};
 pub use desc::{VolDesc, XlDesc};
 
-use crate::core::{Child, Event, Options};
+use crate::core::{Child, Event, Gfid, Options};
 use std::time::Duration;
 
 pub struct Graph {
@@ -78,6 +78,13 @@ impl Graph {
     pub fn reconfigure(&self, options: &Options) {
         for n in &self.nodes {
             n.child.xl.reconfigure(options);
+        }
+    }
+
+    /// Tells every translator that the kernel forgot an object.
+    pub fn forget(&self, gfid: Gfid) {
+        for n in &self.nodes {
+            n.child.xl.forget(gfid);
         }
     }
 

@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use std::time::Duration;
 
 fn state(c: &Cluster) -> String {
     c.ok(&["--json", "volume", "info"])
@@ -275,4 +276,47 @@ fn peers_join_and_share_volumes() {
     assert!(a
         .fails(&["peer", "detach", &b.ip])
         .contains("hosts one or more bricks"));
+}
+
+#[test]
+fn a_peer_that_goes_away_is_shown_disconnected_and_connected_again_when_it_returns() {
+    let a = Cluster::start();
+    let mut b = Cluster::start();
+    a.ok(&["peer", "probe", &b.ip]);
+    wait_for("the peer connected", Duration::from_secs(10), || {
+        a.ok(&["peer", "status"]).contains("(Connected)")
+    });
+    b.crash_daemon();
+    wait_for("the peer disconnected", Duration::from_secs(10), || {
+        let s = a.ok(&["peer", "status"]);
+        s.contains("State: Peer in Cluster (Disconnected)") && s.contains("Last seen: ")
+    });
+    assert!(a.ok(&["pool", "list"]).contains("\tDisconnected"));
+    let json: serde_json::Value =
+        serde_json::from_str(&a.ok(&["--json", "peer", "status"])).unwrap();
+    assert_eq!(json[0]["connected"], false, "{json}");
+    b.start_daemon();
+    wait_for("the peer back", Duration::from_secs(10), || {
+        a.ok(&["peer", "status"]).contains("(Connected)")
+    });
+}
+
+#[test]
+fn a_server_of_another_pool_or_with_volumes_of_its_own_is_not_probed() {
+    let a = Cluster::start();
+    let b = Cluster::start();
+    let c = Cluster::start();
+    b.ok(&["peer", "probe", &c.ip]);
+    assert!(a
+        .fails(&["peer", "probe", &c.ip])
+        .contains("already part of another pool"));
+    let d = Cluster::start();
+    d.ok(&["volume", "create", "own", &d.brick("o1"), "force"]);
+    assert!(a
+        .fails(&["peer", "probe", &d.ip])
+        .contains("has volumes of its own (own)"));
+    assert!(a.ok(&["peer", "status"]).contains("Number of Peers: 0"));
+    assert!(d
+        .ok(&["volume", "info", "own"])
+        .contains("Volume Name: own"));
 }

@@ -77,6 +77,35 @@ pub fn status_json(st: &[(Volume, Vec<BrickStatus>)]) -> serde_json::Value {
     )
 }
 
+pub fn connected(s: &crate::mgmt::rpc::PeerState) -> &'static str {
+    if s.connected {
+        "Connected"
+    } else {
+        "Disconnected"
+    }
+}
+
+/// `peer status`, as GlusterFS prints it, with when a disconnected peer
+/// was last heard from.
+pub fn peer_status(states: &[crate::mgmt::rpc::PeerState]) -> String {
+    let mut out = format!("Number of Peers: {}\n", states.len());
+    for s in states {
+        out.push_str(&format!(
+            "\nHostname: {}\nUuid: {}\nState: Peer in Cluster ({})\n",
+            s.peer.host,
+            s.peer.uuid,
+            connected(s)
+        ));
+        if !s.connected {
+            out.push_str(&match s.last_seen_secs {
+                Some(n) => format!("Last seen: {n} s ago\n"),
+                None => "Last seen: not since this server's daemon started\n".into(),
+            });
+        }
+    }
+    out
+}
+
 /// `volume status NAME clients`.
 pub fn clients(name: &str, clients: &[crate::mgmt::rpc::ClientSeen]) -> String {
     let rule = "-".repeat(78);

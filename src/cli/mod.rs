@@ -549,17 +549,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 out.done("peer detach", "", r)
             }
             PeerCmd::Status => match ask(&server, Request::PeerList).await? {
-                Response::Peers { peers, .. } => {
+                Response::Peers { states, .. } => {
                     if out.json {
-                        println!("{}", serde_json::to_string_pretty(&peers)?);
+                        println!("{}", serde_json::to_string_pretty(&states)?);
                     } else {
-                        println!("Number of Peers: {}", peers.len());
-                        for p in peers {
-                            println!(
-                                "\nHostname: {}\nUuid: {}\nState: Peer in Cluster (Connected)",
-                                p.host, p.uuid
-                            );
-                        }
+                        print!("{}", format::peer_status(&states));
                     }
                     Ok(())
                 }
@@ -567,13 +561,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             },
         },
         Cmd::Pool(PoolCmd::List) => match ask(&server, Request::PeerList).await? {
-            Response::Peers { me, peers } => {
+            Response::Peers { me, states, .. } => {
                 if out.json {
-                    println!("{}", serde_json::json!({ "localhost": me, "peers": peers }));
+                    println!(
+                        "{}",
+                        serde_json::json!({ "localhost": me, "peers": states })
+                    );
                 } else {
                     println!("UUID\t\t\t\t\tHostname \tState");
-                    for p in &peers {
-                        println!("{}\t{}\tConnected", p.uuid, p.host);
+                    for s in &states {
+                        println!("{}\t{}\t{}", s.peer.uuid, s.peer.host, format::connected(s));
                     }
                     println!("{}\tlocalhost\tConnected", me.uuid);
                 }

@@ -85,6 +85,10 @@ pub enum Request {
         me: Peer,
         state: ClusterState,
     },
+    /// A peer's daemon is alive; answered `Ok`.
+    Heartbeat {
+        from: String,
+    },
     Sync {
         state: ClusterState,
     },
@@ -155,6 +159,16 @@ pub struct BrickStatus {
     pub reason: Option<String>,
 }
 
+/// A peer as this daemon sees it now.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerState {
+    pub peer: Peer,
+    pub connected: bool,
+    /// Seconds since it was last heard from (None: not since this daemon
+    /// started).
+    pub last_seen_secs: Option<u64>,
+}
+
 /// A mounted client, as it introduces itself to the daemon it follows.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
 pub struct ClientInfo {
@@ -178,12 +192,20 @@ pub struct ClientSeen {
 pub enum Response {
     Ok(String),
     Err(String),
-    Peers { me: Peer, peers: Vec<Peer> },
+    Peers {
+        me: Peer,
+        peers: Vec<Peer>,
+        /// Each peer's liveness, in the order of `peers`.
+        #[serde(default)]
+        states: Vec<PeerState>,
+    },
     Volumes(Vec<Volume>),
     Status(Vec<(Volume, Vec<BrickStatus>)>),
     VolDesc(VolDesc),
     Port(u16),
-    Joined { me: Peer },
+    Joined {
+        me: Peer,
+    },
     Bricks(Vec<BrickStatus>),
     Heal(HealReport),
     Clients(Vec<ClientSeen>),

@@ -17,6 +17,7 @@
 mod bricks;
 mod follow;
 mod heal;
+mod members;
 mod ops;
 
 use super::command::Command;
@@ -62,6 +63,8 @@ pub struct Daemon {
     /// Mounted clients that follow a volume here: (volume, client) → the
     /// graph version they run and when they last asked.
     clients: Mutex<HashMap<(String, rpc::ClientInfo), Seen>>,
+    /// When each peer (by uuid) was last heard from (`members`).
+    last_seen: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 fn err(s: impl Into<String>) -> Response {
@@ -91,7 +94,9 @@ impl Daemon {
             healers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),
+            last_seen: Mutex::new(HashMap::new()),
         });
+        tokio::spawn(d.clone().heartbeats());
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");
         d.reconcile().await;
         let d2 = d.clone();
@@ -215,11 +220,16 @@ impl Daemon {
     pub(super) async fn handle(self: Arc<Self>, req: Request) -> Response {
         match req {
             Request::PeerList => {
-                let peers = self.state.lock().unwrap().peers.clone();
+                let states = self.peer_states();
                 Response::Peers {
                     me: self.me.clone(),
-                    peers,
+                    peers: states.iter().map(|s| s.peer.clone()).collect(),
+                    states,
                 }
+            }
+            Request::Heartbeat { from } => {
+                self.seen(&from);
+                Response::Ok(String::new())
             }
             Request::VolumeInfo { name } => {
                 let st = self.state.lock().unwrap();
@@ -330,6 +340,9 @@ impl Daemon {
             }
             Request::PeerJoin { me, state } => {
                 let _g = self.op_lock.lock().await;
+                if let Err(e) = self.may_join(&me) {
+                    return err(e);
+                }
                 {
                     let mut st = self.state.lock().unwrap();
                     for p in state.peers.into_iter().chain(std::iter::once(me)) {

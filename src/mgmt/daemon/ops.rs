@@ -71,8 +71,12 @@ impl Daemon {
                 )
                 .await
                 .map_err(|e| format!("Probe returned with {e}"))?;
-                let Response::Joined { me } = resp else {
-                    return Err(format!("Probe returned with unexpected answer {resp:?}"));
+                let me = match resp {
+                    Response::Joined { me } => me,
+                    Response::Err(e) => return Err(format!("Probe refused: {e}")),
+                    other => {
+                        return Err(format!("Probe returned with unexpected answer {other:?}"))
+                    }
                 };
                 let peer = Peer {
                     uuid: me.uuid,

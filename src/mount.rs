@@ -31,6 +31,23 @@ impl MountArgs {
             .find_map(|o| o.strip_prefix("port=").and_then(|p| p.parse().ok()))
             .unwrap_or(self.port)
     }
+
+    /// The management daemons to ask for the volume, in order: the source's
+    /// host, then `-o backup-volfile-servers=H1:H2` (GlusterFS's spelling).
+    pub fn mgmt_servers(&self, host: &str) -> Vec<String> {
+        let port = self.mgmt_port();
+        let backups = self
+            .options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .filter_map(|o| o.strip_prefix("backup-volfile-servers="))
+            .flat_map(|l| l.split(':'))
+            .filter(|h| !h.is_empty());
+        std::iter::once(host)
+            .chain(backups)
+            .map(|h| rpc::mgmt_addr(h, port))
+            .collect()
+    }
 }
 
 pub fn parse_source(src: &str) -> anyhow::Result<(String, String)> {
@@ -145,10 +162,10 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Fetches the volume description again whenever it may have changed, and
-/// applies changed options to the running graph. A change of the volume's
-/// bricks is logged; it takes a remount to use (graph switching is to come).
-async fn watch_volume(mgmt: String, mut current: VolDesc, active: Arc<Active>, dir: PathBuf) {
+/// Follows the volume's description (from whichever of `mgmts` answers):
+/// changed options are applied to the running graph, a changed shape
+/// switches to a new graph (`graph::active`).
+async fn watch_volume(mgmts: Vec<String>, mut current: VolDesc, active: Arc<Active>, dir: PathBuf) {
     let me = rpc::ClientInfo {
         host: rustix::system::uname()
             .nodename()
@@ -160,7 +177,7 @@ async fn watch_volume(mgmt: String, mut current: VolDesc, active: Arc<Active>, d
     let (name, known) = (current.volume.clone(), Some(current.version));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        rpc::follow_volume(&mgmt, &name, known, Some(me), |desc| {
+        rpc::follow_volume(&mgmts, &name, known, Some(me), |desc| {
             let _ = tx.send(desc);
         })
         .await
@@ -222,14 +239,20 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         )
         .enable_all()
         .build()?;
-    let mgmt = rpc::mgmt_addr(&host, a.mgmt_port());
+    let mgmts = a.mgmt_servers(&host);
     let desc = rt.block_on(async {
-        match rpc::call(&mgmt, &Request::GetVolDesc { name: vol.clone() }).await {
-            Ok(Response::VolDesc(d)) => Ok(d),
-            Ok(Response::Err(e)) => Err(anyhow::anyhow!("{e}")),
-            Ok(other) => Err(anyhow::anyhow!("unexpected answer {other:?}")),
-            Err(e) => Err(anyhow::anyhow!("{e}")),
+        // The first server that answers gives the description.
+        let mut why = Vec::new();
+        for m in &mgmts {
+            match rpc::call(m, &Request::GetVolDesc { name: vol.clone() }).await {
+                Ok(Response::VolDesc(d)) => return Ok(d),
+                // The volume's own answer (not started, no such volume).
+                Ok(Response::Err(e)) => return Err(anyhow::anyhow!("{e}")),
+                Ok(other) => why.push(format!("{m}: unexpected answer {other:?}")),
+                Err(e) => why.push(e),
+            }
         }
+        Err(anyhow::anyhow!("{}", why.join("; ")))
     })?;
     let graph = rt.block_on(async { Graph::build(&desc, &rpc::graph_env()) })?;
     let up = rt.block_on(graph.wait_up(Duration::from_secs(10)));
@@ -239,7 +262,7 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     }
     let active = Active::new(graph);
     rt.spawn(watch_volume(
-        mgmt.clone(),
+        mgmts.clone(),
         desc.clone(),
         active.clone(),
         a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone()),

@@ -216,3 +216,37 @@ fn a_thousand_graph_switches_under_load_lose_nothing_and_leak_nothing() {
     m.unmount();
     assert_bricks_identical(&bricks);
 }
+
+#[test]
+fn a_mount_follows_its_volume_through_a_backup_server_when_its_own_is_gone() {
+    let mut a = Cluster::start();
+    let b = Cluster::start();
+    a.ok(&["peer", "probe", &b.ip]);
+    a.ok(&[
+        "volume",
+        "create",
+        "bk",
+        "replica",
+        "2",
+        &a.brick("k1"),
+        &b.brick("k2"),
+        "force",
+    ]);
+    a.ok(&["volume", "start", "bk"]);
+    let backup = format!("backup-volfile-servers={}", b.ip);
+    let m = a.mount_with("bk", &[], &[&backup]);
+    std::fs::write(m.p("f"), b"before").unwrap();
+    // The daemon the mount came from dies (its brick lives on); a change
+    // made on the other server still reaches the mount.
+    a.crash_daemon();
+    b.ok(&["volume", "set", "bk", "diagnostics.count-fop-hits", "on"]);
+    wait_for(
+        "the change through the backup server",
+        Duration::from_secs(30),
+        || graph_of(&m).contains("(debug/io-stats)"),
+    );
+    assert_eq!(std::fs::read(m.p("f")).unwrap(), b"before");
+    // A new mount whose first server is down gets the volume from the next.
+    let m2 = a.mount_with("bk", &[], &[&backup]);
+    assert_eq!(std::fs::read(m2.p("f")).unwrap(), b"before");
+}

@@ -39,6 +39,7 @@ fn is_ours(o: &str) -> bool {
     ) || o.starts_with("log-file=")
         || o.starts_with("x-")
         || o.starts_with("port=")
+        || o.starts_with("backup-volfile-servers=")
 }
 
 /// Parses `-o` lists (each comma-separated). Only root mounts, so the

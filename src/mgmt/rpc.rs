@@ -218,29 +218,41 @@ pub const FOLLOW_RETRY: Duration = Duration::from_secs(2);
 /// Follows volume `name`'s description at the daemon at `mgmt`: hands
 /// `changed` each version other than `known` (the one already in use, if
 /// any) as soon as the daemon has it (`WatchVolDesc` waits on the daemon
-/// for a change). Runs until the task is dropped; an unreachable daemon is
-/// asked again after `FOLLOW_RETRY`.
+/// for a change). `mgmts` are the daemons to ask, in order: one that does
+/// not answer is left for the next at once (a mount's
+/// `backup-volfile-servers`); after a round of failures all are asked again
+/// after `FOLLOW_RETRY`. Runs until the task is dropped.
 pub async fn follow_volume(
-    mgmt: &str,
+    mgmts: &[String],
     name: &str,
     mut known: Option<u64>,
     client: Option<ClientInfo>,
     mut changed: impl FnMut(VolDesc),
 ) {
+    let mut at = 0;
+    let mut failed = 0;
     loop {
         let req = Request::WatchVolDesc {
             name: name.to_string(),
             known,
             client: client.clone(),
         };
-        match call(mgmt, &req).await {
+        match call(&mgmts[at], &req).await {
             Ok(Response::VolDesc(d)) => {
+                failed = 0;
                 if known != Some(d.version) {
                     known = Some(d.version);
                     changed(d);
                 }
             }
-            _ => tokio::time::sleep(FOLLOW_RETRY).await,
+            _ => {
+                at = (at + 1) % mgmts.len();
+                failed += 1;
+                if failed >= mgmts.len() {
+                    failed = 0;
+                    tokio::time::sleep(FOLLOW_RETRY).await;
+                }
+            }
         }
     }
 }

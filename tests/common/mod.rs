@@ -227,6 +227,11 @@ impl Cluster {
 
     /// Mounts with extra environment for the client (`FAILPOINTS`).
     pub fn mount_env(&self, vol: &str, env: &[(&str, &str)]) -> Mount {
+        self.mount_with(vol, env, &[])
+    }
+
+    /// Mounts with extra environment and mount options (`-o ...`).
+    pub fn mount_with(&self, vol: &str, env: &[(&str, &str)], options: &[&str]) -> Mount {
         let dir = self.path(&format!(
             "mnt-{vol}-{}",
             NEXT.fetch_add(1, Ordering::Relaxed)
@@ -242,6 +247,7 @@ impl Cluster {
             .arg(&dir)
             .arg("--log-file")
             .arg(self.path("client.log"))
+            .args(options.iter().flat_map(|o| ["-o", o]))
             .envs(env.iter().copied())
             .output()
             .unwrap();

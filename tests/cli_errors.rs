@@ -320,3 +320,59 @@ fn a_server_of_another_pool_or_with_volumes_of_its_own_is_not_probed() {
         .ok(&["volume", "info", "own"])
         .contains("Volume Name: own"));
 }
+
+#[test]
+fn a_server_cut_off_from_the_pool_majority_stops_its_bricks_until_it_rejoins() {
+    let a = Cluster::start();
+    let mut b = Cluster::start();
+    let mut c = Cluster::start();
+    a.ok(&["peer", "probe", &b.ip]);
+    a.ok(&["peer", "probe", &c.ip]);
+    a.ok(&[
+        "volume",
+        "create",
+        "sq",
+        "replica",
+        "3",
+        &a.brick("q1"),
+        &b.brick("q2"),
+        &c.brick("q3"),
+        "force",
+    ]);
+    a.ok(&["volume", "start", "sq"]);
+    a.ok(&[
+        "volume",
+        "set",
+        "sq",
+        "cluster.server-quorum-type",
+        "server",
+    ]);
+    let mine = a.brick("q1");
+    let state = |a: &Cluster| -> serde_json::Value {
+        let st = a.volume_status_json("sq");
+        st[0]["bricks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["brick"] == mine.as_str())
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(state(&a)["online"], true);
+    // Nothing changes while the pool is whole.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(state(&a)["online"], true);
+    // a reaches only itself: 1 of 3, below 51%.
+    b.crash_daemon();
+    c.crash_daemon();
+    wait_for("a's brick stopped", Duration::from_secs(20), || {
+        state(&a)["online"] == false
+    });
+    let why = state(&a)["reason"].to_string();
+    assert!(why.contains("server quorum not met"), "{why}");
+    // b back: 2 of 3.
+    b.start_daemon();
+    wait_for("a's brick back", Duration::from_secs(20), || {
+        state(&a)["online"] == true
+    });
+}

@@ -15,6 +15,8 @@ use std::sync::Arc;
 pub enum Side {
     Client,
     Brick,
+    /// The management daemon: a role with options, not a translator.
+    Server,
 }
 
 /// Where a client translator sits, bottom to top.
@@ -139,6 +141,19 @@ pub static TABLE: &[Row] = &[
         brick: Some(crate::brick::locks::build),
         about: "object locks for replicate's transactions, with contention notices and revocation",
     },
+    Row {
+        kind: "mgmt/server-quorum",
+        side: Side::Server,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[
+            &crate::mgmt::daemon::SERVER_QUORUM_TYPE,
+            &crate::mgmt::daemon::SERVER_QUORUM_RATIO,
+        ],
+        build: None,
+        brick: None,
+        about: "a server cut off from the pool's majority stops its bricks",
+    },
 ];
 
 pub fn row(kind: &str) -> Option<&'static Row> {
@@ -173,6 +188,7 @@ mod tests {
         for r in TABLE {
             assert_eq!(r.build.is_some(), r.side == Side::Client, "{}", r.kind);
             assert_eq!(r.brick.is_some(), r.side == Side::Brick, "{}", r.kind);
+            // (Server rows are roles with options: the daemon reads them.)
         }
     }
 }

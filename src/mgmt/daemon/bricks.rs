@@ -13,11 +13,12 @@ impl Daemon {
     /// Starts the local bricks of started volumes and stops the others.
     pub(super) async fn reconcile(&self) {
         let st = self.state.lock().unwrap().clone();
+        let lost: Vec<String> = self.quorum_lost.lock().unwrap().keys().cloned().collect();
         let mut want: HashMap<String, (String, String, bool)> = HashMap::new();
         for v in st
             .volumes
             .values()
-            .filter(|v| v.status == VolStatus::Started)
+            .filter(|v| v.status == VolStatus::Started && !lost.contains(&v.name))
         {
             for (i, b) in v.bricks.iter().enumerate() {
                 if self.is_local(&b.host).await {
@@ -113,9 +114,20 @@ impl Daemon {
 
     pub(super) fn local_status(&self, vol: &Volume) -> Vec<BrickStatus> {
         let bricks = self.bricks.lock().unwrap();
+        let lost = self.quorum_lost.lock().unwrap().get(&vol.name).cloned();
         vol.bricks
             .iter()
             .filter_map(|b| {
+                if let (Some(why), None) = (&lost, bricks.get(&b.path)) {
+                    // Stopped here for want of server quorum.
+                    return (b.host == self.me.host).then(|| BrickStatus {
+                        brick: b.to_string(),
+                        port: None,
+                        pid: None,
+                        online: false,
+                        reason: Some(why.clone()),
+                    });
+                }
                 let (_, info) = bricks.get(&b.path)?;
                 let st = info.lock().unwrap().clone();
                 Some(BrickStatus {

@@ -22,15 +22,25 @@ impl Daemon {
 
     /// Each peer with whether it is connected and when it was last heard
     /// from (seconds ago; None: never since this daemon started).
+    ///
+    /// A peer this daemon has not heard from yet counts as connected for
+    /// `GONE` after it came to know it (it started, or the peer joined):
+    /// a heartbeat round has not reached it yet.
     pub(super) fn peer_states(&self) -> Vec<rpc::PeerState> {
         let peers = self.state.lock().unwrap().peers.clone();
         let seen = self.last_seen.lock().unwrap();
+        let mut known = self.known_since.lock().unwrap();
         peers
             .into_iter()
             .map(|p| {
                 let ago = seen.get(&p.uuid).map(|t| t.elapsed());
+                let new = known
+                    .entry(p.uuid.clone())
+                    .or_insert_with(Instant::now)
+                    .elapsed()
+                    < GONE;
                 rpc::PeerState {
-                    connected: ago.is_some_and(|a| a < GONE),
+                    connected: ago.map_or(new, |a| a < GONE),
                     last_seen_secs: ago.map(|a| a.as_secs()),
                     peer: p,
                 }
@@ -56,6 +66,7 @@ impl Daemon {
                 }
             });
             futures_util::future::join_all(beats).await;
+            self.check_server_quorum().await;
             tokio::time::sleep(BEAT).await;
         }
     }
@@ -86,5 +97,61 @@ impl Daemon {
             ));
         }
         Ok(())
+    }
+}
+
+pub static SERVER_QUORUM_TYPE: crate::core::options::Spec = crate::core::options::Spec {
+    key: "cluster.server-quorum-type",
+    kind: crate::core::options::Kind::Enum(&["none", "server"]),
+    default: "none",
+    help: "server: the bricks of this volume on a server that reaches fewer than cluster.server-quorum-ratio percent of the pool (itself included) stop serving, and start again once it does, so that a cut-off server takes no writes that diverge.",
+};
+
+pub static SERVER_QUORUM_RATIO: crate::core::options::Spec = crate::core::options::Spec {
+    key: "cluster.server-quorum-ratio",
+    kind: crate::core::options::Kind::Int(1, 100),
+    default: "51",
+    help: "Percentage of the pool's servers a server must reach for its bricks to serve, under cluster.server-quorum-type server.",
+};
+
+impl Daemon {
+    /// Stops or starts this server's bricks of volumes under server quorum
+    /// as the pool it reaches shrinks below the ratio or grows back.
+    pub(super) async fn check_server_quorum(&self) {
+        let st = self.state.lock().unwrap().clone();
+        let states = self.peer_states();
+        let total = st.peers.len() + 1;
+        let active = 1 + states.iter().filter(|s| s.connected).count();
+        let unreachable: Vec<String> = states
+            .iter()
+            .filter(|s| !s.connected)
+            .map(|s| s.peer.host.clone())
+            .collect();
+        let mut changed = false;
+        for v in st
+            .volumes
+            .values()
+            .filter(|v| v.status == VolStatus::Started)
+        {
+            let under = SERVER_QUORUM_TYPE.str(&v.options) == "server";
+            let ratio = SERVER_QUORUM_RATIO.int(&v.options).clamp(1, 100) as usize;
+            let met = !under || active * 100 >= ratio * total;
+            let mut lost = self.quorum_lost.lock().unwrap();
+            if !met && !lost.contains_key(&v.name) {
+                let why = format!(
+                    "server quorum not met: {active} of {total} servers reachable, {ratio}% needed (cannot reach {})",
+                    unreachable.join(", ")
+                );
+                tracing::warn!(volume = %v.name, "stopping this server's bricks: {why}");
+                lost.insert(v.name.clone(), why);
+                changed = true;
+            } else if met && lost.remove(&v.name).is_some() {
+                tracing::info!(volume = %v.name, "server quorum regained: starting this server's bricks");
+                changed = true;
+            }
+        }
+        if changed {
+            self.reconcile().await;
+        }
     }
 }

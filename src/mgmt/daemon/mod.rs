@@ -32,6 +32,7 @@ use crate::storage::posix::VOLUME_ID_XATTR;
 use bricks::BrickProc;
 use follow::Seen;
 use heal::HealerProc;
+pub use members::{SERVER_QUORUM_RATIO, SERVER_QUORUM_TYPE};
 use ops::check_local_brick;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -65,6 +66,11 @@ pub struct Daemon {
     clients: Mutex<HashMap<(String, rpc::ClientInfo), Seen>>,
     /// When each peer (by uuid) was last heard from (`members`).
     last_seen: Mutex<HashMap<String, std::time::Instant>>,
+    /// Volumes whose bricks here are stopped for want of server quorum,
+    /// with why (`members`).
+    quorum_lost: Mutex<HashMap<String, String>>,
+    /// When this daemon came to know each peer (`members`).
+    known_since: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 fn err(s: impl Into<String>) -> Response {
@@ -95,6 +101,8 @@ impl Daemon {
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),
             last_seen: Mutex::new(HashMap::new()),
+            quorum_lost: Mutex::new(HashMap::new()),
+            known_since: Mutex::new(HashMap::new()),
         });
         tokio::spawn(d.clone().heartbeats());
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");

@@ -1,0 +1,71 @@
+#!/bin/bash
+# Management at scale: N servers on this machine (one daemon each, on its
+# own loopback address 127.0.<x>.<y>, one brick each), probed into one pool
+# one by one, then a volume of N bricks (replica 3, N a multiple of 3) is
+# created, started, mounted, written, has an option set and its status
+# read. Prints how long each management command took, the TCP connections
+# accepted on this machine meanwhile (management requests, brick and
+# heartbeat connections: every management request is a connection of its
+# own), and the daemons' memory and CPU.
+#
+# Usage: scripts/scale-drill.sh       (env: MORTAR=path/to/mortar N=12 DIR=/var/tmp/mortar-scale)
+set -euo pipefail
+B=${MORTAR:-mortar}
+N=${N:-12}
+D=${DIR:-/var/tmp/mortar-scale}
+P=24177
+(( N % 3 == 0 )) || { echo "N must be a multiple of 3" >&2; exit 1; }
+
+ip() { echo "127.0.$(( 100 + $1 / 250 )).$(( 1 + $1 % 250 ))"; }
+cleanup() {
+    umount -l "$D/mnt" 2>/dev/null || true
+    pkill -f "state-dir $D/" 2>/dev/null || true
+}
+trap cleanup EXIT
+cleanup
+rm -rf "$D" && mkdir -p "$D/mnt"
+
+ms() { date +%s%N | cut -c1-13; }
+# TCP connections accepted on this machine so far.
+msgs() { awk '/^Tcp:/ { if (h) { print $6; exit } h = 1 }' /proc/net/snmp; }
+timed() {
+    local what=$1; shift
+    local m0 t0
+    m0=$(msgs); t0=$(ms)
+    "$@" >/dev/null
+    echo "$what: $(( $(ms) - t0 )) ms, $(( $(msgs) - m0 )) connections"
+}
+
+for i in $(seq 0 $(( N - 1 ))); do
+    mkdir -p "$D/s$i/brick"
+    "$B" daemon --listen "$(ip "$i"):$P" --host "$(ip "$i")" --state-dir "$D/s$i/state" \
+        >"$D/s$i/daemon.log" 2>&1 &
+done
+for i in $(seq 0 $(( N - 1 ))); do
+    for _ in $(seq 100); do "$B" --server "$(ip "$i"):$P" volume list >/dev/null 2>&1 && break; sleep 0.05; done
+done
+S="--server $(ip 0):$P"
+t0=$(ms)
+for i in $(seq 1 $(( N - 1 ))); do
+    "$B" $S peer probe "$(ip "$i")" >/dev/null
+done
+echo "$N servers: probing $(( N - 1 )) peers one by one: $(( $(ms) - t0 )) ms in all"
+bricks=$(for i in $(seq 0 $(( N - 1 ))); do echo -n "$(ip "$i"):$D/s$i/brick/sc "; done)
+# shellcheck disable=SC2086
+timed "volume create ($N bricks, replica 3)" "$B" $S volume create sc replica 3 $bricks force
+timed "volume start" "$B" $S volume start sc
+"$B" mount --port $P "$(ip 0)":/sc "$D/mnt" --log-file "$D/client.log"
+t0=$(ms)
+for f in $(seq 1 $(( N * 10 ))); do echo "$f" > "$D/mnt/f$f"; done
+echo "wrote $(( N * 10 )) files through the mount: $(( $(ms) - t0 )) ms"
+timed "volume set" "$B" $S volume set sc network.ping-timeout 30
+timed "volume status" "$B" $S volume status sc
+timed "peer status" "$B" $S peer status
+m0=$(msgs); sleep 2
+echo "idle (heartbeats): $(( ($(msgs) - m0) / 2 )) connections per second"
+rss=0; cpu=0
+for pid in $(pgrep -f "mortar daemon .*state-dir $D/"); do
+    rss=$(( rss + $(awk '/VmRSS/ {print $2}' /proc/"$pid"/status) ))
+    cpu=$(( cpu + $(awk '{print $14 + $15}' /proc/"$pid"/stat) ))
+done
+echo "daemons: $(( rss / 1024 )) MiB resident in all, $(( cpu / $(getconf CLK_TCK) )) s of CPU in all"

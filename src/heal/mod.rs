@@ -64,8 +64,8 @@ pub struct Healer {
     sets: Vec<Set>,
     /// Per set: the positions of bricks on this server.
     local: Vec<Vec<usize>>,
-    /// `cluster.favorite-child-policy` (a changed option rebuilds the healer).
-    policy: Policy,
+    /// `cluster.favorite-child-policy` (`reconfigure`).
+    policy: Mutex<Policy>,
     wake: tokio::sync::Notify,
     crawls: Mutex<VecDeque<Crawl>>,
     current: Mutex<Option<Crawl>>,
@@ -135,13 +135,20 @@ impl Healer {
             volume: desc.volume.clone(),
             sets,
             local,
-            policy,
+            policy: Mutex::new(policy),
             wake: tokio::sync::Notify::new(),
             crawls: Mutex::new(VecDeque::new()),
             current: Mutex::new(None),
             split: Mutex::new(HashSet::new()),
             graph,
         }))
+    }
+
+    /// Applies changed volume options: the split-brain policy, and the
+    /// options of the healer's own connections.
+    pub fn reconfigure(&self, options: &crate::core::Options) {
+        *self.policy.lock().unwrap() = Policy::parse(FAVORITE_CHILD_POLICY.str(options));
+        self.graph.reconfigure(options);
     }
 
     pub fn has_local_bricks(&self) -> bool {
@@ -211,7 +218,7 @@ impl Healer {
 
     /// One pass over the index of this server's bricks.
     pub async fn index_pass(&self) {
-        let policy = self.policy;
+        let policy = *self.policy.lock().unwrap();
         let mut worked = false;
         for (si, set) in self.sets.iter().enumerate() {
             let mut seen = HashSet::new();
@@ -258,7 +265,7 @@ impl Healer {
     /// Heals every object of the volume, whether the index names it or not
     /// (a brick replaced by an empty one, or changed behind mortar's back).
     pub async fn full(&self) {
-        let policy = self.policy;
+        let policy = *self.policy.lock().unwrap();
         self.begin_crawl("FULL");
         for set in &self.sets {
             let mut dirs = VecDeque::from([Gfid::ROOT]);

@@ -2,9 +2,10 @@
 
 use super::*;
 
-/// A running self-heal: the volume version it was built for, the healer,
+/// A running self-heal: the graph it was built for (a change of options
+/// alone reconfigures it; a change of shape builds it again), the healer,
 /// its task.
-pub(super) type HealerProc = (u64, Arc<Healer>, tokio::task::JoinHandle<()>);
+pub(super) type HealerProc = (crate::graph::XlDesc, Arc<Healer>, tokio::task::JoinHandle<()>);
 
 impl Daemon {
     /// Runs a healer for every started replicated volume with a brick here.
@@ -26,25 +27,35 @@ impl Daemon {
                 want.insert(v.name.clone(), (v.clone(), local));
             }
         }
+        let descs: HashMap<String, crate::graph::VolDesc> = want
+            .iter()
+            .map(|(name, (v, _))| {
+                let port = self.cfg.listen.port();
+                (
+                    name.clone(),
+                    volgen::generate(st, v, &self.me.host, &self.me.mgmt, port),
+                )
+            })
+            .collect();
         let mut healers = self.healers.lock().unwrap();
-        healers.retain(|name, (version, _, task)| {
-            let keep = want.get(name).is_some_and(|(v, _)| v.version == *version);
-            if !keep {
-                task.abort();
+        healers.retain(|name, (top, healer, task)| {
+            let keep = descs.get(name).filter(|d| d.top == *top);
+            match keep {
+                Some(d) => healer.reconfigure(&d.options),
+                None => task.abort(),
             }
-            keep
+            keep.is_some()
         });
-        for (name, (v, local)) in want {
+        for (name, (_, local)) in want {
             if healers.contains_key(&name) {
                 continue;
             }
-            let desc =
-                volgen::generate(st, &v, &self.me.host, &self.me.mgmt, self.cfg.listen.port());
-            match Healer::new(&desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
+            let desc = &descs[&name];
+            match Healer::new(desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
                 Ok(h) => {
                     tracing::info!(volume = %name, "self-heal daemon started");
                     let task = tokio::spawn(h.clone().run());
-                    healers.insert(name, (v.version, h, task));
+                    healers.insert(name, (desc.top.clone(), h, task));
                 }
                 Err(e) => tracing::warn!(volume = %name, "cannot start self-heal: {e:#}"),
             }

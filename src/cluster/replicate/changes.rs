@@ -55,12 +55,7 @@ impl Replicate {
             fail::fail_point!("replicate-before-blame");
         }
         let applied = txn::bits(&txn::succeeded(res));
-        let refused = txn::bits(
-            &res.iter()
-                .filter(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
-                .map(|(i, _)| *i)
-                .collect::<Vec<_>>(),
-        );
+        let refused = txn::bits(&txn::refused(res));
         for t in tickets {
             let gfid = t.gfid();
             // The application is told the change failed, the good copies

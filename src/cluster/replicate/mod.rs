@@ -98,10 +98,7 @@ pub fn merge(results: Vec<(usize, FsResult<Reply>)>) -> FsResult<Vec<(usize, Rep
 
 /// Whether `merge` judges these answers a success.
 fn merged_ok(res: &[(usize, FsResult<Reply>)]) -> bool {
-    res.iter().any(|(_, r)| r.is_ok())
-        && !res
-            .iter()
-            .any(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
+    res.iter().any(|(_, r)| r.is_ok()) && txn::refused(res).is_empty()
 }
 
 impl Replicate {

@@ -115,6 +115,15 @@ pub fn succeeded(results: &[(usize, FsResult<Reply>)]) -> Vec<usize> {
         .collect()
 }
 
+/// The replicas that refused a change: failed other than by being down.
+pub fn refused(results: &[(usize, FsResult<Reply>)]) -> Vec<usize> {
+    results
+        .iter()
+        .filter(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
+        .map(|(i, _)| *i)
+        .collect()
+}
+
 fn lock_fop(gfid: Gfid, wait: bool, blame: u32) -> Fop {
     Fop::Lock {
         gfid,
@@ -309,6 +318,7 @@ impl Txns {
         self: &Arc<Self>,
         ticket: Ticket,
         results: &[(usize, FsResult<Reply>)],
+        // Set only when some live replica refused the change.
         stale_applied: bool,
     ) -> u32 {
         let ok = succeeded(results);
@@ -319,16 +329,12 @@ impl Txns {
         }
         // Only stale copies applied a change the good ones refused: the
         // copies that refused it (not those merely down) blame them.
-        let refused: Vec<usize> = results
-            .iter()
-            .filter(|(_, r)| matches!(r, Err(e) if !e.is(libc::ENOTCONN)))
-            .map(|(i, _)| *i)
-            .collect();
-        if stale_applied && !refused.is_empty() {
+        if stale_applied {
             let wrong = bits(&ok);
             tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, wrong, "a change refused by some replicas was applied by others; recording those for heal");
             let gfid = ticket.gfid;
-            self.each(&refused, |_| lock_fop(gfid, false, wrong)).await;
+            self.each(&refused(results), |_| lock_fop(gfid, false, wrong))
+                .await;
             self.end(ticket);
             return wrong;
         }

@@ -29,8 +29,8 @@ pub(crate) fn bookkeeping_refused() -> FsError {
     )
 }
 
-/// A table of handles issued by a cluster translator, each mapping to what
-/// its children issued.
+/// A table of handles issued by a translator (replicate, distribute, the
+/// client's active graph), each mapping to what those below issued.
 pub(crate) struct HandleMap<T> {
     next: std::sync::atomic::AtomicU64,
     map: std::sync::Mutex<std::collections::HashMap<u64, T>>,
@@ -66,7 +66,29 @@ impl<T: Clone> HandleMap<T> {
             None => false,
         }
     }
+    /// Replaces what `fh` stands for if `still` holds of it; false if it
+    /// is gone or changed meanwhile.
+    pub(crate) fn replace_if(&self, fh: u64, still: impl FnOnce(&T) -> bool, v: T) -> bool {
+        match self.map.lock().unwrap().get_mut(&fh) {
+            Some(slot) if still(slot) => {
+                *slot = v;
+                true
+            }
+            _ => false,
+        }
+    }
     pub(crate) fn remove(&self, fh: u64) -> Option<T> {
         self.map.lock().unwrap().remove(&fh)
+    }
+    /// The handles `pick` chooses, as they are now.
+    pub(crate) fn select(&self, pick: impl Fn(&T) -> bool) -> Vec<(u64, T)> {
+        let map = self.map.lock().unwrap();
+        map.iter()
+            .filter(|(_, v)| pick(v))
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
     }
 }

@@ -13,11 +13,11 @@
 //! holds the graph it started on until it ends.
 
 use super::Graph;
-use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use crate::cluster::HandleMap;
+use crate::core::{Ctx, Fop, FsResult, Gfid, Reply, Xlator};
 use async_trait::async_trait;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How long a switch waits for the new graph to reach the bricks the old
@@ -40,8 +40,7 @@ struct Handle {
 
 pub struct Active {
     current: RwLock<Arc<Graph>>,
-    handles: Mutex<HashMap<u64, Handle>>,
-    next: AtomicU64,
+    handles: HandleMap<Handle>,
     /// One switch at a time.
     switching: tokio::sync::Mutex<()>,
     switches: AtomicU64,
@@ -51,8 +50,7 @@ impl Active {
     pub fn new(graph: Graph) -> Arc<Active> {
         Arc::new(Active {
             current: RwLock::new(Arc::new(graph)),
-            handles: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(1),
+            handles: HandleMap::new(),
             switching: tokio::sync::Mutex::new(()),
             switches: AtomicU64::new(0),
         })
@@ -70,7 +68,7 @@ impl Active {
 
     /// Open files and directories.
     pub fn open_handles(&self) -> usize {
-        self.handles.lock().unwrap().len()
+        self.handles.len()
     }
 
     /// The current graph as a person reads it (`Graph::describe`).
@@ -84,26 +82,12 @@ impl Active {
     }
 
     fn insert(&self, graph: Arc<Graph>, fh: u64, gfid: Gfid, how: How) -> u64 {
-        let ours = self.next.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().unwrap().insert(
-            ours,
-            Handle {
-                graph,
-                fh,
-                gfid,
-                how,
-            },
-        );
-        ours
-    }
-
-    fn handle(&self, fh: u64) -> FsResult<Handle> {
-        self.handles
-            .lock()
-            .unwrap()
-            .get(&fh)
-            .cloned()
-            .ok_or_else(|| FsError::new(libc::EBADF, format!("unknown handle {fh}")))
+        self.handles.insert(Handle {
+            graph,
+            fh,
+            gfid,
+            how,
+        })
     }
 
     /// Makes `new` the graph requests go to, moves every open file and
@@ -119,32 +103,18 @@ impl Active {
             .filter(|n| n.child.is_up())
             .map(|n| n.name.clone())
             .collect();
-        let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
-        loop {
-            let reached = want
-                .iter()
-                .all(|w| new.leaves().any(|n| &n.name == w && n.child.is_up()));
-            if reached || tokio::time::Instant::now() >= deadline {
-                if !reached {
-                    tracing::warn!(volume = %new.volume, "the new graph does not reach every brick the old one did; switching anyway");
-                }
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if !new
+            .wait_leaves(|n| want.contains(&n.name), CONNECT_WAIT)
+            .await
+        {
+            tracing::warn!(volume = %new.volume, "the new graph does not reach every brick the old one did; switching anyway");
         }
         *self.current.write().unwrap() = new.clone();
         let mut moved = 0;
         // Opens that were in flight during the switch land on the old
         // graph: go round again for those.
         for _ in 0..3 {
-            let stale: Vec<(u64, Handle)> = self
-                .handles
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(_, h)| !Arc::ptr_eq(&h.graph, &new))
-                .map(|(k, h)| (*k, h.clone()))
-                .collect();
+            let stale = self.handles.select(|h| !Arc::ptr_eq(&h.graph, &new));
             if stale.is_empty() {
                 break;
             }
@@ -181,17 +151,14 @@ impl Active {
                 return false;
             }
         };
-        let repointed = {
-            let mut handles = self.handles.lock().unwrap();
-            match handles.get_mut(&ours) {
-                Some(cur) if Arc::ptr_eq(&cur.graph, &h.graph) => {
-                    cur.graph = new.clone();
-                    cur.fh = fh;
-                    true
-                }
-                _ => false,
-            }
+        let moved = Handle {
+            graph: new.clone(),
+            fh,
+            ..h.clone()
         };
+        let repointed =
+            self.handles
+                .replace_if(ours, |cur| Arc::ptr_eq(&cur.graph, &h.graph), moved);
         if !repointed {
             // Released meanwhile.
             let _ = new.top().call(&cx, close(h.gfid, fh)).await;
@@ -244,16 +211,13 @@ impl Xlator for Active {
                     other => Err(crate::core::fop::unexpected(other)),
                 }
             }
-            Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => {
-                let h = self.handles.lock().unwrap().remove(&fh);
-                match h {
-                    Some(h) => h.graph.top().call(cx, fop.with_fh(h.fh)).await,
-                    None => Ok(Reply::Ok),
-                }
-            }
+            Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => match self.handles.remove(fh) {
+                Some(h) => h.graph.top().call(cx, fop.with_fh(h.fh)).await,
+                None => Ok(Reply::Ok),
+            },
             _ => match fop.fh() {
                 Some(fh) => {
-                    let h = self.handle(fh)?;
+                    let h = self.handles.get(fh)?;
                     h.graph.top().call(cx, fop.with_fh(h.fh)).await
                 }
                 None => self.graph().top().call(cx, fop).await,

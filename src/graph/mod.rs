@@ -108,11 +108,20 @@ impl Graph {
     /// Waits until every brick is connected, at most `timeout`; returns how
     /// many are.
     pub async fn wait_up(&self, timeout: Duration) -> usize {
+        self.wait_leaves(|_| true, timeout).await;
+        self.leaves().filter(|n| n.child.is_up()).count()
+    }
+
+    /// Waits until every bottom translator `wanted` picks is connected, at
+    /// most `timeout`; true if they all are.
+    pub async fn wait_leaves(&self, wanted: impl Fn(&Node) -> bool, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let up = self.leaves().filter(|n| n.child.is_up()).count();
-            if up == self.leaves().count() || tokio::time::Instant::now() >= deadline {
-                return up;
+            if self.leaves().filter(|n| wanted(n)).all(|n| n.child.is_up()) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

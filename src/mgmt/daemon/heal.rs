@@ -5,7 +5,11 @@ use super::*;
 /// A running self-heal: the graph it was built for (a change of options
 /// alone reconfigures it; a change of shape builds it again), the healer,
 /// its task.
-pub(super) type HealerProc = (crate::graph::XlDesc, Arc<Healer>, tokio::task::JoinHandle<()>);
+pub(super) type HealerProc = (
+    crate::graph::XlDesc,
+    Arc<Healer>,
+    tokio::task::JoinHandle<()>,
+);
 
 impl Daemon {
     /// Runs a healer for every started replicated volume with a brick here.

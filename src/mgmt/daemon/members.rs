@@ -11,13 +11,30 @@ const BEAT: Duration = Duration::from_secs(1);
 /// Silence after which a peer is Disconnected.
 pub(super) const GONE: Duration = Duration::from_secs(4);
 
+/// When this daemon came to know a peer, and last heard from it.
+pub(super) struct Liveness {
+    known: Instant,
+    heard: Option<Instant>,
+}
+
+impl Liveness {
+    fn new() -> Liveness {
+        Liveness {
+            known: Instant::now(),
+            heard: None,
+        }
+    }
+}
+
 impl Daemon {
     /// Notes that peer `uuid` was heard from now.
     pub(super) fn seen(&self, uuid: &str) {
-        self.last_seen
+        self.liveness
             .lock()
             .unwrap()
-            .insert(uuid.to_string(), Instant::now());
+            .entry(uuid.to_string())
+            .or_insert_with(Liveness::new)
+            .heard = Some(Instant::now());
     }
 
     /// Each peer with whether it is connected and when it was last heard
@@ -28,17 +45,13 @@ impl Daemon {
     /// a heartbeat round has not reached it yet.
     pub(super) fn peer_states(&self) -> Vec<rpc::PeerState> {
         let peers = self.state.lock().unwrap().peers.clone();
-        let seen = self.last_seen.lock().unwrap();
-        let mut known = self.known_since.lock().unwrap();
+        let mut liveness = self.liveness.lock().unwrap();
         peers
             .into_iter()
             .map(|p| {
-                let ago = seen.get(&p.uuid).map(|t| t.elapsed());
-                let new = known
-                    .entry(p.uuid.clone())
-                    .or_insert_with(Instant::now)
-                    .elapsed()
-                    < GONE;
+                let l = liveness.entry(p.uuid.clone()).or_insert_with(Liveness::new);
+                let ago = l.heard.map(|t| t.elapsed());
+                let new = l.known.elapsed() < GONE;
                 rpc::PeerState {
                     connected: ago.map_or(new, |a| a < GONE),
                     last_seen_secs: ago.map(|a| a.as_secs()),

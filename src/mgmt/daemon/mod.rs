@@ -64,13 +64,11 @@ pub struct Daemon {
     /// Mounted clients that follow a volume here: (volume, client) → the
     /// graph version they run and when they last asked.
     clients: Mutex<HashMap<(String, rpc::ClientInfo), Seen>>,
-    /// When each peer (by uuid) was last heard from (`members`).
-    last_seen: Mutex<HashMap<String, std::time::Instant>>,
+    /// What this daemon knows of each peer's liveness, by uuid (`members`).
+    liveness: Mutex<HashMap<String, members::Liveness>>,
     /// Volumes whose bricks here are stopped for want of server quorum,
     /// with why (`members`).
     quorum_lost: Mutex<HashMap<String, String>>,
-    /// When this daemon came to know each peer (`members`).
-    known_since: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 fn err(s: impl Into<String>) -> Response {
@@ -100,9 +98,8 @@ impl Daemon {
             healers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),
-            last_seen: Mutex::new(HashMap::new()),
+            liveness: Mutex::new(HashMap::new()),
             quorum_lost: Mutex::new(HashMap::new()),
-            known_since: Mutex::new(HashMap::new()),
         });
         tokio::spawn(d.clone().heartbeats());
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");

@@ -221,7 +221,10 @@ fn a_thousand_graph_switches_under_load_lose_nothing_and_leak_nothing() {
 fn a_mount_follows_its_volume_through_a_backup_server_when_its_own_is_gone() {
     let mut a = Cluster::start();
     let b = Cluster::start();
+    // A third server: with a gone, b and c are the majority that commits.
+    let c = Cluster::start();
     a.ok(&["peer", "probe", &b.ip]);
+    a.ok(&["peer", "probe", &c.ip]);
     a.ok(&[
         "volume",
         "create",

@@ -96,6 +96,9 @@ pub fn peer_status(states: &[crate::mgmt::rpc::PeerState]) -> String {
             s.peer.uuid,
             connected(s)
         ));
+        if !s.role.is_empty() {
+            out.push_str(&format!("Role: {}\n", s.role));
+        }
         if !s.connected {
             out.push_str(&match s.last_seen_secs {
                 Some(n) => format!("Last seen: {n} s ago\n"),

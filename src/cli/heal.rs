@@ -125,7 +125,7 @@ fn pending(rep: &HealReport) -> usize {
 }
 
 /// Shows a progress bar until nothing is pending (or `timeout` passes).
-pub async fn wait(server: &str, name: &str, timeout: Option<u64>) -> anyhow::Result<()> {
+pub async fn wait(server: &super::Server, name: &str, timeout: Option<u64>) -> anyhow::Result<()> {
     let deadline = timeout.map(|t| std::time::Instant::now() + Duration::from_secs(t));
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(

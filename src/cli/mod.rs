@@ -24,6 +24,11 @@ pub struct Cli {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Answer reads from the pool's latest committed state: the server
+    /// asked first catches up with the leader (any server answers
+    /// without it, from what it has applied).
+    #[arg(long, global = true)]
+    pub up_to_date: bool,
     /// Accepted for GlusterFS compatibility (`--mode=script`); mortar never prompts.
     #[arg(long, global = true, hide = true)]
     pub mode: Option<String>,
@@ -116,8 +121,13 @@ pub enum VolumeCmd {
 pub enum PeerCmd {
     /// Add a server to the pool.
     Probe { host: String },
-    /// Remove a server from the pool.
-    Detach { host: String },
+    /// Remove a server from the pool (refused while it holds bricks,
+    /// unless forced).
+    Detach {
+        host: String,
+        #[arg(value_parser = ["force"])]
+        force: Option<String>,
+    },
     /// Show the peers.
     Status,
 }
@@ -267,8 +277,26 @@ fn fail(what: &str, name: &str, msg: &str) -> anyhow::Error {
     }
 }
 
-async fn ask(server: &str, req: Request) -> anyhow::Result<Response> {
-    rpc::call(&rpc::mgmt_addr(server, DEFAULT_MGMT_PORT), &req)
+/// The daemon the CLI talks to, and whether reads must be up to date.
+pub struct Server {
+    host: String,
+    up_to_date: bool,
+}
+
+async fn ask(server: &Server, req: Request) -> anyhow::Result<Response> {
+    let req = match req {
+        Request::VolumeInfo { .. }
+        | Request::VolumeStatus { .. }
+        | Request::PeerList
+        | Request::VolumeClients { .. }
+        | Request::GetVolDesc { .. }
+            if server.up_to_date =>
+        {
+            Request::Fresh(Box::new(req))
+        }
+        req => req,
+    };
+    rpc::call(&rpc::mgmt_addr(&server.host, DEFAULT_MGMT_PORT), &req)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
@@ -307,7 +335,10 @@ impl Out {
 
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let out = Out { json: cli.json };
-    let server = cli.server.clone();
+    let server = Server {
+        host: cli.server.clone(),
+        up_to_date: cli.up_to_date,
+    };
     match cli.cmd {
         Cmd::Volume(v) => match v {
             VolumeCmd::Create { name, args } => {
@@ -544,8 +575,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 let r = ask(&server, Request::PeerProbe { host }).await?;
                 out.done("peer probe", "", r)
             }
-            PeerCmd::Detach { host } => {
-                let r = ask(&server, Request::PeerDetach { host }).await?;
+            PeerCmd::Detach { host, force } => {
+                let force = force.is_some();
+                let r = ask(&server, Request::PeerDetach { host, force }).await?;
                 out.done("peer detach", "", r)
             }
             PeerCmd::Status => match ask(&server, Request::PeerList).await? {

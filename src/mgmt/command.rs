@@ -1,20 +1,15 @@
 //! Changes of the cluster state as data. A management operation first
 //! validates (`daemon::ops`: arguments, bricks, peers), then states what
-//! it changes as `Command`s, which `apply` makes to the state: a pure
-//! function, the same on every server, so that the commands can become the
-//! entries of a replicated log (the cluster issue) without the operations
-//! changing. Merging a whole peer's state (`Sync`, `PeerJoin`) is the
-//! replication that log will replace.
+//! it changes as `Command`s: the entries of the replicated log
+//! (`mgmt::consensus`). `apply` makes one to the state: a pure function,
+//! the same on every server, applied in log order everywhere. (Who the
+//! servers are is Raft's own membership, not a command.)
 
-use super::state::{ClusterState, Peer, VolStatus, Volume};
+use super::state::{ClusterState, VolStatus, Volume};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    AddPeer(Peer),
-    RemovePeer {
-        host: String,
-    },
     AddVolume(Volume),
     RemoveVolume {
         volume: String,
@@ -47,22 +42,6 @@ impl Command {
                 .ok_or_else(|| format!("Volume {name} does not exist"))
         };
         match self {
-            Command::AddPeer(p) => {
-                if st
-                    .peers
-                    .iter()
-                    .any(|q| q.uuid == p.uuid || q.host == p.host)
-                {
-                    return Err(format!("{} is already a peer", p.host));
-                }
-                st.peers.push(p.clone());
-            }
-            Command::RemovePeer { host } => {
-                if !st.peers.iter().any(|p| &p.host == host) {
-                    return Err(format!("{host} is not part of cluster"));
-                }
-                st.peers.retain(|p| &p.host != host);
-            }
             Command::AddVolume(v) => {
                 if st.volumes.contains_key(&v.name) {
                     return Err(format!("Volume {} already exists", v.name));
@@ -161,17 +140,6 @@ mod tests {
             .apply(&mut st)
             .is_err());
         assert_eq!(st.volumes, before);
-        let p = Peer {
-            uuid: "u".into(),
-            host: "p".into(),
-            mgmt: "p:1".into(),
-        };
-        Command::AddPeer(p.clone()).apply(&mut st).unwrap();
-        assert!(Command::AddPeer(p).apply(&mut st).is_err());
-        Command::RemovePeer { host: "p".into() }
-            .apply(&mut st)
-            .unwrap();
-        assert!(st.peers.is_empty());
         Command::RemoveVolume { volume: "a".into() }
             .apply(&mut st)
             .unwrap();

@@ -3,6 +3,7 @@
 //! reach it, and the volume-description generator (`volgen`).
 pub mod brick;
 pub mod command;
+pub mod consensus;
 pub mod daemon;
 pub mod options;
 pub mod rpc;

@@ -2,7 +2,7 @@
 //! line, over TCP. Used by the CLI, by mounting clients (volume descriptions
 //! and brick ports) and between peers' daemons.
 
-use super::state::{Brick, ClusterState, Peer, Volume};
+use super::state::{Brick, Peer, Volume};
 use crate::graph::{Env, VolDesc, XlDesc};
 use crate::protocol::client::{ProtocolClient, Resolver};
 use serde::{Deserialize, Serialize};
@@ -18,6 +18,10 @@ pub enum Request {
     },
     PeerDetach {
         host: String,
+        /// Detach it even though it holds bricks (they stay in their
+        /// volumes, offline).
+        #[serde(default)]
+        force: bool,
     },
     PeerList,
     VolumeCreate {
@@ -81,16 +85,27 @@ pub enum Request {
         path: String,
     },
     // Between daemons.
+    /// A Raft message (`consensus::network::Message`).
+    Raft(serde_json::Value),
+    /// A change forwarded to the leader by the server the CLI asked;
+    /// answered `Committed`.
+    Leader(Box<Request>),
+    /// Asked of the leader: the index an up-to-date read must have applied.
+    ReadIndex,
+    /// An up-to-date answer to a read: the server asked first applies
+    /// what the leader has committed.
+    Fresh(Box<Request>),
+    /// This server was detached from the pool: it forgets the pool's state
+    /// and becomes a pool of one.
+    Leave,
+    /// Asked of a server being probed by the pool's leader `me`: it
+    /// forgets its own state and waits to receive the pool's.
     PeerJoin {
         me: Peer,
-        state: ClusterState,
     },
     /// A peer's daemon is alive; answered `Ok`.
     Heartbeat {
         from: String,
-    },
-    Sync {
-        state: ClusterState,
     },
     BrickCheck {
         brick: Brick,
@@ -109,6 +124,9 @@ pub enum Request {
         /// Try again bricks that went offline.
         #[serde(default)]
         force: bool,
+        /// The log index of the change to act on: applied here first.
+        #[serde(default)]
+        after: Option<u64>,
     },
     LocalStatus {
         volume: String,
@@ -167,6 +185,9 @@ pub struct PeerState {
     /// Seconds since it was last heard from (None: not since this daemon
     /// started).
     pub last_seen_secs: Option<u64>,
+    /// Its part in the replicated state: `leader`, `voter` or `learner`.
+    #[serde(default)]
+    pub role: String,
 }
 
 /// A mounted client, as it introduces itself to the daemon it follows.
@@ -209,6 +230,15 @@ pub enum Response {
     Bricks(Vec<BrickStatus>),
     Heal(HealReport),
     Clients(Vec<ClientSeen>),
+    /// A Raft answer (`consensus::network::Reply`).
+    Raft(serde_json::Value),
+    /// A change made on the leader, committed at log index `index`.
+    Committed {
+        msg: String,
+        index: u64,
+    },
+    /// The leader's committed index (`ReadIndex`).
+    Index(u64),
 }
 
 /// How long clients and bricks wait before asking their daemon again when
@@ -300,12 +330,21 @@ fn port_resolver(mgmt: String, brick: String, host: String) -> Resolver {
     })
 }
 
+/// How long a daemon may take to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Sends one request to a daemon and waits for its answer.
 pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
     let go = async {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("cannot reach the management daemon at {addr}: {e}"))?;
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(format!("cannot reach the management daemon at {addr}: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "cannot reach the management daemon at {addr}: no answer within {CONNECT_TIMEOUT:?}"
+                ))
+            }
+        };
         let (rd, mut wr) = stream.into_split();
         let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
         line.push(b'\n');

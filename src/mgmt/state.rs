@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Peer {
     pub uuid: String,
     /// The name the peer was probed by (what bricks name it by).
@@ -160,17 +160,25 @@ impl Store {
     }
 
     pub fn save(&self, st: &ClusterState) -> std::io::Result<()> {
-        use std::io::Write;
-        let tmp = self.file.with_extension("json.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(st)?)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.file)?;
-        if let Some(dir) = self.file.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        write_atomic(&self.file, &serde_json::to_vec_pretty(st)?)
     }
+}
+
+/// Replaces `file` with `bytes` atomically (write a temporary file, fsync,
+/// rename, fsync the directory): a crash leaves the old or the new.
+pub fn write_atomic(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)?;
+    if let Some(dir) = file.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,10 +14,14 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_mortar");
 pub const PORT: u16 = 24199;
 static NEXT: AtomicU32 = AtomicU32::new(1);
 
+pub mod net;
+
 pub struct Cluster {
     pub ip: String,
     pub dir: tempfile::TempDir,
     daemon: Option<Child>,
+    /// The network namespace the daemon runs in (a "host"), if any.
+    netns: Option<String>,
 }
 
 pub fn sh(cmd: &str) -> Output {
@@ -53,6 +57,11 @@ impl Cluster {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let p = std::process::id();
         let ip = format!("127.{}.{}.{}", 1 + p % 250, (p / 250) % 250, n + 1);
+        Cluster::start_at(ip, None)
+    }
+
+    /// A daemon listening on `ip`, in network namespace `netns` if given.
+    pub fn start_at(ip: String, netns: Option<String>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("mortar-test-")
             .tempdir()
@@ -61,6 +70,7 @@ impl Cluster {
             ip,
             dir,
             daemon: None,
+            netns,
         };
         c.start_daemon();
         c
@@ -82,7 +92,15 @@ impl Cluster {
             .append(true)
             .open(self.path("daemon.log"))
             .unwrap();
-        let child = Command::new(BIN)
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}")).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let child = cmd
             .args([
                 "daemon",
                 "--listen",

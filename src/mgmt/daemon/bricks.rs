@@ -12,6 +12,7 @@ pub(super) struct BrickProc {
 impl Daemon {
     /// Starts the local bricks of started volumes and stops the others.
     pub(super) async fn reconcile(&self) {
+        let _one = self.reconcile_lock.lock().await;
         let st = self.state.lock().unwrap().clone();
         let lost: Vec<String> = self.quorum_lost.lock().unwrap().keys().cloned().collect();
         let mut want: HashMap<String, (String, String, bool)> = HashMap::new();

@@ -2,6 +2,10 @@
 //! heartbeat every `BEAT`, and a peer not heard from (a heartbeat it sent,
 //! or an answer to ours) for `GONE` is shown Disconnected, with how long
 //! ago it was last seen.
+//!
+//! Who votes: the leader keeps `voters_wanted` voters (all servers up to
+//! three, five from five servers on), promoting connected learners and
+//! replacing a voter silent for `REPLACE_AFTER` (`balance`).
 
 use super::*;
 use std::time::Instant;
@@ -10,6 +14,17 @@ use std::time::Instant;
 const BEAT: Duration = Duration::from_secs(1);
 /// Silence after which a peer is Disconnected.
 pub(super) const GONE: Duration = Duration::from_secs(4);
+/// Silence after which a voter is replaced by a connected learner.
+const REPLACE_AFTER: Duration = Duration::from_secs(15);
+
+/// How many voters a pool of `n` servers has.
+fn voters_wanted(n: usize) -> usize {
+    if n >= 5 {
+        5
+    } else {
+        n.min(3)
+    }
+}
 
 /// When this daemon came to know a peer, and last heard from it.
 pub(super) struct Liveness {
@@ -45,16 +60,27 @@ impl Daemon {
     /// a heartbeat round has not reached it yet.
     pub(super) fn peer_states(&self) -> Vec<rpc::PeerState> {
         let peers = self.state.lock().unwrap().peers.clone();
+        let (voters, _) = self.consensus.roles();
+        let leader = self.consensus.leader().map(|l| l.0);
         let mut liveness = self.liveness.lock().unwrap();
         peers
             .into_iter()
             .map(|p| {
+                let id = consensus::node_id(&p.uuid);
+                let role = if leader == Some(id) {
+                    "leader"
+                } else if voters.contains(&id) {
+                    "voter"
+                } else {
+                    "learner"
+                };
                 let l = liveness.entry(p.uuid.clone()).or_insert_with(Liveness::new);
                 let ago = l.heard.map(|t| t.elapsed());
                 let new = l.known.elapsed() < GONE;
                 rpc::PeerState {
                     connected: ago.map_or(new, |a| a < GONE),
                     last_seen_secs: ago.map(|a| a.as_secs()),
+                    role: role.into(),
                     peer: p,
                 }
             })
@@ -80,7 +106,125 @@ impl Daemon {
             });
             futures_util::future::join_all(beats).await;
             self.check_server_quorum().await;
+            self.balance().await;
             tokio::time::sleep(BEAT).await;
+        }
+    }
+
+    /// How long peer `uuid` has been silent (since this daemon came to
+    /// know it, if it never heard from it).
+    fn silent_for(&self, uuid: &str) -> Duration {
+        let mut liveness = self.liveness.lock().unwrap();
+        let l = liveness
+            .entry(uuid.to_string())
+            .or_insert_with(Liveness::new);
+        l.heard.unwrap_or(l.known).elapsed()
+    }
+
+    /// The voters this server cannot reach, named for a refusal.
+    pub(super) fn unreachable_voters(&self) -> String {
+        let (voters, _) = self.consensus.roles();
+        let me = self.consensus.id();
+        let members = self.consensus.members();
+        let gone: Vec<String> = members
+            .iter()
+            .filter(|(id, p)| *id != me && voters.contains(id) && self.silent_for(&p.uuid) >= GONE)
+            .map(|(_, p)| p.host.clone())
+            .collect();
+        let all: Vec<String> = members
+            .iter()
+            .filter(|(id, _)| voters.contains(id))
+            .map(|(_, p)| p.host.clone())
+            .collect();
+        if gone.is_empty() {
+            format!("Voters: {}.", all.join(", "))
+        } else {
+            format!(
+                "Cannot reach {} of the {} voters ({}): {}.",
+                gone.len(),
+                all.len(),
+                all.join(", "),
+                gone.join(", ")
+            )
+        }
+    }
+
+    /// On the leader: keeps the wanted number of voters, promoting
+    /// connected learners and replacing voters silent for `REPLACE_AFTER`.
+    pub(super) async fn balance(&self) {
+        self.balance_without(None).await
+    }
+
+    /// `balance`, counting `leaving` (about to be detached) out.
+    pub(super) async fn balance_without(&self, leaving: Option<consensus::NodeId>) {
+        if !self.consensus.is_leader() {
+            return;
+        }
+        let me = self.consensus.id();
+        let (voters, learners) = self.consensus.roles();
+        let members: HashMap<consensus::NodeId, Peer> =
+            self.consensus.members().into_iter().collect();
+        let staying = |id: &consensus::NodeId| Some(*id) != leaving;
+        let n = members.keys().filter(|i| staying(i)).count();
+        let want = voters_wanted(n);
+        let alive = |id: &consensus::NodeId| {
+            *id == me
+                || members
+                    .get(id)
+                    .is_some_and(|p| self.silent_for(&p.uuid) < GONE)
+        };
+        let lost = |id: &consensus::NodeId| {
+            *id != me
+                && members
+                    .get(id)
+                    .is_some_and(|p| self.silent_for(&p.uuid) >= REPLACE_AFTER)
+        };
+        // Voters that stay, the leader first, then the others by id.
+        let mut keep: Vec<consensus::NodeId> = std::iter::once(me)
+            .chain(
+                voters
+                    .iter()
+                    .copied()
+                    .filter(|i| *i != me && staying(i) && !lost(i)),
+            )
+            .collect();
+        keep.truncate(want);
+        let mut wanted: std::collections::BTreeSet<consensus::NodeId> = keep.into_iter().collect();
+        for l in learners.iter().filter(|i| staying(i) && alive(i)) {
+            if wanted.len() >= want {
+                break;
+            }
+            wanted.insert(*l);
+        }
+        // No connected learner to take a lost voter's place: it stays.
+        for v in voters.iter().filter(|i| staying(i)) {
+            if wanted.len() >= want {
+                break;
+            }
+            wanted.insert(*v);
+        }
+        if wanted == voters || wanted.is_empty() {
+            return;
+        }
+        let names = |ids: &std::collections::BTreeSet<consensus::NodeId>| {
+            ids.iter()
+                .filter_map(|i| members.get(i).map(|p| p.host.clone()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self
+            .consensus
+            .change(
+                openraft::ChangeMembers::ReplaceAllVoters(wanted.clone()),
+                true,
+            )
+            .await
+        {
+            Ok(()) => {
+                tracing::info!("voters now: {} (were {})", names(&wanted), names(&voters));
+                self.refresh();
+            }
+            Err(e) => tracing::warn!("voters not changed to {}: {e}", names(&wanted)),
         }
     }
 

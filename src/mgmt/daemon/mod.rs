@@ -1,17 +1,21 @@
-//! The management daemon (`mortar daemon`), one per server. It keeps the
-//! cluster state on disk, answers the CLI and mounting clients, keeps its
-//! peers in step (every change is pushed to every peer as a whole `Sync`),
-//! and runs one brick process per local brick of every started volume
-//! (`supervise`: restarted when it dies, adopted after a daemon crash,
-//! left offline with its reason when its health check fails). A daemon
-//! stopped by SIGTERM stops its bricks first.
+//! The management daemon (`mortar daemon`), one per server. It holds its
+//! part of the replicated cluster state (`consensus`: a Raft log over the
+//! pool's daemons), answers the CLI and mounting clients, and runs one
+//! brick process per local brick of every started volume (`supervise`:
+//! restarted when it dies, adopted after a daemon crash, left offline with
+//! its reason when its health check fails). A daemon stopped by SIGTERM
+//! stops its bricks first.
 //!
-//! Changes are serialised by one async lock; the state itself sits behind a
-//! plain mutex that is never held across a network call.
+//! Changes are made on the Raft leader only: a server the CLI asks passes
+//! a change to the leader (`Request::Leader`), which validates it, commits
+//! its commands and answers with the log index, which the first server
+//! applies before it answers. Changes on the leader are serialised by one
+//! async lock; the applied state is copied into a plain mutex (the view
+//! every read uses) that is never held across a network call.
 //!
-//! Layout: `mod.rs` the API (requests in, answers out) and the state store
-//! (`execute` applies a `Command`, saves, tells peers); `ops` the
-//! operations that validate and produce commands; `bricks` supervision;
+//! Layout: `mod.rs` the API (requests in, answers out) and the view of the
+//! state; `ops` the operations that validate and produce commands;
+//! `members` liveness, voters and server quorum; `bricks` supervision;
 //! `heal` the self-heal daemons; `follow` volume descriptions for clients.
 
 mod bricks;
@@ -21,6 +25,7 @@ mod members;
 mod ops;
 
 use super::command::Command;
+use super::consensus::{self, Consensus, WriteError};
 use super::options;
 use super::rpc::{self, BrickStatus, HealOp, HealReport, Request, Response};
 use super::state::{Brick, ClusterState, Peer, Store, VolStatus, Volume};
@@ -52,14 +57,19 @@ pub struct Config {
 pub struct Daemon {
     cfg: Config,
     me: Peer,
-    store: Store,
+    /// The replicated state, this server's part of it.
+    consensus: Arc<Consensus>,
+    /// The applied state as this server sees it: its peers (the other
+    /// members) and the volumes. Refreshed after every change applied.
     state: Mutex<ClusterState>,
     bricks: Mutex<HashMap<String, (BrickProc, BrickInfo)>>,
     op_lock: tokio::sync::Mutex<()>,
+    /// One `reconcile` at a time, each from the view as it is then.
+    reconcile_lock: tokio::sync::Mutex<()>,
     /// Self-heal per replicated volume with bricks here: the volume
     /// version it was built for, the healer and its task.
     healers: Mutex<HashMap<String, HealerProc>>,
-    /// Counts the saved changes of the state: what `WatchVolDesc` waits on.
+    /// Counts the changes of the view: what `WatchVolDesc` waits on.
     changed: watch::Sender<u64>,
     /// Mounted clients that follow a volume here: (volume, client) → the
     /// graph version they run and when they last asked.
@@ -78,32 +88,43 @@ fn err(s: impl Into<String>) -> Response {
 impl Daemon {
     pub async fn run(cfg: Config) -> anyhow::Result<()> {
         let store = Store::new(&cfg.state_dir)?;
-        let state = store.load()?;
-        store.save(&state)?;
+        let mut identity = store.load()?;
+        // Volumes kept by a daemon from before the replicated state: put
+        // into the log once this server leads its pool of one.
+        let legacy = std::mem::take(&mut identity.volumes);
+        identity.peers.clear();
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
         let me = Peer {
-            uuid: state.uuid.clone(),
+            uuid: identity.uuid.clone(),
             host: cfg.host.clone(),
             mgmt: mgmt_self(&cfg),
         };
+        let consensus = Consensus::start(&cfg.state_dir.join("raft"), me.clone()).await?;
         let d = Arc::new(Daemon {
             cfg,
             me,
-            store,
-            state: Mutex::new(state),
+            consensus,
+            state: Mutex::new(identity.clone()),
             bricks: Mutex::new(HashMap::new()),
             op_lock: tokio::sync::Mutex::new(()),
+            reconcile_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),
             liveness: Mutex::new(HashMap::new()),
             quorum_lost: Mutex::new(HashMap::new()),
         });
+        d.refresh();
+        let accept = tokio::spawn(d.clone().accept(listener));
+        if !legacy.is_empty() {
+            d.migrate(legacy).await;
+        }
+        store.save(&identity)?;
         tokio::spawn(d.clone().heartbeats());
-        tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), "management daemon started");
-        d.reconcile().await;
+        tokio::spawn(d.clone().follow_state());
+        tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), id = d.consensus.id(), "management daemon started");
         let d2 = d.clone();
         tokio::spawn(async move {
             let mut term =
@@ -115,14 +136,67 @@ impl Daemon {
             d2.stop_all_bricks().await;
             std::process::exit(0);
         });
+        accept.await?
+    }
+
+    async fn accept(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
         loop {
             let (stream, _) = listener.accept().await?;
-            let d = d.clone();
+            let d = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = d.serve(stream).await {
                     tracing::debug!("rpc connection: {e}");
                 }
             });
+        }
+    }
+
+    /// Puts volumes kept from before the replicated state into the log.
+    async fn migrate(&self, legacy: std::collections::BTreeMap<String, Volume>) {
+        for _ in 0..100 {
+            if self.consensus.is_leader() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (name, v) in legacy {
+            match self.execute(Command::AddVolume(v)).await {
+                Ok(_) => tracing::info!(volume = %name, "volume moved into the replicated state"),
+                Err(e) => {
+                    tracing::error!(volume = %name, "volume not moved into the replicated state: {e}")
+                }
+            }
+        }
+    }
+
+    /// Copies the applied state into the view.
+    pub(super) fn refresh(&self) {
+        let a = self.consensus.applied();
+        let me = self.consensus.id();
+        {
+            let mut st = self.state.lock().unwrap();
+            st.volumes = a.state.volumes;
+            st.peers = a
+                .membership
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != me)
+                .map(|(_, p)| p.clone())
+                .collect();
+        }
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Refreshes the view and brings the local bricks in line after every
+    /// change applied here, for as long as the daemon runs.
+    async fn follow_state(self: Arc<Self>) {
+        let mut rx = self.consensus.subscribe();
+        loop {
+            self.refresh();
+            self.reconcile().await;
+            if rx.changed().await.is_err() {
+                return;
+            }
         }
     }
 
@@ -176,40 +250,40 @@ impl Daemon {
         }
     }
 
-    pub(super) fn save(&self) -> Result<ClusterState, String> {
-        let st = self.state.lock().unwrap().clone();
-        self.store
-            .save(&st)
-            .map_err(|e| format!("cannot save the cluster state: {e}"))?;
-        self.changed.send_modify(|n| *n += 1);
-        Ok(st)
-    }
-
-    /// Pushes the whole state to every peer (best effort: a peer that is
-    /// down catches up when it is probed or synced again).
-    pub(super) async fn sync_peers(&self, st: &ClusterState) {
-        for p in &st.peers {
-            let mut view = st.clone();
-            view.peers.retain(|q| q.uuid != p.uuid);
-            view.peers.push(self.me.clone());
-            if let Err(e) = rpc::call(&p.mgmt, &Request::Sync { state: view }).await {
-                tracing::warn!(peer = %p.host, "could not sync: {e}");
+    /// Commits a command (on the leader), then brings the view and the
+    /// local bricks in line. Answers the log index it was committed at.
+    pub(super) async fn execute(&self, cmd: Command) -> Result<u64, String> {
+        match self.consensus.write(cmd).await {
+            Ok((index, Ok(()))) => {
+                self.refresh();
+                self.reconcile().await;
+                Ok(index)
             }
+            Ok((_, Err(why))) => Err(why),
+            Err(e) => Err(self.refusal(e)),
         }
     }
 
-    /// Applies a command to the state, saves it, tells the peers and
-    /// brings the local bricks in line.
-    pub(super) async fn execute(&self, cmd: Command) -> Result<(), String> {
-        cmd.apply(&mut self.state.lock().unwrap())?;
-        self.commit().await
+    /// What the CLI is told when a change cannot be committed.
+    pub(super) fn refusal(&self, e: WriteError) -> String {
+        match e {
+            WriteError::NotLeader(l) => format!(
+                "the leader of the pool changed during the change (now {}); nothing was changed, try again",
+                l.map_or("unknown".into(), |l| l.host)
+            ),
+            WriteError::NoQuorum => self.minority(),
+            WriteError::Failed(e) => format!("{e}; {}", self.unreachable_voters()),
+        }
     }
 
-    pub(super) async fn commit(&self) -> Result<(), String> {
-        let st = self.save()?;
-        self.sync_peers(&st).await;
-        self.reconcile().await;
-        Ok(())
+    /// Says that this server is cut off from the majority of the voters,
+    /// naming the servers it cannot reach.
+    pub(super) fn minority(&self) -> String {
+        format!(
+            "{} is not in the majority of the pool: no change was made. {}",
+            self.me.host,
+            self.unreachable_voters()
+        )
     }
 
     pub(super) fn volume(&self, name: &str) -> Result<Volume, String> {
@@ -336,75 +410,174 @@ impl Daemon {
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,
-            Request::BricksRun { volume, force } => {
+            Request::BricksRun {
+                volume,
+                force,
+                after,
+            } => {
+                if let Some(i) = after {
+                    self.consensus.applied_at_least(i).await;
+                    self.refresh();
+                }
                 if force {
                     self.forget_offline(&volume).await;
                 }
                 self.reconcile().await;
                 Response::Ok(String::new())
             }
-            Request::PeerJoin { me, state } => {
+            Request::PeerJoin { me } => {
                 let _g = self.op_lock.lock().await;
                 if let Err(e) = self.may_join(&me) {
                     return err(e);
                 }
-                {
-                    let mut st = self.state.lock().unwrap();
-                    for p in state.peers.into_iter().chain(std::iter::once(me)) {
-                        if p.uuid != self.me.uuid && !st.peers.iter().any(|q| q.uuid == p.uuid) {
-                            st.peers.push(p);
-                        }
-                    }
-                    for (k, v) in state.volumes {
-                        st.volumes.entry(k).or_insert(v);
-                    }
+                if let Err(e) = self.consensus.reset(false).await {
+                    return err(format!("cannot reset the local state: {e}"));
                 }
-                match self.save() {
-                    Ok(_) => {
-                        self.reconcile().await;
-                        Response::Joined {
-                            me: self.me.clone(),
-                        }
-                    }
-                    Err(e) => err(e),
+                self.refresh();
+                tracing::info!(leader = %me.host, "joining a pool");
+                Response::Joined {
+                    me: self.me.clone(),
                 }
             }
-            Request::Sync { state } => {
+            Request::Leave => {
                 let _g = self.op_lock.lock().await;
-                {
-                    let mut st = self.state.lock().unwrap();
-                    st.peers = state
-                        .peers
-                        .into_iter()
-                        .filter(|p| p.uuid != self.me.uuid)
-                        .collect();
-                    st.volumes = state.volumes;
-                }
-                match self.save() {
-                    Ok(_) => {
-                        self.reconcile().await;
+                match self.consensus.reset(true).await {
+                    Ok(()) => {
+                        tracing::info!("detached from the pool: a pool of one again");
+                        self.refresh();
                         Response::Ok(String::new())
                     }
+                    Err(e) => err(format!("cannot reset the local state: {e}")),
+                }
+            }
+            Request::Raft(m) => match serde_json::from_value(m) {
+                Ok(m) => {
+                    let raft = self.consensus.raft();
+                    match consensus::network::serve(&raft, self.consensus.id(), m).await {
+                        Ok(reply) => match serde_json::to_value(reply) {
+                            Ok(v) => Response::Raft(v),
+                            Err(e) => err(e.to_string()),
+                        },
+                        Err(e) => err(e),
+                    }
+                }
+                Err(e) => err(format!("malformed raft message: {e}")),
+            },
+            Request::ReadIndex => match self.consensus.read_index().await {
+                Ok(i) => Response::Index(i),
+                Err(e) => err(e),
+            },
+            Request::Fresh(req) => {
+                if let Err(e) = self.catch_up().await {
+                    return err(e);
+                }
+                Box::pin(self.handle(*req)).await
+            }
+            Request::Leader(req) => {
+                if !self.consensus.is_leader() {
+                    return err(NOT_LEADER);
+                }
+                match self.change_here(*req).await {
+                    Ok(msg) => Response::Committed {
+                        msg,
+                        index: self.consensus.applied().last.map_or(0, |l| l.index),
+                    },
                     Err(e) => err(e),
                 }
             }
-            other => {
-                let _g = self.op_lock.lock().await;
-                let what = format!("{other:?}");
-                match self.change(other).await {
-                    Ok(msg) => {
-                        tracing::info!("done: {what}");
-                        Response::Ok(msg)
-                    }
-                    Err(e) => {
-                        tracing::warn!("refused: {what}: {e}");
-                        Response::Err(e)
-                    }
+            other => match self.change_anywhere(other).await {
+                Ok(msg) => Response::Ok(msg),
+                Err(e) => Response::Err(e),
+            },
+        }
+    }
+
+    /// Makes a change on the leader: here, or passed to it.
+    async fn change_anywhere(self: Arc<Self>, req: Request) -> Result<String, String> {
+        let mut tries = 0;
+        loop {
+            if self.consensus.is_leader() {
+                return self.change_here(req).await;
+            }
+            let Some((_, leader)) = self.consensus.leader() else {
+                return Err(format!(
+                    "{} knows no leader of the pool (an election is under way, or this server is cut off): no change was made. {}",
+                    self.me.host,
+                    self.unreachable_voters()
+                ));
+            };
+            match rpc::call(&leader.mgmt, &Request::Leader(Box::new(req.clone()))).await {
+                Ok(Response::Committed { msg, index }) => {
+                    self.consensus.applied_at_least(index).await;
+                    self.refresh();
+                    return Ok(msg);
+                }
+                Ok(Response::Err(e)) if e == NOT_LEADER && tries < 3 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Ok(Response::Err(e)) => return Err(e),
+                Ok(other) => return Err(format!("unexpected answer {other:?}")),
+                Err(e) => {
+                    return Err(format!(
+                        "cannot reach the leader of the pool ({}): {e}; no change was made. {}",
+                        leader.host,
+                        self.unreachable_voters()
+                    ))
                 }
             }
         }
     }
+
+    /// Makes a change here, the leader, one at a time.
+    async fn change_here(self: &Arc<Self>, req: Request) -> Result<String, String> {
+        let _g = self.op_lock.lock().await;
+        let what = format!("{req:?}");
+        if let Err(e) = self.consensus.may_write() {
+            return Err(self.refusal(e));
+        }
+        match self.change(req).await {
+            Ok(msg) => {
+                tracing::info!("done: {what}");
+                Ok(msg)
+            }
+            Err(e) => {
+                tracing::warn!("refused: {what}: {e}");
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies here what the leader has committed (for an up-to-date read).
+    async fn catch_up(&self) -> Result<(), String> {
+        let index = if self.consensus.is_leader() {
+            self.consensus.read_index().await?
+        } else {
+            let Some((_, leader)) = self.consensus.leader() else {
+                return Err(format!(
+                    "{} knows no leader of the pool: no up-to-date answer. {}",
+                    self.me.host,
+                    self.unreachable_voters()
+                ));
+            };
+            match rpc::call(&leader.mgmt, &Request::ReadIndex).await? {
+                Response::Index(i) => i,
+                Response::Err(e) => return Err(e),
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
+        };
+        if !self.consensus.applied_at_least(index).await {
+            return Err(format!(
+                "{} has not caught up with the leader yet; try again",
+                self.me.host
+            ));
+        }
+        self.refresh();
+        Ok(())
+    }
 }
+
+const NOT_LEADER: &str = "not the leader of the pool";
 
 fn mgmt_self(cfg: &Config) -> String {
     if cfg.listen.ip().is_unspecified() {

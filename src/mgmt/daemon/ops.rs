@@ -54,19 +54,34 @@ impl Daemon {
                 if self.is_local(&host).await {
                     return Ok("Probe on localhost not needed".into());
                 }
-                if self.peer_mgmt(&host).is_some() {
-                    return Ok(format!(
-                        "Host {host} port {} already in peer list",
-                        self.cfg.listen.port()
-                    ));
+                let known = self
+                    .state
+                    .lock()
+                    .unwrap()
+                    .peers
+                    .iter()
+                    .find(|p| p.host == host)
+                    .cloned();
+                if let Some(old) = &known {
+                    // A member that answers with another identity lost its
+                    // state (a wiped state directory): it is replaced.
+                    match rpc::call(&old.mgmt, &Request::PeerList).await {
+                        Ok(Response::Peers { me, .. }) if me.uuid != old.uuid => {
+                            tracing::warn!(peer = %host, old = %old.uuid, new = %me.uuid, "the server came back with a new identity: replacing it");
+                        }
+                        _ => {
+                            return Ok(format!(
+                                "Host {host} port {} already in peer list",
+                                self.cfg.listen.port()
+                            ))
+                        }
+                    }
                 }
                 let addr = rpc::mgmt_addr(&host, self.cfg.listen.port());
-                let st = self.state.lock().unwrap().clone();
                 let resp = rpc::call(
                     &addr,
                     &Request::PeerJoin {
                         me: self.me.clone(),
-                        state: st,
                     },
                 )
                 .await
@@ -83,28 +98,41 @@ impl Daemon {
                     host: host.clone(),
                     mgmt: addr,
                 };
-                self.execute(Command::AddPeer(peer)).await?;
+                if let Some(old) = known {
+                    self.remove_member(&old).await?;
+                }
+                self.consensus
+                    .add_learner(peer)
+                    .await
+                    .map_err(|e| format!("Probe failed: {host} could not be added: {e}"))?;
+                self.refresh();
+                self.balance().await;
                 Ok(String::new())
             }
-            Request::PeerDetach { host } => {
-                let uses = {
+            Request::PeerDetach { host, force } => {
+                let (peer, uses) = {
                     let st = self.state.lock().unwrap();
-                    if !st.peers.iter().any(|p| p.host == host) {
+                    let Some(p) = st.peers.iter().find(|p| p.host == host) else {
                         return Err(format!("{host} is not part of cluster"));
-                    }
-                    st.volumes
+                    };
+                    let uses: Vec<String> = st
+                        .volumes
                         .values()
-                        .any(|v| v.bricks.iter().any(|b| b.host == host))
+                        .filter(|v| v.bricks.iter().any(|b| b.host == host))
+                        .map(|v| v.name.clone())
+                        .collect();
+                    (p.clone(), uses)
                 };
-                if uses {
+                if !uses.is_empty() && !force {
                     return Err(format!(
-                        "Peer {host} hosts one or more bricks. Remove them before detaching."
+                        "Peer {host} hosts one or more bricks (volumes {}). Remove them before detaching, or use 'force'.",
+                        uses.join(", ")
                     ));
                 }
-                let addr = self.peer_mgmt(&host).unwrap();
-                self.execute(Command::RemovePeer { host }).await?;
-                let alone = ClusterState::default();
-                let _ = rpc::call(&addr, &Request::Sync { state: alone }).await;
+                self.remove_member(&peer).await?;
+                if let Err(e) = rpc::call(&peer.mgmt, &Request::Leave).await {
+                    tracing::warn!(peer = %host, "detached, but not told so: {e}");
+                }
                 Ok(String::new())
             }
             Request::VolumeCreate {
@@ -126,11 +154,12 @@ impl Daemon {
                 if v.status == VolStatus::Started && !force {
                     return Err(format!("Volume {name} already started"));
                 }
-                self.execute(Command::SetStatus {
-                    volume: name.clone(),
-                    status: VolStatus::Started,
-                })
-                .await?;
+                let after = self
+                    .execute(Command::SetStatus {
+                        volume: name.clone(),
+                        status: VolStatus::Started,
+                    })
+                    .await?;
                 for h in v
                     .bricks
                     .iter()
@@ -143,6 +172,7 @@ impl Daemon {
                             Request::BricksRun {
                                 volume: name.clone(),
                                 force,
+                                after: Some(after),
                             },
                         )
                         .await;
@@ -224,6 +254,27 @@ impl Daemon {
             }
             other => Err(format!("unexpected request {other:?}")),
         }
+    }
+
+    /// Takes a server out of the pool's membership (a voter gives its
+    /// vote to another server first).
+    async fn remove_member(&self, peer: &Peer) -> Result<(), String> {
+        let id = consensus::node_id(&peer.uuid);
+        if self.consensus.roles().0.contains(&id) {
+            self.balance_without(Some(id)).await;
+        }
+        let ids = std::collections::BTreeSet::from([id]);
+        let change = if self.consensus.roles().0.contains(&id) {
+            openraft::ChangeMembers::RemoveVoters(ids)
+        } else {
+            openraft::ChangeMembers::RemoveNodes(ids)
+        };
+        self.consensus
+            .change(change, false)
+            .await
+            .map_err(|e| format!("{} could not be taken out of the pool: {e}", peer.host))?;
+        self.refresh();
+        Ok(())
     }
 
     pub(super) async fn create_volume(

@@ -1,0 +1,171 @@
+//! The Raft log and vote on disk: one JSON file per entry under `log/`
+//! (written and fsynced before the append is acknowledged), the vote and
+//! the last purged entry in small files replaced atomically. The log is
+//! short (snapshots purge it), so all of it is also kept in memory.
+
+use super::{io_err, Entry, LogId, NodeId, TypeConfig, Vote};
+use crate::mgmt::state::write_atomic;
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{LogState, RaftLogReader, StorageError};
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct Inner {
+    entries: BTreeMap<u64, Entry>,
+    purged: Option<LogId>,
+}
+
+/// The log store; clones share one log (the reader openraft asks for).
+#[derive(Clone)]
+pub struct LogStore {
+    dir: PathBuf,
+    inner: Arc<Mutex<Inner>>,
+}
+
+type Result<T> = std::result::Result<T, StorageError<NodeId>>;
+
+fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> std::io::Result<Option<T>> {
+    match std::fs::read(p) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", p.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl LogStore {
+    pub fn open(dir: &Path) -> std::io::Result<LogStore> {
+        let logs = dir.join("log");
+        std::fs::create_dir_all(&logs)?;
+        let mut inner = Inner {
+            purged: read_json(&dir.join("purged.json"))?,
+            ..Default::default()
+        };
+        for f in std::fs::read_dir(&logs)? {
+            let p = f?.path();
+            if p.extension().is_some_and(|e| e == "json") {
+                let e: Entry = read_json(&p)?.expect("listed");
+                inner.entries.insert(e.log_id.index, e);
+            }
+        }
+        Ok(LogStore {
+            dir: dir.to_path_buf(),
+            inner: Arc::new(Mutex::new(inner)),
+        })
+    }
+
+    fn entry_path(&self, index: u64) -> PathBuf {
+        self.dir.join("log").join(format!("{index:020}.json"))
+    }
+
+    fn remove(&self, index: u64) -> std::io::Result<()> {
+        match std::fs::remove_file(self.entry_path(index)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>> {
+        let inner = self.inner.lock().unwrap();
+        Ok(inner.entries.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>> {
+        let inner = self.inner.lock().unwrap();
+        let last = inner
+            .entries
+            .values()
+            .next_back()
+            .map(|e| e.log_id)
+            .or(inner.purged);
+        Ok(LogState {
+            last_purged_log_id: inner.purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<()> {
+        let b = serde_json::to_vec(vote).map_err(|e| io_err(e.into()))?;
+        write_atomic(&self.dir.join("vote.json"), &b).map_err(io_err)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>> {
+        read_json(&self.dir.join("vote.json")).map_err(io_err)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<()>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let res = (|| {
+            let mut inner = self.inner.lock().unwrap();
+            for e in entries {
+                use std::io::Write;
+                let mut f = std::fs::File::create(self.entry_path(e.log_id.index))?;
+                f.write_all(&serde_json::to_vec(&e)?)?;
+                f.sync_data()?;
+                inner.entries.insert(e.log_id.index, e);
+            }
+            std::fs::File::open(self.dir.join("log"))?.sync_all()
+        })();
+        let failed = res
+            .as_ref()
+            .err()
+            .map(|e| std::io::Error::new(e.kind(), e.to_string()));
+        callback.log_io_completed(res);
+        match failed {
+            Some(e) => Err(io_err(e)),
+            None => Ok(()),
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<()> {
+        let mut inner = self.inner.lock().unwrap();
+        let gone: Vec<u64> = inner
+            .entries
+            .range(log_id.index..)
+            .map(|(i, _)| *i)
+            .collect();
+        for i in gone.into_iter().rev() {
+            self.remove(i).map_err(io_err)?;
+            inner.entries.remove(&i);
+        }
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<()> {
+        let mut inner = self.inner.lock().unwrap();
+        let b = serde_json::to_vec(&log_id).map_err(|e| io_err(e.into()))?;
+        write_atomic(&self.dir.join("purged.json"), &b).map_err(io_err)?;
+        inner.purged = Some(log_id);
+        let gone: Vec<u64> = inner
+            .entries
+            .range(..=log_id.index)
+            .map(|(i, _)| *i)
+            .collect();
+        for i in gone {
+            self.remove(i).map_err(io_err)?;
+            inner.entries.remove(&i);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,186 @@
+//! The state machine: committed `Command`s applied in log order to the
+//! volumes, and Raft's membership (who the servers of the pool are). All
+//! of it is saved as one file after every batch (`machine.json`, replaced
+//! atomically): the state is small, and a restarted server starts from
+//! what it had applied. The snapshot is the same state at a log index
+//! (`snapshot.json`), sent whole to a server too far behind.
+
+use super::{io_err, Entry, LogId, Membership, NodeId, Snapshot, SnapshotMeta, TypeConfig};
+use crate::mgmt::state::{write_atomic, ClusterState};
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, RaftSnapshotBuilder, StorageError};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// What has been applied: up to which entry, the membership, the volumes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Applied {
+    pub last: Option<LogId>,
+    pub membership: Membership,
+    /// The volumes (`uuid` and `peers` are not replicated: empty here).
+    pub state: ClusterState,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Stored {
+    meta: SnapshotMeta,
+    state: ClusterState,
+}
+
+/// The state machine; clones share it (the snapshot builder).
+#[derive(Clone)]
+pub struct Machine {
+    dir: PathBuf,
+    applied: Arc<Mutex<Applied>>,
+    /// Bumped after every batch applied or snapshot installed.
+    changed: watch::Sender<u64>,
+    snapshot: Arc<Mutex<Option<Stored>>>,
+}
+
+type Result<T> = std::result::Result<T, StorageError<NodeId>>;
+
+impl Machine {
+    /// Opens the state machine in `dir`; `changed` is bumped after every
+    /// batch applied or snapshot installed.
+    pub fn open(dir: &Path, changed: watch::Sender<u64>) -> std::io::Result<Machine> {
+        let load = |name: &str| -> std::io::Result<Option<Vec<u8>>> {
+            match std::fs::read(dir.join(name)) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        let bad = |e: serde_json::Error| std::io::Error::other(format!("{}: {e}", dir.display()));
+        let applied = match load("machine.json")? {
+            Some(b) => serde_json::from_slice(&b).map_err(bad)?,
+            None => Applied::default(),
+        };
+        let snapshot = match load("snapshot.json")? {
+            Some(b) => Some(serde_json::from_slice(&b).map_err(bad)?),
+            None => None,
+        };
+        Ok(Machine {
+            dir: dir.to_path_buf(),
+            applied: Arc::new(Mutex::new(applied)),
+            changed,
+            snapshot: Arc::new(Mutex::new(snapshot)),
+        })
+    }
+
+    /// The applied state now.
+    pub fn applied(&self) -> Applied {
+        self.applied.lock().unwrap().clone()
+    }
+
+    /// Saves `a`, makes it the applied state, and tells the watchers.
+    fn save(&self, a: Applied) -> std::io::Result<()> {
+        write_atomic(
+            &self.dir.join("machine.json"),
+            &serde_json::to_vec_pretty(&a)?,
+        )?;
+        *self.applied.lock().unwrap() = a;
+        self.changed.send_modify(|n| *n += 1);
+        Ok(())
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Machine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot> {
+        let a = self.applied();
+        let meta = SnapshotMeta {
+            last_log_id: a.last,
+            last_membership: a.membership.clone(),
+            snapshot_id: format!(
+                "{}-{}",
+                a.last.map_or(0, |l| l.leader_id.term),
+                a.last.map_or(0, |l| l.index)
+            ),
+        };
+        let stored = Stored {
+            meta: meta.clone(),
+            state: a.state.clone(),
+        };
+        let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
+        write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
+        *self.snapshot.lock().unwrap() = Some(stored);
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(a.state),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for Machine {
+    type SnapshotBuilder = Machine;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership)> {
+        let a = self.applied.lock().unwrap();
+        Ok((a.last, a.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<super::Outcome>>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut a = self.applied();
+        let mut out = Vec::new();
+        for e in entries {
+            a.last = Some(e.log_id);
+            out.push(match e.payload {
+                EntryPayload::Blank => Ok(()),
+                EntryPayload::Normal(cmd) => {
+                    let r = cmd.apply(&mut a.state);
+                    if let Err(why) = &r {
+                        tracing::info!(index = e.log_id.index, "not applied: {cmd:?}: {why}");
+                    }
+                    r
+                }
+                EntryPayload::Membership(m) => {
+                    a.membership = Membership::new(Some(e.log_id), m);
+                    Ok(())
+                }
+            });
+        }
+        self.save(a).map_err(io_err)?;
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<ClusterState>> {
+        Ok(Box::default())
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        data: Box<ClusterState>,
+    ) -> Result<()> {
+        let a = Applied {
+            last: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+            state: *data,
+        };
+        let stored = Stored {
+            meta: meta.clone(),
+            state: a.state.clone(),
+        };
+        let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
+        write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
+        *self.snapshot.lock().unwrap() = Some(stored);
+        self.save(a).map_err(io_err)?;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>> {
+        Ok(self.snapshot.lock().unwrap().clone().map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(s.state),
+        }))
+    }
+}

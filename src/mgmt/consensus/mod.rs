@@ -1,0 +1,396 @@
+//! The replicated cluster state: a Raft log (openraft) over the pool's
+//! daemons. Every change of the volumes is a `Command` appended on the
+//! leader, committed once a majority of the voters has it on disk, and
+//! applied in log order on every server (`machine`). Membership is Raft's
+//! own: the voters (at most five, chosen by the leader: `Daemon::balance`)
+//! and the learners (every other server, which receive the log but do not
+//! vote). See docs/cluster.md.
+//!
+//! Layout: `log` the log and vote on disk, `machine` the applied state and
+//! snapshots, `network` the messages between daemons.
+
+mod log;
+mod machine;
+pub mod network;
+
+pub use machine::Applied;
+
+use crate::mgmt::command::Command;
+use crate::mgmt::state::{ClusterState, Peer};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, Config, ServerState, SnapshotPolicy};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What applying a command gave: done, or why not (e.g. the volume was
+/// deleted by a change committed just before).
+pub type Outcome = Result<(), String>;
+
+openraft::declare_raft_types!(
+    pub TypeConfig:
+        D = Command,
+        R = Outcome,
+        NodeId = u64,
+        Node = Peer,
+        SnapshotData = ClusterState,
+);
+
+pub type NodeId = u64;
+pub type Raft = openraft::Raft<TypeConfig>;
+type LogId = openraft::LogId<NodeId>;
+type Vote = openraft::Vote<NodeId>;
+type Entry = openraft::Entry<TypeConfig>;
+type Membership = openraft::StoredMembership<NodeId, Peer>;
+type SnapshotMeta = openraft::SnapshotMeta<NodeId, Peer>;
+type Snapshot = openraft::Snapshot<TypeConfig>;
+
+fn io_err(e: std::io::Error) -> openraft::StorageError<NodeId> {
+    openraft::StorageError::from_io_error(
+        openraft::ErrorSubject::Store,
+        openraft::ErrorVerb::Write,
+        e,
+    )
+}
+
+/// A server's Raft id, from its uuid.
+pub fn node_id(uuid: &str) -> NodeId {
+    let hex: String = uuid
+        .chars()
+        .filter(|c| c.is_ascii_hexdigit())
+        .take(16)
+        .collect();
+    u64::from_str_radix(&hex, 16).unwrap_or(0)
+}
+
+/// Raft's timing. A leader heartbeats every member twice a second; a
+/// follower that hears nothing for 1.5 to 3 s calls an election. The log
+/// is snapshotted every 500 entries.
+fn config() -> Arc<Config> {
+    let c = Config {
+        cluster_name: "mortar".into(),
+        heartbeat_interval: 500,
+        election_timeout_min: 1500,
+        election_timeout_max: 3000,
+        install_snapshot_timeout: 10_000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(500),
+        max_in_snapshot_log_to_keep: 100,
+        ..Default::default()
+    };
+    Arc::new(c.validate().expect("a valid raft config"))
+}
+
+/// How long a change may take to commit before the CLI is told it was not.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A leader that has not heard from a majority of voters for this long
+/// refuses changes at once (it is cut off).
+const QUORUM_ACK_MAX_MS: u64 = 1500;
+
+/// Why a change was not made.
+#[derive(Debug)]
+pub enum WriteError {
+    /// This server is not the leader; the leader, if one is known.
+    NotLeader(Option<Peer>),
+    /// The leader has not heard from a majority of voters lately.
+    NoQuorum,
+    /// Anything else (timeout, raft stopped), said plainly.
+    Failed(String),
+}
+
+/// The local member of the replicated state.
+pub struct Consensus {
+    dir: PathBuf,
+    me: Peer,
+    id: NodeId,
+    raft: Mutex<(Raft, machine::Machine)>,
+    changed: watch::Sender<u64>,
+}
+
+async fn open(
+    dir: &Path,
+    id: NodeId,
+    changed: &watch::Sender<u64>,
+) -> anyhow::Result<(Raft, machine::Machine)> {
+    std::fs::create_dir_all(dir)?;
+    let log = log::LogStore::open(dir)?;
+    let sm = machine::Machine::open(dir, changed.clone())?;
+    let raft = Raft::new(id, config(), network::Network, log, sm.clone()).await?;
+    Ok((raft, sm))
+}
+
+impl Consensus {
+    /// Opens the log in `dir` and starts Raft; a server that belongs to
+    /// no pool yet forms one of its own.
+    pub async fn start(dir: &Path, me: Peer) -> anyhow::Result<Arc<Consensus>> {
+        let id = node_id(&me.uuid);
+        let changed = watch::channel(0).0;
+        let pair = open(dir, id, &changed).await?;
+        let c = Arc::new(Consensus {
+            dir: dir.to_path_buf(),
+            me,
+            id,
+            raft: Mutex::new(pair),
+            changed,
+        });
+        c.alone_if_new().await?;
+        Ok(c)
+    }
+
+    async fn alone_if_new(&self) -> anyhow::Result<()> {
+        let raft = self.raft();
+        if !raft.is_initialized().await? {
+            let members = BTreeMap::from([(self.id, self.me.clone())]);
+            raft.initialize(members).await?;
+            tracing::info!(id = self.id, "a pool of one: this server");
+        }
+        Ok(())
+    }
+
+    pub fn raft(&self) -> Raft {
+        self.raft.lock().unwrap().0.clone()
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The applied state.
+    pub fn applied(&self) -> Applied {
+        self.raft.lock().unwrap().1.applied()
+    }
+
+    /// Wakes on every change of the applied state.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Forgets the whole replicated state and starts over empty, waiting to
+    /// be added to a pool (`join`) or, with `alone`, as a pool of one.
+    pub async fn reset(&self, alone: bool) -> anyhow::Result<()> {
+        let old = self.raft();
+        let _ = old.shutdown().await;
+        std::fs::remove_dir_all(&self.dir)?;
+        let pair = open(&self.dir, self.id, &self.changed).await?;
+        *self.raft.lock().unwrap() = pair;
+        self.changed.send_modify(|n| *n += 1);
+        if alone {
+            self.alone_if_new().await?;
+        }
+        Ok(())
+    }
+
+    /// The leader as this server knows it.
+    pub fn leader(&self) -> Option<(NodeId, Peer)> {
+        let raft = self.raft();
+        let m = raft.metrics();
+        let m = m.borrow();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?.clone();
+        Some((id, node))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        let raft = self.raft();
+        let m = raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader
+    }
+
+    /// The voters and the learners, by id.
+    pub fn roles(&self) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
+        let a = self.applied();
+        let m = a.membership.membership();
+        (m.voter_ids().collect(), m.learner_ids().collect())
+    }
+
+    /// Every member, with its id.
+    pub fn members(&self) -> Vec<(NodeId, Peer)> {
+        let a = self.applied();
+        a.membership
+            .membership()
+            .nodes()
+            .map(|(i, p)| (*i, p.clone()))
+            .collect()
+    }
+
+    /// Whether this server may commit a change now: it is the leader and
+    /// has heard from a majority of the voters lately.
+    pub fn may_write(&self) -> Result<(), WriteError> {
+        let raft = self.raft();
+        let m = raft.metrics();
+        let m = m.borrow();
+        if m.state != ServerState::Leader {
+            drop(m);
+            return Err(WriteError::NotLeader(self.leader().map(|l| l.1)));
+        }
+        if m.millis_since_quorum_ack
+            .is_none_or(|ms| ms > QUORUM_ACK_MAX_MS)
+        {
+            return Err(WriteError::NoQuorum);
+        }
+        Ok(())
+    }
+
+    /// Commits `cmd` (on the leader only) and says at which log index, or
+    /// why not. Applying it may still have refused it: the outcome.
+    pub async fn write(&self, cmd: Command) -> Result<(u64, Outcome), WriteError> {
+        self.may_write()?;
+        let raft = self.raft();
+        match tokio::time::timeout(COMMIT_TIMEOUT, raft.client_write(cmd)).await {
+            Ok(Ok(r)) => Ok((r.log_id.index, r.data)),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(WriteError::NotLeader(f.leader_node))
+            }
+            Ok(Err(e)) => Err(WriteError::Failed(e.to_string())),
+            Err(_) => Err(WriteError::Failed(format!(
+                "the change was not committed within {} s: a majority of the voters did not confirm it (it is applied only if they do once they are reachable again)",
+                COMMIT_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    /// Adds a server as a learner and waits until it has the log.
+    pub async fn add_learner(&self, peer: Peer) -> Result<(), String> {
+        let id = node_id(&peer.uuid);
+        let raft = self.raft();
+        match tokio::time::timeout(COMMIT_TIMEOUT, raft.add_learner(id, peer, true)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the new server did not catch up in time".into()),
+        }
+    }
+
+    /// Changes the membership (voters, or removing servers).
+    pub async fn change(
+        &self,
+        change: ChangeMembers<NodeId, Peer>,
+        retain: bool,
+    ) -> Result<(), String> {
+        let raft = self.raft();
+        match tokio::time::timeout(COMMIT_TIMEOUT, raft.change_membership(change, retain)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the membership change was not committed in time".into()),
+        }
+    }
+
+    /// Waits (a while) until this server has applied log index `index`.
+    pub async fn applied_at_least(&self, index: u64) -> bool {
+        let mut rx = self.subscribe();
+        let done = |c: &Consensus| c.applied().last.is_some_and(|l| l.index >= index);
+        let wait = async {
+            while !done(self) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), wait).await;
+        done(self)
+    }
+
+    /// The last index committed on the leader (asked of the leader when
+    /// this server is not it): what an up-to-date read must have applied.
+    pub async fn read_index(&self) -> Result<u64, String> {
+        let raft = self.raft();
+        match tokio::time::timeout(COMMIT_TIMEOUT, raft.ensure_linearizable()).await {
+            Ok(Ok(l)) => Ok(l.map_or(0, |l| l.index)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("a majority of the voters did not confirm the leader in time".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mgmt::state::{Brick, VolStatus, Volume};
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+    use openraft::{CommittedLeaderId, EntryPayload, RaftLogReader, RaftSnapshotBuilder};
+
+    fn vol(name: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            id: "id".into(),
+            replica: 1,
+            transport: "tcp".into(),
+            bricks: vec![Brick {
+                host: "h".into(),
+                path: "/b".into(),
+            }],
+            status: VolStatus::Created,
+            options: Default::default(),
+            version: 1,
+            arbiter: 0,
+        }
+    }
+
+    fn entry(term: u64, index: u64, cmd: Command) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(cmd),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_log_survives_a_reopen_and_is_truncated_and_purged_on_disk() {
+        let d = tempfile::tempdir().unwrap();
+        let mut log = log::LogStore::open(d.path()).unwrap();
+        let entries: Vec<Entry> = (1..=5)
+            .map(|i| entry(1, i, Command::AddVolume(vol(&format!("v{i}")))))
+            .collect();
+        log.blocking_append(entries).await.unwrap();
+        log.save_vote(&Vote::new(3, 7)).await.unwrap();
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 4))
+            .await
+            .unwrap();
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 1))
+            .await
+            .unwrap();
+        let mut back = log::LogStore::open(d.path()).unwrap();
+        let st = back.get_log_state().await.unwrap();
+        assert_eq!(st.last_purged_log_id.unwrap().index, 1);
+        assert_eq!(st.last_log_id.unwrap().index, 3);
+        let got = back.try_get_log_entries(0..10).await.unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+            [2, 3]
+        );
+        assert_eq!(back.read_vote().await.unwrap(), Some(Vote::new(3, 7)));
+    }
+
+    #[tokio::test]
+    async fn the_machine_applies_in_order_and_a_snapshot_brings_another_to_the_same_state() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut a = machine::Machine::open(d1.path(), watch::channel(0).0).unwrap();
+        let set = Command::SetOption {
+            volume: "v".into(),
+            key: "k".into(),
+            value: "1".into(),
+        };
+        let out = a
+            .apply(vec![
+                entry(1, 1, set.clone()),
+                entry(1, 2, Command::AddVolume(vol("v"))),
+                entry(1, 3, set),
+            ])
+            .await
+            .unwrap();
+        // Refused where the volume did not exist yet, applied after.
+        assert!(out[0].is_err() && out[1].is_ok() && out[2].is_ok());
+        let reopened = machine::Machine::open(d1.path(), watch::channel(0).0).unwrap();
+        assert_eq!(reopened.applied().state.volumes["v"].options["k"], "1");
+        assert_eq!(reopened.applied().last.unwrap().index, 3);
+
+        let snap = a.build_snapshot().await.unwrap();
+        let mut b = machine::Machine::open(d2.path(), watch::channel(0).0).unwrap();
+        b.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
+        let got = machine::Machine::open(d2.path(), watch::channel(0).0).unwrap();
+        assert_eq!(got.applied().state.volumes, a.applied().state.volumes);
+        assert_eq!(got.applied().last, a.applied().last);
+        let mut got = got;
+        assert!(got.get_current_snapshot().await.unwrap().is_some());
+    }
+}

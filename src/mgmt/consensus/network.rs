@@ -1,0 +1,226 @@
+//! Raft's messages between daemons, over the management RPC: each is a
+//! `Request::Raft` line on a connection kept open per peer (reopened after
+//! an error), answered by a `Response::Raft` line.
+
+use super::{NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use crate::mgmt::rpc::{Request, Response};
+use crate::mgmt::state::{ClusterState, Peer};
+use openraft::error::{
+    Fatal, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// A Raft message and the server it is for: a daemon whose state was
+/// wiped since (it has another id now) must not take part in a pool it
+/// no longer belongs to.
+#[derive(Serialize, Deserialize)]
+pub struct Envelope {
+    pub to: NodeId,
+    pub msg: Message,
+}
+
+/// A Raft message from one daemon to another.
+#[derive(Serialize, Deserialize)]
+pub enum Message {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot {
+        vote: Vote,
+        meta: SnapshotMeta,
+        state: ClusterState,
+    },
+}
+
+/// The answer to a `Message`.
+#[derive(Serialize, Deserialize)]
+pub enum Reply {
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    Snapshot(Result<SnapshotResponse<NodeId>, Fatal<NodeId>>),
+}
+
+/// Hands a message received from a peer to the local Raft (`me`), or
+/// says why not.
+pub async fn serve(raft: &Raft, me: NodeId, e: Envelope) -> Result<Reply, String> {
+    if e.to != me {
+        return Err(format!(
+            "this server is no longer member {} of the pool (it is {me} now: its state was reset); probe it again",
+            e.to
+        ));
+    }
+    Ok(match e.msg {
+        Message::Append(r) => Reply::Append(raft.append_entries(r).await),
+        Message::Vote(r) => Reply::Vote(raft.vote(r).await),
+        Message::Snapshot { vote, meta, state } => {
+            let snap = Snapshot {
+                meta,
+                snapshot: Box::new(state),
+            };
+            Reply::Snapshot(raft.install_full_snapshot(vote, snap).await)
+        }
+    })
+}
+
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Link;
+
+    async fn new_client(&mut self, target: NodeId, node: &Peer) -> Link {
+        Link {
+            target,
+            addr: node.mgmt.clone(),
+            conn: None,
+        }
+    }
+}
+
+/// The connection to one peer.
+pub struct Link {
+    target: NodeId,
+    addr: String,
+    conn: Option<(BufReader<OwnedReadHalf>, OwnedWriteHalf)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Failed(String);
+
+enum SendError {
+    /// Not connected: the peer is down or cut off.
+    Unreachable(Failed),
+    /// Connected, but the exchange failed.
+    Network(Failed),
+}
+
+impl Link {
+    async fn send(&mut self, m: Message, ttl: Duration) -> Result<Reply, SendError> {
+        let m = Envelope {
+            to: self.target,
+            msg: m,
+        };
+        let go = async {
+            if self.conn.is_none() {
+                let s = TcpStream::connect(&self.addr)
+                    .await
+                    .map_err(|e| SendError::Unreachable(Failed(format!("{}: {e}", self.addr))))?;
+                let _ = s.set_nodelay(true);
+                let (rd, wr) = s.into_split();
+                self.conn = Some((BufReader::new(rd), wr));
+            }
+            let (rd, wr) = self.conn.as_mut().unwrap();
+            let net = |e: String| SendError::Network(Failed(e));
+            let msg = serde_json::to_value(&m).map_err(|e| net(e.to_string()))?;
+            let mut line =
+                serde_json::to_vec(&Request::Raft(msg)).map_err(|e| net(e.to_string()))?;
+            line.push(b'\n');
+            wr.write_all(&line).await.map_err(|e| net(e.to_string()))?;
+            let mut answer = String::new();
+            rd.read_line(&mut answer)
+                .await
+                .map_err(|e| net(e.to_string()))?;
+            match serde_json::from_str::<Response>(&answer) {
+                Ok(Response::Raft(v)) => serde_json::from_value(v).map_err(|e| net(e.to_string())),
+                Ok(Response::Err(e)) => Err(net(e)),
+                Ok(other) => Err(net(format!("unexpected answer {other:?}"))),
+                Err(_) if answer.is_empty() => Err(net("connection closed".into())),
+                Err(e) => Err(net(e.to_string())),
+            }
+        };
+        let res = match tokio::time::timeout(ttl, go).await {
+            Ok(r) => r,
+            Err(_) => Err(SendError::Network(Failed(format!(
+                "{} did not answer within {ttl:?}",
+                self.addr
+            )))),
+        };
+        if res.is_err() {
+            self.conn = None;
+        }
+        res
+    }
+
+    fn rpc_error<E: std::error::Error>(e: SendError) -> RPCError<NodeId, Peer, E> {
+        match e {
+            SendError::Unreachable(f) => RPCError::Unreachable(Unreachable::new(&f)),
+            SendError::Network(f) => RPCError::Network(NetworkError::new(&f)),
+        }
+    }
+}
+
+type Rpc<T, E = openraft::error::Infallible> =
+    Result<T, RPCError<NodeId, Peer, RaftError<NodeId, E>>>;
+
+impl RaftNetwork<TypeConfig> for Link {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<AppendEntriesResponse<NodeId>> {
+        match self.send(Message::Append(rpc), option.hard_ttl()).await {
+            Ok(Reply::Append(r)) => {
+                r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(_) => Err(Self::rpc_error(SendError::Network(Failed(
+                "mismatched reply".into(),
+            )))),
+            Err(e) => Err(Self::rpc_error(e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Rpc<VoteResponse<NodeId>> {
+        match self.send(Message::Vote(rpc), option.hard_ttl()).await {
+            Ok(Reply::Vote(r)) => {
+                r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(_) => Err(Self::rpc_error(SendError::Network(Failed(
+                "mismatched reply".into(),
+            )))),
+            Err(e) => Err(Self::rpc_error(e)),
+        }
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        let m = Message::Snapshot {
+            vote,
+            meta: snapshot.meta,
+            state: *snapshot.snapshot,
+        };
+        let sent = tokio::select! {
+            r = self.send(m, option.hard_ttl()) => r,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        match sent {
+            Ok(Reply::Snapshot(r)) => {
+                r.map_err(|e| StreamingError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(_) => Err(StreamingError::Network(NetworkError::new(&Failed(
+                "mismatched reply".into(),
+            )))),
+            Err(SendError::Unreachable(f)) => {
+                Err(StreamingError::Unreachable(Unreachable::new(&f)))
+            }
+            Err(SendError::Network(f)) => Err(StreamingError::Network(NetworkError::new(&f))),
+        }
+    }
+}

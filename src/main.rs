@@ -4,8 +4,8 @@ use mortar::mount::{self, MountArgs};
 use std::process::ExitCode;
 
 fn init_logs() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("MORTAR_LOG").unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MORTAR_LOG")
+        .unwrap_or_else(|_| "info,openraft=warn".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -38,6 +38,28 @@ impl XlDesc {
         self.params.get(key).map(String::as_str)
     }
 
+    /// This graph with only the replica sets `keep` accepts (by their
+    /// bricks' hosts); None if none is left. A self-heal daemon needs the
+    /// sets with a brick on its own server, not the whole volume.
+    pub fn keep_sets(&self, keep: &dyn Fn(&[&str]) -> bool) -> Option<XlDesc> {
+        if self.kind == "cluster/replicate" {
+            let hosts: Vec<&str> = self.walk().iter().filter_map(|x| x.param("host")).collect();
+            return keep(&hosts).then(|| self.clone());
+        }
+        if self.children.is_empty() {
+            return Some(self.clone());
+        }
+        let children: Vec<XlDesc> = self
+            .children
+            .iter()
+            .filter_map(|c| c.keep_sets(keep))
+            .collect();
+        (!children.is_empty()).then(|| XlDesc {
+            children,
+            ..self.clone()
+        })
+    }
+
     /// This translator and all below it, parents before children.
     pub fn walk(&self) -> Vec<&XlDesc> {
         let mut out = vec![self];

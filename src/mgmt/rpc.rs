@@ -103,7 +103,7 @@ pub enum Request {
     PeerJoin {
         me: Peer,
     },
-    /// A peer's daemon is alive; answered `Ok`.
+    /// A peer's daemon is alive; answered `Liveness`.
     Heartbeat {
         from: String,
     },
@@ -239,6 +239,9 @@ pub enum Response {
     },
     /// The leader's committed index (`ReadIndex`).
     Index(u64),
+    /// The answer to a heartbeat: how long ago the answering daemon last
+    /// heard from each server it knows (uuid, milliseconds).
+    Liveness(Vec<(String, u64)>),
 }
 
 /// How long clients and bricks wait before asking their daemon again when

@@ -286,6 +286,17 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill_daemon();
         self.kill_orphan_bricks();
+        if std::thread::panicking() {
+            // Keep the logs and bricks of a failed test (the directory goes).
+            let keep = std::env::temp_dir().join(format!("mortar-failed-{}", self.ip));
+            let _ = std::fs::create_dir_all(&keep);
+            sh(&format!(
+                "cp -a {}/. {} 2>/dev/null",
+                self.dir.path().display(),
+                keep.display()
+            ));
+            eprintln!("logs of {} kept in {}", self.ip, keep.display());
+        }
     }
 }
 
@@ -429,9 +440,18 @@ pub fn heal_pending(c: &Cluster, vol: &str) -> Option<usize> {
 
 /// Waits until self-heal has nothing left, by itself.
 pub fn wait_healed(c: &Cluster, vol: &str, timeout: Duration) {
-    wait_for("self-heal to finish", timeout, || {
-        heal_pending(c, vol) == Some(0)
-    });
+    let deadline = Instant::now() + timeout;
+    while heal_pending(c, vol) != Some(0) {
+        if Instant::now() > deadline {
+            let o = c.cli(&["--json", "volume", "heal", vol, "info"]);
+            panic!(
+                "timed out waiting for self-heal to finish; heal info says: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The pid of brick `i` of a volume.

@@ -216,27 +216,40 @@ impl Consensus {
     }
 
     /// Whether this server may commit a change now: it is the leader and
-    /// has heard from a majority of the voters lately.
-    pub fn may_write(&self) -> Result<(), WriteError> {
+    /// has heard from a majority of the voters lately. A leader just
+    /// elected has not heard from them yet: it is given a moment.
+    pub async fn may_write(&self) -> Result<(), WriteError> {
         let raft = self.raft();
-        let m = raft.metrics();
-        let m = m.borrow();
-        if m.state != ServerState::Leader {
-            drop(m);
-            return Err(WriteError::NotLeader(self.leader().map(|l| l.1)));
+        let mut rx = raft.metrics();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(QUORUM_ACK_MAX_MS);
+        loop {
+            {
+                let m = rx.borrow_and_update();
+                if m.state != ServerState::Leader {
+                    drop(m);
+                    return Err(WriteError::NotLeader(self.leader().map(|l| l.1)));
+                }
+                let alone = m.membership_config.membership().voter_ids().eq([self.id]);
+                match m.millis_since_quorum_ack {
+                    _ if alone => return Ok(()),
+                    Some(ms) if ms <= QUORUM_ACK_MAX_MS => return Ok(()),
+                    Some(_) => return Err(WriteError::NoQuorum),
+                    None => {}
+                }
+            }
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                return Err(WriteError::NoQuorum);
+            }
         }
-        if m.millis_since_quorum_ack
-            .is_none_or(|ms| ms > QUORUM_ACK_MAX_MS)
-        {
-            return Err(WriteError::NoQuorum);
-        }
-        Ok(())
     }
 
     /// Commits `cmd` (on the leader only) and says at which log index, or
     /// why not. Applying it may still have refused it: the outcome.
     pub async fn write(&self, cmd: Command) -> Result<(u64, Outcome), WriteError> {
-        self.may_write()?;
+        self.may_write().await?;
         let raft = self.raft();
         match tokio::time::timeout(COMMIT_TIMEOUT, raft.client_write(cmd)).await {
             Ok(Ok(r)) => Ok((r.log_id.index, r.data)),

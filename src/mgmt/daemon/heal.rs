@@ -31,14 +31,18 @@ impl Daemon {
                 want.insert(v.name.clone(), (v.clone(), local));
             }
         }
+        // Each healer connects to the replica sets with a brick here only
+        // (not to every brick of the volume: at 300 servers that made
+        // 90,000 connections).
         let descs: HashMap<String, crate::graph::VolDesc> = want
             .iter()
-            .map(|(name, (v, _))| {
+            .filter_map(|(name, (v, local))| {
                 let port = self.cfg.listen.port();
-                (
-                    name.clone(),
-                    volgen::generate(st, v, &self.me.host, &self.me.mgmt, port),
-                )
+                let mut d = volgen::generate(st, v, &self.me.host, &self.me.mgmt, port);
+                d.top = d
+                    .top
+                    .keep_sets(&|hosts| hosts.iter().any(|h| local.iter().any(|l| l == h)))?;
+                Some((name.clone(), d))
             })
             .collect();
         let mut healers = self.healers.lock().unwrap();
@@ -54,7 +58,9 @@ impl Daemon {
             if healers.contains_key(&name) {
                 continue;
             }
-            let desc = &descs[&name];
+            let Some(desc) = descs.get(&name) else {
+                continue;
+            };
             match Healer::new(desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
                 Ok(h) => {
                     tracing::info!(volume = %name, "self-heal daemon started");
@@ -78,16 +84,36 @@ impl Daemon {
         if v.replica < 2 {
             return err(format!("Volume {name} is not of type replicate"));
         }
+        // The resident healer covers the sets with a brick here; what is
+        // about every brick (info, split-brain) needs the whole volume.
+        let whole = matches!(
+            op,
+            HealOp::Info
+                | HealOp::InfoSummary
+                | HealOp::InfoSplitBrain
+                | HealOp::SplitBrain { .. }
+                | HealOp::Full
+        );
+        let full_top = volgen::generate(
+            &self.state.lock().unwrap().clone(),
+            &v,
+            &self.me.host,
+            &self.me.mgmt,
+            self.cfg.listen.port(),
+        )
+        .top;
         let running = self
             .healers
             .lock()
             .unwrap()
             .get(&name)
+            .filter(|(top, _, _)| !whole || *top == full_top)
             .map(|(_, h, _)| h.clone());
         let healer = match running {
             Some(h) => h,
             None => {
-                // No brick here: a healer of our own just to look.
+                // No brick here, or not all of them: a healer of the whole
+                // volume just for this.
                 let st = self.state.lock().unwrap().clone();
                 let desc = volgen::generate(
                     &st,

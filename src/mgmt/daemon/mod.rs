@@ -308,7 +308,7 @@ impl Daemon {
             }
             Request::Heartbeat { from } => {
                 self.seen(&from);
-                Response::Ok(String::new())
+                Response::Liveness(self.heard_table())
             }
             Request::VolumeInfo { name } => {
                 let st = self.state.lock().unwrap();
@@ -492,19 +492,27 @@ impl Daemon {
         }
     }
 
-    /// Makes a change on the leader: here, or passed to it.
+    /// Makes a change on the leader: here, or passed to it. While no
+    /// leader answers (one just died: the others elect another within
+    /// `ELECTION_WAIT`), it waits for one.
     async fn change_anywhere(self: Arc<Self>, req: Request) -> Result<String, String> {
-        let mut tries = 0;
+        let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
         loop {
             if self.consensus.is_leader() {
                 return self.change_here(req).await;
             }
+            let waited = tokio::time::Instant::now() > deadline;
             let Some((_, leader)) = self.consensus.leader() else {
-                return Err(format!(
-                    "{} knows no leader of the pool (an election is under way, or this server is cut off): no change was made. {}",
-                    self.me.host,
-                    self.unreachable_voters()
-                ));
+                if waited {
+                    return Err(format!(
+                        "{} knows no leader of the pool (no election won within {} s: this server is cut off, or most voters are down): no change was made. {}",
+                        self.me.host,
+                        ELECTION_WAIT.as_secs(),
+                        self.unreachable_voters()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
             };
             match rpc::call(&leader.mgmt, &Request::Leader(Box::new(req.clone()))).await {
                 Ok(Response::Committed { msg, index }) => {
@@ -512,12 +520,12 @@ impl Daemon {
                     self.refresh();
                     return Ok(msg);
                 }
-                Ok(Response::Err(e)) if e == NOT_LEADER && tries < 3 => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok(Response::Err(e)) if e == NOT_LEADER && !waited => {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
                 }
                 Ok(Response::Err(e)) => return Err(e),
                 Ok(other) => return Err(format!("unexpected answer {other:?}")),
+                Err(_) if !waited => tokio::time::sleep(Duration::from_millis(300)).await,
                 Err(e) => {
                     return Err(format!(
                         "cannot reach the leader of the pool ({}): {e}; no change was made. {}",
@@ -533,7 +541,7 @@ impl Daemon {
     async fn change_here(self: &Arc<Self>, req: Request) -> Result<String, String> {
         let _g = self.op_lock.lock().await;
         let what = format!("{req:?}");
-        if let Err(e) = self.consensus.may_write() {
+        if let Err(e) = self.consensus.may_write().await {
             return Err(self.refusal(e));
         }
         match self.change(req).await {
@@ -578,6 +586,9 @@ impl Daemon {
 }
 
 const NOT_LEADER: &str = "not the leader of the pool";
+/// How long a change waits for a leader to be elected (Raft's election
+/// timeout is 1.5 to 3 s).
+const ELECTION_WAIT: Duration = Duration::from_secs(6);
 
 fn mgmt_self(cfg: &Config) -> String {
     if cfg.listen.ip().is_unspecified() {

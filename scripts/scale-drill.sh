@@ -4,9 +4,10 @@
 # one by one, then a volume of N bricks (replica 3, N a multiple of 3) is
 # created, started, mounted, written, has an option set and its status
 # read. Prints how long each management command took, the TCP connections
-# accepted on this machine meanwhile (management requests, brick and
-# heartbeat connections: every management request is a connection of its
-# own), and the daemons' memory and CPU.
+# accepted and TCP segments received on this machine meanwhile (management
+# requests and heartbeats are a connection each; Raft's messages travel on
+# connections kept open, so segments count them), and the daemons' memory
+# and CPU.
 #
 # Usage: scripts/scale-drill.sh       (env: MORTAR=path/to/mortar N=12 DIR=/var/tmp/mortar-scale)
 set -euo pipefail
@@ -28,12 +29,14 @@ rm -rf "$D" && mkdir -p "$D/mnt"
 ms() { date +%s%N | cut -c1-13; }
 # TCP connections accepted on this machine so far.
 msgs() { awk '/^Tcp:/ { if (h) { print $6; exit } h = 1 }' /proc/net/snmp; }
+# TCP segments received on this machine so far.
+segs() { awk '/^Tcp:/ { if (h) { print $11; exit } h = 1 }' /proc/net/snmp; }
 timed() {
     local what=$1; shift
-    local m0 t0
-    m0=$(msgs); t0=$(ms)
+    local m0 s0 t0
+    m0=$(msgs); s0=$(segs); t0=$(ms)
     "$@" >/dev/null
-    echo "$what: $(( $(ms) - t0 )) ms, $(( $(msgs) - m0 )) connections"
+    echo "$what: $(( $(ms) - t0 )) ms, $(( $(msgs) - m0 )) connections, $(( $(segs) - s0 )) segments"
 }
 
 for i in $(seq 0 $(( N - 1 ))); do
@@ -45,24 +48,31 @@ for i in $(seq 0 $(( N - 1 ))); do
     for _ in $(seq 100); do "$B" --server "$(ip "$i"):$P" volume list >/dev/null 2>&1 && break; sleep 0.05; done
 done
 S="--server $(ip 0):$P"
-t0=$(ms)
+t0=$(ms); slowest=0
 for i in $(seq 1 $(( N - 1 ))); do
+    p0=$(ms)
     "$B" $S peer probe "$(ip "$i")" >/dev/null
+    p=$(( $(ms) - p0 )); (( p > slowest )) && slowest=$p
 done
-echo "$N servers: probing $(( N - 1 )) peers one by one: $(( $(ms) - t0 )) ms in all"
+echo "$N servers: probing $(( N - 1 )) peers one by one: $(( $(ms) - t0 )) ms in all, the last $p ms, the slowest $slowest ms"
 bricks=$(for i in $(seq 0 $(( N - 1 ))); do echo -n "$(ip "$i"):$D/s$i/brick/sc "; done)
 # shellcheck disable=SC2086
 timed "volume create ($N bricks, replica 3)" "$B" $S volume create sc replica 3 $bricks force
 timed "volume start" "$B" $S volume start sc
 "$B" mount --port $P "$(ip 0)":/sc "$D/mnt" --log-file "$D/client.log"
 t0=$(ms)
-for f in $(seq 1 $(( N * 10 ))); do echo "$f" > "$D/mnt/f$f"; done
-echo "wrote $(( N * 10 )) files through the mount: $(( $(ms) - t0 )) ms"
+# 10 files per server, at most 600 (a create looks its name up on every
+# replica set until the distribute issue: 3,000 files at 300 servers take
+# minutes).
+F=$(( N * 10 < 600 ? N * 10 : 600 ))
+for f in $(seq 1 $F); do echo "$f" > "$D/mnt/f$f"; done
+echo "wrote $F files through the mount: $(( $(ms) - t0 )) ms"
 timed "volume set" "$B" $S volume set sc network.ping-timeout 30
 timed "volume status" "$B" $S volume status sc
 timed "peer status" "$B" $S peer status
-m0=$(msgs); sleep 2
-echo "idle (heartbeats): $(( ($(msgs) - m0) / 2 )) connections per second"
+timed "volume info --up-to-date (on the last server)" "$B" --server "$(ip $(( N - 1 ))):$P" volume info sc --up-to-date
+m0=$(msgs); s0=$(segs); sleep 2
+echo "idle (heartbeats): $(( ($(msgs) - m0) / 2 )) connections and $(( ($(segs) - s0) / 2 )) segments per second"
 rss=0; cpu=0
 for pid in $(pgrep -f "mortar daemon .*state-dir $D/"); do
     rss=$(( rss + $(awk '/VmRSS/ {print $2}' /proc/"$pid"/status) ))

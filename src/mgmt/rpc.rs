@@ -239,9 +239,13 @@ pub enum Response {
     },
     /// The leader's committed index (`ReadIndex`).
     Index(u64),
-    /// The answer to a heartbeat: how long ago the answering daemon last
-    /// heard from each server it knows (uuid, milliseconds).
-    Liveness(Vec<(String, u64)>),
+    /// The answer to a heartbeat: the answering daemon heard from every
+    /// server it knows within `within_ms`, except the `later` ones (uuid,
+    /// milliseconds ago; None: never). Small when all is well.
+    Liveness {
+        within_ms: u64,
+        later: Vec<(String, Option<u64>)>,
+    },
 }
 
 /// How long clients and bricks wait before asking their daemon again when

@@ -143,23 +143,21 @@ impl Daemon {
     }
 
     pub(super) async fn status_of(self: &Arc<Self>, vol: &Volume) -> Vec<BrickStatus> {
-        let mut out = Vec::new();
-        let mut hosts: Vec<&str> = vol.bricks.iter().map(|b| b.host.as_str()).collect();
+        let mut hosts: Vec<String> = vol.bricks.iter().map(|b| b.host.clone()).collect();
+        hosts.sort();
         hosts.dedup();
-        let mut seen = std::collections::HashSet::new();
-        for h in hosts {
-            if !seen.insert(h) {
-                continue;
-            }
-            if let Response::Bricks(bs) = self
-                .on_host(
-                    h,
-                    Request::LocalStatus {
-                        volume: vol.name.clone(),
-                    },
-                )
-                .await
-            {
+        let reqs = hosts
+            .into_iter()
+            .map(|h| {
+                let r = Request::LocalStatus {
+                    volume: vol.name.clone(),
+                };
+                (h, r)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for r in self.on_hosts(reqs).await {
+            if let Response::Bricks(bs) = r {
                 out.extend(bs);
             }
         }

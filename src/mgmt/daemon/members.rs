@@ -62,15 +62,26 @@ impl Daemon {
         }
     }
 
-    /// When this daemon last heard from each server (ms ago), itself
-    /// included (now): what it answers a heartbeat with.
-    pub(super) fn heard_table(&self) -> Vec<(String, u64)> {
+    /// When this daemon last heard from the servers it knows: what it
+    /// answers a heartbeat with. Those heard from within two beats are
+    /// summed up as one figure; the others are named.
+    pub(super) fn heard_table(&self) -> Response {
+        let fresh = (2 * BEAT).as_millis() as u64;
+        let peers = self.state.lock().unwrap().peers.clone();
         let liveness = self.liveness.lock().unwrap();
-        liveness
-            .iter()
-            .filter_map(|(u, l)| Some((u.clone(), l.heard?.elapsed().as_millis() as u64)))
-            .chain(std::iter::once((self.me.uuid.clone(), 0)))
-            .collect()
+        let mut within_ms = 0;
+        let mut later = Vec::new();
+        for p in peers {
+            let ago = liveness
+                .get(&p.uuid)
+                .and_then(|l| l.heard)
+                .map(|h| h.elapsed().as_millis() as u64);
+            match ago {
+                Some(ms) if ms <= fresh => within_ms = within_ms.max(ms),
+                ago => later.push((p.uuid, ago)),
+            }
+        }
+        Response::Liveness { within_ms, later }
     }
 
     /// Each peer with whether it is connected and when it was last heard
@@ -129,13 +140,17 @@ impl Daemon {
                         from: me.me.uuid.clone(),
                     };
                     let answer = tokio::time::timeout(GONE / 2, rpc::call(&p.mgmt, &req)).await;
-                    if let Ok(Ok(Response::Liveness(table))) = answer {
+                    if let Ok(Ok(Response::Liveness { within_ms, later })) = answer {
                         let now = Instant::now();
                         me.seen_at(&p.uuid, now);
-                        for (uuid, ms) in table {
-                            if uuid != me.me.uuid {
-                                let t = now.checked_sub(Duration::from_millis(ms));
-                                me.seen_at(&uuid, t.unwrap_or(now));
+                        let ago =
+                            |ms: u64| now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
+                        let peers = me.state.lock().unwrap().peers.clone();
+                        for q in peers.iter().filter(|q| q.uuid != p.uuid) {
+                            match later.iter().find(|(u, _)| *u == q.uuid) {
+                                Some((_, Some(ms))) => me.seen_at(&q.uuid, ago(*ms)),
+                                Some((_, None)) => {}
+                                None => me.seen_at(&q.uuid, ago(within_ms)),
                             }
                         }
                     }

@@ -160,23 +160,20 @@ impl Daemon {
                         status: VolStatus::Started,
                     })
                     .await?;
-                for h in v
-                    .bricks
-                    .iter()
-                    .map(|b| b.host.clone())
-                    .collect::<std::collections::BTreeSet<_>>()
-                {
-                    let _ = self
-                        .on_host(
-                            &h,
-                            Request::BricksRun {
-                                volume: name.clone(),
-                                force,
-                                after: Some(after),
-                            },
-                        )
-                        .await;
-                }
+                let hosts: std::collections::BTreeSet<String> =
+                    v.bricks.iter().map(|b| b.host.clone()).collect();
+                let runs = hosts
+                    .into_iter()
+                    .map(|h| {
+                        let r = Request::BricksRun {
+                            volume: name.clone(),
+                            force,
+                            after: Some(after),
+                        };
+                        (h, r)
+                    })
+                    .collect();
+                self.on_hosts(runs).await;
                 // Report bricks that do not come up, but keep trying them.
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
                 loop {
@@ -222,11 +219,7 @@ impl Daemon {
                 if v.status == VolStatus::Started {
                     return Err(format!("Volume {name} has been started.Volume needs to be stopped before deletion."));
                 }
-                for b in &v.bricks {
-                    let _ = self
-                        .on_host(&b.host, Request::BrickRelease { brick: b.clone() })
-                        .await;
-                }
+                self.release(&v.bricks).await;
                 self.execute(Command::RemoveVolume { volume: name }).await?;
                 Ok(String::new())
             }
@@ -254,6 +247,15 @@ impl Daemon {
             }
             other => Err(format!("unexpected request {other:?}")),
         }
+    }
+
+    /// Takes the volume id off bricks (a volume deleted, or not created).
+    async fn release(self: &Arc<Self>, bricks: &[Brick]) {
+        let reqs = bricks
+            .iter()
+            .map(|b| (b.host.clone(), Request::BrickRelease { brick: b.clone() }))
+            .collect();
+        self.on_hosts(reqs).await;
     }
 
     /// Takes a server out of the pool's membership (a voter gives its
@@ -345,49 +347,48 @@ impl Daemon {
                 }
             }
         }
-        for b in &parsed {
-            match self
-                .on_host(
-                    &b.host,
-                    Request::BrickCheck {
-                        brick: b.clone(),
-                        volume: name.clone(),
-                        force,
-                    },
-                )
-                .await
-            {
+        let checks = parsed
+            .iter()
+            .map(|b| {
+                let r = Request::BrickCheck {
+                    brick: b.clone(),
+                    volume: name.clone(),
+                    force,
+                };
+                (b.host.clone(), r)
+            })
+            .collect();
+        for r in self.on_hosts(checks).await {
+            match r {
                 Response::Ok(_) => {}
                 Response::Err(e) => return Err(e),
                 other => return Err(format!("unexpected answer {other:?}")),
             }
         }
         let id = uuid::Uuid::new_v4().to_string();
+        let inits = parsed
+            .iter()
+            .map(|b| {
+                let r = Request::BrickInit {
+                    brick: b.clone(),
+                    volume_id: id.clone(),
+                };
+                (b.host.clone(), r)
+            })
+            .collect();
+        let answers = self.on_hosts(inits).await;
         let mut done = Vec::new();
-        for b in &parsed {
-            match self
-                .on_host(
-                    &b.host,
-                    Request::BrickInit {
-                        brick: b.clone(),
-                        volume_id: id.clone(),
-                    },
-                )
-                .await
-            {
+        let mut failed = None;
+        for (b, r) in parsed.iter().zip(answers) {
+            match r {
                 Response::Ok(_) => done.push(b.clone()),
-                other => {
-                    for d in done {
-                        let _ = self
-                            .on_host(&d.host, Request::BrickRelease { brick: d.clone() })
-                            .await;
-                    }
-                    return Err(match other {
-                        Response::Err(e) => e,
-                        o => format!("unexpected answer {o:?}"),
-                    });
-                }
+                Response::Err(e) => failed = failed.or(Some(e)),
+                o => failed = failed.or(Some(format!("unexpected answer {o:?}"))),
             }
+        }
+        if let Some(e) = failed {
+            self.release(&done).await;
+            return Err(e);
         }
         let vol = Volume {
             name: name.clone(),

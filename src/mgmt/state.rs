@@ -167,15 +167,24 @@ impl Store {
 /// Replaces `file` with `bytes` atomically (write a temporary file, fsync,
 /// rename, fsync the directory): a crash leaves the old or the new.
 pub fn write_atomic(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(file, bytes, true)
+}
+
+/// Replaces `file` with `bytes` (write a temporary file, rename), fsynced
+/// only with `sync`: without it a crash of the machine may leave the old
+/// file, never a torn one.
+pub fn replace(file: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::io::Write;
     let mut tmp = file.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    if sync {
+        f.sync_all()?;
+    }
     std::fs::rename(&tmp, file)?;
-    if let Some(dir) = file.parent() {
+    if let (true, Some(dir)) = (sync, file.parent()) {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())

@@ -1,7 +1,9 @@
 //! The Raft log and vote on disk: one JSON file per entry under `log/`
-//! (written and fsynced before the append is acknowledged), the vote and
-//! the last purged entry in small files replaced atomically. The log is
-//! short (snapshots purge it), so all of it is also kept in memory.
+//! (written, and on a voter fsynced, before the append is acknowledged),
+//! the vote and the last purged entry in small files replaced atomically.
+//! The log is short (snapshots purge it), so all of it is also kept in
+//! memory. A learner's log counts for no commit: it is not fsynced (after
+//! a crash of its machine the leader sends it again what it lost).
 
 use super::{io_err, Entry, LogId, NodeId, TypeConfig, Vote};
 use crate::mgmt::state::write_atomic;
@@ -11,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -24,6 +27,8 @@ struct Inner {
 pub struct LogStore {
     dir: PathBuf,
     inner: Arc<Mutex<Inner>>,
+    /// This server votes: its log is fsynced.
+    voter: Arc<AtomicBool>,
 }
 
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
@@ -39,7 +44,7 @@ fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> std::io::Result<Option
 }
 
 impl LogStore {
-    pub fn open(dir: &Path) -> std::io::Result<LogStore> {
+    pub fn open(dir: &Path, voter: Arc<AtomicBool>) -> std::io::Result<LogStore> {
         let logs = dir.join("log");
         std::fs::create_dir_all(&logs)?;
         let mut inner = Inner {
@@ -56,6 +61,7 @@ impl LogStore {
         Ok(LogStore {
             dir: dir.to_path_buf(),
             inner: Arc::new(Mutex::new(inner)),
+            voter,
         })
     }
 
@@ -116,16 +122,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        let sync = self.voter.load(Ordering::Relaxed);
         let res = (|| {
             let mut inner = self.inner.lock().unwrap();
             for e in entries {
                 use std::io::Write;
                 let mut f = std::fs::File::create(self.entry_path(e.log_id.index))?;
                 f.write_all(&serde_json::to_vec(&e)?)?;
-                f.sync_data()?;
+                if sync {
+                    f.sync_data()?;
+                }
                 inner.entries.insert(e.log_id.index, e);
             }
-            std::fs::File::open(self.dir.join("log"))?.sync_all()
+            if sync {
+                std::fs::File::open(self.dir.join("log"))?.sync_all()?;
+            }
+            Ok::<(), std::io::Error>(())
         })();
         let failed = res
             .as_ref()

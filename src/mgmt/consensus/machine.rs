@@ -1,16 +1,18 @@
 //! The state machine: committed `Command`s applied in log order to the
 //! volumes, and Raft's membership (who the servers of the pool are). All
 //! of it is saved as one file after every batch (`machine.json`, replaced
-//! atomically): the state is small, and a restarted server starts from
-//! what it had applied. The snapshot is the same state at a log index
+//! by a rename but not fsynced: a machine crash may leave an older one,
+//! and the entries after it are applied again from the log): the state is
+//! small, and a restarted server starts from what it had applied. The snapshot is the same state at a log index
 //! (`snapshot.json`), sent whole to a server too far behind.
 
 use super::{io_err, Entry, LogId, Membership, NodeId, Snapshot, SnapshotMeta, TypeConfig};
-use crate::mgmt::state::{write_atomic, ClusterState};
+use crate::mgmt::state::{replace, write_atomic, ClusterState};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -37,6 +39,9 @@ pub struct Machine {
     /// Bumped after every batch applied or snapshot installed.
     changed: watch::Sender<u64>,
     snapshot: Arc<Mutex<Option<Stored>>>,
+    /// This server's id, and whether it votes (for the log store).
+    me: NodeId,
+    voter: Arc<AtomicBool>,
 }
 
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
@@ -44,7 +49,12 @@ type Result<T> = std::result::Result<T, StorageError<NodeId>>;
 impl Machine {
     /// Opens the state machine in `dir`; `changed` is bumped after every
     /// batch applied or snapshot installed.
-    pub fn open(dir: &Path, changed: watch::Sender<u64>) -> std::io::Result<Machine> {
+    pub fn open(
+        dir: &Path,
+        changed: watch::Sender<u64>,
+        me: NodeId,
+        voter: Arc<AtomicBool>,
+    ) -> std::io::Result<Machine> {
         let load = |name: &str| -> std::io::Result<Option<Vec<u8>>> {
             match std::fs::read(dir.join(name)) {
                 Ok(b) => Ok(Some(b)),
@@ -66,7 +76,14 @@ impl Machine {
             applied: Arc::new(Mutex::new(applied)),
             changed,
             snapshot: Arc::new(Mutex::new(snapshot)),
+            me,
+            voter,
         })
+    }
+
+    /// Says whether this server votes (its log is then fsynced).
+    pub fn set_voter(&self, votes: bool) {
+        self.voter.store(votes, Ordering::Relaxed);
     }
 
     /// The applied state now.
@@ -76,10 +93,13 @@ impl Machine {
 
     /// Saves `a`, makes it the applied state, and tells the watchers.
     fn save(&self, a: Applied) -> std::io::Result<()> {
-        write_atomic(
+        replace(
             &self.dir.join("machine.json"),
-            &serde_json::to_vec_pretty(&a)?,
+            &serde_json::to_vec(&a)?,
+            false,
         )?;
+        let votes = a.membership.membership().voter_ids().any(|v| v == self.me);
+        self.set_voter(votes);
         *self.applied.lock().unwrap() = a;
         self.changed.send_modify(|n| *n += 1);
         Ok(())

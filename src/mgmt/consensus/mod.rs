@@ -67,8 +67,10 @@ pub fn node_id(uuid: &str) -> NodeId {
 
 /// Raft's timing. A leader heartbeats every member once a second (a pool
 /// of 300 on one small machine keeps up); a follower that hears nothing
-/// for 3 to 6 s calls an election. The log is snapshotted every 500
-/// entries.
+/// for 3 to 6 s calls an election. The log is snapshotted every 50
+/// entries and purged but for the last 20: a membership entry names every
+/// server (30 KB at 300 servers), and a server that joins receives the
+/// snapshot and what follows it, not a long log.
 fn config() -> Arc<Config> {
     let c = Config {
         cluster_name: "mortar".into(),
@@ -76,8 +78,8 @@ fn config() -> Arc<Config> {
         election_timeout_min: 3000,
         election_timeout_max: 6000,
         install_snapshot_timeout: 10_000,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(500),
-        max_in_snapshot_log_to_keep: 100,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(50),
+        max_in_snapshot_log_to_keep: 20,
         ..Default::default()
     };
     Arc::new(c.validate().expect("a valid raft config"))
@@ -115,8 +117,15 @@ async fn open(
     changed: &watch::Sender<u64>,
 ) -> anyhow::Result<(Raft, machine::Machine)> {
     std::fs::create_dir_all(dir)?;
-    let log = log::LogStore::open(dir)?;
-    let sm = machine::Machine::open(dir, changed.clone())?;
+    // Until the membership says otherwise, this server votes (fsyncs).
+    let voter = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let log = log::LogStore::open(dir, voter.clone())?;
+    let sm = machine::Machine::open(dir, changed.clone(), id, voter)?;
+    let a = sm.applied();
+    if a.membership.log_id().is_some() {
+        let votes = a.membership.membership().voter_ids().any(|v| v == id);
+        sm.set_voter(votes);
+    }
     let raft = Raft::new(id, config(), network::Network, log, sm.clone()).await?;
     Ok((raft, sm))
 }
@@ -352,7 +361,7 @@ mod tests {
     #[tokio::test]
     async fn the_log_survives_a_reopen_and_is_truncated_and_purged_on_disk() {
         let d = tempfile::tempdir().unwrap();
-        let mut log = log::LogStore::open(d.path()).unwrap();
+        let mut log = log::LogStore::open(d.path(), Default::default()).unwrap();
         let entries: Vec<Entry> = (1..=5)
             .map(|i| entry(1, i, Command::AddVolume(vol(&format!("v{i}")))))
             .collect();
@@ -364,7 +373,7 @@ mod tests {
         log.purge(LogId::new(CommittedLeaderId::new(1, 1), 1))
             .await
             .unwrap();
-        let mut back = log::LogStore::open(d.path()).unwrap();
+        let mut back = log::LogStore::open(d.path(), Default::default()).unwrap();
         let st = back.get_log_state().await.unwrap();
         assert_eq!(st.last_purged_log_id.unwrap().index, 1);
         assert_eq!(st.last_log_id.unwrap().index, 3);
@@ -379,7 +388,8 @@ mod tests {
     #[tokio::test]
     async fn the_machine_applies_in_order_and_a_snapshot_brings_another_to_the_same_state() {
         let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut a = machine::Machine::open(d1.path(), watch::channel(0).0).unwrap();
+        let mut a =
+            machine::Machine::open(d1.path(), watch::channel(0).0, 1, Default::default()).unwrap();
         let set = Command::SetOption {
             volume: "v".into(),
             key: "k".into(),
@@ -395,14 +405,17 @@ mod tests {
             .unwrap();
         // Refused where the volume did not exist yet, applied after.
         assert!(out[0].is_err() && out[1].is_ok() && out[2].is_ok());
-        let reopened = machine::Machine::open(d1.path(), watch::channel(0).0).unwrap();
+        let reopened =
+            machine::Machine::open(d1.path(), watch::channel(0).0, 1, Default::default()).unwrap();
         assert_eq!(reopened.applied().state.volumes["v"].options["k"], "1");
         assert_eq!(reopened.applied().last.unwrap().index, 3);
 
         let snap = a.build_snapshot().await.unwrap();
-        let mut b = machine::Machine::open(d2.path(), watch::channel(0).0).unwrap();
+        let mut b =
+            machine::Machine::open(d2.path(), watch::channel(0).0, 1, Default::default()).unwrap();
         b.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
-        let got = machine::Machine::open(d2.path(), watch::channel(0).0).unwrap();
+        let got =
+            machine::Machine::open(d2.path(), watch::channel(0).0, 1, Default::default()).unwrap();
         assert_eq!(got.applied().state.volumes, a.applied().state.volumes);
         assert_eq!(got.applied().last, a.applied().last);
         let mut got = got;

@@ -261,13 +261,22 @@ impl Daemon {
         }
     }
 
-    /// Commits a command (on the leader), then brings the view and the
-    /// local bricks in line. Answers the log index it was committed at.
+    /// Commits a command (on the leader), then brings the view and, when
+    /// it starts or stops bricks, the local bricks in line before it
+    /// answers (a change of options reaches bricks and healers in the
+    /// background, as on every other server). Answers the log index it
+    /// was committed at.
     pub(super) async fn execute(&self, cmd: Command) -> Result<u64, String> {
+        let bricks = matches!(
+            cmd,
+            Command::SetStatus { .. } | Command::RemoveVolume { .. } | Command::AddVolume(_)
+        );
         match self.consensus.write(cmd).await {
             Ok((index, Ok(()))) => {
                 self.refresh();
-                self.reconcile().await;
+                if bricks {
+                    self.reconcile().await;
+                }
                 Ok(index)
             }
             Ok((_, Err(why))) => Err(why),
@@ -600,8 +609,8 @@ const NOT_LEADER: &str = "not the leader of the pool";
 /// How many hosts `on_hosts` asks at once.
 const HOSTS_AT_ONCE: usize = 32;
 /// How long a change waits for a leader to be elected (Raft's election
-/// timeout is 3 to 6 s).
-const ELECTION_WAIT: Duration = Duration::from_secs(10);
+/// timeout is 3 to 6 s, and a split vote takes another round).
+const ELECTION_WAIT: Duration = Duration::from_secs(20);
 
 fn mgmt_self(cfg: &Config) -> String {
     if cfg.listen.ip().is_unspecified() {

@@ -88,23 +88,9 @@ impl Command {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mgmt::state::Brick;
 
     fn vol(name: &str) -> Volume {
-        Volume {
-            name: name.into(),
-            id: "id".into(),
-            replica: 1,
-            transport: "tcp".into(),
-            bricks: vec![Brick {
-                host: "h".into(),
-                path: "/b".into(),
-            }],
-            status: VolStatus::Created,
-            options: Default::default(),
-            version: 1,
-            arbiter: 0,
-        }
+        Volume::sample(name)
     }
 
     #[test]

@@ -90,6 +90,25 @@ pub struct Volume {
 }
 
 impl Volume {
+    /// A one-brick volume for unit tests.
+    #[cfg(test)]
+    pub fn sample(name: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            id: "id".into(),
+            replica: 1,
+            transport: "tcp".into(),
+            bricks: vec![Brick {
+                host: "h".into(),
+                path: "/b".into(),
+            }],
+            status: VolStatus::Created,
+            options: Default::default(),
+            version: 1,
+            arbiter: 0,
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         let sets = self.bricks.len() / self.replica.max(1);
         match (self.replica > 1, sets > 1) {

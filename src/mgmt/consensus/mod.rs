@@ -330,25 +330,12 @@ impl Consensus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mgmt::state::{Brick, VolStatus, Volume};
+    use crate::mgmt::state::Volume;
     use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
     use openraft::{CommittedLeaderId, EntryPayload, RaftLogReader, RaftSnapshotBuilder};
 
     fn vol(name: &str) -> Volume {
-        Volume {
-            name: name.into(),
-            id: "id".into(),
-            replica: 1,
-            transport: "tcp".into(),
-            bricks: vec![Brick {
-                host: "h".into(),
-                path: "/b".into(),
-            }],
-            status: VolStatus::Created,
-            options: Default::default(),
-            version: 1,
-            arbiter: 0,
-        }
+        Volume::sample(name)
     }
 
     fn entry(term: u64, index: u64, cmd: Command) -> Entry {

@@ -30,7 +30,8 @@ impl Posix {
         }
         let fd = open_child(dir, name)?;
         let st = rfs::fstat(&fd)?;
-        let gfid = match read_gfid(&fd)? {
+        let had = read_gfid(&fd)?;
+        let gfid = match had {
             Some(g) => g,
             None => {
                 let g = Gfid::random();
@@ -53,6 +54,13 @@ impl Posix {
                 self.make_dir_handle(gfid, parent, name)?;
                 tracing::info!(brick = %self.path.display(), %gfid, name = ?name, "directory handle repaired");
             }
+        }
+        if had.is_some() && FileKind::from_mode(st.st_mode) != FileKind::Dir && st.st_nlink == 1 {
+            // A file with a gfid but one link only has no handle (the brick
+            // was killed between setting the gfid and linking the handle):
+            // made now, or the file stays unreachable by gfid and unhealed.
+            self.make_file_handle(gfid, dir, name)?;
+            tracing::info!(brick = %self.path.display(), %gfid, name = ?name, "file handle repaired");
         }
         let st = rfs::fstat(&fd)?;
         let mut attr = attr_of(&st, gfid);

@@ -5,7 +5,7 @@
 //! memory. A learner's log counts for no commit: it is not fsynced (after
 //! a crash of its machine the leader sends it again what it lost).
 
-use super::{io_err, Entry, LogId, NodeId, TypeConfig, Vote};
+use super::{io_err, read_json, Entry, LogId, NodeId, TypeConfig, Vote};
 use crate::mgmt::state::write_atomic;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogReader, StorageError};
@@ -32,16 +32,6 @@ pub struct LogStore {
 }
 
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
-
-fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> std::io::Result<Option<T>> {
-    match std::fs::read(p) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| std::io::Error::other(format!("{}: {e}", p.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
 
 impl LogStore {
     pub fn open(dir: &Path, voter: Arc<AtomicBool>) -> std::io::Result<LogStore> {

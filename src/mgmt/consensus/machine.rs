@@ -6,7 +6,9 @@
 //! small, and a restarted server starts from what it had applied. The snapshot is the same state at a log index
 //! (`snapshot.json`), sent whole to a server too far behind.
 
-use super::{io_err, Entry, LogId, Membership, NodeId, Snapshot, SnapshotMeta, TypeConfig};
+use super::{
+    io_err, read_json, Entry, LogId, Membership, NodeId, Snapshot, SnapshotMeta, TypeConfig,
+};
 use crate::mgmt::state::{replace, write_atomic, ClusterState};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageError};
@@ -55,40 +57,44 @@ impl Machine {
         me: NodeId,
         voter: Arc<AtomicBool>,
     ) -> std::io::Result<Machine> {
-        let load = |name: &str| -> std::io::Result<Option<Vec<u8>>> {
-            match std::fs::read(dir.join(name)) {
-                Ok(b) => Ok(Some(b)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(e),
-            }
-        };
-        let bad = |e: serde_json::Error| std::io::Error::other(format!("{}: {e}", dir.display()));
-        let applied = match load("machine.json")? {
-            Some(b) => serde_json::from_slice(&b).map_err(bad)?,
-            None => Applied::default(),
-        };
-        let snapshot = match load("snapshot.json")? {
-            Some(b) => Some(serde_json::from_slice(&b).map_err(bad)?),
-            None => None,
-        };
-        Ok(Machine {
+        let applied: Applied = read_json(&dir.join("machine.json"))?.unwrap_or_default();
+        let snapshot = read_json(&dir.join("snapshot.json"))?;
+        let m = Machine {
             dir: dir.to_path_buf(),
             applied: Arc::new(Mutex::new(applied)),
             changed,
             snapshot: Arc::new(Mutex::new(snapshot)),
             me,
             voter,
-        })
+        };
+        let membership = m.membership();
+        // No membership yet (a server before its first one): it votes.
+        if membership.log_id().is_some() {
+            m.note_role(&membership);
+        }
+        Ok(m)
     }
 
-    /// Says whether this server votes (its log is then fsynced).
-    pub fn set_voter(&self, votes: bool) {
+    /// Tells the log store whether this server votes in `membership`
+    /// (its log is then fsynced).
+    fn note_role(&self, membership: &Membership) {
+        let votes = membership.membership().voter_ids().any(|v| v == self.me);
         self.voter.store(votes, Ordering::Relaxed);
     }
 
     /// The applied state now.
     pub fn applied(&self) -> Applied {
         self.applied.lock().unwrap().clone()
+    }
+
+    /// The applied membership (without copying the volumes).
+    pub fn membership(&self) -> Membership {
+        self.applied.lock().unwrap().membership.clone()
+    }
+
+    /// The index of the last entry applied (0: none yet).
+    pub fn applied_index(&self) -> u64 {
+        self.applied.lock().unwrap().last.map_or(0, |l| l.index)
     }
 
     /// Saves `a`, makes it the applied state, and tells the watchers.
@@ -98,8 +104,7 @@ impl Machine {
             &serde_json::to_vec(&a)?,
             false,
         )?;
-        let votes = a.membership.membership().voter_ids().any(|v| v == self.me);
-        self.set_voter(votes);
+        self.note_role(&a.membership);
         *self.applied.lock().unwrap() = a;
         self.changed.send_modify(|n| *n += 1);
         Ok(())

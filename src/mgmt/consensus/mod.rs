@@ -55,6 +55,17 @@ fn io_err(e: std::io::Error) -> openraft::StorageError<NodeId> {
     )
 }
 
+/// Reads a JSON file; None if there is none.
+fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> std::io::Result<Option<T>> {
+    match std::fs::read(p) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", p.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// A server's Raft id, from its uuid.
 pub fn node_id(uuid: &str) -> NodeId {
     let hex: String = uuid
@@ -121,11 +132,6 @@ async fn open(
     let voter = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let log = log::LogStore::open(dir, voter.clone())?;
     let sm = machine::Machine::open(dir, changed.clone(), id, voter)?;
-    let a = sm.applied();
-    if a.membership.log_id().is_some() {
-        let votes = a.membership.membership().voter_ids().any(|v| v == id);
-        sm.set_voter(votes);
-    }
     let raft = Raft::new(id, config(), network::Network, log, sm.clone()).await?;
     Ok((raft, sm))
 }
@@ -208,17 +214,26 @@ impl Consensus {
         m.state == ServerState::Leader
     }
 
+    /// The applied membership.
+    pub fn membership(&self) -> Membership {
+        self.raft.lock().unwrap().1.membership()
+    }
+
+    /// The index of the last entry applied here (0: none yet).
+    pub fn applied_index(&self) -> u64 {
+        self.raft.lock().unwrap().1.applied_index()
+    }
+
     /// The voters and the learners, by id.
     pub fn roles(&self) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
-        let a = self.applied();
-        let m = a.membership.membership();
+        let a = self.membership();
+        let m = a.membership();
         (m.voter_ids().collect(), m.learner_ids().collect())
     }
 
     /// Every member, with its id.
     pub fn members(&self) -> Vec<(NodeId, Peer)> {
-        let a = self.applied();
-        a.membership
+        self.membership()
             .membership()
             .nodes()
             .map(|(i, p)| (*i, p.clone()))
@@ -303,7 +318,7 @@ impl Consensus {
     /// Waits (a while) until this server has applied log index `index`.
     pub async fn applied_at_least(&self, index: u64) -> bool {
         let mut rx = self.subscribe();
-        let done = |c: &Consensus| c.applied().last.is_some_and(|l| l.index >= index);
+        let done = |c: &Consensus| c.applied_index() >= index;
         let wait = async {
             while !done(self) {
                 if rx.changed().await.is_err() {

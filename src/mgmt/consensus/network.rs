@@ -156,6 +156,28 @@ impl Link {
             SendError::Network(f) => RPCError::Network(NetworkError::new(&f)),
         }
     }
+
+    /// Sends `m` and takes from the reply what `pick` finds in it: the
+    /// peer's answer, or its error as a remote one.
+    async fn rpc<T>(
+        &mut self,
+        m: Message,
+        option: RPCOption,
+        pick: impl FnOnce(Reply) -> Option<Result<T, RaftError<NodeId>>>,
+    ) -> Rpc<T> {
+        let reply = self
+            .send(m, option.hard_ttl())
+            .await
+            .map_err(Self::rpc_error)?;
+        match pick(reply) {
+            Some(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            None => Err(Self::rpc_error(SendError::Network(mismatched()))),
+        }
+    }
+}
+
+fn mismatched() -> Failed {
+    Failed("mismatched reply".into())
 }
 
 type Rpc<T, E = openraft::error::Infallible> =
@@ -167,15 +189,11 @@ impl RaftNetwork<TypeConfig> for Link {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
-        match self.send(Message::Append(rpc), option.hard_ttl()).await {
-            Ok(Reply::Append(r)) => {
-                r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-            }
-            Ok(_) => Err(Self::rpc_error(SendError::Network(Failed(
-                "mismatched reply".into(),
-            )))),
-            Err(e) => Err(Self::rpc_error(e)),
-        }
+        self.rpc(Message::Append(rpc), option, |r| match r {
+            Reply::Append(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn vote(
@@ -183,15 +201,11 @@ impl RaftNetwork<TypeConfig> for Link {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Rpc<VoteResponse<NodeId>> {
-        match self.send(Message::Vote(rpc), option.hard_ttl()).await {
-            Ok(Reply::Vote(r)) => {
-                r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-            }
-            Ok(_) => Err(Self::rpc_error(SendError::Network(Failed(
-                "mismatched reply".into(),
-            )))),
-            Err(e) => Err(Self::rpc_error(e)),
-        }
+        self.rpc(Message::Vote(rpc), option, |r| match r {
+            Reply::Vote(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn full_snapshot(
@@ -214,9 +228,7 @@ impl RaftNetwork<TypeConfig> for Link {
             Ok(Reply::Snapshot(r)) => {
                 r.map_err(|e| StreamingError::RemoteError(RemoteError::new(self.target, e)))
             }
-            Ok(_) => Err(StreamingError::Network(NetworkError::new(&Failed(
-                "mismatched reply".into(),
-            )))),
+            Ok(_) => Err(StreamingError::Network(NetworkError::new(&mismatched()))),
             Err(SendError::Unreachable(f)) => {
                 Err(StreamingError::Unreachable(Unreachable::new(&f)))
             }

@@ -143,20 +143,13 @@ impl Daemon {
     }
 
     pub(super) async fn status_of(self: &Arc<Self>, vol: &Volume) -> Vec<BrickStatus> {
-        let mut hosts: Vec<String> = vol.bricks.iter().map(|b| b.host.clone()).collect();
-        hosts.sort();
-        hosts.dedup();
-        let reqs = hosts
-            .into_iter()
-            .map(|h| {
-                let r = Request::LocalStatus {
-                    volume: vol.name.clone(),
-                };
-                (h, r)
+        let answers = self
+            .on_volume_hosts(vol, || Request::LocalStatus {
+                volume: vol.name.clone(),
             })
-            .collect();
+            .await;
         let mut out = Vec::new();
-        for r in self.on_hosts(reqs).await {
+        for r in answers {
             if let Response::Bricks(bs) = r {
                 out.extend(bs);
             }

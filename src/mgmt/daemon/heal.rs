@@ -94,34 +94,25 @@ impl Daemon {
                 | HealOp::SplitBrain { .. }
                 | HealOp::Full
         );
-        let full_top = volgen::generate(
+        let desc = volgen::generate(
             &self.state.lock().unwrap().clone(),
             &v,
             &self.me.host,
             &self.me.mgmt,
             self.cfg.listen.port(),
-        )
-        .top;
+        );
         let running = self
             .healers
             .lock()
             .unwrap()
             .get(&name)
-            .filter(|(top, _, _)| !whole || *top == full_top)
+            .filter(|(top, _, _)| !whole || *top == desc.top)
             .map(|(_, h, _)| h.clone());
         let healer = match running {
             Some(h) => h,
             None => {
                 // No brick here, or not all of them: a healer of the whole
                 // volume just for this.
-                let st = self.state.lock().unwrap().clone();
-                let desc = volgen::generate(
-                    &st,
-                    &v,
-                    &self.me.host,
-                    &self.me.mgmt,
-                    self.cfg.listen.port(),
-                );
                 match Healer::new(&desc, |_| false, &rpc::graph_env()) {
                     Ok(h) => {
                         h.wait_up(Duration::from_secs(3)).await;

@@ -42,6 +42,12 @@ impl Liveness {
             heard: None,
         }
     }
+
+    /// How long it has been silent: since it was last heard from, or
+    /// since this daemon came to know it.
+    fn silent(&self) -> Duration {
+        self.heard.unwrap_or(self.known).elapsed()
+    }
 }
 
 impl Daemon {
@@ -107,11 +113,9 @@ impl Daemon {
                     "learner"
                 };
                 let l = liveness.entry(p.uuid.clone()).or_insert_with(Liveness::new);
-                let ago = l.heard.map(|t| t.elapsed());
-                let new = l.known.elapsed() < GONE;
                 rpc::PeerState {
-                    connected: ago.map_or(new, |a| a < GONE),
-                    last_seen_secs: ago.map(|a| a.as_secs()),
+                    connected: l.silent() < GONE,
+                    last_seen_secs: l.heard.map(|t| t.elapsed().as_secs()),
                     role: role.into(),
                     peer: p,
                 }
@@ -167,10 +171,10 @@ impl Daemon {
     /// know it, if it never heard from it).
     fn silent_for(&self, uuid: &str) -> Duration {
         let mut liveness = self.liveness.lock().unwrap();
-        let l = liveness
+        liveness
             .entry(uuid.to_string())
-            .or_insert_with(Liveness::new);
-        l.heard.unwrap_or(l.known).elapsed()
+            .or_insert_with(Liveness::new)
+            .silent()
     }
 
     /// The voters this server cannot reach, named for a refusal.

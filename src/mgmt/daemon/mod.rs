@@ -66,8 +66,8 @@ pub struct Daemon {
     op_lock: tokio::sync::Mutex<()>,
     /// One `reconcile` at a time, each from the view as it is then.
     reconcile_lock: tokio::sync::Mutex<()>,
-    /// Self-heal per replicated volume with bricks here: the volume
-    /// version it was built for, the healer and its task.
+    /// Self-heal per replicated volume with bricks here: the graph it
+    /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
     /// Counts the changes of the view: what `WatchVolDesc` waits on.
     changed: watch::Sender<u64>,
@@ -241,13 +241,37 @@ impl Daemon {
 
     /// Runs one request per host, many at a time (a volume of 300 bricks
     /// is 300 hosts), answers in the order given.
-    pub(super) async fn on_hosts(self: &Arc<Self>, reqs: Vec<(String, Request)>) -> Vec<Response> {
+    async fn on_hosts(self: &Arc<Self>, reqs: Vec<(String, Request)>) -> Vec<Response> {
         use futures_util::stream::{self, StreamExt};
         stream::iter(reqs)
             .map(|(h, r)| async move { self.on_host(&h, r).await })
             .buffered(HOSTS_AT_ONCE)
             .collect()
             .await
+    }
+
+    /// Runs `req` for each brick on the brick's host, as `on_hosts` does;
+    /// answers in the order of `bricks`.
+    pub(super) async fn on_bricks(
+        self: &Arc<Self>,
+        bricks: &[Brick],
+        req: impl Fn(&Brick) -> Request,
+    ) -> Vec<Response> {
+        let reqs = bricks.iter().map(|b| (b.host.clone(), req(b))).collect();
+        self.on_hosts(reqs).await
+    }
+
+    /// Runs `req` once on each host with a brick of `vol`, as `on_hosts`
+    /// does.
+    pub(super) async fn on_volume_hosts(
+        self: &Arc<Self>,
+        vol: &Volume,
+        req: impl Fn() -> Request,
+    ) -> Vec<Response> {
+        let hosts: std::collections::BTreeSet<&String> =
+            vol.bricks.iter().map(|b| &b.host).collect();
+        let reqs = hosts.into_iter().map(|h| (h.clone(), req())).collect();
+        self.on_hosts(reqs).await
     }
 
     /// Runs a brick-host request on the host owning the brick.
@@ -500,7 +524,7 @@ impl Daemon {
                 match self.change_here(*req).await {
                     Ok(msg) => Response::Committed {
                         msg,
-                        index: self.consensus.applied().last.map_or(0, |l| l.index),
+                        index: self.consensus.applied_index(),
                     },
                     Err(e) => err(e),
                 }

@@ -160,20 +160,12 @@ impl Daemon {
                         status: VolStatus::Started,
                     })
                     .await?;
-                let hosts: std::collections::BTreeSet<String> =
-                    v.bricks.iter().map(|b| b.host.clone()).collect();
-                let runs = hosts
-                    .into_iter()
-                    .map(|h| {
-                        let r = Request::BricksRun {
-                            volume: name.clone(),
-                            force,
-                            after: Some(after),
-                        };
-                        (h, r)
-                    })
-                    .collect();
-                self.on_hosts(runs).await;
+                self.on_volume_hosts(&v, || Request::BricksRun {
+                    volume: name.clone(),
+                    force,
+                    after: Some(after),
+                })
+                .await;
                 // Report bricks that do not come up, but keep trying them.
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
                 loop {
@@ -251,11 +243,8 @@ impl Daemon {
 
     /// Takes the volume id off bricks (a volume deleted, or not created).
     async fn release(self: &Arc<Self>, bricks: &[Brick]) {
-        let reqs = bricks
-            .iter()
-            .map(|b| (b.host.clone(), Request::BrickRelease { brick: b.clone() }))
-            .collect();
-        self.on_hosts(reqs).await;
+        self.on_bricks(bricks, |b| Request::BrickRelease { brick: b.clone() })
+            .await;
     }
 
     /// Takes a server out of the pool's membership (a voter gives its
@@ -347,18 +336,14 @@ impl Daemon {
                 }
             }
         }
-        let checks = parsed
-            .iter()
-            .map(|b| {
-                let r = Request::BrickCheck {
-                    brick: b.clone(),
-                    volume: name.clone(),
-                    force,
-                };
-                (b.host.clone(), r)
+        let checks = self
+            .on_bricks(&parsed, |b| Request::BrickCheck {
+                brick: b.clone(),
+                volume: name.clone(),
+                force,
             })
-            .collect();
-        for r in self.on_hosts(checks).await {
+            .await;
+        for r in checks {
             match r {
                 Response::Ok(_) => {}
                 Response::Err(e) => return Err(e),
@@ -366,17 +351,12 @@ impl Daemon {
             }
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let inits = parsed
-            .iter()
-            .map(|b| {
-                let r = Request::BrickInit {
-                    brick: b.clone(),
-                    volume_id: id.clone(),
-                };
-                (b.host.clone(), r)
+        let answers = self
+            .on_bricks(&parsed, |b| Request::BrickInit {
+                brick: b.clone(),
+                volume_id: id.clone(),
             })
-            .collect();
-        let answers = self.on_hosts(inits).await;
+            .await;
         let mut done = Vec::new();
         let mut failed = None;
         for (b, r) in parsed.iter().zip(answers) {

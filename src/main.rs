@@ -106,6 +106,7 @@ fn main() -> ExitCode {
                         volume: a.volume.clone(),
                         mgmt: a.mgmt.clone(),
                         pid_file: a.pid_file.clone(),
+                        port: a.port,
                     }))
                 })
         }

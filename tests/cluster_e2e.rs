@@ -250,3 +250,148 @@ fn servers_restarted_together_wiped_or_detached_end_with_one_state() {
         has(&net.hosts[0], "mv", "cluster.read-hash-mode", "2")
     });
 }
+
+/// The port of each brick of `vol` as the replicated state has it.
+fn state_ports(c: &Cluster, vol: &str) -> Vec<Option<u64>> {
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["volume", "info", vol, "--json"])).unwrap();
+    let bricks = info[0]["bricks"].as_array().unwrap();
+    bricks.iter().map(|b| b["port"].as_u64()).collect()
+}
+
+/// The ports of `vol`'s bricks: as the state has them, and as the bricks'
+/// hosts see them listening.
+fn ports(c: &Cluster, vol: &str) -> (Vec<Option<u64>>, Vec<Option<u64>>) {
+    let status = c.volume_status_json(vol);
+    let bricks = status[0]["bricks"].as_array().unwrap();
+    let live = bricks.iter().map(|b| b["port"].as_u64()).collect();
+    (state_ports(c, vol), live)
+}
+
+#[test]
+fn clients_reach_a_brick_by_its_port_in_the_state_while_its_daemon_is_down() {
+    let a = Cluster::start();
+    let mut b = Cluster::start();
+    a.ok(&["peer", "probe", &b.ip]);
+    let (p1, p2) = (a.brick("p1"), b.brick("p2"));
+    a.ok(&["volume", "create", "pv", "replica", "2", &p1, &p2, "force"]);
+    a.ok(&["volume", "start", "pv"]);
+    let (state, live) = ports(&a, "pv");
+    assert!(state.iter().all(Option::is_some), "{state:?}");
+    assert_eq!(state, live, "bricks listen on the ports the state gives");
+    // The second host's daemon dies; its brick goes on. A client mounted
+    // afterwards reaches it all the same: nobody needs to be asked.
+    b.crash_daemon();
+    let m = a.mount("pv");
+    std::fs::write(m.p("f"), b"both copies").unwrap();
+    drop(m);
+    assert_eq!(std::fs::read(b.path("p2/f")).unwrap(), b"both copies");
+}
+
+#[test]
+fn a_brick_whose_port_is_taken_listens_on_another_and_the_state_follows() {
+    let c = Cluster::start();
+    c.ok(&["volume", "create", "tv", &c.brick("t1"), "force"]);
+    let chosen = state_ports(&c, "tv")[0].expect("a port chosen at create");
+    let squatter = std::net::TcpListener::bind((c.ip.as_str(), chosen as u16)).unwrap();
+    c.ok(&["volume", "start", "tv"]);
+    wait_for(
+        "the state has the port the brick took",
+        Duration::from_secs(15),
+        || {
+            let (state, live) = ports(&c, "tv");
+            state[0].is_some() && state[0] != Some(chosen) && state == live
+        },
+    );
+    drop(squatter);
+    let m = c.mount("tv");
+    std::fs::write(m.p("f"), b"moved").unwrap();
+    assert_eq!(std::fs::read(c.path("t1/f")).unwrap(), b"moved");
+}
+
+#[test]
+fn a_leader_killed_with_a_change_on_its_disk_leaves_one_state() {
+    // The first server, which formed the pool and leads it, dies at the
+    // second change it appends: after writing it to its own log, before
+    // it is committed.
+    let mut cs: Vec<Cluster> = (0..3).map(|_| Cluster::start()).collect();
+    cs[0].crash_daemon();
+    cs[0].start_daemon_env(&[("FAILPOINTS", "raft-leader-appended=1*off->panic")]);
+    for c in &cs[1..] {
+        cs[0].ok(&["peer", "probe", &c.ip]);
+    }
+    let brick = cs[0].brick("k1");
+    cs[0].ok(&["volume", "create", "kv", &brick, "force"]);
+    // A change made while the leader dies: the server asked passes it to
+    // the next leader, or the CLI gets an error.
+    let _ = cs[1].cli(&["volume", "set", "kv", "cluster.quorum-count", "2"]);
+    assert!(
+        cs[0].wait_daemon_gone(Duration::from_secs(5)),
+        "the leader died at the fail point"
+    );
+    let (dead, alive) = (0, 1);
+    // The two others elect a leader and go on.
+    wait_for("a change commits again", Duration::from_secs(30), || {
+        cs[alive]
+            .cli(&["volume", "set", "kv", "cluster.read-hash-mode", "2"])
+            .status
+            .success()
+    });
+    cs[dead].start_daemon();
+    let infos = || -> Vec<String> {
+        cs.iter()
+            .map(|c| c.ok(&["volume", "info", "kv", "--json", "--up-to-date"]))
+            .collect()
+    };
+    wait_for("one state on all three", Duration::from_secs(30), || {
+        let i = infos();
+        i[0] == i[1] && i[1] == i[2]
+    });
+    assert!(has(&cs[dead], "kv", "cluster.read-hash-mode", "2"));
+}
+
+/// Sends one line to `c`'s management port and reads the answer.
+fn send_line(c: &Cluster, line: &[u8]) -> String {
+    use std::io::{BufRead, Write};
+    let mut s = std::net::TcpStream::connect(c.server()).unwrap();
+    s.write_all(line).unwrap();
+    s.write_all(b"\n").unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(s).read_line(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn malformed_or_misaddressed_management_messages_change_nothing() {
+    use mortar::mgmt::consensus::network::{Envelope, Message};
+    use openraft::raft::VoteRequest;
+    let c = Cluster::start();
+    c.ok(&["volume", "create", "mv", &c.brick("m1"), "force"]);
+    let before = c.ok(&["volume", "info", "--json"]);
+    let pool: serde_json::Value = serde_json::from_str(&c.ok(&["pool", "list", "--json"])).unwrap();
+    let me = mortar::mgmt::consensus::node_id(pool["localhost"]["uuid"].as_str().unwrap());
+    // A vote for a stranger at a far later term.
+    let vote = |to| {
+        let msg = Message::Vote(VoteRequest::new(openraft::Vote::new(1000, 4242), None));
+        let raft = serde_json::to_value(Envelope { to, msg }).unwrap();
+        serde_json::to_vec(&mortar::mgmt::rpc::Request::Raft(raft)).unwrap()
+    };
+    for (line, refused) in [
+        (b"garbage".to_vec(), "malformed request"),
+        (
+            b"{\"Raft\":{\"to\":1,\"msg\":[]}}".to_vec(),
+            "malformed raft message",
+        ),
+        (vote(me ^ 1), "no longer member"),
+    ] {
+        let answer = send_line(&c, &line);
+        assert!(answer.contains(refused), "{answer}");
+    }
+    let _ = send_line(&c, &vote(me));
+    assert_eq!(c.ok(&["volume", "info", "--json"]), before);
+    wait_for("changes commit as before", Duration::from_secs(20), || {
+        c.cli(&["volume", "set", "mv", "cluster.quorum-count", "1"])
+            .status
+            .success()
+    });
+}

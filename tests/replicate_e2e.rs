@@ -489,6 +489,46 @@ fn a_full_heal_restores_what_was_removed_behind_mortars_back() {
     }
     wait_healed(&c, "fh", HEAL_TIMEOUT);
     assert_bricks_identical(&bricks);
+    // The heal is a task of the volume's, in the replicated state.
+    wait_for("the task completed", Duration::from_secs(10), || {
+        c.volume_status_json("fh")[0]["tasks"][0]["status"] == "Completed"
+    });
+    let status = c.ok(&["volume", "status", "fh"]);
+    assert!(
+        status.contains("Task                 : Heal full")
+            && status.contains("Status               : completed"),
+        "{status}"
+    );
+}
+
+#[test]
+fn a_server_that_dies_during_a_full_heal_goes_on_with_it_when_it_returns() {
+    let mut c = Cluster::start();
+    let bricks = c.volume("rh", 3, &["r1", "r2", "r3"]);
+    let m = c.mount("rh");
+    ok(&format!(
+        "mkdir -p {}/d && echo one > {}/d/a",
+        m.dir.display(),
+        m.dir.display()
+    ));
+    m.unmount();
+    wait_healed(&c, "rh", HEAL_TIMEOUT);
+    ok(&format!("rm -r {}/d", bricks[1].display()));
+    c.crash_daemon();
+    c.start_daemon_env(&[("FAILPOINTS", "heal-full-started=panic")]);
+    // The daemon records the task, starts the heal and dies.
+    let _ = c.cli(&["volume", "heal", "rh", "full"]);
+    assert!(
+        c.wait_daemon_gone(Duration::from_secs(10)),
+        "the fail point was hit"
+    );
+    c.start_daemon();
+    wait_for("the heal resumed and ended", HEAL_TIMEOUT, || {
+        c.volume_status_json("rh")[0]["tasks"][0]["status"] == "Completed"
+    });
+    assert!(bricks[1].join("d/a").exists());
+    wait_healed(&c, "rh", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
 }
 
 #[test]

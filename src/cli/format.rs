@@ -63,7 +63,27 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
         let _ = writeln!(s, " ");
         let _ = writeln!(s, "Task Status of Volume {}", v.name);
         let _ = writeln!(s, "{rule}");
-        let _ = writeln!(s, "There are no active volume tasks");
+        if v.tasks.is_empty() {
+            let _ = writeln!(s, "There are no active volume tasks");
+        }
+        for t in &v.tasks {
+            let started = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.started);
+            for (k, val) in [
+                ("Task", t.kind.as_str().to_string()),
+                ("ID", t.id.clone()),
+                ("Host", t.host.clone()),
+                (
+                    "Started",
+                    humantime::format_rfc3339_seconds(started).to_string(),
+                ),
+                ("Status", t.status.as_str().to_string()),
+            ] {
+                let _ = writeln!(s, "{k:<21}: {val}");
+            }
+            if !t.detail.is_empty() {
+                let _ = writeln!(s, "{:<21}: {}", "Result", t.detail);
+            }
+        }
         let _ = writeln!(s, " ");
     }
     s
@@ -72,7 +92,7 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
 pub fn status_json(st: &[(Volume, Vec<BrickStatus>)]) -> serde_json::Value {
     serde_json::Value::Array(
         st.iter()
-            .map(|(v, b)| serde_json::json!({ "volume": v.name, "bricks": b }))
+            .map(|(v, b)| serde_json::json!({ "volume": v.name, "bricks": b, "tasks": v.tasks }))
             .collect(),
     )
 }
@@ -149,12 +169,14 @@ mod tests {
                 .map(|i| Brick {
                     host: "kali".into(),
                     path: format!("/data/brick{i}/gv0"),
+                    port: None,
                 })
                 .collect(),
             status: VolStatus::Started,
             options: [("network.ping-timeout".to_string(), "10".to_string())].into(),
             arbiter: 0,
             version: 1,
+            tasks: Vec::new(),
         };
         let text = info(&[v]);
         for line in [

@@ -192,6 +192,10 @@ pub struct BrickArgs {
     /// Where to write "<pid> <port>" once serving.
     #[arg(long)]
     pub pid_file: Option<PathBuf>,
+    /// The port to listen on; when it is taken, the first free one from
+    /// 24300.
+    #[arg(long)]
+    pub port: Option<u16>,
 }
 
 pub struct CreateArgs {

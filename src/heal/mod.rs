@@ -267,6 +267,8 @@ impl Healer {
     pub async fn full(&self) {
         let policy = *self.policy.lock().unwrap();
         self.begin_crawl("FULL");
+        // The server dies with the heal recorded as running (it resumes it).
+        fail::fail_point!("heal-full-started");
         for set in &self.sets {
             let mut dirs = VecDeque::from([Gfid::ROOT]);
             while let Some(d) = dirs.pop_front() {

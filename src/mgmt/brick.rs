@@ -1,8 +1,9 @@
 //! The brick process (`mortar brick`), started and watched by the daemon:
 //! opens the brick directory, checks that it belongs to the volume, binds
-//! the first free port from `BRICK_PORT_BASE` and tells the daemon which
-//! one by printing `LISTENING <port>` on its standard output (and in its
-//! pid file, for a daemon that restarts and adopts it).
+//! the port the cluster state gives it (or, when that one is taken, the
+//! first free port from `BRICK_PORT_BASE`) and tells the daemon which one
+//! by printing `LISTENING <port>` on its standard output (and in its pid
+//! file, for a daemon that restarts and adopts it).
 //!
 //! A brick outlives a daemon that crashes: clients go on talking to it.
 //! It follows its volume's options by asking the daemon for the volume's
@@ -33,6 +34,8 @@ pub struct BrickConfig {
     pub mgmt: Option<String>,
     /// Where to write `<pid> <port>` once listening.
     pub pid_file: Option<PathBuf>,
+    /// The port to listen on, if free.
+    pub port: Option<u16>,
 }
 
 /// The volume options a brick applies itself.
@@ -97,14 +100,7 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
         Err(e) => go_offline(&format!("cannot build the brick's translators: {e:#}")),
     };
     tracing::info!(brick = %path.display(), stack = ?stack.kinds(), "brick translators");
-    let mut port = super::BRICK_PORT_BASE;
-    let listener = loop {
-        match tokio::net::TcpListener::bind(SocketAddr::new(cfg.ip, port)).await {
-            Ok(l) => break l,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && port < u16::MAX => port += 1,
-            Err(e) => return Err(e.into()),
-        }
-    };
+    let (listener, port) = listen(cfg.ip, cfg.port).await?;
     if let Some(f) = &cfg.pid_file {
         std::fs::write(f, format!("{} {port}\n", std::process::id()))?;
     }
@@ -119,6 +115,31 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     tokio::spawn(health_checks(posix.clone(), tunables.clone()));
     server::serve(listener, stack, path.display().to_string()).await?;
     Ok(())
+}
+
+/// Binds `wanted`, or when it is taken (or none is given) the first free
+/// port from `BRICK_PORT_BASE`.
+async fn listen(
+    ip: IpAddr,
+    wanted: Option<u16>,
+) -> std::io::Result<(tokio::net::TcpListener, u16)> {
+    if let Some(p) = wanted {
+        match tokio::net::TcpListener::bind(SocketAddr::new(ip, p)).await {
+            Ok(l) => return Ok((l, p)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                tracing::warn!(port = p, "the brick's port is taken; taking another")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut port = super::BRICK_PORT_BASE;
+    loop {
+        match tokio::net::TcpListener::bind(SocketAddr::new(ip, port)).await {
+            Ok(l) => return Ok((l, port)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && port < u16::MAX => port += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {

@@ -5,7 +5,7 @@
 //! the same on every server, applied in log order everywhere. (Who the
 //! servers are is Raft's own membership, not a command.)
 
-use super::state::{ClusterState, VolStatus, Volume};
+use super::state::{ClusterState, Task, VolStatus, Volume};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +28,20 @@ pub enum Command {
     ResetOptions {
         volume: String,
         key: Option<String>,
+    },
+    /// The port a brick listens on, as its host found it (the one chosen
+    /// was taken); clients see a new version.
+    SetBrickPort {
+        volume: String,
+        host: String,
+        path: String,
+        port: u16,
+    },
+    /// A task started, or how it ended: it replaces the task of the same
+    /// id, or else the last one of its kind.
+    SetTask {
+        volume: String,
+        task: Task,
     },
 }
 
@@ -80,6 +94,32 @@ impl Command {
                 }
                 v.version += 1;
             }
+            Command::SetBrickPort {
+                volume: name,
+                host,
+                path,
+                port,
+            } => {
+                volume(st, name)?;
+                let b = st
+                    .brick_mut(name, host, path)
+                    .ok_or_else(|| format!("Volume {name} has no brick {host}:{path}"))?;
+                b.port = Some(*port);
+                st.volumes.get_mut(name).unwrap().version += 1;
+            }
+            Command::SetTask { volume: name, task } => {
+                volume(st, name)?;
+                let tasks = &mut st.volumes.get_mut(name).unwrap().tasks;
+                let same = |t: &Task| t.id == task.id;
+                match tasks
+                    .iter()
+                    .position(same)
+                    .or_else(|| tasks.iter().position(|t| t.kind == task.kind))
+                {
+                    Some(i) => tasks[i] = task.clone(),
+                    None => tasks.push(task.clone()),
+                }
+            }
         }
         Ok(())
     }
@@ -121,6 +161,37 @@ mod tests {
         .apply(&mut st)
         .unwrap();
         assert_eq!(st.volumes["a"].status, VolStatus::Started);
+        let port = |path: &str| Command::SetBrickPort {
+            volume: "a".into(),
+            host: "h".into(),
+            path: path.into(),
+            port: 24399,
+        };
+        port("/b").apply(&mut st).unwrap();
+        assert_eq!(st.volumes["a"].bricks[0].port, Some(24399));
+        assert_eq!(st.volumes["a"].version, 4);
+        assert!(port("/elsewhere").apply(&mut st).is_err());
+        use crate::mgmt::state::{TaskKind, TaskStatus};
+        let task = |id: &str, status| Command::SetTask {
+            volume: "a".into(),
+            task: Task {
+                id: id.into(),
+                kind: TaskKind::HealFull,
+                host: "h".into(),
+                status,
+                started: 1,
+                detail: String::new(),
+            },
+        };
+        task("t1", TaskStatus::InProgress).apply(&mut st).unwrap();
+        task("t1", TaskStatus::Completed).apply(&mut st).unwrap();
+        task("t2", TaskStatus::InProgress).apply(&mut st).unwrap();
+        let tasks = &st.volumes["a"].tasks;
+        assert_eq!(tasks.len(), 1, "the last task of a kind is kept");
+        assert_eq!(
+            (tasks[0].id.as_str(), tasks[0].status),
+            ("t2", TaskStatus::InProgress)
+        );
         let before = st.volumes.clone();
         assert!(Command::RemoveVolume { volume: "b".into() }
             .apply(&mut st)

@@ -131,6 +131,19 @@ pub enum Request {
     LocalStatus {
         volume: String,
     },
+    /// A brick's host found it listening on another port than the state
+    /// says: a change, passed to the leader.
+    BrickPort {
+        volume: String,
+        host: String,
+        path: String,
+        port: u16,
+    },
+    /// A task started or ended: a change, passed to the leader.
+    Task {
+        volume: String,
+        task: super::state::Task,
+    },
     /// `volume heal NAME …`.
     Heal {
         name: String,
@@ -295,7 +308,8 @@ pub async fn follow_volume(
 }
 
 /// How clients and the healer connect to bricks (`graph::Env`): over TCP,
-/// to the port the brick host's daemon gives.
+/// to the brick's port in the volume's description (the replicated
+/// state), or to the one the brick host's daemon gives.
 pub fn graph_env() -> Env {
     Env {
         connect: Arc::new(|d: &XlDesc, link| {
@@ -304,7 +318,8 @@ pub fn graph_env() -> Env {
                     .map(str::to_string)
                     .ok_or_else(|| anyhow::anyhow!("{}: protocol/client needs {k}", d.name))
             };
-            let resolve = port_resolver(param("mgmt")?, param("brick")?, param("host")?);
+            let port = d.param("port").and_then(|p| p.parse().ok());
+            let resolve = port_resolver(param("mgmt")?, param("brick")?, param("host")?, port);
             Ok(Arc::new(ProtocolClient::new(
                 d.name.clone(),
                 param("brick")?,
@@ -315,19 +330,21 @@ pub fn graph_env() -> Env {
     }
 }
 
-fn port_resolver(mgmt: String, brick: String, host: String) -> Resolver {
-    Arc::new(move || {
+/// Finds a brick's address: the port the description gives on the first
+/// try and every other one after; on the others, the port its host's
+/// daemon knows now (a brick that had to move to another port before the
+/// change reached this client), or the description's when the daemon
+/// does not answer.
+fn port_resolver(mgmt: String, brick: String, host: String, known: Option<u16>) -> Resolver {
+    Arc::new(move |failed| {
         let (mgmt, brick, host) = (mgmt.clone(), brick.clone(), host.clone());
         Box::pin(async move {
-            let port = match call(&mgmt, &Request::Portmap { path: brick }).await {
-                Ok(Response::Port(p)) => p,
-                Ok(Response::Err(e)) => return Err(std::io::Error::other(e)),
-                Ok(other) => {
-                    return Err(std::io::Error::other(format!(
-                        "unexpected answer {other:?}"
-                    )))
-                }
-                Err(e) => return Err(std::io::Error::other(e)),
+            let port = match known {
+                Some(p) if failed % 2 == 0 => p,
+                _ => match portmap(&mgmt, brick).await {
+                    Ok(p) => p,
+                    Err(e) => known.ok_or(e)?,
+                },
             };
             let mut addrs = tokio::net::lookup_host((host.as_str(), port)).await?;
             addrs
@@ -335,6 +352,18 @@ fn port_resolver(mgmt: String, brick: String, host: String) -> Resolver {
                 .ok_or_else(|| std::io::Error::other(format!("{host} has no address")))
         })
     })
+}
+
+/// Asks a brick host's daemon which port the brick listens on.
+async fn portmap(mgmt: &str, brick: String) -> std::io::Result<u16> {
+    match call(mgmt, &Request::Portmap { path: brick }).await {
+        Ok(Response::Port(p)) => Ok(p),
+        Ok(Response::Err(e)) => Err(std::io::Error::other(e)),
+        Ok(other) => Err(std::io::Error::other(format!(
+            "unexpected answer {other:?}"
+        ))),
+        Err(e) => Err(std::io::Error::other(e)),
+    }
 }
 
 /// How long a daemon may take to accept a connection.

@@ -36,6 +36,11 @@ impl VolStatus {
 pub struct Brick {
     pub host: String,
     pub path: String,
+    /// The port it listens on: chosen when the brick joins a volume, and
+    /// changed when its host finds it listening on another one. Clients
+    /// connect to it without asking the host's daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 impl Brick {
@@ -62,6 +67,7 @@ impl Brick {
         Ok(Brick {
             host: host.to_string(),
             path: norm,
+            port: None,
         })
     }
 }
@@ -87,6 +93,56 @@ pub struct Volume {
     /// metadata, no file data).
     #[serde(default)]
     pub arbiter: usize,
+    /// The last task of each kind run on the volume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<Task>,
+}
+
+/// Long work on a volume (a full heal; later a rebalance), kept in the
+/// replicated state: every server shows it, and the server that runs it
+/// goes on with it after a restart.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Task {
+    pub id: String,
+    pub kind: TaskKind,
+    /// The server that runs it, as the pool names it.
+    pub host: String,
+    pub status: TaskStatus,
+    /// Unix seconds.
+    pub started: u64,
+    /// How it ended, in a few words.
+    #[serde(default)]
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum TaskKind {
+    HealFull,
+}
+
+impl TaskKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TaskKind::HealFull => "Heal full",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum TaskStatus {
+    InProgress,
+    Completed,
+    Failed,
+}
+
+impl TaskStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TaskStatus::InProgress => "in progress",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+        }
+    }
 }
 
 impl Volume {
@@ -101,11 +157,13 @@ impl Volume {
             bricks: vec![Brick {
                 host: "h".into(),
                 path: "/b".into(),
+                port: None,
             }],
             status: VolStatus::Created,
             options: Default::default(),
             version: 1,
             arbiter: 0,
+            tasks: Vec::new(),
         }
     }
 
@@ -148,6 +206,38 @@ pub struct ClusterState {
     pub uuid: String,
     pub peers: Vec<Peer>,
     pub volumes: BTreeMap<String, Volume>,
+}
+
+impl ClusterState {
+    /// Gives each of `bricks` that has none the lowest port from
+    /// `BRICK_PORT_BASE` that no other brick of its host has: a brick keeps
+    /// its port across restarts, and clients need not ask for it.
+    pub fn assign_ports(&self, bricks: &mut [Brick]) {
+        for i in 0..bricks.len() {
+            if bricks[i].port.is_some() {
+                continue;
+            }
+            let host = bricks[i].host.clone();
+            let taken: std::collections::BTreeSet<u16> = self
+                .volumes
+                .values()
+                .flat_map(|v| &v.bricks)
+                .chain(bricks.iter())
+                .filter(|b| b.host == host)
+                .filter_map(|b| b.port)
+                .collect();
+            bricks[i].port = (super::BRICK_PORT_BASE..=u16::MAX).find(|p| !taken.contains(p));
+        }
+    }
+
+    /// The brick `host:path` of `volume`.
+    pub fn brick_mut(&mut self, volume: &str, host: &str, path: &str) -> Option<&mut Brick> {
+        self.volumes
+            .get_mut(volume)?
+            .bricks
+            .iter_mut()
+            .find(|b| b.host == host && b.path == path)
+    }
 }
 
 pub struct Store {
@@ -221,6 +311,23 @@ mod tests {
         assert!(Brick::parse("h:data").is_err());
         assert!(Brick::parse("h:/").is_err());
         assert!(Brick::parse("h:/a/../b").is_err());
+    }
+
+    #[test]
+    fn each_brick_of_a_host_gets_a_port_of_its_own() {
+        let mut st = ClusterState::default();
+        let mut v = Volume::sample("a");
+        v.bricks[0].port = Some(crate::mgmt::BRICK_PORT_BASE);
+        st.volumes.insert("a".into(), v);
+        let mut new: Vec<Brick> = ["h:/c", "g:/c", "h:/d"]
+            .iter()
+            .map(|b| Brick::parse(b).unwrap())
+            .collect();
+        new[2].port = Some(30000);
+        st.assign_ports(&mut new);
+        let base = crate::mgmt::BRICK_PORT_BASE;
+        let ports: Vec<_> = new.iter().map(|b| b.port.unwrap()).collect();
+        assert_eq!(ports, [base + 1, base, 30000]);
     }
 
     #[test]

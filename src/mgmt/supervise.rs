@@ -40,6 +40,8 @@ pub struct BrickSpec {
     pub mgmt: String,
     pub logs: PathBuf,
     pub run: PathBuf,
+    /// The port the cluster state gives the brick.
+    pub port: Option<u16>,
 }
 
 impl BrickSpec {
@@ -161,6 +163,11 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             .arg("--pid-file")
             .arg(spec.pid_file())
             .args(spec.arbiter.then_some("--arbiter"))
+            .args(
+                spec.port
+                    .iter()
+                    .flat_map(|p| ["--port".to_string(), p.to_string()]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             // Its own process group: a signal to the daemon's group (a
@@ -246,6 +253,7 @@ mod tests {
             mgmt: "127.0.0.1:1".into(),
             logs: run.to_path_buf(),
             run: run.to_path_buf(),
+            port: None,
         }
     }
 

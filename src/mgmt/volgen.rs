@@ -69,14 +69,18 @@ pub fn generate(
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            XlDesc::new(
+            let d = XlDesc::new(
                 leaf.kind,
                 format!("{}-{}-{i}", vol.name, short(leaf.kind)),
                 vec![],
             )
             .with("host", &b.host)
             .with("mgmt", mgmt_of(state, &b.host, self_host, self_mgmt, port))
-            .with("brick", &b.path)
+            .with("brick", &b.path);
+            match b.port {
+                Some(p) => d.with("port", p.to_string()),
+                None => d,
+            }
         })
         .collect();
     if vol.replica > 1 {
@@ -132,11 +136,13 @@ mod tests {
                 .map(|i| Brick {
                     host: "h".into(),
                     path: format!("/b{i}"),
+                    port: Some(49152 + i as u16),
                 })
                 .collect(),
             status: VolStatus::Started,
             options: Default::default(),
             version: 7,
+            tasks: Vec::new(),
         }
     }
 
@@ -158,6 +164,7 @@ mod tests {
         assert_eq!(set.name, "gv0-replicate-1");
         assert_eq!(set.param("arbiter"), Some("on"));
         assert_eq!(set.children[2].param("brick"), Some("/b5"));
+        assert_eq!(set.children[2].param("port"), Some("49157"));
         assert_eq!(set.children[2].param("mgmt"), Some("h:24107"));
         assert_eq!(d.options["network.ping-timeout"], "42");
         let plain = generate(&st, &volume(1, 2, 0), "h", "h:24107", 24107);

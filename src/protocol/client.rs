@@ -3,7 +3,8 @@
 //! answered in any order; no lock is held while waiting on the network.
 //!
 //! A background task keeps the connection: it finds the brick's port (from
-//! the management daemon of the brick's host), connects with exponential
+//! the volume's description, or the daemon of the brick's host when that
+//! fails: `mgmt::rpc::graph_env`), connects with exponential
 //! backoff, performs the handshake, and declares the brick down when the
 //! connection drops or when requests are outstanding and nothing has been
 //! heard for the ping timeout. While the brick is down every call fails at
@@ -23,9 +24,10 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-/// Finds the address a brick listens on (asks the brick host's daemon).
+/// Finds the address a brick listens on, given how many tries failed
+/// since the last connection (so that it can try another source).
 pub type Resolver = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = std::io::Result<SocketAddr>> + Send>> + Send + Sync,
+    dyn Fn(u32) -> Pin<Box<dyn Future<Output = std::io::Result<SocketAddr>> + Send>> + Send + Sync,
 >;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -160,8 +162,8 @@ impl Shared {
     }
 }
 
-async fn connect_once(sh: &Shared) -> std::io::Result<TcpStream> {
-    let addr = (sh.resolve)().await?;
+async fn connect_once(sh: &Shared, failed: u32) -> std::io::Result<TcpStream> {
+    let addr = (sh.resolve)(failed).await?;
     let mut stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
@@ -196,16 +198,18 @@ async fn keep_connected(
 ) {
     let mut backoff = BACKOFF_MIN;
     let mut logged = false;
+    let mut failed = 0;
     loop {
         let Some(sh) = weak.upgrade() else { return };
         let connected = tokio::select! {
-            c = connect_once(&sh) => c,
+            c = connect_once(&sh, failed) => c,
             _ = alive.changed() => return,
         };
         match connected {
             Ok(stream) => {
                 backoff = BACKOFF_MIN;
                 logged = false;
+                failed = 0;
                 tracing::info!(client = %sh.name, brick = %sh.brick, "connected to brick");
                 let (why, writer) = run_connection(&sh, stream, &mut alive).await;
                 writer.abort();
@@ -216,6 +220,7 @@ async fn keep_connected(
                 }
             }
             Err(e) => {
+                failed = failed.saturating_add(1);
                 if !logged {
                     tracing::warn!(client = %sh.name, brick = %sh.brick, "cannot reach brick: {e}");
                     logged = true;

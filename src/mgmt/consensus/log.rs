@@ -8,7 +8,7 @@
 use super::{io_err, read_json, Entry, LogId, NodeId, TypeConfig, Vote};
 use crate::mgmt::state::write_atomic;
 use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{LogState, RaftLogReader, StorageError};
+use openraft::{EntryPayload, LogState, RaftLogReader, StorageError};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
@@ -29,12 +29,14 @@ pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
     /// This server votes: its log is fsynced.
     voter: Arc<AtomicBool>,
+    /// This server's id.
+    me: NodeId,
 }
 
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
 
 impl LogStore {
-    pub fn open(dir: &Path, voter: Arc<AtomicBool>) -> std::io::Result<LogStore> {
+    pub fn open(dir: &Path, me: NodeId, voter: Arc<AtomicBool>) -> std::io::Result<LogStore> {
         let logs = dir.join("log");
         std::fs::create_dir_all(&logs)?;
         let mut inner = Inner {
@@ -52,6 +54,7 @@ impl LogStore {
             dir: dir.to_path_buf(),
             inner: Arc::new(Mutex::new(inner)),
             voter,
+            me,
         })
     }
 
@@ -121,6 +124,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 f.write_all(&serde_json::to_vec(&e)?)?;
                 if sync {
                     f.sync_data()?;
+                }
+                if matches!(e.payload, EntryPayload::Normal(_))
+                    && e.log_id.leader_id.node_id == self.me
+                {
+                    // The leader dies with a change on its own disk, maybe
+                    // on others', not yet committed.
+                    fail::fail_point!("raft-leader-appended");
                 }
                 inner.entries.insert(e.log_id.index, e);
             }

@@ -130,7 +130,7 @@ async fn open(
     std::fs::create_dir_all(dir)?;
     // Until the membership says otherwise, this server votes (fsyncs).
     let voter = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let log = log::LogStore::open(dir, voter.clone())?;
+    let log = log::LogStore::open(dir, id, voter.clone())?;
     let sm = machine::Machine::open(dir, changed.clone(), id, voter)?;
     let raft = Raft::new(id, config(), network::Network, log, sm.clone()).await?;
     Ok((raft, sm))
@@ -363,7 +363,7 @@ mod tests {
     #[tokio::test]
     async fn the_log_survives_a_reopen_and_is_truncated_and_purged_on_disk() {
         let d = tempfile::tempdir().unwrap();
-        let mut log = log::LogStore::open(d.path(), Default::default()).unwrap();
+        let mut log = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
         let entries: Vec<Entry> = (1..=5)
             .map(|i| entry(1, i, Command::AddVolume(vol(&format!("v{i}")))))
             .collect();
@@ -375,7 +375,7 @@ mod tests {
         log.purge(LogId::new(CommittedLeaderId::new(1, 1), 1))
             .await
             .unwrap();
-        let mut back = log::LogStore::open(d.path(), Default::default()).unwrap();
+        let mut back = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
         let st = back.get_log_state().await.unwrap();
         assert_eq!(st.last_purged_log_id.unwrap().index, 1);
         assert_eq!(st.last_log_id.unwrap().index, 3);

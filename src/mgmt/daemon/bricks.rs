@@ -5,6 +5,8 @@ use super::*;
 
 pub(super) struct BrickProc {
     volume: String,
+    /// The brick's host, as the volume names it.
+    host: String,
     stop: watch::Sender<bool>,
     done: Option<tokio::task::JoinHandle<()>>,
 }
@@ -15,7 +17,7 @@ impl Daemon {
         let _one = self.reconcile_lock.lock().await;
         let st = self.state.lock().unwrap().clone();
         let lost: Vec<String> = self.quorum_lost.lock().unwrap().keys().cloned().collect();
-        let mut want: HashMap<String, (String, String, bool)> = HashMap::new();
+        let mut want: HashMap<String, (String, String, bool, &Brick)> = HashMap::new();
         for v in st
             .volumes
             .values()
@@ -25,7 +27,7 @@ impl Daemon {
                 if self.is_local(&b.host).await {
                     want.insert(
                         b.path.clone(),
-                        (v.name.clone(), v.id.clone(), v.is_arbiter(i)),
+                        (v.name.clone(), v.id.clone(), v.is_arbiter(i), b),
                     );
                 }
             }
@@ -42,7 +44,7 @@ impl Daemon {
                     }
                 }
             }
-            for (path, (vol, id, arbiter)) in want {
+            for (path, (vol, id, arbiter, brick)) in want {
                 if bricks.contains_key(&path) {
                     continue;
                 }
@@ -57,6 +59,7 @@ impl Daemon {
                     mgmt: self.me.mgmt.clone(),
                     logs: self.cfg.state_dir.join("logs"),
                     run: self.cfg.state_dir.join("run"),
+                    port: brick.port,
                 };
                 let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));
                 bricks.insert(
@@ -64,6 +67,7 @@ impl Daemon {
                     (
                         BrickProc {
                             volume: vol,
+                            host: brick.host.clone(),
                             stop,
                             done: Some(done),
                         },
@@ -76,6 +80,48 @@ impl Daemon {
             let _ = h.await;
         }
         self.reconcile_healers(&st).await;
+    }
+
+    /// Keeps the bricks' ports in the cluster state true: a local brick
+    /// that listens on another port than the state gives it (the one
+    /// chosen was taken, or it was started before ports were kept there)
+    /// has its port committed, so that clients find it without asking.
+    pub(super) async fn report_ports(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let moved: Vec<Request> = {
+                let st = self.state.lock().unwrap();
+                let bricks = self.bricks.lock().unwrap();
+                bricks
+                    .iter()
+                    .filter_map(|(path, (p, info))| {
+                        let port = info.lock().unwrap().port?;
+                        let b = st
+                            .volumes
+                            .get(&p.volume)?
+                            .bricks
+                            .iter()
+                            .find(|b| &b.path == path && b.host == p.host)?;
+                        (b.port != Some(port)).then(|| Request::BrickPort {
+                            volume: p.volume.clone(),
+                            host: b.host.clone(),
+                            path: path.clone(),
+                            port,
+                        })
+                    })
+                    .collect()
+            };
+            for req in moved {
+                let what = format!("{req:?}");
+                match self.clone().change_anywhere(req).await {
+                    Ok(_) => tracing::info!("brick port recorded: {what}"),
+                    Err(e) => {
+                        tracing::warn!("brick port not recorded: {what}: {e}");
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                }
+            }
+        }
     }
 
     /// Stops watching (and so stops) the local bricks `which` picks, and

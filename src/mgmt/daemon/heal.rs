@@ -1,6 +1,14 @@
 //! The self-heal daemons this server runs, and `volume heal`.
 
 use super::*;
+use crate::mgmt::state::{Task, TaskKind, TaskStatus};
+use futures_util::FutureExt;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 /// A running self-heal: the graph it was built for (a change of options
 /// alone reconfigures it; a change of shape builds it again), the healer,
@@ -72,6 +80,89 @@ impl Daemon {
         }
     }
 
+    /// The healer of `v` this server runs (its sets with a brick here), or
+    /// with `whole`, one of every set: the running one if it covers them,
+    /// else a new one just for this.
+    async fn healer_for(&self, v: &Volume, whole: bool) -> Result<Arc<Healer>, String> {
+        let desc = volgen::generate(
+            &self.state.lock().unwrap().clone(),
+            v,
+            &self.me.host,
+            &self.me.mgmt,
+            self.cfg.listen.port(),
+        );
+        let running = self
+            .healers
+            .lock()
+            .unwrap()
+            .get(&v.name)
+            .filter(|(top, _, _)| !whole || *top == desc.top)
+            .map(|(_, h, _)| h.clone());
+        if let Some(h) = running {
+            return Ok(h);
+        }
+        let h = Healer::new(&desc, |_| false, &rpc::graph_env()).map_err(|e| format!("{e:#}"))?;
+        h.wait_up(Duration::from_secs(3)).await;
+        Ok(h)
+    }
+
+    /// Commits a task's state (passed to the leader). Boxed: a change may
+    /// lead back here (the compiler cannot see through the cycle).
+    fn record_task(
+        self: &Arc<Self>,
+        volume: &str,
+        task: Task,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
+        let req = Request::Task {
+            volume: volume.to_string(),
+            task,
+        };
+        Box::pin(self.clone().change_anywhere(req).map(|r| r.map(|_| ())))
+    }
+
+    /// Runs task `task`, a full heal of `volume`, and records how it ended.
+    async fn full_heal(self: Arc<Self>, volume: String, healer: Arc<Healer>, mut task: Task) {
+        tracing::info!(%volume, task = %task.id, "full heal started");
+        healer.full().await;
+        task.status = TaskStatus::Completed;
+        if let Some(c) = healer.statistics().iter().rev().find(|c| c.kind == "FULL") {
+            task.detail = format!(
+                "{} healed, {} in split-brain, {} failed",
+                c.healed, c.split_brain, c.failed
+            );
+        }
+        tracing::info!(%volume, task = %task.id, "full heal ended: {}", task.detail);
+        if let Err(e) = self.record_task(&volume, task).await {
+            tracing::warn!(%volume, "the end of the full heal was not recorded: {e}");
+        }
+    }
+
+    /// Goes on with the tasks this server was running when it stopped.
+    pub(super) async fn resume_tasks(self: Arc<Self>) {
+        let vols: Vec<Volume> = self
+            .state
+            .lock()
+            .unwrap()
+            .volumes
+            .values()
+            .cloned()
+            .collect();
+        for v in vols {
+            for t in &v.tasks {
+                if t.status != TaskStatus::InProgress || !self.is_local(&t.host).await {
+                    continue;
+                }
+                tracing::info!(volume = %v.name, task = %t.id, kind = t.kind.as_str(), "resuming a task");
+                match self.healer_for(&v, true).await {
+                    Ok(h) => {
+                        tokio::spawn(self.clone().full_heal(v.name.clone(), h, t.clone()));
+                    }
+                    Err(e) => tracing::warn!(volume = %v.name, "cannot resume the full heal: {e}"),
+                }
+            }
+        }
+    }
+
     /// `volume heal NAME …`.
     pub(super) async fn heal(self: &Arc<Self>, name: String, op: HealOp) -> Response {
         let v = match self.volume(&name) {
@@ -94,33 +185,9 @@ impl Daemon {
                 | HealOp::SplitBrain { .. }
                 | HealOp::Full
         );
-        let desc = volgen::generate(
-            &self.state.lock().unwrap().clone(),
-            &v,
-            &self.me.host,
-            &self.me.mgmt,
-            self.cfg.listen.port(),
-        );
-        let running = self
-            .healers
-            .lock()
-            .unwrap()
-            .get(&name)
-            .filter(|(top, _, _)| !whole || *top == desc.top)
-            .map(|(_, h, _)| h.clone());
-        let healer = match running {
-            Some(h) => h,
-            None => {
-                // No brick here, or not all of them: a healer of the whole
-                // volume just for this.
-                match Healer::new(&desc, |_| false, &rpc::graph_env()) {
-                    Ok(h) => {
-                        h.wait_up(Duration::from_secs(3)).await;
-                        h
-                    }
-                    Err(e) => return err(format!("{e:#}")),
-                }
-            }
+        let healer = match self.healer_for(&v, whole).await {
+            Ok(h) => h,
+            Err(e) => return err(e),
         };
         if matches!(op, HealOp::Index | HealOp::Full) && !SELF_HEAL_DAEMON.bool(&v.options) {
             return err(format!(
@@ -134,8 +201,18 @@ impl Daemon {
                 rep.message = format!("Launching heal operation to perform index self heal on volume {name} has been successful \nUse heal info commands to check status.");
             }
             HealOp::Full => {
-                let h = healer.clone();
-                tokio::spawn(async move { h.full().await });
+                let task = Task {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    kind: TaskKind::HealFull,
+                    host: self.me.host.clone(),
+                    status: TaskStatus::InProgress,
+                    started: unix_now(),
+                    detail: String::new(),
+                };
+                if let Err(e) = self.record_task(&name, task.clone()).await {
+                    return err(e);
+                }
+                tokio::spawn(self.clone().full_heal(name.clone(), healer.clone(), task));
                 rep.message = format!("Launching heal operation to perform full self heal on volume {name} has been successful \nUse heal info commands to check status.");
             }
             HealOp::Info | HealOp::InfoSummary => rep.bricks = healer.info(false).await,

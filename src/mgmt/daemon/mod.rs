@@ -124,6 +124,8 @@ impl Daemon {
         store.save(&identity)?;
         tokio::spawn(d.clone().heartbeats());
         tokio::spawn(d.clone().follow_state());
+        tokio::spawn(d.clone().report_ports());
+        tokio::spawn(d.clone().resume_tasks());
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), id = d.consensus.id(), "management daemon started");
         let d2 = d.clone();
         tokio::spawn(async move {

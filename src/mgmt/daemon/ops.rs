@@ -237,6 +237,25 @@ impl Daemon {
                     .await?;
                 Ok(String::new())
             }
+            Request::BrickPort {
+                volume,
+                host,
+                path,
+                port,
+            } => {
+                self.execute(Command::SetBrickPort {
+                    volume,
+                    host,
+                    path,
+                    port,
+                })
+                .await?;
+                Ok(String::new())
+            }
+            Request::Task { volume, task } => {
+                self.execute(Command::SetTask { volume, task }).await?;
+                Ok(String::new())
+            }
             other => Err(format!("unexpected request {other:?}")),
         }
     }
@@ -350,6 +369,8 @@ impl Daemon {
                 other => return Err(format!("unexpected answer {other:?}")),
             }
         }
+        let mut parsed = parsed;
+        self.state.lock().unwrap().assign_ports(&mut parsed);
         let id = uuid::Uuid::new_v4().to_string();
         let answers = self
             .on_bricks(&parsed, |b| Request::BrickInit {
@@ -380,6 +401,7 @@ impl Daemon {
             options: Default::default(),
             version: 1,
             arbiter,
+            tasks: Vec::new(),
         };
         self.execute(Command::AddVolume(vol)).await?;
         Ok("please start the volume to access data".into())

@@ -79,3 +79,15 @@ for pid in $(pgrep -f "mortar daemon .*state-dir $D/"); do
     cpu=$(( cpu + $(awk '{print $14 + $15}' /proc/"$pid"/stat) ))
 done
 echo "daemons: $(( rss / 1024 )) MiB resident in all, $(( cpu / $(getconf CLK_TCK) )) s of CPU in all"
+# CPU ticks used so far by the processes whose command line matches $1.
+ticks() {
+    local t=0
+    for pid in $(pgrep -f "$1"); do
+        t=$(( t + $(awk '{print $14 + $15}' /proc/"$pid"/stat 2>/dev/null || echo 0) ))
+    done
+    echo "$t"
+}
+d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar brick .*--path $D/"); sleep 5
+d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar brick .*--path $D/")
+hz=$(getconf CLK_TCK)
+echo "idle CPU: daemons $(( (d1 - d0) * 100 / hz / 5 ))% of a core, bricks $(( (b1 - b0) * 100 / hz / 5 ))% of a core"

@@ -107,14 +107,12 @@ pub enum Request {
     Heartbeat {
         from: String,
     },
-    BrickCheck {
-        brick: Brick,
-        volume: String,
-        force: bool,
-    },
+    /// Checks a local brick path (`force`: even on the root file system)
+    /// and marks it as the volume's.
     BrickInit {
         brick: Brick,
         volume_id: String,
+        force: bool,
     },
     BrickRelease {
         brick: Brick,
@@ -398,6 +396,81 @@ pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
     tokio::time::timeout(Duration::from_secs(120), go)
         .await
         .map_err(|_| format!("the management daemon at {addr} did not answer"))?
+}
+
+/// One connection to a daemon kept open for request after request (the
+/// Raft messages and heartbeats between daemons, a few a second each),
+/// opened again after an error.
+pub struct Channel {
+    addr: String,
+    conn: Option<(
+        BufReader<tokio::net::tcp::OwnedReadHalf>,
+        tokio::net::tcp::OwnedWriteHalf,
+    )>,
+}
+
+/// Why a request on a `Channel` got no answer.
+#[derive(Debug)]
+pub enum ChannelError {
+    /// No connection: the daemon is down or cut off.
+    Unreachable(String),
+    /// Connected, but the exchange failed (the connection is dropped).
+    Failed(String),
+}
+
+impl Channel {
+    pub fn new(addr: &str) -> Channel {
+        Channel {
+            addr: addr.to_string(),
+            conn: None,
+        }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends `req` and waits up to `ttl` for the answer.
+    pub async fn ask(&mut self, req: &Request, ttl: Duration) -> Result<Response, ChannelError> {
+        let res = match tokio::time::timeout(ttl, self.exchange(req)).await {
+            Ok(r) => r,
+            Err(_) => Err(ChannelError::Failed(format!(
+                "{} did not answer within {ttl:?}",
+                self.addr
+            ))),
+        };
+        if res.is_err() {
+            self.conn = None;
+        }
+        res
+    }
+
+    async fn exchange(&mut self, req: &Request) -> Result<Response, ChannelError> {
+        if self.conn.is_none() {
+            let s = TcpStream::connect(&self.addr)
+                .await
+                .map_err(|e| ChannelError::Unreachable(format!("{}: {e}", self.addr)))?;
+            let _ = s.set_nodelay(true);
+            let (rd, wr) = s.into_split();
+            self.conn = Some((BufReader::new(rd), wr));
+        }
+        let (rd, wr) = self.conn.as_mut().expect("connected");
+        let failed = |e: String| ChannelError::Failed(e);
+        let mut line = serde_json::to_vec(req).map_err(|e| failed(e.to_string()))?;
+        line.push(b'\n');
+        wr.write_all(&line)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let mut answer = String::new();
+        rd.read_line(&mut answer)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if answer.is_empty() {
+            return Err(failed(format!("{} closed the connection", self.addr)));
+        }
+        serde_json::from_str(&answer)
+            .map_err(|e| failed(format!("bad answer from {}: {e}", self.addr)))
+    }
 }
 
 /// The management address for a host name: `host` with the default port

@@ -1,9 +1,9 @@
 //! Raft's messages between daemons, over the management RPC: each is a
-//! `Request::Raft` line on a connection kept open per peer (reopened after
-//! an error), answered by a `Response::Raft` line.
+//! `Request::Raft` line on a connection kept open per peer (`rpc::Channel`),
+//! answered by a `Response::Raft` line.
 
 use super::{NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
-use crate::mgmt::rpc::{Request, Response};
+use crate::mgmt::rpc::{Channel, ChannelError, Request, Response};
 use crate::mgmt::state::{ClusterState, Peer};
 use openraft::error::{
     Fatal, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError,
@@ -16,9 +16,6 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 
 /// A Raft message and the server it is for: a daemon whose state was
 /// wiped since (it has another id now) must not take part in a pool it
@@ -79,8 +76,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &Peer) -> Link {
         Link {
             target,
-            addr: node.mgmt.clone(),
-            conn: None,
+            channel: Channel::new(&node.mgmt),
         }
     }
 }
@@ -88,8 +84,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 /// The connection to one peer.
 pub struct Link {
     target: NodeId,
-    addr: String,
-    conn: Option<(BufReader<OwnedReadHalf>, OwnedWriteHalf)>,
+    channel: Channel,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,45 +104,15 @@ impl Link {
             to: self.target,
             msg: m,
         };
-        let go = async {
-            if self.conn.is_none() {
-                let s = TcpStream::connect(&self.addr)
-                    .await
-                    .map_err(|e| SendError::Unreachable(Failed(format!("{}: {e}", self.addr))))?;
-                let _ = s.set_nodelay(true);
-                let (rd, wr) = s.into_split();
-                self.conn = Some((BufReader::new(rd), wr));
-            }
-            let (rd, wr) = self.conn.as_mut().unwrap();
-            let net = |e: String| SendError::Network(Failed(e));
-            let msg = serde_json::to_value(&m).map_err(|e| net(e.to_string()))?;
-            let mut line =
-                serde_json::to_vec(&Request::Raft(msg)).map_err(|e| net(e.to_string()))?;
-            line.push(b'\n');
-            wr.write_all(&line).await.map_err(|e| net(e.to_string()))?;
-            let mut answer = String::new();
-            rd.read_line(&mut answer)
-                .await
-                .map_err(|e| net(e.to_string()))?;
-            match serde_json::from_str::<Response>(&answer) {
-                Ok(Response::Raft(v)) => serde_json::from_value(v).map_err(|e| net(e.to_string())),
-                Ok(Response::Err(e)) => Err(net(e)),
-                Ok(other) => Err(net(format!("unexpected answer {other:?}"))),
-                Err(_) if answer.is_empty() => Err(net("connection closed".into())),
-                Err(e) => Err(net(e.to_string())),
-            }
-        };
-        let res = match tokio::time::timeout(ttl, go).await {
-            Ok(r) => r,
-            Err(_) => Err(SendError::Network(Failed(format!(
-                "{} did not answer within {ttl:?}",
-                self.addr
-            )))),
-        };
-        if res.is_err() {
-            self.conn = None;
+        let net = |e: String| SendError::Network(Failed(e));
+        let msg = serde_json::to_value(&m).map_err(|e| net(e.to_string()))?;
+        match self.channel.ask(&Request::Raft(msg), ttl).await {
+            Ok(Response::Raft(v)) => serde_json::from_value(v).map_err(|e| net(e.to_string())),
+            Ok(Response::Err(e)) => Err(net(e)),
+            Ok(other) => Err(net(format!("unexpected answer {other:?}"))),
+            Err(ChannelError::Unreachable(e)) => Err(SendError::Unreachable(Failed(e))),
+            Err(ChannelError::Failed(e)) => Err(net(e)),
         }
-        res
     }
 
     fn rpc_error<E: std::error::Error>(e: SendError) -> RPCError<NodeId, Peer, E> {

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// How long a host waits for its bricks to come up before it answers
+/// `BricksRun` (the start goes on asking for the others).
+const BRICKS_SETTLE: Duration = Duration::from_secs(5);
+
 pub(super) struct BrickProc {
     volume: String,
     /// The brick's host, as the volume names it.
@@ -188,6 +192,20 @@ impl Daemon {
             .collect()
     }
 
+    /// The status of the local bricks of `vol`, once each is up or has
+    /// gone offline, or `BRICKS_SETTLE` has passed.
+    pub(super) async fn local_bricks_settled(&self, vol: &Volume) -> Vec<BrickStatus> {
+        let deadline = tokio::time::Instant::now() + BRICKS_SETTLE;
+        loop {
+            let st = self.local_status(vol);
+            let settled = st.iter().all(|b| b.online || b.reason.is_some());
+            if settled || tokio::time::Instant::now() > deadline {
+                return st;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub(super) async fn status_of(self: &Arc<Self>, vol: &Volume) -> Vec<BrickStatus> {
         let answers = self
             .on_volume_hosts(vol, || Request::LocalStatus {
@@ -200,20 +218,25 @@ impl Daemon {
                 out.extend(bs);
             }
         }
+        self.statuses(vol, out)
+    }
+
+    /// The status of every brick of `vol` in order, from what the hosts
+    /// answered: a brick no host spoke of is down.
+    pub(super) fn statuses(&self, vol: &Volume, answers: Vec<BrickStatus>) -> Vec<BrickStatus> {
+        let mut by_name: HashMap<String, BrickStatus> =
+            answers.into_iter().map(|s| (s.brick.clone(), s)).collect();
         vol.bricks
             .iter()
             .map(|b| {
                 let key = b.to_string();
-                out.iter()
-                    .find(|s| s.brick == key)
-                    .cloned()
-                    .unwrap_or(BrickStatus {
-                        brick: key,
-                        port: None,
-                        pid: None,
-                        online: false,
-                        reason: None,
-                    })
+                by_name.remove(&key).unwrap_or(BrickStatus {
+                    brick: key,
+                    port: None,
+                    pid: None,
+                    online: false,
+                    reason: None,
+                })
             })
             .collect()
     }

@@ -3,8 +3,9 @@
 //! voter answers with when it last heard from every server, so that every
 //! daemon knows of every other at the cost of a few messages per server
 //! (not one per pair: 300 servers send 1,500 heartbeats a second, not
-//! 90,000). A peer not heard from, directly or through a voter, for `GONE`
-//! is shown Disconnected, with how long ago it was last seen.
+//! 90,000), each on a connection kept open. A peer not heard from,
+//! directly or through a voter, for `GONE` is shown Disconnected, with
+//! how long ago it was last seen.
 //!
 //! Who votes: the leader keeps `voters_wanted` voters (all servers up to
 //! three, five from five servers on), promoting connected learners and
@@ -29,64 +30,110 @@ fn voters_wanted(n: usize) -> usize {
     }
 }
 
-/// When this daemon came to know a peer, and last heard from it.
-pub(super) struct Liveness {
-    known: Instant,
-    heard: Option<Instant>,
+/// What this daemon knows of the other servers' liveness: when it came
+/// to know each and last heard from it itself, and what each voter last
+/// said it heard. Who is silent is worked out when asked (`silent`), so
+/// that a heartbeat's answer costs no work per server: at 300 servers,
+/// folding every answer into a per-server table cost 450,000 updates a
+/// second in all.
+#[derive(Default)]
+pub(super) struct Heard {
+    /// By uuid: when this daemon came to know the server, and last heard
+    /// from it directly.
+    direct: HashMap<String, (Instant, Option<Instant>)>,
+    /// By voter uuid: its last answer.
+    relays: HashMap<String, Relay>,
+    /// This daemon's own answer (as a voter), kept for a moment: every
+    /// server asks it once a second.
+    table: Option<Table>,
 }
 
-impl Liveness {
-    fn new() -> Liveness {
-        Liveness {
-            known: Instant::now(),
-            heard: None,
-        }
+/// A voter's answer as it made it: when, and `Response::Liveness`'s fields.
+type Table = (Instant, u64, Vec<(String, Option<u64>)>);
+
+/// A voter's answer to a heartbeat: when it came, and what it said.
+struct Relay {
+    at: Instant,
+    /// Every server not in `later` was heard from within this.
+    within_ms: u64,
+    /// The others: how long ago they were heard from (None: never).
+    later: HashMap<String, Option<u64>>,
+}
+
+/// How long a voter reuses its answer to heartbeats.
+const TABLE_FOR: Duration = Duration::from_millis(250);
+
+impl Heard {
+    /// When server `uuid` was last heard from, directly or through a voter.
+    fn heard(&self, uuid: &str) -> Option<Instant> {
+        let direct = self.direct.get(uuid).and_then(|d| d.1);
+        let relayed = self
+            .relays
+            .iter()
+            .filter(|(v, _)| v.as_str() != uuid)
+            .filter_map(|(_, r)| {
+                let ms = match r.later.get(uuid) {
+                    Some(later) => (*later)?,
+                    None => r.within_ms,
+                };
+                Some(r.at.checked_sub(Duration::from_millis(ms)).unwrap_or(r.at))
+            })
+            .max();
+        direct.max(relayed)
     }
 
-    /// How long it has been silent: since it was last heard from, or
-    /// since this daemon came to know it.
-    fn silent(&self) -> Duration {
-        self.heard.unwrap_or(self.known).elapsed()
+    /// How long server `uuid` has been silent: since it was last heard
+    /// from, or since this daemon came to know it.
+    fn silent(&mut self, uuid: &str) -> Duration {
+        let heard = self.heard(uuid);
+        let known = self
+            .direct
+            .entry(uuid.to_string())
+            .or_insert_with(|| (Instant::now(), None))
+            .0;
+        heard.unwrap_or(known).elapsed()
     }
 }
 
 impl Daemon {
     /// Notes that peer `uuid` was heard from now.
     pub(super) fn seen(&self, uuid: &str) {
-        self.seen_at(uuid, Instant::now());
-    }
-
-    /// Notes that peer `uuid` was heard from at `t` (if that is later
-    /// than what this daemon knew).
-    fn seen_at(&self, uuid: &str, t: Instant) {
-        let mut liveness = self.liveness.lock().unwrap();
-        let l = liveness
+        let mut heard = self.liveness.lock().unwrap();
+        let d = heard
+            .direct
             .entry(uuid.to_string())
-            .or_insert_with(Liveness::new);
-        if l.heard.is_none_or(|h| h < t) {
-            l.heard = Some(t);
-        }
+            .or_insert_with(|| (Instant::now(), None));
+        d.1 = Some(Instant::now());
     }
 
     /// When this daemon last heard from the servers it knows: what it
     /// answers a heartbeat with. Those heard from within two beats are
     /// summed up as one figure; the others are named.
     pub(super) fn heard_table(&self) -> Response {
+        let mut heard = self.liveness.lock().unwrap();
+        if let Some((at, within_ms, later)) = &heard.table {
+            if at.elapsed() < TABLE_FOR {
+                return Response::Liveness {
+                    within_ms: within_ms + at.elapsed().as_millis() as u64,
+                    later: later.clone(),
+                };
+            }
+        }
         let fresh = (2 * BEAT).as_millis() as u64;
-        let peers = self.state.lock().unwrap().peers.clone();
-        let liveness = self.liveness.lock().unwrap();
         let mut within_ms = 0;
         let mut later = Vec::new();
-        for p in peers {
-            let ago = liveness
+        for p in &self.state.lock().unwrap().peers {
+            let ago = heard
+                .direct
                 .get(&p.uuid)
-                .and_then(|l| l.heard)
+                .and_then(|d| d.1)
                 .map(|h| h.elapsed().as_millis() as u64);
             match ago {
                 Some(ms) if ms <= fresh => within_ms = within_ms.max(ms),
-                ago => later.push((p.uuid, ago)),
+                ago => later.push((p.uuid.clone(), ago)),
             }
         }
+        heard.table = Some((Instant::now(), within_ms, later.clone()));
         Response::Liveness { within_ms, later }
     }
 
@@ -100,7 +147,7 @@ impl Daemon {
         let peers = self.state.lock().unwrap().peers.clone();
         let (voters, _) = self.consensus.roles();
         let leader = self.consensus.leader().map(|l| l.0);
-        let mut liveness = self.liveness.lock().unwrap();
+        let mut heard = self.liveness.lock().unwrap();
         peers
             .into_iter()
             .map(|p| {
@@ -112,10 +159,10 @@ impl Daemon {
                 } else {
                     "learner"
                 };
-                let l = liveness.entry(p.uuid.clone()).or_insert_with(Liveness::new);
+                let silent = heard.silent(&p.uuid);
                 rpc::PeerState {
-                    connected: l.silent() < GONE,
-                    last_seen_secs: l.heard.map(|t| t.elapsed().as_secs()),
+                    connected: silent < GONE,
+                    last_seen_secs: heard.heard(&p.uuid).map(|t| t.elapsed().as_secs()),
                     role: role.into(),
                     peer: p,
                 }
@@ -124,39 +171,49 @@ impl Daemon {
     }
 
     /// Sends every voter a heartbeat every `BEAT`, for as long as the
-    /// daemon runs, and learns from their answers of the other servers.
+    /// daemon runs, on a connection kept open to each, and keeps what
+    /// they answer.
     pub(super) async fn heartbeats(self: Arc<Self>) {
+        // The voters, worked out again only when the state changed.
+        let mut version = u64::MAX;
+        let mut voters: Vec<(String, rpc::Channel)> = Vec::new();
+        let req = Request::Heartbeat {
+            from: self.me.uuid.clone(),
+        };
         loop {
-            let (voters, _) = self.consensus.roles();
-            let peers: Vec<Peer> = self
-                .state
-                .lock()
-                .unwrap()
-                .peers
-                .iter()
-                .filter(|p| voters.contains(&consensus::node_id(&p.uuid)))
-                .cloned()
-                .collect();
-            let beats = peers.into_iter().map(|p| {
-                let me = self.clone();
+            if *self.changed.borrow() != version {
+                version = *self.changed.borrow();
+                let (ids, _) = self.consensus.roles();
+                let peers = self.state.lock().unwrap().peers.clone();
+                let mut old: HashMap<String, rpc::Channel> = voters.drain(..).collect();
+                voters = peers
+                    .into_iter()
+                    .filter(|p| ids.contains(&consensus::node_id(&p.uuid)))
+                    .map(|p| {
+                        let ch = old
+                            .remove(&p.uuid)
+                            .filter(|c| c.addr() == p.mgmt)
+                            .unwrap_or_else(|| rpc::Channel::new(&p.mgmt));
+                        (p.uuid, ch)
+                    })
+                    .collect();
+            }
+            let beats = voters.iter_mut().map(|(uuid, ch)| {
+                let (me, req) = (&self, &req);
                 async move {
-                    let req = Request::Heartbeat {
-                        from: me.me.uuid.clone(),
-                    };
-                    let answer = tokio::time::timeout(GONE / 2, rpc::call(&p.mgmt, &req)).await;
-                    if let Ok(Ok(Response::Liveness { within_ms, later })) = answer {
-                        let now = Instant::now();
-                        me.seen_at(&p.uuid, now);
-                        let ago =
-                            |ms: u64| now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
-                        let peers = me.state.lock().unwrap().peers.clone();
-                        for q in peers.iter().filter(|q| q.uuid != p.uuid) {
-                            match later.iter().find(|(u, _)| *u == q.uuid) {
-                                Some((_, Some(ms))) => me.seen_at(&q.uuid, ago(*ms)),
-                                Some((_, None)) => {}
-                                None => me.seen_at(&q.uuid, ago(within_ms)),
-                            }
-                        }
+                    if let Ok(Response::Liveness { within_ms, later }) = ch.ask(req, GONE / 2).await
+                    {
+                        me.seen(uuid);
+                        let relay = Relay {
+                            at: Instant::now(),
+                            within_ms,
+                            later: later.into_iter().collect(),
+                        };
+                        me.liveness
+                            .lock()
+                            .unwrap()
+                            .relays
+                            .insert(uuid.clone(), relay);
                     }
                 }
             });
@@ -170,11 +227,7 @@ impl Daemon {
     /// How long peer `uuid` has been silent (since this daemon came to
     /// know it, if it never heard from it).
     fn silent_for(&self, uuid: &str) -> Duration {
-        let mut liveness = self.liveness.lock().unwrap();
-        liveness
-            .entry(uuid.to_string())
-            .or_insert_with(Liveness::new)
-            .silent()
+        self.liveness.lock().unwrap().silent(uuid)
     }
 
     /// The voters this server cannot reach, named for a refusal.
@@ -331,6 +384,23 @@ impl Daemon {
     /// Stops or starts this server's bricks of volumes under server quorum
     /// as the pool it reaches shrinks below the ratio or grows back.
     pub(super) async fn check_server_quorum(&self) {
+        // Most pools set no server quorum: nothing to work out then.
+        let under: Vec<(String, usize)> = self
+            .state
+            .lock()
+            .unwrap()
+            .volumes
+            .values()
+            .filter(|v| v.status == VolStatus::Started)
+            .filter(|v| SERVER_QUORUM_TYPE.str(&v.options) == "server")
+            .map(|v| {
+                let ratio = SERVER_QUORUM_RATIO.int(&v.options).clamp(1, 100) as usize;
+                (v.name.clone(), ratio)
+            })
+            .collect();
+        if under.is_empty() && self.quorum_lost.lock().unwrap().is_empty() {
+            return;
+        }
         let st = self.state.lock().unwrap().clone();
         let states = self.peer_states();
         let total = st.peers.len() + 1;
@@ -346,9 +416,9 @@ impl Daemon {
             .values()
             .filter(|v| v.status == VolStatus::Started)
         {
-            let under = SERVER_QUORUM_TYPE.str(&v.options) == "server";
-            let ratio = SERVER_QUORUM_RATIO.int(&v.options).clamp(1, 100) as usize;
-            let met = !under || active * 100 >= ratio * total;
+            let quorum = under.iter().find(|(name, _)| *name == v.name);
+            let ratio = quorum.map_or(0, |q| q.1);
+            let met = quorum.is_none() || active * 100 >= ratio * total;
             let mut lost = self.quorum_lost.lock().unwrap();
             if !met && !lost.contains_key(&v.name) {
                 let why = format!(

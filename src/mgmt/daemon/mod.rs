@@ -75,7 +75,7 @@ pub struct Daemon {
     /// graph version they run and when they last asked.
     clients: Mutex<HashMap<(String, rpc::ClientInfo), Seen>>,
     /// What this daemon knows of each peer's liveness, by uuid (`members`).
-    liveness: Mutex<HashMap<String, members::Liveness>>,
+    liveness: Mutex<members::Heard>,
     /// Volumes whose bricks here are stopped for want of server quorum,
     /// with why (`members`).
     quorum_lost: Mutex<HashMap<String, String>>,
@@ -113,7 +113,7 @@ impl Daemon {
             healers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),
-            liveness: Mutex::new(HashMap::new()),
+            liveness: Mutex::new(Default::default()),
             quorum_lost: Mutex::new(HashMap::new()),
         });
         d.refresh();
@@ -245,9 +245,15 @@ impl Daemon {
     /// is 300 hosts), answers in the order given.
     async fn on_hosts(self: &Arc<Self>, reqs: Vec<(String, Request)>) -> Vec<Response> {
         use futures_util::stream::{self, StreamExt};
+        // Requests that wait on their host (for its bricks to start) are
+        // sent to more hosts at once.
+        let at_once = match reqs.first() {
+            Some((_, Request::BricksRun { .. })) => WAITING_HOSTS_AT_ONCE,
+            _ => HOSTS_AT_ONCE,
+        };
         stream::iter(reqs)
             .map(|(h, r)| async move { self.on_host(&h, r).await })
-            .buffered(HOSTS_AT_ONCE)
+            .buffered(at_once)
             .collect()
             .await
     }
@@ -425,18 +431,17 @@ impl Daemon {
                 Ok(v) => Response::Bricks(self.local_status(&v)),
                 Err(e) => err(e),
             },
-            Request::BrickCheck {
+            Request::BrickInit {
                 brick,
-                volume: _,
+                volume_id,
                 force,
-            } => match check_local_brick(Path::new(&brick.path), force) {
-                Ok(()) => Response::Ok(String::new()),
-                Err(e) => err(e),
-            },
-            Request::BrickInit { brick, volume_id } => {
+            } => {
                 let p = Path::new(&brick.path);
-                let res = std::fs::create_dir_all(p)
-                    .map_err(|e| format!("cannot create {}: {e}", p.display()))
+                let res = check_local_brick(p, force)
+                    .and_then(|_| {
+                        std::fs::create_dir_all(p)
+                            .map_err(|e| format!("cannot create {}: {e}", p.display()))
+                    })
                     .and_then(|_| {
                         rustix::fs::setxattr(
                             p,
@@ -469,7 +474,10 @@ impl Daemon {
                     self.forget_offline(&volume).await;
                 }
                 self.reconcile().await;
-                Response::Ok(String::new())
+                match self.volume(&volume) {
+                    Ok(v) => Response::Bricks(self.local_bricks_settled(&v).await),
+                    Err(e) => err(e),
+                }
             }
             Request::PeerJoin { me } => {
                 let _g = self.op_lock.lock().await;
@@ -633,7 +641,10 @@ impl Daemon {
 
 const NOT_LEADER: &str = "not the leader of the pool";
 /// How many hosts `on_hosts` asks at once.
-const HOSTS_AT_ONCE: usize = 32;
+const HOSTS_AT_ONCE: usize = 64;
+/// How many hosts `on_hosts` asks at once to start bricks: each answers
+/// once its bricks are up, which takes longer than other requests.
+const WAITING_HOSTS_AT_ONCE: usize = 256;
 /// How long a change waits for a leader to be elected (Raft's election
 /// timeout is 3 to 6 s, and a split vote takes another round).
 const ELECTION_WAIT: Duration = Duration::from_secs(20);

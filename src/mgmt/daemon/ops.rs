@@ -160,16 +160,24 @@ impl Daemon {
                         status: VolStatus::Started,
                     })
                     .await?;
-                self.on_volume_hosts(&v, || Request::BricksRun {
-                    volume: name.clone(),
-                    force,
-                    after: Some(after),
-                })
-                .await;
+                // Each host starts its bricks and answers once they are up.
+                let answers = self
+                    .on_volume_hosts(&v, || Request::BricksRun {
+                        volume: name.clone(),
+                        force,
+                        after: Some(after),
+                    })
+                    .await;
+                let mut first: Vec<BrickStatus> = Vec::new();
+                for r in answers {
+                    if let Response::Bricks(b) = r {
+                        first.extend(b);
+                    }
+                }
+                let mut st = self.statuses(&v, first);
                 // Report bricks that do not come up, but keep trying them.
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
                 loop {
-                    let st = self.status_of(&v).await;
                     let down: Vec<String> = st
                         .iter()
                         .filter(|s| !s.online)
@@ -192,6 +200,7 @@ impl Daemon {
                         ));
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
+                    st = self.status_of(&v).await;
                 }
             }
             Request::VolumeStop { name } => {
@@ -355,20 +364,6 @@ impl Daemon {
                 }
             }
         }
-        let checks = self
-            .on_bricks(&parsed, |b| Request::BrickCheck {
-                brick: b.clone(),
-                volume: name.clone(),
-                force,
-            })
-            .await;
-        for r in checks {
-            match r {
-                Response::Ok(_) => {}
-                Response::Err(e) => return Err(e),
-                other => return Err(format!("unexpected answer {other:?}")),
-            }
-        }
         let mut parsed = parsed;
         self.state.lock().unwrap().assign_ports(&mut parsed);
         let id = uuid::Uuid::new_v4().to_string();
@@ -376,6 +371,7 @@ impl Daemon {
             .on_bricks(&parsed, |b| Request::BrickInit {
                 brick: b.clone(),
                 volume_id: id.clone(),
+                force,
             })
             .await;
         let mut done = Vec::new();

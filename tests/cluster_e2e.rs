@@ -373,7 +373,7 @@ fn malformed_or_misaddressed_management_messages_change_nothing() {
     // A vote for a stranger at a far later term.
     let vote = |to| {
         let msg = Message::Vote(VoteRequest::new(openraft::Vote::new(1000, 4242), None));
-        let raft = serde_json::to_value(Envelope { to, msg }).unwrap();
+        let raft = serde_json::value::to_raw_value(&Envelope { to, msg }).unwrap();
         serde_json::to_vec(&mortar::mgmt::rpc::Request::Raft(raft)).unwrap()
     };
     for (line, refused) in [

@@ -46,6 +46,19 @@ pub enum Command {
 }
 
 impl Command {
+    /// What kind of change it is, for the logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::AddVolume(_) => "AddVolume",
+            Command::RemoveVolume { .. } => "RemoveVolume",
+            Command::SetStatus { .. } => "SetStatus",
+            Command::SetOption { .. } => "SetOption",
+            Command::ResetOptions { .. } => "ResetOptions",
+            Command::SetBrickPort { .. } => "SetBrickPort",
+            Command::SetTask { .. } => "SetTask",
+        }
+    }
+
     /// Makes the change to `st`, or says why it cannot be made there (and
     /// leaves `st` as it was).
     pub fn apply(&self, st: &mut ClusterState) -> Result<(), String> {

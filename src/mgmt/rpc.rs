@@ -86,7 +86,7 @@ pub enum Request {
     },
     // Between daemons.
     /// A Raft message (`consensus::network::Message`).
-    Raft(serde_json::Value),
+    Raft(Box<serde_json::value::RawValue>),
     /// A change forwarded to the leader by the server the CLI asked;
     /// answered `Committed`.
     Leader(Box<Request>),
@@ -242,7 +242,7 @@ pub enum Response {
     Heal(HealReport),
     Clients(Vec<ClientSeen>),
     /// A Raft answer (`consensus::network::Reply`).
-    Raft(serde_json::Value),
+    Raft(Box<serde_json::value::RawValue>),
     /// A change made on the leader, committed at log index `index`.
     Committed {
         msg: String,

@@ -78,8 +78,8 @@ pub fn node_id(uuid: &str) -> NodeId {
 
 /// Raft's timing. A leader heartbeats every member once a second (a pool
 /// of 300 on one small machine keeps up); a follower that hears nothing
-/// for 3 to 6 s calls an election. The log is snapshotted every 50
-/// entries and purged but for the last 20: a membership entry names every
+/// for 3 to 6 s calls an election. The log is snapshotted every 20
+/// entries and purged but for the last 5: a membership entry names every
 /// server (30 KB at 300 servers), and a server that joins receives the
 /// snapshot and what follows it, not a long log.
 fn config() -> Arc<Config> {
@@ -89,8 +89,8 @@ fn config() -> Arc<Config> {
         election_timeout_min: 3000,
         election_timeout_max: 6000,
         install_snapshot_timeout: 10_000,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(50),
-        max_in_snapshot_log_to_keep: 20,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(20),
+        max_in_snapshot_log_to_keep: 5,
         ..Default::default()
     };
     Arc::new(c.validate().expect("a valid raft config"))
@@ -187,7 +187,20 @@ impl Consensus {
     pub async fn reset(&self, alone: bool) -> anyhow::Result<()> {
         let old = self.raft();
         let _ = old.shutdown().await;
-        std::fs::remove_dir_all(&self.dir)?;
+        // The old state machine may still be finishing a write (a daemon
+        // probed a moment after it started, while forming its pool of
+        // one): try again until the directory is gone.
+        let mut tries = 0;
+        while let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            tries += 1;
+            if e.kind() == std::io::ErrorKind::NotFound {
+                break;
+            }
+            if tries >= 40 {
+                return Err(e.into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let pair = open(&self.dir, self.id, &self.changed).await?;
         *self.raft.lock().unwrap() = pair;
         self.changed.send_modify(|n| *n += 1);

@@ -105,9 +105,9 @@ impl Link {
             msg: m,
         };
         let net = |e: String| SendError::Network(Failed(e));
-        let msg = serde_json::to_value(&m).map_err(|e| net(e.to_string()))?;
+        let msg = serde_json::value::to_raw_value(&m).map_err(|e| net(e.to_string()))?;
         match self.channel.ask(&Request::Raft(msg), ttl).await {
-            Ok(Response::Raft(v)) => serde_json::from_value(v).map_err(|e| net(e.to_string())),
+            Ok(Response::Raft(v)) => serde_json::from_str(v.get()).map_err(|e| net(e.to_string())),
             Ok(Response::Err(e)) => Err(net(e)),
             Ok(other) => Err(net(format!("unexpected answer {other:?}"))),
             Err(ChannelError::Unreachable(e)) => Err(SendError::Unreachable(Failed(e))),

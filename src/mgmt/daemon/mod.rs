@@ -303,7 +303,13 @@ impl Daemon {
             cmd,
             Command::SetStatus { .. } | Command::RemoveVolume { .. } | Command::AddVolume(_)
         );
-        match self.consensus.write(cmd).await {
+        let t0 = std::time::Instant::now();
+        let kind = cmd.kind();
+        let written = self.consensus.write(cmd).await;
+        if let Ok((index, _)) = &written {
+            tracing::info!(index, ms = t0.elapsed().as_millis(), "committed {kind}");
+        }
+        match written {
             Ok((index, Ok(()))) => {
                 self.refresh();
                 if bricks {
@@ -504,11 +510,11 @@ impl Daemon {
                     Err(e) => err(format!("cannot reset the local state: {e}")),
                 }
             }
-            Request::Raft(m) => match serde_json::from_value(m) {
+            Request::Raft(m) => match serde_json::from_str(m.get()) {
                 Ok(m) => {
                     let raft = self.consensus.raft();
                     match consensus::network::serve(&raft, self.consensus.id(), m).await {
-                        Ok(reply) => match serde_json::to_value(reply) {
+                        Ok(reply) => match serde_json::value::to_raw_value(&reply) {
                             Ok(v) => Response::Raft(v),
                             Err(e) => err(e.to_string()),
                         },
@@ -593,14 +599,17 @@ impl Daemon {
 
     /// Makes a change here, the leader, one at a time.
     async fn change_here(self: &Arc<Self>, req: Request) -> Result<String, String> {
+        let t0 = std::time::Instant::now();
         let _g = self.op_lock.lock().await;
+        let locked = t0.elapsed().as_millis();
         let what = format!("{req:?}");
         if let Err(e) = self.consensus.may_write().await {
             return Err(self.refusal(e));
         }
         match self.change(req).await {
             Ok(msg) => {
-                tracing::info!("done: {what}");
+                let ms = t0.elapsed().as_millis();
+                tracing::info!("done in {ms} ms ({locked} ms waiting for the change lock): {what}");
                 Ok(msg)
             }
             Err(e) => {

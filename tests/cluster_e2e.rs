@@ -395,3 +395,65 @@ fn malformed_or_misaddressed_management_messages_change_nothing() {
             .success()
     });
 }
+
+#[test]
+fn servers_whose_clocks_differ_keep_one_state() {
+    // The second server's monotonic clock runs a day ahead (a time
+    // namespace: Raft's timers), the third's wall clock three days behind
+    // (libfaketime); the first's is the machine's.
+    let mut cs: Vec<Cluster> = (0..3).map(|_| Cluster::start()).collect();
+    let wraps: [&[&str]; 2] = [
+        &[
+            "unshare",
+            "--time",
+            "--monotonic",
+            "86400",
+            "--boottime",
+            "86400",
+            "--fork",
+            "--kill-child",
+            "--",
+        ],
+        &["faketime", "-f", "-3d"],
+    ];
+    for (c, wrap) in cs[1..].iter_mut().zip(wraps) {
+        c.crash_daemon();
+        c.wrap = wrap.iter().map(|s| s.to_string()).collect();
+        c.start_daemon();
+    }
+    for c in &cs[1..] {
+        cs[0].ok(&["peer", "probe", &c.ip]);
+    }
+    let brick = cs[1].brick("t1");
+    cs[2].ok(&["volume", "create", "tv", &brick, "force"]);
+    cs[1].ok(&["volume", "set", "tv", "cluster.quorum-count", "2"]);
+    // The leader goes; the two others, their clocks days apart, elect one
+    // and go on; it returns and catches up.
+    cs[0].crash_daemon();
+    wait_for(
+        "a change commits without the first",
+        Duration::from_secs(30),
+        || {
+            cs[2]
+                .cli(&["volume", "set", "tv", "cluster.read-hash-mode", "2"])
+                .status
+                .success()
+        },
+    );
+    cs[0].start_daemon();
+    for c in &cs {
+        wait_for(
+            "every server has both changes",
+            Duration::from_secs(20),
+            || {
+                has(c, "tv", "cluster.quorum-count", "2")
+                    && has(c, "tv", "cluster.read-hash-mode", "2")
+            },
+        );
+        wait_for(
+            "every server sees the two others",
+            Duration::from_secs(10),
+            || c.ok(&["peer", "status"]).matches("(Connected)").count() == 2,
+        );
+    }
+}

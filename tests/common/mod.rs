@@ -3,6 +3,7 @@
 //! parallel without sharing ports, and its own temporary directory.
 #![allow(dead_code)]
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -22,6 +23,8 @@ pub struct Cluster {
     daemon: Option<Child>,
     /// The network namespace the daemon runs in (a "host"), if any.
     netns: Option<String>,
+    /// A command the daemon is started under (`unshare`, `faketime`).
+    pub wrap: Vec<String>,
 }
 
 pub fn sh(cmd: &str) -> Output {
@@ -71,6 +74,7 @@ impl Cluster {
             dir,
             daemon: None,
             netns,
+            wrap: Vec::new(),
         };
         c.start_daemon();
         c
@@ -92,14 +96,13 @@ impl Cluster {
             .append(true)
             .open(self.path("daemon.log"))
             .unwrap();
-        let mut cmd = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("nsenter");
-                c.arg(format!("--net=/run/netns/{ns}")).arg(BIN);
-                c
-            }
-            None => Command::new(BIN),
-        };
+        let mut argv: Vec<String> = self.wrap.clone();
+        if let Some(ns) = &self.netns {
+            argv.extend(["nsenter".into(), format!("--net=/run/netns/{ns}")]);
+        }
+        argv.push(BIN.into());
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         let child = cmd
             .args([
                 "daemon",
@@ -113,8 +116,11 @@ impl Cluster {
             .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
+            // Its own process group, with its wrapper if any: `kill_daemon`
+            // signals the group (`unshare --fork` ignores SIGTERM itself).
+            .process_group(0)
             .spawn()
-            .unwrap();
+            .unwrap_or_else(|e| panic!("cannot start {argv:?}: {e}"));
         self.daemon = Some(child);
         wait_for("the daemon", Duration::from_secs(10), || {
             self.cli(&["volume", "list"]).status.success()
@@ -123,7 +129,9 @@ impl Cluster {
 
     pub fn kill_daemon(&mut self) {
         if let Some(mut d) = self.daemon.take() {
-            let _ = Command::new("kill").arg(d.id().to_string()).status();
+            let _ = Command::new("kill")
+                .args(["--", &format!("-{}", d.id())])
+                .status();
             let _ = d.wait();
         }
     }

@@ -5,7 +5,7 @@
 //! memory. A learner's log counts for no commit: it is not fsynced (after
 //! a crash of its machine the leader sends it again what it lost).
 
-use super::{io_err, read_json, Entry, LogId, NodeId, TypeConfig, Vote};
+use super::{io_err, read_json, Entry, LogId, NodeId, Roles, TypeConfig, Vote};
 use crate::mgmt::state::write_atomic;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{EntryPayload, LogState, RaftLogReader, StorageError};
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -27,8 +27,8 @@ struct Inner {
 pub struct LogStore {
     dir: PathBuf,
     inner: Arc<Mutex<Inner>>,
-    /// This server votes: its log is fsynced.
-    voter: Arc<AtomicBool>,
+    /// Whether this server votes: its log is then fsynced.
+    roles: Arc<Roles>,
     /// This server's id.
     me: NodeId,
 }
@@ -36,7 +36,7 @@ pub struct LogStore {
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
 
 impl LogStore {
-    pub fn open(dir: &Path, me: NodeId, voter: Arc<AtomicBool>) -> std::io::Result<LogStore> {
+    pub fn open(dir: &Path, me: NodeId, roles: Arc<Roles>) -> std::io::Result<LogStore> {
         let logs = dir.join("log");
         std::fs::create_dir_all(&logs)?;
         let mut inner = Inner {
@@ -53,7 +53,7 @@ impl LogStore {
         Ok(LogStore {
             dir: dir.to_path_buf(),
             inner: Arc::new(Mutex::new(inner)),
-            voter,
+            roles,
             me,
         })
     }
@@ -115,7 +115,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let sync = self.voter.load(Ordering::Relaxed);
+        let sync = self.roles.me_votes.load(Ordering::Relaxed);
         let res = (|| {
             let mut inner = self.inner.lock().unwrap();
             for e in entries {

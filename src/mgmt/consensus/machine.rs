@@ -7,14 +7,14 @@
 //! (`snapshot.json`), sent whole to a server too far behind.
 
 use super::{
-    io_err, read_json, Entry, LogId, Membership, NodeId, Snapshot, SnapshotMeta, TypeConfig,
+    io_err, read_json, Entry, LogId, Membership, NodeId, Roles, Snapshot, SnapshotMeta, TypeConfig,
 };
 use crate::mgmt::state::{replace, write_atomic, ClusterState};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -41,9 +41,9 @@ pub struct Machine {
     /// Bumped after every batch applied or snapshot installed.
     changed: watch::Sender<u64>,
     snapshot: Arc<Mutex<Option<Stored>>>,
-    /// This server's id, and whether it votes (for the log store).
+    /// This server's id, and who votes (for the log store and the network).
     me: NodeId,
-    voter: Arc<AtomicBool>,
+    roles: Arc<Roles>,
 }
 
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
@@ -55,7 +55,7 @@ impl Machine {
         dir: &Path,
         changed: watch::Sender<u64>,
         me: NodeId,
-        voter: Arc<AtomicBool>,
+        roles: Arc<Roles>,
     ) -> std::io::Result<Machine> {
         let applied: Applied = read_json(&dir.join("machine.json"))?.unwrap_or_default();
         let snapshot = read_json(&dir.join("snapshot.json"))?;
@@ -65,7 +65,7 @@ impl Machine {
             changed,
             snapshot: Arc::new(Mutex::new(snapshot)),
             me,
-            voter,
+            roles,
         };
         let membership = m.membership();
         // No membership yet (a server before its first one): it votes.
@@ -75,11 +75,15 @@ impl Machine {
         Ok(m)
     }
 
-    /// Tells the log store whether this server votes in `membership`
-    /// (its log is then fsynced).
+    /// Notes who votes in `membership`: whether this server does (its log
+    /// is then fsynced), and the voters (sent new entries first).
     fn note_role(&self, membership: &Membership) {
-        let votes = membership.membership().voter_ids().any(|v| v == self.me);
-        self.voter.store(votes, Ordering::Relaxed);
+        let voters: std::collections::BTreeSet<NodeId> =
+            membership.membership().voter_ids().collect();
+        self.roles
+            .me_votes
+            .store(voters.contains(&self.me), Ordering::Relaxed);
+        *self.roles.voters.write().unwrap() = voters;
     }
 
     /// The applied state now.

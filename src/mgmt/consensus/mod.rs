@@ -39,6 +39,15 @@ openraft::declare_raft_types!(
 );
 
 pub type NodeId = u64;
+
+/// Who votes, as this server last applied it: shared by the log store (a
+/// voter fsyncs its log), the state machine (which notes it) and the
+/// network (a learner is sent new entries after the voters).
+#[derive(Default)]
+pub struct Roles {
+    pub me_votes: std::sync::atomic::AtomicBool,
+    pub voters: std::sync::RwLock<BTreeSet<NodeId>>,
+}
 pub type Raft = openraft::Raft<TypeConfig>;
 type LogId = openraft::LogId<NodeId>;
 type Vote = openraft::Vote<NodeId>;
@@ -129,10 +138,14 @@ async fn open(
 ) -> anyhow::Result<(Raft, machine::Machine)> {
     std::fs::create_dir_all(dir)?;
     // Until the membership says otherwise, this server votes (fsyncs).
-    let voter = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let log = log::LogStore::open(dir, id, voter.clone())?;
-    let sm = machine::Machine::open(dir, changed.clone(), id, voter)?;
-    let raft = Raft::new(id, config(), network::Network, log, sm.clone()).await?;
+    let roles = Arc::new(Roles {
+        me_votes: true.into(),
+        voters: Default::default(),
+    });
+    let log = log::LogStore::open(dir, id, roles.clone())?;
+    let sm = machine::Machine::open(dir, changed.clone(), id, roles.clone())?;
+    let net = network::Network { roles };
+    let raft = Raft::new(id, config(), net, log, sm.clone()).await?;
     Ok((raft, sm))
 }
 

@@ -9,7 +9,8 @@
 # connections kept open, so segments count them), and the daemons' memory
 # and CPU.
 #
-# Usage: scripts/scale-drill.sh       (env: MORTAR=path/to/mortar N=12 DIR=/var/tmp/mortar-scale)
+# Usage: scripts/scale-drill.sh       (env: MORTAR=path/to/mortar N=12 DIR=/var/tmp/mortar-scale
+#                                          SETTLE=2: seconds between commands)
 set -euo pipefail
 B=${MORTAR:-mortar}
 N=${N:-12}
@@ -34,6 +35,9 @@ segs() { awk '/^Tcp:/ { if (h) { print $11; exit } h = 1 }' /proc/net/snmp; }
 timed() {
     local what=$1; shift
     local m0 s0 t0
+    # Let the previous command's effects settle (300 servers applying a
+    # change, bricks starting), as between two commands a person types.
+    sleep "${SETTLE:-2}"
     m0=$(msgs); s0=$(segs); t0=$(ms)
     "$@" >/dev/null
     echo "$what: $(( $(ms) - t0 )) ms, $(( $(msgs) - m0 )) connections, $(( $(segs) - s0 )) segments"

@@ -78,6 +78,7 @@ impl Daemon {
                     }
                 }
                 let addr = rpc::mgmt_addr(&host, self.cfg.listen.port());
+                let t0 = std::time::Instant::now();
                 let resp = rpc::call(
                     &addr,
                     &Request::PeerJoin {
@@ -101,12 +102,15 @@ impl Daemon {
                 if let Some(old) = known {
                     self.remove_member(&old).await?;
                 }
+                let joined = t0.elapsed().as_millis();
                 self.consensus
                     .add_learner(peer)
                     .await
                     .map_err(|e| format!("Probe failed: {host} could not be added: {e}"))?;
+                let added = t0.elapsed().as_millis();
                 self.refresh();
                 self.balance().await;
+                tracing::info!(peer = %host, joined_ms = joined, added_ms = added, balanced_ms = t0.elapsed().as_millis(), "peer added");
                 Ok(String::new())
             }
             Request::PeerDetach { host, force } => {

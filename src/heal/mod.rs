@@ -264,8 +264,10 @@ impl Healer {
 
     /// Heals every object of the volume, whether the index names it or not
     /// (a brick replaced by an empty one, or changed behind mortar's back).
-    pub async fn full(&self) {
+    /// Answers how many replica sets it could not crawl (no brick up).
+    pub async fn full(&self) -> usize {
         let policy = *self.policy.lock().unwrap();
+        let mut unreached = 0;
         self.begin_crawl("FULL");
         // The server dies with the heal recorded as running (it resumes it).
         fail::fail_point!("heal-full-started");
@@ -275,6 +277,7 @@ impl Healer {
                 let r = set.heal(d, policy).await;
                 self.count(&r, d);
                 let Some(src) = set.bricks.iter().find(|b| b.x.is_up()) else {
+                    unreached += 1;
                     break;
                 };
                 let Ok(names) = list_on(src, d).await else {
@@ -291,6 +294,7 @@ impl Healer {
             }
         }
         self.end_crawl(true);
+        unreached
     }
 
     /// What is pending, per brick (every brick of the volume).

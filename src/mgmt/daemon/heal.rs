@@ -4,6 +4,9 @@ use super::*;
 use crate::mgmt::state::{Task, TaskKind, TaskStatus};
 use futures_util::FutureExt;
 
+/// How long a full heal waits for its healer to reach the bricks.
+const FULL_HEAL_REACH: Duration = Duration::from_secs(10);
+
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -123,12 +126,22 @@ impl Daemon {
     /// Runs task `task`, a full heal of `volume`, and records how it ended.
     async fn full_heal(self: Arc<Self>, volume: String, healer: Arc<Healer>, mut task: Task) {
         tracing::info!(%volume, task = %task.id, "full heal started");
-        healer.full().await;
+        // The healer may have just been made (a server that restarted):
+        // a crawl before its bricks are reached would find nothing.
+        healer.wait_up(FULL_HEAL_REACH).await;
+        let unreached = healer.full().await;
         task.status = TaskStatus::Completed;
         if let Some(c) = healer.statistics().iter().rev().find(|c| c.kind == "FULL") {
             task.detail = format!(
                 "{} healed, {} in split-brain, {} failed",
                 c.healed, c.split_brain, c.failed
+            );
+        }
+        if unreached > 0 {
+            task.status = TaskStatus::Failed;
+            task.detail = format!(
+                "no brick reachable in {unreached} replica set(s); {}",
+                task.detail
             );
         }
         tracing::info!(%volume, task = %task.id, "full heal ended: {}", task.detail);

@@ -102,6 +102,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<()> {
+        self.roles.live().map_err(io_err)?;
         let b = serde_json::to_vec(vote).map_err(|e| io_err(e.into()))?;
         write_atomic(&self.dir.join("vote.json"), &b).map_err(io_err)
     }
@@ -117,6 +118,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let sync = self.roles.me_votes.load(Ordering::Relaxed);
         let res = (|| {
+            self.roles.live()?;
             let mut inner = self.inner.lock().unwrap();
             for e in entries {
                 use std::io::Write;
@@ -151,6 +153,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<()> {
+        self.roles.live().map_err(io_err)?;
         let mut inner = self.inner.lock().unwrap();
         let gone: Vec<u64> = inner
             .entries
@@ -165,6 +168,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<()> {
+        self.roles.live().map_err(io_err)?;
         let mut inner = self.inner.lock().unwrap();
         let b = serde_json::to_vec(&log_id).map_err(|e| io_err(e.into()))?;
         write_atomic(&self.dir.join("purged.json"), &b).map_err(io_err)?;

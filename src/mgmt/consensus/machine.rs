@@ -86,6 +86,12 @@ impl Machine {
         *self.roles.voters.write().unwrap() = voters;
     }
 
+    /// Makes every later write of this state machine and its log fail
+    /// (the state directory is being replaced).
+    pub fn retire(&self) {
+        self.roles.retired.store(true, Ordering::Relaxed);
+    }
+
     /// The applied state now.
     pub fn applied(&self) -> Applied {
         self.applied.lock().unwrap().clone()
@@ -103,6 +109,7 @@ impl Machine {
 
     /// Saves `a`, makes it the applied state, and tells the watchers.
     fn save(&self, a: Applied) -> std::io::Result<()> {
+        self.roles.live()?;
         replace(
             &self.dir.join("machine.json"),
             &serde_json::to_vec(&a)?,
@@ -132,6 +139,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Machine {
             state: a.state.clone(),
         };
         let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
+        self.roles.live().map_err(io_err)?;
         write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
         *self.snapshot.lock().unwrap() = Some(stored);
         Ok(Snapshot {
@@ -200,6 +208,7 @@ impl RaftStateMachine<TypeConfig> for Machine {
             state: a.state.clone(),
         };
         let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
+        self.roles.live().map_err(io_err)?;
         write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
         *self.snapshot.lock().unwrap() = Some(stored);
         self.save(a).map_err(io_err)?;

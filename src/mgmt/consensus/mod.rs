@@ -47,6 +47,20 @@ pub type NodeId = u64;
 pub struct Roles {
     pub me_votes: std::sync::atomic::AtomicBool,
     pub voters: std::sync::RwLock<BTreeSet<NodeId>>,
+    /// The log and state machine were shut down for good (`reset`).
+    pub retired: std::sync::atomic::AtomicBool,
+}
+
+impl Roles {
+    /// Fails once the log and state machine are retired: a write still in
+    /// flight then must not land in the state directory that replaces
+    /// theirs.
+    pub fn live(&self) -> std::io::Result<()> {
+        if self.retired.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("this log was retired (state reset)"));
+        }
+        Ok(())
+    }
 }
 pub type Raft = openraft::Raft<TypeConfig>;
 type LogId = openraft::LogId<NodeId>;
@@ -140,7 +154,7 @@ async fn open(
     // Until the membership says otherwise, this server votes (fsyncs).
     let roles = Arc::new(Roles {
         me_votes: true.into(),
-        voters: Default::default(),
+        ..Default::default()
     });
     let log = log::LogStore::open(dir, id, roles.clone())?;
     let sm = machine::Machine::open(dir, changed.clone(), id, roles.clone())?;
@@ -200,9 +214,11 @@ impl Consensus {
     pub async fn reset(&self, alone: bool) -> anyhow::Result<()> {
         let old = self.raft();
         let _ = old.shutdown().await;
-        // The old state machine may still be finishing a write (a daemon
-        // probed a moment after it started, while forming its pool of
-        // one): try again until the directory is gone.
+        self.raft.lock().unwrap().1.retire();
+        // A write of the old state machine may still be finishing (a
+        // daemon probed a moment after it started, while forming its pool
+        // of one); later ones fail (`retire`): try again until the
+        // directory is gone.
         let mut tries = 0;
         while let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tries += 1;
@@ -410,6 +426,22 @@ mod tests {
             got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
             [2, 3]
         );
+        assert_eq!(back.read_vote().await.unwrap(), Some(Vote::new(3, 7)));
+    }
+
+    #[tokio::test]
+    async fn a_retired_log_writes_nothing_more() {
+        let d = tempfile::tempdir().unwrap();
+        let roles: Arc<Roles> = Default::default();
+        let mut log = log::LogStore::open(d.path(), 2, roles.clone()).unwrap();
+        log.save_vote(&Vote::new(3, 7)).await.unwrap();
+        let m = machine::Machine::open(d.path(), watch::channel(0).0, 2, roles).unwrap();
+        m.retire();
+        let late = vec![entry(3, 1, Command::AddVolume(vol("late")))];
+        assert!(log.blocking_append(late).await.is_err());
+        assert!(log.save_vote(&Vote::new(4, 7)).await.is_err());
+        let mut back = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
+        assert!(back.get_log_state().await.unwrap().last_log_id.is_none());
         assert_eq!(back.read_vote().await.unwrap(), Some(Vote::new(3, 7)));
     }
 

@@ -89,6 +89,11 @@ impl Daemon {
     pub async fn run(cfg: Config) -> anyhow::Result<()> {
         let store = Store::new(&cfg.state_dir)?;
         let mut identity = store.load()?;
+        // A new server's uuid is kept before anything is made with it: a
+        // daemon stopped a moment after it started must come back as the
+        // same member of its pool (of one), not as a stranger to its own
+        // log.
+        store.save(&identity)?;
         // Volumes kept by a daemon from before the replicated state: put
         // into the log once this server leads its pool of one.
         let legacy = std::mem::take(&mut identity.volumes);

@@ -67,15 +67,11 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
             let _ = writeln!(s, "There are no active volume tasks");
         }
         for t in &v.tasks {
-            let started = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.started);
             for (k, val) in [
                 ("Task", t.kind.as_str().to_string()),
                 ("ID", t.id.clone()),
                 ("Host", t.host.clone()),
-                (
-                    "Started",
-                    humantime::format_rfc3339_seconds(started).to_string(),
-                ),
+                ("Started", super::heal::time(t.started)),
                 ("Status", t.status.as_str().to_string()),
             ] {
                 let _ = writeln!(s, "{k:<21}: {val}");

@@ -36,7 +36,8 @@ pub fn parse(args: &[String]) -> Result<HealOp, String> {
     })
 }
 
-fn time(secs: u64) -> String {
+/// Unix seconds as a person reads them.
+pub(super) fn time(secs: u64) -> String {
     let t = std::time::UNIX_EPOCH + Duration::from_secs(secs);
     humantime::format_rfc3339_seconds(t).to_string()
 }

@@ -73,7 +73,8 @@ pub struct Healer {
     graph: Graph,
 }
 
-fn now() -> u64 {
+/// Now, in Unix seconds.
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -7,12 +7,6 @@ use futures_util::FutureExt;
 /// How long a full heal waits for its healer to reach the bricks.
 const FULL_HEAL_REACH: Duration = Duration::from_secs(10);
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// A running self-heal: the graph it was built for (a change of options
 /// alone reconfigures it; a change of shape builds it again), the healer,
 /// its task.
@@ -219,7 +213,7 @@ impl Daemon {
                     kind: TaskKind::HealFull,
                     host: self.me.host.clone(),
                     status: TaskStatus::InProgress,
-                    started: unix_now(),
+                    started: crate::heal::now(),
                     detail: String::new(),
                 };
                 if let Err(e) = self.record_task(&name, task.clone()).await {

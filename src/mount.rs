@@ -177,7 +177,7 @@ async fn watch_volume(mgmts: Vec<String>, mut current: VolDesc, active: Arc<Acti
     let (name, known) = (current.volume.clone(), Some(current.version));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        rpc::follow_volume(&mgmts, &name, known, Some(me), |desc| {
+        rpc::follow_volume(&mgmts, &name, known, Some(me), false, |desc| {
             let _ = tx.send(desc);
         })
         .await

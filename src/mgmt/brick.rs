@@ -163,7 +163,7 @@ fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {
 /// Keeps `tx` at the volume's options, asking the daemon every few seconds.
 /// While the daemon cannot be reached the last known values stay.
 async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables>) {
-    rpc::follow_volume(&[mgmt], &volume, None, None, |d| {
+    rpc::follow_volume(&[mgmt], &volume, None, None, true, |d| {
         let t = Tunables::from_options(&d.options);
         if tx.send_if_modified(|old| std::mem::replace(old, t) != t) {
             tracing::info!(?t, "volume options applied");

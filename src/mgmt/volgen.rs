@@ -9,10 +9,12 @@ use super::options::in_force;
 use super::state::{ClusterState, Volume};
 use crate::graph::table::{Place, Row, Side, TABLE};
 use crate::graph::{VolDesc, XlDesc};
+use std::collections::HashMap;
 
-/// The management address of a brick's host, as this daemon knows it.
+/// The management address of a brick's host, as this daemon knows it
+/// (`peers`: by host name).
 fn mgmt_of(
-    state: &ClusterState,
+    peers: &HashMap<&str, &str>,
     host: &str,
     self_host: &str,
     self_mgmt: &str,
@@ -21,12 +23,10 @@ fn mgmt_of(
     if host == self_host {
         return self_mgmt.to_string();
     }
-    state
-        .peers
-        .iter()
-        .find(|p| p.host == host)
-        .map(|p| p.mgmt.clone())
-        .unwrap_or_else(|| super::rpc::mgmt_addr(host, port))
+    match peers.get(host) {
+        Some(m) => m.to_string(),
+        None => super::rpc::mgmt_addr(host, port),
+    }
 }
 
 /// The client rows at `place` that this volume's options turn on.
@@ -64,6 +64,11 @@ pub fn generate(
 ) -> VolDesc {
     let options = in_force(&vol.options);
     let leaf = one_row(Place::Brick, &options);
+    let peers: HashMap<&str, &str> = state
+        .peers
+        .iter()
+        .map(|p| (p.host.as_str(), p.mgmt.as_str()))
+        .collect();
     let mut below: Vec<XlDesc> = vol
         .bricks
         .iter()
@@ -75,7 +80,7 @@ pub fn generate(
                 vec![],
             )
             .with("host", &b.host)
-            .with("mgmt", mgmt_of(state, &b.host, self_host, self_mgmt, port))
+            .with("mgmt", mgmt_of(&peers, &b.host, self_host, self_mgmt, port))
             .with("brick", &b.path);
             match b.port {
                 Some(p) => d.with("port", p.to_string()),
@@ -85,14 +90,13 @@ pub fn generate(
         .collect();
     if vol.replica > 1 {
         let set = one_row(Place::Set, &options);
-        below = below
-            .chunks(vol.replica)
-            .enumerate()
-            .map(|(i, c)| {
+        let mut bricks = below.into_iter();
+        below = (0..vol.bricks.len().div_ceil(vol.replica))
+            .map(|i| {
                 let d = XlDesc::new(
                     set.kind,
                     format!("{}-{}-{i}", vol.name, short(set.kind)),
-                    c.to_vec(),
+                    bricks.by_ref().take(vol.replica).collect(),
                 );
                 if vol.arbiter > 0 {
                     d.with("arbiter", "on")

@@ -1,6 +1,9 @@
 //! The Raft log and vote on disk: one JSON file per entry under `log/`
 //! (written, and on a voter fsynced, before the append is acknowledged),
-//! the vote and the last purged entry in small files replaced atomically.
+//! the vote and the last purged entry in small files replaced atomically,
+//! and the last committed entry this server knows of (`committed.json`,
+//! rewritten in place without fsync: from it a restarting server applies
+//! its log again; lost or torn, the leader tells it again).
 //! The log is short (snapshots purge it), so all of it is also kept in
 //! memory. A learner's log counts for no commit: it is not fsynced (after
 //! a crash of its machine the leader sends it again what it lost).
@@ -109,6 +112,33 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn read_vote(&mut self) -> Result<Option<Vote>> {
         read_json(&self.dir.join("vote.json")).map_err(io_err)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<()> {
+        self.roles.live().map_err(io_err)?;
+        let b = serde_json::to_vec(&committed).map_err(|e| io_err(e.into()))?;
+        std::fs::write(self.dir.join("committed.json"), b).map_err(io_err)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>> {
+        let saved: Option<LogId> = std::fs::read(self.dir.join("committed.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .flatten();
+        // Entries a machine crash took from a learner's log (not fsynced)
+        // cannot be applied again: only up to the first one missing.
+        let inner = self.inner.lock().unwrap();
+        let mut have = inner.purged;
+        for (i, e) in inner.entries.iter() {
+            if *i != have.map_or(0, |l| l.index + 1) && have.is_some() {
+                break;
+            }
+            if saved.is_some_and(|s| *i > s.index) {
+                break;
+            }
+            have = Some(e.log_id);
+        }
+        Ok(saved.and(have))
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<()>

@@ -34,20 +34,46 @@ impl Daemon {
         out
     }
 
-    /// A started volume's client graph description.
-    pub(super) fn vol_desc(&self, name: &str) -> Response {
-        match self.volume(name) {
-            Ok(v) if v.status == VolStatus::Started => {
-                let st = self.state.lock().unwrap().clone();
-                Response::VolDesc(volgen::generate(
-                    &st,
-                    &v,
-                    &self.me.host,
-                    &self.me.mgmt,
-                    self.cfg.listen.port(),
-                ))
-            }
-            Ok(_) => err(format!("Volume {name} is not started")),
+    /// Volume `name`'s client graph description, from the view now
+    /// (None: no such volume).
+    pub(super) fn desc(&self, name: &str) -> Option<Arc<crate::graph::VolDesc>> {
+        let st = self.state.lock().unwrap();
+        let mut descs = self.descs.lock().unwrap();
+        if let Some(d) = descs.get(name) {
+            return Some(d.clone());
+        }
+        let v = st.volumes.get(name)?;
+        let port = self.cfg.listen.port();
+        let d = Arc::new(volgen::generate(&st, v, &self.me.host, &self.me.mgmt, port));
+        descs.insert(name.to_string(), d.clone());
+        Some(d)
+    }
+
+    /// A started volume's client graph description, or why there is none.
+    fn started_desc(&self, name: &str) -> Result<Arc<crate::graph::VolDesc>, String> {
+        let started = match self.state.lock().unwrap().volumes.get(name) {
+            Some(v) => v.status == VolStatus::Started,
+            None => return Err(format!("Volume {name} does not exist")),
+        };
+        match self.desc(name) {
+            Some(d) if started => Ok(d),
+            Some(_) => Err(format!("Volume {name} is not started")),
+            None => Err(format!("Volume {name} does not exist")),
+        }
+    }
+
+    /// A started volume's client graph description; with `options_only`,
+    /// its graph left empty (what a brick needs).
+    pub(super) fn vol_desc(&self, name: &str, options_only: bool) -> Response {
+        match self.started_desc(name) {
+            Ok(d) if options_only => Response::VolDesc(crate::graph::VolDesc {
+                volume: d.volume.clone(),
+                id: d.id.clone(),
+                version: d.version,
+                options: d.options.clone(),
+                top: crate::graph::XlDesc::new("", String::new(), vec![]),
+            }),
+            Ok(d) => Response::VolDesc((*d).clone()),
             Err(e) => err(e),
         }
     }
@@ -59,6 +85,7 @@ impl Daemon {
         name: String,
         known: Option<u64>,
         client: Option<rpc::ClientInfo>,
+        options_only: bool,
     ) -> Response {
         if let Some(c) = client {
             self.clients
@@ -69,17 +96,17 @@ impl Daemon {
         let mut rx = self.changed.subscribe();
         let deadline = tokio::time::Instant::now() + WATCH_MAX;
         loop {
-            let now = self.vol_desc(&name);
-            let news = match &now {
-                Response::VolDesc(d) => known != Some(d.version),
-                _ => true,
-            };
-            if news {
-                return now;
+            let same = self
+                .started_desc(&name)
+                .is_ok_and(|d| known == Some(d.version));
+            if !same {
+                return self.vol_desc(&name, options_only);
             }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => continue,
-                _ => return now,
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                return self.vol_desc(&name, options_only);
             }
         }
     }

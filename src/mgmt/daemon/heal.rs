@@ -41,12 +41,18 @@ impl Daemon {
         // 90,000 connections).
         let descs: HashMap<String, crate::graph::VolDesc> = want
             .iter()
-            .filter_map(|(name, (v, local))| {
-                let port = self.cfg.listen.port();
-                let mut d = volgen::generate(st, v, &self.me.host, &self.me.mgmt, port);
-                d.top = d
+            .filter_map(|(name, (_, local))| {
+                let whole = self.desc(name)?;
+                let top = whole
                     .top
                     .keep_sets(&|hosts| hosts.iter().any(|h| local.iter().any(|l| l == h)))?;
+                let d = crate::graph::VolDesc {
+                    volume: whole.volume.clone(),
+                    id: whole.id.clone(),
+                    version: whole.version,
+                    options: whole.options.clone(),
+                    top,
+                };
                 Some((name.clone(), d))
             })
             .collect();
@@ -81,13 +87,9 @@ impl Daemon {
     /// with `whole`, one of every set: the running one if it covers them,
     /// else a new one just for this.
     async fn healer_for(&self, v: &Volume, whole: bool) -> Result<Arc<Healer>, String> {
-        let desc = volgen::generate(
-            &self.state.lock().unwrap().clone(),
-            v,
-            &self.me.host,
-            &self.me.mgmt,
-            self.cfg.listen.port(),
-        );
+        let desc = self
+            .desc(&v.name)
+            .ok_or_else(|| format!("Volume {} does not exist", v.name))?;
         let running = self
             .healers
             .lock()

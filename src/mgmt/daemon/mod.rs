@@ -62,6 +62,11 @@ pub struct Daemon {
     /// The applied state as this server sees it: its peers (the other
     /// members) and the volumes. Refreshed after every change applied.
     state: Mutex<ClusterState>,
+    /// The client graph descriptions of the started volumes, generated
+    /// from `state` when first asked and dropped when it changes: one
+    /// generation per change, however many clients, bricks and healers
+    /// ask (locked after `state`).
+    descs: Mutex<HashMap<String, Arc<crate::graph::VolDesc>>>,
     bricks: Mutex<HashMap<String, (BrickProc, BrickInfo)>>,
     op_lock: tokio::sync::Mutex<()>,
     /// One `reconcile` at a time, each from the view as it is then.
@@ -112,6 +117,7 @@ impl Daemon {
             me,
             consensus,
             state: Mutex::new(identity.clone()),
+            descs: Mutex::new(HashMap::new()),
             bricks: Mutex::new(HashMap::new()),
             op_lock: tokio::sync::Mutex::new(()),
             reconcile_lock: tokio::sync::Mutex::new(()),
@@ -182,7 +188,8 @@ impl Daemon {
         let me = self.consensus.id();
         {
             let mut st = self.state.lock().unwrap();
-            st.volumes = a.state.volumes;
+            self.descs.lock().unwrap().clear();
+            st.volumes = a.state.volumes.clone();
             st.peers = a
                 .membership
                 .membership()
@@ -406,7 +413,7 @@ impl Daemon {
                 }
                 Response::Status(out)
             }
-            Request::GetVolDesc { name } => self.vol_desc(&name),
+            Request::GetVolDesc { name } => self.vol_desc(&name, false),
             Request::VolumeClients { name, all } => {
                 if let Err(e) = self.volume(&name) {
                     return err(e);
@@ -430,7 +437,8 @@ impl Daemon {
                 name,
                 known,
                 client,
-            } => self.watch(name, known, client).await,
+                options_only,
+            } => self.watch(name, known, client, options_only).await,
             Request::Portmap { path } => {
                 let bricks = self.bricks.lock().unwrap();
                 match bricks.get(&path).and_then(|(_, i)| i.lock().unwrap().port) {

@@ -466,7 +466,8 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        c.write(Command::AddVolume(vol("v"))).await.unwrap();
+        let (_, added) = c.write(Command::AddVolume(vol("v"))).await.unwrap();
+        added.unwrap();
         let set = Command::SetOption {
             volume: "v".into(),
             key: "k".into(),

@@ -3,9 +3,13 @@
 use super::*;
 use crate::mgmt::state::{Task, TaskKind, TaskStatus};
 use futures_util::FutureExt;
+use std::time::Instant;
 
 /// How long a full heal waits for its healer to reach the bricks.
 const FULL_HEAL_REACH: Duration = Duration::from_secs(10);
+
+/// How long a new healer waits for the bricks here to start.
+const HEALER_WAITS_FOR_BRICKS: Duration = Duration::from_secs(5);
 
 /// A running self-heal: the graph it was built for (a change of options
 /// alone reconfigures it; a change of shape builds it again), the healer,
@@ -65,13 +69,28 @@ impl Daemon {
             }
             keep.is_some()
         });
-        for (name, (_, local)) in want {
+        let mut waits = self.healer_waits.lock().unwrap();
+        waits.retain(|name, _| want.contains_key(name) && !healers.contains_key(name));
+        for (name, (v, local)) in want {
             if healers.contains_key(&name) {
                 continue;
             }
             let Some(desc) = descs.get(&name) else {
                 continue;
             };
+            // A healer starts once this server's bricks of the volume have
+            // (or a while has passed): 300 healers knocking at bricks not
+            // yet listening were a third of the work of a `volume start`
+            // at 300 servers. `follow_state` comes back meanwhile.
+            let since = *waits.entry(name.clone()).or_insert_with(Instant::now);
+            let settled = self
+                .local_status(&v)
+                .iter()
+                .all(|b| b.online || b.reason.is_some());
+            if !settled && since.elapsed() < HEALER_WAITS_FOR_BRICKS {
+                continue;
+            }
+            waits.remove(&name);
             match Healer::new(desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
                 Ok(h) => {
                     tracing::info!(volume = %name, "self-heal daemon started");

@@ -74,6 +74,8 @@ pub struct Daemon {
     /// Self-heal per replicated volume with bricks here: the graph it
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
+    /// Healers not started yet, waiting for the bricks here: since when.
+    healer_waits: Mutex<HashMap<String, std::time::Instant>>,
     /// Counts the changes of the view: what `WatchVolDesc` waits on.
     changed: watch::Sender<u64>,
     /// Mounted clients that follow a volume here: (volume, client) → the
@@ -118,6 +120,7 @@ impl Daemon {
             consensus,
             state: Mutex::new(identity.clone()),
             descs: Mutex::new(HashMap::new()),
+            healer_waits: Mutex::new(HashMap::new()),
             bricks: Mutex::new(HashMap::new()),
             op_lock: tokio::sync::Mutex::new(()),
             reconcile_lock: tokio::sync::Mutex::new(()),
@@ -208,8 +211,19 @@ impl Daemon {
         loop {
             self.refresh();
             self.reconcile().await;
-            if rx.changed().await.is_err() {
-                return;
+            loop {
+                let waiting = !self.healer_waits.lock().unwrap().is_empty();
+                tokio::select! {
+                    r = rx.changed() => match r {
+                        Ok(()) => break,
+                        Err(_) => return,
+                    },
+                    _ = tokio::time::sleep(Duration::from_millis(200)), if waiting => {
+                        let _one = self.reconcile_lock.lock().await;
+                        let st = self.state.lock().unwrap().clone();
+                        self.reconcile_healers(&st).await;
+                    }
+                }
             }
         }
     }

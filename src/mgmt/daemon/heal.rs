@@ -11,14 +11,33 @@ const FULL_HEAL_REACH: Duration = Duration::from_secs(10);
 /// How long a new healer waits for the bricks here to start.
 const HEALER_WAITS_FOR_BRICKS: Duration = Duration::from_secs(5);
 
-/// A running self-heal: the graph it was built for (a change of options
-/// alone reconfigures it; a change of shape builds it again), the healer,
-/// its task.
-pub(super) type HealerProc = (
-    crate::graph::XlDesc,
-    Arc<Healer>,
-    tokio::task::JoinHandle<()>,
-);
+/// A running self-heal.
+pub(super) struct HealerProc {
+    /// The volume's description it was made for (while the same one,
+    /// nothing is to be done).
+    from: Arc<crate::graph::VolDesc>,
+    /// The graph it runs: the sets with a brick here. A change of options
+    /// alone reconfigures it; a change of shape builds it again.
+    top: crate::graph::XlDesc,
+    healer: Arc<Healer>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// `desc` with only the replica sets with a brick on one of `local`:
+/// each healer connects to those only (not to every brick of the volume:
+/// at 300 servers that made 90,000 connections).
+fn local_part(desc: &crate::graph::VolDesc, local: &[String]) -> Option<crate::graph::VolDesc> {
+    let top = desc
+        .top
+        .keep_sets(&|hosts| hosts.iter().any(|h| local.iter().any(|l| l == h)))?;
+    Some(crate::graph::VolDesc {
+        volume: desc.volume.clone(),
+        id: desc.id.clone(),
+        version: desc.version,
+        options: desc.options.clone(),
+        top,
+    })
+}
 
 impl Daemon {
     /// Runs a healer for every started replicated volume with a brick here.
@@ -40,34 +59,30 @@ impl Daemon {
                 want.insert(v.name.clone(), (v.clone(), local));
             }
         }
-        // Each healer connects to the replica sets with a brick here only
-        // (not to every brick of the volume: at 300 servers that made
-        // 90,000 connections).
-        let descs: HashMap<String, crate::graph::VolDesc> = want
-            .iter()
-            .filter_map(|(name, (_, local))| {
-                let whole = self.desc(name)?;
-                let top = whole
-                    .top
-                    .keep_sets(&|hosts| hosts.iter().any(|h| local.iter().any(|l| l == h)))?;
-                let d = crate::graph::VolDesc {
-                    volume: whole.volume.clone(),
-                    id: whole.id.clone(),
-                    version: whole.version,
-                    options: whole.options.clone(),
-                    top,
-                };
-                Some((name.clone(), d))
-            })
-            .collect();
         let mut healers = self.healers.lock().unwrap();
-        healers.retain(|name, (top, healer, task)| {
-            let keep = descs.get(name).filter(|d| d.top == *top);
-            match keep {
-                Some(d) => healer.reconfigure(&d.options),
-                None => task.abort(),
+        healers.retain(|name, p| {
+            let Some((_, local)) = want.get(name) else {
+                p.task.abort();
+                return false;
+            };
+            let Some(whole) = self.desc(name) else {
+                p.task.abort();
+                return false;
+            };
+            if Arc::ptr_eq(&whole, &p.from) {
+                return true;
             }
-            keep.is_some()
+            match local_part(&whole, local) {
+                Some(d) if d.top == p.top => {
+                    p.healer.reconfigure(&d.options);
+                    p.from = whole;
+                    true
+                }
+                _ => {
+                    p.task.abort();
+                    false
+                }
+            }
         });
         let mut waits = self.healer_waits.lock().unwrap();
         waits.retain(|name, _| want.contains_key(name) && !healers.contains_key(name));
@@ -75,9 +90,6 @@ impl Daemon {
             if healers.contains_key(&name) {
                 continue;
             }
-            let Some(desc) = descs.get(&name) else {
-                continue;
-            };
             // A healer starts once this server's bricks of the volume have
             // (or a while has passed): 300 healers knocking at bricks not
             // yet listening were a third of the work of a `volume start`
@@ -91,11 +103,25 @@ impl Daemon {
                 continue;
             }
             waits.remove(&name);
-            match Healer::new(desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
+            let Some(whole) = self.desc(&name) else {
+                continue;
+            };
+            let Some(desc) = local_part(&whole, &local) else {
+                continue;
+            };
+            match Healer::new(&desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
                 Ok(h) => {
                     tracing::info!(volume = %name, "self-heal daemon started");
                     let task = tokio::spawn(h.clone().run());
-                    healers.insert(name, (desc.top.clone(), h, task));
+                    healers.insert(
+                        name,
+                        HealerProc {
+                            from: whole,
+                            top: desc.top,
+                            healer: h,
+                            task,
+                        },
+                    );
                 }
                 Err(e) => tracing::warn!(volume = %name, "cannot start self-heal: {e:#}"),
             }
@@ -114,8 +140,8 @@ impl Daemon {
             .lock()
             .unwrap()
             .get(&v.name)
-            .filter(|(top, _, _)| !whole || *top == desc.top)
-            .map(|(_, h, _)| h.clone());
+            .filter(|p| !whole || p.top == desc.top)
+            .map(|p| p.healer.clone());
         if let Some(h) = running {
             return Ok(h);
         }

@@ -70,7 +70,9 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Daemon(ref a) => {
             init_logs();
-            run_async(async {
+            // One worker: management is light, and a pool of many servers
+            // on one machine wakes fewer threads per message.
+            run_async_on(1, async {
                 let listen: std::net::SocketAddr = a
                     .listen
                     .parse()
@@ -140,6 +142,17 @@ fn main() -> ExitCode {
 
 fn run_async<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
+fn run_async_on<F: std::future::Future<Output = anyhow::Result<()>>>(
+    workers: usize,
+    f: F,
+) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()?
         .block_on(f)

@@ -8,7 +8,7 @@ use super::*;
 const BRICKS_SETTLE: Duration = Duration::from_secs(5);
 
 pub(super) struct BrickProc {
-    volume: String,
+    pub(super) volume: String,
     /// The brick's host, as the volume names it.
     host: String,
     stop: watch::Sender<bool>,

@@ -128,6 +128,22 @@ impl Daemon {
         }
     }
 
+    /// Whether a healer waiting for the bricks here may start now.
+    pub(super) fn healers_due(&self) -> bool {
+        let waits = self.healer_waits.lock().unwrap();
+        let bricks = self.bricks.lock().unwrap();
+        waits.iter().any(|(name, since)| {
+            since.elapsed() >= HEALER_WAITS_FOR_BRICKS
+                || bricks
+                    .values()
+                    .filter(|(p, _)| p.volume == *name)
+                    .all(|(_, i)| {
+                        let i = i.lock().unwrap();
+                        i.port.is_some() || i.offline.is_some()
+                    })
+        })
+    }
+
     /// The healer of `v` this server runs (its sets with a brick here), or
     /// with `whole`, one of every set: the running one if it covers them,
     /// else a new one just for this.

@@ -74,6 +74,9 @@ pub struct Daemon {
     /// Self-heal per replicated volume with bricks here: the graph it
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
+    /// Host names resolved by `is_local`: whether each is this server,
+    /// and when that was found.
+    local_names: Mutex<HashMap<String, (bool, std::time::Instant)>>,
     /// Healers not started yet, waiting for the bricks here: since when.
     healer_waits: Mutex<HashMap<String, std::time::Instant>>,
     /// Counts the changes of the view: what `WatchVolDesc` waits on.
@@ -121,6 +124,7 @@ impl Daemon {
             state: Mutex::new(identity.clone()),
             descs: Mutex::new(HashMap::new()),
             healer_waits: Mutex::new(HashMap::new()),
+            local_names: Mutex::new(HashMap::new()),
             bricks: Mutex::new(HashMap::new()),
             op_lock: tokio::sync::Mutex::new(()),
             reconcile_lock: tokio::sync::Mutex::new(()),
@@ -219,9 +223,11 @@ impl Daemon {
                         Err(_) => return,
                     },
                     _ = tokio::time::sleep(Duration::from_millis(200)), if waiting => {
-                        let _one = self.reconcile_lock.lock().await;
-                        let st = self.state.lock().unwrap().clone();
-                        self.reconcile_healers(&st).await;
+                        if self.healers_due() {
+                            let _one = self.reconcile_lock.lock().await;
+                            let st = self.state.lock().unwrap().clone();
+                            self.reconcile_healers(&st).await;
+                        }
                     }
                 }
             }
@@ -243,18 +249,33 @@ impl Daemon {
         Ok(())
     }
 
+    /// Whether `host` names this server. Asked for every brick of every
+    /// volume after every change: an address is compared as it is, a
+    /// name is resolved once a minute at most.
     pub(super) async fn is_local(&self, host: &str) -> bool {
-        if host == self.cfg.host || host == "localhost" || host == self.cfg.listen.ip().to_string()
-        {
+        let mine = self.cfg.listen.ip();
+        let is_mine =
+            |ip: std::net::IpAddr| ip == mine || (mine.is_unspecified() && ip.is_loopback());
+        if host == self.cfg.host || host == "localhost" {
             return true;
         }
-        let Ok(addrs) = tokio::net::lookup_host((host, 0)).await else {
-            return false;
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            return is_mine(ip);
+        }
+        if let Some((local, at)) = self.local_names.lock().unwrap().get(host) {
+            if at.elapsed() < Duration::from_secs(60) {
+                return *local;
+            }
+        }
+        let local = match tokio::net::lookup_host((host, 0)).await {
+            Ok(addrs) => addrs.into_iter().any(|a| is_mine(a.ip())),
+            Err(_) => false,
         };
-        let mine = self.cfg.listen.ip();
-        addrs
-            .into_iter()
-            .any(|a| a.ip() == mine || (mine.is_unspecified() && a.ip().is_loopback()))
+        self.local_names
+            .lock()
+            .unwrap()
+            .insert(host.to_string(), (local, std::time::Instant::now()));
+        local
     }
 
     pub(super) fn peer_mgmt(&self, host: &str) -> Option<String> {

@@ -158,12 +158,14 @@ impl Daemon {
                 if v.status == VolStatus::Started && !force {
                     return Err(format!("Volume {name} already started"));
                 }
+                let t0 = std::time::Instant::now();
                 let after = self
                     .execute(Command::SetStatus {
                         volume: name.clone(),
                         status: VolStatus::Started,
                     })
                     .await?;
+                let committed_ms = t0.elapsed().as_millis();
                 // Each host starts its bricks and answers once they are up.
                 let answers = self
                     .on_volume_hosts(&v, || Request::BricksRun {
@@ -179,6 +181,8 @@ impl Daemon {
                     }
                 }
                 let mut st = self.statuses(&v, first);
+                let answered_ms = t0.elapsed().as_millis();
+                let late = st.iter().filter(|s| !s.online).count();
                 // Report bricks that do not come up, but keep trying them.
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
                 loop {
@@ -188,6 +192,7 @@ impl Daemon {
                         .map(|s| s.brick.clone())
                         .collect();
                     if down.is_empty() {
+                        tracing::info!(volume = %name, committed_ms, answered_ms, late, online_ms = t0.elapsed().as_millis(), "volume started");
                         return Ok(String::new());
                     }
                     let offline: Vec<String> = st

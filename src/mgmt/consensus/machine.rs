@@ -50,6 +50,10 @@ pub struct Machine {
 
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
 
+/// The applied state as earlier versions kept it, replaced by the
+/// snapshot at its next one.
+const LEGACY: &str = "machine.json";
+
 impl Machine {
     /// Opens the state machine in `dir`; `changed` is bumped after every
     /// batch applied or snapshot installed.
@@ -60,10 +64,7 @@ impl Machine {
         roles: Arc<Roles>,
     ) -> std::io::Result<Machine> {
         let snapshot: Option<Stored> = read_json(&dir.join("snapshot.json"))?;
-        // Written after every batch by earlier versions; the snapshot and
-        // the log hold all of it.
-        let _ = std::fs::remove_file(dir.join("machine.json"));
-        let applied = snapshot
+        let from_snapshot = snapshot
             .as_ref()
             .map(|s| Applied {
                 last: s.meta.last_log_id,
@@ -71,6 +72,12 @@ impl Machine {
                 state: s.state.clone(),
             })
             .unwrap_or_default();
+        // Earlier versions wrote the applied state after every batch: it
+        // is where such a server had got to, until a newer snapshot.
+        let applied = match read_json::<Applied>(&dir.join(LEGACY)).ok().flatten() {
+            Some(old) if old.last > from_snapshot.last => old,
+            _ => from_snapshot,
+        };
         let m = Machine {
             dir: dir.to_path_buf(),
             applied: Arc::new(Mutex::new(Arc::new(applied))),
@@ -145,6 +152,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Machine {
         let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
         self.roles.live().map_err(io_err)?;
         write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
+        let _ = std::fs::remove_file(self.dir.join(LEGACY));
         *self.snapshot.lock().unwrap() = Some(stored);
         Ok(Snapshot {
             meta,
@@ -218,6 +226,7 @@ impl RaftStateMachine<TypeConfig> for Machine {
         let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
         self.roles.live().map_err(io_err)?;
         write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
+        let _ = std::fs::remove_file(self.dir.join(LEGACY));
         *self.snapshot.lock().unwrap() = Some(stored);
         self.note_role(&a.membership);
         *self.applied.lock().unwrap() = Arc::new(a);

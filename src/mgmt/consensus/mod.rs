@@ -485,6 +485,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_state_written_by_an_earlier_version_is_used_until_a_newer_snapshot() {
+        let d = tempfile::tempdir().unwrap();
+        let mut m =
+            machine::Machine::open(d.path(), watch::channel(0).0, 1, Default::default()).unwrap();
+        m.apply(vec![entry(1, 1, Command::AddVolume(vol("old")))])
+            .await
+            .unwrap();
+        m.build_snapshot().await.unwrap();
+        m.apply(vec![entry(1, 2, Command::AddVolume(vol("new")))])
+            .await
+            .unwrap();
+        let legacy = d.path().join("machine.json");
+        let at_2 = serde_json::to_vec(&*m.applied()).unwrap();
+        std::fs::write(&legacy, &at_2).unwrap();
+        let mut back =
+            machine::Machine::open(d.path(), watch::channel(0).0, 1, Default::default()).unwrap();
+        assert_eq!(back.applied().last.unwrap().index, 2);
+        assert!(back.applied().state.volumes.contains_key("new"));
+        back.apply(vec![entry(
+            1,
+            3,
+            Command::RemoveVolume {
+                volume: "old".into(),
+            },
+        )])
+        .await
+        .unwrap();
+        back.build_snapshot().await.unwrap();
+        assert!(!legacy.exists());
+        // One older than the snapshot is not used.
+        std::fs::write(&legacy, &at_2).unwrap();
+        let again =
+            machine::Machine::open(d.path(), watch::channel(0).0, 1, Default::default()).unwrap();
+        assert_eq!(again.applied().last.unwrap().index, 3);
+        assert!(!again.applied().state.volumes.contains_key("old"));
+    }
+
+    #[tokio::test]
     async fn a_retired_log_writes_nothing_more() {
         let d = tempfile::tempdir().unwrap();
         let roles: Arc<Roles> = Default::default();

@@ -72,7 +72,7 @@ fn main() -> ExitCode {
             init_logs();
             // One worker: management is light, and a pool of many servers
             // on one machine wakes fewer threads per message.
-            run_async_on(1, async {
+            run_async_on(Some(1), async {
                 let listen: std::net::SocketAddr = a
                     .listen
                     .parse()
@@ -141,19 +141,17 @@ fn main() -> ExitCode {
 }
 
 fn run_async<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(f)
+    run_async_on(None, f)
 }
 
+/// Runs `f` on a runtime of `workers` threads (None: one per core).
 fn run_async_on<F: std::future::Future<Output = anyhow::Result<()>>>(
-    workers: usize,
+    workers: Option<usize>,
     f: F,
 ) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()?
-        .block_on(f)
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        b.worker_threads(n);
+    }
+    b.enable_all().build()?.block_on(f)
 }

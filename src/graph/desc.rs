@@ -81,3 +81,16 @@ pub struct VolDesc {
     pub options: Options,
     pub top: XlDesc,
 }
+
+impl VolDesc {
+    /// The same volume and options over another graph.
+    pub fn with_top(&self, top: XlDesc) -> VolDesc {
+        VolDesc {
+            volume: self.volume.clone(),
+            id: self.id.clone(),
+            version: self.version,
+            options: self.options.clone(),
+            top,
+        }
+    }
+}

@@ -130,10 +130,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let inner = self.inner.lock().unwrap();
         let mut have = inner.purged;
         for (i, e) in inner.entries.iter() {
-            if *i != have.map_or(0, |l| l.index + 1) && have.is_some() {
-                break;
-            }
-            if saved.is_some_and(|s| *i > s.index) {
+            let hole = have.is_some_and(|h| *i != h.index + 1);
+            if hole || saved.is_some_and(|s| *i > s.index) {
                 break;
             }
             have = Some(e.log_id);

@@ -126,6 +126,17 @@ impl Machine {
         self.applied.lock().unwrap().last.map_or(0, |l| l.index)
     }
 
+    /// Makes `stored` the snapshot, on disk (it replaces the state an
+    /// earlier version kept) and in memory.
+    fn keep(&self, stored: Stored) -> std::io::Result<()> {
+        let b = serde_json::to_vec(&stored)?;
+        self.roles.live()?;
+        write_atomic(&self.dir.join("snapshot.json"), &b)?;
+        let _ = std::fs::remove_file(self.dir.join(LEGACY));
+        *self.snapshot.lock().unwrap() = Some(stored);
+        Ok(())
+    }
+
     /// Tells the watchers that the applied state changed.
     fn changed(&self) {
         self.changed.send_modify(|n| *n += 1);
@@ -145,15 +156,11 @@ impl RaftSnapshotBuilder<TypeConfig> for Machine {
                 a.last.map_or(0, |l| l.index)
             ),
         };
-        let stored = Stored {
+        self.keep(Stored {
             meta: meta.clone(),
             state: a.state.clone(),
-        };
-        let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
-        self.roles.live().map_err(io_err)?;
-        write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
-        let _ = std::fs::remove_file(self.dir.join(LEGACY));
-        *self.snapshot.lock().unwrap() = Some(stored);
+        })
+        .map_err(io_err)?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(a.state.clone()),
@@ -219,15 +226,11 @@ impl RaftStateMachine<TypeConfig> for Machine {
             membership: meta.last_membership.clone(),
             state: *data,
         };
-        let stored = Stored {
+        self.keep(Stored {
             meta: meta.clone(),
             state: a.state.clone(),
-        };
-        let b = serde_json::to_vec(&stored).map_err(|e| io_err(e.into()))?;
-        self.roles.live().map_err(io_err)?;
-        write_atomic(&self.dir.join("snapshot.json"), &b).map_err(io_err)?;
-        let _ = std::fs::remove_file(self.dir.join(LEGACY));
-        *self.snapshot.lock().unwrap() = Some(stored);
+        })
+        .map_err(io_err)?;
         self.note_role(&a.membership);
         *self.applied.lock().unwrap() = Arc::new(a);
         self.changed();

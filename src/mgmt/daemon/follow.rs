@@ -66,13 +66,9 @@ impl Daemon {
     /// its graph left empty (what a brick needs).
     pub(super) fn vol_desc(&self, name: &str, options_only: bool) -> Response {
         match self.started_desc(name) {
-            Ok(d) if options_only => Response::VolDesc(crate::graph::VolDesc {
-                volume: d.volume.clone(),
-                id: d.id.clone(),
-                version: d.version,
-                options: d.options.clone(),
-                top: crate::graph::XlDesc::new("", String::new(), vec![]),
-            }),
+            Ok(d) if options_only => {
+                Response::VolDesc(d.with_top(crate::graph::XlDesc::new("", String::new(), vec![])))
+            }
             Ok(d) => Response::VolDesc((*d).clone()),
             Err(e) => err(e),
         }

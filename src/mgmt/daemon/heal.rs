@@ -30,13 +30,7 @@ fn local_part(desc: &crate::graph::VolDesc, local: &[String]) -> Option<crate::g
     let top = desc
         .top
         .keep_sets(&|hosts| hosts.iter().any(|h| local.iter().any(|l| l == h)))?;
-    Some(crate::graph::VolDesc {
-        volume: desc.volume.clone(),
-        id: desc.id.clone(),
-        version: desc.version,
-        options: desc.options.clone(),
-        top,
-    })
+    Some(desc.with_top(top))
 }
 
 impl Daemon {
@@ -86,7 +80,7 @@ impl Daemon {
         });
         let mut waits = self.healer_waits.lock().unwrap();
         waits.retain(|name, _| want.contains_key(name) && !healers.contains_key(name));
-        for (name, (v, local)) in want {
+        for (name, (_, local)) in want {
             if healers.contains_key(&name) {
                 continue;
             }
@@ -95,11 +89,7 @@ impl Daemon {
             // yet listening were a third of the work of a `volume start`
             // at 300 servers. `follow_state` comes back meanwhile.
             let since = *waits.entry(name.clone()).or_insert_with(Instant::now);
-            let settled = self
-                .local_status(&v)
-                .iter()
-                .all(|b| b.online || b.reason.is_some());
-            if !settled && since.elapsed() < HEALER_WAITS_FOR_BRICKS {
+            if !self.healer_may_start(&name, since) {
                 continue;
             }
             waits.remove(&name);
@@ -128,20 +118,29 @@ impl Daemon {
         }
     }
 
+    /// Whether the healer of `volume`, waiting since `since`, may start:
+    /// every brick of it here listens or has gone offline, or it waited
+    /// long enough.
+    fn healer_may_start(&self, volume: &str, since: Instant) -> bool {
+        since.elapsed() >= HEALER_WAITS_FOR_BRICKS
+            || self
+                .bricks
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|(p, _)| p.volume == volume)
+                .all(|(_, i)| {
+                    let i = i.lock().unwrap();
+                    i.port.is_some() || i.offline.is_some()
+                })
+    }
+
     /// Whether a healer waiting for the bricks here may start now.
     pub(super) fn healers_due(&self) -> bool {
         let waits = self.healer_waits.lock().unwrap();
-        let bricks = self.bricks.lock().unwrap();
-        waits.iter().any(|(name, since)| {
-            since.elapsed() >= HEALER_WAITS_FOR_BRICKS
-                || bricks
-                    .values()
-                    .filter(|(p, _)| p.volume == *name)
-                    .all(|(_, i)| {
-                        let i = i.lock().unwrap();
-                        i.port.is_some() || i.offline.is_some()
-                    })
-        })
+        waits
+            .iter()
+            .any(|(name, since)| self.healer_may_start(name, *since))
     }
 
     /// The healer of `v` this server runs (its sets with a brick here), or

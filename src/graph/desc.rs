@@ -54,9 +54,13 @@ impl XlDesc {
             .iter()
             .filter_map(|c| c.keep_sets(keep))
             .collect();
+        // Its own fields only: `..self.clone()` would copy the whole
+        // graph below, to be dropped at once.
         (!children.is_empty()).then(|| XlDesc {
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            params: self.params.clone(),
             children,
-            ..self.clone()
         })
     }
 

@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// What the daemon knows of a brick process right now.
 #[derive(Clone, Debug, Default)]
@@ -27,7 +27,33 @@ pub struct BrickState {
     pub offline: Option<String>,
 }
 
-pub type BrickInfo = Arc<Mutex<BrickState>>;
+/// What the daemon knows of one brick process, shared between its
+/// supervisor (which writes it) and the daemon (which reads it), with a
+/// signal, shared by all the daemon's bricks, that one of them changed.
+#[derive(Clone, Default)]
+pub struct BrickInfo {
+    state: Arc<Mutex<BrickState>>,
+    changed: Arc<Notify>,
+}
+
+impl BrickInfo {
+    /// A brick not started yet, whose changes `changed` announces.
+    pub fn new(changed: Arc<Notify>) -> BrickInfo {
+        BrickInfo {
+            state: Default::default(),
+            changed,
+        }
+    }
+
+    pub fn get(&self) -> BrickState {
+        self.state.lock().unwrap().clone()
+    }
+
+    fn set(&self, f: impl FnOnce(&mut BrickState)) {
+        f(&mut self.state.lock().unwrap());
+        self.changed.notify_waiters();
+    }
+}
 
 /// How to run one brick.
 pub struct BrickSpec {
@@ -103,7 +129,7 @@ async fn stop_adopted(pid: u32) {
 /// A brick was stopped as asked: nothing of it is left to adopt.
 fn stopped(spec: &BrickSpec, info: &BrickInfo) {
     let _ = std::fs::remove_file(spec.pid_file());
-    *info.lock().unwrap() = BrickState::default();
+    info.set(|i| *i = BrickState::default());
     tracing::info!(brick = %spec.path.display(), "brick stopped");
 }
 
@@ -116,16 +142,18 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
     let brick = spec.path.display().to_string();
     if let Some((pid, port)) = adoptable(&spec) {
         tracing::info!(%brick, pid, port, "adopted a running brick");
-        *info.lock().unwrap() = BrickState {
-            port: Some(port),
-            pid: Some(pid),
-            offline: None,
-        };
+        info.set(|i| {
+            *i = BrickState {
+                port: Some(port),
+                pid: Some(pid),
+                offline: None,
+            }
+        });
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {
                     if !alive(pid) {
-                        *info.lock().unwrap() = BrickState::default();
+                        info.set(|i| *i = BrickState::default());
                         tracing::warn!(%brick, "brick exited; restarting (log: {})", log.display());
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         break;
@@ -195,26 +223,27 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
                     .and_then(|p| p.trim().parse::<u16>().ok())
                 {
                     tracing::info!(brick = %bp, port, pid, "brick started");
-                    *said.lock().unwrap() = BrickState {
-                        port: Some(port),
-                        pid,
-                        offline: None,
-                    };
+                    said.set(|i| {
+                        *i = BrickState {
+                            port: Some(port),
+                            pid,
+                            offline: None,
+                        }
+                    });
                 } else if let Some(reason) = line.strip_prefix("OFFLINE ") {
                     tracing::error!(brick = %bp, "brick offline: {reason}");
-                    said.lock().unwrap().offline = Some(reason.to_string());
+                    said.set(|i| i.offline = Some(reason.to_string()));
                 }
             }
         });
         tokio::select! {
             status = child.wait() => {
                 let _ = reader.await;
-                let offline = {
-                    let mut i = info.lock().unwrap();
+                info.set(|i| {
                     i.port = None;
                     i.pid = None;
-                    i.offline.clone()
-                };
+                });
+                let offline = info.get().offline;
                 if let Some(reason) = offline {
                     tracing::error!(%brick, "brick stays offline until `volume start NAME force`: {reason}");
                     let _ = stop.changed().await;

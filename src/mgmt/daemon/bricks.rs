@@ -53,7 +53,7 @@ impl Daemon {
                     continue;
                 }
                 let (stop, stop_rx) = watch::channel(false);
-                let info: BrickInfo = Default::default();
+                let info = BrickInfo::new(self.bricks_changed.clone());
                 let spec = BrickSpec {
                     path: PathBuf::from(&path),
                     volume: vol.clone(),
@@ -99,7 +99,7 @@ impl Daemon {
                 bricks
                     .iter()
                     .filter_map(|(path, (p, info))| {
-                        let port = info.lock().unwrap().port?;
+                        let port = info.get().port?;
                         let b = st
                             .volumes
                             .get(&p.volume)?
@@ -155,7 +155,7 @@ impl Daemon {
     /// Drops the watch over local bricks of `volume` that went offline, so
     /// that the next reconcile starts them again.
     pub(super) async fn forget_offline(&self, volume: &str) {
-        self.stop_bricks(|p, i| p.volume == volume && i.lock().unwrap().offline.is_some())
+        self.stop_bricks(|p, i| p.volume == volume && i.get().offline.is_some())
             .await;
     }
 
@@ -169,25 +169,28 @@ impl Daemon {
         vol.bricks
             .iter()
             .filter_map(|b| {
-                if let (Some(why), None) = (&lost, bricks.get(&b.path)) {
+                // Another host's brick may have the same path as one here.
+                match (bricks.get(&b.path).filter(|(p, _)| p.host == b.host), &lost) {
+                    (Some((_, info)), _) => {
+                        let st = info.get();
+                        Some(BrickStatus {
+                            brick: b.to_string(),
+                            port: st.port,
+                            pid: st.pid,
+                            online: st.port.is_some(),
+                            reason: st.offline,
+                        })
+                    }
                     // Stopped here for want of server quorum.
-                    return (b.host == self.me.host).then(|| BrickStatus {
+                    (None, Some(why)) if b.host == self.me.host => Some(BrickStatus {
                         brick: b.to_string(),
                         port: None,
                         pid: None,
                         online: false,
                         reason: Some(why.clone()),
-                    });
+                    }),
+                    _ => None,
                 }
-                let (_, info) = bricks.get(&b.path)?;
-                let st = info.lock().unwrap().clone();
-                Some(BrickStatus {
-                    brick: b.to_string(),
-                    port: st.port,
-                    pid: st.pid,
-                    online: st.port.is_some(),
-                    reason: st.offline,
-                })
             })
             .collect()
     }
@@ -197,12 +200,16 @@ impl Daemon {
     pub(super) async fn local_bricks_settled(&self, vol: &Volume) -> Vec<BrickStatus> {
         let deadline = tokio::time::Instant::now() + BRICKS_SETTLE;
         loop {
+            // Asked to be told before looking, so that no change between
+            // the look and the wait is missed.
+            let changed = self.bricks_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             let st = self.local_status(vol);
             let settled = st.iter().all(|b| b.online || b.reason.is_some());
-            if settled || tokio::time::Instant::now() > deadline {
+            if settled || tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return st;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

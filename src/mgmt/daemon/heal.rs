@@ -36,7 +36,7 @@ fn local_part(desc: &crate::graph::VolDesc, local: &[String]) -> Option<crate::g
 impl Daemon {
     /// Runs a healer for every started replicated volume with a brick here.
     pub(super) async fn reconcile_healers(&self, st: &ClusterState) {
-        let mut want: HashMap<String, (Volume, Vec<String>)> = HashMap::new();
+        let mut want: HashMap<String, Vec<String>> = HashMap::new();
         for v in st
             .volumes
             .values()
@@ -50,12 +50,12 @@ impl Daemon {
                 }
             }
             if !local.is_empty() {
-                want.insert(v.name.clone(), (v.clone(), local));
+                want.insert(v.name.clone(), local);
             }
         }
         let mut healers = self.healers.lock().unwrap();
         healers.retain(|name, p| {
-            let Some((_, local)) = want.get(name) else {
+            let Some(local) = want.get(name) else {
                 p.task.abort();
                 return false;
             };
@@ -80,7 +80,7 @@ impl Daemon {
         });
         let mut waits = self.healer_waits.lock().unwrap();
         waits.retain(|name, _| want.contains_key(name) && !healers.contains_key(name));
-        for (name, (_, local)) in want {
+        for (name, local) in want {
             if healers.contains_key(&name) {
                 continue;
             }
@@ -130,7 +130,7 @@ impl Daemon {
                 .values()
                 .filter(|(p, _)| p.volume == volume)
                 .all(|(_, i)| {
-                    let i = i.lock().unwrap();
+                    let i = i.get();
                     i.port.is_some() || i.offline.is_some()
                 })
     }

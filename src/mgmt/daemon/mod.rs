@@ -60,14 +60,21 @@ pub struct Daemon {
     /// The replicated state, this server's part of it.
     consensus: Arc<Consensus>,
     /// The applied state as this server sees it: its peers (the other
-    /// members) and the volumes. Refreshed after every change applied.
-    state: Mutex<ClusterState>,
+    /// members) and the volumes. Made again after every change applied,
+    /// and shared: readers take the `Arc`, not a copy.
+    state: Mutex<Arc<ClusterState>>,
+    /// The applied state `state` was last made from. Holding it makes the
+    /// machine copy rather than change it in place, so that `Arc::ptr_eq`
+    /// tells whether anything was applied since.
+    seen: Mutex<Option<Arc<consensus::Applied>>>,
     /// The client graph descriptions of the started volumes, generated
     /// from `state` when first asked and dropped when it changes: one
     /// generation per change, however many clients, bricks and healers
     /// ask (locked after `state`).
     descs: Mutex<HashMap<String, Arc<crate::graph::VolDesc>>>,
     bricks: Mutex<HashMap<String, (BrickProc, BrickInfo)>>,
+    /// Told whenever a brick here comes up, goes down or goes offline.
+    bricks_changed: Arc<tokio::sync::Notify>,
     op_lock: tokio::sync::Mutex<()>,
     /// One `reconcile` at a time, each from the view as it is then.
     reconcile_lock: tokio::sync::Mutex<()>,
@@ -121,11 +128,13 @@ impl Daemon {
             cfg,
             me,
             consensus,
-            state: Mutex::new(identity.clone()),
+            state: Mutex::new(Arc::new(identity.clone())),
+            seen: Mutex::new(None),
             descs: Mutex::new(HashMap::new()),
             healer_waits: Mutex::new(HashMap::new()),
             local_names: Mutex::new(HashMap::new()),
             bricks: Mutex::new(HashMap::new()),
+            bricks_changed: Default::default(),
             op_lock: tokio::sync::Mutex::new(()),
             reconcile_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
@@ -192,18 +201,36 @@ impl Daemon {
     /// Copies the applied state into the view.
     pub(super) fn refresh(&self) {
         let a = self.consensus.applied();
+        {
+            let mut seen = self.seen.lock().unwrap();
+            if seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &a)) {
+                return;
+            }
+            *seen = Some(a.clone());
+        }
         let me = self.consensus.id();
         {
             let mut st = self.state.lock().unwrap();
-            self.descs.lock().unwrap().clear();
-            st.volumes = a.state.volumes.clone();
-            st.peers = a
+            let peers: Vec<Peer> = a
                 .membership
                 .membership()
                 .nodes()
                 .filter(|(id, _)| **id != me)
                 .map(|(_, p)| p.clone())
                 .collect();
+            let mut descs = self.descs.lock().unwrap();
+            if peers != st.peers {
+                descs.clear();
+            } else {
+                // A description is made from its volume and the peers'
+                // addresses: kept while neither changed.
+                descs.retain(|name, _| st.volumes.get(name) == a.state.volumes.get(name));
+            }
+            *st = Arc::new(ClusterState {
+                uuid: st.uuid.clone(),
+                peers,
+                volumes: a.state.volumes.clone(),
+            });
         }
         self.changed.send_modify(|n| *n += 1);
     }
@@ -476,7 +503,7 @@ impl Daemon {
             } => self.watch(name, known, client, options_only).await,
             Request::Portmap { path } => {
                 let bricks = self.bricks.lock().unwrap();
-                match bricks.get(&path).and_then(|(_, i)| i.lock().unwrap().port) {
+                match bricks.get(&path).and_then(|(_, i)| i.get().port) {
                     Some(port) => Response::Port(port),
                     None => err(format!("brick {path} is not running on {}", self.me.host)),
                 }

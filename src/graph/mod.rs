@@ -33,6 +33,18 @@ impl Graph {
     /// and starts it (protocol clients begin to connect). Call within a
     /// tokio runtime.
     pub fn build(desc: &VolDesc, env: &Env) -> anyhow::Result<Graph> {
+        Self::build_lazy(desc, env, |_| true)
+    }
+
+    /// As `build`, but of the bottom translators starts only those `now`
+    /// picks: the others connect once waited for (`wait_leaves`). A
+    /// healer connects to the other bricks of a set only when it has
+    /// something to heal there.
+    pub fn build_lazy(
+        desc: &VolDesc,
+        env: &Env,
+        now: impl Fn(&Node) -> bool,
+    ) -> anyhow::Result<Graph> {
         let mut nodes = Vec::new();
         build::build_into(&desc.top, env, &mut nodes)?;
         let (events, _) = tokio::sync::broadcast::channel(256);
@@ -49,7 +61,7 @@ impl Graph {
             events,
         };
         g.reconfigure(&desc.options);
-        for n in &g.nodes {
+        for n in g.nodes.iter().filter(|n| !n.children.is_empty() || now(n)) {
             n.child.xl.start();
         }
         Ok(g)
@@ -114,8 +126,12 @@ impl Graph {
 
     /// Waits until every bottom translator `wanted` picks is connected, at
     /// most `timeout`; true if they all are.
+    /// A bottom translator not started yet (`build_lazy`) is started.
     pub async fn wait_leaves(&self, wanted: impl Fn(&Node) -> bool, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
+        for n in self.leaves().filter(|n| wanted(n)) {
+            n.child.xl.start();
+        }
         loop {
             if self.leaves().filter(|n| wanted(n)).all(|n| n.child.is_up()) {
                 return true;

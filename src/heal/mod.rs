@@ -21,6 +21,9 @@ use std::time::Duration;
 
 /// How often the index is looked at when nobody asks.
 const INTERVAL: Duration = Duration::from_secs(3);
+/// How long a pass waits for the other bricks of a set with something to
+/// heal to be connected (a brick that stays down is healed later).
+const REACH_SET: Duration = Duration::from_secs(3);
 /// Index entries taken per brick per pass.
 const BATCH: u32 = 4096;
 /// Crawls kept for `heal VOL statistics`.
@@ -90,8 +93,12 @@ pub fn show(g: Gfid) -> String {
 }
 
 impl Healer {
-    /// Connects to every brick of the volume; `is_local` says which hosts
-    /// are this server.
+    /// Connects to the bricks of the volume on this server (`is_local`
+    /// says which hosts are), and to the others once it has something to
+    /// heal in their set or is waited for (`wait_up`): at a `volume start`
+    /// of 300 servers, healers knocking at bricks still starting made
+    /// hundreds of refused connections, and a healer with nothing to heal
+    /// holds one connection instead of three.
     pub fn new(
         desc: &VolDesc,
         is_local: impl Fn(&str) -> bool,
@@ -99,7 +106,9 @@ impl Healer {
     ) -> anyhow::Result<Arc<Healer>> {
         // The volume's own client graph: its replicate translators say
         // which bricks form a set, their children are the connections.
-        let graph = Graph::build(desc, env)?;
+        let graph = Graph::build_lazy(desc, env, |n| {
+            n.params.get("host").is_some_and(|h| is_local(h))
+        })?;
         let mut sets = Vec::new();
         let mut local = Vec::new();
         for r in graph.of_kind("cluster/replicate") {
@@ -242,6 +251,13 @@ impl Healer {
                 if todo.is_empty() {
                     continue;
                 }
+                // The other bricks of the set, connected now if not yet.
+                self.graph
+                    .wait_leaves(
+                        |n| set.bricks.iter().any(|b| Arc::ptr_eq(&b.x.xl, &n.child.xl)),
+                        REACH_SET,
+                    )
+                    .await;
                 if !worked {
                     self.begin_crawl("INDEX");
                     worked = true;

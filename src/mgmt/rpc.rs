@@ -335,17 +335,18 @@ pub fn graph_env() -> Env {
     }
 }
 
-/// Finds a brick's address: the port the description gives on the first
-/// try and every other one after; on the others, the port its host's
-/// daemon knows now (a brick that had to move to another port before the
-/// change reached this client), or the description's when the daemon
-/// does not answer.
+/// Finds a brick's address: the port the description gives, and on every
+/// fourth try, the port its host's daemon knows now (a brick that had to
+/// move to another port before the change reached this client), or the
+/// description's when the daemon does not answer. The state keeps the
+/// ports: asking more often only loads daemons with questions about
+/// bricks still starting (300 healers at a `volume start`).
 fn port_resolver(mgmt: String, brick: String, host: String, known: Option<u16>) -> Resolver {
     Arc::new(move |failed| {
         let (mgmt, brick, host) = (mgmt.clone(), brick.clone(), host.clone());
         Box::pin(async move {
             let port = match known {
-                Some(p) if failed % 2 == 0 => p,
+                Some(p) if failed % 4 != 3 => p,
                 _ => match portmap(&mgmt, brick).await {
                     Ok(p) => p,
                     Err(e) => known.ok_or(e)?,

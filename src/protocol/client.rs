@@ -73,6 +73,8 @@ pub struct ProtocolClient {
     /// (closing the connection, so the brick lets go of its handles and
     /// locks), whatever it was doing.
     alive: tokio::sync::watch::Sender<()>,
+    /// Whether `start` ran (it may be called again).
+    started: AtomicBool,
 }
 
 impl ProtocolClient {
@@ -98,6 +100,7 @@ impl ProtocolClient {
         ProtocolClient {
             shared,
             alive: tokio::sync::watch::channel(()).0,
+            started: AtomicBool::new(false),
         }
     }
 
@@ -308,6 +311,9 @@ impl Xlator for ProtocolClient {
     }
 
     fn start(&self) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
         tokio::spawn(keep_connected(
             Arc::downgrade(&self.shared),
             self.alive.subscribe(),

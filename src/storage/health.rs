@@ -6,7 +6,7 @@
 
 use super::posix::{Posix, META_DIR};
 use rustix::fs::{self as rfs, Mode, OFlags, ResolveFlags};
-use std::io::{Read, Seek, Write};
+use std::os::unix::fs::FileExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Inside the brick's hidden directory.
@@ -42,21 +42,23 @@ impl Posix {
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
         )
         .map_err(|e| format!("open of {META_DIR}/{PROBE}: {e}"))?;
-        let mut f = std::fs::File::from(fd);
-        let stamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos()
-            .to_string();
-        let mut probe = || -> std::io::Result<String> {
-            f.set_len(0)?;
-            f.rewind()?;
-            f.write_all(stamp.as_bytes())?;
-            f.sync_all()?;
-            f.rewind()?;
-            let mut back = String::new();
-            f.read_to_string(&mut back)?;
-            Ok(back)
+        let f = std::fs::File::from(fd);
+        // Overwritten in place at a fixed width: no truncate, so the check
+        // neither frees nor allocates a block, and fdatasync has only the
+        // data to write.
+        let stamp = format!(
+            "{:020}",
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        );
+        let probe = || -> std::io::Result<String> {
+            f.write_all_at(stamp.as_bytes(), 0)?;
+            f.sync_data()?;
+            let mut back = vec![0u8; stamp.len()];
+            f.read_exact_at(&mut back, 0)?;
+            Ok(String::from_utf8_lossy(&back).into_owned())
         };
         match probe() {
             Ok(back) if back == stamp => Ok(()),

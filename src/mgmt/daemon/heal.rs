@@ -158,6 +158,10 @@ impl Daemon {
             .filter(|p| !whole || p.top == desc.top)
             .map(|p| p.healer.clone());
         if let Some(h) = running {
+            if whole {
+                // It connects to the other servers' bricks once asked.
+                h.wait_up(Duration::from_secs(3)).await;
+            }
             return Ok(h);
         }
         let h = Healer::new(&desc, |_| false, &rpc::graph_env()).map_err(|e| format!("{e:#}"))?;

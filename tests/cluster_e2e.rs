@@ -6,7 +6,7 @@
 mod common;
 
 use common::net::Net;
-use common::{wait_for, Cluster};
+use common::{brick_pid, ok, wait_for, Cluster};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -69,6 +69,21 @@ fn three_servers_keep_every_change_through_a_crash_a_return_and_a_partition() {
         std::fs::read(m.p("f")).unwrap(),
         b"written through three hosts"
     );
+    // The third server's bricks miss a write while it is down; the
+    // healers of the other two, which connect to another server's brick
+    // only once they have something to heal there, heal it when it is back.
+    let pids: Vec<u64> = [2, 5].map(|i| brick_pid(&net.hosts[0], "cv", i)).to_vec();
+    net.hosts[2].crash_daemon();
+    for pid in pids {
+        ok(&format!("kill -9 {pid}"));
+    }
+    std::fs::write(m.p("g"), b"healed across hosts").unwrap();
+    net.hosts[2].start_daemon();
+    wait_for("the missed write healed", Duration::from_secs(30), || {
+        ["b2", "b5"].iter().any(|b| {
+            std::fs::read(net.hosts[2].path(b).join("g")).is_ok_and(|d| d == b"healed across hosts")
+        })
+    });
     drop(m);
 
     // A change while the third server is down reaches it when it returns.

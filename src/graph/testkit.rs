@@ -27,10 +27,17 @@ pub fn rig(sets: usize, replica: usize) -> Rig {
 /// A graph (a client) over bricks that exist already.
 pub fn graph_over(bricks: &[Arc<MemBrick>], sets: usize, replica: usize) -> Graph {
     assert_eq!(bricks.len(), sets * replica);
-    let leaves: Vec<XlDesc> = (0..bricks.len())
+    Graph::build(&desc_over(sets, replica), &env_over(bricks)).expect("test graph builds")
+}
+
+/// The description of `sets` replica sets of `replica` bricks each under
+/// distribute, every option at its default; brick `i` is on host `h<i>`.
+pub fn desc_over(sets: usize, replica: usize) -> VolDesc {
+    let leaves: Vec<XlDesc> = (0..sets * replica)
         .map(|i| {
             XlDesc::new("protocol/client", format!("t-client-{i}"), vec![])
                 .with("index", i.to_string())
+                .with("host", format!("h{i}"))
         })
         .collect();
     let below = if replica > 1 {
@@ -42,7 +49,7 @@ pub fn graph_over(bricks: &[Arc<MemBrick>], sets: usize, replica: usize) -> Grap
     } else {
         leaves
     };
-    let desc = VolDesc {
+    VolDesc {
         volume: "t".into(),
         id: "t".into(),
         version: 1,
@@ -50,15 +57,18 @@ pub fn graph_over(bricks: &[Arc<MemBrick>], sets: usize, replica: usize) -> Grap
             .map(|s| (s.key.to_string(), s.default.to_string()))
             .collect(),
         top: XlDesc::new("cluster/distribute", "t-dht".into(), below),
-    };
+    }
+}
+
+/// Connects a description's bricks (`index`) to `bricks`.
+pub fn env_over(bricks: &[Arc<MemBrick>]) -> Env {
     let b = bricks.to_vec();
-    let env = Env {
+    Env {
         connect: Arc::new(move |d: &XlDesc, link| {
             let i: usize = d.param("index").unwrap_or("0").parse()?;
             Ok(b[i].connect(link))
         }),
-    };
-    Graph::build(&desc, &env).expect("test graph builds")
+    }
 }
 
 pub fn n(s: &str) -> Name {

@@ -492,3 +492,44 @@ async fn list_on(b: &Brick, d: Gfid) -> FsResult<Vec<(Gfid, bool)>> {
     let _ = b.x.call(&cx, Fop::Releasedir { gfid: d, fh }).await;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::testkit::{desc_over, env_over, graph_over, rig, Rig};
+
+    fn up(h: &Healer) -> Vec<bool> {
+        h.graph.leaves().map(|n| n.child.is_up()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_healer_reaches_the_other_bricks_of_a_set_only_with_something_to_heal() {
+        let r = rig(1, 3);
+        let f = r.create(Gfid::ROOT, "f", b"old").await.unwrap();
+        r.graph.fini().await;
+        assert!(r.bricks[0].pending().is_empty());
+        let (desc, env) = (desc_over(1, 3), env_over(&r.bricks));
+        // Nothing to heal: the healer on h0 holds its own brick only.
+        let h = Healer::new(&desc, |host| host == "h0", &env).unwrap();
+        h.index_pass().await;
+        assert_eq!(up(&h), [true, false, false]);
+        // A change brick 2 missed: the next pass connects to the set's
+        // other bricks.
+        let r = Rig {
+            graph: graph_over(&r.bricks, 1, 3),
+            bricks: r.bricks,
+        };
+        r.bricks[2].set_down(true);
+        r.write(f, 0, b"new").await.unwrap();
+        r.graph.fini().await;
+        r.bricks[2].set_down(false);
+        assert!(r.bricks[0].pending().contains(&f));
+        h.index_pass().await;
+        assert_eq!(up(&h), [true, true, true]);
+        // Asked about the whole volume, a new healer reaches every brick.
+        let all = Healer::new(&desc, |_| false, &env).unwrap();
+        assert_eq!(up(&all), [false, false, false]);
+        all.wait_up(Duration::from_secs(3)).await;
+        assert_eq!(up(&all), [true, true, true]);
+    }
+}

@@ -38,32 +38,6 @@ impl XlDesc {
         self.params.get(key).map(String::as_str)
     }
 
-    /// This graph with only the replica sets `keep` accepts (by their
-    /// bricks' hosts); None if none is left. A self-heal daemon needs the
-    /// sets with a brick on its own server, not the whole volume.
-    pub fn keep_sets(&self, keep: &dyn Fn(&[&str]) -> bool) -> Option<XlDesc> {
-        if self.kind == "cluster/replicate" {
-            let hosts: Vec<&str> = self.walk().iter().filter_map(|x| x.param("host")).collect();
-            return keep(&hosts).then(|| self.clone());
-        }
-        if self.children.is_empty() {
-            return Some(self.clone());
-        }
-        let children: Vec<XlDesc> = self
-            .children
-            .iter()
-            .filter_map(|c| c.keep_sets(keep))
-            .collect();
-        // Its own fields only: `..self.clone()` would copy the whole
-        // graph below, to be dropped at once.
-        (!children.is_empty()).then(|| XlDesc {
-            kind: self.kind.clone(),
-            name: self.name.clone(),
-            params: self.params.clone(),
-            children,
-        })
-    }
-
     /// This translator and all below it, parents before children.
     pub fn walk(&self) -> Vec<&XlDesc> {
         let mut out = vec![self];
@@ -84,17 +58,4 @@ pub struct VolDesc {
     /// Every declared option's value in force for this volume.
     pub options: Options,
     pub top: XlDesc,
-}
-
-impl VolDesc {
-    /// The same volume and options over another graph.
-    pub fn with_top(&self, top: XlDesc) -> VolDesc {
-        VolDesc {
-            volume: self.volume.clone(),
-            id: self.id.clone(),
-            version: self.version,
-            options: self.options.clone(),
-            top,
-        }
-    }
 }

@@ -6,7 +6,7 @@
 //! from the result with `graph::Graph::build`.
 
 use super::options::in_force;
-use super::state::{ClusterState, Volume};
+use super::state::{Brick, ClusterState, Volume};
 use crate::graph::table::{Place, Row, Side, TABLE};
 use crate::graph::{VolDesc, XlDesc};
 use std::collections::HashMap;
@@ -62,6 +62,21 @@ pub fn generate(
     self_mgmt: &str,
     port: u16,
 ) -> VolDesc {
+    generate_sets(state, vol, self_host, self_mgmt, port, &|_| true).expect("a volume has bricks")
+}
+
+/// The description with only the replica sets (with replica 1, the
+/// bricks) `keep` picks by their bricks; None if it picks none. A
+/// self-heal daemon needs the sets with a brick on its server: at 300
+/// servers, one set instead of a hundred.
+pub fn generate_sets(
+    state: &ClusterState,
+    vol: &Volume,
+    self_host: &str,
+    self_mgmt: &str,
+    port: u16,
+    keep: &dyn Fn(&[Brick]) -> bool,
+) -> Option<VolDesc> {
     let options = in_force(&vol.options);
     let leaf = one_row(Place::Brick, &options);
     let peers: HashMap<&str, &str> = state
@@ -69,42 +84,50 @@ pub fn generate(
         .iter()
         .map(|p| (p.host.as_str(), p.mgmt.as_str()))
         .collect();
-    let mut below: Vec<XlDesc> = vol
+    let client = |i: usize, b: &Brick| {
+        let d = XlDesc::new(
+            leaf.kind,
+            format!("{}-{}-{i}", vol.name, short(leaf.kind)),
+            vec![],
+        )
+        .with("host", &b.host)
+        .with("mgmt", mgmt_of(&peers, &b.host, self_host, self_mgmt, port))
+        .with("brick", &b.path);
+        match b.port {
+            Some(p) => d.with("port", p.to_string()),
+            None => d,
+        }
+    };
+    let width = vol.replica.max(1);
+    let set = one_row(Place::Set, &options);
+    let below: Vec<XlDesc> = vol
         .bricks
-        .iter()
+        .chunks(width)
         .enumerate()
-        .map(|(i, b)| {
-            let d = XlDesc::new(
-                leaf.kind,
-                format!("{}-{}-{i}", vol.name, short(leaf.kind)),
-                vec![],
-            )
-            .with("host", &b.host)
-            .with("mgmt", mgmt_of(&peers, &b.host, self_host, self_mgmt, port))
-            .with("brick", &b.path);
-            match b.port {
-                Some(p) => d.with("port", p.to_string()),
-                None => d,
-            }
-        })
-        .collect();
-    if vol.replica > 1 {
-        let set = one_row(Place::Set, &options);
-        let mut bricks = below.into_iter();
-        below = (0..vol.bricks.len().div_ceil(vol.replica))
-            .map(|i| {
+        .filter(|(_, bricks)| keep(bricks))
+        .flat_map(|(si, bricks)| {
+            let leaves = bricks
+                .iter()
+                .enumerate()
+                .map(move |(j, b)| client(si * width + j, b));
+            if vol.replica > 1 {
                 let d = XlDesc::new(
                     set.kind,
-                    format!("{}-{}-{i}", vol.name, short(set.kind)),
-                    bricks.by_ref().take(vol.replica).collect(),
+                    format!("{}-{}-{si}", vol.name, short(set.kind)),
+                    leaves.collect(),
                 );
-                if vol.arbiter > 0 {
+                vec![if vol.arbiter > 0 {
                     d.with("arbiter", "on")
                 } else {
                     d
-                }
-            })
-            .collect();
+                }]
+            } else {
+                leaves.collect()
+            }
+        })
+        .collect();
+    if below.is_empty() {
+        return None;
     }
     let whole = one_row(Place::Volume, &options);
     let mut top = XlDesc::new(
@@ -115,13 +138,13 @@ pub fn generate(
     for r in rows_at(Place::Above, &options) {
         top = XlDesc::new(r.kind, format!("{}-{}", vol.name, short(r.kind)), vec![top]);
     }
-    VolDesc {
+    Some(VolDesc {
         volume: vol.name.clone(),
         id: vol.id.clone(),
         version: vol.version,
         options,
         top,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -171,6 +194,14 @@ mod tests {
         assert_eq!(set.children[2].param("port"), Some("49157"));
         assert_eq!(set.children[2].param("mgmt"), Some("h:24107"));
         assert_eq!(d.options["network.ping-timeout"], "42");
+        // Only the sets asked for, named as in the whole.
+        let part = generate_sets(&st, &volume(3, 6, 1), "h", "h:24107", 24107, &|b| {
+            b.iter().any(|b| b.path == "/b4")
+        })
+        .unwrap();
+        assert_eq!(part.top.children.len(), 1);
+        assert_eq!(part.top.children[0], d.top.children[1]);
+        assert!(generate_sets(&st, &volume(3, 6, 1), "h", "h", 1, &|_| false).is_none());
         let plain = generate(&st, &volume(1, 2, 0), "h", "h:24107", 24107);
         assert_eq!(
             kinds(&plain.top),

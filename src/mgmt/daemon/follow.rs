@@ -49,28 +49,36 @@ impl Daemon {
         Some(d)
     }
 
-    /// A started volume's client graph description, or why there is none.
-    fn started_desc(&self, name: &str) -> Result<Arc<crate::graph::VolDesc>, String> {
-        let started = match self.state.lock().unwrap().volumes.get(name) {
-            Some(v) => v.status == VolStatus::Started,
-            None => return Err(format!("Volume {name} does not exist")),
-        };
-        match self.desc(name) {
-            Some(d) if started => Ok(d),
+    /// The view now, if volume `name` is started in it; else why not.
+    fn started(&self, name: &str) -> Result<Arc<ClusterState>, String> {
+        let st = self.state.lock().unwrap().clone();
+        match st.volumes.get(name) {
+            Some(v) if v.status == VolStatus::Started => Ok(st),
             Some(_) => Err(format!("Volume {name} is not started")),
             None => Err(format!("Volume {name} does not exist")),
         }
     }
 
     /// A started volume's client graph description; with `options_only`,
-    /// its graph left empty (what a brick needs).
+    /// its graph left empty (what a brick needs), made without the graph.
     pub(super) fn vol_desc(&self, name: &str, options_only: bool) -> Response {
-        match self.started_desc(name) {
-            Ok(d) if options_only => {
-                Response::VolDesc(d.with_top(crate::graph::XlDesc::new("", String::new(), vec![])))
-            }
-            Ok(d) => Response::VolDesc((*d).clone()),
-            Err(e) => err(e),
+        let st = match self.started(name) {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        if options_only {
+            let v = &st.volumes[name];
+            return Response::VolDesc(crate::graph::VolDesc {
+                volume: v.name.clone(),
+                id: v.id.clone(),
+                version: v.version,
+                options: super::super::options::in_force(&v.options),
+                top: crate::graph::XlDesc::new("", String::new(), vec![]),
+            });
+        }
+        match self.desc(name) {
+            Some(d) => Response::VolDesc((*d).clone()),
+            None => err(format!("Volume {name} does not exist")),
         }
     }
 
@@ -93,8 +101,8 @@ impl Daemon {
         let deadline = tokio::time::Instant::now() + WATCH_MAX;
         loop {
             let same = self
-                .started_desc(&name)
-                .is_ok_and(|d| known == Some(d.version));
+                .started(&name)
+                .is_ok_and(|st| known == Some(st.volumes[&name].version));
             if !same {
                 return self.vol_desc(&name, options_only);
             }

@@ -13,24 +13,12 @@ const HEALER_WAITS_FOR_BRICKS: Duration = Duration::from_secs(5);
 
 /// A running self-heal.
 pub(super) struct HealerProc {
-    /// The volume's description it was made for (while the same one,
-    /// nothing is to be done).
-    from: Arc<crate::graph::VolDesc>,
-    /// The graph it runs: the sets with a brick here. A change of options
-    /// alone reconfigures it; a change of shape builds it again.
-    top: crate::graph::XlDesc,
+    /// The description it runs: the volume's sets with a brick here. A
+    /// change of options alone reconfigures it; a change of shape builds
+    /// it again.
+    desc: crate::graph::VolDesc,
     healer: Arc<Healer>,
     task: tokio::task::JoinHandle<()>,
-}
-
-/// `desc` with only the replica sets with a brick on one of `local`:
-/// each healer connects to those only (not to every brick of the volume:
-/// at 300 servers that made 90,000 connections).
-fn local_part(desc: &crate::graph::VolDesc, local: &[String]) -> Option<crate::graph::VolDesc> {
-    let top = desc
-        .top
-        .keep_sets(&|hosts| hosts.iter().any(|h| local.iter().any(|l| l == h)))?;
-    Some(desc.with_top(top))
 }
 
 impl Daemon {
@@ -55,28 +43,22 @@ impl Daemon {
         }
         let mut healers = self.healers.lock().unwrap();
         healers.retain(|name, p| {
-            let Some(local) = want.get(name) else {
+            let Some(d) = want
+                .get(name)
+                .and_then(|local| self.local_desc(st, name, local))
+            else {
                 p.task.abort();
                 return false;
             };
-            let Some(whole) = self.desc(name) else {
+            if d.top != p.desc.top {
                 p.task.abort();
                 return false;
-            };
-            if Arc::ptr_eq(&whole, &p.from) {
-                return true;
             }
-            match local_part(&whole, local) {
-                Some(d) if d.top == p.top => {
-                    p.healer.reconfigure(&d.options);
-                    p.from = whole;
-                    true
-                }
-                _ => {
-                    p.task.abort();
-                    false
-                }
+            if d.options != p.desc.options {
+                p.healer.reconfigure(&d.options);
             }
+            p.desc = d;
+            true
         });
         let mut waits = self.healer_waits.lock().unwrap();
         waits.retain(|name, _| want.contains_key(name) && !healers.contains_key(name));
@@ -93,10 +75,7 @@ impl Daemon {
                 continue;
             }
             waits.remove(&name);
-            let Some(whole) = self.desc(&name) else {
-                continue;
-            };
-            let Some(desc) = local_part(&whole, &local) else {
+            let Some(desc) = self.local_desc(st, &name, &local) else {
                 continue;
             };
             match Healer::new(&desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
@@ -106,8 +85,7 @@ impl Daemon {
                     healers.insert(
                         name,
                         HealerProc {
-                            from: whole,
-                            top: desc.top,
+                            desc,
                             healer: h,
                             task,
                         },
@@ -116,6 +94,22 @@ impl Daemon {
                 Err(e) => tracing::warn!(volume = %name, "cannot start self-heal: {e:#}"),
             }
         }
+    }
+
+    /// Volume `name`'s description with only the replica sets with a
+    /// brick on one of `local`: a healer connects to those only (at 300
+    /// servers, one set of a hundred), and only they are generated.
+    fn local_desc(
+        &self,
+        st: &ClusterState,
+        name: &str,
+        local: &[String],
+    ) -> Option<crate::graph::VolDesc> {
+        let v = st.volumes.get(name)?;
+        let port = self.cfg.listen.port();
+        volgen::generate_sets(st, v, &self.me.host, &self.me.mgmt, port, &|bricks| {
+            bricks.iter().any(|b| local.contains(&b.host))
+        })
     }
 
     /// Whether the healer of `volume`, waiting since `since`, may start:
@@ -155,7 +149,7 @@ impl Daemon {
             .lock()
             .unwrap()
             .get(&v.name)
-            .filter(|p| !whole || p.top == desc.top)
+            .filter(|p| !whole || p.desc.top == desc.top)
             .map(|p| p.healer.clone());
         if let Some(h) = running {
             if whole {

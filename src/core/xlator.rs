@@ -68,8 +68,7 @@ pub trait Xlator: Send + Sync {
         Some(ev)
     }
     /// Called by the graph once every translator of it is joined: begin
-    /// work that may emit events (connecting, timers). May be called
-    /// again: only the first call does anything.
+    /// work that may emit events (connecting, timers).
     fn start(&self) {}
     /// Called by the graph with the volume's options whenever they change
     /// (and once after `start`): take what this translator reads.

@@ -36,6 +36,18 @@ pub struct Node {
     pub child: Child,
     /// Its children's positions in the graph's node list.
     pub children: Vec<usize>,
+    /// Whether the graph called its `start` (once at build, or later for
+    /// a bottom one left to `wait_leaves`).
+    started: std::sync::atomic::AtomicBool,
+}
+
+impl Node {
+    /// Calls the translator's `start`, the first time only.
+    pub(super) fn start(&self) {
+        if !self.started.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.child.xl.start();
+        }
+    }
 }
 
 /// Builds `d` and everything below it into `nodes` (children first);
@@ -67,6 +79,7 @@ pub fn build_into(d: &XlDesc, env: &Env, nodes: &mut Vec<Node>) -> anyhow::Resul
         params: d.params.clone(),
         child: Child::new(xl, link),
         children: idx,
+        started: Default::default(),
     });
     Ok(nodes.len() - 1)
 }

@@ -62,7 +62,7 @@ impl Graph {
         };
         g.reconfigure(&desc.options);
         for n in g.nodes.iter().filter(|n| !n.children.is_empty() || now(n)) {
-            n.child.xl.start();
+            n.start();
         }
         Ok(g)
     }
@@ -130,7 +130,7 @@ impl Graph {
     pub async fn wait_leaves(&self, wanted: impl Fn(&Node) -> bool, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         for n in self.leaves().filter(|n| wanted(n)) {
-            n.child.xl.start();
+            n.start();
         }
         loop {
             if self.leaves().filter(|n| wanted(n)).all(|n| n.child.is_up()) {

@@ -73,8 +73,6 @@ pub struct ProtocolClient {
     /// (closing the connection, so the brick lets go of its handles and
     /// locks), whatever it was doing.
     alive: tokio::sync::watch::Sender<()>,
-    /// Whether `start` ran (it may be called again).
-    started: AtomicBool,
 }
 
 impl ProtocolClient {
@@ -100,7 +98,6 @@ impl ProtocolClient {
         ProtocolClient {
             shared,
             alive: tokio::sync::watch::channel(()).0,
-            started: AtomicBool::new(false),
         }
     }
 
@@ -311,9 +308,6 @@ impl Xlator for ProtocolClient {
     }
 
     fn start(&self) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
         tokio::spawn(keep_connected(
             Arc::downgrade(&self.shared),
             self.alive.subscribe(),

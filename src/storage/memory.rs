@@ -100,8 +100,6 @@ pub struct MemConn {
     brick: Arc<MemBrick>,
     id: u64,
     link: Arc<Link>,
-    /// Whether `start` ran (it may be called again).
-    started: std::sync::atomic::AtomicBool,
 }
 
 fn err(errno: i32) -> FsError {
@@ -137,7 +135,6 @@ impl MemBrick {
             brick: self.clone(),
             id,
             link,
-            started: Default::default(),
         })
     }
 
@@ -687,9 +684,6 @@ impl Xlator for MemConn {
     }
 
     fn start(&self) {
-        if self.started.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return;
-        }
         if !self.brick.state.lock().unwrap().down {
             self.link.emit(Event::Up);
         }

@@ -129,6 +129,13 @@ impl Daemon {
                 })
     }
 
+    /// When the first healer waiting for the bricks here starts anyway.
+    pub(super) fn healers_wait_until(&self) -> Option<tokio::time::Instant> {
+        let waits = self.healer_waits.lock().unwrap();
+        let first = waits.values().min()?;
+        Some((*first + HEALER_WAITS_FOR_BRICKS).into())
+    }
+
     /// Whether a healer waiting for the bricks here may start now.
     pub(super) fn healers_due(&self) -> bool {
         let waits = self.healer_waits.lock().unwrap();

@@ -242,20 +242,26 @@ impl Daemon {
         loop {
             self.refresh();
             self.reconcile().await;
+            // Healers waiting for the bricks here start as those come up
+            // (`bricks_changed`), or once they waited long enough.
             loop {
-                let waiting = !self.healer_waits.lock().unwrap().is_empty();
+                let bricks = self.bricks_changed.notified();
+                tokio::pin!(bricks);
+                bricks.as_mut().enable();
+                if self.healers_due() {
+                    let _one = self.reconcile_lock.lock().await;
+                    let st = self.state.lock().unwrap().clone();
+                    self.reconcile_healers(&st).await;
+                }
+                let until = self.healers_wait_until();
+                let give_up = until.unwrap_or_else(tokio::time::Instant::now);
                 tokio::select! {
                     r = rx.changed() => match r {
                         Ok(()) => break,
                         Err(_) => return,
                     },
-                    _ = tokio::time::sleep(Duration::from_millis(200)), if waiting => {
-                        if self.healers_due() {
-                            let _one = self.reconcile_lock.lock().await;
-                            let st = self.state.lock().unwrap().clone();
-                            self.reconcile_healers(&st).await;
-                        }
-                    }
+                    _ = bricks.as_mut(), if until.is_some() => {}
+                    _ = tokio::time::sleep_until(give_up), if until.is_some() => {}
                 }
             }
         }

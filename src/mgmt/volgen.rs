@@ -65,6 +65,18 @@ pub fn generate(
     generate_sets(state, vol, self_host, self_mgmt, port, &|_| true).expect("a volume has bricks")
 }
 
+/// The volume's options in force, its graph left empty: all a brick
+/// needs to follow its volume.
+pub fn options_only(vol: &Volume) -> VolDesc {
+    VolDesc {
+        volume: vol.name.clone(),
+        id: vol.id.clone(),
+        version: vol.version,
+        options: in_force(&vol.options),
+        top: XlDesc::new("", String::new(), vec![]),
+    }
+}
+
 /// The description with only the replica sets (with replica 1, the
 /// bricks) `keep` picks by their bricks; None if it picks none. A
 /// self-heal daemon needs the sets with a brick on its server: at 300
@@ -77,8 +89,9 @@ pub fn generate_sets(
     port: u16,
     keep: &dyn Fn(&[Brick]) -> bool,
 ) -> Option<VolDesc> {
-    let options = in_force(&vol.options);
-    let leaf = one_row(Place::Brick, &options);
+    let mut desc = options_only(vol);
+    let options = &desc.options;
+    let leaf = one_row(Place::Brick, options);
     let peers: HashMap<&str, &str> = state
         .peers
         .iter()
@@ -99,7 +112,7 @@ pub fn generate_sets(
         }
     };
     let width = vol.replica.max(1);
-    let set = one_row(Place::Set, &options);
+    let set = one_row(Place::Set, options);
     let below: Vec<XlDesc> = vol
         .bricks
         .chunks(width)
@@ -129,22 +142,17 @@ pub fn generate_sets(
     if below.is_empty() {
         return None;
     }
-    let whole = one_row(Place::Volume, &options);
+    let whole = one_row(Place::Volume, options);
     let mut top = XlDesc::new(
         whole.kind,
         format!("{}-{}", vol.name, short(whole.kind)),
         below,
     );
-    for r in rows_at(Place::Above, &options) {
+    for r in rows_at(Place::Above, options) {
         top = XlDesc::new(r.kind, format!("{}-{}", vol.name, short(r.kind)), vec![top]);
     }
-    Some(VolDesc {
-        volume: vol.name.clone(),
-        id: vol.id.clone(),
-        version: vol.version,
-        options,
-        top,
-    })
+    desc.top = top;
+    Some(desc)
 }
 
 #[cfg(test)]

@@ -67,14 +67,7 @@ impl Daemon {
             Err(e) => return err(e),
         };
         if options_only {
-            let v = &st.volumes[name];
-            return Response::VolDesc(crate::graph::VolDesc {
-                volume: v.name.clone(),
-                id: v.id.clone(),
-                version: v.version,
-                options: super::super::options::in_force(&v.options),
-                top: crate::graph::XlDesc::new("", String::new(), vec![]),
-            });
+            return Response::VolDesc(volgen::options_only(&st.volumes[name]));
         }
         match self.desc(name) {
             Some(d) => Response::VolDesc((*d).clone()),

@@ -94,6 +94,16 @@ pub struct Txns {
     map: Mutex<HashMap<Gfid, Arc<Txn>>>,
     quorum: Mutex<Quorum>,
     start: Instant,
+    /// Wakes the sweeper when a transaction is taken (it sleeps while
+    /// none is: an idle client or healer sets no timer) and when this
+    /// is dropped (it then ends).
+    taken: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Txns {
+    fn drop(&mut self) {
+        self.taken.notify_one();
+    }
 }
 
 /// The bit mask of replica positions `idx` (the blame's encoding).
@@ -140,9 +150,10 @@ impl Txns {
             map: Mutex::new(HashMap::new()),
             quorum: Mutex::new(Quorum::Auto),
             start: Instant::now(),
+            taken: Arc::new(tokio::sync::Notify::new()),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(sweep(Arc::downgrade(&t)));
+            rt.spawn(sweep(Arc::downgrade(&t), t.taken.clone()));
         }
         t
     }
@@ -200,6 +211,7 @@ impl Txns {
             .unwrap()
             .entry(gfid)
             .or_insert_with(|| {
+                self.taken.notify_one();
                 Arc::new(Txn {
                     held: tokio::sync::Mutex::new(Held {
                         on: vec![None; self.children.len()],
@@ -463,8 +475,17 @@ impl Txns {
     }
 }
 
-async fn sweep(weak: std::sync::Weak<Txns>) {
+/// Releases idle locks every `SWEEP` while any transaction is kept.
+async fn sweep(weak: std::sync::Weak<Txns>, taken: Arc<tokio::sync::Notify>) {
     loop {
+        let idle = match weak.upgrade() {
+            Some(t) => t.map.lock().unwrap().is_empty(),
+            None => return,
+        };
+        if idle {
+            taken.notified().await;
+            continue;
+        }
         tokio::time::sleep(SWEEP).await;
         let Some(t) = weak.upgrade() else { return };
         t.sweep_once().await;

@@ -91,8 +91,13 @@ impl Daemon {
     /// chosen was taken, or it was started before ports were kept there)
     /// has its port committed, so that clients find it without asking.
     pub(super) async fn report_ports(self: Arc<Self>) {
+        let mut state = self.changed.subscribe();
         loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Looked at again when a brick here or the state changes (no
+            // timer while nothing does).
+            let bricks = self.bricks_changed.notified();
+            tokio::pin!(bricks);
+            bricks.as_mut().enable();
             let moved: Vec<Request> = {
                 let st = self.state.lock().unwrap();
                 let bricks = self.bricks.lock().unwrap();
@@ -115,15 +120,24 @@ impl Daemon {
                     })
                     .collect()
             };
+            let mut failed = false;
             for req in moved {
                 let what = format!("{req:?}");
                 match self.clone().change_anywhere(req).await {
                     Ok(_) => tracing::info!("brick port recorded: {what}"),
                     Err(e) => {
                         tracing::warn!("brick port not recorded: {what}: {e}");
-                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        failed = true;
                     }
                 }
+            }
+            if failed {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+            tokio::select! {
+                _ = bricks => {}
+                r = state.changed() => if r.is_err() { return },
             }
         }
     }

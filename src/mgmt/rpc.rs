@@ -266,14 +266,17 @@ pub enum Response {
 /// How long clients and bricks wait before asking their daemon again when
 /// it could not answer (down, or the volume stopped).
 pub const FOLLOW_RETRY: Duration = Duration::from_secs(2);
+/// How long a daemon may take to answer `WatchVolDesc` (it answers
+/// within 25 s even when nothing changed) before it is given up on.
+const WATCH_ANSWERED: Duration = Duration::from_secs(60);
 
 /// Follows volume `name`'s description at the daemon at `mgmt`: hands
 /// `changed` each version other than `known` (the one already in use, if
 /// any) as soon as the daemon has it (`WatchVolDesc` waits on the daemon
-/// for a change). `mgmts` are the daemons to ask, in order: one that does
-/// not answer is left for the next at once (a mount's
-/// `backup-volfile-servers`); after a round of failures all are asked again
-/// after `FOLLOW_RETRY`. With `options_only`, the descriptions handed
+/// for a change), on a connection kept open to each daemon. `mgmts` are
+/// the daemons to ask, in order: one that does not answer is left for the
+/// next at once (a mount's `backup-volfile-servers`); after a round of
+/// failures all are asked again after `FOLLOW_RETRY`. With `options_only`, the descriptions handed
 /// have an empty graph (`WatchVolDesc`). Runs until the task is dropped.
 pub async fn follow_volume(
     mgmts: &[String],
@@ -283,6 +286,9 @@ pub async fn follow_volume(
     options_only: bool,
     mut changed: impl FnMut(VolDesc),
 ) {
+    // One connection to each daemon, kept open from one question to the
+    // next (a brick's start used to open two).
+    let mut channels: Vec<Channel> = mgmts.iter().map(|m| Channel::new(m)).collect();
     let mut at = 0;
     let mut failed = 0;
     loop {
@@ -292,7 +298,7 @@ pub async fn follow_volume(
             client: client.clone(),
             options_only,
         };
-        match call(&mgmts[at], &req).await {
+        match channels[at].ask(&req, WATCH_ANSWERED).await {
             Ok(Response::VolDesc(d)) => {
                 failed = 0;
                 if known != Some(d.version) {
@@ -455,8 +461,14 @@ impl Channel {
 
     async fn exchange(&mut self, req: &Request) -> Result<Response, ChannelError> {
         if self.conn.is_none() {
-            let s = TcpStream::connect(&self.addr)
-                .await
+            let s =
+                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr)).await {
+                    Ok(s) => s,
+                    Err(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {CONNECT_TIMEOUT:?}"),
+                    )),
+                }
                 .map_err(|e| ChannelError::Unreachable(format!("{}: {e}", self.addr)))?;
             let _ = s.set_nodelay(true);
             let (rd, wr) = s.into_split();

@@ -204,7 +204,8 @@ impl Volume {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ClusterState {
     pub uuid: String,
-    pub peers: Vec<Peer>,
+    /// Shared between versions of the view while the servers are the same.
+    pub peers: std::sync::Arc<Vec<Peer>>,
     pub volumes: BTreeMap<String, Volume>,
 }
 
@@ -335,7 +336,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Store::new(d.path()).unwrap();
         let mut st = s.load().unwrap();
-        st.peers.push(Peer {
+        std::sync::Arc::make_mut(&mut st.peers).push(Peer {
             uuid: "u".into(),
             host: "h".into(),
             mgmt: "h:1".into(),

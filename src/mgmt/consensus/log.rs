@@ -38,6 +38,9 @@ pub struct LogStore {
 
 type Result<T> = std::result::Result<T, StorageError<NodeId>>;
 
+/// `committed.json`'s width: its JSON, then spaces.
+const COMMITTED_WIDTH: usize = 128;
+
 impl LogStore {
     pub fn open(dir: &Path, me: NodeId, roles: Arc<Roles>) -> std::io::Result<LogStore> {
         let logs = dir.join("log");
@@ -116,8 +119,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<()> {
         self.roles.live().map_err(io_err)?;
-        let b = serde_json::to_vec(&committed).map_err(|e| io_err(e.into()))?;
-        std::fs::write(self.dir.join("committed.json"), b).map_err(io_err)
+        let mut b = serde_json::to_vec(&committed).map_err(|e| io_err(e.into()))?;
+        // Overwritten in place, padded to a fixed width, not truncated and
+        // written again (which frees and allocates the file's block).
+        b.resize(b.len().max(COMMITTED_WIDTH), b' ');
+        use std::os::unix::fs::FileExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.join("committed.json"))
+            .and_then(|f| f.write_all_at(&b, 0))
+            .map_err(io_err)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>> {
@@ -196,10 +209,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<()> {
-        self.roles.live().map_err(io_err)?;
+        // On the blocking pool: it follows a snapshot, which every server
+        // of a pool takes at the same moment (see `Machine::keep`).
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.purge_now(log_id))
+            .await
+            .map_err(|e| io_err(std::io::Error::other(e)))?
+            .map_err(io_err)
+    }
+}
+
+impl LogStore {
+    fn purge_now(&self, log_id: LogId) -> std::io::Result<()> {
+        self.roles.live()?;
         let mut inner = self.inner.lock().unwrap();
-        let b = serde_json::to_vec(&log_id).map_err(|e| io_err(e.into()))?;
-        write_atomic(&self.dir.join("purged.json"), &b).map_err(io_err)?;
+        let b = serde_json::to_vec(&log_id)?;
+        write_atomic(&self.dir.join("purged.json"), &b)?;
         inner.purged = Some(log_id);
         let gone: Vec<u64> = inner
             .entries
@@ -207,7 +232,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map(|(i, _)| *i)
             .collect();
         for i in gone {
-            self.remove(i).map_err(io_err)?;
+            self.remove(i)?;
             inner.entries.remove(&i);
         }
         Ok(())

@@ -1,7 +1,7 @@
 //! The state machine: committed `Command`s applied in log order to the
 //! volumes, and Raft's membership (who the servers of the pool are). It
 //! lives in memory; on disk is only its snapshot (`snapshot.json`, taken
-//! every 20 entries, and sent whole to a server too far behind). A server
+//! every 20 to 39 entries, and sent whole to a server too far behind). A server
 //! that restarts loads the snapshot and applies again the entries after
 //! it up to the last commit it knew of (the log store keeps that index).
 //! Writing the whole state after every change instead cost each of 300
@@ -23,7 +23,9 @@ use tokio::sync::watch;
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Applied {
     pub last: Option<LogId>,
-    pub membership: Membership,
+    /// Shared between versions of the applied state until it changes:
+    /// it names every server.
+    pub membership: Arc<Membership>,
     /// The volumes (`uuid` and `peers` are not replicated: empty here).
     pub state: ClusterState,
 }
@@ -43,6 +45,8 @@ pub struct Machine {
     /// Bumped after every batch applied or snapshot installed.
     changed: watch::Sender<u64>,
     snapshot: Arc<Mutex<Option<Stored>>>,
+    /// Held while the snapshot's file is written.
+    writing: Arc<Mutex<()>>,
     /// This server's id, and who votes (for the log store and the network).
     me: NodeId,
     roles: Arc<Roles>,
@@ -68,7 +72,7 @@ impl Machine {
             .as_ref()
             .map(|s| Applied {
                 last: s.meta.last_log_id,
-                membership: s.meta.last_membership.clone(),
+                membership: Arc::new(s.meta.last_membership.clone()),
                 state: s.state.clone(),
             })
             .unwrap_or_default();
@@ -78,15 +82,17 @@ impl Machine {
             Some(old) if old.last > from_snapshot.last => old,
             _ => from_snapshot,
         };
+        roles.applied.send_replace(applied.last);
         let m = Machine {
             dir: dir.to_path_buf(),
             applied: Arc::new(Mutex::new(Arc::new(applied))),
             changed,
             snapshot: Arc::new(Mutex::new(snapshot)),
+            writing: Default::default(),
             me,
             roles,
         };
-        let membership = m.membership();
+        let membership = m.applied().membership.clone();
         // No membership yet (a server before its first one): it votes.
         if membership.log_id().is_some() {
             m.note_role(&membership);
@@ -116,29 +122,40 @@ impl Machine {
         self.applied.lock().unwrap().clone()
     }
 
-    /// The applied membership (without copying the volumes).
-    pub fn membership(&self) -> Membership {
-        self.applied.lock().unwrap().membership.clone()
-    }
-
     /// The index of the last entry applied (0: none yet).
     pub fn applied_index(&self) -> u64 {
         self.applied.lock().unwrap().last.map_or(0, |l| l.index)
     }
 
     /// Makes `stored` the snapshot, on disk (it replaces the state an
-    /// earlier version kept) and in memory.
-    fn keep(&self, stored: Stored) -> std::io::Result<()> {
-        let b = serde_json::to_vec(&stored)?;
-        self.roles.live()?;
-        write_atomic(&self.dir.join("snapshot.json"), &b)?;
-        let _ = std::fs::remove_file(self.dir.join(LEGACY));
-        *self.snapshot.lock().unwrap() = Some(stored);
-        Ok(())
+    /// earlier version kept) and in memory, unless a later one was kept
+    /// meanwhile. The file is written and fsynced on the blocking pool: at
+    /// 300 servers on one machine, every server writes its snapshot at
+    /// the same moment, and the daemon's one thread must not stand still
+    /// behind those disk flushes.
+    async fn keep(&self, stored: Stored) -> std::io::Result<()> {
+        let m = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let b = serde_json::to_vec(&stored)?;
+            let _one = m.writing.lock().unwrap();
+            let newer = |s: &Stored| s.meta.last_log_id > stored.meta.last_log_id;
+            if m.snapshot.lock().unwrap().as_ref().is_some_and(newer) {
+                return Ok(());
+            }
+            m.roles.live()?;
+            write_atomic(&m.dir.join("snapshot.json"), &b)?;
+            let _ = std::fs::remove_file(m.dir.join(LEGACY));
+            *m.snapshot.lock().unwrap() = Some(stored);
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)?
     }
 
     /// Tells the watchers that the applied state changed.
     fn changed(&self) {
+        let last = self.applied.lock().unwrap().last;
+        self.roles.applied.send_replace(last);
         self.changed.send_modify(|n| *n += 1);
     }
 }
@@ -149,7 +166,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Machine {
         let a = a.as_ref();
         let meta = SnapshotMeta {
             last_log_id: a.last,
-            last_membership: a.membership.clone(),
+            last_membership: (*a.membership).clone(),
             snapshot_id: format!(
                 "{}-{}",
                 a.last.map_or(0, |l| l.leader_id.term),
@@ -160,6 +177,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Machine {
             meta: meta.clone(),
             state: a.state.clone(),
         })
+        .await
         .map_err(io_err)?;
         Ok(Snapshot {
             meta,
@@ -173,7 +191,7 @@ impl RaftStateMachine<TypeConfig> for Machine {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership)> {
         let a = self.applied.lock().unwrap();
-        Ok((a.last, a.membership.clone()))
+        Ok((a.last, (*a.membership).clone()))
     }
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<super::Outcome>>
@@ -197,7 +215,7 @@ impl RaftStateMachine<TypeConfig> for Machine {
                     r
                 }
                 EntryPayload::Membership(m) => {
-                    a.membership = Membership::new(Some(e.log_id), m);
+                    a.membership = Arc::new(Membership::new(Some(e.log_id), m));
                     Ok(())
                 }
             });
@@ -223,13 +241,14 @@ impl RaftStateMachine<TypeConfig> for Machine {
     ) -> Result<()> {
         let a = Applied {
             last: meta.last_log_id,
-            membership: meta.last_membership.clone(),
+            membership: Arc::new(meta.last_membership.clone()),
             state: *data,
         };
         self.keep(Stored {
             meta: meta.clone(),
             state: a.state.clone(),
         })
+        .await
         .map_err(io_err)?;
         self.note_role(&a.membership);
         *self.applied.lock().unwrap() = Arc::new(a);

@@ -122,7 +122,7 @@ impl Daemon {
         let fresh = (2 * BEAT).as_millis() as u64;
         let mut within_ms = 0;
         let mut later = Vec::new();
-        for p in &self.state.lock().unwrap().peers {
+        for p in self.state.lock().unwrap().peers.iter() {
             let ago = heard
                 .direct
                 .get(&p.uuid)
@@ -149,7 +149,7 @@ impl Daemon {
         let leader = self.consensus.leader().map(|l| l.0);
         let mut heard = self.liveness.lock().unwrap();
         peers
-            .into_iter()
+            .iter()
             .map(|p| {
                 let id = consensus::node_id(&p.uuid);
                 let role = if leader == Some(id) {
@@ -164,7 +164,7 @@ impl Daemon {
                     connected: silent < GONE,
                     last_seen_secs: heard.heard(&p.uuid).map(|t| t.elapsed().as_secs()),
                     role: role.into(),
-                    peer: p,
+                    peer: p.clone(),
                 }
             })
             .collect()
@@ -183,18 +183,21 @@ impl Daemon {
         loop {
             if *self.changed.borrow() != version {
                 version = *self.changed.borrow();
-                let (ids, _) = self.consensus.roles();
-                let peers = self.state.lock().unwrap().peers.clone();
+                let me = self.consensus.id();
+                // Voters and their addresses from one version of the state.
+                let applied = self.consensus.applied();
+                let members = applied.membership.membership();
                 let mut old: HashMap<String, rpc::Channel> = voters.drain(..).collect();
-                voters = peers
-                    .into_iter()
-                    .filter(|p| ids.contains(&consensus::node_id(&p.uuid)))
+                voters = members
+                    .voter_ids()
+                    .filter(|id| *id != me)
+                    .filter_map(|id| members.get_node(&id))
                     .map(|p| {
                         let ch = old
                             .remove(&p.uuid)
                             .filter(|c| c.addr() == p.mgmt)
                             .unwrap_or_else(|| rpc::Channel::new(&p.mgmt));
-                        (p.uuid, ch)
+                        (p.uuid.clone(), ch)
                     })
                     .collect();
             }

@@ -114,7 +114,7 @@ impl Daemon {
         // Volumes kept by a daemon from before the replicated state: put
         // into the log once this server leads its pool of one.
         let legacy = std::mem::take(&mut identity.volumes);
-        identity.peers.clear();
+        identity.peers = Default::default();
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
@@ -201,23 +201,33 @@ impl Daemon {
     /// Copies the applied state into the view.
     pub(super) fn refresh(&self) {
         let a = self.consensus.applied();
-        {
+        let same_members = {
             let mut seen = self.seen.lock().unwrap();
             if seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &a)) {
                 return;
             }
+            let same = seen
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(&s.membership, &a.membership));
             *seen = Some(a.clone());
-        }
+            same
+        };
         let me = self.consensus.id();
         {
             let mut st = self.state.lock().unwrap();
-            let peers: Vec<Peer> = a
-                .membership
-                .membership()
-                .nodes()
-                .filter(|(id, _)| **id != me)
-                .map(|(_, p)| p.clone())
-                .collect();
+            // The servers, taken again only when the membership changed.
+            let peers: Arc<Vec<Peer>> = if same_members {
+                st.peers.clone()
+            } else {
+                Arc::new(
+                    a.membership
+                        .membership()
+                        .nodes()
+                        .filter(|(id, _)| **id != me)
+                        .map(|(_, p)| p.clone())
+                        .collect(),
+                )
+            };
             let mut descs = self.descs.lock().unwrap();
             if peers != st.peers {
                 descs.clear();
@@ -489,7 +499,7 @@ impl Daemon {
                 let mut out = self.clients_of(&name);
                 if all {
                     let peers = self.state.lock().unwrap().peers.clone();
-                    for p in peers {
+                    for p in peers.iter() {
                         let req = Request::VolumeClients {
                             name: name.clone(),
                             all: false,

@@ -10,7 +10,8 @@
 # and CPU.
 #
 # Usage: scripts/scale-drill.sh       (env: MORTAR=path/to/mortar N=12 DIR=/var/tmp/mortar-scale
-#                                          SETTLE=2: seconds between commands)
+#                                          SETTLE=2: seconds between commands;
+#                                          KEEP=1: leave the servers running at the end)
 set -euo pipefail
 B=${MORTAR:-mortar}
 N=${N:-12}
@@ -99,3 +100,7 @@ d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar brick .*--path $
 d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar brick .*--path $D/")
 hz=$(getconf CLK_TCK)
 echo "idle CPU: daemons $(( (d1 - d0) * 100 / hz / 5 ))% of a core, bricks $(( (b1 - b0) * 100 / hz / 5 ))% of a core"
+if [ "${KEEP:-0}" = 1 ]; then
+    trap - EXIT
+    echo "servers left running; to stop them: umount -l $D/mnt; pkill -f 'state-dir $D/'"
+fi

@@ -432,6 +432,71 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn purged_segments_go_whole_and_a_log_of_one_file_per_entry_is_moved_into_one() {
+        let d = tempfile::tempdir().unwrap();
+        let id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
+        let segments = || {
+            let mut v: Vec<String> = std::fs::read_dir(d.path().join("log"))
+                .unwrap()
+                .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let mut log = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
+        let batch = |r: std::ops::RangeInclusive<u64>| -> Vec<Entry> {
+            r.map(|i| entry(1, i, Command::AddVolume(vol(&format!("v{i}")))))
+                .collect()
+        };
+        log.blocking_append(batch(1..=4)).await.unwrap();
+        log.blocking_append(batch(5..=6)).await.unwrap();
+        assert_eq!(segments(), [format!("{:020}.jsonl", 1)]);
+        // Entries 7 on go to a new segment; the first stays (5, 6 kept).
+        log.purge(id(4)).await.unwrap();
+        log.blocking_append(batch(7..=9)).await.unwrap();
+        assert_eq!(
+            segments(),
+            [format!("{:020}.jsonl", 1), format!("{:020}.jsonl", 7)]
+        );
+        log.purge(id(7)).await.unwrap();
+        assert_eq!(segments(), [format!("{:020}.jsonl", 7)]);
+        log.blocking_append(batch(10..=10)).await.unwrap();
+        log.truncate(id(9)).await.unwrap();
+        log.blocking_append(batch(9..=9)).await.unwrap();
+        let mut back = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
+        let got = back.try_get_log_entries(0..20).await.unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+            [8, 9]
+        );
+        // An earlier version's log: one file per entry (3 is lost).
+        let e = tempfile::tempdir().unwrap();
+        std::fs::create_dir(e.path().join("log")).unwrap();
+        std::fs::write(
+            e.path().join("purged.json"),
+            serde_json::to_vec(&id(1)).unwrap(),
+        )
+        .unwrap();
+        for x in batch(1..=5).into_iter().filter(|x| x.log_id.index != 3) {
+            let p = e
+                .path()
+                .join("log")
+                .join(format!("{:020}.json", x.log_id.index));
+            std::fs::write(p, serde_json::to_vec(&x).unwrap()).unwrap();
+        }
+        let mut old = log::LogStore::open(e.path(), 2, Default::default()).unwrap();
+        let got = old.try_get_log_entries(0..20).await.unwrap();
+        assert_eq!(got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), [2]);
+        let files: Vec<_> = std::fs::read_dir(e.path().join("log")).unwrap().collect();
+        assert_eq!(files.len(), 1);
+        let mut again = log::LogStore::open(e.path(), 2, Default::default()).unwrap();
+        assert_eq!(
+            again.get_log_state().await.unwrap().last_log_id,
+            Some(id(2))
+        );
+    }
+
+    #[tokio::test]
     async fn the_committed_index_is_kept_but_never_past_a_hole_in_the_log() {
         let d = tempfile::tempdir().unwrap();
         let mut log = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
@@ -446,8 +511,12 @@ mod tests {
         log.save_committed(at(4)).await.unwrap();
         let mut back = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
         assert_eq!(back.read_committed().await.unwrap(), at(4));
-        // A learner's log is not fsynced: entry 3 lost in a crash.
-        std::fs::remove_file(d.path().join("log").join(format!("{:020}.json", 3))).unwrap();
+        // A learner's log is not fsynced: a crash tore it in entry 3.
+        let seg = d.path().join("log").join(format!("{:020}.jsonl", 0));
+        let b = std::fs::read(&seg).unwrap();
+        let third_ends = b.iter().enumerate().filter(|(_, c)| **c == b'\n').nth(2);
+        let f = std::fs::File::options().write(true).open(&seg).unwrap();
+        f.set_len(third_ends.unwrap().0 as u64 + 10).unwrap();
         let mut back = log::LogStore::open(d.path(), 2, Default::default()).unwrap();
         assert_eq!(back.read_committed().await.unwrap(), at(2));
         // A torn file is as good as none.

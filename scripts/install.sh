@@ -8,9 +8,11 @@ if ! command -v fusermount3 >/dev/null || ! command -v bc >/dev/null || ! comman
 fi
 cargo build --release --quiet
 install -m 0755 target/release/mortar /usr/local/sbin/mortar
+# The brick alone, a smaller program the daemon starts for each brick.
+install -m 0755 target/release/mortar-brick /usr/local/sbin/mortar-brick
 ln -sf /usr/local/sbin/mortar /sbin/mount.mortar
 # A mounted volume's type is fuse.mortar: mount(8) hands `-o remount` to
 # mount.fuse.mortar.
 ln -sf /usr/local/sbin/mortar /sbin/mount.fuse.mortar
 mkdir -p /var/log/mortar /var/lib/mortar
-echo "installed /usr/local/sbin/mortar, /sbin/mount.mortar and /sbin/mount.fuse.mortar"
+echo "installed /usr/local/sbin/mortar, /usr/local/sbin/mortar-brick, /sbin/mount.mortar and /sbin/mount.fuse.mortar"

@@ -96,8 +96,8 @@ ticks() {
     done
     echo "$t"
 }
-d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar brick .*--path $D/"); sleep 5
-d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar brick .*--path $D/")
+d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar[- ]brick .*--path $D/"); sleep 5
+d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar[- ]brick .*--path $D/")
 hz=$(getconf CLK_TCK)
 echo "idle CPU: daemons $(( (d1 - d0) * 100 / hz / 5 ))% of a core, bricks $(( (b1 - b0) * 100 / hz / 5 ))% of a core"
 if [ "${KEEP:-0}" = 1 ]; then

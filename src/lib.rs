@@ -17,5 +17,6 @@ pub mod graph;
 pub mod heal;
 pub mod mgmt;
 pub mod mount;
+pub mod process;
 pub mod protocol;
 pub mod storage;

@@ -3,16 +3,6 @@ use mortar::cli::{Cli, Cmd};
 use mortar::mount::{self, MountArgs};
 use std::process::ExitCode;
 
-fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MORTAR_LOG")
-        .unwrap_or_else(|_| "info,openraft=warn".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
-}
-
 /// `mount -t mortar SRC DIR -o OPTS` runs `mount.mortar SRC DIR -o OPTS`
 /// (and `mount -t fuse.mortar` runs `mount.fuse.mortar`, as xfstests does).
 fn mount_helper_args() -> Option<Vec<String>> {
@@ -38,38 +28,15 @@ fn mount_helper_args() -> Option<Vec<String>> {
     Some(out)
 }
 
-/// Fail points (`FAILPOINTS=name=action;…`, crate `fail`): the crash
-/// windows end-to-end tests hit on purpose. A fail point set to `panic`
-/// ends the whole process at once, as a crash there would.
-fn init_fail_points() -> Option<fail::FailScenario<'static>> {
-    std::env::var_os("FAILPOINTS")?;
-    let scenario = fail::FailScenario::setup();
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if msg.contains("failpoint") {
-            eprintln!("{msg}: crashing here on purpose (FAILPOINTS)");
-            std::process::abort();
-        }
-        default(info);
-    }));
-    Some(scenario)
-}
-
 fn main() -> ExitCode {
-    let _fail_points = init_fail_points();
+    let _fail_points = mortar::process::init_fail_points();
     let cli = match mount_helper_args() {
         Some(args) => Cli::parse_from(args),
         None => Cli::parse(),
     };
     let res = match cli.cmd {
         Cmd::Daemon(ref a) => {
-            init_logs();
+            mortar::process::init_logs();
             // One worker: management is light, and a pool of many servers
             // on one machine wakes fewer threads per message.
             run_async_on(Some(1), async {
@@ -92,25 +59,8 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Brick(ref a) => {
-            init_logs();
-            // One thread serves a brick's quick requests; slow ones go to the
-            // blocking pool (see protocol::server).
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(anyhow::Error::from)
-                .and_then(|rt| {
-                    rt.block_on(mortar::mgmt::brick::run(mortar::mgmt::brick::BrickConfig {
-                        path: a.path.clone(),
-                        ip: a.ip,
-                        volume_id: a.volume_id.clone(),
-                        arbiter: a.arbiter,
-                        volume: a.volume.clone(),
-                        mgmt: a.mgmt.clone(),
-                        pid_file: a.pid_file.clone(),
-                        port: a.port,
-                    }))
-                })
+            mortar::process::init_logs();
+            mortar::mgmt::brick::main(a)
         }
         Cmd::Mount(ref m) => {
             let args = MountArgs {
@@ -122,7 +72,7 @@ fn main() -> ExitCode {
                 options: m.options.clone(),
             };
             if m.foreground {
-                init_logs();
+                mortar::process::init_logs();
                 mount::mount_foreground(&args)
             } else {
                 mount::mount_background(&args)

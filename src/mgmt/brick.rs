@@ -70,6 +70,26 @@ fn go_offline(reason: &str) -> ! {
     std::process::exit(3);
 }
 
+/// Runs a brick from its command line's arguments (`mortar brick`, or
+/// the smaller `mortar-brick` binary the daemon starts).
+pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
+    // One thread serves a brick's quick requests; slow ones go to the
+    // blocking pool (see protocol::server).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(BrickConfig {
+        path: a.path.clone(),
+        ip: a.ip,
+        volume_id: a.volume_id.clone(),
+        arbiter: a.arbiter,
+        volume: a.volume.clone(),
+        mgmt: a.mgmt.clone(),
+        pid_file: a.pid_file.clone(),
+        port: a.port,
+    }))
+}
+
 pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     // Objects are made with the mode the client asked for, the caller's
     // umask already applied by the client (FUSE_DONT_MASK): the brick's own

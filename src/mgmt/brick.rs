@@ -145,7 +145,11 @@ async fn listen(
 ) -> std::io::Result<(tokio::net::TcpListener, u16)> {
     if let Some(p) = wanted {
         match tokio::net::TcpListener::bind(SocketAddr::new(ip, p)).await {
-            Ok(l) => return Ok((l, p)),
+            // Port 0 asks the kernel for one: say which it gave.
+            Ok(l) => {
+                let port = l.local_addr()?.port();
+                return Ok((l, port));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
                 tracing::warn!(port = p, "the brick's port is taken; taking another")
             }
@@ -244,5 +248,16 @@ mod tests {
         let t = Tunables::from_options(&o);
         assert_eq!(t.health_check, None);
         assert_eq!(t.lock_revocation, Some(Duration::from_secs(5)));
+    }
+
+    #[tokio::test]
+    async fn a_brick_asked_for_port_0_says_the_port_it_was_given() {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let (l, port) = listen(ip, Some(0)).await.unwrap();
+        assert_ne!(port, 0);
+        assert_eq!(l.local_addr().unwrap().port(), port);
+        // A port that is taken: the first free one from the base instead.
+        let (_l2, other) = listen(ip, Some(port)).await.unwrap();
+        assert!(other >= crate::mgmt::BRICK_PORT_BASE && other != port);
     }
 }

@@ -18,6 +18,7 @@ use crate::protocol::server;
 use crate::storage::posix::{Posix, VOLUME_ID_XATTR};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,7 +123,15 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     tracing::info!(brick = %path.display(), stack = ?stack.kinds(), "brick translators");
     let (listener, port) = listen(cfg.ip, cfg.port).await?;
     if let Some(f) = &cfg.pid_file {
-        std::fs::write(f, format!("{} {port}\n", std::process::id()))?;
+        // In place (the daemon empties it when the brick stops).
+        let text = format!("{} {port}\n", std::process::id());
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(f)?;
+        file.write_all_at(text.as_bytes(), 0)?;
+        file.set_len(text.len() as u64)?;
     }
     let mut out = std::io::stdout();
     let _ = writeln!(out, "LISTENING {port}");

@@ -18,7 +18,7 @@ pub static HEALTH_CHECK_INTERVAL: crate::core::options::Spec = crate::core::opti
     help: "Seconds between checks that each brick's directory is still there and takes a write, fsync and read back; a brick that fails goes offline, with the reason in volume status, until volume start force. 0 turns the check off.",
 };
 
-const PROBE: &str = "health_check";
+pub(super) const PROBE: &str = "health_check";
 
 impl Posix {
     /// Checks that the brick directory is the one opened at start and not

@@ -547,7 +547,8 @@ impl Daemon {
                             rustix::fs::XattrFlags::empty(),
                         )
                         .map_err(|e| format!("cannot set the volume id on {}: {e}", p.display()))
-                    });
+                    })
+                    .and_then(|_| crate::storage::posix::Posix::prepare(p));
                 match res {
                     Ok(()) => Response::Ok(String::new()),
                     Err(e) => err(e),
@@ -555,6 +556,7 @@ impl Daemon {
             }
             Request::BrickRelease { brick } => {
                 let _ = rustix::fs::removexattr(brick.path.as_str(), VOLUME_ID_XATTR);
+                crate::storage::posix::Posix::unprepare(Path::new(&brick.path));
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,

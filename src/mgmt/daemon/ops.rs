@@ -278,7 +278,8 @@ impl Daemon {
         }
     }
 
-    /// Takes the volume id off bricks (a volume deleted, or not created).
+    /// Takes the volume id off bricks (a volume deleted, or not created),
+    /// and what preparing them made where nothing else is kept.
     async fn release(self: &Arc<Self>, bricks: &[Brick]) {
         self.on_bricks(bricks, |b| Request::BrickRelease { brick: b.clone() })
             .await;

@@ -196,6 +196,52 @@ impl Posix {
         &self.path
     }
 
+    /// Makes what a brick keeps of its own (the root's gfid, `.mortar/`
+    /// with the root's handle, the heal index and the health check's file)
+    /// when its volume is created, so that the brick's first start finds
+    /// it made, as every later start does. At 300 bricks on one file
+    /// system, making it during the first `volume start` made that start
+    /// half as long again as the others.
+    pub fn prepare(path: &Path) -> Result<(), String> {
+        let p = Posix::open(path).map_err(|e| format!("cannot prepare {}: {e}", path.display()))?;
+        p.meta_dir(crate::storage::index::PENDING_REL)
+            .map_err(|e| format!("cannot prepare {}: {e}", path.display()))?;
+        p.health_check()
+    }
+
+    /// Takes back what `prepare` made, on a brick whose volume was not
+    /// created after all: its files, and its directories when empty
+    /// (anything else in them stays).
+    pub fn unprepare(path: &Path) {
+        let Ok(root) = rfs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) else {
+            return;
+        };
+        let (dir, file) = split_handle(Gfid::ROOT);
+        let handle = format!("{INDEX_REL}/{dir}/{file}");
+        let probe = format!("{META_DIR}/{}", crate::storage::health::PROBE);
+        for f in [handle.as_str(), probe.as_str()] {
+            let _ = rfs::unlinkat(&root, f, AtFlags::empty());
+        }
+        let top = format!("{INDEX_REL}/{}", &dir[0..2]);
+        let index_dir = format!("{INDEX_REL}/{dir}");
+        for d in [
+            index_dir.as_str(),
+            top.as_str(),
+            INDEX_REL,
+            crate::storage::index::PENDING_REL,
+            META_DIR,
+        ] {
+            let _ = rfs::unlinkat(&root, d, AtFlags::REMOVEDIR);
+        }
+        if rfs::statat(&root, META_DIR, AtFlags::SYMLINK_NOFOLLOW).is_err() {
+            let _ = rfs::lremovexattr(path, GFID_XATTR);
+        }
+    }
+
     /// Makes (once) and opens a directory of the brick's own under
     /// `.mortar/` (`rel` is brick-relative, such as `.mortar/pending`).
     pub fn meta_dir(&self, rel: &str) -> FsResult<OwnedFd> {

@@ -456,3 +456,32 @@ fn a_directory_moved_behind_the_bricks_back_is_found_again_by_its_lookup() {
     b.call(Fop::Opendir { gfid: d })
         .expect("repaired by the lookup");
 }
+
+#[test]
+fn a_prepared_brick_is_taken_back_whole_unless_it_keeps_something() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("brick");
+    std::fs::create_dir(&root).unwrap();
+    Posix::prepare(&root).unwrap();
+    for made in [".mortar/pending", ".mortar/health_check", ".mortar/gfid"] {
+        assert!(root.join(made).exists(), "{made} not made");
+    }
+    Posix::unprepare(&root);
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+    assert!(rustix::fs::getxattr(&root, GFID_XATTR, &mut [0u8; 16][..]).is_err());
+
+    // A brick that was used keeps what it holds, and the handles of it.
+    Posix::prepare(&root).unwrap();
+    let b = Brick {
+        p: Posix::open(&root).unwrap(),
+        _dir: dir,
+        outside: PathBuf::new(),
+        root: root.clone(),
+        fds: FdTable::default(),
+    };
+    b.mkdir(Gfid::ROOT, "d");
+    Posix::unprepare(&root);
+    assert!(root.join("d").is_dir());
+    assert!(root.join(".mortar/gfid").is_dir());
+    assert!(rustix::fs::getxattr(&root, GFID_XATTR, &mut [0u8; 16][..]).is_ok());
+}

@@ -187,14 +187,20 @@ impl RaftNetwork<TypeConfig> for Link {
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
         let last = rpc.entries.last().map(|e| e.log_id);
+        let t0 = std::time::Instant::now();
         if last.is_some() && !self.roles.voters.read().unwrap().contains(&self.target) {
             rpc.leader_commit = committed_with(&self.roles, rpc.leader_commit, last).await;
         }
-        self.rpc(Message::Append(rpc), option, |r| match r {
-            Reply::Append(r) => Some(r),
-            _ => None,
-        })
-        .await
+        let (n, commit, waited) = (rpc.entries.len(), rpc.leader_commit, t0.elapsed());
+        let answer = self
+            .rpc(Message::Append(rpc), option, |r| match r {
+                Reply::Append(r) => Some(r),
+                _ => None,
+            })
+            .await;
+        tracing::debug!(target = self.target, entries = n, last = ?last.map(|l| l.index), commit = ?commit.map(|l| l.index),
+            waited_ms = waited.as_millis() as u64, answered_ms = t0.elapsed().as_millis() as u64, ok = answer.is_ok(), "append");
+        answer
     }
 
     async fn vote(

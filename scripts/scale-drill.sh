@@ -11,6 +11,7 @@
 #
 # Usage: scripts/scale-drill.sh       (env: MORTAR=path/to/mortar N=12 DIR=/var/tmp/mortar-scale
 #                                          SETTLE=2: seconds between commands;
+#                                          REPEAT=K: stop and start the volume K more times;
 #                                          KEEP=1: leave the servers running at the end)
 set -euo pipefail
 B=${MORTAR:-mortar}
@@ -100,6 +101,12 @@ d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar[- ]brick .*--pat
 d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar[- ]brick .*--path $D/")
 hz=$(getconf CLK_TCK)
 echo "idle CPU: daemons $(( (d1 - d0) * 100 / hz / 5 ))% of a core, bricks $(( (b1 - b0) * 100 / hz / 5 ))% of a core"
+# The same volume stopped and started again, REPEAT times: its bricks
+# known to the pool and made on disk, the pool no longer young.
+for r in $(seq "${REPEAT:-0}"); do
+    "$B" $S volume stop sc >/dev/null
+    timed "volume start again ($r)" "$B" $S volume start sc
+done
 if [ "${KEEP:-0}" = 1 ]; then
     trap - EXIT
     echo "servers left running; to stop them: umount -l $D/mnt; pkill -f 'state-dir $D/'"

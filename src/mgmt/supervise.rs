@@ -277,8 +277,8 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
 /// The program that runs a brick, and its first arguments: `mortar-brick`
 /// beside this program when it is installed there and is of this same
 /// version (the same brick in a program a fifth of the size, which starts
-/// faster), else `mortar brick`. Asked once per daemon.
-async fn brick_program() -> (PathBuf, Option<&'static str>) {
+/// faster), else `mortar brick`. Asked once per daemon, when it starts.
+pub(crate) async fn brick_program() -> (PathBuf, Option<&'static str>) {
     static PROGRAM: tokio::sync::OnceCell<(PathBuf, Option<&'static str>)> =
         tokio::sync::OnceCell::const_new();
     PROGRAM

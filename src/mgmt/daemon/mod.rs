@@ -144,6 +144,9 @@ impl Daemon {
             quorum_lost: Mutex::new(HashMap::new()),
         });
         d.refresh();
+        // Which program runs bricks is asked now, not at the first start
+        // (an exec per server: at 300 servers, a start's whole budget).
+        tokio::spawn(crate::mgmt::supervise::brick_program());
         let accept = tokio::spawn(d.clone().accept(listener));
         if !legacy.is_empty() {
             d.migrate(legacy).await;

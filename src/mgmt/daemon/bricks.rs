@@ -65,6 +65,7 @@ impl Daemon {
                     run: self.cfg.state_dir.join("run"),
                     port: brick.port,
                 };
+                tracing::debug!(brick = %path, "starting brick");
                 let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));
                 bricks.insert(
                     path,

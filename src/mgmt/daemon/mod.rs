@@ -254,6 +254,10 @@ impl Daemon {
         let mut rx = self.consensus.subscribe();
         loop {
             self.refresh();
+            tracing::debug!(
+                applied = self.consensus.applied_index(),
+                "following the state"
+            );
             self.reconcile().await;
             // Healers waiting for the bricks here start as those come up
             // (`bricks_changed`), or once they waited long enough.

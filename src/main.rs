@@ -59,6 +59,11 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Brick(ref a) => {
+            if let Some(f) = &a.log_file {
+                if let Err(e) = mortar::mgmt::brick::log_to(f) {
+                    eprintln!("cannot log to {}: {e}", f.display());
+                }
+            }
             mortar::process::init_logs();
             mortar::mgmt::brick::main(a)
         }

@@ -1,4 +1,5 @@
-//! What every mortar process sets up first: its log and its fail points.
+//! What every mortar process sets up first: its log and its fail points;
+//! and what one process knows of another.
 
 pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MORTAR_LOG")
@@ -31,4 +32,26 @@ pub fn init_fail_points() -> Option<fail::FailScenario<'static>> {
         default(info);
     }));
     Some(scenario)
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of
+/// /proc/PID/stat): with the pid, it names one process for good, where a
+/// pid alone may be given to another once the first has exited.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name in parentheses may hold spaces: count from after it.
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_process_start_time_is_read_and_stays() {
+        let me = std::process::id();
+        let t = super::start_time(me).expect("own start time");
+        assert!(t > 0);
+        assert_eq!(super::start_time(me), Some(t));
+        assert_eq!(super::start_time(u32::MAX), None);
+    }
 }

@@ -224,6 +224,16 @@ fn a_writer_goes_on_across_a_daemon_crash_and_restart() {
     let m = c.mount("dv");
     let f = m.p("log");
     let pids: Vec<u64> = (0..3).map(|i| brick_pid(&c, "dv", i)).collect();
+    // Each brick process shows its own command line, the one the daemon
+    // started ahead of need (`mortar-brick --standby`) too.
+    for (pid, b) in pids.iter().zip(&bricks) {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        assert!(
+            cmd.contains(&format!("--path {} ", b.display())),
+            "brick {pid} shows {cmd}"
+        );
+    }
     let writer = std::thread::spawn(move || {
         sh(&format!(
             "set -e; for i in $(seq 1 400); do echo line-$i >> {f}; sleep 0.01; done"

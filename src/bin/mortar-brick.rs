@@ -3,6 +3,10 @@
 //! program starts faster: at 300 servers on one machine, starting 300
 //! bricks was half of a `volume start`'s work, most of it the loading,
 //! relocating and paging in of a program (docs/benchmarks.md).
+//!
+//! `mortar-brick --standby` is the program started ahead of need: loaded,
+//! it waits for its arguments on its standard input (one JSON list), so
+//! that the daemon starts a brick without waiting for a program to load.
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -15,9 +19,39 @@ struct Cli {
     brick: mortar::cli::BrickArgs,
 }
 
+/// Tells the daemon why this brick cannot start, as a brick that goes
+/// offline does.
+fn offline(reason: &str) -> ExitCode {
+    let first = reason.lines().next().unwrap_or_default();
+    println!("OFFLINE cannot start the brick: {first}");
+    ExitCode::FAILURE
+}
+
 fn main() -> ExitCode {
     let _fail_points = mortar::process::init_fail_points();
-    let cli = Cli::parse();
+    let mut args = std::env::args();
+    let program = args.next().unwrap_or_else(|| "mortar-brick".into());
+    let cli = if args.next().is_some_and(|a| a == "--standby") {
+        let argv: Vec<String> = match mortar::mgmt::brick::standby_args() {
+            None => return ExitCode::SUCCESS,
+            Some(Err(e)) => return offline(&e),
+            Some(Ok(more)) => std::iter::once(program).chain(more).collect(),
+        };
+        match Cli::try_parse_from(&argv) {
+            Ok(c) => {
+                mortar::mgmt::brick::show_command_line(&argv);
+                c
+            }
+            Err(e) => return offline(&e.to_string()),
+        }
+    } else {
+        Cli::parse()
+    };
+    if let Some(f) = &cli.brick.log_file {
+        if let Err(e) = mortar::mgmt::brick::log_to(f) {
+            eprintln!("cannot log to {}: {e}", f.display());
+        }
+    }
     mortar::process::init_logs();
     match mortar::mgmt::brick::main(&cli.brick) {
         Ok(()) => ExitCode::SUCCESS,

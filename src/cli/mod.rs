@@ -196,6 +196,9 @@ pub struct BrickArgs {
     /// 24300.
     #[arg(long)]
     pub port: Option<u16>,
+    /// Append the brick's log (its standard error) to this file.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
 }
 
 pub struct CreateArgs {

@@ -71,6 +71,106 @@ fn go_offline(reason: &str) -> ! {
     std::process::exit(3);
 }
 
+/// The arguments of a brick program started ahead of need
+/// (`mortar-brick --standby`): the daemon writes them on its standard
+/// input, as one JSON list of strings, when it has a brick to start.
+/// None at the end of the input: the daemon went away first.
+pub fn standby_args() -> Option<Result<Vec<String>, String>> {
+    let mut line = String::new();
+    match std::io::stdin().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(serde_json::from_str(&line).map_err(|e| format!("bad arguments: {e}"))),
+    }
+}
+
+/// Shows `args` as this process's command line (in `ps` and
+/// /proc/PID/cmdline), so that a brick started ahead of need, whose
+/// command line was `mortar-brick --standby`, reads as any other. Uses
+/// `prctl(PR_SET_MM_MAP)`, which needs no privilege, with the process's
+/// other addresses as they are; where the kernel refuses, the command
+/// line stays as it was. Call it while this process has one thread.
+pub fn show_command_line(args: &[String]) -> bool {
+    /// The kernel's `struct prctl_mm_map`.
+    #[repr(C)]
+    struct MmMap {
+        start_code: u64,
+        end_code: u64,
+        start_data: u64,
+        end_data: u64,
+        start_brk: u64,
+        brk: u64,
+        start_stack: u64,
+        arg_start: u64,
+        arg_end: u64,
+        env_start: u64,
+        env_end: u64,
+        auxv: u64,
+        auxv_size: u32,
+        exe_fd: u32,
+    }
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return false;
+    };
+    // Field N of /proc/self/stat (from 1), counted from field 3.
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0);
+    let mut text = Vec::new();
+    for a in args {
+        text.extend_from_slice(a.as_bytes());
+        text.push(0);
+    }
+    // Kept for the process's life: the kernel reads it when asked.
+    let text: &'static [u8] = Vec::leak(text);
+    let map = MmMap {
+        start_code: field(26),
+        end_code: field(27),
+        start_data: field(45),
+        end_data: field(46),
+        start_brk: field(47),
+        // SAFETY: sbrk(0) only reads the current break.
+        brk: unsafe { libc::sbrk(0) } as u64,
+        start_stack: field(28),
+        arg_start: text.as_ptr() as u64,
+        arg_end: text.as_ptr() as u64 + text.len() as u64,
+        env_start: field(50),
+        env_end: field(51),
+        auxv: 0,
+        auxv_size: 0,
+        exe_fd: u32::MAX,
+    };
+    // SAFETY: the kernel reads `map` (of the size given) and records the
+    // addresses; the memory they name stays valid.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_SET_MM,
+            libc::PR_SET_MM_MAP as libc::c_ulong,
+            &map as *const MmMap as libc::c_ulong,
+            std::mem::size_of::<MmMap>() as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    r == 0
+}
+
+/// Sends this process's standard error, its log, to the end of `file`.
+pub fn log_to(file: &Path) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)?;
+    // SAFETY: dup2 takes two descriptors we own and touches no memory.
+    match unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&f), 2) } {
+        -1 => Err(std::io::Error::last_os_error()),
+        _ => Ok(()),
+    }
+}
+
 /// Runs a brick from its command line's arguments (`mortar brick`, or
 /// the smaller `mortar-brick` binary the daemon starts).
 pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
@@ -124,7 +224,12 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     let (listener, port) = listen(cfg.ip, cfg.port).await?;
     if let Some(f) = &cfg.pid_file {
         // In place (the daemon empties it when the brick stops).
-        let text = format!("{} {port}\n", std::process::id());
+        // With the process's start time: a daemon that finds the file
+        // after a restart adopts this very process, not another that
+        // was given the same pid since.
+        let pid = std::process::id();
+        let since = crate::process::start_time(pid).unwrap_or(0);
+        let text = format!("{pid} {port} {since}\n");
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)

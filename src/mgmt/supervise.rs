@@ -83,13 +83,19 @@ impl BrickSpec {
     }
 }
 
-/// A brick process a previous daemon left running: the pid file names a
-/// live `mortar brick` process for this very path.
+/// A brick process a previous daemon left running: the pid file names
+/// the live process that wrote it (same pid, same start time), or, in a
+/// pid file without a start time, a live `mortar brick` process for this
+/// very path.
 fn adoptable(spec: &BrickSpec) -> Option<(u32, u16)> {
     let text = std::fs::read_to_string(spec.pid_file()).ok()?;
     let mut words = text.split_whitespace();
     let pid: u32 = words.next()?.parse().ok()?;
     let port: u16 = words.next()?.parse().ok()?;
+    if let Some(since) = words.next() {
+        let same = since.parse().ok() == crate::process::start_time(pid);
+        return (same && alive(pid)).then_some((pid, port));
+    }
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
     let path = spec.path.as_os_str().as_encoded_bytes();
@@ -175,57 +181,55 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
         }
     }
     let (exe, first) = brick_program().await;
+    let args = brick_args(&spec, &log);
     loop {
         if *stop.borrow() {
             return;
         }
-        let logf = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log);
-        let mut cmd = tokio::process::Command::new(&exe);
-        cmd.args(first)
-            .arg("--path")
-            .arg(&spec.path)
-            .arg("--ip")
-            .arg(spec.ip.to_string())
-            .arg("--volume-id")
-            .arg(&spec.volume_id)
-            .arg("--volume")
-            .arg(&spec.volume)
-            .arg("--mgmt")
-            .arg(&spec.mgmt)
-            .arg("--pid-file")
-            .arg(spec.pid_file())
-            .args(spec.arbiter.then_some("--arbiter"))
-            .args(
-                spec.port
-                    .iter()
-                    .flat_map(|p| ["--port".to_string(), p.to_string()]),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            // Its own process group: a signal to the daemon's group (a
-            // terminal's ^C) does not reach the bricks.
-            .process_group(0);
-        if let Ok(f) = logf {
-            cmd.stderr(f);
-        }
-        // Spawned from the blocking pool: `posix_spawn` holds the calling
-        // thread until the child has called exec, and the daemon's one
-        // thread must not stand still meanwhile (with 300 servers on one
-        // machine a new process waits long for a CPU: a leader held so
-        // sent the start's entry to the learners 270 ms after it was
-        // committed instead of 50 to 100).
-        let spawned = tokio::task::spawn_blocking(move || cmd.spawn())
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(%brick, "cannot start brick: {e}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
+        let handed = match take_standby() {
+            Some(c) => hand_over(c, &args).await,
+            None => None,
+        };
+        let mut child = match handed {
+            Some(c) => c,
+            None => {
+                let mut cmd = tokio::process::Command::new(&exe);
+                cmd.args(first)
+                    .args(&args)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    // Its own process group: a signal to the daemon's group
+                    // (a terminal's ^C) does not reach the bricks.
+                    .process_group(0);
+                // Spawned from the blocking pool: `posix_spawn` holds the
+                // calling thread until the child has called exec, and the
+                // daemon's one thread must not stand still meanwhile (with
+                // 300 servers on one machine a new process waits long for a
+                // CPU: a leader held so sent the start's entry to the
+                // learners 270 ms after it was committed instead of 50 to
+                // 100). Its standard error goes to its log too, for what it
+                // says before it opens the log itself.
+                let logf = log.clone();
+                let spawned = tokio::task::spawn_blocking(move || {
+                    if let Ok(f) = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&logf)
+                    {
+                        cmd.stderr(f);
+                    }
+                    cmd.spawn()
+                })
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                match spawned {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::error!(%brick, "cannot start brick: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                }
             }
         };
         let pid = child.id();
@@ -281,6 +285,98 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             }
         }
     }
+}
+
+/// The arguments that run the brick of `spec`, logging to `log`.
+fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let mut a: Vec<std::ffi::OsString> = vec![
+        "--path".into(),
+        spec.path.clone().into(),
+        "--ip".into(),
+        spec.ip.to_string().into(),
+        "--volume-id".into(),
+        spec.volume_id.clone().into(),
+        "--volume".into(),
+        spec.volume.clone().into(),
+        "--mgmt".into(),
+        spec.mgmt.clone().into(),
+        "--pid-file".into(),
+        spec.pid_file().into(),
+        "--log-file".into(),
+        log.into(),
+    ];
+    if spec.arbiter {
+        a.push("--arbiter".into());
+    }
+    if let Some(p) = spec.port {
+        a.extend(["--port".into(), p.to_string().into()]);
+    }
+    a
+}
+
+/// A brick program started ahead of need (`mortar-brick --standby`): it
+/// has loaded and waits on its standard input for the arguments of the
+/// brick it is to serve, so that a brick start does not wait for a
+/// program to load (at 300 servers on one machine, loading 300 programs
+/// at once was the largest part of a `volume start`). One per daemon,
+/// taken by the next brick start and replaced `STANDBY_AGAIN_AFTER`
+/// later, once a start's other bricks are on their way. It exits when
+/// the daemon does (its input ends).
+static STANDBY: Mutex<Option<tokio::process::Child>> = Mutex::new(None);
+
+const STANDBY_AGAIN_AFTER: Duration = Duration::from_secs(2);
+
+/// Starts a brick program ahead of need unless one waits already, or
+/// bricks run as `mortar brick` (which has no standby).
+pub(crate) async fn keep_standby() {
+    let (exe, first) = brick_program().await;
+    if first.is_some() || STANDBY.lock().unwrap().is_some() {
+        return;
+    }
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("--standby")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0);
+    match tokio::task::spawn_blocking(move || cmd.spawn()).await {
+        Ok(Ok(c)) => {
+            let mut standby = STANDBY.lock().unwrap();
+            // Else another came first: this one exits as its input ends.
+            if standby.is_none() {
+                *standby = Some(c);
+            }
+        }
+        Ok(Err(e)) => tracing::warn!("cannot start a brick program ahead of need: {e}"),
+        Err(_) => {}
+    }
+}
+
+/// The brick program started ahead of need, if one is alive; another is
+/// started a moment later.
+fn take_standby() -> Option<tokio::process::Child> {
+    let mut c = STANDBY.lock().unwrap().take()?;
+    tokio::spawn(async {
+        tokio::time::sleep(STANDBY_AGAIN_AFTER).await;
+        keep_standby().await;
+    });
+    matches!(c.try_wait(), Ok(None)).then_some(c)
+}
+
+/// Gives the standby program `c` the brick's arguments; None if it
+/// cannot take them (it died, or an argument is not text).
+async fn hand_over(
+    mut c: tokio::process::Child,
+    args: &[std::ffi::OsString],
+) -> Option<tokio::process::Child> {
+    use tokio::io::AsyncWriteExt;
+    let text: Option<Vec<&str>> = args.iter().map(|a| a.to_str()).collect();
+    let mut line = serde_json::to_vec(&text?).ok()?;
+    line.push(b'\n');
+    // Its input closes here: it reads one line.
+    let mut input = c.stdin.take()?;
+    input.write_all(&line).await.ok()?;
+    Some(c)
 }
 
 /// The program that runs a brick, and its first arguments: `mortar-brick`
@@ -346,6 +442,14 @@ mod tests {
         assert!(adoptable(&spec).is_none());
         assert!(alive(std::process::id()));
         std::fs::write(spec.pid_file(), "garbage").unwrap();
+        assert!(adoptable(&spec).is_none());
+        // The process that wrote the file, known by its start time.
+        let me = std::process::id();
+        let since = crate::process::start_time(me).unwrap();
+        std::fs::write(spec.pid_file(), format!("{me} 24300 {since}\n")).unwrap();
+        assert_eq!(adoptable(&spec), Some((me, 24300)));
+        // Another process given the same pid since.
+        std::fs::write(spec.pid_file(), format!("{me} 24300 {}\n", since + 1)).unwrap();
         assert!(adoptable(&spec).is_none());
     }
 }

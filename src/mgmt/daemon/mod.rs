@@ -145,8 +145,9 @@ impl Daemon {
         });
         d.refresh();
         // Which program runs bricks is asked now, not at the first start
-        // (an exec per server: at 300 servers, a start's whole budget).
-        tokio::spawn(crate::mgmt::supervise::brick_program());
+        // (an exec per server: at 300 servers, a start's whole budget),
+        // and one is started ahead of need.
+        tokio::spawn(crate::mgmt::supervise::keep_standby());
         let accept = tokio::spawn(d.clone().accept(listener));
         if !legacy.is_empty() {
             d.migrate(legacy).await;

@@ -1,7 +1,8 @@
 //! Cluster translators: `replicate` copies every change to each brick of a
 //! replica set; `distribute` places files across replica sets by the hash of
-//! their names.
+//! their names, within each directory's `layout`.
 pub mod distribute;
+pub mod layout;
 pub mod replicate;
 
 use crate::core::{FsError, FsResult, Reply};

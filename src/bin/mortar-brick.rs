@@ -13,7 +13,11 @@ use std::process::ExitCode;
 
 /// Serve one brick (started by the management daemon).
 #[derive(Parser)]
-#[command(name = "mortar-brick", version)]
+#[command(
+    name = "mortar-brick",
+    version,
+    after_help = "`mortar-brick --standby` is the program the daemon loads ahead of need: it reads the options above as one JSON list of strings on its standard input, then serves that brick."
+)]
 struct Cli {
     #[command(flatten)]
     brick: mortar::cli::BrickArgs,

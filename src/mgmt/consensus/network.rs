@@ -188,7 +188,18 @@ impl RaftNetwork<TypeConfig> for Link {
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
         let last = rpc.entries.last().map(|e| e.log_id);
         let t0 = std::time::Instant::now();
-        if last.is_some() && !self.roles.voters.read().unwrap().contains(&self.target) {
+        // Entries that change the membership go at once: they may make
+        // this learner a voter whose answer their commit needs, and
+        // holding them until this server applied them waited for itself
+        // (`LEARNER_WAIT`: a pool's first probe took 560 ms).
+        let membership = rpc
+            .entries
+            .iter()
+            .any(|e| matches!(e.payload, openraft::EntryPayload::Membership(_)));
+        if last.is_some()
+            && !membership
+            && !self.roles.voters.read().unwrap().contains(&self.target)
+        {
             rpc.leader_commit = committed_with(&self.roles, rpc.leader_commit, last).await;
         }
         let (n, commit, waited) = (rpc.entries.len(), rpc.leader_commit, t0.elapsed());

@@ -269,6 +269,7 @@ impl Daemon {
 
     /// `balance`, counting `leaving` (about to be detached) out.
     pub(super) async fn balance_without(&self, leaving: Option<consensus::NodeId>) {
+        let _one = self.balance_lock.lock().await;
         if !self.consensus.is_leader() {
             return;
         }

@@ -78,6 +78,9 @@ pub struct Daemon {
     op_lock: tokio::sync::Mutex<()>,
     /// One `reconcile` at a time, each from the view as it is then.
     reconcile_lock: tokio::sync::Mutex<()>,
+    /// One change of voters at a time (`balance`: a probe's and the
+    /// heartbeat loop's would collide, and openraft refuses the second).
+    balance_lock: tokio::sync::Mutex<()>,
     /// Self-heal per replicated volume with bricks here: the graph it
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
@@ -137,6 +140,7 @@ impl Daemon {
             bricks_changed: Default::default(),
             op_lock: tokio::sync::Mutex::new(()),
             reconcile_lock: tokio::sync::Mutex::new(()),
+            balance_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),

@@ -188,16 +188,16 @@ impl RaftNetwork<TypeConfig> for Link {
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
         let last = rpc.entries.last().map(|e| e.log_id);
         let t0 = std::time::Instant::now();
-        // Entries that change the membership go at once: they may make
-        // this learner a voter whose answer their commit needs, and
-        // holding them until this server applied them waited for itself
-        // (`LEARNER_WAIT`: a pool's first probe took 560 ms).
-        let membership = rpc
-            .entries
-            .iter()
-            .any(|e| matches!(e.payload, openraft::EntryPayload::Membership(_)));
+        // Entries that make this learner a voter go at once: their commit
+        // needs its answer, and holding them until this server applied
+        // them waited for itself (`LEARNER_WAIT`: a pool's first probe
+        // took 560 ms).
+        let made_voter = rpc.entries.iter().any(|e| match &e.payload {
+            openraft::EntryPayload::Membership(m) => m.voter_ids().any(|v| v == self.target),
+            _ => false,
+        });
         if last.is_some()
-            && !membership
+            && !made_voter
             && !self.roles.voters.read().unwrap().contains(&self.target)
         {
             rpc.leader_commit = committed_with(&self.roles, rpc.leader_commit, last).await;

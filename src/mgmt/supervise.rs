@@ -1,10 +1,13 @@
 //! The daemon's watch over one brick process: starts it, learns its port,
 //! restarts it when it dies, and stops it when told.
 //!
-//! A brick outlives a daemon that crashes. Each brick writes `<pid> <port>`
-//! to a pid file in the daemon's run directory; a daemon that starts and
-//! finds there a live brick process serving the same directory adopts it
-//! instead of starting a second one, so clients never notice the restart.
+//! A brick outlives a daemon that crashes. Each brick writes `<pid> <port>
+//! <start time>` to a pid file in the daemon's run directory; a daemon that
+//! starts and finds there the live process that wrote it adopts it instead
+//! of starting a second one, so clients never notice the restart.
+//!
+//! A brick is started from the standby program when one waits (see
+//! `STANDBY`), else as a new program.
 //!
 //! A brick that says `OFFLINE <reason>` (it failed its health check, or its
 //! directory is not the volume's) is not restarted: the reason shows in

@@ -58,15 +58,7 @@ fn main() -> ExitCode {
                 .await
             })
         }
-        Cmd::Brick(ref a) => {
-            if let Some(f) = &a.log_file {
-                if let Err(e) = mortar::mgmt::brick::log_to(f) {
-                    eprintln!("cannot log to {}: {e}", f.display());
-                }
-            }
-            mortar::process::init_logs();
-            mortar::mgmt::brick::main(a)
-        }
+        Cmd::Brick(ref a) => mortar::mgmt::brick::main(a),
         Cmd::Mount(ref m) => {
             let args = MountArgs {
                 source: m.source.clone(),

@@ -34,14 +34,20 @@ pub fn init_fail_points() -> Option<fail::FailScenario<'static>> {
     Some(scenario)
 }
 
+/// The fields of /proc/PID/stat from field 3 (the state) on: field N
+/// (counted from 1, as proc(5) does) is at index N - 3.
+pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name in parentheses may hold spaces: count from after it.
+    let (_, rest) = stat.rsplit_once(") ")?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
 /// When process `pid` started, in clock ticks since boot (field 22 of
 /// /proc/PID/stat): with the pid, it names one process for good, where a
 /// pid alone may be given to another once the first has exited.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The name in parentheses may hold spaces: count from after it.
-    let (_, rest) = stat.rsplit_once(") ")?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    stat_fields(pid)?.get(22 - 3)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -51,12 +51,6 @@ fn main() -> ExitCode {
     } else {
         Cli::parse()
     };
-    if let Some(f) = &cli.brick.log_file {
-        if let Err(e) = mortar::mgmt::brick::log_to(f) {
-            eprintln!("cannot log to {}: {e}", f.display());
-        }
-    }
-    mortar::process::init_logs();
     match mortar::mgmt::brick::main(&cli.brick) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -316,7 +316,7 @@ mod tests {
                 (i as u64 * q, (i as u64 + 1) * q - 1, i as u32)
             );
         }
-        // Started elsewhere, the last set's range wraps around.
+        // Started elsewhere, the first set's range wraps around.
         let l = Layout::fresh(&[1, 1], 1 << 31 | 5).unwrap();
         assert_eq!(l.owner((1 << 31) + 4), 1);
         assert_eq!(l.owner((1 << 31) + 5), 0);

@@ -108,18 +108,15 @@ pub fn show_command_line(args: &[String]) -> bool {
         auxv_size: u32,
         exe_fd: u32,
     }
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Some(fields) = crate::process::stat_fields(std::process::id()) else {
         return false;
     };
-    let Some((_, rest)) = stat.rsplit_once(") ") else {
-        return false;
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0u64)
     };
-    // Field N of /proc/self/stat (from 1), counted from field 3.
-    let fields: Vec<u64> = rest
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0);
     let mut text = Vec::new();
     for a in args {
         text.extend_from_slice(a.as_bytes());
@@ -159,7 +156,7 @@ pub fn show_command_line(args: &[String]) -> bool {
 }
 
 /// Sends this process's standard error, its log, to the end of `file`.
-pub fn log_to(file: &Path) -> std::io::Result<()> {
+fn log_to(file: &Path) -> std::io::Result<()> {
     let f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -172,8 +169,15 @@ pub fn log_to(file: &Path) -> std::io::Result<()> {
 }
 
 /// Runs a brick from its command line's arguments (`mortar brick`, or
-/// the smaller `mortar-brick` binary the daemon starts).
+/// the smaller `mortar-brick` binary the daemon starts), its log on
+/// standard error or in `--log-file`.
 pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
+    if let Some(f) = &a.log_file {
+        if let Err(e) = log_to(f) {
+            eprintln!("cannot log to {}: {e}", f.display());
+        }
+    }
+    crate::process::init_logs();
     // One thread serves a brick's quick requests; slow ones go to the
     // blocking pool (see protocol::server).
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -111,10 +111,7 @@ fn adoptable(spec: &BrickSpec) -> Option<(u32, u16)> {
 fn alive(pid: u32) -> bool {
     // A zombie is not alive; only this daemon's children can be zombies of
     // ours, and those are waited for.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-        .unwrap_or(false)
+    crate::process::stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
 }
 
 fn signal(pid: u32, sig: i32) {

@@ -173,6 +173,8 @@ mod tests {
             arbiter: 0,
             version: 1,
             tasks: Vec::new(),
+            set_ids: Vec::new(),
+            layout_commit: 1,
         };
         let text = info(&[v]);
         for line in [

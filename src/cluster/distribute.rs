@@ -1,94 +1,314 @@
 //! The distribute translator: files are placed on one of its children
-//! (replica sets) by a hash of their name; directories exist on all of them.
+//! (replica sets) by the hash of their name within their directory's
+//! layout (`cluster::layout`); directories exist on every child.
 //!
-//! Placement is a pure function (`hashed_child`): the 64-bit xxh64 of the
-//! name, split into equal ranges, one per child. Per-directory layouts kept
-//! in xattrs (so that rebalance can move ranges) are the distribute issue's
-//! work; `hashed_child` is the seam where they plug in.
+//! A directory's layout is kept on each of its copies in the
+//! `trusted.mortar.layout` xattr, whole, with the generation it was
+//! written under; the client reads it from one copy and keeps it. A
+//! layout whose generation is the volume's `layout-commit` is
+//! authoritative: a name missing from the set its hash falls to does not
+//! exist, so a lookup or create asks that one set, at any number of sets.
+//! Only a directory whose layout is older (the set list changed and a
+//! rebalance has not passed it yet), or has none, has a missing name
+//! looked for on every set.
 //!
-//! A name not found on its hashed child (a file renamed to a name that
-//! hashes elsewhere, or a hard link) is looked up on every child. The gfid →
-//! child map learned from lookups and creates routes later calls on the
-//! object; it is a cache, refilled by asking every child when it misses.
+//! A file that lives elsewhere than its name's hash says (renamed to a
+//! name that hashes elsewhere, or hard-linked) has a **pointer** there: an
+//! empty file of mode `---------T` whose `trusted.mortar.linkto` names the
+//! set that holds it, by the set's stable id. Lookups follow pointers;
+//! listings and searches by gfid skip them.
 //!
-//! Directory listings read child 0 completely, then child 1, and so on; the
-//! offset handed to the kernel carries the child index in its top 16 bits.
+//! Sets are named by stable ids (desc param `set-id`), not positions:
+//! layouts, pointers and the readdir offsets handed to the kernel (the set
+//! id in the top 16 bits) stay valid when the set list changes. Listings
+//! read the sets in id order, directories from the first set only.
 
+use super::layout::{name_hash, Layout};
 use super::replicate::join_all;
 use super::HandleMap;
+use crate::core::fop::{LAYOUT_XATTR, POINTER_PERM};
 use crate::core::{
-    Attr, Child, Ctx, Event, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, StatFs, Xlator,
+    Attr, Child, Ctx, Entry, Event, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, StatFs,
+    Xlator,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-const CHILD_SHIFT: u32 = 48;
+const SET_SHIFT: u32 = 48;
+const OFFSET_MASK: u64 = (1 << SET_SHIFT) - 1;
 /// Objects whose replica set is remembered.
 const PLACED_MAX: usize = 1 << 18;
-const OFFSET_MASK: u64 = (1 << CHILD_SHIFT) - 1;
+/// Directories whose layout is remembered.
+const LAYOUTS_MAX: usize = 1 << 16;
+
+/// A directory's layout as this client uses it.
+#[derive(Debug)]
+struct DirLayout {
+    /// Ranges naming sets by id.
+    layout: Layout,
+    /// Whether a miss on the hashed set is final (module comment).
+    committed: bool,
+}
+
+/// Where a name was found.
+struct Found {
+    entry: Entry,
+    /// The child holding the object (for a directory, the one asked).
+    at: usize,
+    /// The child holding a pointer to it under this name, if any.
+    pointer: Option<usize>,
+}
 
 pub struct Distribute {
     name: String,
     children: Vec<Child>,
+    /// Each child's stable set id.
+    ids: Vec<u32>,
+    /// Children in the order listings read them (by set id).
+    order: Vec<usize>,
+    /// The volume's layout generation (module comment).
+    commit: u64,
     /// Whether any child is up (what this translator tells its parent).
     up: std::sync::atomic::AtomicBool,
     /// Where each known non-directory object lives.
     placed: Mutex<HashMap<Gfid, usize>>,
+    layouts: Mutex<HashMap<Gfid, Arc<DirLayout>>>,
     /// Our handle → (child, child's handle) for files; every child's for dirs.
     fds: HandleMap<Arc<Vec<Option<u64>>>>,
 }
 
-/// The child a name hashes to.
-pub fn hashed_child(name: &Name, n: usize) -> usize {
-    let h = xxhash_rust::xxh64::xxh64(name.as_bytes(), 0);
-    ((h as u128 * n as u128) >> 64) as usize
+/// Bounded caches: cleared when full, refilled by asking again.
+fn remember<V>(map: &Mutex<HashMap<Gfid, V>>, max: usize, k: Gfid, v: V) {
+    let mut m = map.lock().unwrap();
+    if m.len() >= max {
+        m.clear();
+    }
+    m.insert(k, v);
+}
+
+fn pointer_of(r: &FsResult<Reply>) -> Option<u32> {
+    match r {
+        Ok(Reply::Entry(e)) => e.attr.linkto,
+        Ok(Reply::Attr(a)) => a.linkto,
+        _ => None,
+    }
 }
 
 impl Distribute {
+    /// Over children with set ids 0, 1, 2, ... and layout generation 1.
     pub fn new(name: String, children: Vec<Child>) -> Self {
-        assert!(!children.is_empty() && children.len() < (1 << 16));
+        let ids = (0..children.len() as u32).collect();
+        Self::with_sets(name, children, ids, 1)
+    }
+
+    /// Over children with the given stable set ids, under the volume's
+    /// layout generation `commit`.
+    pub fn with_sets(name: String, children: Vec<Child>, ids: Vec<u32>, commit: u64) -> Self {
+        assert!(!children.is_empty() && ids.len() == children.len());
+        assert!(ids.iter().all(|&i| i < 1 << 16), "set ids fit 16 bits");
+        let mut order: Vec<usize> = (0..children.len()).collect();
+        order.sort_by_key(|&i| ids[i]);
         Distribute {
             name,
             children,
+            ids,
+            order,
+            commit,
             placed: Mutex::new(HashMap::new()),
+            layouts: Mutex::new(HashMap::new()),
             up: Default::default(),
             fds: HandleMap::new(),
         }
     }
 
     fn learn(&self, attr: &Attr, child: usize) {
-        if attr.kind != FileKind::Dir {
-            let mut placed = self.placed.lock().unwrap();
-            // A cache, refilled on a miss by asking every child: bounded so
-            // that a long-lived mount over many files does not grow forever.
-            if placed.len() >= PLACED_MAX {
-                placed.clear();
-            }
-            placed.insert(attr.gfid, child);
+        if attr.kind != FileKind::Dir && attr.linkto.is_none() {
+            remember(&self.placed, PLACED_MAX, attr.gfid, child);
         }
+    }
+
+    fn child_of(&self, set: u32) -> Option<usize> {
+        self.ids.iter().position(|&i| i == set)
     }
 
     fn all(&self) -> Vec<usize> {
         (0..self.children.len()).collect()
     }
 
-    async fn on_all(&self, cx: &Ctx, fop: &Fop) -> Vec<(usize, FsResult<Reply>)> {
-        join_all(self.all().into_iter().map(|i| {
+    async fn on(&self, cx: &Ctx, which: Vec<usize>, fop: &Fop) -> Vec<(usize, FsResult<Reply>)> {
+        join_all(which.into_iter().map(|i| {
             let (child, cx, fop) = (self.children[i].clone(), cx.clone(), fop.clone());
             async move { (i, child.call(&cx, fop).await) }
         }))
         .await
     }
 
+    async fn on_all(&self, cx: &Ctx, fop: &Fop) -> Vec<(usize, FsResult<Reply>)> {
+        self.on(cx, self.all(), fop).await
+    }
+
+    /// The layout a directory gets when it is made: one equal range per
+    /// set, turned by a point taken from its gfid.
+    fn fresh(&self, dir: Gfid) -> Layout {
+        let start = (xxhash_rust::xxh64::xxh64(&dir.0, 1) >> 32) as u32;
+        Layout::fresh(&vec![1; self.children.len()], start)
+            .expect("equal weights make a layout")
+            .with_ids(&self.ids)
+    }
+
+    /// Writes `layout` on every copy of `dir` unless one is there already.
+    async fn store_layout(&self, dir: Gfid, layout: &Layout, generation: u64) {
+        let fop = Fop::Setxattr {
+            gfid: dir,
+            name: LAYOUT_XATTR.into(),
+            value: serde_bytes::ByteBuf::from(layout.encode(generation)),
+            flags: libc::XATTR_CREATE,
+        };
+        for (i, r) in self.on_all(&Ctx::root(), &fop).await {
+            match r {
+                Ok(_) => {}
+                Err(e) if e.is(libc::EEXIST) => {}
+                Err(e) => {
+                    tracing::warn!(xlator = %self.name, child = i, %dir, "layout not stored: {e}")
+                }
+            }
+        }
+    }
+
+    /// The layout of directory `dir`: remembered, else read from one of
+    /// its copies. A directory without one (the root of a new volume, one
+    /// made on a brick directly, or a mkdir cut short) gets the layout of a
+    /// new directory: stored and authoritative while the set list never
+    /// changed (generation 1: every client placed its files so), else used
+    /// as in flux until a rebalance writes one.
+    async fn layout_of(&self, dir: Gfid) -> FsResult<Arc<DirLayout>> {
+        if let Some(l) = self.layouts.lock().unwrap().get(&dir) {
+            return Ok(l.clone());
+        }
+        let fop = Fop::Getxattr {
+            gfid: dir,
+            name: LAYOUT_XATTR.into(),
+        };
+        let first = (xxhash_rust::xxh64::xxh64(&dir.0, 2) % self.children.len() as u64) as usize;
+        let mut last = FsError::errno(libc::ESTALE);
+        let mut stored = None;
+        for k in 0..self.children.len() {
+            let i = (first + k) % self.children.len();
+            match self.children[i].call(&Ctx::root(), fop.clone()).await {
+                Ok(Reply::Xattr(v)) => {
+                    stored = Some(v);
+                    break;
+                }
+                Ok(other) => return Err(crate::core::fop::unexpected(other)),
+                Err(e) if e.is(libc::ENODATA) => {
+                    stored = Some(Default::default());
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let Some(stored) = stored else {
+            return Err(last);
+        };
+        let known = |l: &Layout| l.ranges().iter().all(|r| self.child_of(r.set).is_some());
+        let dl = match Layout::decode(&stored) {
+            Ok((generation, layout)) if known(&layout) => DirLayout {
+                layout,
+                committed: generation == self.commit,
+            },
+            Ok(_) => {
+                tracing::warn!(xlator = %self.name, %dir, "layout names a set this graph lacks; looking names up everywhere");
+                DirLayout {
+                    layout: self.fresh(dir),
+                    committed: false,
+                }
+            }
+            Err(e) => {
+                if !stored.is_empty() {
+                    tracing::warn!(xlator = %self.name, %dir, "unreadable layout: {e}");
+                }
+                let layout = self.fresh(dir);
+                let committed = stored.is_empty() && self.commit == 1;
+                if committed {
+                    self.store_layout(dir, &layout, 1).await;
+                }
+                DirLayout { layout, committed }
+            }
+        };
+        let dl = Arc::new(dl);
+        remember(&self.layouts, LAYOUTS_MAX, dir, dl.clone());
+        Ok(dl)
+    }
+
+    /// The child a name in `dir` hashes to.
+    fn hashed(&self, dl: &DirLayout, name: &Name) -> usize {
+        self.child_of(dl.layout.owner(name_hash(name)))
+            .expect("layouts in use name known sets")
+    }
+
+    /// Finds `name` in `parent`: on its hashed set, following a pointer,
+    /// and on every set only if the directory is in flux.
+    async fn find(&self, cx: &Ctx, parent: Gfid, name: &Name) -> FsResult<Found> {
+        let dl = self.layout_of(parent).await?;
+        let h = self.hashed(&dl, name);
+        let fop = Fop::Lookup {
+            parent,
+            name: name.clone(),
+        };
+        let first = self.children[h].call(cx, fop.clone()).await;
+        match (&first, pointer_of(&first).map(|s| self.child_of(s))) {
+            (Ok(_), Some(Some(at))) => {
+                if let Ok(Reply::Entry(entry)) = self.children[at].call(cx, fop.clone()).await {
+                    if entry.attr.linkto.is_none() {
+                        self.learn(&entry.attr, at);
+                        return Ok(Found {
+                            entry,
+                            at,
+                            pointer: Some(h),
+                        });
+                    }
+                }
+                // A pointer to nothing: left for a rebalance to clear.
+            }
+            (Ok(Reply::Entry(e)), None) => {
+                self.learn(&e.attr, h);
+                return Ok(Found {
+                    entry: e.clone(),
+                    at: h,
+                    pointer: None,
+                });
+            }
+            (Ok(other), None) => return Err(crate::core::fop::unexpected(other.clone())),
+            (Ok(_), Some(None)) => {
+                tracing::warn!(xlator = %self.name, %parent, name = ?name, "pointer to an unknown set")
+            }
+            (Err(e), _) if !e.is(libc::ENOENT) => return Err(e.clone()),
+            (Err(_), _) => {}
+        }
+        if dl.committed {
+            return Err(FsError::errno(libc::ENOENT));
+        }
+        let others: Vec<usize> = self.all().into_iter().filter(|&i| i != h).collect();
+        for (i, r) in self.on(cx, others, &fop).await {
+            if let Ok(Reply::Entry(entry)) = r {
+                if entry.attr.linkto.is_none() {
+                    self.learn(&entry.attr, i);
+                    return Ok(Found {
+                        entry,
+                        at: i,
+                        pointer: None,
+                    });
+                }
+            }
+        }
+        Err(FsError::errno(libc::ENOENT))
+    }
+
     /// The child holding a non-directory object, or None for a directory.
     async fn locate(&self, cx: &Ctx, gfid: Gfid) -> FsResult<Option<usize>> {
-        if gfid == Gfid::ROOT || self.children.len() == 1 {
-            return Ok(if self.children.len() == 1 {
-                Some(0)
-            } else {
-                None
-            });
+        if gfid == Gfid::ROOT {
+            return Ok(None);
         }
         if let Some(&i) = self.placed.lock().unwrap().get(&gfid) {
             return Ok(Some(i));
@@ -97,6 +317,7 @@ impl Distribute {
         for (i, r) in self.on_all(cx, &Fop::Getattr { gfid }).await {
             match r.and_then(Reply::into_attr) {
                 Ok(a) if a.kind == FileKind::Dir => return Ok(None),
+                Ok(a) if a.linkto.is_some() => {}
                 Ok(a) => {
                     self.learn(&a, i);
                     return Ok(Some(i));
@@ -107,42 +328,12 @@ impl Distribute {
         Err(last)
     }
 
-    async fn lookup(&self, cx: &Ctx, fop: Fop, name: &Name) -> FsResult<Reply> {
-        let h = hashed_child(name, self.children.len());
-        let first = self.children[h].call(cx, fop.clone()).await;
-        match first {
-            Ok(rep) => {
-                if let Reply::Entry(e) = &rep {
-                    self.learn(&e.attr, h);
-                }
-                return Ok(rep);
-            }
-            Err(e) if !e.is(libc::ENOENT) || self.children.len() == 1 => return Err(e),
-            Err(_) => {}
-        }
-        for (i, r) in self.on_all(cx, &fop).await {
-            if i == h {
-                continue;
-            }
-            if let Ok(Reply::Entry(e)) = &r {
-                self.learn(&e.attr, i);
-                return r;
-            }
-        }
-        Err(FsError::errno(libc::ENOENT))
-    }
-
     /// Directories: the hashed child first (it decides EEXIST and the like),
     /// then all others.
     async fn dir_op(&self, cx: &Ctx, fop: Fop, first: usize) -> FsResult<Reply> {
         let rep = self.children[first].call(cx, fop.clone()).await?;
         let others: Vec<usize> = self.all().into_iter().filter(|&i| i != first).collect();
-        let res = join_all(others.into_iter().map(|i| {
-            let (child, cx, fop) = (self.children[i].clone(), cx.clone(), fop.clone());
-            async move { (i, child.call(&cx, fop).await) }
-        }))
-        .await;
-        for (i, r) in res {
+        for (i, r) in self.on(cx, others, &fop).await {
             if let Err(e) = r {
                 tracing::warn!(xlator = %self.name, child = i, "{} failed on one subvolume: {e}", fop.name());
                 return Err(e);
@@ -156,8 +347,191 @@ impl Distribute {
     async fn on_object(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         match self.locate(cx, fop.gfid()).await? {
             Some(i) => self.children[i].call(cx, fop).await,
-            None if fop.is_modifying() => self.dir_op(cx, fop, 0).await,
-            None => self.children[0].call(cx, fop).await,
+            None if fop.is_modifying() => self.dir_op(cx, fop, self.order[0]).await,
+            None => self.children[self.order[0]].call(cx, fop).await,
+        }
+    }
+
+    /// Makes a pointer to child `to` under `name` on child `at`. A file
+    /// with several names hashing to one set has one pointer there with as
+    /// many names (a pointer has the file's gfid, and a gfid names one
+    /// object per brick).
+    async fn point(
+        &self,
+        cx: &Ctx,
+        at: usize,
+        (parent, name): (Gfid, &Name),
+        gfid: Gfid,
+        to: usize,
+    ) -> FsResult<()> {
+        let fop = Fop::Mknod {
+            parent,
+            name: name.clone(),
+            gfid,
+            mode: libc::S_IFREG | POINTER_PERM,
+            umask: 0,
+            rdev: 0,
+            linkto: Some(self.ids[to]),
+        };
+        match self.children[at].call(cx, fop).await {
+            Err(e) if e.is(libc::EEXIST) => {
+                let link = Fop::Link {
+                    gfid,
+                    newparent: parent,
+                    newname: name.clone(),
+                };
+                self.children[at].call(cx, link).await.map(|_| ())
+            }
+            r => r.map(|_| ()),
+        }
+    }
+
+    async fn unlink_on(&self, cx: &Ctx, at: usize, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let fop = Fop::Unlink {
+            parent,
+            name: name.clone(),
+        };
+        self.children[at].call(cx, fop).await
+    }
+
+    async fn create_like(&self, cx: &Ctx, fop: Fop, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let dl = self.layout_of(parent).await?;
+        let h = self.hashed(&dl, name);
+        let is_create = matches!(fop, Fop::Create { .. });
+        match self.children[h].call(cx, fop).await? {
+            Reply::Created { entry, fh } if is_create => {
+                self.learn(&entry.attr, h);
+                let mut fhs = vec![None; self.children.len()];
+                fhs[h] = Some(fh);
+                Ok(Reply::Created {
+                    entry,
+                    fh: self.fds.insert(Arc::new(fhs)),
+                })
+            }
+            Reply::Entry(e) => {
+                self.learn(&e.attr, h);
+                Ok(Reply::Entry(e))
+            }
+            other => Err(crate::core::fop::unexpected(other)),
+        }
+    }
+
+    async fn mkdir(&self, cx: &Ctx, fop: Fop, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let dl = self.layout_of(parent).await?;
+        let gfid = fop.gfid();
+        let rep = self.dir_op(cx, fop, self.hashed(&dl, name)).await?;
+        let layout = self.fresh(gfid);
+        self.store_layout(gfid, &layout, self.commit).await;
+        let dl = DirLayout {
+            layout,
+            committed: true,
+        };
+        remember(&self.layouts, LAYOUTS_MAX, gfid, Arc::new(dl));
+        Ok(rep)
+    }
+
+    async fn unlink(&self, cx: &Ctx, parent: Gfid, name: &Name) -> FsResult<Reply> {
+        let f = self.find(cx, parent, name).await?;
+        let rep = self.unlink_on(cx, f.at, parent, name).await?;
+        if let Some(p) = f.pointer {
+            if let Err(e) = self.unlink_on(cx, p, parent, name).await {
+                tracing::warn!(xlator = %self.name, %parent, name = ?name, "pointer left behind: {e}");
+            }
+        }
+        Ok(rep)
+    }
+
+    /// Renames a file: on the set holding it, with a pointer on the set
+    /// the new name hashes to when that is another one. What the new name
+    /// held on other sets (a file, a pointer) is removed first, and the old
+    /// name's pointer last.
+    async fn rename(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let Fop::Rename {
+            parent,
+            ref name,
+            newparent,
+            ref newname,
+            flags,
+        } = fop
+        else {
+            unreachable!("rename is called with a rename");
+        };
+        let src = self.find(cx, parent, name).await?;
+        if src.entry.attr.kind == FileKind::Dir {
+            let dl = self.layout_of(newparent).await?;
+            return self
+                .dir_op(cx, fop.clone(), self.hashed(&dl, newname))
+                .await;
+        }
+        if (parent, name) == (newparent, newname) {
+            return self.children[src.at].call(cx, fop.clone()).await;
+        }
+        let dst = match self.find(cx, newparent, newname).await {
+            Ok(d) => Some(d),
+            Err(e) if e.is(libc::ENOENT) => None,
+            Err(e) => return Err(e),
+        };
+        let h = self.hashed(&*self.layout_of(newparent).await?, newname);
+        if let Some(d) = &dst {
+            if flags & libc::RENAME_NOREPLACE != 0 {
+                return Err(FsError::errno(libc::EEXIST));
+            }
+            if d.entry.attr.gfid == src.entry.attr.gfid {
+                // Two names of one file: rename(2) does nothing.
+                return Ok(Reply::Ok);
+            }
+            if d.entry.attr.kind == FileKind::Dir {
+                return Err(FsError::errno(libc::EISDIR));
+            }
+            if d.at != src.at {
+                self.unlink_on(cx, d.at, newparent, newname).await?;
+            }
+            if let Some(p) = d.pointer {
+                self.unlink_on(cx, p, newparent, newname).await?;
+            }
+        }
+        if h != src.at {
+            self.point(cx, h, (newparent, newname), src.entry.attr.gfid, src.at)
+                .await?;
+        }
+        let rep = self.children[src.at].call(cx, fop.clone()).await?;
+        if let Some(p) = src
+            .pointer
+            .filter(|&p| (p, parent, name) != (h, newparent, newname))
+        {
+            if let Err(e) = self.unlink_on(cx, p, parent, name).await {
+                tracing::warn!(xlator = %self.name, %parent, name = ?name, "pointer left behind: {e}");
+            }
+        }
+        Ok(rep)
+    }
+
+    /// A hard link: made on the set holding the file, with a pointer on
+    /// the set the new name hashes to when that is another one.
+    async fn link(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let Fop::Link {
+            gfid,
+            newparent,
+            ref newname,
+        } = fop
+        else {
+            unreachable!("link is called with a link");
+        };
+        let Some(at) = self.locate(cx, gfid).await? else {
+            return Err(FsError::errno(libc::EPERM));
+        };
+        let h = self.hashed(&*self.layout_of(newparent).await?, newname);
+        if h != at {
+            self.point(cx, h, (newparent, newname), gfid, at).await?;
+        }
+        match self.children[at].call(cx, fop.clone()).await {
+            Ok(rep) => Ok(rep),
+            Err(e) => {
+                if h != at {
+                    let _ = self.unlink_on(cx, h, newparent, newname).await;
+                }
+                Err(e)
+            }
         }
     }
 
@@ -169,12 +543,8 @@ impl Distribute {
         };
         let mut fhs = vec![None; self.children.len()];
         let mut err = None;
-        for i in targets {
-            match self.children[i]
-                .call(cx, fop.clone())
-                .await
-                .and_then(Reply::into_fh)
-            {
+        for (i, r) in self.on(cx, targets, &fop).await {
+            match r.and_then(Reply::into_fh) {
                 Ok(fh) => fhs[i] = Some(fh),
                 Err(e) => err = Some(e),
             }
@@ -220,6 +590,10 @@ impl Distribute {
         out
     }
 
+    /// Lists the sets in id order from the one `offset` names (or the
+    /// next one, if that set is gone), directories from the first set only,
+    /// pointers from none. Entries come with attributes from every set (how
+    /// pointers are told from files), whether asked for or not.
     async fn readdir(
         &self,
         cx: &Ctx,
@@ -229,36 +603,38 @@ impl Distribute {
         plus: bool,
     ) -> FsResult<Reply> {
         let fhs = self.fds.get(fh)?;
-        let mut child = (offset >> CHILD_SHIFT) as usize;
+        let set = (offset >> SET_SHIFT) as u32;
         let mut off = offset & OFFSET_MASK;
-        while child < fhs.len() {
+        let mut pos = self.order.partition_point(|&i| self.ids[i] < set);
+        if pos < self.order.len() && self.ids[self.order[pos]] != set {
+            off = 0;
+        }
+        while pos < self.order.len() {
+            let child = self.order[pos];
             if let Some(cfh) = fhs[child] {
-                let rep = self.children[child]
-                    .call(
-                        cx,
-                        Fop::Readdir {
-                            gfid,
-                            fh: cfh,
-                            offset: off,
-                            plus,
-                        },
-                    )
-                    .await?;
-                let Reply::Entries(mut ents) = rep else {
+                let fop = Fop::Readdir {
+                    gfid,
+                    fh: cfh,
+                    offset: off,
+                    plus: plus || self.children.len() > 1,
+                };
+                let Reply::Entries(mut ents) = self.children[child].call(cx, fop).await? else {
                     return Err(FsError::errno(libc::EIO));
                 };
                 // The child's listing goes on after this batch even when
-                // nothing of it is handed up (only directories, which are
-                // listed from child 0 only).
+                // nothing of it is handed up (directories listed from the
+                // first set only, pointers).
                 let had_any = !ents.is_empty();
                 if let Some(last) = ents.last() {
                     off = last.next;
                 }
-                if child > 0 {
-                    ents.retain(|e| e.kind != FileKind::Dir);
-                }
+                ents.retain(|e| {
+                    !(pos > 0 && e.kind == FileKind::Dir
+                        || e.attr.as_ref().is_some_and(|a| a.linkto.is_some()))
+                });
+                let tag = (self.ids[child] as u64) << SET_SHIFT;
                 for e in &mut ents {
-                    e.next |= (child as u64) << CHILD_SHIFT;
+                    e.next |= tag;
                     if let Some(a) = &e.attr {
                         self.learn(a, child);
                     }
@@ -270,7 +646,7 @@ impl Distribute {
                     continue;
                 }
             }
-            child += 1;
+            pos += 1;
             off = 0;
         }
         Ok(Reply::Entries(Vec::new()))
@@ -285,6 +661,7 @@ impl Xlator for Distribute {
 
     fn forget(&self, gfid: Gfid) {
         self.placed.lock().unwrap().remove(&gfid);
+        self.layouts.lock().unwrap().remove(&gfid);
     }
 
     fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
@@ -302,111 +679,39 @@ impl Xlator for Distribute {
         if self.children.len() == 1 {
             return self.children[0].call(cx, fop).await;
         }
-        let n = self.children.len();
         match fop {
-            Fop::Lookup { ref name, .. } => {
+            Fop::Lookup { parent, ref name } => {
                 let name = name.clone();
-                self.lookup(cx, fop, &name).await
-            }
-            Fop::Mkdir { ref name, .. } => {
-                let h = hashed_child(name, n);
-                self.dir_op(cx, fop, h).await
-            }
-            Fop::Rmdir { ref name, .. } => {
-                let h = hashed_child(name, n);
-                self.dir_op(cx, fop, h).await
-            }
-            Fop::Create { ref name, .. }
-            | Fop::Mknod { ref name, .. }
-            | Fop::Symlink { ref name, .. } => {
-                let h = hashed_child(name, n);
-                let is_create = matches!(fop, Fop::Create { .. });
-                let rep = self.children[h].call(cx, fop).await?;
-                match rep {
-                    Reply::Created { entry, fh } if is_create => {
-                        self.learn(&entry.attr, h);
-                        let mut fhs = vec![None; n];
-                        fhs[h] = Some(fh);
-                        Ok(Reply::Created {
-                            entry,
-                            fh: self.fds.insert(Arc::new(fhs)),
-                        })
-                    }
-                    Reply::Entry(e) => {
-                        self.learn(&e.attr, h);
-                        Ok(Reply::Entry(e))
-                    }
-                    other => Err(crate::core::fop::unexpected(other)),
-                }
-            }
-            Fop::Unlink { parent, ref name } => {
-                let e = self
-                    .lookup(
-                        cx,
-                        Fop::Lookup {
-                            parent,
-                            name: name.clone(),
-                        },
-                        name,
-                    )
-                    .await?
-                    .into_entry()?;
-                let i = self.locate(cx, e.attr.gfid).await?.unwrap_or(0);
-                self.children[i].call(cx, fop).await
-            }
-            Fop::Rename {
-                parent,
-                ref name,
-                newparent,
-                ref newname,
-                ..
-            } => {
-                let src = self
-                    .lookup(
-                        cx,
-                        Fop::Lookup {
-                            parent,
-                            name: name.clone(),
-                        },
-                        name,
-                    )
-                    .await?
-                    .into_entry()?;
-                if src.attr.kind == FileKind::Dir {
-                    return self.dir_op(cx, fop, 0).await;
-                }
-                let i = self.locate(cx, src.attr.gfid).await?.unwrap_or(0);
-                // A target name held by another child is removed there, so
-                // that the new name is not shadowed.
-                if let Ok(Reply::Entry(dst)) = self
-                    .lookup(
-                        cx,
-                        Fop::Lookup {
-                            parent: newparent,
-                            name: newname.clone(),
-                        },
-                        newname,
-                    )
+                self.find(cx, parent, &name)
                     .await
-                {
-                    if let Some(j) = self.locate(cx, dst.attr.gfid).await?.filter(|&j| j != i) {
-                        self.children[j]
-                            .call(
-                                cx,
-                                Fop::Unlink {
-                                    parent: newparent,
-                                    name: newname.clone(),
-                                },
-                            )
-                            .await?;
-                    }
-                }
-                self.children[i].call(cx, fop).await
+                    .map(|f| Reply::Entry(f.entry))
             }
-            Fop::Link { gfid, .. } => {
-                let i = self.locate(cx, gfid).await?.unwrap_or(0);
-                self.children[i].call(cx, fop).await
+            Fop::Mkdir {
+                parent, ref name, ..
+            } => {
+                let name = name.clone();
+                self.mkdir(cx, fop, parent, &name).await
             }
+            Fop::Rmdir { parent, ref name } => {
+                let dl = self.layout_of(parent).await?;
+                let h = self.hashed(&dl, name);
+                self.dir_op(cx, fop, h).await
+            }
+            Fop::Create {
+                parent, ref name, ..
+            }
+            | Fop::Mknod {
+                parent, ref name, ..
+            }
+            | Fop::Symlink {
+                parent, ref name, ..
+            } => {
+                let name = name.clone();
+                self.create_like(cx, fop, parent, &name).await
+            }
+            Fop::Unlink { parent, ref name } => self.unlink(cx, parent, name).await,
+            Fop::Rename { .. } => self.rename(cx, fop).await,
+            Fop::Link { .. } => self.link(cx, fop).await,
             Fop::Open { .. } | Fop::Opendir { .. } => self.open(cx, fop).await,
             Fop::Read { .. }
             | Fop::Write { .. }
@@ -449,35 +754,19 @@ impl Xlator for Distribute {
             | Fop::Getxattr { .. }
             | Fop::Listxattr { .. }
             | Fop::Removexattr { .. } => self.on_object(cx, fop).await,
-            Fop::Resolve { .. } => {
-                super::first_ok(self.on_all(cx, &fop).await.into_iter().map(|(_, r)| r))
-            }
+            Fop::Resolve { .. } => super::first_ok(
+                self.on_all(cx, &fop)
+                    .await
+                    .into_iter()
+                    .map(|(_, r)| r)
+                    .filter(|r| pointer_of(r).is_none()),
+            ),
             Fop::Lock { .. }
             | Fop::Unlock { .. }
             | Fop::Clear { .. }
             | Fop::Pending { .. }
             | Fop::Blamed { .. }
             | Fop::Checksum { .. } => Err(super::bookkeeping_refused()),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_spread_over_children() {
-        let n = 4;
-        let mut counts = vec![0; n];
-        for i in 0..4000 {
-            let name = Name::new(format!("file_{i}").into_bytes()).unwrap();
-            let c = hashed_child(&name, n);
-            assert_eq!(c, hashed_child(&name, n), "placement is stable");
-            counts[c] += 1;
-        }
-        for c in counts {
-            assert!((800..1200).contains(&c), "uneven spread: {c}");
         }
     }
 }

@@ -49,7 +49,12 @@ pub enum LayoutError {
     Overlap(u32),
     #[error("no set has a weight")]
     NoWeight,
+    #[error("malformed layout ({0} bytes)")]
+    Malformed(usize),
 }
+
+/// The version byte of the stored form.
+const STORED_VERSION: u8 = 1;
 
 /// A whole layout: ranges sorted by start, covering the space once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,6 +156,52 @@ impl Layout {
 
     pub fn ranges(&self) -> &[Range] {
         &self.ranges
+    }
+
+    /// This layout with each set named by `ids[set]` instead (positions
+    /// among the sets to the sets' stable ids).
+    pub fn with_ids(&self, ids: &[u32]) -> Layout {
+        Layout::normalised(
+            self.ranges
+                .iter()
+                .map(|r| Range {
+                    set: ids[r.set as usize],
+                    ..*r
+                })
+                .collect(),
+        )
+    }
+
+    /// The stored form (`trusted.mortar.layout`): a version byte, the
+    /// generation, then start, end and set of each range, little-endian.
+    pub fn encode(&self, generation: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(9 + 12 * self.ranges.len());
+        out.push(STORED_VERSION);
+        out.extend_from_slice(&generation.to_le_bytes());
+        for r in &self.ranges {
+            for v in [r.start, r.end, r.set] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// The generation and layout `encode` stored, checked to cover the
+    /// space once.
+    pub fn decode(b: &[u8]) -> Result<(u64, Layout), LayoutError> {
+        let bad = || LayoutError::Malformed(b.len());
+        let (&version, rest) = b.split_first().ok_or_else(bad)?;
+        if version != STORED_VERSION || rest.len() < 8 || (rest.len() - 8) % 12 != 0 {
+            return Err(bad());
+        }
+        let generation = u64::from_le_bytes(rest[..8].try_into().unwrap());
+        let word = |c: &[u8]| u32::from_le_bytes(c.try_into().unwrap());
+        let ranges = rest[8..].chunks_exact(12).map(|c| Range {
+            start: word(&c[..4]),
+            end: word(&c[4..8]),
+            set: word(&c[8..]),
+        });
+        Ok((generation, Layout::assemble(ranges)?))
     }
 
     /// The set owning `hash`.
@@ -396,5 +447,30 @@ mod tests {
             per[l.owner(name_hash(&Name::new(format!("file-{i}")).unwrap())) as usize] += 1;
         }
         assert!(per.iter().all(|&c| (9_000..11_000).contains(&c)), "{per:?}");
+    }
+
+    #[test]
+    fn the_stored_form_reads_back_and_refuses_what_is_not_a_layout() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for _ in 0..500 {
+            let n = rng.usize(1..30);
+            let ids: Vec<u32> = (0..n as u32).map(|i| i * 7 + 100).collect();
+            let l = Layout::fresh(&weights(&mut rng, n), rng.u32(..))
+                .unwrap()
+                .with_ids(&ids);
+            assert!(l.ranges().iter().all(|r| ids.contains(&r.set)));
+            let generation = rng.u64(..);
+            let b = l.encode(generation);
+            assert_eq!(Layout::decode(&b), Ok((generation, l.clone())));
+            // Cut short, or one range dropped: refused.
+            assert!(Layout::decode(&b[..b.len() - 1]).is_err());
+            if l.ranges().len() > 1 {
+                assert!(Layout::decode(&b[..b.len() - 12]).is_err());
+            }
+        }
+        assert_eq!(Layout::decode(&[]), Err(LayoutError::Malformed(0)));
+        let mut other = Layout::fresh(&[1], 0).unwrap().encode(1);
+        other[0] = 9;
+        assert_eq!(Layout::decode(&other), Err(LayoutError::Malformed(21)));
     }
 }

@@ -109,6 +109,26 @@ pub struct Attr {
     /// `trusted.mortar.blame` xattr; see docs/replication.md). Zero when
     /// nothing is pending.
     pub blame: u32,
+    /// For a distribute pointer (docs/distribute.md): the stable id of the
+    /// replica set holding the file this name stands for. A brick reports
+    /// it for a regular file of mode `POINTER_PERM` carrying
+    /// `LINKTO_XATTR`; None for every other object.
+    pub linkto: Option<u32>,
+}
+
+/// Where the distribute translator keeps a directory's layout, on every
+/// copy of the directory (docs/distribute.md). Bricks let clients (root)
+/// read and write it; the mount never shows it.
+pub const LAYOUT_XATTR: &str = "trusted.mortar.layout";
+/// The set a pointer names, as 4 little-endian bytes.
+pub const LINKTO_XATTR: &str = "trusted.mortar.linkto";
+/// The permission bits of a pointer: `---------T`.
+pub const POINTER_PERM: u32 = 0o1000;
+
+/// Internal xattrs that clients may use through a brick (distribute's
+/// bookkeeping); heal copies them like any xattr.
+pub fn is_distribute_xattr(name: &str) -> bool {
+    name == LAYOUT_XATTR || name == LINKTO_XATTR
 }
 
 /// A name that was looked up or created, with what it refers to.
@@ -187,6 +207,9 @@ pub enum Fop {
         mode: u32,
         umask: u32,
         rdev: u64,
+        /// Makes the new file a distribute pointer to this set
+        /// (`LINKTO_XATTR`, set with the gfid).
+        linkto: Option<u32>,
     },
     Create {
         parent: Gfid,

@@ -123,5 +123,6 @@ pub(super) fn placeholder_attr() -> Attr {
         mtime: (0, 0),
         ctime: (0, 0),
         blame: 0,
+        linkto: None,
     }
 }

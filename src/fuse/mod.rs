@@ -12,7 +12,7 @@ pub mod inodes;
 pub mod kmount;
 mod ops;
 
-use crate::core::fop::TimeSet;
+use crate::core::fop::{is_distribute_xattr, TimeSet};
 use crate::core::{Attr, Ctx, FileKind, Fop, FsError, Gfid, Name, Reply, SetAttr, Xlator};
 use crate::graph::active::Active;
 use convert::*;
@@ -212,6 +212,7 @@ impl Filesystem for MortarFs {
                 mode,
                 umask,
                 rdev: rdev as u64,
+                linkto: None,
             })
         });
         self.entry_op(req, fop, reply)
@@ -303,6 +304,7 @@ impl Filesystem for MortarFs {
             mode: libc::S_IFCHR,
             umask: 0,
             rdev: 0,
+            linkto: None,
         });
         let fop = Fop::Rename {
             parent,
@@ -656,6 +658,9 @@ impl Filesystem for MortarFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if is_distribute_xattr(&n.to_string_lossy()) {
+            return reply.error(Errno::EPERM);
+        }
         let fop = self.gfid(ino).map(|gfid| Fop::Setxattr {
             gfid,
             name: n.to_string_lossy().into_owned(),
@@ -676,6 +681,7 @@ impl Filesystem for MortarFs {
         let local = match n.as_bytes() {
             b if b == REQUESTS_XATTR.as_bytes() => Some(self.graph.requests().to_string()),
             b if b == GRAPH_XATTR.as_bytes() => Some(self.graph.describe()),
+            _ if is_distribute_xattr(&n.to_string_lossy()) => return reply.error(Errno::ENODATA),
             _ => None,
         };
         if let Some(v) = local {
@@ -705,6 +711,9 @@ impl Filesystem for MortarFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        if is_distribute_xattr(&n.to_string_lossy()) {
+            return reply.error(Errno::EPERM);
+        }
         let fop = self.gfid(ino).map(|gfid| Fop::Removexattr {
             gfid,
             name: n.to_string_lossy().into_owned(),

@@ -223,9 +223,23 @@ impl MortarFs {
             Err(e) => return reply.error(e),
         };
         let cx = ctx(req);
+        let list = matches!(fop, Fop::Listxattr { .. });
         self.spawn(move |g, _| async move {
             match g.call(&cx, fop).await {
-                Ok(Reply::Xattr(v)) => {
+                Ok(Reply::Xattr(mut v)) => {
+                    if list {
+                        // Distribute's bookkeeping is the bricks' to see.
+                        v = serde_bytes::ByteBuf::from(
+                            v.split_inclusive(|&c| c == 0)
+                                .filter(|n| {
+                                    !std::str::from_utf8(n.strip_suffix(&[0]).unwrap_or(n))
+                                        .is_ok_and(is_distribute_xattr)
+                                })
+                                .flatten()
+                                .copied()
+                                .collect::<Vec<u8>>(),
+                        );
+                    }
                     if size == 0 {
                         reply.size(v.len() as u32)
                     } else if v.len() > size as usize {

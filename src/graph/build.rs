@@ -102,7 +102,37 @@ pub(super) fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<
     if children.is_empty() {
         anyhow::bail!("{}: distribute needs children", cx.desc.name);
     }
-    Ok(Arc::new(Distribute::new(cx.desc.name.clone(), children)))
+    // Stable set ids and the layout generation, as volgen writes them;
+    // a description without them (tests) numbers the sets in order.
+    let mut ids = Vec::new();
+    for (i, d) in cx.desc.children.iter().enumerate() {
+        ids.push(match d.param("set-id") {
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|&v| v < 1 << 16)
+                .ok_or_else(|| anyhow::anyhow!("{}: bad set-id {v:?}", d.name))?,
+            None => i as u32,
+        });
+    }
+    let mut seen = ids.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != ids.len() {
+        anyhow::bail!("{}: two sets share an id", cx.desc.name);
+    }
+    let commit = match cx.desc.param("layout-commit") {
+        Some(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{}: bad layout-commit {v:?}", cx.desc.name))?,
+        None => 1,
+    };
+    Ok(Arc::new(Distribute::with_sets(
+        cx.desc.name.clone(),
+        children,
+        ids,
+        commit,
+    )))
 }
 
 pub(super) fn read_only(

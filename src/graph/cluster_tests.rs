@@ -108,40 +108,6 @@ async fn distribute_spreads_names_and_lists_each_once() {
     assert_eq!(got, want);
 }
 
-#[tokio::test]
-async fn distribute_finds_a_renamed_file_off_its_hashed_brick() {
-    let r = rig(4, 1);
-    let f = r.create(Gfid::ROOT, "a", b"payload").await.unwrap();
-    // Some name that hashes elsewhere.
-    let other = (0..100)
-        .map(|i| format!("b{i}"))
-        .find(|b| {
-            crate::cluster::distribute::hashed_child(&n(b), 4)
-                != crate::cluster::distribute::hashed_child(&n("a"), 4)
-        })
-        .unwrap();
-    r.call(Fop::Rename {
-        parent: Gfid::ROOT,
-        name: n("a"),
-        newparent: Gfid::ROOT,
-        newname: n(&other),
-        flags: 0,
-    })
-    .await
-    .unwrap();
-    let e = r
-        .call(Fop::Lookup {
-            parent: Gfid::ROOT,
-            name: n(&other),
-        })
-        .await
-        .unwrap()
-        .into_entry()
-        .unwrap();
-    assert_eq!(e.attr.gfid, f);
-    assert_eq!(r.read(f).await.unwrap(), b"payload");
-}
-
 /// The reference model: names in the root and their contents.
 type Model = BTreeMap<String, (Gfid, Vec<u8>)>;
 
@@ -369,4 +335,244 @@ async fn a_forgotten_object_is_found_again_by_asking_every_set() {
         after - known > 1,
         "a forgotten one is looked for everywhere"
     );
+}
+
+/// Requests the bricks saw for one new file: a lookup that misses, then
+/// the create.
+async fn calls_per_new_file(r: &Rig, dir: Gfid, files: usize) -> f64 {
+    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    for i in 0..files {
+        let name = format!("new{i}");
+        let miss = r
+            .call(Fop::Lookup {
+                parent: dir,
+                name: n(&name),
+            })
+            .await;
+        assert_eq!(errno(miss), libc::ENOENT);
+        r.create(dir, &name, b"").await.unwrap();
+    }
+    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    (after - before) as f64 / files as f64
+}
+
+#[tokio::test]
+async fn a_new_file_costs_the_same_at_one_set_and_at_sixteen() {
+    let one = rig(1, 1);
+    let flat = calls_per_new_file(&one, Gfid::ROOT, 100).await;
+    let many = rig(16, 1);
+    let d = Gfid::random();
+    many.call(Fop::Mkdir {
+        parent: Gfid::ROOT,
+        name: n("d"),
+        gfid: d,
+        mode: 0o755,
+        umask: 0,
+    })
+    .await
+    .unwrap();
+    for dir in [Gfid::ROOT, d] {
+        let per = calls_per_new_file(&many, dir, 100).await;
+        // The root's layout is read (and, on a new volume, stored) once.
+        assert!(
+            per <= flat * 1.25,
+            "{per} requests per file at 16 sets, {flat} at 1"
+        );
+    }
+    // Every set got some of the files, each file is on one set only.
+    let mut seen = BTreeMap::new();
+    for (i, b) in many.bricks.iter().enumerate() {
+        let files: Vec<String> = b.tree().into_keys().filter(|k| k.contains("new")).collect();
+        assert!(!files.is_empty(), "set {i} got no file");
+        for f in files {
+            assert!(seen.insert(f.clone(), i).is_none(), "{f} on two sets");
+        }
+    }
+    assert_eq!(seen.len(), 200);
+}
+
+/// The set a path's object lives on (not a pointer), and where its
+/// pointers are.
+fn places(r: &Rig, path: &str) -> (Vec<usize>, Vec<usize>) {
+    let (mut at, mut ptr) = (Vec::new(), Vec::new());
+    for (i, b) in r.bricks.iter().enumerate() {
+        if b.pointers().contains_key(path) {
+            ptr.push(i);
+        } else if b.tree().contains_key(path) {
+            at.push(i);
+        }
+    }
+    (at, ptr)
+}
+
+#[tokio::test]
+async fn renamed_and_linked_files_are_found_under_every_name_and_listed_once() {
+    let r = rig(4, 1);
+    let f = r.create(Gfid::ROOT, "a", b"payload").await.unwrap();
+    let (home, _) = places(&r, "/a");
+    // Renamed through names that hash to every set in turn.
+    let mut name = "a".to_string();
+    for i in 0..12 {
+        let next = format!("b{i}");
+        r.call(Fop::Rename {
+            parent: Gfid::ROOT,
+            name: n(&name),
+            newparent: Gfid::ROOT,
+            newname: n(&next),
+            flags: 0,
+        })
+        .await
+        .unwrap();
+        name = next;
+        let e = r
+            .call(Fop::Lookup {
+                parent: Gfid::ROOT,
+                name: n(&name),
+            })
+            .await
+            .unwrap()
+            .into_entry()
+            .unwrap();
+        assert_eq!(e.attr.gfid, f);
+        let (at, ptr) = places(&r, &format!("/{name}"));
+        assert_eq!(at, home, "the data stays where it was made");
+        assert!(ptr.len() <= 1 && !ptr.contains(&home[0]));
+        assert_eq!(r.list(Gfid::ROOT).await.unwrap(), vec![name.clone()]);
+        // The old name is gone everywhere, pointer included.
+        assert!(r.bricks.iter().all(|b| !b.tree().contains_key("/a")));
+    }
+    assert_eq!(r.read(f).await.unwrap(), b"payload");
+    // Hard links under names that hash elsewhere.
+    for i in 0..6 {
+        r.call(Fop::Link {
+            gfid: f,
+            newparent: Gfid::ROOT,
+            newname: n(&format!("l{i}")),
+        })
+        .await
+        .unwrap();
+    }
+    let mut listed = r.list(Gfid::ROOT).await.unwrap();
+    listed.sort();
+    assert_eq!(listed.len(), 7, "{listed:?}");
+    // A rename onto one of its own links does nothing.
+    r.call(Fop::Rename {
+        parent: Gfid::ROOT,
+        name: n("l0"),
+        newparent: Gfid::ROOT,
+        newname: n("l1"),
+        flags: 0,
+    })
+    .await
+    .unwrap();
+    assert_eq!(r.list(Gfid::ROOT).await.unwrap().len(), 7);
+    // A file renamed over another that lives on another set replaces it.
+    let g = r.create(Gfid::ROOT, "other", b"x").await.unwrap();
+    assert_ne!(g, f);
+    r.call(Fop::Rename {
+        parent: Gfid::ROOT,
+        name: n("other"),
+        newparent: Gfid::ROOT,
+        newname: n(&name),
+        flags: 0,
+    })
+    .await
+    .unwrap();
+    let e = r
+        .call(Fop::Lookup {
+            parent: Gfid::ROOT,
+            name: n(&name),
+        })
+        .await
+        .unwrap()
+        .into_entry()
+        .unwrap();
+    assert_eq!(e.attr.gfid, g);
+    assert_eq!(r.list(Gfid::ROOT).await.unwrap().len(), 7);
+    // Every name removed: nothing is left behind, no pointer either.
+    for e in r.list(Gfid::ROOT).await.unwrap() {
+        r.call(Fop::Unlink {
+            parent: Gfid::ROOT,
+            name: n(&e),
+        })
+        .await
+        .unwrap();
+    }
+    for b in &r.bricks {
+        assert!(b.tree().is_empty(), "{:?}", b.tree());
+    }
+}
+
+#[tokio::test]
+async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
+    // A volume whose set list changed (layout-commit 2): the root has no
+    // layout, so a file placed off its hashed set by an older layout is
+    // still found; in a new directory (committed) a miss asks one set.
+    let bricks: Vec<_> = (0..4)
+        .map(|i| crate::storage::memory::MemBrick::new(&format!("b{i}")))
+        .collect();
+    let mut desc = crate::graph::testkit::desc_over(4, 1);
+    desc.top = desc.top.with("layout-commit", "2");
+    let g = crate::graph::Graph::build(&desc, &crate::graph::testkit::env_over(&bricks)).unwrap();
+    // Files put on set 2 by a client of a one-set volume, which is what
+    // this volume was before.
+    let before_growth = Rig {
+        graph: crate::graph::testkit::graph_over(&bricks[2..3], 1, 1),
+        bricks: bricks[2..3].to_vec(),
+    };
+    let mut old = Vec::new();
+    for i in 0..8 {
+        old.push(
+            before_growth
+                .create(Gfid::ROOT, &format!("old{i}"), b"x")
+                .await
+                .unwrap(),
+        );
+    }
+    let r = Rig { graph: g, bricks };
+    for (i, f) in old.iter().enumerate() {
+        let e = r
+            .call(Fop::Lookup {
+                parent: Gfid::ROOT,
+                name: n(&format!("old{i}")),
+            })
+            .await
+            .unwrap()
+            .into_entry()
+            .unwrap();
+        assert_eq!(e.attr.gfid, *f);
+    }
+    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    assert_eq!(
+        errno(
+            r.call(Fop::Lookup {
+                parent: Gfid::ROOT,
+                name: n("missing"),
+            })
+            .await
+        ),
+        libc::ENOENT
+    );
+    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    assert_eq!(after - before, 4, "in flux: every set asked");
+    let d = Gfid::random();
+    r.call(Fop::Mkdir {
+        parent: Gfid::ROOT,
+        name: n("new"),
+        gfid: d,
+        mode: 0o755,
+        umask: 0,
+    })
+    .await
+    .unwrap();
+    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let miss = r
+        .call(Fop::Lookup {
+            parent: d,
+            name: n("missing"),
+        })
+        .await;
+    assert_eq!(errno(miss), libc::ENOENT);
+    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    assert_eq!(after - before, 1, "a new directory is committed");
 }

@@ -689,6 +689,7 @@ impl Set {
                     },
                 umask: 0,
                 rdev: a.rdev,
+                linkto: None,
             },
         };
         if let Reply::Created { fh, .. } = call(k, &cx, fop).await? {

@@ -96,6 +96,33 @@ pub struct Volume {
     /// The last task of each kind run on the volume.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<Task>,
+    /// Each replica set's stable id, in brick order (empty: 0, 1, 2, ...):
+    /// what directory layouts and pointers name a set by, so that they
+    /// stay true when sets are added or removed (docs/distribute.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set_ids: Vec<u32>,
+    /// The layout generation every directory is placed by: a directory
+    /// whose stored layout carries it holds each of its files on the set
+    /// the layout names (or a pointer there). 1 until the set list first
+    /// changes; raised by every change of it and by a finished rebalance.
+    #[serde(default = "first_commit")]
+    pub layout_commit: u64,
+}
+
+fn first_commit() -> u64 {
+    1
+}
+
+impl Volume {
+    /// The stable id of each replica set, in order.
+    pub fn set_ids(&self) -> Vec<u32> {
+        if self.set_ids.is_empty() {
+            let sets = self.bricks.len() / self.replica.max(1);
+            (0..sets as u32).collect()
+        } else {
+            self.set_ids.clone()
+        }
+    }
 }
 
 /// Long work on a volume (a full heal; later a rebalance), kept in the
@@ -164,6 +191,8 @@ impl Volume {
             version: 1,
             arbiter: 0,
             tasks: Vec::new(),
+            set_ids: Vec::new(),
+            layout_commit: 1,
         }
     }
 

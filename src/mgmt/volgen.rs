@@ -113,12 +113,14 @@ pub fn generate_sets(
     };
     let width = vol.replica.max(1);
     let set = one_row(Place::Set, options);
+    let set_ids = vol.set_ids();
     let below: Vec<XlDesc> = vol
         .bricks
         .chunks(width)
         .enumerate()
         .filter(|(_, bricks)| keep(bricks))
         .flat_map(|(si, bricks)| {
+            let id = set_ids.get(si).copied().unwrap_or(si as u32).to_string();
             let leaves = bricks
                 .iter()
                 .enumerate()
@@ -129,13 +131,14 @@ pub fn generate_sets(
                     format!("{}-{}-{si}", vol.name, short(set.kind)),
                     leaves.collect(),
                 );
+                let d = d.with("set-id", id);
                 vec![if vol.arbiter > 0 {
                     d.with("arbiter", "on")
                 } else {
                     d
                 }]
             } else {
-                leaves.collect()
+                leaves.map(|l| l.with("set-id", &id)).collect()
             }
         })
         .collect();
@@ -147,7 +150,8 @@ pub fn generate_sets(
         whole.kind,
         format!("{}-{}", vol.name, short(whole.kind)),
         below,
-    );
+    )
+    .with("layout-commit", vol.layout_commit.to_string());
     for r in rows_at(Place::Above, options) {
         top = XlDesc::new(r.kind, format!("{}-{}", vol.name, short(r.kind)), vec![top]);
     }
@@ -178,6 +182,8 @@ mod tests {
             options: Default::default(),
             version: 7,
             tasks: Vec::new(),
+            set_ids: Vec::new(),
+            layout_commit: 1,
         }
     }
 

@@ -68,6 +68,10 @@ impl Obj {
             mtime: (self.changes, 0),
             ctime: (self.changes, 0),
             blame: self.blame,
+            linkto: (self.kind == FileKind::File && self.perm == crate::core::fop::POINTER_PERM)
+                .then(|| self.xattrs.get(crate::core::fop::LINKTO_XATTR))
+                .flatten()
+                .and_then(|v| Some(u32::from_le_bytes(v.as_slice().try_into().ok()?))),
         }
     }
 }
@@ -184,6 +188,16 @@ impl MemBrick {
         let mut out = BTreeMap::new();
         walk(&st, Gfid::ROOT, "", &mut out);
         out
+    }
+
+    /// Every distribute pointer under the root: its path and the set it
+    /// names.
+    pub fn pointers(&self) -> BTreeMap<String, u32> {
+        let tree = self.tree();
+        let st = self.state.lock().unwrap();
+        tree.into_iter()
+            .filter_map(|(p, g)| Some((p, st.objs.get(&g)?.attr(g).linkto?)))
+            .collect()
     }
 
     /// The replica positions this copy of `gfid` blames.
@@ -389,9 +403,16 @@ impl MemBrick {
                 gfid,
                 mode,
                 umask,
+                linkto,
                 ..
             } => {
-                let o = Obj::new(FileKind::from_mode(mode), mode & !umask & 0o7777, parent);
+                let mut o = Obj::new(FileKind::from_mode(mode), mode & !umask & 0o7777, parent);
+                if let Some(set) = linkto {
+                    o.xattrs.insert(
+                        crate::core::fop::LINKTO_XATTR.into(),
+                        set.to_le_bytes().to_vec(),
+                    );
+                }
                 entry(Self::new_obj(st, parent, &name, gfid, o)?)
             }
             Fop::Mkdir {
@@ -582,9 +603,16 @@ impl MemBrick {
                 namelen: 255,
             })),
             Fop::Setxattr {
-                gfid, name, value, ..
+                gfid,
+                name,
+                value,
+                flags,
             } => {
-                Self::obj(st, gfid)?.xattrs.insert(name, value.into_vec());
+                let xattrs = &mut Self::obj(st, gfid)?.xattrs;
+                if flags & libc::XATTR_CREATE != 0 && xattrs.contains_key(&name) {
+                    return Err(err(libc::EEXIST));
+                }
+                xattrs.insert(name, value.into_vec());
                 Ok(Reply::Ok)
             }
             Fop::Getxattr { gfid, name } => Self::obj(st, gfid)?

@@ -408,6 +408,8 @@ impl Daemon {
             version: 1,
             arbiter,
             tasks: Vec::new(),
+            set_ids: Vec::new(),
+            layout_commit: 1,
         };
         self.execute(Command::AddVolume(vol)).await?;
         Ok("please start the volume to access data".into())

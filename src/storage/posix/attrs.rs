@@ -1,10 +1,25 @@
 //! Attributes: modes, owners, sizes and times; xattr name rules; statfs.
 
 use super::*;
+use crate::core::fop::{is_distribute_xattr, LINKTO_XATTR, POINTER_PERM};
 
 /// Replica positions a copy knows to have missed changes it has
 /// (docs/replication.md); reported with the attributes, kept by the index.
 pub const BLAME_XATTR: &str = "trusted.mortar.blame";
+
+/// The set a distribute pointer names: None unless `attr` is a regular
+/// file of the pointer mode carrying the linkto xattr (an ordinary file of
+/// mode `---------T` costs one getxattr per stat, nothing else does).
+pub(super) fn read_linkto(fd: impl AsFd, attr: &Attr) -> FsResult<Option<u32>> {
+    if attr.kind != FileKind::File || attr.perm != POINTER_PERM {
+        return Ok(None);
+    }
+    match get_xattr(fd, LINKTO_XATTR) {
+        Ok(v) => Ok(v.try_into().ok().map(u32::from_le_bytes)),
+        Err(e) if e.is(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
 
 /// The blame recorded on a copy (0 when none).
 pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
@@ -78,7 +93,7 @@ impl Posix {
     }
 
     pub(in crate::storage) fn check_xattr_name(cx: &Ctx, name: &str) -> FsResult<()> {
-        if name.starts_with(INTERNAL_XATTR_PREFIX) {
+        if name.starts_with(INTERNAL_XATTR_PREFIX) && !is_distribute_xattr(name) {
             return Err(FsError::new(libc::EPERM, "reserved xattr name"));
         }
         if name.starts_with("trusted.") && cx.uid != 0 {

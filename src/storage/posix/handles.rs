@@ -72,9 +72,27 @@ impl Posix {
         dir: impl AsFd,
         name: &Name,
     ) -> FsResult<()> {
+        match self.make_new_file_handle(gfid, dir, name) {
+            Err(e) if e.is(libc::EEXIST) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// As `make_file_handle` for an object just made, whose gfid must not
+    /// name another object of the brick already: EEXIST if it does.
+    pub(in crate::storage) fn make_new_file_handle(
+        &self,
+        gfid: Gfid,
+        dir: impl AsFd,
+        name: &Name,
+    ) -> FsResult<()> {
         let (idx, file) = self.index_dir(gfid)?;
         match rfs::linkat(dir, name.as_os_str(), &idx, file.as_str(), AtFlags::empty()) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::EXIST) => Err(FsError::new(
+                libc::EEXIST,
+                format!("gfid {gfid} names another object of this brick"),
+            )),
             Err(e) => Err(e.into()),
         }
     }
@@ -269,6 +287,7 @@ impl Posix {
         let fd = self.resolve(gfid)?;
         let mut attr = attr_of(&rfs::fstat(&*fd)?, gfid);
         attr.blame = read_blame(&*fd)?;
+        attr.linkto = attrs::read_linkto(&*fd, &attr)?;
         Ok(attr)
     }
 }

@@ -143,6 +143,7 @@ fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
         mtime: (st.st_mtime, st.st_mtime_nsec as u32),
         ctime: (st.st_ctime, st.st_ctime_nsec as u32),
         blame: 0,
+        linkto: None,
     }
 }
 
@@ -299,7 +300,8 @@ impl Posix {
                 mode,
                 umask,
                 rdev,
-            } => self.mknod(cx, *parent, name, *gfid, *mode, *umask, *rdev),
+                linkto,
+            } => self.mknod(cx, *parent, name, *gfid, (*mode, *umask, *rdev), *linkto),
             Fop::Create {
                 parent,
                 name,
@@ -437,7 +439,10 @@ impl Posix {
                 buf.truncate(m);
                 let mut out = Vec::new();
                 for name in buf.split(|&c| c == 0).filter(|n| !n.is_empty()) {
-                    if !name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes()) {
+                    let internal = name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes())
+                        && !std::str::from_utf8(name)
+                            .is_ok_and(crate::core::fop::is_distribute_xattr);
+                    if !internal {
                         out.extend_from_slice(name);
                         out.push(0);
                     }

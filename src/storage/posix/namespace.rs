@@ -65,6 +65,7 @@ impl Posix {
         let st = rfs::fstat(&fd)?;
         let mut attr = attr_of(&st, gfid);
         attr.blame = read_blame(&fd)?;
+        attr.linkto = attrs::read_linkto(&fd, &attr)?;
         Ok((fd, attr))
     }
 
@@ -122,11 +123,11 @@ impl Posix {
             if is_dir {
                 self.make_dir_handle(gfid, parent, name)?;
             } else {
-                self.make_file_handle(gfid, dir, name)?;
+                self.make_new_file_handle(gfid, dir, name)?;
             }
-            Ok(Reply::Entry(Entry {
-                attr: attr_of(&rfs::fstat(&fd)?, gfid),
-            }))
+            let mut attr = attr_of(&rfs::fstat(&fd)?, gfid);
+            attr.linkto = attrs::read_linkto(&fd, &attr)?;
+            Ok(Reply::Entry(Entry { attr }))
         });
         if res.is_err() {
             Self::undo_new(dir, name, is_dir);
@@ -191,7 +192,7 @@ impl Posix {
         };
         let finish = self
             .finish_new(cx, &dir, &file, gfid, perm)
-            .and_then(|_| self.make_file_handle(gfid, &*dir, name));
+            .and_then(|_| self.make_new_file_handle(gfid, &*dir, name));
         if let Err(e) = finish {
             Self::undo_new(&dir, name, false);
             return Err(e);
@@ -210,9 +211,8 @@ impl Posix {
         parent: Gfid,
         name: &Name,
         gfid: Gfid,
-        mode: u32,
-        umask: u32,
-        rdev: u64,
+        (mode, umask, rdev): (u32, u32, u64),
+        linkto: Option<u32>,
     ) -> FsResult<Reply> {
         if hidden(parent, name) {
             return Err(FsError::errno(libc::EPERM));
@@ -227,6 +227,22 @@ impl Posix {
             Mode::from_raw_mode(perm),
             rdev,
         )?;
+        if let Some(set) = linkto {
+            // Marked before it has a gfid, so that it never answers as an
+            // ordinary file with one.
+            let marked = open_child(&*dir, name).and_then(|fd| {
+                set_xattr(
+                    &fd,
+                    crate::core::fop::LINKTO_XATTR,
+                    &set.to_le_bytes(),
+                    rfs::XattrFlags::CREATE,
+                )
+            });
+            if let Err(e) = marked {
+                Self::undo_new(&dir, name, false);
+                return Err(e);
+            }
+        }
         self.adopt_new(cx, &dir, parent, name, gfid, perm, false)
     }
 

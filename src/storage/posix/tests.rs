@@ -315,6 +315,7 @@ fn a_tampered_handle_never_leads_outside_the_brick() {
             mode: libc::S_IFREG | 0o644,
             umask: 0,
             rdev: 0,
+            linkto: None,
         };
         assert!(fresh.call(&Ctx::root(), &fds, &mk).is_err(), "{target}");
     }
@@ -484,4 +485,67 @@ fn a_prepared_brick_is_taken_back_whole_unless_it_keeps_something() {
     assert!(root.join("d").is_dir());
     assert!(root.join(".mortar/gfid").is_dir());
     assert!(rustix::fs::getxattr(&root, GFID_XATTR, &mut [0u8; 16][..]).is_ok());
+}
+
+#[test]
+fn pointers_and_layouts_are_the_clients_to_keep_and_nothing_else_internal_is() {
+    use crate::core::fop::{LAYOUT_XATTR, LINKTO_XATTR};
+    let b = brick();
+    let f = Gfid::random();
+    let mk = |name: &str, gfid, linkto| Fop::Mknod {
+        parent: Gfid::ROOT,
+        name: n(name),
+        gfid,
+        mode: libc::S_IFREG | 0o1000,
+        umask: 0o022,
+        rdev: 0,
+        linkto,
+    };
+    b.call(mk("ptr", f, Some(7))).unwrap();
+    assert_eq!(b.lookup(Gfid::ROOT, "ptr").unwrap().linkto, Some(7));
+    // An ordinary file of the same mode is no pointer.
+    b.call(mk("plain", Gfid::random(), None)).unwrap();
+    let plain = b.lookup(Gfid::ROOT, "plain").unwrap();
+    assert_eq!((plain.perm, plain.linkto), (0o1000, None));
+    // A second pointer with the same gfid is refused (the client links).
+    let again = b.call(mk("ptr2", f, Some(7)));
+    assert_eq!(again.unwrap_err().errno, libc::EEXIST);
+    assert!(b.lookup(Gfid::ROOT, "ptr2").is_err(), "nothing left behind");
+    // The layout xattr is the client's; other internal names are not.
+    let set = |name: &str| Fop::Setxattr {
+        gfid: Gfid::ROOT,
+        name: name.into(),
+        value: serde_bytes::ByteBuf::from(vec![1, 2, 3]),
+        flags: 0,
+    };
+    b.call(set(LAYOUT_XATTR)).unwrap();
+    assert_eq!(b.call(set(GFID_XATTR)).unwrap_err().errno, libc::EPERM);
+    assert_eq!(
+        b.call(set("trusted.mortar.blame")).unwrap_err().errno,
+        libc::EPERM
+    );
+    let user = b.p.call(
+        &Ctx {
+            uid: 1000,
+            ..Ctx::root()
+        },
+        &b.fds,
+        &set(LAYOUT_XATTR),
+    );
+    assert_eq!(user.unwrap_err().errno, libc::EPERM);
+    let Reply::Xattr(names) = b.call(Fop::Listxattr { gfid: Gfid::ROOT }).unwrap() else {
+        panic!("listxattr answers names");
+    };
+    let names = String::from_utf8(names.into_vec()).unwrap();
+    assert!(names.contains(LAYOUT_XATTR), "{names}");
+    assert!(!names.contains(GFID_XATTR), "{names}");
+    let Reply::Xattr(names) = b
+        .call(Fop::Listxattr {
+            gfid: b.lookup(Gfid::ROOT, "ptr").unwrap().gfid,
+        })
+        .unwrap()
+    else {
+        panic!("listxattr answers names");
+    };
+    assert!(String::from_utf8_lossy(&names).contains(LINKTO_XATTR));
 }

@@ -79,7 +79,7 @@ pub struct BenchArgs {
     pub everyday_files: usize,
     #[arg(long, default_value_t = 256)]
     pub everyday_mib: u64,
-    /// scale: largest brick count (1, 2, 4, ... up to this).
+    /// scale: largest brick count (1, 2, 4, ... and this one).
     #[arg(long, default_value_t = 8)]
     pub scale_max: usize,
     /// seed-smallfile also runs the practical work's shell loop verbatim.
@@ -280,8 +280,7 @@ impl Run<'_> {
     /// `scale`: distribute volumes of 1, 2, 4, ... bricks: aggregate MB/s,
     /// creates/s, and the requests the client sent per create.
     fn scale(&mut self, base: &Path) -> anyhow::Result<()> {
-        let mut n = 1;
-        while n <= self.args.scale_max.max(1) {
+        for n in scale_counts(self.args.scale_max) {
             self.bar
                 .set_message(format!("scale: mortar distribute {n}"));
             let t = target::mortar(
@@ -350,7 +349,6 @@ impl Run<'_> {
             t.close();
             r?;
             self.bar.inc(1);
-            n *= 2;
         }
         Ok(())
     }
@@ -362,6 +360,16 @@ impl Run<'_> {
             self.args.reps.max(1)
         }
     }
+}
+
+/// The brick counts `scale` measures: powers of two below `max`, and `max`.
+fn scale_counts(max: usize) -> Vec<usize> {
+    let max = max.max(1);
+    let mut out: Vec<usize> = std::iter::successors(Some(1usize), |n| Some(n * 2))
+        .take_while(|&n| n < max)
+        .collect();
+    out.push(max);
+    out
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
@@ -460,7 +468,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         steps += 3;
     }
     if wl.iter().any(|w| w == "scale") {
-        steps += (usize::BITS - a.scale_max.max(1).leading_zeros()) as u64;
+        steps += scale_counts(a.scale_max).len() as u64;
     }
     let bar = indicatif::ProgressBar::new(steps);
     bar.set_style(
@@ -534,4 +542,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     println!("{}", report::workload_tables(&run.results));
     println!("report: {}", report_dir.join("report.md").display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scale_measures_powers_of_two_and_the_largest_count_asked() {
+        assert_eq!(super::scale_counts(24), vec![1, 2, 4, 8, 16, 24]);
+        assert_eq!(super::scale_counts(8), vec![1, 2, 4, 8]);
+        assert_eq!(super::scale_counts(0), vec![1]);
+    }
 }

@@ -71,8 +71,9 @@ pub struct Distribute {
     commit: u64,
     /// Whether any child is up (what this translator tells its parent).
     up: std::sync::atomic::AtomicBool,
-    /// Where each known non-directory object lives.
-    placed: Mutex<HashMap<Gfid, usize>>,
+    /// Where each known object lives: the child holding a file, None for
+    /// a directory (on every child).
+    placed: Mutex<HashMap<Gfid, Option<usize>>>,
     layouts: Mutex<HashMap<Gfid, Arc<DirLayout>>>,
     /// Our handle → (child, child's handle) for files; every child's for dirs.
     fds: HandleMap<Arc<Vec<Option<u64>>>>,
@@ -123,8 +124,10 @@ impl Distribute {
     }
 
     fn learn(&self, attr: &Attr, child: usize) {
-        if attr.kind != FileKind::Dir && attr.linkto.is_none() {
-            remember(&self.placed, PLACED_MAX, attr.gfid, child);
+        if attr.kind == FileKind::Dir {
+            remember(&self.placed, PLACED_MAX, attr.gfid, None);
+        } else if attr.linkto.is_none() {
+            remember(&self.placed, PLACED_MAX, attr.gfid, Some(child));
         }
     }
 
@@ -310,13 +313,16 @@ impl Distribute {
         if gfid == Gfid::ROOT {
             return Ok(None);
         }
-        if let Some(&i) = self.placed.lock().unwrap().get(&gfid) {
-            return Ok(Some(i));
+        if let Some(&at) = self.placed.lock().unwrap().get(&gfid) {
+            return Ok(at);
         }
         let mut last = FsError::errno(libc::ESTALE);
         for (i, r) in self.on_all(cx, &Fop::Getattr { gfid }).await {
             match r.and_then(Reply::into_attr) {
-                Ok(a) if a.kind == FileKind::Dir => return Ok(None),
+                Ok(a) if a.kind == FileKind::Dir => {
+                    self.learn(&a, i);
+                    return Ok(None);
+                }
                 Ok(a) if a.linkto.is_some() => {}
                 Ok(a) => {
                     self.learn(&a, i);
@@ -420,6 +426,9 @@ impl Distribute {
         let dl = self.layout_of(parent).await?;
         let gfid = fop.gfid();
         let rep = self.dir_op(cx, fop, self.hashed(&dl, name)).await?;
+        if let Reply::Entry(e) = &rep {
+            self.learn(&e.attr, 0);
+        }
         let layout = self.fresh(gfid);
         self.store_layout(gfid, &layout, self.commit).await;
         let dl = DirLayout {

@@ -371,6 +371,10 @@ async fn a_new_file_costs_the_same_at_one_set_and_at_sixteen() {
     })
     .await
     .unwrap();
+    let before: u64 = many.bricks.iter().map(|b| b.calls()).sum();
+    many.call(Fop::Getattr { gfid: d }).await.unwrap();
+    let after: u64 = many.bricks.iter().map(|b| b.calls()).sum();
+    assert_eq!(after - before, 1, "a known directory is asked of one set");
     for dir in [Gfid::ROOT, d] {
         let per = calls_per_new_file(&many, dir, 100).await;
         // The root's layout is read (and, on a new volume, stored) once.

@@ -66,6 +66,16 @@ pub enum VolumeCmd {
         #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// volume add-brick NAME [replica N] HOST:/PATH... [force]: new
+    /// replica sets (then `volume rebalance NAME start`), or with a higher
+    /// replica count, that many more bricks in every set (healed from the
+    /// others). Mounted clients switch to the new bricks without a remount.
+    #[command(name = "add-brick")]
+    AddBrick {
+        name: String,
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Start a volume: its bricks are started and watched.
     Start {
         name: String,
@@ -210,6 +220,37 @@ pub struct CreateArgs {
 }
 
 /// Parses GlusterFS's `volume create` words after the name.
+/// `add-brick`'s arguments after the volume name: `[replica N] BRICK...
+/// [force]`.
+pub fn parse_add_brick(args: &[String]) -> Result<(Option<usize>, Vec<String>, bool), String> {
+    let mut args = args;
+    let mut replica = None;
+    if args.first().map(String::as_str) == Some("replica") {
+        let n = args.get(1).ok_or("replica needs a count")?;
+        replica = Some(
+            n.parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| format!("replica count {n} is not a number above 0"))?,
+        );
+        args = &args[2..];
+    }
+    let force = args.last().map(String::as_str) == Some("force");
+    let bricks = &args[..args.len() - force as usize];
+    if let Some(w) = bricks
+        .iter()
+        .find(|b| ["replica", "arbiter", "transport", "stripe", "disperse"].contains(&b.as_str()))
+    {
+        return Err(format!(
+            "'{w}' is not a brick: add-brick takes [replica N] HOST:/PATH... [force]"
+        ));
+    }
+    if bricks.is_empty() {
+        return Err("no bricks given: use HOST:/PATH".into());
+    }
+    Ok((replica, bricks.to_vec(), force))
+}
+
 pub fn parse_create(args: &[String]) -> Result<CreateArgs, String> {
     let mut replica = 1;
     let mut arbiter = 0;
@@ -363,6 +404,21 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 )
                 .await?;
                 out.done("volume create", &name, r)
+            }
+            VolumeCmd::AddBrick { name, args } => {
+                let (replica, bricks, force) =
+                    parse_add_brick(&args).map_err(|e| fail("volume add-brick", &name, &e))?;
+                let r = ask(
+                    &server,
+                    Request::VolumeAddBrick {
+                        name: name.clone(),
+                        replica,
+                        bricks,
+                        force,
+                    },
+                )
+                .await?;
+                out.done("volume add-brick", &name, r)
             }
             VolumeCmd::Start { name, force } => {
                 let r = ask(

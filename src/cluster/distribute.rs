@@ -154,21 +154,30 @@ impl Distribute {
     /// The layout a directory gets when it is made: one equal range per
     /// set, turned by a point taken from its gfid.
     fn fresh(&self, dir: Gfid) -> Layout {
+        self.fresh_over(dir, &self.all())
+    }
+
+    /// As `fresh`, over the children `on` only.
+    fn fresh_over(&self, dir: Gfid, on: &[usize]) -> Layout {
         let start = (xxhash_rust::xxh64::xxh64(&dir.0, 1) >> 32) as u32;
-        Layout::fresh(&vec![1; self.children.len()], start)
-            .expect("equal weights make a layout")
+        let weights: Vec<u64> = (0..self.children.len())
+            .map(|i| on.contains(&i) as u64)
+            .collect();
+        Layout::fresh(&weights, start)
+            .expect("a directory is on one set at least")
             .with_ids(&self.ids)
     }
 
-    /// Writes `layout` on every copy of `dir` unless one is there already.
-    async fn store_layout(&self, dir: Gfid, layout: &Layout, generation: u64) {
+    /// Writes `layout` on the copies of `dir` on children `on`, on each
+    /// unless it has one already.
+    async fn store_layout(&self, dir: Gfid, layout: &Layout, generation: u64, on: &[usize]) {
         let fop = Fop::Setxattr {
             gfid: dir,
             name: LAYOUT_XATTR.into(),
             value: serde_bytes::ByteBuf::from(layout.encode(generation)),
             flags: libc::XATTR_CREATE,
         };
-        for (i, r) in self.on_all(&Ctx::root(), &fop).await {
+        for (i, r) in self.on(&Ctx::root(), on.to_vec(), &fop).await {
             match r {
                 Ok(_) => {}
                 Err(e) if e.is(libc::EEXIST) => {}
@@ -234,13 +243,18 @@ impl Distribute {
                 let layout = self.fresh(dir);
                 let committed = stored.is_empty() && self.commit == 1;
                 if committed {
-                    self.store_layout(dir, &layout, 1).await;
+                    self.store_layout(dir, &layout, 1, &self.all()).await;
                 }
                 DirLayout { layout, committed }
             }
         };
         let dl = Arc::new(dl);
-        remember(&self.layouts, LAYOUTS_MAX, dir, dl.clone());
+        // A layout in flux is read again at every use: a rebalance may
+        // rewrite it at any moment, and files must follow the new one
+        // from then on.
+        if dl.committed {
+            remember(&self.layouts, LAYOUTS_MAX, dir, dl.clone());
+        }
         Ok(dl)
     }
 
@@ -334,18 +348,52 @@ impl Distribute {
         Err(last)
     }
 
-    /// Directories: the hashed child first (it decides EEXIST and the like),
-    /// then all others.
-    async fn dir_op(&self, cx: &Ctx, fop: Fop, first: usize) -> FsResult<Reply> {
-        let rep = self.children[first].call(cx, fop.clone()).await?;
-        let others: Vec<usize> = self.all().into_iter().filter(|&i| i != first).collect();
-        for (i, r) in self.on(cx, others, &fop).await {
-            if let Err(e) = r {
-                tracing::warn!(xlator = %self.name, child = i, "{} failed on one subvolume: {e}", fop.name());
-                return Err(e);
+    /// Directories: on every set that has the directory (or its parent),
+    /// `first` first (the hashed set: it decides EEXIST and the like), or
+    /// if it has not, the first in id order that has; then all others at
+    /// once. A set without the directory (added since, and not passed by a
+    /// rebalance yet) is left out. Answers the first set's reply and the
+    /// sets it was done on.
+    async fn dir_op(&self, cx: &Ctx, fop: Fop, first: usize) -> FsResult<(Reply, Vec<usize>)> {
+        let absent = |e: &FsError| e.is(libc::ESTALE) || e.is(libc::ENOENT);
+        let mut skipped = Vec::new();
+        let mut answer = None;
+        let mut last = FsError::errno(libc::ESTALE);
+        for i in std::iter::once(first).chain(self.order.iter().copied().filter(|&i| i != first)) {
+            match self.children[i].call(cx, fop.clone()).await {
+                Ok(rep) => {
+                    answer = Some((i, rep));
+                    break;
+                }
+                Err(e) if absent(&e) => {
+                    skipped.push(i);
+                    last = e;
+                }
+                Err(e) => return Err(e),
             }
         }
-        Ok(rep)
+        let Some((f, rep)) = answer else {
+            return Err(last);
+        };
+        let others: Vec<usize> = self
+            .all()
+            .into_iter()
+            .filter(|i| *i != f && !skipped.contains(i))
+            .collect();
+        let mut done = vec![f];
+        for (i, r) in self.on(cx, others, &fop).await {
+            match r {
+                Ok(_) => done.push(i),
+                Err(e) if absent(&e) => {
+                    tracing::debug!(xlator = %self.name, child = i, "{}: not on this set yet", fop.name())
+                }
+                Err(e) => {
+                    tracing::warn!(xlator = %self.name, child = i, "{} failed on one subvolume: {e}", fop.name());
+                    return Err(e);
+                }
+            }
+        }
+        Ok((rep, done))
     }
 
     /// Sends an object-addressed operation to the child holding it, or to
@@ -353,7 +401,7 @@ impl Distribute {
     async fn on_object(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         match self.locate(cx, fop.gfid()).await? {
             Some(i) => self.children[i].call(cx, fop).await,
-            None if fop.is_modifying() => self.dir_op(cx, fop, self.order[0]).await,
+            None if fop.is_modifying() => Ok(self.dir_op(cx, fop, self.order[0]).await?.0),
             None => self.children[self.order[0]].call(cx, fop).await,
         }
     }
@@ -425,12 +473,14 @@ impl Distribute {
     async fn mkdir(&self, cx: &Ctx, fop: Fop, parent: Gfid, name: &Name) -> FsResult<Reply> {
         let dl = self.layout_of(parent).await?;
         let gfid = fop.gfid();
-        let rep = self.dir_op(cx, fop, self.hashed(&dl, name)).await?;
+        let (rep, on) = self.dir_op(cx, fop, self.hashed(&dl, name)).await?;
         if let Reply::Entry(e) = &rep {
             self.learn(&e.attr, 0);
         }
-        let layout = self.fresh(gfid);
-        self.store_layout(gfid, &layout, self.commit).await;
+        // Over the sets it was made on: a set that lacks the parent (added
+        // since) gets no files here until a rebalance makes it there.
+        let layout = self.fresh_over(gfid, &on);
+        self.store_layout(gfid, &layout, self.commit, &on).await;
         let dl = DirLayout {
             layout,
             committed: true,
@@ -468,9 +518,8 @@ impl Distribute {
         let src = self.find(cx, parent, name).await?;
         if src.entry.attr.kind == FileKind::Dir {
             let dl = self.layout_of(newparent).await?;
-            return self
-                .dir_op(cx, fop.clone(), self.hashed(&dl, newname))
-                .await;
+            let first = self.hashed(&dl, newname);
+            return Ok(self.dir_op(cx, fop.clone(), first).await?.0);
         }
         if (parent, name) == (newparent, newname) {
             return self.children[src.at].call(cx, fop.clone()).await;
@@ -552,11 +601,17 @@ impl Distribute {
         };
         let mut fhs = vec![None; self.children.len()];
         let mut err = None;
+        let dir = matches!(fop, Fop::Opendir { .. });
         for (i, r) in self.on(cx, targets, &fop).await {
             match r.and_then(Reply::into_fh) {
                 Ok(fh) => fhs[i] = Some(fh),
+                // A set the directory is not on yet has nothing to list.
+                Err(e) if dir && e.is(libc::ESTALE) => {}
                 Err(e) => err = Some(e),
             }
+        }
+        if fhs.iter().all(Option::is_none) {
+            err = err.or(Some(FsError::errno(libc::ESTALE)));
         }
         if let Some(e) = err {
             for (i, fh) in fhs.iter().enumerate() {
@@ -704,7 +759,7 @@ impl Xlator for Distribute {
             Fop::Rmdir { parent, ref name } => {
                 let dl = self.layout_of(parent).await?;
                 let h = self.hashed(&dl, name);
-                self.dir_op(cx, fop, h).await
+                Ok(self.dir_op(cx, fop, h).await?.0)
             }
             Fop::Create {
                 parent, ref name, ..

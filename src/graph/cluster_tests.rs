@@ -558,7 +558,9 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
         libc::ENOENT
     );
     let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
-    assert_eq!(after - before, 4, "in flux: every set asked");
+    // In flux: the layout read again (a rebalance may change it), and
+    // every set asked.
+    assert_eq!(after - before, 1 + 4);
     let d = Gfid::random();
     r.call(Fop::Mkdir {
         parent: Gfid::ROOT,
@@ -579,4 +581,84 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
     assert_eq!(errno(miss), libc::ENOENT);
     let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
     assert_eq!(after - before, 1, "a new directory is committed");
+}
+
+#[tokio::test]
+async fn a_volume_grown_by_a_set_keeps_working_before_any_rebalance() {
+    let bricks: Vec<_> = (0..3)
+        .map(|i| crate::storage::memory::MemBrick::new(&format!("b{i}")))
+        .collect();
+    let before = Rig {
+        graph: crate::graph::testkit::graph_over(&bricks[..2], 2, 1),
+        bricks: bricks[..2].to_vec(),
+    };
+    let d = Gfid::random();
+    before
+        .call(Fop::Mkdir {
+            parent: Gfid::ROOT,
+            name: n("d"),
+            gfid: d,
+            mode: 0o755,
+            umask: 0,
+        })
+        .await
+        .unwrap();
+    for i in 0..20 {
+        before.create(d, &format!("f{i}"), b"x").await.unwrap();
+    }
+    // The same bricks and one more, as add-brick describes them.
+    let mut desc = crate::graph::testkit::desc_over(3, 1);
+    desc.top = desc.top.with("layout-commit", "2");
+    let g = crate::graph::Graph::build(&desc, &crate::graph::testkit::env_over(&bricks)).unwrap();
+    let r = Rig { graph: g, bricks };
+    let mut names = r.list(d).await.unwrap();
+    names.sort();
+    assert_eq!(names.len(), 20);
+    for i in 0..20 {
+        r.call(Fop::Lookup {
+            parent: d,
+            name: n(&format!("f{i}")),
+        })
+        .await
+        .unwrap();
+    }
+    // The directory is not on the new set: changes to it, and new
+    // directories and files in it, go to the sets that have it.
+    r.call(Fop::Setattr {
+        gfid: d,
+        set: SetAttr {
+            mode: Some(0o700),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    let sub = Gfid::random();
+    r.call(Fop::Mkdir {
+        parent: d,
+        name: n("sub"),
+        gfid: sub,
+        mode: 0o755,
+        umask: 0,
+    })
+    .await
+    .unwrap();
+    for i in 0..20 {
+        r.create(d, &format!("g{i}"), b"y").await.unwrap();
+        r.create(sub, &format!("h{i}"), b"z").await.unwrap();
+    }
+    assert!(r.bricks[2].tree().is_empty(), "{:?}", r.bricks[2].tree());
+    assert_eq!(r.list(d).await.unwrap().len(), 41);
+    assert_eq!(r.list(sub).await.unwrap().len(), 20);
+    // New directories in the root are made on every set, new set included.
+    r.call(Fop::Mkdir {
+        parent: Gfid::ROOT,
+        name: n("e"),
+        gfid: Gfid::random(),
+        mode: 0o755,
+        umask: 0,
+    })
+    .await
+    .unwrap();
+    assert!(r.bricks[2].tree().contains_key("/e"));
 }

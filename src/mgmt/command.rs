@@ -5,7 +5,7 @@
 //! the same on every server, applied in log order everywhere. (Who the
 //! servers are is Raft's own membership, not a command.)
 
-use super::state::{ClusterState, Task, VolStatus, Volume};
+use super::state::{Brick, ClusterState, Task, VolStatus, Volume};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +43,16 @@ pub enum Command {
         volume: String,
         task: Task,
     },
+    /// Bricks added (validated and prepared already): with the volume's
+    /// replica count, new replica sets at the end, each with a new set id,
+    /// and the layout commit raised (every directory is in flux until a
+    /// rebalance); with a higher one, that many more bricks in every set,
+    /// in set order.
+    AddBricks {
+        volume: String,
+        replica: usize,
+        bricks: Vec<Brick>,
+    },
 }
 
 impl Command {
@@ -56,6 +66,7 @@ impl Command {
             Command::ResetOptions { .. } => "ResetOptions",
             Command::SetBrickPort { .. } => "SetBrickPort",
             Command::SetTask { .. } => "SetTask",
+            Command::AddBricks { .. } => "AddBricks",
         }
     }
 
@@ -119,6 +130,15 @@ impl Command {
                     .ok_or_else(|| format!("Volume {name} has no brick {host}:{path}"))?;
                 b.port = Some(*port);
                 st.volumes.get_mut(name).unwrap().version += 1;
+            }
+            Command::AddBricks {
+                volume: name,
+                replica,
+                bricks,
+            } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                v.add_bricks(*replica, bricks)?;
             }
             Command::SetTask { volume: name, task } => {
                 volume(st, name)?;

@@ -34,6 +34,14 @@ pub enum Request {
         bricks: Vec<String>,
         force: bool,
     },
+    /// volume add-brick NAME [replica N] BRICK... [force]
+    VolumeAddBrick {
+        name: String,
+        /// The replica count after (None: the volume's).
+        replica: Option<usize>,
+        bricks: Vec<String>,
+        force: bool,
+    },
     VolumeStart {
         name: String,
         force: bool,

@@ -114,6 +114,56 @@ fn first_commit() -> u64 {
 }
 
 impl Volume {
+    /// Adds bricks as `Command::AddBricks` says, or says why not (and
+    /// changes nothing).
+    pub fn add_bricks(&mut self, replica: usize, bricks: &[Brick]) -> Result<(), String> {
+        let sets = self.bricks.len() / self.replica.max(1);
+        if replica == self.replica {
+            if bricks.is_empty() || !bricks.len().is_multiple_of(replica) {
+                return Err(format!(
+                    "Incorrect number of bricks supplied {} with count {replica}",
+                    bricks.len()
+                ));
+            }
+            let mut ids = self.set_ids();
+            let next = ids.iter().max().map_or(0, |m| m + 1);
+            let added = bricks.len() / replica;
+            if next as usize + added > 1 << 16 {
+                return Err("a volume has at most 65536 replica sets".into());
+            }
+            ids.extend(next..next + added as u32);
+            self.set_ids = ids;
+            self.bricks.extend(bricks.iter().cloned());
+            self.layout_commit += 1;
+        } else if replica > self.replica {
+            if self.arbiter > 0 {
+                return Err("the replica count of an arbiter volume cannot be raised".into());
+            }
+            let more = replica - self.replica;
+            if bricks.len() != more * sets {
+                return Err(format!(
+                    "Incorrect number of bricks supplied {} for replica {replica}: {sets} replica sets need {} more",
+                    bricks.len(),
+                    more * sets
+                ));
+            }
+            let old = self.bricks.chunks(self.replica.max(1));
+            let new = bricks.chunks(more);
+            self.bricks = old
+                .zip(new)
+                .flat_map(|(o, n)| o.iter().chain(n).cloned())
+                .collect();
+            self.replica = replica;
+        } else {
+            return Err(format!(
+                "replica count {replica} is below the volume's ({}): use remove-brick",
+                self.replica
+            ));
+        }
+        self.version += 1;
+        Ok(())
+    }
+
     /// The stable id of each replica set, in order.
     pub fn set_ids(&self) -> Vec<u32> {
         if self.set_ids.is_empty() {

@@ -153,6 +153,12 @@ impl Daemon {
                 self.create_volume(name, replica, arbiter, transport, bricks, force)
                     .await
             }
+            Request::VolumeAddBrick {
+                name,
+                replica,
+                bricks,
+                force,
+            } => self.add_bricks(name, replica, bricks, force).await,
             Request::VolumeStart { name, force } => {
                 let v = self.volume(&name)?;
                 if v.status == VolStatus::Started && !force {
@@ -338,6 +344,32 @@ impl Daemon {
                 bricks.len()
             ));
         }
+        let mut parsed = self.check_new_bricks(&bricks).await?;
+        self.state.lock().unwrap().assign_ports(&mut parsed);
+        let id = uuid::Uuid::new_v4().to_string();
+        self.init_bricks(&parsed, &id, force).await?;
+        let vol = Volume {
+            name: name.clone(),
+            id,
+            replica,
+            transport,
+            bricks: parsed,
+            status: VolStatus::Created,
+            options: Default::default(),
+            version: 1,
+            arbiter,
+            tasks: Vec::new(),
+            set_ids: Vec::new(),
+            layout_commit: 1,
+        };
+        self.execute(Command::AddVolume(vol)).await?;
+        Ok("please start the volume to access data".into())
+    }
+
+    /// Bricks given on the command line, parsed and checked: no two the
+    /// same or one inside another, on servers of the pool, none inside a
+    /// brick of any volume.
+    async fn check_new_bricks(self: &Arc<Self>, bricks: &[String]) -> Result<Vec<Brick>, String> {
         let parsed: Vec<Brick> = bricks
             .iter()
             .map(|b| Brick::parse(b))
@@ -374,13 +406,21 @@ impl Daemon {
                 }
             }
         }
-        let mut parsed = parsed;
-        self.state.lock().unwrap().assign_ports(&mut parsed);
-        let id = uuid::Uuid::new_v4().to_string();
+        Ok(parsed)
+    }
+
+    /// Prepares bricks for volume `id` on their servers; on any failure
+    /// takes back what was done and says why.
+    async fn init_bricks(
+        self: &Arc<Self>,
+        parsed: &[Brick],
+        id: &str,
+        force: bool,
+    ) -> Result<(), String> {
         let answers = self
-            .on_bricks(&parsed, |b| Request::BrickInit {
+            .on_bricks(parsed, |b| Request::BrickInit {
                 brick: b.clone(),
-                volume_id: id.clone(),
+                volume_id: id.to_string(),
                 force,
             })
             .await;
@@ -397,22 +437,61 @@ impl Daemon {
             self.release(&done).await;
             return Err(e);
         }
-        let vol = Volume {
-            name: name.clone(),
-            id,
+        Ok(())
+    }
+
+    /// `volume add-brick`: new replica sets, or more bricks in each set.
+    /// A started volume's new bricks are up before it answers, and mounted
+    /// clients switch to the graph with them.
+    pub(super) async fn add_bricks(
+        self: &Arc<Self>,
+        name: String,
+        replica: Option<usize>,
+        bricks: Vec<String>,
+        force: bool,
+    ) -> Result<String, String> {
+        let v = self.volume(&name)?;
+        let replica = replica.unwrap_or(v.replica);
+        if bricks.is_empty() {
+            return Err("no bricks given: use HOST:/PATH".into());
+        }
+        let mut parsed = self.check_new_bricks(&bricks).await?;
+        // Checked here as the command will (so that nothing is prepared
+        // for a change that is refused), and again when applied.
+        v.clone().add_bricks(replica, &parsed)?;
+        self.state.lock().unwrap().assign_ports(&mut parsed);
+        self.init_bricks(&parsed, &v.id, force).await?;
+        let cmd = Command::AddBricks {
+            volume: name.clone(),
             replica,
-            transport,
-            bricks: parsed,
-            status: VolStatus::Created,
-            options: Default::default(),
-            version: 1,
-            arbiter,
-            tasks: Vec::new(),
-            set_ids: Vec::new(),
-            layout_commit: 1,
+            bricks: parsed.clone(),
         };
-        self.execute(Command::AddVolume(vol)).await?;
-        Ok("please start the volume to access data".into())
+        let after = match self.execute(cmd).await {
+            Ok(i) => i,
+            Err(e) => {
+                self.release(&parsed).await;
+                return Err(e);
+            }
+        };
+        if v.status == VolStatus::Started {
+            let answers = self
+                .on_bricks(&parsed, |_| Request::BricksRun {
+                    volume: name.clone(),
+                    force: false,
+                    after: Some(after),
+                })
+                .await;
+            for r in answers {
+                if let Response::Err(e) = r {
+                    return Err(format!("bricks added, but not all started: {e}"));
+                }
+            }
+        }
+        Ok(if replica > v.replica {
+            "new bricks are healed from their replicas by the self-heal daemon (volume heal NAME full to start at once)".into()
+        } else {
+            "run 'volume rebalance NAME start' to spread existing data over the new bricks".into()
+        })
     }
 }
 

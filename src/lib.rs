@@ -19,4 +19,5 @@ pub mod mgmt;
 pub mod mount;
 pub mod process;
 pub mod protocol;
+pub mod rebalance;
 pub mod storage;

@@ -4,6 +4,7 @@
 
 pub mod format;
 mod heal;
+mod rebalance;
 
 use crate::mgmt::rpc::{self, Request, Response};
 use crate::mgmt::{options, DEFAULT_MGMT_PORT};
@@ -75,6 +76,18 @@ pub enum VolumeCmd {
         name: String,
         #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// volume rebalance NAME {start [force] | fix-layout start | stop |
+    /// status}: lays every directory out over all replica sets (and with
+    /// `start`, moves files to the sets their names hash to), on the server
+    /// asked; resumed after a restart. Speed: `cluster.rebal-throttle`.
+    Rebalance {
+        name: String,
+        #[arg(required = true, num_args = 1..)]
+        args: Vec<String>,
+        /// After starting, or with status: show progress until it ends.
+        #[arg(long)]
+        wait: bool,
     },
     /// Start a volume: its bricks are started and watched.
     Start {
@@ -419,6 +432,29 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 )
                 .await?;
                 out.done("volume add-brick", &name, r)
+            }
+            VolumeCmd::Rebalance { name, args, wait } => {
+                let asked =
+                    rebalance::parse(&args).map_err(|e| fail("volume rebalance", &name, &e))?;
+                match asked {
+                    rebalance::Asked::Status if wait => rebalance::wait(&server, &name).await,
+                    rebalance::Asked::Status => rebalance::status(&server, &name, out.json).await,
+                    rebalance::Asked::Change(op) => {
+                        let r = ask(
+                            &server,
+                            Request::VolumeRebalance {
+                                name: name.clone(),
+                                op,
+                            },
+                        )
+                        .await?;
+                        out.done("volume rebalance", &name, r)?;
+                        if wait && op != rpc::RebalanceOp::Stop {
+                            rebalance::wait(&server, &name).await?;
+                        }
+                        Ok(())
+                    }
+                }
             }
             VolumeCmd::Start { name, force } => {
                 let r = ask(

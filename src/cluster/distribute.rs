@@ -159,7 +159,7 @@ impl Distribute {
 
     /// As `fresh`, over the children `on` only.
     fn fresh_over(&self, dir: Gfid, on: &[usize]) -> Layout {
-        let start = (xxhash_rust::xxh64::xxh64(&dir.0, 1) >> 32) as u32;
+        let start = super::layout::start_of(dir);
         let weights: Vec<u64> = (0..self.children.len())
             .map(|i| on.contains(&i) as u64)
             .collect();

@@ -26,6 +26,12 @@ pub fn name_hash(name: &Name) -> u32 {
     (xxhash_rust::xxh64::xxh64(name.as_bytes(), 0) >> 32) as u32
 }
 
+/// Where the ranges of a new directory's layout start: a point taken
+/// from its gfid, the same for every client.
+pub fn start_of(dir: crate::core::Gfid) -> u32 {
+    (xxhash_rust::xxh64::xxh64(&dir.0, 1) >> 32) as u32
+}
+
 /// Hashes `start..=end`, owned by `set`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Range {

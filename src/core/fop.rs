@@ -125,10 +125,14 @@ pub const LINKTO_XATTR: &str = "trusted.mortar.linkto";
 /// The permission bits of a pointer: `---------T`.
 pub const POINTER_PERM: u32 = 0o1000;
 
+/// Read-only, answered by a brick: how many handles clients hold open on
+/// the file there (a rebalance does not move a file in use).
+pub const OPEN_COUNT_XATTR: &str = "trusted.mortar.open-count";
+
 /// Internal xattrs that clients may use through a brick (distribute's
-/// bookkeeping); heal copies them like any xattr.
+/// bookkeeping); heal copies the stored ones like any xattr.
 pub fn is_distribute_xattr(name: &str) -> bool {
-    name == LAYOUT_XATTR || name == LINKTO_XATTR
+    name == LAYOUT_XATTR || name == LINKTO_XATTR || name == OPEN_COUNT_XATTR
 }
 
 /// A name that was looked up or created, with what it refers to.

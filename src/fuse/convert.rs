@@ -4,6 +4,12 @@
 use super::*;
 
 pub(super) fn errno(e: &FsError) -> Errno {
+    if e.errno == libc::EIO {
+        // Never an answer a file system should give lightly: say why.
+        tracing::warn!("answering EIO: {e}");
+    } else {
+        tracing::debug!("answering {e}");
+    }
     Errno::from_i32(e.errno)
 }
 

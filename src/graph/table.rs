@@ -76,7 +76,8 @@ pub static TABLE: &[Row] = &[
         side: Side::Client,
         place: Place::Volume,
         enabled_by: None,
-        options: &[],
+        // Read by the rebalance, which runs this translator's graph.
+        options: &[&crate::rebalance::REBAL_THROTTLE],
         build: Some(super::build::distribute),
         brick: None,
         about: "places files on replica sets by the hash of their names",

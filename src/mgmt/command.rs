@@ -53,6 +53,15 @@ pub enum Command {
         replica: usize,
         bricks: Vec<Brick>,
     },
+    /// A rebalance moved every file of the volume to where the layouts of
+    /// generation `commit` say: directories with it are authoritative
+    /// again. Refused if the set list changed since it started (`from`,
+    /// the commit it started from).
+    CommitLayout {
+        volume: String,
+        from: u64,
+        commit: u64,
+    },
 }
 
 impl Command {
@@ -67,6 +76,7 @@ impl Command {
             Command::SetBrickPort { .. } => "SetBrickPort",
             Command::SetTask { .. } => "SetTask",
             Command::AddBricks { .. } => "AddBricks",
+            Command::CommitLayout { .. } => "CommitLayout",
         }
     }
 
@@ -139,6 +149,21 @@ impl Command {
                 volume(st, name)?;
                 let v = st.volumes.get_mut(name).unwrap();
                 v.add_bricks(*replica, bricks)?;
+            }
+            Command::CommitLayout {
+                volume: name,
+                from,
+                commit,
+            } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                if v.layout_commit != *from {
+                    return Err(format!(
+                        "the bricks of {name} changed during the rebalance: run it again"
+                    ));
+                }
+                v.layout_commit = *commit;
+                v.version += 1;
             }
             Command::SetTask { volume: name, task } => {
                 volume(st, name)?;
@@ -214,6 +239,7 @@ mod tests {
                 status,
                 started: 1,
                 detail: String::new(),
+                progress: None,
             },
         };
         task("t1", TaskStatus::InProgress).apply(&mut st).unwrap();

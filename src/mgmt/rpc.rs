@@ -159,6 +159,32 @@ pub enum Request {
         name: String,
         op: HealOp,
     },
+    /// `volume rebalance NAME [fix-layout] start | stop`: a change, on the
+    /// leader (which runs the rebalance).
+    VolumeRebalance {
+        name: String,
+        op: RebalanceOp,
+    },
+    /// Stops the rebalance of `volume` this server runs.
+    RebalanceStop {
+        volume: String,
+    },
+    /// A rebalance ended with every file where generation `commit` says:
+    /// a change (`Command::CommitLayout`).
+    LayoutCommit {
+        volume: String,
+        from: u64,
+        commit: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum RebalanceOp {
+    /// Layouts only (`fix-layout start`), or layouts and files (`start`).
+    Start {
+        migrate: bool,
+    },
+    Stop,
 }
 
 /// What `volume heal` asks for.

@@ -164,6 +164,14 @@ impl Volume {
         Ok(())
     }
 
+    /// The rebalance (or fix-layout) in progress, if any.
+    pub fn running_rebalance(&self) -> Option<&Task> {
+        self.tasks.iter().find(|t| {
+            matches!(t.kind, TaskKind::Rebalance | TaskKind::FixLayout)
+                && t.status == TaskStatus::InProgress
+        })
+    }
+
     /// The stable id of each replica set, in order.
     pub fn set_ids(&self) -> Vec<u32> {
         if self.set_ids.is_empty() {
@@ -190,17 +198,26 @@ pub struct Task {
     /// How it ended, in a few words.
     #[serde(default)]
     pub detail: String,
+    /// A rebalance's counts, recorded as it goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::rebalance::Progress>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum TaskKind {
     HealFull,
+    /// Layouts over all sets and files moved to them.
+    Rebalance,
+    /// Layouts over all sets only.
+    FixLayout,
 }
 
 impl TaskKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             TaskKind::HealFull => "Heal full",
+            TaskKind::Rebalance => "Rebalance",
+            TaskKind::FixLayout => "Fix layout",
         }
     }
 }
@@ -210,6 +227,7 @@ pub enum TaskStatus {
     InProgress,
     Completed,
     Failed,
+    Stopped,
 }
 
 impl TaskStatus {
@@ -218,6 +236,7 @@ impl TaskStatus {
             TaskStatus::InProgress => "in progress",
             TaskStatus::Completed => "completed",
             TaskStatus::Failed => "failed",
+            TaskStatus::Stopped => "stopped",
         }
     }
 }

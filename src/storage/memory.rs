@@ -550,10 +550,22 @@ impl MemBrick {
                 Ok(Reply::Ok)
             }
             Fop::Lseek {
-                gfid, fh, offset, ..
+                gfid,
+                fh,
+                offset,
+                whence,
             } => {
+                // Files have no holes here: data up to the end, one hole after.
                 Self::handle(st, conn, gfid, fh)?;
-                Ok(Reply::Offset(offset))
+                let len = Self::obj(st, gfid)?.data.len() as u64;
+                if offset >= len {
+                    return Err(err(libc::ENXIO));
+                }
+                Ok(Reply::Offset(if whence == libc::SEEK_HOLE {
+                    len
+                } else {
+                    offset
+                }))
             }
             Fop::Flush { gfid, fh } | Fop::Fsync { gfid, fh, .. } => {
                 Self::handle(st, conn, gfid, fh)?;
@@ -614,6 +626,13 @@ impl MemBrick {
                 }
                 xattrs.insert(name, value.into_vec());
                 Ok(Reply::Ok)
+            }
+            Fop::Getxattr { gfid, name } if name == crate::core::fop::OPEN_COUNT_XATTR => {
+                Self::obj(st, gfid)?;
+                let n = st.fds.values().filter(|(_, g)| *g == gfid).count();
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(
+                    n.to_string().into_bytes(),
+                )))
             }
             Fop::Getxattr { gfid, name } => Self::obj(st, gfid)?
                 .xattrs

@@ -127,10 +127,14 @@ impl Replicate {
             self.refresh(cx, gfid).await;
         }
         let mut last: Option<FsError> = None;
+        let mut faults = Faults::default();
         loop {
             let i = match self.read_child(gfid, &allowed) {
                 Ok(i) => i,
-                Err(e) => return Err(last.unwrap_or(e)),
+                Err(e) => {
+                    self.nowhere(gfid, &faults);
+                    return Err(last.unwrap_or(e));
+                }
             };
             match self.children[i]
                 .call(cx, fop.clone().with_fh(fhs.fh(i)))
@@ -138,10 +142,27 @@ impl Replicate {
             {
                 Err(e) if copy_fault(&e) => {
                     self.distrust(gfid, i, &e);
+                    faults.note(i, &e);
                     allowed.retain(|&c| c != i);
                     last = Some(e);
                 }
                 r => return r,
+            }
+        }
+    }
+
+    /// Every copy asked lacked the object (ESTALE): it is not on this set
+    /// (a directory a rebalance has not made here yet, a file elsewhere),
+    /// which says nothing bad of the copies: the distrust it earned them
+    /// is taken back.
+    fn nowhere(&self, gfid: Gfid, f: &Faults) {
+        if f.absent != 0 && !f.other {
+            let mut bad = self.bad.lock().unwrap();
+            if let Some(b) = bad.get_mut(&gfid) {
+                *b &= !f.absent;
+                if *b == 0 {
+                    bad.remove(&gfid);
+                }
             }
         }
     }
@@ -153,7 +174,12 @@ impl Replicate {
         if e.is(libc::ENOTCONN) {
             return;
         }
-        tracing::info!(xlator = %self.name, %gfid, replica = i, "a copy failed a read ({e}); reading another copy");
+        if e.is(libc::ESTALE) {
+            // Often not a fault at all: the object is not on this set.
+            tracing::debug!(xlator = %self.name, %gfid, replica = i, "a copy lacks the object; asking another");
+        } else {
+            tracing::info!(xlator = %self.name, %gfid, replica = i, "a copy failed a read ({e}); reading another copy");
+        }
         self.learn(gfid, 1 << i, false);
     }
 
@@ -237,14 +263,19 @@ impl Replicate {
         let gfid = fop.gfid();
         let mut up = self.up();
         let mut last: Option<FsError> = None;
+        let mut faults = Faults::default();
         loop {
             let i = match self.attr_child(gfid, &up) {
                 Ok(i) => i,
-                Err(e) => return Err(last.unwrap_or(e)),
+                Err(e) => {
+                    self.nowhere(gfid, &faults);
+                    return Err(last.unwrap_or(e));
+                }
             };
             match self.children[i].call(cx, fop.clone()).await {
                 Err(e) if copy_fault(&e) => {
                     self.distrust(gfid, i, &e);
+                    faults.note(i, &e);
                     up.retain(|&c| c != i);
                     last = Some(e);
                 }
@@ -328,5 +359,24 @@ impl Replicate {
         let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
         let pos = found.iter().position(|(i, _)| *i == want).unwrap_or(0);
         Ok(Reply::Entry(found.swap_remove(pos).1))
+    }
+}
+
+/// How the copies asked in turn failed.
+#[derive(Default)]
+struct Faults {
+    /// Those that lacked the object (ESTALE).
+    absent: u32,
+    /// Whether any failed otherwise.
+    other: bool,
+}
+
+impl Faults {
+    fn note(&mut self, i: usize, e: &FsError) {
+        if e.is(libc::ESTALE) {
+            self.absent |= 1 << i;
+        } else if !e.is(libc::ENOTCONN) {
+            self.other = true;
+        }
     }
 }

@@ -249,6 +249,10 @@ impl Daemon {
                     continue;
                 }
                 tracing::info!(volume = %v.name, task = %t.id, kind = t.kind.as_str(), "resuming a task");
+                if t.kind != TaskKind::HealFull {
+                    tokio::spawn(self.clone().run_rebalance(v.name.clone(), t.clone()));
+                    continue;
+                }
                 match self.healer_for(&v, true).await {
                     Ok(h) => {
                         tokio::spawn(self.clone().full_heal(v.name.clone(), h, t.clone()));
@@ -304,6 +308,7 @@ impl Daemon {
                     status: TaskStatus::InProgress,
                     started: crate::heal::now(),
                     detail: String::new(),
+                    progress: None,
                 };
                 if let Err(e) = self.record_task(&name, task.clone()).await {
                     return err(e);

@@ -23,6 +23,7 @@ mod follow;
 mod heal;
 mod members;
 mod ops;
+mod rebalance;
 
 use super::command::Command;
 use super::consensus::{self, Consensus, WriteError};
@@ -84,6 +85,8 @@ pub struct Daemon {
     /// Self-heal per replicated volume with bricks here: the graph it
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
+    /// The rebalances this server runs, by volume.
+    rebalancers: Mutex<HashMap<String, Arc<crate::rebalance::Rebalancer>>>,
     /// Host names resolved by `is_local`: whether each is this server,
     /// and when that was found.
     local_names: Mutex<HashMap<String, (bool, std::time::Instant)>>,
@@ -142,6 +145,7 @@ impl Daemon {
             reconcile_lock: tokio::sync::Mutex::new(()),
             balance_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
+            rebalancers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),
             liveness: Mutex::new(Default::default()),
@@ -572,6 +576,7 @@ impl Daemon {
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,
+            Request::RebalanceStop { volume } => self.stop_rebalance(&volume),
             Request::BricksRun {
                 volume,
                 force,

@@ -276,6 +276,20 @@ impl Daemon {
                 .await?;
                 Ok(String::new())
             }
+            Request::VolumeRebalance { name, op } => self.rebalance(name, op).await,
+            Request::LayoutCommit {
+                volume,
+                from,
+                commit,
+            } => {
+                self.execute(Command::CommitLayout {
+                    volume,
+                    from,
+                    commit,
+                })
+                .await?;
+                Ok(String::new())
+            }
             Request::Task { volume, task } => {
                 self.execute(Command::SetTask { volume, task }).await?;
                 Ok(String::new())
@@ -451,6 +465,13 @@ impl Daemon {
         force: bool,
     ) -> Result<String, String> {
         let v = self.volume(&name)?;
+        if let Some(t) = v.running_rebalance() {
+            return Err(format!(
+                "a {} of {name} is in progress (on {}): stop it or let it end first",
+                t.kind.as_str().to_lowercase(),
+                t.host
+            ));
+        }
         let replica = replica.unwrap_or(v.replica);
         if bricks.is_empty() {
             return Err("no bricks given: use HOST:/PATH".into());

@@ -92,6 +92,18 @@ impl Posix {
         Ok(Reply::Attr(self.stat_gfid(gfid)?))
     }
 
+    /// As `check_xattr_name`, for a change: what a brick answers itself is
+    /// not stored.
+    pub(in crate::storage) fn check_xattr_change(cx: &Ctx, name: &str) -> FsResult<()> {
+        if name == crate::core::fop::OPEN_COUNT_XATTR {
+            return Err(FsError::new(
+                libc::EPERM,
+                "answered by the brick, not stored",
+            ));
+        }
+        Self::check_xattr_name(cx, name)
+    }
+
     pub(in crate::storage) fn check_xattr_name(cx: &Ctx, name: &str) -> FsResult<()> {
         if name.starts_with(INTERNAL_XATTR_PREFIX) && !is_distribute_xattr(name) {
             return Err(FsError::new(libc::EPERM, "reserved xattr name"));

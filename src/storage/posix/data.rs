@@ -12,7 +12,7 @@ impl Posix {
     ) -> FsResult<Reply> {
         let f = self.open_gfid(gfid, flags)?;
         Ok(Reply::Opened {
-            fh: fds.insert(Handle::File(f, gfid)),
+            fh: fds.insert(Handle::File(f, gfid, Some(self.open.mark(gfid)))),
         })
     }
 
@@ -41,7 +41,7 @@ impl Posix {
             }
             Err(e) => return Err(e),
         };
-        let h = Arc::new(Handle::File(f, gfid));
+        let h = Arc::new(Handle::File(f, gfid, None));
         let mut anon = fds.anon.lock().unwrap();
         if anon.len() >= ANON_MAX {
             anon.clear();

@@ -3,10 +3,49 @@
 
 use super::*;
 
+/// Files clients hold open on this brick, by gfid (reads through the
+/// anonymous handle not counted): a rebalance leaves such a file where it
+/// is (`OPEN_COUNT_XATTR`).
+#[derive(Default, Clone)]
+pub struct OpenCounts(Arc<Mutex<HashMap<Gfid, u32>>>);
+
+impl OpenCounts {
+    pub(in crate::storage) fn mark(&self, gfid: Gfid) -> OpenMark {
+        *self.0.lock().unwrap().entry(gfid).or_default() += 1;
+        OpenMark {
+            gfid,
+            counts: self.clone(),
+        }
+    }
+    pub(in crate::storage) fn of(&self, gfid: Gfid) -> u32 {
+        self.0.lock().unwrap().get(&gfid).copied().unwrap_or(0)
+    }
+}
+
+/// One client's open of a file, counted until the handle goes (released,
+/// or its connection ended).
+pub struct OpenMark {
+    gfid: Gfid,
+    counts: OpenCounts,
+}
+
+impl Drop for OpenMark {
+    fn drop(&mut self) {
+        let mut m = self.counts.0.lock().unwrap();
+        if let Some(n) = m.get_mut(&self.gfid) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.gfid);
+            }
+        }
+    }
+}
+
 /// An open file or a directory listing, held for one client connection.
 pub enum Handle {
-    /// An open file and its gfid.
-    File(File, Gfid),
+    /// An open file, its gfid, and its place among the brick's open files
+    /// (None for the anonymous handle).
+    File(File, Gfid, Option<OpenMark>),
     /// An open directory's listing, the directory itself (so that it can
     /// be stat'ed after its last name is gone, as `fstat` on a local
     /// file system can) and its gfid.
@@ -16,12 +55,12 @@ pub enum Handle {
 impl Handle {
     pub(in crate::storage) fn gfid(&self) -> Gfid {
         match self {
-            Handle::File(_, g) | Handle::Dir(_, _, g) => *g,
+            Handle::File(_, g, _) | Handle::Dir(_, _, g) => *g,
         }
     }
     pub(in crate::storage) fn fstat(&self) -> FsResult<rfs::Stat> {
         Ok(match self {
-            Handle::File(f, _) => rfs::fstat(f)?,
+            Handle::File(f, _, _) => rfs::fstat(f)?,
             Handle::Dir(_, d, _) => rfs::fstat(&**d)?,
         })
     }
@@ -93,7 +132,7 @@ impl FdTable {
 
 pub(in crate::storage) fn as_file(h: &Handle) -> &File {
     match h {
-        Handle::File(f, _) => f,
+        Handle::File(f, _, _) => f,
         Handle::Dir(..) => unreachable!("checked by FdTable::file"),
     }
 }

@@ -54,7 +54,7 @@ mod tests;
 
 pub use attrs::{read_blame, BLAME_XATTR};
 use fds::{as_file, ANON_MAX};
-pub use fds::{FdTable, Handle, Listing};
+pub use fds::{FdTable, Handle, Listing, OpenCounts};
 
 pub struct Posix {
     path: PathBuf,
@@ -63,6 +63,8 @@ pub struct Posix {
     /// Told of every object whose last name went (the index forgets its
     /// blame).
     forget: std::sync::OnceLock<Box<dyn Fn(Gfid) + Send + Sync>>,
+    /// Files clients hold open here.
+    open: OpenCounts,
 }
 
 pub(crate) fn proc_path(fd: impl AsFd) -> String {
@@ -187,6 +189,7 @@ impl Posix {
             root,
             dirs: Mutex::new(HashMap::new()),
             forget: std::sync::OnceLock::new(),
+            open: OpenCounts::default(),
         };
         // The root's handle points back to the brick root.
         p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
@@ -413,7 +416,7 @@ impl Posix {
                 value,
                 flags,
             } => {
-                Self::check_xattr_name(cx, name)?;
+                Self::check_xattr_change(cx, name)?;
                 let fd = self.resolve(*gfid)?;
                 set_xattr(
                     &*fd,
@@ -422,6 +425,12 @@ impl Posix {
                     rfs::XattrFlags::from_bits_retain(*flags as u32),
                 )?;
                 Ok(Reply::Ok)
+            }
+            Fop::Getxattr { gfid, name } if name == crate::core::fop::OPEN_COUNT_XATTR => {
+                Self::check_xattr_name(cx, name)?;
+                self.resolve(*gfid)?;
+                let n = self.open.of(*gfid).to_string();
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(n.into_bytes())))
             }
             Fop::Getxattr { gfid, name } => {
                 Self::check_xattr_name(cx, name)?;
@@ -450,7 +459,7 @@ impl Posix {
                 Ok(Reply::Xattr(serde_bytes::ByteBuf::from(out)))
             }
             Fop::Removexattr { gfid, name } => {
-                Self::check_xattr_name(cx, name)?;
+                Self::check_xattr_change(cx, name)?;
                 let fd = self.resolve(*gfid)?;
                 rfs::removexattr(proc_path(&*fd), name.as_str())?;
                 Ok(Reply::Ok)

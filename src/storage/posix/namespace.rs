@@ -198,7 +198,11 @@ impl Posix {
             return Err(e);
         }
         let attr = attr_of(&rfs::fstat(&file)?, gfid);
-        let fh = fds.insert(Handle::File(File::from(file), gfid));
+        let fh = fds.insert(Handle::File(
+            File::from(file),
+            gfid,
+            Some(self.open.mark(gfid)),
+        ));
         Ok(Reply::Created {
             entry: Entry { attr },
             fh,

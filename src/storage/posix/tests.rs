@@ -549,3 +549,46 @@ fn pointers_and_layouts_are_the_clients_to_keep_and_nothing_else_internal_is() {
     };
     assert!(String::from_utf8_lossy(&names).contains(LINKTO_XATTR));
 }
+
+#[test]
+fn the_brick_counts_open_files_and_forgets_them_with_their_connection() {
+    use crate::core::fop::OPEN_COUNT_XATTR;
+    let b = brick();
+    let f = Gfid::random();
+    let Reply::Created { fh, .. } = b
+        .call(Fop::Create {
+            parent: Gfid::ROOT,
+            name: n("f"),
+            gfid: f,
+            mode: 0o644,
+            umask: 0,
+            flags: libc::O_RDWR,
+        })
+        .unwrap()
+    else {
+        panic!("create answers a handle");
+    };
+    let count = |b: &Brick| match b.call(Fop::Getxattr {
+        gfid: f,
+        name: OPEN_COUNT_XATTR.into(),
+    }) {
+        Ok(Reply::Xattr(v)) => String::from_utf8(v.into_vec()).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(count(&b), "1");
+    let other = FdTable::default();
+    b.p.call(&Ctx::root(), &other, &Fop::Open { gfid: f, flags: 0 })
+        .unwrap();
+    assert_eq!(count(&b), "2");
+    b.call(Fop::Release { gfid: f, fh }).unwrap();
+    assert_eq!(count(&b), "1");
+    drop(other);
+    assert_eq!(count(&b), "0");
+    let set = b.call(Fop::Setxattr {
+        gfid: f,
+        name: OPEN_COUNT_XATTR.into(),
+        value: serde_bytes::ByteBuf::from(b"5".to_vec()),
+        flags: 0,
+    });
+    assert_eq!(set.unwrap_err().errno, libc::EPERM);
+}

@@ -1,0 +1,190 @@
+//! `volume rebalance NAME [fix-layout] start | stop | status [--wait]`.
+
+use super::{ask, fail, Server};
+use crate::mgmt::rpc::{RebalanceOp, Request, Response};
+use crate::mgmt::state::{Task, TaskKind, TaskStatus};
+use crate::rebalance::Progress;
+use std::time::Duration;
+
+/// What was asked: a change, or the status.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Asked {
+    Change(RebalanceOp),
+    Status,
+}
+
+pub fn parse(args: &[String]) -> Result<Asked, String> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    Ok(match words.as_slice() {
+        ["start"] | ["start", "force"] => Asked::Change(RebalanceOp::Start { migrate: true }),
+        ["fix-layout", "start"] => Asked::Change(RebalanceOp::Start { migrate: false }),
+        ["stop"] => Asked::Change(RebalanceOp::Stop),
+        ["status"] => Asked::Status,
+        _ => {
+            return Err(format!(
+                "'{}': use rebalance NAME {{start [force] | fix-layout start | stop | status}}",
+                args.join(" ")
+            ))
+        }
+    })
+}
+
+/// The volume's last rebalance or fix-layout.
+async fn last(server: &Server, name: &str) -> anyhow::Result<Option<Task>> {
+    let req = Request::VolumeInfo {
+        name: Some(name.to_string()),
+    };
+    match ask(server, req).await? {
+        Response::Volumes(vs) => Ok(vs.into_iter().next().and_then(|v| {
+            v.tasks
+                .into_iter()
+                .rev()
+                .find(|t| matches!(t.kind, TaskKind::Rebalance | TaskKind::FixLayout))
+        })),
+        Response::Err(e) => Err(fail("volume rebalance", name, &e)),
+        other => Err(fail("volume rebalance", name, &format!("{other:?}"))),
+    }
+}
+
+fn size(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1}GB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1}MB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1}KB", b as f64 / 1024.0),
+        b => format!("{b}Bytes"),
+    }
+}
+
+fn hms(s: u64) -> String {
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// Prints the status as GlusterFS lays it out, one row for the server
+/// running it.
+pub async fn status(server: &Server, name: &str, json: bool) -> anyhow::Result<()> {
+    let Some(t) = last(server, name).await? else {
+        return Err(fail(
+            "volume rebalance",
+            name,
+            "no rebalance has been started on this volume",
+        ));
+    };
+    let p = t.progress.clone().unwrap_or_default();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&t)?);
+        return Ok(());
+    }
+    println!(
+        "{:>40} {:>16} {:>13} {:>13} {:>13} {:>13} {:>20} {:>18}",
+        "Node",
+        "Rebalanced-files",
+        "size",
+        "scanned",
+        "failures",
+        "skipped",
+        "status",
+        "run time in h:m:s"
+    );
+    println!(
+        "{:>40} {:>16} {:>13} {:>13} {:>13} {:>13} {:>20} {:>18}",
+        "---------",
+        "-----------",
+        "-----------",
+        "-----------",
+        "-----------",
+        "-----------",
+        "------------",
+        "--------------"
+    );
+    println!(
+        "{:>40} {:>16} {:>13} {:>13} {:>13} {:>13} {:>20} {:>18}",
+        t.host,
+        p.moved,
+        size(p.bytes),
+        p.scanned,
+        p.failed,
+        p.skipped,
+        t.status.as_str(),
+        hms(p.secs)
+    );
+    if !t.detail.is_empty() {
+        println!("{}: {}", t.kind.as_str(), t.detail);
+    }
+    println!("volume rebalance: {name}: success");
+    Ok(())
+}
+
+fn rate(p: &Progress) -> String {
+    let secs = p.secs.max(1) as f64;
+    format!(
+        "{:.1} files/s, {}/s",
+        p.moved as f64 / secs,
+        size((p.bytes as f64 / secs) as u64)
+    )
+}
+
+/// Shows the running rebalance until it ends; an error if it did not
+/// complete.
+pub async fn wait(server: &Server, name: &str) -> anyhow::Result<()> {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("rebalance {spinner} {elapsed_precise} {msg}")
+            .unwrap(),
+    );
+    loop {
+        let Some(t) = last(server, name).await? else {
+            anyhow::bail!("volume rebalance: {name}: no rebalance has been started");
+        };
+        let p = t.progress.clone().unwrap_or_default();
+        bar.set_message(format!(
+            "{} directories, {} files scanned, {} moved ({}), {} left in place, {} failed; {}",
+            p.dirs,
+            p.scanned,
+            p.moved,
+            size(p.bytes),
+            p.skipped,
+            p.failed,
+            rate(&p)
+        ));
+        match t.status {
+            TaskStatus::InProgress => bar.tick(),
+            TaskStatus::Completed => {
+                bar.finish_with_message(format!("completed: {}", t.detail));
+                return Ok(());
+            }
+            s => {
+                bar.abandon_with_message(format!("{}: {}", s.as_str(), t.detail));
+                anyhow::bail!("volume rebalance: {name}: {}: {}", s.as_str(), t.detail);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Asked, String> {
+        parse(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn rebalance_grammar() {
+        assert_eq!(
+            p("start").unwrap(),
+            Asked::Change(RebalanceOp::Start { migrate: true })
+        );
+        assert_eq!(
+            p("fix-layout start").unwrap(),
+            Asked::Change(RebalanceOp::Start { migrate: false })
+        );
+        assert_eq!(p("stop").unwrap(), Asked::Change(RebalanceOp::Stop));
+        assert_eq!(p("status").unwrap(), Asked::Status);
+        for bad in ["", "begin", "fix-layout", "start now", "status all"] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+        assert_eq!(hms(3725), "1:02:05");
+        assert_eq!(size(3 << 20), "3.0MB");
+    }
+}

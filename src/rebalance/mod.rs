@@ -1,0 +1,807 @@
+//! Rebalance: after replica sets are added, gives every directory a
+//! layout over all the sets (fix-layout) and moves each file to the set
+//! its name hashes to in it (docs/distribute.md).
+//!
+//! It runs a client graph of the whole volume and talks to the sets below
+//! its distribute translator directly, as root. Directories are walked
+//! from the root, breadth first; each one is
+//!
+//! 1. made on every set that lacks it (same gfid, mode and owner),
+//! 2. given its new layout, written with the generation the rebalance
+//!    commits (`generation`, one above the volume's commit): the
+//!    directory is in flux from then on, so clients look a missing name up
+//!    on every set and read the layout at every use,
+//! 3. with `migrate`, listed on every set: a file whose name now hashes to
+//!    another set is moved there (`move_file`); one that cannot move now
+//!    (open by a client, or hard-linked) stays, with a pointer on the set
+//!    its name hashes to; pointers no longer needed are removed.
+//!
+//! A second pass catches files created meanwhile under an older layout.
+//! Then, if nothing failed, the volume's layout commit becomes
+//! `generation` (the caller commits it): every directory is authoritative
+//! again. Directories already carrying `generation` keep their layout, so a
+//! rebalance that stopped (a crash, `stop`) starts again where it was.
+
+use crate::cluster::layout::{name_hash, Layout};
+use crate::core::fop::{LAYOUT_XATTR, LINKTO_XATTR, OPEN_COUNT_XATTR, POINTER_PERM};
+use crate::core::options::{Kind, Spec};
+use crate::core::{
+    Attr, Child, Ctx, DirEntry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
+};
+use crate::graph::{Env, Graph, VolDesc};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub static REBAL_THROTTLE: Spec = Spec {
+    key: "cluster.rebal-throttle",
+    kind: Kind::Enum(&["lazy", "normal", "aggressive"]),
+    default: "normal",
+    help: "How hard a rebalance works: lazy moves one file at a time and rests as long as each took; normal moves two at a time; aggressive four.",
+};
+
+/// Bytes copied per read and write while moving a file.
+const COPY_PIECE: u64 = 1 << 20;
+/// Times a file written during its move is copied again before it is left.
+const COPY_TRIES: usize = 3;
+
+/// What a rebalance has done so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Directories laid out (each pass counts them again).
+    pub dirs: u64,
+    /// Files looked at.
+    pub scanned: u64,
+    pub moved: u64,
+    pub bytes: u64,
+    /// Files left where they are, with a pointer (open, hard-linked).
+    pub skipped: u64,
+    pub failed: u64,
+    /// Seconds since it started.
+    pub secs: u64,
+}
+
+/// One directory to visit: where it is and what it is.
+struct Dir {
+    gfid: Gfid,
+    /// Its parent and name (none for the root).
+    at: Option<(Gfid, Name)>,
+    attr: Option<Attr>,
+}
+
+pub struct Rebalancer {
+    volume: String,
+    graph: Graph,
+    sets: Vec<Child>,
+    ids: Vec<u32>,
+    generation: u64,
+    migrate: bool,
+    parallel: usize,
+    lazy: bool,
+    stop: AtomicBool,
+    started: Instant,
+    progress: Mutex<Progress>,
+}
+
+fn root() -> Ctx {
+    Ctx::root()
+}
+
+fn absent(e: &FsError) -> bool {
+    e.is(libc::ESTALE) || e.is(libc::ENOENT)
+}
+
+impl Rebalancer {
+    /// A rebalancer over the volume `desc` describes, writing layouts
+    /// with `generation`; with `migrate`, files are moved too.
+    pub fn new(
+        desc: &VolDesc,
+        env: &Env,
+        generation: u64,
+        migrate: bool,
+    ) -> anyhow::Result<Arc<Rebalancer>> {
+        let graph = Graph::build(desc, env)?;
+        let dht = graph.of_kind("cluster/distribute").next().ok_or_else(|| {
+            anyhow::anyhow!("volume {} has no distribute translator", desc.volume)
+        })?;
+        let mut sets = Vec::new();
+        let mut ids = Vec::new();
+        for (i, &c) in dht.children.iter().enumerate() {
+            let n = &graph.nodes()[c];
+            sets.push(n.child.clone());
+            ids.push(
+                n.params
+                    .get("set-id")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(i as u32),
+            );
+        }
+        let (parallel, lazy) = match REBAL_THROTTLE.str(&desc.options) {
+            "lazy" => (1, true),
+            "aggressive" => (4, false),
+            _ => (2, false),
+        };
+        Ok(Arc::new(Rebalancer {
+            volume: desc.volume.clone(),
+            graph,
+            sets,
+            ids,
+            generation,
+            migrate,
+            parallel,
+            lazy,
+            stop: AtomicBool::new(false),
+            started: Instant::now(),
+            progress: Mutex::new(Progress::default()),
+        }))
+    }
+
+    /// Waits until every brick is reached, at most `t`; true if all are.
+    pub async fn wait_up(&self, t: Duration) -> bool {
+        self.graph.wait_up(t).await == self.graph.leaves().count()
+    }
+
+    pub fn progress(&self) -> Progress {
+        let mut p = self.progress.lock().unwrap().clone();
+        p.secs = self.started.elapsed().as_secs();
+        p
+    }
+
+    /// Asks the walk to end after the directory it is in.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Progress)) {
+        f(&mut self.progress.lock().unwrap());
+    }
+
+    /// Runs the whole rebalance: true when every directory was laid out
+    /// (and, migrating, every file is where its name hashes or has a
+    /// pointer there), so that the caller may commit `generation`.
+    pub async fn run(&self) -> bool {
+        let passes = if self.migrate { 2 } else { 1 };
+        for pass in 0..passes {
+            let failed_before = self.progress.lock().unwrap().failed;
+            if !self.walk().await {
+                return false;
+            }
+            let p = self.progress();
+            tracing::info!(volume = %self.volume, pass, dirs = p.dirs, moved = p.moved, skipped = p.skipped, failed = p.failed, "rebalance pass done");
+            if p.failed > failed_before || self.stopped() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// One pass over every directory; false if one could not be done or
+    /// the rebalance was stopped.
+    async fn walk(&self) -> bool {
+        let mut queue = std::collections::VecDeque::from([Dir {
+            gfid: Gfid::ROOT,
+            at: None,
+            attr: None,
+        }]);
+        while let Some(d) = queue.pop_front() {
+            if self.stopped() {
+                return false;
+            }
+            match self.visit(&d).await {
+                Ok(subdirs) => queue.extend(subdirs),
+                Err(e) => {
+                    tracing::warn!(volume = %self.volume, dir = %d.gfid, "rebalance stops: {e}");
+                    self.count(|p| p.failed += 1);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Lays out one directory and moves its files; answers its
+    /// subdirectories.
+    async fn visit(&self, d: &Dir) -> FsResult<Vec<Dir>> {
+        self.make_everywhere(d).await?;
+        let layout = self.lay_out(d.gfid).await?;
+        self.count(|p| p.dirs += 1);
+        let mut subdirs: Vec<Dir> = Vec::new();
+        let mut moves = Vec::new();
+        for (i, set) in self.sets.iter().enumerate() {
+            for e in list(set, d.gfid).await? {
+                let Some(a) = e.attr else { continue };
+                let Ok(name) = Name::new(e.name.to_vec()) else {
+                    continue;
+                };
+                if a.kind == FileKind::Dir {
+                    if !subdirs.iter().any(|s| s.gfid == a.gfid) {
+                        subdirs.push(Dir {
+                            gfid: a.gfid,
+                            at: Some((d.gfid, name)),
+                            attr: Some(a),
+                        });
+                    }
+                    continue;
+                }
+                if !self.migrate {
+                    continue;
+                }
+                self.count(|p| p.scanned += 1);
+                let home = self.position(layout.owner(name_hash(&name)));
+                if let Some(to) = a.linkto {
+                    // A pointer away from the set its name hashes to now
+                    // is no longer asked: removed.
+                    if home != Some(i) {
+                        tracing::debug!(dir = %d.gfid, ?name, to, "pointer no longer needed");
+                        let _ = set.call(&root(), unlink(d.gfid, &name)).await;
+                    }
+                    continue;
+                }
+                if let Some(home) = home.filter(|&h| h != i) {
+                    moves.push((name, a, i, home));
+                }
+            }
+        }
+        use futures_util::StreamExt;
+        let mut moving = futures_util::stream::iter(moves)
+            .map(|(name, a, from, to)| async move {
+                let started = Instant::now();
+                if let Err(e) = self.move_file(d.gfid, &name, &a, from, to).await {
+                    tracing::warn!(volume = %self.volume, dir = %d.gfid, ?name, "not moved: {e}");
+                    self.count(|p| p.failed += 1);
+                }
+                if self.lazy {
+                    tokio::time::sleep(started.elapsed()).await;
+                }
+            })
+            .buffer_unordered(self.parallel);
+        while moving.next().await.is_some() {
+            if self.stopped() {
+                return Err(FsError::new(libc::EINTR, "rebalance stopped"));
+            }
+        }
+        Ok(subdirs)
+    }
+
+    fn position(&self, set: u32) -> Option<usize> {
+        self.ids.iter().position(|&i| i == set)
+    }
+
+    /// Makes the directory on every set that lacks it.
+    async fn make_everywhere(&self, d: &Dir) -> FsResult<()> {
+        let (Some((parent, name)), Some(a)) = (&d.at, &d.attr) else {
+            return Ok(());
+        };
+        for set in &self.sets {
+            match set.call(&root(), Fop::Getattr { gfid: d.gfid }).await {
+                Ok(_) => continue,
+                Err(e) if e.is(libc::ESTALE) => {}
+                Err(e) => return Err(e),
+            }
+            let owner = Ctx {
+                uid: a.uid,
+                gid: a.gid,
+                ..root()
+            };
+            let mk = Fop::Mkdir {
+                parent: *parent,
+                name: name.clone(),
+                gfid: d.gfid,
+                mode: a.perm,
+                umask: 0,
+            };
+            match set.call(&owner, mk).await {
+                Ok(_) => {}
+                Err(e) if e.is(libc::EEXIST) => {}
+                Err(e) => return Err(e),
+            }
+            let fix = SetAttr {
+                mode: Some(a.perm),
+                uid: Some(a.uid),
+                gid: Some(a.gid),
+                ..Default::default()
+            };
+            set.call(
+                &root(),
+                Fop::Setattr {
+                    gfid: d.gfid,
+                    set: fix,
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the directory's layout over all sets with `generation`
+    /// (kept if it has it already) and answers it.
+    async fn lay_out(&self, dir: Gfid) -> FsResult<Layout> {
+        let mut stored = None;
+        for set in &self.sets {
+            let fop = Fop::Getxattr {
+                gfid: dir,
+                name: LAYOUT_XATTR.into(),
+            };
+            if let Ok(Reply::Xattr(v)) = set.call(&root(), fop).await {
+                stored = Layout::decode(&v).ok();
+                if stored.is_some() {
+                    break;
+                }
+            }
+        }
+        let weights = vec![1; self.sets.len()];
+        let layout = match stored {
+            Some((g, l)) if g == self.generation => return Ok(l),
+            Some((_, l)) => match self.as_positions(&l) {
+                Some(p) => p
+                    .rebalanced(&weights)
+                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?,
+                None => fresh(dir, &weights),
+            },
+            None => fresh(dir, &weights),
+        }
+        .with_ids(&self.ids);
+        let fop = Fop::Setxattr {
+            gfid: dir,
+            name: LAYOUT_XATTR.into(),
+            value: serde_bytes::ByteBuf::from(layout.encode(self.generation)),
+            flags: 0,
+        };
+        for set in &self.sets {
+            set.call(&root(), fop.clone()).await?;
+        }
+        Ok(layout)
+    }
+
+    /// `l` with its sets named by position, if it names only sets of this
+    /// volume.
+    fn as_positions(&self, l: &Layout) -> Option<Layout> {
+        let max = *self.ids.iter().max()? as usize;
+        let mut to_pos = vec![u32::MAX; max + 1];
+        for (p, &id) in self.ids.iter().enumerate() {
+            to_pos[id as usize] = p as u32;
+        }
+        l.ranges()
+            .iter()
+            .all(|r| to_pos.get(r.set as usize).is_some_and(|&p| p != u32::MAX))
+            .then(|| l.with_ids(&to_pos))
+    }
+
+    /// Moves a file from set `from` to set `to`, or leaves it with a
+    /// pointer on `to`.
+    async fn move_file(
+        &self,
+        dir: Gfid,
+        name: &Name,
+        a: &Attr,
+        from: usize,
+        to: usize,
+    ) -> FsResult<()> {
+        let (src, dst) = (&self.sets[from], &self.sets[to]);
+        let there = match dst.call(&root(), lookup(dir, name)).await {
+            Ok(r) => Some(r.into_attr()?),
+            Err(e) if absent(&e) => None,
+            Err(e) => return Err(e),
+        };
+        match &there {
+            // Copied already by a rebalance that stopped before the end.
+            Some(t) if t.gfid == a.gfid && t.linkto.is_none() => {
+                src.call(&root(), unlink(dir, name)).await?;
+                self.count(|p| p.moved += 1);
+                return Ok(());
+            }
+            Some(t) if t.gfid == a.gfid => {}
+            Some(_) => {
+                return Err(FsError::new(
+                    libc::EEXIST,
+                    "another file has this name on the set it hashes to",
+                ))
+            }
+            None => {
+                let mk = Fop::Mknod {
+                    parent: dir,
+                    name: name.clone(),
+                    gfid: a.gfid,
+                    mode: libc::S_IFREG | POINTER_PERM,
+                    umask: 0,
+                    rdev: 0,
+                    linkto: Some(self.ids[from]),
+                };
+                match dst.call(&root(), mk).await {
+                    // Another name of the file has its pointer there.
+                    Err(e) if e.is(libc::EEXIST) => {
+                        let link = Fop::Link {
+                            gfid: a.gfid,
+                            newparent: dir,
+                            newname: name.clone(),
+                        };
+                        dst.call(&root(), link).await?;
+                    }
+                    r => {
+                        r?;
+                    }
+                }
+            }
+        }
+        // From here `to` has a pointer to `from`: the file is found
+        // whatever happens next.
+        if a.kind != FileKind::File || a.nlink > 1 || open_count(src, a.gfid).await? > 0 {
+            self.count(|p| p.skipped += 1);
+            return Ok(());
+        }
+        let mut now = a.clone();
+        let mut copied = false;
+        for _ in 0..COPY_TRIES {
+            copy_data(src, dst, a.gfid, now.size).await?;
+            let after = src
+                .call(&root(), Fop::Getattr { gfid: a.gfid })
+                .await?
+                .into_attr()?;
+            if (after.size, after.mtime, after.ctime) == (now.size, now.mtime, now.ctime)
+                && open_count(src, a.gfid).await? == 0
+            {
+                copied = true;
+                break;
+            }
+            now = after;
+        }
+        if !copied {
+            self.count(|p| p.skipped += 1);
+            return Ok(());
+        }
+        copy_xattrs(src, dst, a.gfid).await?;
+        // The pointer becomes the file: its mode, owner and times.
+        let set = SetAttr {
+            mode: Some(now.perm),
+            uid: Some(now.uid),
+            gid: Some(now.gid),
+            atime: Some(crate::core::fop::TimeSet::At(now.atime.0, now.atime.1)),
+            mtime: Some(crate::core::fop::TimeSet::At(now.mtime.0, now.mtime.1)),
+            ..Default::default()
+        };
+        dst.call(&root(), Fop::Setattr { gfid: a.gfid, set })
+            .await?;
+        let _ = dst
+            .call(
+                &root(),
+                Fop::Removexattr {
+                    gfid: a.gfid,
+                    name: LINKTO_XATTR.into(),
+                },
+            )
+            .await;
+        src.call(&root(), unlink(dir, name)).await?;
+        self.count(|p| {
+            p.moved += 1;
+            p.bytes += now.size;
+        });
+        Ok(())
+    }
+
+    pub async fn fini(&self) {
+        self.graph.fini().await;
+    }
+}
+
+/// The layout of a directory that has none: as a client makes it.
+fn fresh(dir: Gfid, weights: &[u64]) -> Layout {
+    Layout::fresh(weights, crate::cluster::layout::start_of(dir)).expect("sets have weights")
+}
+
+fn lookup(parent: Gfid, name: &Name) -> Fop {
+    Fop::Lookup {
+        parent,
+        name: name.clone(),
+    }
+}
+
+fn unlink(parent: Gfid, name: &Name) -> Fop {
+    Fop::Unlink {
+        parent,
+        name: name.clone(),
+    }
+}
+
+async fn open_count(set: &Child, gfid: Gfid) -> FsResult<u64> {
+    let fop = Fop::Getxattr {
+        gfid,
+        name: OPEN_COUNT_XATTR.into(),
+    };
+    match set.call(&root(), fop).await? {
+        Reply::Xattr(v) => Ok(std::str::from_utf8(&v)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1)),
+        other => Err(crate::core::fop::unexpected(other)),
+    }
+}
+
+/// Every entry of a directory on one set, with attributes.
+async fn list(set: &Child, dir: Gfid) -> FsResult<Vec<DirEntry>> {
+    let fh = match set.call(&root(), Fop::Opendir { gfid: dir }).await {
+        Ok(r) => r.into_fh()?,
+        Err(e) if e.is(libc::ESTALE) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    let mut offset = 0;
+    let res = loop {
+        let fop = Fop::Readdir {
+            gfid: dir,
+            fh,
+            offset,
+            plus: true,
+        };
+        match set.call(&root(), fop).await {
+            Ok(Reply::Entries(ents)) if ents.is_empty() => break Ok(()),
+            Ok(Reply::Entries(ents)) => {
+                offset = ents.last().map_or(offset, |e| e.next);
+                out.extend(ents);
+            }
+            Ok(other) => break Err(crate::core::fop::unexpected(other)),
+            Err(e) => break Err(e),
+        }
+    };
+    let _ = set.call(&root(), Fop::Releasedir { gfid: dir, fh }).await;
+    res.map(|_| out)
+}
+
+/// Copies a file's data extents (holes stay holes) and its size.
+async fn copy_data(src: &Child, dst: &Child, gfid: Gfid, size: u64) -> FsResult<()> {
+    let rfh = src
+        .call(
+            &root(),
+            Fop::Open {
+                gfid,
+                flags: libc::O_RDONLY,
+            },
+        )
+        .await?
+        .into_fh()?;
+    let wfh = match dst
+        .call(
+            &root(),
+            Fop::Open {
+                gfid,
+                flags: libc::O_WRONLY,
+            },
+        )
+        .await
+        .and_then(Reply::into_fh)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = src.call(&root(), Fop::Release { gfid, fh: rfh }).await;
+            return Err(e);
+        }
+    };
+    let res = copy_extents(src, dst, gfid, (rfh, wfh), size).await;
+    let _ = src.call(&root(), Fop::Release { gfid, fh: rfh }).await;
+    let _ = dst.call(&root(), Fop::Release { gfid, fh: wfh }).await;
+    res?;
+    let set = SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    dst.call(&root(), Fop::Setattr { gfid, set }).await?;
+    Ok(())
+}
+
+async fn copy_extents(
+    src: &Child,
+    dst: &Child,
+    gfid: Gfid,
+    (rfh, wfh): (u64, u64),
+    size: u64,
+) -> FsResult<()> {
+    let seek = |offset, whence| Fop::Lseek {
+        gfid,
+        fh: rfh,
+        offset,
+        whence,
+    };
+    let mut at = 0;
+    while at < size {
+        let data = match src.call(&root(), seek(at, libc::SEEK_DATA)).await {
+            Ok(Reply::Offset(o)) => o,
+            // No data after `at`: the rest is a hole.
+            Err(e) if e.is(libc::ENXIO) => break,
+            Ok(other) => return Err(crate::core::fop::unexpected(other)),
+            // No SEEK_DATA below: copy everything.
+            Err(_) => at,
+        };
+        let hole = match src.call(&root(), seek(data, libc::SEEK_HOLE)).await {
+            Ok(Reply::Offset(o)) if o > data => o.min(size),
+            _ => size,
+        };
+        let mut off = data;
+        while off < hole {
+            let n = (hole - off).min(COPY_PIECE) as u32;
+            let read = Fop::Read {
+                gfid,
+                fh: rfh,
+                offset: off,
+                size: n,
+            };
+            let Reply::Data(buf) = src.call(&root(), read).await? else {
+                return Err(FsError::new(libc::EIO, "read answered without data"));
+            };
+            if buf.is_empty() {
+                break;
+            }
+            let len = buf.len() as u64;
+            let write = Fop::Write {
+                gfid,
+                fh: wfh,
+                offset: off,
+                data: buf,
+            };
+            dst.call(&root(), write).await?;
+            off += len;
+        }
+        at = hole.max(off);
+    }
+    Ok(())
+}
+
+/// Copies the file's own xattrs (distribute's are not the file's).
+async fn copy_xattrs(src: &Child, dst: &Child, gfid: Gfid) -> FsResult<()> {
+    let Reply::Xattr(names) = src.call(&root(), Fop::Listxattr { gfid }).await? else {
+        return Ok(());
+    };
+    for n in names.split(|&c| c == 0).filter(|n| !n.is_empty()) {
+        let Ok(n) = std::str::from_utf8(n) else {
+            continue;
+        };
+        if crate::core::fop::is_distribute_xattr(n) {
+            continue;
+        }
+        let get = Fop::Getxattr {
+            gfid,
+            name: n.into(),
+        };
+        if let Ok(Reply::Xattr(v)) = src.call(&root(), get).await {
+            let set = Fop::Setxattr {
+                gfid,
+                name: n.into(),
+                value: v,
+                flags: 0,
+            };
+            dst.call(&root(), set).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::testkit::{desc_over, env_over, graph_over, n, Rig};
+    use crate::storage::memory::MemBrick;
+
+    fn grown(bricks: &[Arc<MemBrick>], commit: u64) -> VolDesc {
+        let mut d = desc_over(bricks.len(), 1);
+        d.top = d.top.with("layout-commit", commit.to_string());
+        d
+    }
+
+    #[tokio::test]
+    async fn a_rebalance_moves_files_home_and_leaves_every_name_findable_by_one_lookup() {
+        let bricks: Vec<_> = (0..3).map(|i| MemBrick::new(&format!("b{i}"))).collect();
+        let before = Rig {
+            graph: graph_over(&bricks[..2], 2, 1),
+            bricks: bricks[..2].to_vec(),
+        };
+        let d = Gfid::random();
+        before
+            .call(Fop::Mkdir {
+                parent: Gfid::ROOT,
+                name: n("d"),
+                gfid: d,
+                mode: 0o750,
+                umask: 0,
+            })
+            .await
+            .unwrap();
+        let mut files = Vec::new();
+        for i in 0..60 {
+            let dir = if i % 2 == 0 { Gfid::ROOT } else { d };
+            let name = format!("f{i}");
+            let g = before.create(dir, &name, name.as_bytes()).await.unwrap();
+            files.push((dir, name, g));
+        }
+        // One renamed (a pointer), one hard-linked, one held open.
+        before
+            .call(Fop::Rename {
+                parent: Gfid::ROOT,
+                name: n("f0"),
+                newparent: Gfid::ROOT,
+                newname: n("renamed"),
+                flags: 0,
+            })
+            .await
+            .unwrap();
+        files[0].1 = "renamed".into();
+        before
+            .call(Fop::Link {
+                gfid: files[2].2,
+                newparent: d,
+                newname: n("link"),
+            })
+            .await
+            .unwrap();
+        let held = before
+            .call(Fop::Open {
+                gfid: files[4].2,
+                flags: libc::O_RDWR,
+            })
+            .await
+            .unwrap()
+            .into_fh()
+            .unwrap();
+
+        let r = Rebalancer::new(&grown(&bricks, 2), &env_over(&bricks), 3, true).unwrap();
+        assert!(r.wait_up(Duration::from_secs(1)).await);
+        assert!(r.run().await, "{:?}", r.progress());
+        let p = r.progress();
+        assert!(p.moved > 10, "{p:?}");
+        assert_eq!(p.skipped, 2, "the linked and the open file stay: {p:?}");
+        assert_eq!(p.failed, 0);
+        r.fini().await;
+
+        // The directory is on the new set, with its mode; the new set got
+        // files; no name is on two sets (pointers aside).
+        let after = Rig {
+            graph: crate::graph::Graph::build(&grown(&bricks, 3), &env_over(&bricks)).unwrap(),
+            bricks: bricks.clone(),
+        };
+        assert!(bricks[2].tree().contains_key("/d"));
+        assert!(bricks[2].tree().len() > 10, "{:?}", bricks[2].tree());
+        let mut seen = std::collections::BTreeMap::new();
+        for (i, b) in bricks.iter().enumerate() {
+            let pointers = b.pointers();
+            for p in b
+                .tree()
+                .into_keys()
+                .filter(|k| k != "/d" && !pointers.contains_key(k))
+            {
+                assert!(seen.insert(p.clone(), i).is_none(), "{p} on two sets");
+            }
+        }
+        // Committed: each name found by one lookup (two via a pointer),
+        // with its data.
+        for (dir, name, g) in &files {
+            let before: u64 = bricks.iter().map(|b| b.calls()).sum();
+            let e = after
+                .call(Fop::Lookup {
+                    parent: *dir,
+                    name: n(name),
+                })
+                .await
+                .unwrap()
+                .into_entry()
+                .unwrap();
+            let asked: u64 = bricks.iter().map(|b| b.calls()).sum::<u64>() - before;
+            assert!(asked <= 3, "{name}: {asked} requests");
+            assert_eq!(e.attr.gfid, *g);
+        }
+        for (_, name, g) in &files[1..] {
+            assert_eq!(after.read(*g).await.unwrap(), name.as_bytes());
+        }
+        let mut listed = after.list(d).await.unwrap();
+        listed.sort();
+        assert_eq!(listed.len(), 31, "{listed:?}");
+        before
+            .call(Fop::Release {
+                gfid: files[4].2,
+                fh: held,
+            })
+            .await
+            .unwrap();
+    }
+}

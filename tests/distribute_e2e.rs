@@ -1,0 +1,146 @@
+//! Growing a mounted volume: add-brick and rebalance while a writer and an
+//! open file keep working, through a real FUSE mount over real bricks.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Every regular file under a brick (the brick's own `.mortar` aside),
+/// pointers apart: path → whether it is a pointer.
+fn files_on(brick: &Path) -> BTreeMap<String, bool> {
+    let out = ok(&format!(
+        "cd {} && find . -path ./.mortar -prune -o -type f -printf '%P %m\\n'",
+        brick.display()
+    ));
+    out.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(p, m)| (p.to_string(), m == "1000"))
+        .collect()
+}
+
+/// For every file of the volume, the replica sets holding its data.
+fn sets_of(bricks: &[PathBuf], replica: usize) -> BTreeMap<String, Vec<usize>> {
+    let mut out: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (s, set) in bricks.chunks(replica).enumerate() {
+        for (p, pointer) in files_on(&set[0]) {
+            if !pointer {
+                out.entry(p).or_default().push(s);
+            }
+        }
+    }
+    out
+}
+
+fn checksums(dir: &str) -> BTreeMap<String, String> {
+    ok(&format!(
+        "cd {dir} && find . -type f -not -path './open/*' -not -path './w/*' -print0 | sort -z | xargs -0 md5sum"
+    ))
+    .lines()
+    .filter_map(|l| l.split_once("  "))
+    .map(|(sum, p)| (p.to_string(), sum.to_string()))
+    .collect()
+}
+
+#[test]
+fn a_volume_grows_from_2x3_to_3x3_under_a_writer_and_rebalances() {
+    let c = Cluster::start();
+    let names: Vec<String> = (1..=9).map(|i| format!("g{i}")).collect();
+    let first: Vec<&str> = names[..6].iter().map(String::as_str).collect();
+    let mut bricks = c.volume("grow", 3, &first);
+    let m = c.mount_env("grow", &[("MORTAR_LOG", "mortar=debug")]);
+    ok(&format!(
+        "mkdir -p {0}/a/b {0}/c {0}/open {0}/w && for i in $(seq 1 120); do head -c $((i * 97)) /dev/urandom > {0}/a/b/f$i; done \
+         && for i in $(seq 1 40); do echo $i > {0}/c/s$i; done \
+         && truncate -s 5M {0}/c/sparse && echo tail >> {0}/c/sparse \
+         && for i in $(seq 1 10); do mv {0}/c/s$i {0}/c/r$i; done && ln {0}/c/s20 {0}/a/hard",
+        m.dir.display()
+    ));
+    let before = checksums(&m.dir.to_string_lossy());
+    assert_eq!(before.len(), 120 + 40 + 1 + 1);
+
+    // An open file written all along, and a writer making new files.
+    let open = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "exec 3>>{0}/open/log; for i in $(seq 1 60); do echo line$i >&3; sleep 0.1; done",
+            m.dir.display()
+        ))
+        .spawn()
+        .unwrap();
+    let writer = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "for i in $(seq 1 150); do echo w$i > {0}/w/w$i || exit 1; sleep 0.02; done",
+            m.dir.display()
+        ))
+        .spawn()
+        .unwrap();
+
+    let added: Vec<String> = names[6..].iter().map(|b| c.brick(b)).collect();
+    let mut args = vec!["volume", "add-brick", "grow"];
+    args.extend(added.iter().map(String::as_str));
+    args.push("force");
+    c.ok(&args);
+    bricks.extend(names[6..].iter().map(|b| c.path(b)));
+    assert!(c
+        .ok(&["volume", "info", "grow"])
+        .contains("Number of Bricks: 3 x 3 = 9"));
+    // Refused while a rebalance runs; a second one too.
+    c.ok(&["volume", "rebalance", "grow", "start"]);
+    let refused = c.fails(&[
+        "volume",
+        "add-brick",
+        "grow",
+        &c.brick("g10"),
+        &c.brick("g11"),
+        &c.brick("g12"),
+        "force",
+    ]);
+    assert!(refused.contains("in progress"), "{refused}");
+    wait_for("the rebalance to end", Duration::from_secs(120), || {
+        let s = c.ok(&["volume", "rebalance", "grow", "status"]);
+        !s.contains("in progress")
+    });
+    let status = c.ok(&["volume", "rebalance", "grow", "status"]);
+    assert!(status.contains("completed"), "{status}");
+
+    assert!(writer.wait_with_output().unwrap().status.success());
+    assert!(open.wait_with_output().unwrap().status.success());
+    let log = std::fs::read_to_string(m.dir.join("open/log")).unwrap();
+    assert_eq!(log.lines().count(), 60, "{log}");
+    for i in 1..=150 {
+        assert_eq!(
+            std::fs::read_to_string(m.dir.join(format!("w/w{i}"))).unwrap(),
+            format!("w{i}\n")
+        );
+    }
+    // Every byte as it was; every file on exactly one set; the new set
+    // holds some; listings show each name once.
+    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    let sets = sets_of(&bricks, 3);
+    for (p, s) in &sets {
+        assert_eq!(s.len(), 1, "{p} on sets {s:?}");
+    }
+    let on_new = sets.values().filter(|s| s.contains(&2)).count();
+    assert!(on_new > 20, "only {on_new} files moved to the new set");
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("a/b"))).trim(), "120");
+    assert_eq!(
+        ok(&format!("ls {} | sort | uniq -d | wc -l", m.p("c"))).trim(),
+        "0"
+    );
+    // Sparse files stay sparse.
+    let sparse = sets.get("c/sparse").expect("the sparse file")[0];
+    let used = ok(&format!("du -k {}/c/sparse", bricks[sparse * 3].display()));
+    let kb: u64 = used.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(kb < 1024, "sparse file uses {kb} KiB on its brick");
+    // New files go to every set, the new one included.
+    ok(&format!(
+        "for i in $(seq 1 60); do echo n$i > {}/n$i; done",
+        m.p("a/b")
+    ));
+    let sets = sets_of(&bricks, 3);
+    assert!((1..=60).any(|i| sets[&format!("a/b/n{i}")] == vec![2]));
+}

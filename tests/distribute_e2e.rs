@@ -144,3 +144,131 @@ fn a_volume_grows_from_2x3_to_3x3_under_a_writer_and_rebalances() {
     let sets = sets_of(&bricks, 3);
     assert!((1..=60).any(|i| sets[&format!("a/b/n{i}")] == vec![2]));
 }
+
+#[test]
+fn bad_add_brick_and_rebalance_requests_are_refused_and_change_nothing() {
+    let c = Cluster::start();
+    c.volume("bad", 3, &["x1", "x2", "x3"]);
+    c.volume("dist", 1, &["y1", "y2"]);
+    let state = || c.ok(&["--json", "volume", "info"]);
+    let before = state();
+    let b = |n: &str| c.brick(n);
+    let used = b("x1");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec![b("n1"), b("n2")], "Incorrect number of bricks"),
+        (
+            vec![used.clone(), b("n2"), b("n3")],
+            "already part of a volume",
+        ),
+        (
+            vec!["nosuchhost.invalid:/x/y".into(), b("n2"), b("n3")],
+            "is not in 'Peer in Cluster' state",
+        ),
+        (
+            vec!["replica".into(), "2".into(), b("n1"), b("n2")],
+            "below the volume's",
+        ),
+        (vec![b("n1"), b("n1"), b("n2")], "Found duplicate exports"),
+        (
+            vec!["replica".into(), "x".into(), b("n1")],
+            "is not a number",
+        ),
+    ];
+    for (extra, want) in &cases {
+        let mut args = vec!["volume".to_string(), "add-brick".into(), "bad".into()];
+        args.extend(extra.iter().cloned());
+        args.push("force".into());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = c.fails(&a);
+        assert!(
+            err.contains(want),
+            "mortar {a:?}: expected {want:?} in {err:?}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one clear line, got {err:?}");
+        assert_eq!(state(), before, "mortar {a:?} changed the state");
+    }
+    assert!(!c.path("n1").exists() && !c.path("n2").exists());
+    for (args, want) in [
+        (
+            vec!["volume", "add-brick", "nosuch", "h:/x"],
+            "does not exist",
+        ),
+        (
+            vec!["volume", "rebalance", "bad", "start"],
+            "not a distribute volume",
+        ),
+        (
+            vec!["volume", "rebalance", "dist", "begin"],
+            "use rebalance NAME",
+        ),
+        (
+            vec!["volume", "rebalance", "dist", "status"],
+            "no rebalance has been started",
+        ),
+        (
+            vec!["volume", "rebalance", "dist", "stop"],
+            "no rebalance of dist",
+        ),
+        (
+            vec!["volume", "rebalance", "nosuch", "start"],
+            "does not exist",
+        ),
+    ] {
+        let err = c.fails(&args);
+        assert!(
+            err.contains(want),
+            "mortar {args:?}: expected {want:?} in {err:?}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one clear line, got {err:?}");
+        assert_eq!(state(), before, "mortar {args:?} changed the state");
+    }
+    // A stopped volume is not rebalanced.
+    c.ok(&["volume", "stop", "dist"]);
+    let err = c.fails(&["volume", "rebalance", "dist", "start"]);
+    assert!(err.contains("needs to be started"), "{err}");
+}
+
+#[test]
+fn a_rebalance_cut_short_by_a_server_crash_resumes_and_loses_nothing() {
+    let mut c = Cluster::start();
+    let mut bricks = c.volume("rs", 1, &["r1", "r2"]);
+    let m = c.mount("rs");
+    ok(&format!(
+        "mkdir -p {0}/d && for i in $(seq 1 90); do echo file$i > {0}/d/f$i; done",
+        m.dir.display()
+    ));
+    let before = checksums(&m.dir.to_string_lossy());
+    c.ok(&["volume", "add-brick", "rs", &c.brick("r3"), "force"]);
+    bricks.push(c.path("r3"));
+    c.crash_daemon();
+    c.start_daemon_env(&[("FAILPOINTS", "rebalance-moved=5*off->panic")]);
+    let _ = c.cli(&["volume", "rebalance", "rs", "start"]);
+    assert!(
+        c.wait_daemon_gone(Duration::from_secs(30)),
+        "the fail point was hit"
+    );
+    let moved_before = sets_of(&bricks, 1)
+        .values()
+        .filter(|s| s.contains(&2))
+        .count();
+    assert!(moved_before >= 5, "{moved_before} moved before the crash");
+    c.start_daemon();
+    wait_for(
+        "the rebalance to resume and end",
+        Duration::from_secs(60),
+        || {
+            c.cli(&["volume", "rebalance", "rs", "status"])
+                .status
+                .success()
+                && c.ok(&["volume", "rebalance", "rs", "status"])
+                    .contains("completed")
+        },
+    );
+    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    let sets = sets_of(&bricks, 1);
+    for (p, s) in &sets {
+        assert_eq!(s.len(), 1, "{p} on sets {s:?}");
+    }
+    assert!(sets.values().filter(|s| s.contains(&2)).count() > moved_before);
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "90");
+}

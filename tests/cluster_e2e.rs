@@ -417,6 +417,16 @@ fn servers_whose_clocks_differ_keep_one_state() {
     // namespace: Raft's timers), the third's wall clock three days behind
     // (libfaketime); the first's is the machine's.
     let mut cs: Vec<Cluster> = (0..3).map(|_| Cluster::start()).collect();
+    // libfaketime preloaded directly: the `faketime` wrapper keeps a
+    // semaphore per pid in /dev/shm, left behind when it is killed, and
+    // refuses to start ("sem_open: File exists") once a pid comes again.
+    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    let preload = format!("LD_PRELOAD={lib}");
+    let faketime: Vec<&str> = if std::path::Path::new(lib).exists() {
+        vec!["env", &preload, "FAKETIME=-3d"]
+    } else {
+        vec!["faketime", "-f", "-3d"]
+    };
     let wraps: [&[&str]; 2] = [
         &[
             "unshare",
@@ -429,7 +439,7 @@ fn servers_whose_clocks_differ_keep_one_state() {
             "--kill-child",
             "--",
         ],
-        &["faketime", "-f", "-3d"],
+        &faketime,
     ];
     for (c, wrap) in cs[1..].iter_mut().zip(wraps) {
         c.crash_daemon();

@@ -143,6 +143,34 @@ fn a_volume_grows_from_2x3_to_3x3_under_a_writer_and_rebalances() {
     ));
     let sets = sets_of(&bricks, 3);
     assert!((1..=60).any(|i| sets[&format!("a/b/n{i}")] == vec![2]));
+
+    // Shrunk back: the new set's files move to the others, then it goes.
+    let before = checksums(&m.dir.to_string_lossy());
+    let mut rm = vec!["volume", "remove-brick", "grow"];
+    rm.extend(added.iter().map(String::as_str));
+    let refused = c.fails(&[&rm[..], &["commit"]].concat());
+    assert!(refused.contains("commit refused"), "{refused}");
+    let partial = c.fails(&["volume", "remove-brick", "grow", &added[0], "start"]);
+    assert!(partial.contains("give all of its bricks"), "{partial}");
+    c.ok(&[&rm[..], &["start"]].concat());
+    wait_for("the bricks to be emptied", Duration::from_secs(120), || {
+        !c.ok(&[&rm[..], &["status"]].concat())
+            .contains("in progress")
+    });
+    let status = c.ok(&[&rm[..], &["status"]].concat());
+    assert!(status.contains("completed"), "{status}");
+    c.ok(&[&rm[..], &["commit"]].concat());
+    assert!(c
+        .ok(&["volume", "info", "grow"])
+        .contains("Number of Bricks: 2 x 3 = 6"));
+    let kept = &bricks[..6];
+    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    for (p, s) in &sets_of(kept, 3) {
+        assert_eq!(s.len(), 1, "{p} on sets {s:?}");
+    }
+    assert!(files_on(&bricks[6]).values().all(|pointer| *pointer));
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("a/b"))).trim(), "180");
+    assert_eq!(ok(&format!("cat {}", m.p("a/b/n7"))), "n7\n");
 }
 
 #[test]

@@ -175,6 +175,7 @@ mod tests {
             tasks: Vec::new(),
             set_ids: Vec::new(),
             layout_commit: 1,
+            draining: Vec::new(),
         };
         let text = info(&[v]);
         for line in [

@@ -77,6 +77,20 @@ pub enum VolumeCmd {
         #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// volume remove-brick NAME HOST:/PATH... {start | status | stop |
+    /// commit | force}: `start` moves the files of these bricks (whole
+    /// replica sets) to the others; `commit`, refused until they have all
+    /// left, takes the bricks out; `force` takes them out at once, their
+    /// files with them.
+    #[command(name = "remove-brick")]
+    RemoveBrick {
+        name: String,
+        #[arg(required = true, num_args = 2.., allow_hyphen_values = true)]
+        args: Vec<String>,
+        /// With start or status: show progress until it ends.
+        #[arg(long)]
+        wait: bool,
+    },
     /// volume rebalance NAME {start [force] | fix-layout start | stop |
     /// status}: lays every directory out over all replica sets (and with
     /// `start`, moves files to the sets their names hash to), on the server
@@ -433,12 +447,49 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .await?;
                 out.done("volume add-brick", &name, r)
             }
+            VolumeCmd::RemoveBrick { name, args, wait } => {
+                let (bricks, op) = args.split_at(args.len() - 1);
+                let kinds = rebalance::kinds(true);
+                let op = match op[0].as_str() {
+                    "status" if wait => return rebalance::wait(&server, &name, kinds).await,
+                    "status" => return rebalance::status(&server, &name, out.json, kinds).await,
+                    "start" => rpc::RemoveOp::Start,
+                    "stop" => rpc::RemoveOp::Stop,
+                    "commit" => rpc::RemoveOp::Commit,
+                    "force" => rpc::RemoveOp::Force,
+                    other => {
+                        return Err(fail(
+                            "volume remove-brick",
+                            &name,
+                            &format!("'{other}': use remove-brick NAME HOST:/PATH... {{start | status | stop | commit | force}}"),
+                        ))
+                    }
+                };
+                let r = ask(
+                    &server,
+                    Request::VolumeRemoveBrick {
+                        name: name.clone(),
+                        bricks: bricks.to_vec(),
+                        op,
+                    },
+                )
+                .await?;
+                out.done("volume remove-brick", &name, r)?;
+                if wait && op == rpc::RemoveOp::Start {
+                    rebalance::wait(&server, &name, kinds).await?;
+                }
+                Ok(())
+            }
             VolumeCmd::Rebalance { name, args, wait } => {
                 let asked =
                     rebalance::parse(&args).map_err(|e| fail("volume rebalance", &name, &e))?;
                 match asked {
-                    rebalance::Asked::Status if wait => rebalance::wait(&server, &name).await,
-                    rebalance::Asked::Status => rebalance::status(&server, &name, out.json).await,
+                    rebalance::Asked::Status if wait => {
+                        rebalance::wait(&server, &name, rebalance::kinds(false)).await
+                    }
+                    rebalance::Asked::Status => {
+                        rebalance::status(&server, &name, out.json, rebalance::kinds(false)).await
+                    }
                     rebalance::Asked::Change(op) => {
                         let r = ask(
                             &server,
@@ -450,7 +501,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                         .await?;
                         out.done("volume rebalance", &name, r)?;
                         if wait && op != rpc::RebalanceOp::Stop {
-                            rebalance::wait(&server, &name).await?;
+                            rebalance::wait(&server, &name, rebalance::kinds(false)).await?;
                         }
                         Ok(())
                     }

@@ -1,4 +1,5 @@
-//! `volume rebalance NAME [fix-layout] start | stop | status [--wait]`.
+//! `volume rebalance NAME [fix-layout] start | stop | status [--wait]`,
+//! and the status of `volume remove-brick`, which is a rebalance too.
 
 use super::{ask, fail, Server};
 use crate::mgmt::rpc::{RebalanceOp, Request, Response};
@@ -29,18 +30,25 @@ pub fn parse(args: &[String]) -> Result<Asked, String> {
     })
 }
 
-/// The volume's last rebalance or fix-layout.
-async fn last(server: &Server, name: &str) -> anyhow::Result<Option<Task>> {
+/// Which tasks a command shows: rebalances, or remove-bricks.
+pub fn kinds(remove: bool) -> &'static [TaskKind] {
+    if remove {
+        &[TaskKind::RemoveBrick]
+    } else {
+        &[TaskKind::Rebalance, TaskKind::FixLayout]
+    }
+}
+
+/// The volume's last task of one of `kinds`.
+async fn last(server: &Server, name: &str, kinds: &[TaskKind]) -> anyhow::Result<Option<Task>> {
     let req = Request::VolumeInfo {
         name: Some(name.to_string()),
     };
     match ask(server, req).await? {
-        Response::Volumes(vs) => Ok(vs.into_iter().next().and_then(|v| {
-            v.tasks
-                .into_iter()
-                .rev()
-                .find(|t| matches!(t.kind, TaskKind::Rebalance | TaskKind::FixLayout))
-        })),
+        Response::Volumes(vs) => Ok(vs
+            .into_iter()
+            .next()
+            .and_then(|v| v.tasks.into_iter().rev().find(|t| kinds.contains(&t.kind)))),
         Response::Err(e) => Err(fail("volume rebalance", name, &e)),
         other => Err(fail("volume rebalance", name, &format!("{other:?}"))),
     }
@@ -61,12 +69,18 @@ fn hms(s: u64) -> String {
 
 /// Prints the status as GlusterFS lays it out, one row for the server
 /// running it.
-pub async fn status(server: &Server, name: &str, json: bool) -> anyhow::Result<()> {
-    let Some(t) = last(server, name).await? else {
+pub async fn status(
+    server: &Server,
+    name: &str,
+    json: bool,
+    kinds: &[TaskKind],
+) -> anyhow::Result<()> {
+    let what = kinds[0].as_str().to_lowercase();
+    let Some(t) = last(server, name, kinds).await? else {
         return Err(fail(
-            "volume rebalance",
+            &format!("volume {what}"),
             name,
-            "no rebalance has been started on this volume",
+            &format!("no {what} has been started on this volume"),
         ));
     };
     let p = t.progress.clone().unwrap_or_default();
@@ -110,7 +124,7 @@ pub async fn status(server: &Server, name: &str, json: bool) -> anyhow::Result<(
     if !t.detail.is_empty() {
         println!("{}: {}", t.kind.as_str(), t.detail);
     }
-    println!("volume rebalance: {name}: success");
+    println!("volume {what}: {name}: success");
     Ok(())
 }
 
@@ -125,14 +139,14 @@ fn rate(p: &Progress) -> String {
 
 /// Shows the running rebalance until it ends; an error if it did not
 /// complete.
-pub async fn wait(server: &Server, name: &str) -> anyhow::Result<()> {
+pub async fn wait(server: &Server, name: &str, kinds: &[TaskKind]) -> anyhow::Result<()> {
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
         indicatif::ProgressStyle::with_template("rebalance {spinner} {elapsed_precise} {msg}")
             .unwrap(),
     );
     loop {
-        let Some(t) = last(server, name).await? else {
+        let Some(t) = last(server, name, kinds).await? else {
             anyhow::bail!("volume rebalance: {name}: no rebalance has been started");
         };
         let p = t.progress.clone().unwrap_or_default();

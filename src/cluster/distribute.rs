@@ -67,6 +67,9 @@ pub struct Distribute {
     ids: Vec<u32>,
     /// Children in the order listings read them (by set id).
     order: Vec<usize>,
+    /// Children being emptied by a remove-brick: new directories are not
+    /// laid out over them.
+    draining: Vec<bool>,
     /// The volume's layout generation (module comment).
     commit: u64,
     /// Whether any child is up (what this translator tells its parent).
@@ -113,6 +116,7 @@ impl Distribute {
         Distribute {
             name,
             children,
+            draining: vec![false; ids.len()],
             ids,
             order,
             commit,
@@ -121,6 +125,13 @@ impl Distribute {
             up: Default::default(),
             fds: HandleMap::new(),
         }
+    }
+
+    /// Marks the children being emptied by a remove-brick.
+    pub fn with_draining(mut self, draining: Vec<bool>) -> Self {
+        assert_eq!(draining.len(), self.children.len());
+        self.draining = draining;
+        self
     }
 
     fn learn(&self, attr: &Attr, child: usize) {
@@ -160,9 +171,15 @@ impl Distribute {
     /// As `fresh`, over the children `on` only.
     fn fresh_over(&self, dir: Gfid, on: &[usize]) -> Layout {
         let start = super::layout::start_of(dir);
-        let weights: Vec<u64> = (0..self.children.len())
-            .map(|i| on.contains(&i) as u64)
+        let mut weights: Vec<u64> = (0..self.children.len())
+            .map(|i| (on.contains(&i) && !self.draining[i]) as u64)
             .collect();
+        if weights.iter().all(|&w| w == 0) {
+            // Only sets being emptied have it: they take it for now.
+            weights = (0..self.children.len())
+                .map(|i| on.contains(&i) as u64)
+                .collect();
+        }
         Layout::fresh(&weights, start)
             .expect("a directory is on one set at least")
             .with_ids(&self.ids)

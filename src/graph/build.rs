@@ -127,12 +127,15 @@ pub(super) fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<
             .map_err(|_| anyhow::anyhow!("{}: bad layout-commit {v:?}", cx.desc.name))?,
         None => 1,
     };
-    Ok(Arc::new(Distribute::with_sets(
-        cx.desc.name.clone(),
-        children,
-        ids,
-        commit,
-    )))
+    let draining = cx
+        .desc
+        .children
+        .iter()
+        .map(|d| d.param("draining") == Some("on"))
+        .collect();
+    Ok(Arc::new(
+        Distribute::with_sets(cx.desc.name.clone(), children, ids, commit).with_draining(draining),
+    ))
 }
 
 pub(super) fn read_only(

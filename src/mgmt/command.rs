@@ -62,6 +62,18 @@ pub enum Command {
         from: u64,
         commit: u64,
     },
+    /// The replica sets (by id) a remove-brick empties (none: it was
+    /// stopped). Starting one raises the layout commit: directories are
+    /// in flux until their files have left.
+    SetDraining {
+        volume: String,
+        sets: Vec<u32>,
+    },
+    /// Takes replica sets (by id) and their bricks out of the volume.
+    RemoveSets {
+        volume: String,
+        sets: Vec<u32>,
+    },
 }
 
 impl Command {
@@ -77,6 +89,8 @@ impl Command {
             Command::SetTask { .. } => "SetTask",
             Command::AddBricks { .. } => "AddBricks",
             Command::CommitLayout { .. } => "CommitLayout",
+            Command::SetDraining { .. } => "SetDraining",
+            Command::RemoveSets { .. } => "RemoveSets",
         }
     }
 
@@ -165,6 +179,22 @@ impl Command {
                 v.layout_commit = *commit;
                 v.version += 1;
             }
+            Command::SetDraining { volume: name, sets } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                if sets.iter().any(|s| !v.set_ids().contains(s)) {
+                    return Err(format!("volume {name} has no such replica set"));
+                }
+                if !sets.is_empty() {
+                    v.layout_commit += 1;
+                }
+                v.draining = sets.clone();
+                v.version += 1;
+            }
+            Command::RemoveSets { volume: name, sets } => {
+                volume(st, name)?;
+                st.volumes.get_mut(name).unwrap().remove_sets(sets)?;
+            }
             Command::SetTask { volume: name, task } => {
                 volume(st, name)?;
                 let tasks = &mut st.volumes.get_mut(name).unwrap().tasks;
@@ -240,6 +270,7 @@ mod tests {
                 started: 1,
                 detail: String::new(),
                 progress: None,
+                sets: Vec::new(),
             },
         };
         task("t1", TaskStatus::InProgress).apply(&mut st).unwrap();

@@ -165,6 +165,13 @@ pub enum Request {
         name: String,
         op: RebalanceOp,
     },
+    /// `volume remove-brick NAME BRICK... start|stop|commit|force`: a
+    /// change, on the leader.
+    VolumeRemoveBrick {
+        name: String,
+        bricks: Vec<String>,
+        op: RemoveOp,
+    },
     /// Stops the rebalance of `volume` this server runs.
     RebalanceStop {
         volume: String,
@@ -176,6 +183,20 @@ pub enum Request {
         from: u64,
         commit: u64,
     },
+}
+
+/// What `volume remove-brick NAME BRICK...` asks for (its status is read
+/// from the volume's task).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum RemoveOp {
+    /// Empty the bricks' replica sets (a rebalance).
+    Start,
+    /// Cancel: the bricks stay in the volume.
+    Stop,
+    /// Take the emptied sets out.
+    Commit,
+    /// Take the sets out now, their files with them.
+    Force,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -107,6 +107,10 @@ pub struct Volume {
     /// changes; raised by every change of it and by a finished rebalance.
     #[serde(default = "first_commit")]
     pub layout_commit: u64,
+    /// Replica sets (by id) a remove-brick is emptying: no new directory
+    /// is laid out over them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub draining: Vec<u32>,
 }
 
 fn first_commit() -> u64 {
@@ -164,12 +168,39 @@ impl Volume {
         Ok(())
     }
 
-    /// The rebalance (or fix-layout) in progress, if any.
+    /// The rebalance (fix-layout, remove-brick) in progress, if any.
     pub fn running_rebalance(&self) -> Option<&Task> {
-        self.tasks.iter().find(|t| {
-            matches!(t.kind, TaskKind::Rebalance | TaskKind::FixLayout)
-                && t.status == TaskStatus::InProgress
-        })
+        self.tasks
+            .iter()
+            .find(|t| t.kind.moves_files() && t.status == TaskStatus::InProgress)
+    }
+
+    /// Takes the replica sets `sets` (by id) and their bricks out.
+    pub fn remove_sets(&mut self, sets: &[u32]) -> Result<Vec<Brick>, String> {
+        let ids = self.set_ids();
+        let width = self.replica.max(1);
+        if sets.iter().any(|s| !ids.contains(s)) {
+            return Err(format!("volume {} has no such replica set", self.name));
+        }
+        if sets.len() >= ids.len() {
+            return Err("a volume keeps one replica set at least".into());
+        }
+        let mut kept = Vec::new();
+        let mut gone = Vec::new();
+        let mut kept_ids = Vec::new();
+        for (chunk, id) in self.bricks.chunks(width).zip(&ids) {
+            if sets.contains(id) {
+                gone.extend(chunk.iter().cloned());
+            } else {
+                kept.extend(chunk.iter().cloned());
+                kept_ids.push(*id);
+            }
+        }
+        self.bricks = kept;
+        self.set_ids = kept_ids;
+        self.draining.retain(|d| !sets.contains(d));
+        self.version += 1;
+        Ok(gone)
     }
 
     /// The stable id of each replica set, in order.
@@ -201,6 +232,9 @@ pub struct Task {
     /// A rebalance's counts, recorded as it goes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<crate::rebalance::Progress>,
+    /// The replica sets (by id) a remove-brick empties.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<u32>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -210,6 +244,8 @@ pub enum TaskKind {
     Rebalance,
     /// Layouts over all sets only.
     FixLayout,
+    /// A rebalance that empties the sets a remove-brick takes out.
+    RemoveBrick,
 }
 
 impl TaskKind {
@@ -218,7 +254,13 @@ impl TaskKind {
             TaskKind::HealFull => "Heal full",
             TaskKind::Rebalance => "Rebalance",
             TaskKind::FixLayout => "Fix layout",
+            TaskKind::RemoveBrick => "Remove brick",
         }
+    }
+
+    /// Whether it is a rebalance of some kind (one at a time per volume).
+    pub fn moves_files(&self) -> bool {
+        !matches!(self, TaskKind::HealFull)
     }
 }
 
@@ -262,6 +304,7 @@ impl Volume {
             tasks: Vec::new(),
             set_ids: Vec::new(),
             layout_commit: 1,
+            draining: Vec::new(),
         }
     }
 

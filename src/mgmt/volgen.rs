@@ -120,7 +120,9 @@ pub fn generate_sets(
         .enumerate()
         .filter(|(_, bricks)| keep(bricks))
         .flat_map(|(si, bricks)| {
-            let id = set_ids.get(si).copied().unwrap_or(si as u32).to_string();
+            let sid = set_ids.get(si).copied().unwrap_or(si as u32);
+            let draining = vol.draining.contains(&sid);
+            let id = sid.to_string();
             let leaves = bricks
                 .iter()
                 .enumerate()
@@ -132,13 +134,27 @@ pub fn generate_sets(
                     leaves.collect(),
                 );
                 let d = d.with("set-id", id);
+                let d = if draining {
+                    d.with("draining", "on")
+                } else {
+                    d
+                };
                 vec![if vol.arbiter > 0 {
                     d.with("arbiter", "on")
                 } else {
                     d
                 }]
             } else {
-                leaves.map(|l| l.with("set-id", &id)).collect()
+                leaves
+                    .map(|l| l.with("set-id", &id))
+                    .map(|l| {
+                        if draining {
+                            l.with("draining", "on")
+                        } else {
+                            l
+                        }
+                    })
+                    .collect()
             }
         })
         .collect();
@@ -184,6 +200,7 @@ mod tests {
             tasks: Vec::new(),
             set_ids: Vec::new(),
             layout_commit: 1,
+            draining: Vec::new(),
         }
     }
 

@@ -309,6 +309,7 @@ impl Daemon {
                     started: crate::heal::now(),
                     detail: String::new(),
                     progress: None,
+                    sets: Vec::new(),
                 };
                 if let Err(e) = self.record_task(&name, task.clone()).await {
                     return err(e);

@@ -277,6 +277,9 @@ impl Daemon {
                 Ok(String::new())
             }
             Request::VolumeRebalance { name, op } => self.rebalance(name, op).await,
+            Request::VolumeRemoveBrick { name, bricks, op } => {
+                self.remove_brick(name, bricks, op).await
+            }
             Request::LayoutCommit {
                 volume,
                 from,
@@ -300,7 +303,7 @@ impl Daemon {
 
     /// Takes the volume id off bricks (a volume deleted, or not created),
     /// and what preparing them made where nothing else is kept.
-    async fn release(self: &Arc<Self>, bricks: &[Brick]) {
+    pub(super) async fn release(self: &Arc<Self>, bricks: &[Brick]) {
         self.on_bricks(bricks, |b| Request::BrickRelease { brick: b.clone() })
             .await;
     }
@@ -375,6 +378,7 @@ impl Daemon {
             tasks: Vec::new(),
             set_ids: Vec::new(),
             layout_commit: 1,
+            draining: Vec::new(),
         };
         self.execute(Command::AddVolume(vol)).await?;
         Ok("please start the volume to access data".into())

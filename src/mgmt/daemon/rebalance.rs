@@ -6,7 +6,8 @@
 //! directories laid out already keep their layout, files moved stay moved.
 
 use super::*;
-use crate::mgmt::rpc::RebalanceOp;
+use crate::mgmt::rpc::{RebalanceOp, RemoveOp};
+use crate::mgmt::state::Brick;
 use crate::mgmt::state::{Task, TaskKind, TaskStatus};
 use crate::rebalance::Rebalancer;
 
@@ -55,30 +56,160 @@ impl Daemon {
                 t.host
             ));
         }
-        let task = Task {
-            id: uuid::Uuid::new_v4().to_string(),
-            kind: if migrate {
-                TaskKind::Rebalance
-            } else {
-                TaskKind::FixLayout
-            },
-            host: self.me.host.clone(),
-            status: TaskStatus::InProgress,
-            started: crate::heal::now(),
-            detail: String::new(),
-            progress: Some(Default::default()),
+        let kind = if migrate {
+            TaskKind::Rebalance
+        } else {
+            TaskKind::FixLayout
         };
-        self.execute(Command::SetTask {
-            volume: name.clone(),
-            task: task.clone(),
-        })
-        .await?;
-        tokio::spawn(self.clone().run_rebalance(name.clone(), task.clone()));
+        let task = self.start_task(&name, kind, Vec::new()).await?;
         Ok(format!(
             "{} on {name} has been started successfully. Use rebalance status command to check status of the rebalance process.\nID: {}",
             task.kind.as_str(),
             task.id
         ))
+    }
+
+    /// Records a rebalance task of `kind` and runs it here.
+    async fn start_task(
+        self: &Arc<Self>,
+        name: &str,
+        kind: TaskKind,
+        sets: Vec<u32>,
+    ) -> Result<Task, String> {
+        let task = Task {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind,
+            host: self.me.host.clone(),
+            status: TaskStatus::InProgress,
+            started: crate::heal::now(),
+            detail: String::new(),
+            progress: Some(Default::default()),
+            sets,
+        };
+        self.execute(Command::SetTask {
+            volume: name.to_string(),
+            task: task.clone(),
+        })
+        .await?;
+        tokio::spawn(self.clone().run_rebalance(name.to_string(), task.clone()));
+        Ok(task)
+    }
+
+    /// `volume remove-brick NAME BRICK... start|stop|commit|force`, on
+    /// the leader. The bricks must make whole replica sets.
+    pub(super) async fn remove_brick(
+        self: &Arc<Self>,
+        name: String,
+        bricks: Vec<String>,
+        op: RemoveOp,
+    ) -> Result<String, String> {
+        let v = self.volume(&name)?;
+        let sets = whole_sets(&v, &bricks)?;
+        let last = v
+            .tasks
+            .iter()
+            .find(|t| t.kind == TaskKind::RemoveBrick)
+            .cloned();
+        match op {
+            RemoveOp::Start => {
+                if v.status != VolStatus::Started {
+                    return Err(format!(
+                        "Volume {name} needs to be started to remove bricks (or use force)"
+                    ));
+                }
+                if let Some(t) = v.running_rebalance() {
+                    return Err(format!(
+                        "a {} of {name} is in progress (on {}): stop it or let it end first",
+                        t.kind.as_str().to_lowercase(),
+                        t.host
+                    ));
+                }
+                if sets.len() >= v.set_ids().len() {
+                    return Err("a volume keeps one replica set at least".into());
+                }
+                self.execute(Command::SetDraining {
+                    volume: name.clone(),
+                    sets: sets.clone(),
+                })
+                .await?;
+                let task = self.start_task(&name, TaskKind::RemoveBrick, sets).await?;
+                Ok(format!(
+                    "Started remove-brick on {name}: the files of these bricks move to the others. Use 'volume remove-brick {name} ... status' to see how far it is.\nID: {}",
+                    task.id
+                ))
+            }
+            RemoveOp::Stop => {
+                let Some(t) = last.filter(|t| t.sets == sets && v.draining == sets) else {
+                    return Err(
+                        "no remove-brick of these bricks is in progress or waiting for its commit"
+                            .into(),
+                    );
+                };
+                if t.status == TaskStatus::InProgress {
+                    if let Response::Err(e) = self
+                        .on_host(
+                            &t.host,
+                            Request::RebalanceStop {
+                                volume: name.clone(),
+                            },
+                        )
+                        .await
+                    {
+                        return Err(e);
+                    }
+                }
+                self.execute(Command::SetDraining {
+                    volume: name,
+                    sets: Vec::new(),
+                })
+                .await?;
+                Ok("the bricks stay in the volume; files moved off them stay moved".into())
+            }
+            RemoveOp::Commit => {
+                let done = last.as_ref().is_some_and(|t| {
+                    t.sets == sets && t.status == TaskStatus::Completed && v.draining == sets
+                });
+                if !done {
+                    let why = match &last {
+                        Some(t) if t.sets == sets && t.status == TaskStatus::InProgress => {
+                            "their files are still moving (see status)".to_string()
+                        }
+                        Some(t) if t.sets == sets && v.draining == sets => {
+                            format!("the remove-brick {}: {}", t.status.as_str(), t.detail)
+                        }
+                        _ => "run 'remove-brick ... start' first".to_string(),
+                    };
+                    return Err(format!(
+                        "commit refused: the bricks still hold files of the volume: {why}"
+                    ));
+                }
+                let gone = self.take_out(&name, sets).await?;
+                Ok(format!("{} brick(s) removed; their data stays on the servers (check it, then reuse or delete the directories)", gone.len()))
+            }
+            RemoveOp::Force => {
+                if v.running_rebalance().is_some() {
+                    return Err(format!(
+                        "a rebalance of {name} is in progress: stop it first"
+                    ));
+                }
+                let gone = self.take_out(&name, sets).await?;
+                Ok(format!("{} brick(s) removed with the files on them: those files are no longer in the volume (they stay on the bricks)", gone.len()))
+            }
+        }
+    }
+
+    /// Takes the sets out of the volume, and the volume's mark off their
+    /// bricks so that they can be used again.
+    async fn take_out(self: &Arc<Self>, name: &str, sets: Vec<u32>) -> Result<Vec<Brick>, String> {
+        let mut v = self.volume(name)?;
+        let gone = v.remove_sets(&sets)?;
+        self.execute(Command::RemoveSets {
+            volume: name.to_string(),
+            sets,
+        })
+        .await?;
+        self.release(&gone).await;
+        Ok(gone)
     }
 
     /// Stops the rebalance of `volume` running here.
@@ -97,7 +228,7 @@ impl Daemon {
     pub(super) async fn run_rebalance(self: Arc<Self>, volume: String, mut task: Task) {
         let Ok(v) = self.volume(&volume) else { return };
         let from = v.layout_commit;
-        let migrate = task.kind == TaskKind::Rebalance;
+        let migrate = task.kind != TaskKind::FixLayout;
         let built = self
             .desc(&volume)
             .ok_or_else(|| anyhow::anyhow!("no description"))
@@ -134,6 +265,15 @@ impl Daemon {
         };
         let p = r.progress();
         task.progress = Some(p.clone());
+        let ok = if ok && task.kind == TaskKind::RemoveBrick && r.left_on_draining() {
+            task.detail = format!(
+                "{} files could not leave the bricks (open or hard-linked): close them and start again",
+                p.skipped_draining
+            );
+            false
+        } else {
+            ok
+        };
         task.status = if r.stopped() {
             TaskStatus::Stopped
         } else if ok {
@@ -182,4 +322,42 @@ impl Daemon {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>> {
         Box::pin(self.clone().change_anywhere(req))
     }
+}
+
+/// The replica sets (by id) `bricks` make up: each a whole set of the
+/// volume, or an error saying what is missing.
+fn whole_sets(v: &crate::mgmt::state::Volume, bricks: &[String]) -> Result<Vec<u32>, String> {
+    if bricks.is_empty() {
+        return Err("no bricks given: use HOST:/PATH".into());
+    }
+    let width = v.replica.max(1);
+    let ids = v.set_ids();
+    let mut pos = Vec::new();
+    for b in bricks {
+        let want = Brick::parse(b)?;
+        let i = v
+            .bricks
+            .iter()
+            .position(|x| x.host == want.host && x.path == want.path)
+            .ok_or_else(|| format!("Incorrect brick {b} for volume {}", v.name))?;
+        if pos.contains(&i) {
+            return Err(format!("Found duplicate exports {b}"));
+        }
+        pos.push(i);
+    }
+    let mut sets = Vec::new();
+    for &i in &pos {
+        let s = i / width;
+        if (s * width..(s + 1) * width).any(|j| !pos.contains(&j)) {
+            return Err(format!(
+                "{} is one of a replica set of {width}: give all of its bricks (lowering the replica count is not supported yet)",
+                bricks[pos.iter().position(|&p| p == i).unwrap()]
+            ));
+        }
+        if !sets.contains(&ids[s]) {
+            sets.push(ids[s]);
+        }
+    }
+    sets.sort_unstable();
+    Ok(sets)
 }

@@ -300,3 +300,64 @@ fn a_rebalance_cut_short_by_a_server_crash_resumes_and_loses_nothing() {
     assert!(sets.values().filter(|s| s.contains(&2)).count() > moved_before);
     assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "90");
 }
+
+/// A small file system of its own (tmpfs), unmounted when dropped.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn new(dir: PathBuf, size: &str) -> SmallFs {
+        std::fs::create_dir_all(&dir).unwrap();
+        ok(&format!(
+            "mount -t tmpfs -o size={size} tmpfs {}",
+            dir.display()
+        ));
+        SmallFs(dir)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = sh(&format!("umount -l {}", self.0.display()));
+    }
+}
+
+#[test]
+fn new_files_go_where_there_is_room_when_their_set_is_full() {
+    let c = Cluster::start();
+    // Bricks on file systems of 3 MiB and 64 MiB: 60 files of 128 KiB
+    // (7.5 MiB) do not fit on the small one.
+    let _small = SmallFs::new(c.path("small"), "3m");
+    let _large = SmallFs::new(c.path("large"), "64m");
+    let bricks = c.volume("room", 1, &["small/b", "large/b"]);
+    let m = c.mount("room");
+    ok(&format!(
+        "mkdir {0}/d && for i in $(seq 1 60); do head -c 131072 /dev/urandom > {0}/d/f$i || exit 1; done",
+        m.dir.display()
+    ));
+    let on_small = files_on(&bricks[0]);
+    let on_large = files_on(&bricks[1]);
+    let data_small = on_small.values().filter(|p| !**p).count();
+    let pointers = on_small.values().filter(|p| **p).count();
+    assert!(data_small < 24, "{data_small} files on the 3 MiB brick");
+    assert!(pointers > 0, "no file was placed off its full set");
+    assert_eq!(data_small + on_large.values().filter(|p| !**p).count(), 60);
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "60");
+    for i in 1..=60 {
+        let len = std::fs::metadata(m.dir.join(format!("d/f{i}")))
+            .unwrap()
+            .len();
+        assert_eq!(len, 131072, "f{i}");
+    }
+    // The files placed off their set are found, renamed and removed as
+    // any other.
+    ok(&format!(
+        "cd {} && for i in $(seq 1 60); do mv f$i g$i; done && rm g*",
+        m.p("d")
+    ));
+    assert_eq!(ok(&format!("ls -A {} | wc -l", m.p("d"))).trim(), "0");
+    assert!(files_on(&bricks[0]).is_empty() && files_on(&bricks[1]).is_empty());
+    // The limit is an option like any other; 0% turns it off.
+    c.ok(&["volume", "set", "room", "cluster.min-free-disk", "0%"]);
+    let bad = c.fails(&["volume", "set", "room", "cluster.min-free-disk", "150%"]);
+    assert!(bad.contains("not valid"), "{bad}");
+}

@@ -41,6 +41,15 @@ const OFFSET_MASK: u64 = (1 << SET_SHIFT) - 1;
 const PLACED_MAX: usize = 1 << 18;
 /// Directories whose layout is remembered.
 const LAYOUTS_MAX: usize = 1 << 16;
+/// How long a set's free space is believed while it is far from the limit.
+const SPACE_FRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
+pub static MIN_FREE_DISK: crate::core::options::Spec = crate::core::options::Spec {
+    key: "cluster.min-free-disk",
+    kind: crate::core::options::Kind::Percent,
+    default: "10%",
+    help: "A new file whose name hashes to a replica set with less free space than this share of its size goes to the set of its directory with the most (a pointer is left on its own); 0% turns this off.",
+};
 
 /// A directory's layout as this client uses it.
 #[derive(Debug)]
@@ -70,6 +79,12 @@ pub struct Distribute {
     /// Children being emptied by a remove-brick: new directories are not
     /// laid out over them.
     draining: Vec<bool>,
+    /// `cluster.min-free-disk`, in percent.
+    min_free: std::sync::atomic::AtomicU64,
+    /// Each child's free and whole space in bytes, and when it was asked.
+    space: Mutex<Vec<Option<(std::time::Instant, u64, u64)>>>,
+    /// Bytes written to each child since its space was asked.
+    written: Vec<std::sync::atomic::AtomicU64>,
     /// The volume's layout generation (module comment).
     commit: u64,
     /// Whether any child is up (what this translator tells its parent).
@@ -117,6 +132,9 @@ impl Distribute {
             name,
             children,
             draining: vec![false; ids.len()],
+            min_free: std::sync::atomic::AtomicU64::new(10),
+            space: Mutex::new(vec![None; ids.len()]),
+            written: (0..ids.len()).map(|_| Default::default()).collect(),
             ids,
             order,
             commit,
@@ -465,26 +483,108 @@ impl Distribute {
         self.children[at].call(cx, fop).await
     }
 
+    /// The share of set `i`'s space that is free: as its statfs said at
+    /// most `SPACE_FRESH` ago, less what this client wrote there since (asked
+    /// again every time while it is near the limit); None if it cannot say.
+    async fn free_share(&self, i: usize, min: u64) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some((at, free, whole)) = self.space.lock().unwrap()[i] {
+            let free = free.saturating_sub(self.written[i].load(Relaxed));
+            let p = free.saturating_mul(100) / whole;
+            if at.elapsed() < SPACE_FRESH && p >= 2 * min {
+                return Some(p);
+            }
+        }
+        let fop = Fop::Statfs { gfid: Gfid::ROOT };
+        match self.children[i].call(&Ctx::root(), fop).await {
+            Ok(Reply::StatFs(s)) if s.blocks > 0 => {
+                let unit = s.frsize.max(1) as u64;
+                let (free, whole) = (s.bavail.saturating_mul(unit), s.blocks.saturating_mul(unit));
+                self.written[i].store(0, Relaxed);
+                self.space.lock().unwrap()[i] = Some((std::time::Instant::now(), free, whole));
+                Some(free.saturating_mul(100) / whole)
+            }
+            _ => None,
+        }
+    }
+
+    /// Where a new name hashed to set `h` goes (`cluster.min-free-disk`):
+    /// `h`, unless its free share is below the limit (or `full`: it just
+    /// answered ENOSPC) and another set of the directory's layout, not
+    /// being emptied, is above it: then the one with the most room.
+    async fn room_for(&self, dl: &DirLayout, h: usize, full: bool) -> usize {
+        let min = self.min_free.load(std::sync::atomic::Ordering::Relaxed);
+        if min == 0 && !full {
+            return h;
+        }
+        if !full && self.free_share(h, min).await.is_none_or(|p| p >= min) {
+            return h;
+        }
+        let mut best: Option<(u64, usize)> = None;
+        for r in dl.layout.ranges() {
+            let Some(i) = self.child_of(r.set) else {
+                continue;
+            };
+            if i == h || self.draining[i] || best.is_some_and(|b| b.1 == i) {
+                continue;
+            }
+            if let Some(p) = self.free_share(i, min).await {
+                if p >= min.max(1) && best.is_none_or(|b| p > b.0) {
+                    best = Some((p, i));
+                }
+            }
+        }
+        best.map_or(h, |b| b.1)
+    }
+
     async fn create_like(&self, cx: &Ctx, fop: Fop, parent: Gfid, name: &Name) -> FsResult<Reply> {
         let dl = self.layout_of(parent).await?;
         let h = self.hashed(&dl, name);
         let is_create = matches!(fop, Fop::Create { .. });
-        match self.children[h].call(cx, fop).await? {
-            Reply::Created { entry, fh } if is_create => {
-                self.learn(&entry.attr, h);
+        let mut at = self.room_for(&dl, h, false).await;
+        let rep = match self.children[at].call(cx, fop.clone()).await {
+            Err(e) if e.is(libc::ENOSPC) && at == h => {
+                at = self.room_for(&dl, h, true).await;
+                if at == h {
+                    return Err(e);
+                }
+                self.children[at].call(cx, fop).await?
+            }
+            r => r?,
+        };
+        let (entry, fh) = match rep {
+            Reply::Created { entry, fh } if is_create => (entry, Some(fh)),
+            Reply::Entry(e) => (e, None),
+            other => return Err(crate::core::fop::unexpected(other)),
+        };
+        if at != h {
+            // The name's own set is full: the file lives elsewhere, and a
+            // pointer on its set says where.
+            tracing::debug!(xlator = %self.name, %parent, name = ?name, to = at, "placed off its full set");
+            if let Err(e) = self.point(cx, h, (parent, name), entry.attr.gfid, at).await {
+                if let Some(fh) = fh {
+                    let rel = Fop::Release {
+                        gfid: entry.attr.gfid,
+                        fh,
+                    };
+                    let _ = self.children[at].call(cx, rel).await;
+                }
+                let _ = self.unlink_on(cx, at, parent, name).await;
+                return Err(e);
+            }
+        }
+        self.learn(&entry.attr, at);
+        Ok(match fh {
+            Some(fh) => {
                 let mut fhs = vec![None; self.children.len()];
-                fhs[h] = Some(fh);
-                Ok(Reply::Created {
+                fhs[at] = Some(fh);
+                Reply::Created {
                     entry,
                     fh: self.fds.insert(Arc::new(fhs)),
-                })
+                }
             }
-            Reply::Entry(e) => {
-                self.learn(&e.attr, h);
-                Ok(Reply::Entry(e))
-            }
-            other => Err(crate::core::fop::unexpected(other)),
-        }
+            None => Reply::Entry(entry),
+        })
     }
 
     async fn mkdir(&self, cx: &Ctx, fop: Fop, parent: Gfid, name: &Name) -> FsResult<Reply> {
@@ -662,6 +762,10 @@ impl Distribute {
         let mut out = Err(FsError::errno(libc::EBADF));
         for (i, f) in fhs.iter().enumerate() {
             if let Some(f) = f {
+                if let Fop::Write { data, .. } = &fop {
+                    self.written[i]
+                        .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
                 out = self.children[i].call(cx, fop.clone().with_fh(*f)).await;
                 if out.is_err() && !release {
                     return out;
@@ -738,6 +842,13 @@ impl Distribute {
 impl Xlator for Distribute {
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn reconfigure(&self, set: &crate::core::Options) {
+        self.min_free.store(
+            MIN_FREE_DISK.percent(set),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     fn forget(&self, gfid: Gfid) {

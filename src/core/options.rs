@@ -18,6 +18,8 @@ pub enum Kind {
     Size,
     /// Free text (address lists and the like).
     Text,
+    /// A share from 0 to 100, written with or without `%`.
+    Percent,
 }
 
 #[derive(Debug)]
@@ -74,6 +76,9 @@ impl Spec {
                 .map(|w| w.to_string())
                 .ok_or_else(bad),
             Kind::Size => parse_size(value).map(|_| value.to_string()).ok_or_else(bad),
+            Kind::Percent => parse_percent(value)
+                .map(|p| format!("{p}%"))
+                .ok_or_else(bad),
             Kind::Text if !value.is_empty() => Ok(value.to_string()),
             Kind::Text => Err(bad()),
         }
@@ -93,6 +98,14 @@ impl Spec {
             .unwrap_or(false)
     }
 
+    /// The value as a share from 0 to 100 (the default if the one set does
+    /// not parse).
+    pub fn percent(&'static self, set: &Options) -> u64 {
+        parse_percent(self.str(set))
+            .or_else(|| parse_percent(self.default))
+            .unwrap_or(0)
+    }
+
     /// The value as an integer (the default if the one set does not parse).
     pub fn int(&'static self, set: &Options) -> i64 {
         self.str(set)
@@ -109,7 +122,18 @@ fn describe(k: Kind) -> String {
         Kind::Enum(w) => format!("one of {}", w.join(", ")),
         Kind::Size => "a size such as 64MB".into(),
         Kind::Text => "text".into(),
+        Kind::Percent => "a share such as 10%".into(),
     }
+}
+
+fn parse_percent(v: &str) -> Option<u64> {
+    let v = v.trim();
+    v.strip_suffix('%')
+        .unwrap_or(v)
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&p| p <= 100)
 }
 
 #[cfg(test)]

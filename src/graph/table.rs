@@ -77,7 +77,10 @@ pub static TABLE: &[Row] = &[
         place: Place::Volume,
         enabled_by: None,
         // Read by the rebalance, which runs this translator's graph.
-        options: &[&crate::rebalance::REBAL_THROTTLE],
+        options: &[
+            &crate::cluster::distribute::MIN_FREE_DISK,
+            &crate::rebalance::REBAL_THROTTLE,
+        ],
         build: Some(super::build::distribute),
         brick: None,
         about: "places files on replica sets by the hash of their names",

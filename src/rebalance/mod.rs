@@ -83,6 +83,8 @@ pub struct Rebalancer {
     weights: Vec<u64>,
     generation: u64,
     migrate: bool,
+    /// `cluster.min-free-disk`: no file moves to a set with less room.
+    min_free: u64,
     parallel: usize,
     lazy: bool,
     stop: AtomicBool,
@@ -140,6 +142,7 @@ impl Rebalancer {
             weights,
             generation,
             migrate,
+            min_free: crate::cluster::distribute::MIN_FREE_DISK.percent(&desc.options),
             parallel,
             lazy,
             stop: AtomicBool::new(false),
@@ -288,6 +291,19 @@ impl Rebalancer {
             }
         }
         Ok(subdirs)
+    }
+
+    /// Whether `set` takes `size` more bytes and stays above
+    /// `cluster.min-free-disk`.
+    async fn has_room(&self, set: &Child, size: u64) -> bool {
+        match set.call(&root(), Fop::Statfs { gfid: Gfid::ROOT }).await {
+            Ok(Reply::StatFs(s)) if s.blocks > 0 => {
+                let unit = s.frsize.max(1) as u64;
+                let free = s.bavail.saturating_mul(unit).saturating_sub(size);
+                free.saturating_mul(100) / s.blocks.saturating_mul(unit) >= self.min_free
+            }
+            _ => false,
+        }
     }
 
     /// A file that could not move now was left on set `from`.
@@ -464,7 +480,7 @@ impl Rebalancer {
         }
         // From here `to` has a pointer to `from`: the file is found
         // whatever happens next.
-        if a.nlink > 1 || open_count(src, a.gfid).await? > 0 {
+        if a.nlink > 1 || open_count(src, a.gfid).await? > 0 || !self.has_room(dst, a.size).await {
             self.left(from);
             return Ok(());
         }

@@ -76,7 +76,16 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Bench(a) => mortar::bench::run(a),
-        _ => run_async(mortar::cli::run_client(cli)),
+        _ => {
+            // A command whose reader goes away (`mortar ... | head -1`)
+            // ends quietly, as Unix tools do, instead of panicking on
+            // EPIPE. Only here: servers must outlive a closed socket.
+            // SAFETY: no other thread runs yet; SIG_DFL is a valid action.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            }
+            run_async(mortar::cli::run_client(cli))
+        }
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -86,6 +86,20 @@ impl FileKind {
             _ => FileKind::File,
         }
     }
+
+    /// The file type bits of a mode (`S_IFREG` and so on): what `mknod`
+    /// is given to make an object of this kind.
+    pub fn type_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDev => libc::S_IFCHR,
+            FileKind::BlockDev => libc::S_IFBLK,
+        }
+    }
 }
 
 /// Attributes of one object as a brick reports them.
@@ -596,6 +610,14 @@ pub fn unexpected(r: Reply) -> FsError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_and_its_type_bits_agree() {
+        use FileKind::*;
+        for k in [File, Dir, Symlink, Fifo, Socket, CharDev, BlockDev] {
+            assert_eq!(FileKind::from_mode(k.type_bits() | 0o644), k);
+        }
+    }
 
     #[test]
     fn names_that_could_escape_are_refused() {

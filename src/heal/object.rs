@@ -680,13 +680,7 @@ impl Set {
                 parent: dir,
                 name,
                 gfid,
-                mode: perm
-                    | match kind {
-                        FileKind::Fifo => libc::S_IFIFO,
-                        FileKind::Socket => libc::S_IFSOCK,
-                        FileKind::CharDev => libc::S_IFCHR,
-                        _ => libc::S_IFBLK,
-                    },
+                mode: perm | kind.type_bits(),
                 umask: 0,
                 rdev: a.rdev,
                 linkto: None,

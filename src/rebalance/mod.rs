@@ -600,13 +600,7 @@ impl Rebalancer {
                 parent: dir,
                 name: name.clone(),
                 gfid: a.gfid,
-                mode: a.perm
-                    | match kind {
-                        FileKind::Fifo => libc::S_IFIFO,
-                        FileKind::Socket => libc::S_IFSOCK,
-                        FileKind::CharDev => libc::S_IFCHR,
-                        _ => libc::S_IFBLK,
-                    },
+                mode: a.perm | kind.type_bits(),
                 umask: 0,
                 rdev: a.rdev,
                 linkto: None,

@@ -175,6 +175,19 @@ impl Volume {
             .find(|t| t.kind.moves_files() && t.status == TaskStatus::InProgress)
     }
 
+    /// Refuses what must wait for a rebalance in progress to end.
+    pub fn no_rebalance_running(&self) -> Result<(), String> {
+        match self.running_rebalance() {
+            Some(t) => Err(format!(
+                "a {} of {} is in progress (on {}): stop it or let it end first",
+                t.kind.as_str().to_lowercase(),
+                self.name,
+                t.host
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Takes the replica sets `sets` (by id) and their bricks out.
     pub fn remove_sets(&mut self, sets: &[u32]) -> Result<Vec<Brick>, String> {
         let ids = self.set_ids();

@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::mgmt::state::{Task, TaskKind, TaskStatus};
-use futures_util::FutureExt;
 use std::time::Instant;
 
 /// How long a full heal waits for its healer to reach the bricks.
@@ -192,18 +191,17 @@ impl Daemon {
         Ok(h)
     }
 
-    /// Commits a task's state (passed to the leader). Boxed: a change may
-    /// lead back here (the compiler cannot see through the cycle).
-    fn record_task(
+    /// Commits a task's state (passed to the leader).
+    pub(super) async fn record_task(
         self: &Arc<Self>,
         volume: &str,
         task: Task,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
+    ) -> Result<(), String> {
         let req = Request::Task {
             volume: volume.to_string(),
             task,
         };
-        Box::pin(self.clone().change_anywhere(req).map(|r| r.map(|_| ())))
+        self.change_boxed(req).await.map(|_| ())
     }
 
     /// Runs task `task`, a full heal of `volume`, and records how it ended.

@@ -662,6 +662,16 @@ impl Daemon {
         }
     }
 
+    /// `change_anywhere` for a task running in the background. Boxed: a
+    /// change may lead back to the task (the compiler cannot see through
+    /// the cycle).
+    pub(super) fn change_boxed(
+        self: &Arc<Self>,
+        req: Request,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>> {
+        Box::pin(self.clone().change_anywhere(req))
+    }
+
     /// Makes a change on the leader: here, or passed to it. While no
     /// leader answers (one just died: the others elect another within
     /// `ELECTION_WAIT`), it waits for one.

@@ -469,13 +469,7 @@ impl Daemon {
         force: bool,
     ) -> Result<String, String> {
         let v = self.volume(&name)?;
-        if let Some(t) = v.running_rebalance() {
-            return Err(format!(
-                "a {} of {name} is in progress (on {}): stop it or let it end first",
-                t.kind.as_str().to_lowercase(),
-                t.host
-            ));
-        }
+        v.no_rebalance_running()?;
         let replica = replica.unwrap_or(v.replica);
         if bricks.is_empty() {
             return Err("no bricks given: use HOST:/PATH".into());

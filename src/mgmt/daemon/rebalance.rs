@@ -49,13 +49,7 @@ impl Daemon {
                 "Volume {name} is not a distribute volume or contains only 1 brick (replica set)"
             ));
         }
-        if let Some(t) = running {
-            return Err(format!(
-                "a {} of {name} is in progress already (on {})",
-                t.kind.as_str().to_lowercase(),
-                t.host
-            ));
-        }
+        v.no_rebalance_running()?;
         let kind = if migrate {
             TaskKind::Rebalance
         } else {
@@ -117,13 +111,7 @@ impl Daemon {
                         "Volume {name} needs to be started to remove bricks (or use force)"
                     ));
                 }
-                if let Some(t) = v.running_rebalance() {
-                    return Err(format!(
-                        "a {} of {name} is in progress (on {}): stop it or let it end first",
-                        t.kind.as_str().to_lowercase(),
-                        t.host
-                    ));
-                }
+                v.no_rebalance_running()?;
                 if sets.len() >= v.set_ids().len() {
                     return Err("a volume keeps one replica set at least".into());
                 }
@@ -187,11 +175,7 @@ impl Daemon {
                 Ok(format!("{} brick(s) removed; their data stays on the servers (check it, then reuse or delete the directories)", gone.len()))
             }
             RemoveOp::Force => {
-                if v.running_rebalance().is_some() {
-                    return Err(format!(
-                        "a rebalance of {name} is in progress: stop it first"
-                    ));
-                }
+                v.no_rebalance_running()?;
                 let gone = self.take_out(&name, sets).await?;
                 Ok(format!("{} brick(s) removed with the files on them: those files are no longer in the volume (they stay on the bricks)", gone.len()))
             }
@@ -238,7 +222,7 @@ impl Daemon {
             Err(e) => {
                 task.status = TaskStatus::Failed;
                 task.detail = format!("{e:#}");
-                let _ = self.record_rebalance(&volume, &task).await;
+                let _ = self.record_task(&volume, task.clone()).await;
                 return;
             }
         };
@@ -255,7 +239,7 @@ impl Daemon {
                     ok = &mut run => break ok,
                     _ = tokio::time::sleep(RECORD_EVERY) => {
                         task.progress = Some(r.progress());
-                        let _ = self.record_rebalance(&volume, &task).await;
+                        let _ = self.record_task(&volume, task.clone()).await;
                     }
                 }
             }
@@ -301,26 +285,9 @@ impl Daemon {
         tracing::info!(%volume, task = %task.id, status = task.status.as_str(), "rebalance ended: {}", task.detail);
         self.rebalancers.lock().unwrap().remove(&volume);
         r.fini().await;
-        if let Err(e) = self.record_rebalance(&volume, &task).await {
+        if let Err(e) = self.record_task(&volume, task.clone()).await {
             tracing::warn!(%volume, "the end of the rebalance was not recorded: {e}");
         }
-    }
-
-    async fn record_rebalance(self: &Arc<Self>, volume: &str, task: &Task) -> Result<(), String> {
-        let req = Request::Task {
-            volume: volume.to_string(),
-            task: task.clone(),
-        };
-        self.change_boxed(req).await.map(|_| ())
-    }
-
-    /// A change made from a task. Boxed: a change may lead back here (the
-    /// compiler cannot see through the cycle).
-    fn change_boxed(
-        self: &Arc<Self>,
-        req: Request,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>> {
-        Box::pin(self.clone().change_anywhere(req))
     }
 }
 

@@ -3,7 +3,7 @@
 //! takes down and brings back between two operations.
 
 use crate::core::{Fop, Gfid, SetAttr};
-use crate::graph::testkit::{n, rig, Rig};
+use crate::graph::testkit::{mem_bricks, n, rig, Rig};
 use std::collections::BTreeMap;
 
 fn errno<T: std::fmt::Debug>(r: crate::core::FsResult<T>) -> i32 {
@@ -324,13 +324,13 @@ async fn a_write_one_good_copy_refuses_fails_and_that_copy_is_the_one_to_heal() 
 async fn a_forgotten_object_is_found_again_by_asking_every_set() {
     let r = rig(3, 1);
     let f = r.create(Gfid::ROOT, "f", b"x").await.unwrap();
-    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let before: u64 = r.calls();
     r.call(Fop::Getattr { gfid: f }).await.unwrap();
-    let known: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let known: u64 = r.calls();
     assert_eq!(known - before, 1, "a known object is asked of its set only");
     r.graph.forget(f);
     r.call(Fop::Getattr { gfid: f }).await.unwrap();
-    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let after: u64 = r.calls();
     assert!(
         after - known > 1,
         "a forgotten one is looked for everywhere"
@@ -340,7 +340,7 @@ async fn a_forgotten_object_is_found_again_by_asking_every_set() {
 /// Requests the bricks saw for one new file: a lookup that misses, then
 /// the create.
 async fn calls_per_new_file(r: &Rig, dir: Gfid, files: usize) -> f64 {
-    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let before: u64 = r.calls();
     for i in 0..files {
         let name = format!("new{i}");
         let miss = r
@@ -352,7 +352,7 @@ async fn calls_per_new_file(r: &Rig, dir: Gfid, files: usize) -> f64 {
         assert_eq!(errno(miss), libc::ENOENT);
         r.create(dir, &name, b"").await.unwrap();
     }
-    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let after: u64 = r.calls();
     (after - before) as f64 / files as f64
 }
 
@@ -361,19 +361,10 @@ async fn a_new_file_costs_the_same_at_one_set_and_at_sixteen() {
     let one = rig(1, 1);
     let flat = calls_per_new_file(&one, Gfid::ROOT, 100).await;
     let many = rig(16, 1);
-    let d = Gfid::random();
-    many.call(Fop::Mkdir {
-        parent: Gfid::ROOT,
-        name: n("d"),
-        gfid: d,
-        mode: 0o755,
-        umask: 0,
-    })
-    .await
-    .unwrap();
-    let before: u64 = many.bricks.iter().map(|b| b.calls()).sum();
+    let d = many.mkdir(Gfid::ROOT, "d").await.unwrap();
+    let before: u64 = many.calls();
     many.call(Fop::Getattr { gfid: d }).await.unwrap();
-    let after: u64 = many.bricks.iter().map(|b| b.calls()).sum();
+    let after: u64 = many.calls();
     assert_eq!(after - before, 1, "a known directory is asked of one set");
     for dir in [Gfid::ROOT, d] {
         let per = calls_per_new_file(&many, dir, 100).await;
@@ -512,18 +503,10 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
     // A volume whose set list changed (layout-commit 2): the root has no
     // layout, so a file placed off its hashed set by an older layout is
     // still found; in a new directory (committed) a miss asks one set.
-    let bricks: Vec<_> = (0..4)
-        .map(|i| crate::storage::memory::MemBrick::new(&format!("b{i}")))
-        .collect();
-    let mut desc = crate::graph::testkit::desc_over(4, 1);
-    desc.top = desc.top.with("layout-commit", "2");
-    let g = crate::graph::Graph::build(&desc, &crate::graph::testkit::env_over(&bricks)).unwrap();
+    let bricks = mem_bricks(4);
     // Files put on set 2 by a client of a one-set volume, which is what
     // this volume was before.
-    let before_growth = Rig {
-        graph: crate::graph::testkit::graph_over(&bricks[2..3], 1, 1),
-        bricks: bricks[2..3].to_vec(),
-    };
+    let before_growth = Rig::over(&bricks[2..3], 1, 1);
     let mut old = Vec::new();
     for i in 0..8 {
         old.push(
@@ -533,7 +516,7 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
                 .unwrap(),
         );
     }
-    let r = Rig { graph: g, bricks };
+    let r = Rig::grown(&bricks, 2);
     for (i, f) in old.iter().enumerate() {
         let e = r
             .call(Fop::Lookup {
@@ -546,7 +529,7 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
             .unwrap();
         assert_eq!(e.attr.gfid, *f);
     }
-    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let before: u64 = r.calls();
     assert_eq!(
         errno(
             r.call(Fop::Lookup {
@@ -557,21 +540,12 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
         ),
         libc::ENOENT
     );
-    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let after: u64 = r.calls();
     // In flux: the layout read again (a rebalance may change it), and
     // every set asked.
     assert_eq!(after - before, 1 + 4);
-    let d = Gfid::random();
-    r.call(Fop::Mkdir {
-        parent: Gfid::ROOT,
-        name: n("new"),
-        gfid: d,
-        mode: 0o755,
-        umask: 0,
-    })
-    .await
-    .unwrap();
-    let before: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let d = r.mkdir(Gfid::ROOT, "new").await.unwrap();
+    let before: u64 = r.calls();
     let miss = r
         .call(Fop::Lookup {
             parent: d,
@@ -579,38 +553,20 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
         })
         .await;
     assert_eq!(errno(miss), libc::ENOENT);
-    let after: u64 = r.bricks.iter().map(|b| b.calls()).sum();
+    let after: u64 = r.calls();
     assert_eq!(after - before, 1, "a new directory is committed");
 }
 
 #[tokio::test]
 async fn a_volume_grown_by_a_set_keeps_working_before_any_rebalance() {
-    let bricks: Vec<_> = (0..3)
-        .map(|i| crate::storage::memory::MemBrick::new(&format!("b{i}")))
-        .collect();
-    let before = Rig {
-        graph: crate::graph::testkit::graph_over(&bricks[..2], 2, 1),
-        bricks: bricks[..2].to_vec(),
-    };
-    let d = Gfid::random();
-    before
-        .call(Fop::Mkdir {
-            parent: Gfid::ROOT,
-            name: n("d"),
-            gfid: d,
-            mode: 0o755,
-            umask: 0,
-        })
-        .await
-        .unwrap();
+    let bricks = mem_bricks(3);
+    let before = Rig::over(&bricks[..2], 2, 1);
+    let d = before.mkdir(Gfid::ROOT, "d").await.unwrap();
     for i in 0..20 {
         before.create(d, &format!("f{i}"), b"x").await.unwrap();
     }
     // The same bricks and one more, as add-brick describes them.
-    let mut desc = crate::graph::testkit::desc_over(3, 1);
-    desc.top = desc.top.with("layout-commit", "2");
-    let g = crate::graph::Graph::build(&desc, &crate::graph::testkit::env_over(&bricks)).unwrap();
-    let r = Rig { graph: g, bricks };
+    let r = Rig::grown(&bricks, 2);
     let mut names = r.list(d).await.unwrap();
     names.sort();
     assert_eq!(names.len(), 20);
@@ -633,16 +589,7 @@ async fn a_volume_grown_by_a_set_keeps_working_before_any_rebalance() {
     })
     .await
     .unwrap();
-    let sub = Gfid::random();
-    r.call(Fop::Mkdir {
-        parent: d,
-        name: n("sub"),
-        gfid: sub,
-        mode: 0o755,
-        umask: 0,
-    })
-    .await
-    .unwrap();
+    let sub = r.mkdir(d, "sub").await.unwrap();
     for i in 0..20 {
         r.create(d, &format!("g{i}"), b"y").await.unwrap();
         r.create(sub, &format!("h{i}"), b"z").await.unwrap();
@@ -651,14 +598,6 @@ async fn a_volume_grown_by_a_set_keeps_working_before_any_rebalance() {
     assert_eq!(r.list(d).await.unwrap().len(), 41);
     assert_eq!(r.list(sub).await.unwrap().len(), 20);
     // New directories in the root are made on every set, new set included.
-    r.call(Fop::Mkdir {
-        parent: Gfid::ROOT,
-        name: n("e"),
-        gfid: Gfid::random(),
-        mode: 0o755,
-        umask: 0,
-    })
-    .await
-    .unwrap();
+    r.mkdir(Gfid::ROOT, "e").await.unwrap();
     assert!(r.bricks[2].tree().contains_key("/e"));
 }

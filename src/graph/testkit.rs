@@ -15,13 +15,7 @@ pub struct Rig {
 /// `sets` replica sets of `replica` bricks each under distribute (plain
 /// distribute when `replica` is 1), with every option at its default.
 pub fn rig(sets: usize, replica: usize) -> Rig {
-    let bricks: Vec<Arc<MemBrick>> = (0..sets * replica)
-        .map(|i| MemBrick::new(&format!("b{i}")))
-        .collect();
-    Rig {
-        graph: graph_over(&bricks, sets, replica),
-        bricks,
-    }
+    Rig::over(&mem_bricks(sets * replica), sets, replica)
 }
 
 /// A graph (a client) over bricks that exist already.
@@ -60,6 +54,21 @@ pub fn desc_over(sets: usize, replica: usize) -> VolDesc {
     }
 }
 
+/// `desc_over` for `sets` sets of one brick whose layout commit is
+/// `commit`: a volume whose set list changed since it was made.
+pub fn desc_grown(sets: usize, commit: u64) -> VolDesc {
+    let mut d = desc_over(sets, 1);
+    d.top = d.top.with("layout-commit", commit.to_string());
+    d
+}
+
+/// `count` in-memory bricks named b0, b1, ...
+pub fn mem_bricks(count: usize) -> Vec<Arc<MemBrick>> {
+    (0..count)
+        .map(|i| MemBrick::new(&format!("b{i}")))
+        .collect()
+}
+
 /// Connects a description's bricks (`index`) to `bricks`.
 pub fn env_over(bricks: &[Arc<MemBrick>]) -> Env {
     let b = bricks.to_vec();
@@ -76,8 +85,45 @@ pub fn n(s: &str) -> Name {
 }
 
 impl Rig {
+    /// A client of `sets` replica sets over bricks that exist already.
+    pub fn over(bricks: &[Arc<MemBrick>], sets: usize, replica: usize) -> Rig {
+        Rig {
+            graph: graph_over(bricks, sets, replica),
+            bricks: bricks.to_vec(),
+        }
+    }
+
+    /// A client of a distribute volume of `bricks` with layout commit
+    /// `commit` (`desc_grown`).
+    pub fn grown(bricks: &[Arc<MemBrick>], commit: u64) -> Rig {
+        let desc = desc_grown(bricks.len(), commit);
+        Rig {
+            graph: Graph::build(&desc, &env_over(bricks)).expect("test graph builds"),
+            bricks: bricks.to_vec(),
+        }
+    }
+
     pub async fn call(&self, fop: Fop) -> FsResult<Reply> {
         self.graph.top().call(&Ctx::root(), fop).await
+    }
+
+    /// Makes a directory under `parent` (mode 0755); returns its gfid.
+    pub async fn mkdir(&self, parent: Gfid, name: &str) -> FsResult<Gfid> {
+        let gfid = Gfid::random();
+        self.call(Fop::Mkdir {
+            parent,
+            name: n(name),
+            gfid,
+            mode: 0o755,
+            umask: 0,
+        })
+        .await?;
+        Ok(gfid)
+    }
+
+    /// Requests the bricks have answered so far, all together.
+    pub fn calls(&self) -> u64 {
+        self.bricks.iter().map(|b| b.calls()).sum()
     }
 
     /// Creates a file under `parent` with `data`; returns its gfid.

@@ -820,33 +820,13 @@ async fn copy_xattrs(src: &Child, dst: &Child, gfid: Gfid) -> FsResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::testkit::{desc_over, env_over, graph_over, n, Rig};
-    use crate::storage::memory::MemBrick;
-
-    fn grown(bricks: &[Arc<MemBrick>], commit: u64) -> VolDesc {
-        let mut d = desc_over(bricks.len(), 1);
-        d.top = d.top.with("layout-commit", commit.to_string());
-        d
-    }
+    use crate::graph::testkit::{desc_grown, env_over, mem_bricks, n, Rig};
 
     #[tokio::test]
     async fn a_rebalance_moves_files_home_and_leaves_every_name_findable_by_one_lookup() {
-        let bricks: Vec<_> = (0..3).map(|i| MemBrick::new(&format!("b{i}"))).collect();
-        let before = Rig {
-            graph: graph_over(&bricks[..2], 2, 1),
-            bricks: bricks[..2].to_vec(),
-        };
-        let d = Gfid::random();
-        before
-            .call(Fop::Mkdir {
-                parent: Gfid::ROOT,
-                name: n("d"),
-                gfid: d,
-                mode: 0o750,
-                umask: 0,
-            })
-            .await
-            .unwrap();
+        let bricks = mem_bricks(3);
+        let before = Rig::over(&bricks[..2], 2, 1);
+        let d = before.mkdir(Gfid::ROOT, "d").await.unwrap();
         let mut files = Vec::new();
         for i in 0..60 {
             let dir = if i % 2 == 0 { Gfid::ROOT } else { d };
@@ -884,7 +864,7 @@ mod tests {
             .into_fh()
             .unwrap();
 
-        let r = Rebalancer::new(&grown(&bricks, 2), &env_over(&bricks), 3, true).unwrap();
+        let r = Rebalancer::new(&desc_grown(3, 2), &env_over(&bricks), 3, true).unwrap();
         assert!(r.wait_up(Duration::from_secs(1)).await);
         assert!(r.run().await, "{:?}", r.progress());
         let p = r.progress();
@@ -897,10 +877,7 @@ mod tests {
 
         // The directory is on the new set, with its mode; the new set got
         // files; no name is on two sets (pointers aside).
-        let after = Rig {
-            graph: crate::graph::Graph::build(&grown(&bricks, 3), &env_over(&bricks)).unwrap(),
-            bricks: bricks.clone(),
-        };
+        let after = Rig::grown(&bricks, 3);
         assert!(bricks[2].tree().contains_key("/d"));
         assert!(bricks[2].tree().len() > 10, "{:?}", bricks[2].tree());
         let mut seen = std::collections::BTreeMap::new();
@@ -917,7 +894,7 @@ mod tests {
         // Committed: each name found by one lookup (two via a pointer),
         // with its data.
         for (dir, name, g) in &files {
-            let before: u64 = bricks.iter().map(|b| b.calls()).sum();
+            let before = after.calls();
             let e = after
                 .call(Fop::Lookup {
                     parent: *dir,
@@ -927,7 +904,7 @@ mod tests {
                 .unwrap()
                 .into_entry()
                 .unwrap();
-            let asked: u64 = bricks.iter().map(|b| b.calls()).sum::<u64>() - before;
+            let asked = after.calls() - before;
             assert!(asked <= 3, "{name}: {asked} requests");
             assert_eq!(e.attr.gfid, *g);
         }

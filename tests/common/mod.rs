@@ -224,6 +224,23 @@ impl Cluster {
         String::from_utf8_lossy(&o.stderr).into_owned()
     }
 
+    /// The cluster state as `volume info --json` shows it.
+    pub fn state(&self) -> String {
+        self.ok(&["--json", "volume", "info"])
+    }
+
+    /// Insists that a command is refused with `want` in one clear line
+    /// and leaves the state as `before` (`state`).
+    pub fn refused(&self, args: &[&str], want: &str, before: &str) {
+        let err = self.fails(args);
+        assert!(
+            err.contains(want),
+            "mortar {args:?}: expected {want:?} in {err:?}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one clear line, got {err:?}");
+        assert_eq!(self.state(), before, "mortar {args:?} changed the state");
+    }
+
     pub fn brick(&self, name: &str) -> String {
         format!("{}:{}", self.ip, self.path(name).display())
     }

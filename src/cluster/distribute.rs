@@ -521,13 +521,17 @@ impl Distribute {
             return h;
         }
         let mut best: Option<(u64, usize)> = None;
-        for r in dl.layout.ranges() {
-            let Some(i) = self.child_of(r.set) else {
-                continue;
-            };
-            if i == h || self.draining[i] || best.is_some_and(|b| b.1 == i) {
-                continue;
-            }
+        // Each set of the layout once (a set may own several ranges).
+        let mut sets: Vec<usize> = dl
+            .layout
+            .ranges()
+            .iter()
+            .filter_map(|r| self.child_of(r.set))
+            .filter(|&i| i != h && !self.draining[i])
+            .collect();
+        sets.sort_unstable();
+        sets.dedup();
+        for i in sets {
             if let Some(p) = self.free_share(i, min).await {
                 if p >= min.max(1) && best.is_none_or(|b| p > b.0) {
                     best = Some((p, i));

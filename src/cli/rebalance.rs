@@ -121,6 +121,16 @@ pub async fn status(
         t.status.as_str(),
         hms(p.secs)
     );
+    if t.status == TaskStatus::InProgress {
+        match p.eta_secs {
+            Some(eta) => println!(
+                "Estimated time left for {what} to complete : {:>10} (pass {})",
+                hms(eta),
+                p.pass + 1
+            ),
+            None => println!("Estimated time left for {what} to complete : not yet known"),
+        }
+    }
     if !t.detail.is_empty() {
         println!("{}: {}", t.kind.as_str(), t.detail);
     }
@@ -137,19 +147,36 @@ fn rate(p: &Progress) -> String {
     )
 }
 
+/// How far the pass in progress is, in thousandths, and the time left.
+fn done(p: &Progress) -> (u64, String) {
+    match p.eta_secs {
+        Some(eta) => (
+            1000 * p.secs / (p.secs + eta).max(1),
+            format!("pass {}, about {} left", p.pass + 1, hms(eta)),
+        ),
+        None => (0, format!("pass {}", p.pass + 1)),
+    }
+}
+
 /// Shows the running rebalance until it ends; an error if it did not
 /// complete.
 pub async fn wait(server: &Server, name: &str, kinds: &[TaskKind]) -> anyhow::Result<()> {
-    let bar = indicatif::ProgressBar::new_spinner();
+    let what = kinds[0].as_str().to_lowercase();
+    let bar = indicatif::ProgressBar::new(1000);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("rebalance {spinner} {elapsed_precise} {msg}")
-            .unwrap(),
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} {{elapsed_precise}} [{{bar:24}}] {{prefix}}\n  {{msg}}"
+        ))
+        .unwrap(),
     );
     loop {
         let Some(t) = last(server, name, kinds).await? else {
-            anyhow::bail!("volume rebalance: {name}: no rebalance has been started");
+            anyhow::bail!("volume {what}: {name}: no {what} has been started");
         };
         let p = t.progress.clone().unwrap_or_default();
+        let (pos, left) = done(&p);
+        bar.set_position(pos);
+        bar.set_prefix(left);
         bar.set_message(format!(
             "{} directories, {} files scanned, {} moved ({}), {} left in place, {} failed; {}",
             p.dirs,
@@ -163,12 +190,14 @@ pub async fn wait(server: &Server, name: &str, kinds: &[TaskKind]) -> anyhow::Re
         match t.status {
             TaskStatus::InProgress => bar.tick(),
             TaskStatus::Completed => {
+                bar.set_position(1000);
+                bar.set_prefix("done");
                 bar.finish_with_message(format!("completed: {}", t.detail));
                 return Ok(());
             }
             s => {
                 bar.abandon_with_message(format!("{}: {}", s.as_str(), t.detail));
-                anyhow::bail!("volume rebalance: {name}: {}: {}", s.as_str(), t.detail);
+                anyhow::bail!("volume {what}: {name}: {}: {}", s.as_str(), t.detail);
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -200,5 +229,12 @@ mod tests {
         }
         assert_eq!(hms(3725), "1:02:05");
         assert_eq!(size(3 << 20), "3.0MB");
+        let p = Progress {
+            secs: 30,
+            eta_secs: Some(90),
+            ..Default::default()
+        };
+        assert_eq!(done(&p), (250, "pass 1, about 0:01:30 left".into()));
+        assert_eq!(done(&Progress::default()).0, 0);
     }
 }

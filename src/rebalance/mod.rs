@@ -64,6 +64,49 @@ pub struct Progress {
     pub failed: u64,
     /// Seconds since it started.
     pub secs: u64,
+    /// The pass it is in (0 the first; a second catches files created
+    /// meanwhile).
+    #[serde(default)]
+    pub pass: u32,
+    /// Seconds the pass is expected to take still, once enough is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_secs: Option<u64>,
+}
+
+/// Where the pass in progress is: what its estimate comes from.
+struct Pass {
+    started: Instant,
+    /// Directories visited, and known (visited or queued).
+    dirs: u64,
+    known: u64,
+    /// Entries other than directories listed.
+    scanned: u64,
+}
+
+impl Pass {
+    fn new() -> Pass {
+        Pass {
+            started: Instant::now(),
+            dirs: 0,
+            known: 1,
+            scanned: 0,
+        }
+    }
+
+    /// Seconds left: the work seen so far took the time it took, and the
+    /// directories known but not visited hold as many files each as those
+    /// visited (a breadth-first walk learns most directories early). None
+    /// until a few seconds and directories have passed.
+    fn eta(&self) -> Option<u64> {
+        let secs = self.started.elapsed().as_secs_f64();
+        if secs < 2.0 || self.dirs < 2 {
+            return None;
+        }
+        let per_dir = self.scanned as f64 / self.dirs as f64;
+        let done = (self.dirs + self.scanned) as f64;
+        let total = self.known as f64 * (1.0 + per_dir);
+        Some((secs * (total - done).max(0.0) / done).round() as u64)
+    }
 }
 
 /// One directory to visit: where it is and what it is.
@@ -90,6 +133,7 @@ pub struct Rebalancer {
     stop: AtomicBool,
     started: Instant,
     progress: Mutex<Progress>,
+    pass: Mutex<Pass>,
 }
 
 fn root() -> Ctx {
@@ -148,6 +192,7 @@ impl Rebalancer {
             stop: AtomicBool::new(false),
             started: Instant::now(),
             progress: Mutex::new(Progress::default()),
+            pass: Mutex::new(Pass::new()),
         }))
     }
 
@@ -165,6 +210,7 @@ impl Rebalancer {
     pub fn progress(&self) -> Progress {
         let mut p = self.progress.lock().unwrap().clone();
         p.secs = self.started.elapsed().as_secs();
+        p.eta_secs = self.pass.lock().unwrap().eta();
         p
     }
 
@@ -192,7 +238,9 @@ impl Rebalancer {
             self.count(|p| {
                 p.skipped = 0;
                 p.skipped_draining = 0;
+                p.pass = pass;
             });
+            *self.pass.lock().unwrap() = Pass::new();
             if !self.walk().await {
                 return false;
             }
@@ -218,7 +266,13 @@ impl Rebalancer {
                 return false;
             }
             match self.visit(&d).await {
-                Ok(subdirs) => queue.extend(subdirs),
+                Ok((subdirs, scanned)) => {
+                    queue.extend(subdirs);
+                    let mut pass = self.pass.lock().unwrap();
+                    pass.dirs += 1;
+                    pass.scanned += scanned;
+                    pass.known = pass.dirs + queue.len() as u64;
+                }
                 Err(e) => {
                     tracing::warn!(volume = %self.volume, dir = %d.gfid, "rebalance stops: {e}");
                     self.count(|p| p.failed += 1);
@@ -230,13 +284,14 @@ impl Rebalancer {
     }
 
     /// Lays out one directory and moves its files; answers its
-    /// subdirectories.
-    async fn visit(&self, d: &Dir) -> FsResult<Vec<Dir>> {
+    /// subdirectories and how many other entries it had.
+    async fn visit(&self, d: &Dir) -> FsResult<(Vec<Dir>, u64)> {
         self.make_everywhere(d).await?;
         let layout = self.lay_out(d.gfid).await?;
         self.count(|p| p.dirs += 1);
         let mut subdirs: Vec<Dir> = Vec::new();
         let mut moves = Vec::new();
+        let mut others = 0;
         for (i, set) in self.sets.iter().enumerate() {
             for e in list(set, d.gfid).await? {
                 let Some(a) = e.attr else { continue };
@@ -253,6 +308,7 @@ impl Rebalancer {
                     }
                     continue;
                 }
+                others += 1;
                 if !self.migrate {
                     continue;
                 }
@@ -290,7 +346,7 @@ impl Rebalancer {
                 return Err(FsError::new(libc::EINTR, "rebalance stopped"));
             }
         }
-        Ok(subdirs)
+        Ok((subdirs, others))
     }
 
     /// Whether `set` takes `size` more bytes and stays above
@@ -821,6 +877,18 @@ async fn copy_xattrs(src: &Child, dst: &Child, gfid: Gfid) -> FsResult<()> {
 mod tests {
     use super::*;
     use crate::graph::testkit::{desc_grown, env_over, mem_bricks, n, Rig};
+
+    #[test]
+    fn the_time_left_assumes_unvisited_directories_hold_what_visited_ones_did() {
+        let mut pass = Pass::new();
+        pass.started -= Duration::from_secs(10);
+        assert_eq!(pass.eta(), None, "nothing known yet");
+        // 10 of 20 directories seen, 9 files each: half of the work done.
+        (pass.dirs, pass.known, pass.scanned) = (10, 20, 90);
+        assert_eq!(pass.eta(), Some(10));
+        pass.known = 10;
+        assert_eq!(pass.eta(), Some(0));
+    }
 
     #[tokio::test]
     async fn a_rebalance_moves_files_home_and_leaves_every_name_findable_by_one_lookup() {

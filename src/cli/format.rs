@@ -176,6 +176,7 @@ mod tests {
             set_ids: Vec::new(),
             layout_commit: 1,
             draining: Vec::new(),
+            resetting: Vec::new(),
         };
         let text = info(&[v]);
         for line in [

@@ -77,11 +77,13 @@ pub enum VolumeCmd {
         #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// volume remove-brick NAME HOST:/PATH... {start | status | stop |
-    /// commit | force}: `start` moves the files of these bricks (whole
-    /// replica sets) to the others; `commit`, refused until they have all
-    /// left, takes the bricks out; `force` takes them out at once, their
-    /// files with them.
+    /// volume remove-brick NAME [replica N] HOST:/PATH... {start | status |
+    /// stop | commit | force}: `start` moves the files of these bricks
+    /// (whole replica sets) to the others; `commit`, refused until they
+    /// have all left, takes the bricks out; `force` takes them out at
+    /// once, their files with them. With `replica N` below the volume's
+    /// count, `force` takes the bricks (as many of every set) out of their
+    /// sets: their replicas keep the files.
     #[command(name = "remove-brick")]
     RemoveBrick {
         name: String,
@@ -90,6 +92,29 @@ pub enum VolumeCmd {
         /// With start or status: show progress until it ends.
         #[arg(long)]
         wait: bool,
+    },
+    /// volume replace-brick NAME FROM TO commit force: the brick TO (new,
+    /// empty) takes FROM's place in its replica set and is healed from
+    /// the others; FROM is stopped and left as it is.
+    #[command(name = "replace-brick")]
+    ReplaceBrick {
+        name: String,
+        from: String,
+        to: String,
+        #[arg(value_parser = ["commit"])]
+        commit: String,
+        #[arg(value_parser = ["force"])]
+        force: String,
+    },
+    /// volume reset-brick NAME BRICK start | NAME BRICK BRICK commit
+    /// [force]: `start` stops the brick and keeps it down (to repair or
+    /// replace its disk); `commit` brings it back, prepared again, and
+    /// heals it from its replicas.
+    #[command(name = "reset-brick")]
+    ResetBrick {
+        name: String,
+        #[arg(required = true, num_args = 2..=4)]
+        args: Vec<String>,
     },
     /// volume rebalance NAME {start [force] | fix-layout start | stop |
     /// status}: lays every directory out over all replica sets (and with
@@ -448,6 +473,22 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 out.done("volume add-brick", &name, r)
             }
             VolumeCmd::RemoveBrick { name, args, wait } => {
+                let (replica, args) = match args.as_slice() {
+                    [r, n, rest @ ..] if r == "replica" => {
+                        let n = n.parse().map_err(|_| {
+                            fail(
+                                "volume remove-brick",
+                                &name,
+                                &format!("replica count '{n}' is not a number"),
+                            )
+                        })?;
+                        (Some(n), rest)
+                    }
+                    _ => (None, args.as_slice()),
+                };
+                if args.len() < 2 {
+                    return Err(fail("volume remove-brick", &name, "use remove-brick NAME [replica N] HOST:/PATH... {start | status | stop | commit | force}"));
+                }
                 let (bricks, op) = args.split_at(args.len() - 1);
                 let kinds = rebalance::kinds(true);
                 let op = match op[0].as_str() {
@@ -471,6 +512,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                         name: name.clone(),
                         bricks: bricks.to_vec(),
                         op,
+                        replica,
                     },
                 )
                 .await?;
@@ -479,6 +521,51 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     rebalance::wait(&server, &name, kinds).await?;
                 }
                 Ok(())
+            }
+            VolumeCmd::ReplaceBrick { name, from, to, .. } => {
+                let r = ask(
+                    &server,
+                    Request::VolumeReplaceBrick {
+                        name: name.clone(),
+                        from,
+                        to,
+                    },
+                )
+                .await?;
+                out.done("volume replace-brick", &name, r)
+            }
+            VolumeCmd::ResetBrick { name, args } => {
+                let words: Vec<&str> = args.iter().map(String::as_str).collect();
+                let (brick, down) = match words.as_slice() {
+                    [b, "start"] => (b.to_string(), true),
+                    [b, again, "commit"] | [b, again, "commit", "force"] if b == again => {
+                        (b.to_string(), false)
+                    }
+                    [b, other, "commit", ..] => {
+                        return Err(fail(
+                            "volume reset-brick",
+                            &name,
+                            &format!("{other} is not {b}: reset-brick brings the same brick back (use replace-brick to move it)"),
+                        ))
+                    }
+                    _ => {
+                        return Err(fail(
+                            "volume reset-brick",
+                            &name,
+                            &format!("'{}': use reset-brick NAME HOST:/PATH start, or reset-brick NAME HOST:/PATH HOST:/PATH commit [force]", args.join(" ")),
+                        ))
+                    }
+                };
+                let r = ask(
+                    &server,
+                    Request::VolumeResetBrick {
+                        name: name.clone(),
+                        brick,
+                        down,
+                    },
+                )
+                .await?;
+                out.done("volume reset-brick", &name, r)
             }
             VolumeCmd::Rebalance { name, args, wait } => {
                 let asked =

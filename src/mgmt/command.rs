@@ -74,6 +74,26 @@ pub enum Command {
         volume: String,
         sets: Vec<u32>,
     },
+    /// The replica count lowered to `replica`: `bricks` (as many of each
+    /// set) leave the volume.
+    LowerReplica {
+        volume: String,
+        replica: usize,
+        bricks: Vec<Brick>,
+    },
+    /// Brick `to` (prepared already) takes the place of `from`.
+    ReplaceBrick {
+        volume: String,
+        from: Brick,
+        to: Brick,
+    },
+    /// `reset-brick start` took brick `brick` down (`down`), or its
+    /// commit brought it back.
+    ResetBrick {
+        volume: String,
+        brick: Brick,
+        down: bool,
+    },
 }
 
 impl Command {
@@ -91,6 +111,9 @@ impl Command {
             Command::CommitLayout { .. } => "CommitLayout",
             Command::SetDraining { .. } => "SetDraining",
             Command::RemoveSets { .. } => "RemoveSets",
+            Command::LowerReplica { .. } => "LowerReplica",
+            Command::ReplaceBrick { .. } => "ReplaceBrick",
+            Command::ResetBrick { .. } => "ResetBrick",
         }
     }
 
@@ -194,6 +217,36 @@ impl Command {
             Command::RemoveSets { volume: name, sets } => {
                 volume(st, name)?;
                 st.volumes.get_mut(name).unwrap().remove_sets(sets)?;
+            }
+            Command::LowerReplica {
+                volume: name,
+                replica,
+                bricks,
+            } => {
+                volume(st, name)?;
+                st.volumes
+                    .get_mut(name)
+                    .unwrap()
+                    .lower_replica(*replica, bricks)?;
+            }
+            Command::ReplaceBrick {
+                volume: name,
+                from,
+                to,
+            } => {
+                volume(st, name)?;
+                st.volumes.get_mut(name).unwrap().replace_brick(from, to)?;
+            }
+            Command::ResetBrick {
+                volume: name,
+                brick,
+                down,
+            } => {
+                volume(st, name)?;
+                st.volumes
+                    .get_mut(name)
+                    .unwrap()
+                    .reset_brick(brick, *down)?;
             }
             Command::SetTask { volume: name, task } => {
                 volume(st, name)?;

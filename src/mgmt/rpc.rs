@@ -125,6 +125,10 @@ pub enum Request {
         brick: Brick,
         volume_id: String,
         force: bool,
+        /// The brick comes back to its volume (`reset-brick ... commit`):
+        /// that volume's id on it is no reason to refuse.
+        #[serde(default)]
+        rejoin: bool,
     },
     BrickRelease {
         brick: Brick,
@@ -171,6 +175,24 @@ pub enum Request {
         name: String,
         bricks: Vec<String>,
         op: RemoveOp,
+        /// `replica N` given: with a count below the volume's, the bricks
+        /// leave their sets (`force` only: no data moves).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<usize>,
+    },
+    /// `volume replace-brick NAME FROM TO commit force`: a change, on the
+    /// leader.
+    VolumeReplaceBrick {
+        name: String,
+        from: String,
+        to: String,
+    },
+    /// `volume reset-brick NAME BRICK start` (`down`), or `... BRICK
+    /// BRICK commit [force]`: a change, on the leader.
+    VolumeResetBrick {
+        name: String,
+        brick: String,
+        down: bool,
     },
     /// Stops the rebalance of `volume` this server runs.
     RebalanceStop {

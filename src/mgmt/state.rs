@@ -111,6 +111,10 @@ pub struct Volume {
     /// is laid out over them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub draining: Vec<u32>,
+    /// Bricks (`host:path`) a `reset-brick start` took down: not run
+    /// until `reset-brick ... commit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resetting: Vec<String>,
 }
 
 fn first_commit() -> u64 {
@@ -216,6 +220,115 @@ impl Volume {
         Ok(gone)
     }
 
+    /// The position of brick `b` (by host and path) in the volume.
+    pub fn brick_index(&self, b: &Brick) -> Option<usize> {
+        self.bricks
+            .iter()
+            .position(|o| o.host == b.host && o.path == b.path)
+    }
+
+    /// Puts brick `to` where `from` was (same replica set, same role),
+    /// or says why not. Only a replicated volume's brick can be replaced:
+    /// the new one is healed from its replicas.
+    pub fn replace_brick(&mut self, from: &Brick, to: &Brick) -> Result<(), String> {
+        let i = self
+            .brick_index(from)
+            .ok_or_else(|| format!("brick: {from} does not exist in volume: {}", self.name))?;
+        if self.replica < 2 {
+            return Err(format!(
+                "volume {} has no replicas to heal a new brick from: use add-brick, then remove-brick {from} start and commit",
+                self.name
+            ));
+        }
+        if from.host == to.host && from.path == to.path {
+            return Err(format!(
+                "{to} is the brick being replaced: use reset-brick to bring a brick back"
+            ));
+        }
+        self.bricks[i] = to.clone();
+        self.resetting.retain(|r| *r != from.to_string());
+        self.version += 1;
+        Ok(())
+    }
+
+    /// Lowers the replica count to `replica` by taking `bricks` out: the
+    /// same number from every set. Answers them as the volume had them.
+    pub fn lower_replica(
+        &mut self,
+        replica: usize,
+        bricks: &[Brick],
+    ) -> Result<Vec<Brick>, String> {
+        let width = self.replica.max(1);
+        if replica == 0 || replica >= width {
+            return Err(format!(
+                "replica count {replica} is not below the volume's ({width})"
+            ));
+        }
+        if self.arbiter > 0 {
+            return Err("the replica count of an arbiter volume cannot be lowered".into());
+        }
+        let mut pos = Vec::new();
+        for b in bricks {
+            let i = self
+                .brick_index(b)
+                .ok_or_else(|| format!("Incorrect brick {b} for volume {}", self.name))?;
+            if pos.contains(&i) {
+                return Err(format!("Found duplicate exports {b}"));
+            }
+            pos.push(i);
+        }
+        let less = width - replica;
+        for (s, set) in self.bricks.chunks(width).enumerate() {
+            let taken = pos.iter().filter(|&&i| i / width == s).count();
+            if taken != less {
+                return Err(format!(
+                    "to go from replica {width} to {replica}, give {less} brick(s) of every replica set: {} of the set of {} were given",
+                    taken, set[0]
+                ));
+            }
+        }
+        let gone = pos.iter().map(|&i| self.bricks[i].clone()).collect();
+        let mut i = 0;
+        self.bricks.retain(|_| {
+            i += 1;
+            !pos.contains(&(i - 1))
+        });
+        self.resetting
+            .retain(|r| self.bricks.iter().any(|b| b.to_string() == *r));
+        self.replica = replica;
+        self.version += 1;
+        Ok(gone)
+    }
+
+    /// Marks brick `b` taken down by `reset-brick start` (`down`), or
+    /// brought back by its commit.
+    pub fn reset_brick(&mut self, b: &Brick, down: bool) -> Result<(), String> {
+        if self.brick_index(b).is_none() {
+            return Err(format!(
+                "brick: {b} does not exist in volume: {}",
+                self.name
+            ));
+        }
+        if self.replica < 2 {
+            return Err(format!(
+                "volume {} has no replicas to heal the brick from",
+                self.name
+            ));
+        }
+        let name = b.to_string();
+        self.resetting.retain(|r| *r != name);
+        if down {
+            self.resetting.push(name);
+        }
+        self.version += 1;
+        Ok(())
+    }
+
+    /// Whether `reset-brick start` took brick `b` down.
+    pub fn is_resetting(&self, b: &Brick) -> bool {
+        self.resetting.iter().any(|r| *r == b.to_string())
+    }
+
     /// The stable id of each replica set, in order.
     pub fn set_ids(&self) -> Vec<u32> {
         if self.set_ids.is_empty() {
@@ -318,6 +431,7 @@ impl Volume {
             set_ids: Vec::new(),
             layout_commit: 1,
             draining: Vec::new(),
+            resetting: Vec::new(),
         }
     }
 
@@ -466,6 +580,43 @@ mod tests {
         assert!(Brick::parse("h:data").is_err());
         assert!(Brick::parse("h:/").is_err());
         assert!(Brick::parse("h:/a/../b").is_err());
+    }
+
+    #[test]
+    fn bricks_are_replaced_reset_and_taken_out_of_their_sets() {
+        let b = |s: &str| Brick::parse(s).unwrap();
+        let mut v = Volume::sample("a");
+        v.replica = 3;
+        v.bricks = ["h:/1", "h:/2", "h:/3", "h:/4", "h:/5", "h:/6"]
+            .iter()
+            .map(|s| b(s))
+            .collect();
+        let before = v.clone();
+        // Replaced in place: same set, same position.
+        v.replace_brick(&b("h:/2"), &b("g:/2")).unwrap();
+        assert_eq!(v.bricks[1], b("g:/2"));
+        assert!(v.replace_brick(&b("h:/9"), &b("g:/9")).is_err());
+        assert!(v.replace_brick(&b("h:/3"), &b("h:/3")).is_err());
+        // Reset: down, then back.
+        v.reset_brick(&b("h:/4"), true).unwrap();
+        assert!(v.is_resetting(&b("h:/4")));
+        v.reset_brick(&b("h:/4"), false).unwrap();
+        assert!(!v.is_resetting(&b("h:/4")));
+        // Lowered: one brick of each set, no fewer, no more.
+        let mut w = before.clone();
+        assert!(w.lower_replica(2, &[b("h:/1")]).is_err());
+        assert!(w.lower_replica(2, &[b("h:/1"), b("h:/2")]).is_err());
+        assert!(w.lower_replica(3, &[b("h:/1"), b("h:/4")]).is_err());
+        assert_eq!(w, before, "refusals change nothing");
+        let gone = w.lower_replica(2, &[b("h:/2"), b("h:/6")]).unwrap();
+        assert_eq!(gone, [b("h:/2"), b("h:/6")]);
+        let left: Vec<String> = w.bricks.iter().map(|x| x.to_string()).collect();
+        assert_eq!(left, ["h:/1", "h:/3", "h:/4", "h:/5"]);
+        assert_eq!(w.replica, 2);
+        // A volume without replicas has nothing to heal a new brick from.
+        let mut one = Volume::sample("b");
+        assert!(one.replace_brick(&b("h:/b"), &b("h:/c")).is_err());
+        assert!(one.reset_brick(&b("h:/b"), true).is_err());
     }
 
     #[test]

@@ -201,6 +201,7 @@ mod tests {
             set_ids: Vec::new(),
             layout_commit: 1,
             draining: Vec::new(),
+            resetting: Vec::new(),
         }
     }
 

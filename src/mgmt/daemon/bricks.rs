@@ -28,7 +28,7 @@ impl Daemon {
             .filter(|v| v.status == VolStatus::Started && !lost.contains(&v.name))
         {
             for (i, b) in v.bricks.iter().enumerate() {
-                if self.is_local(&b.host).await {
+                if self.is_local(&b.host).await && !v.is_resetting(b) {
                     want.insert(
                         b.path.clone(),
                         (v.name.clone(), v.id.clone(), v.is_arbiter(i), b),

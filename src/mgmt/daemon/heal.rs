@@ -168,7 +168,7 @@ impl Daemon {
     /// The healer of `v` this server runs (its sets with a brick here), or
     /// with `whole`, one of every set: the running one if it covers them,
     /// else a new one just for this.
-    async fn healer_for(&self, v: &Volume, whole: bool) -> Result<Arc<Healer>, String> {
+    pub(super) async fn healer_for(&self, v: &Volume, whole: bool) -> Result<Arc<Healer>, String> {
         let desc = self
             .desc(&v.name)
             .ok_or_else(|| format!("Volume {} does not exist", v.name))?;
@@ -228,6 +228,54 @@ impl Daemon {
         tracing::info!(%volume, task = %task.id, "full heal ended: {}", task.detail);
         if let Err(e) = self.record_task(&volume, task).await {
             tracing::warn!(%volume, "the end of the full heal was not recorded: {e}");
+        }
+    }
+
+    /// A new full heal task, run here.
+    fn full_heal_task(&self) -> Task {
+        Task {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind: TaskKind::HealFull,
+            host: self.me.host.clone(),
+            status: TaskStatus::InProgress,
+            started: crate::heal::now(),
+            detail: String::new(),
+            progress: None,
+            sets: Vec::new(),
+        }
+    }
+
+    /// Starts a full heal of volume `name` to fill bricks that joined it
+    /// empty (add-brick raising the replica count, replace-brick,
+    /// reset-brick); answers what the user is told about it. Called under
+    /// the change lock (the task is committed directly).
+    pub(super) async fn heal_new_bricks(self: &Arc<Self>, name: &str) -> String {
+        let v = match self.volume(name) {
+            Ok(v) => v,
+            Err(e) => return e,
+        };
+        if v.status != VolStatus::Started {
+            return format!("start the volume, then run 'volume heal {name} full' to fill the new brick(s) from their replicas");
+        }
+        if !SELF_HEAL_DAEMON.bool(&v.options) {
+            return format!("the self-heal daemon is off: turn it on and run 'volume heal {name} full' to fill the new brick(s)");
+        }
+        let task = self.full_heal_task();
+        let started = match self.healer_for(&v, true).await {
+            Ok(h) => {
+                let set = Command::SetTask {
+                    volume: name.to_string(),
+                    task: task.clone(),
+                };
+                self.execute(set).await.map(|_| {
+                    tokio::spawn(self.clone().full_heal(name.to_string(), h, task.clone()));
+                })
+            }
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(()) => format!("the new brick(s) are being healed from their replicas (full heal, task {}; see 'volume heal {name} info')", task.id),
+            Err(e) => format!("the full heal that fills the new brick(s) did not start ({e}): run 'volume heal {name} full'"),
         }
     }
 
@@ -299,16 +347,7 @@ impl Daemon {
                 rep.message = format!("Launching heal operation to perform index self heal on volume {name} has been successful \nUse heal info commands to check status.");
             }
             HealOp::Full => {
-                let task = Task {
-                    id: uuid::Uuid::new_v4().to_string(),
-                    kind: TaskKind::HealFull,
-                    host: self.me.host.clone(),
-                    status: TaskStatus::InProgress,
-                    started: crate::heal::now(),
-                    detail: String::new(),
-                    progress: None,
-                    sets: Vec::new(),
-                };
+                let task = self.full_heal_task();
                 if let Err(e) = self.record_task(&name, task.clone()).await {
                     return err(e);
                 }

@@ -24,6 +24,7 @@ mod heal;
 mod members;
 mod ops;
 mod rebalance;
+mod replace;
 
 use super::command::Command;
 use super::consensus::{self, Consensus, WriteError};
@@ -548,9 +549,10 @@ impl Daemon {
                 brick,
                 volume_id,
                 force,
+                rejoin,
             } => {
                 let p = Path::new(&brick.path);
-                let res = check_local_brick(p, force)
+                let res = check_local_brick(p, force, rejoin.then_some(volume_id.as_str()))
                     .and_then(|_| {
                         std::fs::create_dir_all(p)
                             .map_err(|e| format!("cannot create {}: {e}", p.display()))

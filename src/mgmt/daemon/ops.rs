@@ -16,15 +16,23 @@ fn nested(a: &str, b: &str) -> bool {
     a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
 }
 
-/// Checks a local brick path before a volume is created on it.
-pub(super) fn check_local_brick(path: &Path, force: bool) -> Result<(), String> {
+/// Checks a local brick path before a volume is created on it (or,
+/// `rejoin`ing, before it comes back to the volume of that id).
+pub(super) fn check_local_brick(
+    path: &Path,
+    force: bool,
+    rejoin: Option<&str>,
+) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     if let Ok(md) = std::fs::symlink_metadata(path) {
         if !md.is_dir() {
             return Err(format!("{} is not a directory", path.display()));
         }
-        if rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut [0u8; 64][..]).is_ok() {
-            return Err(format!("{} is already part of a volume", path.display()));
+        let mut id = [0u8; 64];
+        if let Ok(n) = rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut id[..]) {
+            if rejoin.is_none_or(|v| v.as_bytes() != &id[..n]) {
+                return Err(format!("{} is already part of a volume", path.display()));
+            }
         }
     }
     let mut existing = path;
@@ -277,8 +285,27 @@ impl Daemon {
                 Ok(String::new())
             }
             Request::VolumeRebalance { name, op } => self.rebalance(name, op).await,
-            Request::VolumeRemoveBrick { name, bricks, op } => {
-                self.remove_brick(name, bricks, op).await
+            Request::VolumeRemoveBrick {
+                name,
+                bricks,
+                op,
+                replica,
+            } => {
+                let v = self.volume(&name)?;
+                match replica {
+                    Some(r) if r < v.replica => self.lower_replica(name, r, bricks, op).await,
+                    Some(r) if r > v.replica => Err(format!(
+                        "replica count {r} is above the volume's ({}): use add-brick",
+                        v.replica
+                    )),
+                    _ => self.remove_brick(name, bricks, op).await,
+                }
+            }
+            Request::VolumeReplaceBrick { name, from, to } => {
+                self.replace_brick(name, from, to).await
+            }
+            Request::VolumeResetBrick { name, brick, down } => {
+                self.reset_brick(name, brick, down).await
             }
             Request::LayoutCommit {
                 volume,
@@ -379,6 +406,7 @@ impl Daemon {
             set_ids: Vec::new(),
             layout_commit: 1,
             draining: Vec::new(),
+            resetting: Vec::new(),
         };
         self.execute(Command::AddVolume(vol)).await?;
         Ok("please start the volume to access data".into())
@@ -387,7 +415,10 @@ impl Daemon {
     /// Bricks given on the command line, parsed and checked: no two the
     /// same or one inside another, on servers of the pool, none inside a
     /// brick of any volume.
-    async fn check_new_bricks(self: &Arc<Self>, bricks: &[String]) -> Result<Vec<Brick>, String> {
+    pub(super) async fn check_new_bricks(
+        self: &Arc<Self>,
+        bricks: &[String],
+    ) -> Result<Vec<Brick>, String> {
         let parsed: Vec<Brick> = bricks
             .iter()
             .map(|b| Brick::parse(b))
@@ -429,7 +460,7 @@ impl Daemon {
 
     /// Prepares bricks for volume `id` on their servers; on any failure
     /// takes back what was done and says why.
-    async fn init_bricks(
+    pub(super) async fn init_bricks(
         self: &Arc<Self>,
         parsed: &[Brick],
         id: &str,
@@ -440,6 +471,7 @@ impl Daemon {
                 brick: b.clone(),
                 volume_id: id.to_string(),
                 force,
+                rejoin: false,
             })
             .await;
         let mut done = Vec::new();
@@ -507,7 +539,7 @@ impl Daemon {
             }
         }
         Ok(if replica > v.replica {
-            "new bricks are healed from their replicas by the self-heal daemon (volume heal NAME full to start at once)".into()
+            self.heal_new_bricks(&name).await
         } else {
             "run 'volume rebalance NAME start' to spread existing data over the new bricks".into()
         })
@@ -535,7 +567,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let file = d.path().join("f");
         std::fs::write(&file, b"").unwrap();
-        assert!(check_local_brick(&file, true)
+        assert!(check_local_brick(&file, true, None)
             .unwrap_err()
             .contains("not a directory"));
         let used = d.path().join("used");
@@ -547,9 +579,12 @@ mod tests {
             rustix::fs::XattrFlags::empty(),
         )
         .unwrap();
-        assert!(check_local_brick(&used, true)
+        assert!(check_local_brick(&used, true, None)
             .unwrap_err()
             .contains("already part of a volume"));
-        assert!(check_local_brick(&d.path().join("new/brick"), true).is_ok());
+        // Back to its own volume, not to another.
+        assert!(check_local_brick(&used, true, Some("id")).is_ok());
+        assert!(check_local_brick(&used, true, Some("other")).is_err());
+        assert!(check_local_brick(&d.path().join("new/brick"), true, None).is_ok());
     }
 }

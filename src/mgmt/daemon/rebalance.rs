@@ -317,7 +317,7 @@ fn whole_sets(v: &crate::mgmt::state::Volume, bricks: &[String]) -> Result<Vec<u
         let s = i / width;
         if (s * width..(s + 1) * width).any(|j| !pos.contains(&j)) {
             return Err(format!(
-                "{} is one of a replica set of {width}: give all of its bricks (lowering the replica count is not supported yet)",
+                "{} is one of a replica set of {width}: give all of its bricks, or lower the replica count with remove-brick NAME replica N BRICK... force",
                 bricks[pos.iter().position(|&p| p == i).unwrap()]
             ));
         }

@@ -348,3 +348,44 @@ fn new_files_go_where_there_is_room_when_their_set_is_full() {
     let bad = c.fails(&["volume", "set", "room", "cluster.min-free-disk", "150%"]);
     assert!(bad.contains("not valid"), "{bad}");
 }
+
+#[test]
+fn a_weighted_rebalance_gives_a_larger_set_a_larger_share() {
+    let c = Cluster::start();
+    // Bricks on file systems of 32 MiB and 96 MiB: shares 1:3.
+    let _small = SmallFs::new(c.path("s32"), "32m");
+    let _large = SmallFs::new(c.path("s96"), "96m");
+    let bricks = c.volume("wt", 1, &["s32/b", "s96/b"]);
+    let m = c.mount("wt");
+    ok(&format!(
+        "mkdir {0}/d && for i in $(seq 1 300); do echo $i > {0}/d/f$i; done",
+        m.dir.display()
+    ));
+    let count = |b: &Path, dir: &str| {
+        files_on(b)
+            .iter()
+            .filter(|(p, pointer)| p.starts_with(dir) && !**pointer)
+            .count()
+    };
+    // A new volume's layouts are equal.
+    let (small, large) = (count(&bricks[0], "d/"), count(&bricks[1], "d/"));
+    assert!(small > 100 && large > 100, "{small} and {large} before");
+    c.ok(&["volume", "rebalance", "wt", "start", "--wait"]);
+    let (small, large) = (count(&bricks[0], "d/"), count(&bricks[1], "d/"));
+    assert_eq!(small + large, 300);
+    assert!(
+        (50..=100).contains(&small),
+        "{small} of 300 on the small set"
+    );
+    // A directory made afterwards takes its parent's shares.
+    ok(&format!(
+        "mkdir {0}/e && for i in $(seq 1 300); do echo $i > {0}/e/f$i; done",
+        m.dir.display()
+    ));
+    let small = count(&bricks[0], "e/");
+    assert!(
+        (50..=100).contains(&small),
+        "{small} of 300 new files on the small set"
+    );
+    assert_eq!(checksums(&m.dir.to_string_lossy()).len(), 600);
+}

@@ -183,15 +183,25 @@ impl Distribute {
     /// The layout a directory gets when it is made: one equal range per
     /// set, turned by a point taken from its gfid.
     fn fresh(&self, dir: Gfid) -> Layout {
-        self.fresh_over(dir, &self.all())
+        self.fresh_over(dir, &self.all(), None)
     }
 
-    /// As `fresh`, over the children `on` only.
-    fn fresh_over(&self, dir: Gfid, on: &[usize]) -> Layout {
+    /// As `fresh`, over the children `on` only, each with the share it
+    /// has in `parent`'s layout if that gives one to every child it is
+    /// laid out over (a weighted rebalance's shares pass on to new
+    /// directories), else equal ones.
+    fn fresh_over(&self, dir: Gfid, on: &[usize], parent: Option<&Layout>) -> Layout {
         let start = super::layout::start_of(dir);
-        let mut weights: Vec<u64> = (0..self.children.len())
-            .map(|i| (on.contains(&i) && !self.draining[i]) as u64)
-            .collect();
+        let over = |i: usize| on.contains(&i) && !self.draining[i];
+        let mut weights: Vec<u64> = (0..self.children.len()).map(|i| over(i) as u64).collect();
+        if let Some(p) = parent {
+            let shares: Vec<u64> = (0..self.children.len())
+                .map(|i| if over(i) { p.share_of(self.ids[i]) } else { 0 })
+                .collect();
+            if (0..shares.len()).all(|i| !over(i) || shares[i] > 0) {
+                weights = shares;
+            }
+        }
         if weights.iter().all(|&w| w == 0) {
             // Only sets being emptied have it: they take it for now.
             weights = (0..self.children.len())
@@ -600,7 +610,7 @@ impl Distribute {
         }
         // Over the sets it was made on: a set that lacks the parent (added
         // since) gets no files here until a rebalance makes it there.
-        let layout = self.fresh_over(gfid, &on);
+        let layout = self.fresh_over(gfid, &on, Some(&dl.layout));
         self.store_layout(gfid, &layout, self.commit, &on).await;
         let dl = DirLayout {
             layout,

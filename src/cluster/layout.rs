@@ -226,6 +226,15 @@ impl Layout {
             .collect()
     }
 
+    /// How much of the space set `set` owns.
+    pub fn share_of(&self, set: u32) -> u64 {
+        self.ranges
+            .iter()
+            .filter(|r| r.set == set)
+            .map(Range::len)
+            .sum()
+    }
+
     /// How much of the space each of `n` sets owns.
     pub fn owned(&self, n: usize) -> Vec<u64> {
         let mut out = vec![0; n];

@@ -601,3 +601,51 @@ async fn a_volume_grown_by_a_set_keeps_working_before_any_rebalance() {
     r.mkdir(Gfid::ROOT, "e").await.unwrap();
     assert!(r.bricks[2].tree().contains_key("/e"));
 }
+
+#[tokio::test]
+async fn a_new_directory_takes_the_shares_its_parent_has() {
+    use crate::cluster::layout::Layout;
+    use crate::core::fop::LAYOUT_XATTR;
+    use crate::core::{Ctx, Reply};
+    let r = rig(2, 1);
+    let sets: Vec<_> = {
+        let dht = r.graph.of_kind("cluster/distribute").next().unwrap();
+        dht.children
+            .iter()
+            .map(|&c| r.graph.nodes()[c].child.clone())
+            .collect()
+    };
+    // The root laid out 1:3, as a weighted rebalance leaves it (the
+    // volume's commit: authoritative).
+    let root = Layout::fresh(&[1, 3], 7).unwrap();
+    for s in &sets {
+        let fop = Fop::Setxattr {
+            gfid: Gfid::ROOT,
+            name: LAYOUT_XATTR.into(),
+            value: serde_bytes::ByteBuf::from(root.encode(1)),
+            flags: 0,
+        };
+        s.call(&Ctx::root(), fop).await.unwrap();
+    }
+    let d = r.mkdir(Gfid::ROOT, "d").await.unwrap();
+    let fop = Fop::Getxattr {
+        gfid: d,
+        name: LAYOUT_XATTR.into(),
+    };
+    let Ok(Reply::Xattr(v)) = sets[0].call(&Ctx::root(), fop).await else {
+        panic!("no layout stored");
+    };
+    let (generation, l) = Layout::decode(&v).unwrap();
+    assert_eq!(generation, 1);
+    assert!(l.share_of(0).abs_diff(1 << 30) <= 1, "{l:?}");
+    assert!(l.share_of(1).abs_diff(3 << 30) <= 1, "{l:?}");
+    // Files follow the shares.
+    let mut on = [0usize; 2];
+    for i in 0..400 {
+        r.create(d, &format!("f{i}"), b"").await.unwrap();
+    }
+    for (i, b) in r.bricks.iter().enumerate() {
+        on[i] = b.tree().keys().filter(|k| k.starts_with("/d/")).count();
+    }
+    assert!(on[1] > 2 * on[0], "{on:?}");
+}

@@ -80,6 +80,7 @@ pub static TABLE: &[Row] = &[
         options: &[
             &crate::cluster::distribute::MIN_FREE_DISK,
             &crate::rebalance::REBAL_THROTTLE,
+            &crate::rebalance::WEIGHTED_REBALANCE,
         ],
         build: Some(super::build::distribute),
         brick: None,

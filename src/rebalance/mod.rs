@@ -41,6 +41,13 @@ pub static REBAL_THROTTLE: Spec = Spec {
     help: "How hard a rebalance works: lazy moves one file at a time and rests as long as each took; normal moves two at a time; aggressive four.",
 };
 
+pub static WEIGHTED_REBALANCE: Spec = Spec {
+    key: "cluster.weighted-rebalance",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Whether a rebalance or fix-layout gives each replica set a share of every directory's hash space in proportion to its size (the total size of its smallest brick's file system); off: equal shares. New directories take their parent's shares.",
+};
+
 /// Bytes copied per read and write while moving a file.
 const COPY_PIECE: u64 = 1 << 20;
 /// Times a file written during its move is copied again before it is left.
@@ -122,8 +129,13 @@ pub struct Rebalancer {
     graph: Graph,
     sets: Vec<Child>,
     ids: Vec<u32>,
-    /// Each set's weight: 0 for a set being emptied.
-    weights: Vec<u64>,
+    /// Each set's weight: 0 for a set being emptied, else 1, or its size
+    /// in MiB with `weighted` (measured when the run starts).
+    weights: Mutex<Vec<u64>>,
+    /// The sets a remove-brick empties.
+    draining: Vec<bool>,
+    /// `cluster.weighted-rebalance`.
+    weighted: bool,
     generation: u64,
     migrate: bool,
     /// `cluster.min-free-disk`: no file moves to a set with less room.
@@ -159,13 +171,11 @@ impl Rebalancer {
         })?;
         let mut sets = Vec::new();
         let mut ids = Vec::new();
-        let mut weights = Vec::new();
+        let mut draining = Vec::new();
         for (i, &c) in dht.children.iter().enumerate() {
             let n = &graph.nodes()[c];
             sets.push(n.child.clone());
-            weights.push(u64::from(
-                n.params.get("draining").map(String::as_str) != Some("on"),
-            ));
+            draining.push(n.params.get("draining").map(String::as_str) == Some("on"));
             ids.push(
                 n.params
                     .get("set-id")
@@ -183,7 +193,9 @@ impl Rebalancer {
             graph,
             sets,
             ids,
-            weights,
+            weights: Mutex::new(draining.iter().map(|&d| u64::from(!d)).collect()),
+            draining,
+            weighted: WEIGHTED_REBALANCE.bool(&desc.options),
             generation,
             migrate,
             min_free: crate::cluster::distribute::MIN_FREE_DISK.percent(&desc.options),
@@ -231,6 +243,9 @@ impl Rebalancer {
     /// (and, migrating, every file is where its name hashes or has a
     /// pointer there), so that the caller may commit `generation`.
     pub async fn run(&self) -> bool {
+        if self.weighted {
+            self.weigh().await;
+        }
         let passes = if self.migrate { 2 } else { 1 };
         for pass in 0..passes {
             let failed_before = self.progress.lock().unwrap().failed;
@@ -349,6 +364,31 @@ impl Rebalancer {
         Ok((subdirs, others))
     }
 
+    /// Gives each set not being emptied a weight of its size in MiB (its
+    /// smallest brick's, as its statfs answers). A set whose size cannot
+    /// be learnt leaves every weight equal: a guess would move files for
+    /// nothing.
+    async fn weigh(&self) {
+        let mut sizes = Vec::new();
+        for (set, &draining) in self.sets.iter().zip(&self.draining) {
+            if draining {
+                sizes.push(0);
+                continue;
+            }
+            match set.call(&root(), Fop::Statfs { gfid: Gfid::ROOT }).await {
+                Ok(Reply::StatFs(s)) if s.blocks > 0 => {
+                    sizes.push((s.blocks.saturating_mul(s.frsize.max(1) as u64) >> 20).max(1))
+                }
+                other => {
+                    tracing::warn!(volume = %self.volume, "a set's size is unknown ({:?}): equal weights", other.err());
+                    return;
+                }
+            }
+        }
+        tracing::info!(volume = %self.volume, ?sizes, "sets weighted by size (MiB)");
+        *self.weights.lock().unwrap() = sizes;
+    }
+
     /// Whether `set` takes `size` more bytes and stays above
     /// `cluster.min-free-disk`.
     async fn has_room(&self, set: &Child, size: u64) -> bool {
@@ -364,7 +404,7 @@ impl Rebalancer {
 
     /// A file that could not move now was left on set `from`.
     fn left(&self, from: usize) {
-        let draining = self.weights[from] == 0;
+        let draining = self.draining[from];
         self.count(|p| {
             p.skipped += 1;
             p.skipped_draining += draining as u64;
@@ -437,7 +477,7 @@ impl Rebalancer {
                 }
             }
         }
-        let weights = &self.weights;
+        let weights = &self.weights.lock().unwrap().clone();
         let layout = match stored {
             Some((g, l)) if g == self.generation => return Ok(l),
             Some((_, l)) => match self.as_positions(&l) {

@@ -389,3 +389,36 @@ fn a_weighted_rebalance_gives_a_larger_set_a_larger_share() {
     );
     assert_eq!(checksums(&m.dir.to_string_lossy()).len(), 600);
 }
+
+#[test]
+fn a_directory_has_the_same_mode_owner_and_xattrs_on_every_set() {
+    let c = Cluster::start();
+    let mut bricks = c.volume("dm", 1, &["m1", "m2"]);
+    let m = c.mount("dm");
+    ok(&format!(
+        "mkdir {0}/d && chmod 750 {0}/d && chown 12:34 {0}/d && setfattr -n user.k -v v {0}/d",
+        m.dir.display()
+    ));
+    let meta = |b: &Path| {
+        ok(&format!(
+            "stat -c '%a %u %g' {0}/d && getfattr --only-values -n user.k {0}/d; echo",
+            b.display()
+        ))
+    };
+    let want = "750 12 34\nv\n";
+    assert_eq!(meta(&bricks[1]), want);
+    // One copy changed behind the volume's back is healed when listed.
+    ok(&format!(
+        "chmod 777 {0}/d && chown 0:0 {0}/d && setfattr -x user.k {0}/d",
+        bricks[1].display()
+    ));
+    ok(&format!("ls {}", m.p("d")));
+    wait_for("the copy to be healed", Duration::from_secs(10), || {
+        meta(&bricks[1]) == want
+    });
+    // A new set's copy, made by the rebalance, gets them too.
+    c.ok(&["volume", "add-brick", "dm", &c.brick("m3"), "force"]);
+    bricks.push(c.path("m3"));
+    c.ok(&["volume", "rebalance", "dm", "fix-layout", "start", "--wait"]);
+    assert_eq!(meta(&bricks[2]), want);
+}

@@ -32,7 +32,7 @@ use crate::core::{
     Xlator,
 };
 use async_trait::async_trait;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 const SET_SHIFT: u32 = 48;
@@ -93,6 +93,12 @@ pub struct Distribute {
     /// a directory (on every child).
     placed: Mutex<HashMap<Gfid, Option<usize>>>,
     layouts: Mutex<HashMap<Gfid, Arc<DirLayout>>>,
+    /// Directories a metadata change (chmod, chown, xattrs) did not reach
+    /// on every set: their copies are healed (`dir_meta`) at their next use.
+    missed: Arc<Mutex<HashSet<Gfid>>>,
+    /// Directories whose copies this client compared already (once each,
+    /// when first listed).
+    checked: Mutex<HashMap<Gfid, ()>>,
     /// Our handle → (child, child's handle) for files; every child's for dirs.
     fds: HandleMap<Arc<Vec<Option<u64>>>>,
 }
@@ -104,6 +110,27 @@ fn remember<V>(map: &Mutex<HashMap<Gfid, V>>, max: usize, k: Gfid, v: V) {
         m.clear();
     }
     m.insert(k, v);
+}
+
+/// Heals the copies of directory `gfid` on `sets` (set-id order) if
+/// `always`, or if they disagree; forgets it in `missed` once every set
+/// was reached.
+async fn heal_dir_copies(
+    sets: Vec<Child>,
+    gfid: Gfid,
+    missed: Arc<Mutex<HashSet<Gfid>>>,
+    always: bool,
+) {
+    if !always && !super::dir_meta::disagree(&super::dir_meta::copies(&sets, gfid).await) {
+        return;
+    }
+    match super::dir_meta::heal(&sets, gfid).await {
+        Ok(Some(_)) => {
+            missed.lock().unwrap().remove(&gfid);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(dir = %gfid, "directory metadata not healed: {e}"),
+    }
 }
 
 fn pointer_of(r: &FsResult<Reply>) -> Option<u32> {
@@ -140,6 +167,8 @@ impl Distribute {
             commit,
             placed: Mutex::new(HashMap::new()),
             layouts: Mutex::new(HashMap::new()),
+            missed: Default::default(),
+            checked: Mutex::new(HashMap::new()),
             up: Default::default(),
             fds: HandleMap::new(),
         }
@@ -399,8 +428,16 @@ impl Distribute {
     /// once. A set without the directory (added since, and not passed by a
     /// rebalance yet) is left out. Answers the first set's reply and the
     /// sets it was done on.
+    ///
+    /// A change of metadata (mode, owner, xattrs) that the first set made
+    /// is not given up when another set fails: that copy is healed from
+    /// the first at the directory's next use (`dir_meta`).
     async fn dir_op(&self, cx: &Ctx, fop: Fop, first: usize) -> FsResult<(Reply, Vec<usize>)> {
         let absent = |e: &FsError| e.is(libc::ESTALE) || e.is(libc::ENOENT);
+        let metadata = matches!(
+            fop,
+            Fop::Setattr { .. } | Fop::Setxattr { .. } | Fop::Removexattr { .. }
+        );
         let mut skipped = Vec::new();
         let mut answer = None;
         let mut last = FsError::errno(libc::ESTALE);
@@ -432,6 +469,10 @@ impl Distribute {
                 Err(e) if absent(&e) => {
                     tracing::debug!(xlator = %self.name, child = i, "{}: not on this set yet", fop.name())
                 }
+                Err(e) if metadata => {
+                    tracing::warn!(xlator = %self.name, child = i, dir = %fop.gfid(), "{} missed one set ({e}): that copy is healed at the directory's next use", fop.name());
+                    self.missed.lock().unwrap().insert(fop.gfid());
+                }
                 Err(e) => {
                     tracing::warn!(xlator = %self.name, child = i, "{} failed on one subvolume: {e}", fop.name());
                     return Err(e);
@@ -444,11 +485,44 @@ impl Distribute {
     /// Sends an object-addressed operation to the child holding it, or to
     /// every child for a directory.
     async fn on_object(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        match self.locate(cx, fop.gfid()).await? {
+        let located = self.locate(cx, fop.gfid()).await?;
+        if located.is_none() && self.missed.lock().unwrap().contains(&fop.gfid()) {
+            self.heal_dir(fop.gfid()).await;
+        }
+        match located {
             Some(i) => self.children[i].call(cx, fop).await,
             None if fop.is_modifying() => Ok(self.dir_op(cx, fop, self.order[0]).await?.0),
             None => self.children[self.order[0]].call(cx, fop).await,
         }
+    }
+
+    /// The children in set-id order (the order `dir_meta` takes them in).
+    fn sets_in_order(&self) -> Vec<Child> {
+        self.order
+            .iter()
+            .map(|&i| self.children[i].clone())
+            .collect()
+    }
+
+    /// Heals the copies of directory `gfid` that missed a change.
+    async fn heal_dir(&self, gfid: Gfid) {
+        heal_dir_copies(self.sets_in_order(), gfid, self.missed.clone(), true).await;
+    }
+
+    /// Compares the copies of directory `gfid` (once per directory, in
+    /// the background) and heals them if they disagree.
+    fn check_dir(&self, gfid: Gfid) {
+        if self.checked.lock().unwrap().contains_key(&gfid) {
+            return;
+        }
+        remember(&self.checked, PLACED_MAX, gfid, ());
+        let missed = self.missed.lock().unwrap().contains(&gfid);
+        tokio::spawn(heal_dir_copies(
+            self.sets_in_order(),
+            gfid,
+            self.missed.clone(),
+            missed,
+        ));
     }
 
     /// Makes a pointer to child `to` under `name` on child `at`. A file
@@ -756,6 +830,9 @@ impl Distribute {
                 }
             }
             return Err(e);
+        }
+        if dir {
+            self.check_dir(gfid);
         }
         Ok(Reply::Opened {
             fh: self.fds.insert(Arc::new(fhs)),

@@ -1,6 +1,7 @@
 //! Cluster translators: `replicate` copies every change to each brick of a
 //! replica set; `distribute` places files across replica sets by the hash of
 //! their names, within each directory's `layout`.
+pub mod dir_meta;
 pub mod distribute;
 pub mod layout;
 pub mod replicate;

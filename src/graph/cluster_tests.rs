@@ -608,13 +608,7 @@ async fn a_new_directory_takes_the_shares_its_parent_has() {
     use crate::core::fop::LAYOUT_XATTR;
     use crate::core::{Ctx, Reply};
     let r = rig(2, 1);
-    let sets: Vec<_> = {
-        let dht = r.graph.of_kind("cluster/distribute").next().unwrap();
-        dht.children
-            .iter()
-            .map(|&c| r.graph.nodes()[c].child.clone())
-            .collect()
-    };
+    let sets = sets_of(&r);
     // The root laid out 1:3, as a weighted rebalance leaves it (the
     // volume's commit: authoritative).
     let root = Layout::fresh(&[1, 3], 7).unwrap();
@@ -648,4 +642,94 @@ async fn a_new_directory_takes_the_shares_its_parent_has() {
         on[i] = b.tree().keys().filter(|k| k.starts_with("/d/")).count();
     }
     assert!(on[1] > 2 * on[0], "{on:?}");
+}
+
+/// The distribute translator's children (one per set, in set order).
+fn sets_of(r: &Rig) -> Vec<crate::core::Child> {
+    let dht = r.graph.of_kind("cluster/distribute").next().unwrap();
+    dht.children
+        .iter()
+        .map(|&c| r.graph.nodes()[c].child.clone())
+        .collect()
+}
+
+/// A directory's mode and an xattr on one set's copy.
+async fn copy_on(set: &crate::core::Child, d: Gfid) -> (u32, Option<Vec<u8>>) {
+    use crate::core::{Ctx, Reply};
+    let Ok(Reply::Attr(a)) = set.call(&Ctx::root(), Fop::Getattr { gfid: d }).await else {
+        panic!("no copy");
+    };
+    let x = match set
+        .call(
+            &Ctx::root(),
+            Fop::Getxattr {
+                gfid: d,
+                name: "user.tag".into(),
+            },
+        )
+        .await
+    {
+        Ok(Reply::Xattr(v)) => Some(v.into_vec()),
+        _ => None,
+    };
+    (a.perm, x)
+}
+
+#[tokio::test]
+async fn a_directory_change_that_missed_a_set_is_healed_at_its_next_use() {
+    let r = rig(2, 1);
+    let sets = sets_of(&r);
+    let d = r.mkdir(Gfid::ROOT, "d").await.unwrap();
+    r.bricks[1].set_down(true);
+    // Made on the first set, missed on the second: not an error.
+    let chmod = SetAttr {
+        mode: Some(0o700),
+        ..Default::default()
+    };
+    r.call(Fop::Setattr {
+        gfid: d,
+        set: chmod,
+    })
+    .await
+    .unwrap();
+    r.call(Fop::Setxattr {
+        gfid: d,
+        name: "user.tag".into(),
+        value: serde_bytes::ByteBuf::from(b"v".to_vec()),
+        flags: 0,
+    })
+    .await
+    .unwrap();
+    r.bricks[1].set_down(false);
+    assert_eq!(copy_on(&sets[1], d).await, (0o755, None));
+    r.call(Fop::Getattr { gfid: d }).await.unwrap();
+    assert_eq!(copy_on(&sets[1], d).await, (0o700, Some(b"v".to_vec())));
+}
+
+#[tokio::test]
+async fn copies_of_a_directory_that_disagree_are_healed_when_it_is_listed() {
+    use crate::core::Ctx;
+    let r = rig(3, 1);
+    let sets = sets_of(&r);
+    let d = r.mkdir(Gfid::ROOT, "d").await.unwrap();
+    // Changed behind the client's back on the third set.
+    let odd = SetAttr {
+        mode: Some(0o777),
+        ..Default::default()
+    };
+    sets[2]
+        .call(&Ctx::root(), Fop::Setattr { gfid: d, set: odd })
+        .await
+        .unwrap();
+    let Ok(crate::core::Reply::Opened { fh }) = r.call(Fop::Opendir { gfid: d }).await else {
+        panic!("opendir failed");
+    };
+    r.call(Fop::Releasedir { gfid: d, fh }).await.unwrap();
+    for _ in 0..100 {
+        if copy_on(&sets[2], d).await.0 == 0o755 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the third copy stays {:o}", copy_on(&sets[2], d).await.0);
 }

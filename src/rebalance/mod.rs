@@ -128,6 +128,8 @@ pub struct Rebalancer {
     volume: String,
     graph: Graph,
     sets: Vec<Child>,
+    /// The sets in set-id order (as `dir_meta` takes them).
+    by_id: Vec<Child>,
     ids: Vec<u32>,
     /// Each set's weight: 0 for a set being emptied, else 1, or its size
     /// in MiB with `weighted` (measured when the run starts).
@@ -188,9 +190,12 @@ impl Rebalancer {
             "aggressive" => (4, false),
             _ => (2, false),
         };
+        let mut by_id: Vec<(u32, Child)> = ids.iter().copied().zip(sets.iter().cloned()).collect();
+        by_id.sort_by_key(|(id, _)| *id);
         Ok(Arc::new(Rebalancer {
             volume: desc.volume.clone(),
             graph,
+            by_id: by_id.into_iter().map(|(_, c)| c).collect(),
             sets,
             ids,
             weights: Mutex::new(draining.iter().map(|&d| u64::from(!d)).collect()),
@@ -302,6 +307,8 @@ impl Rebalancer {
     /// subdirectories and how many other entries it had.
     async fn visit(&self, d: &Dir) -> FsResult<(Vec<Dir>, u64)> {
         self.make_everywhere(d).await?;
+        // Its copies (new ones too) made to agree with the first set's.
+        crate::cluster::dir_meta::heal(&self.by_id, d.gfid).await?;
         let layout = self.lay_out(d.gfid).await?;
         self.count(|p| p.dirs += 1);
         let mut subdirs: Vec<Dir> = Vec::new();
@@ -886,29 +893,14 @@ async fn copy_extents(
 
 /// Copies the file's own xattrs (distribute's are not the file's).
 async fn copy_xattrs(src: &Child, dst: &Child, gfid: Gfid) -> FsResult<()> {
-    let Reply::Xattr(names) = src.call(&root(), Fop::Listxattr { gfid }).await? else {
-        return Ok(());
-    };
-    for n in names.split(|&c| c == 0).filter(|n| !n.is_empty()) {
-        let Ok(n) = std::str::from_utf8(n) else {
-            continue;
-        };
-        if crate::core::fop::is_distribute_xattr(n) {
-            continue;
-        }
-        let get = Fop::Getxattr {
+    for (name, value) in crate::cluster::dir_meta::xattrs(src, gfid).await? {
+        let set = Fop::Setxattr {
             gfid,
-            name: n.into(),
+            name,
+            value: serde_bytes::ByteBuf::from(value),
+            flags: 0,
         };
-        if let Ok(Reply::Xattr(v)) = src.call(&root(), get).await {
-            let set = Fop::Setxattr {
-                gfid,
-                name: n.into(),
-                value: v,
-                flags: 0,
-            };
-            dst.call(&root(), set).await?;
-        }
+        dst.call(&root(), set).await?;
     }
     Ok(())
 }

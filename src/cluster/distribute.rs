@@ -100,7 +100,21 @@ pub struct Distribute {
     /// when first listed).
     checked: Mutex<HashMap<Gfid, ()>>,
     /// Our handle → (child, child's handle) for files; every child's for dirs.
-    fds: HandleMap<Arc<Vec<Option<u64>>>>,
+    fds: HandleMap<Arc<Handles>>,
+}
+
+/// What one of our handles stands for.
+struct Handles {
+    /// Each child's handle (None where it has none).
+    fhs: Vec<Option<u64>>,
+    /// A directory's readers ahead of its listing.
+    ahead: Option<super::listing::Ahead>,
+}
+
+impl Handles {
+    fn file(fhs: Vec<Option<u64>>) -> Arc<Handles> {
+        Arc::new(Handles { fhs, ahead: None })
+    }
 }
 
 /// Bounded caches: cleared when full, refilled by asking again.
@@ -668,7 +682,7 @@ impl Distribute {
                 fhs[at] = Some(fh);
                 Reply::Created {
                     entry,
-                    fh: self.fds.insert(Arc::new(fhs)),
+                    fh: self.fds.insert(Handles::file(fhs)),
                 }
             }
             None => Reply::Entry(entry),
@@ -831,11 +845,17 @@ impl Distribute {
             }
             return Err(e);
         }
-        if dir {
+        let handles = if dir {
             self.check_dir(gfid);
-        }
+            Arc::new(Handles {
+                ahead: Some(super::listing::Ahead::new(fhs.len())),
+                fhs,
+            })
+        } else {
+            Handles::file(fhs)
+        };
         Ok(Reply::Opened {
-            fh: self.fds.insert(Arc::new(fhs)),
+            fh: self.fds.insert(handles),
         })
     }
 
@@ -843,15 +863,21 @@ impl Distribute {
     async fn with_handle(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let fh = fop.fh().unwrap_or(0);
         let release = matches!(fop, Fop::Release { .. } | Fop::Releasedir { .. });
-        let fhs = if release {
-            self.fds
+        let h = if release {
+            let h = self
+                .fds
                 .remove(fh)
-                .ok_or_else(|| FsError::errno(libc::EBADF))?
+                .ok_or_else(|| FsError::errno(libc::EBADF))?;
+            // Readers stop before the handles they read go.
+            if let Some(a) = &h.ahead {
+                a.stop();
+            }
+            h
         } else {
             self.fds.get(fh)?
         };
         let mut out = Err(FsError::errno(libc::EBADF));
-        for (i, f) in fhs.iter().enumerate() {
+        for (i, f) in h.fhs.iter().enumerate() {
             if let Some(f) = f {
                 if let Fop::Write { data, .. } = &fop {
                     self.written[i]
@@ -869,16 +895,18 @@ impl Distribute {
     /// Lists the sets in id order from the one `offset` names (or the
     /// next one, if that set is gone), directories from the first set only,
     /// pointers from none. Entries come with attributes from every set (how
-    /// pointers are told from files), whether asked for or not.
-    async fn readdir(
-        &self,
-        cx: &Ctx,
-        gfid: Gfid,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-    ) -> FsResult<Reply> {
-        let fhs = self.fds.get(fh)?;
+    /// pointers are told from files), whether asked for or not. The sets
+    /// after the one being listed are read ahead at the same time
+    /// (`listing`).
+    async fn readdir(&self, cx: &Ctx, gfid: Gfid, fh: u64, offset: u64) -> FsResult<Reply> {
+        let h = self.fds.get(fh)?;
+        let ahead = h
+            .ahead
+            .as_ref()
+            .ok_or_else(|| FsError::errno(libc::EBADF))?;
+        if offset == 0 {
+            ahead.rewind();
+        }
         let set = (offset >> SET_SHIFT) as u32;
         let mut off = offset & OFFSET_MASK;
         let mut pos = self.order.partition_point(|&i| self.ids[i] < set);
@@ -887,16 +915,16 @@ impl Distribute {
         }
         while pos < self.order.len() {
             let child = self.order[pos];
-            if let Some(cfh) = fhs[child] {
-                let fop = Fop::Readdir {
-                    gfid,
-                    fh: cfh,
-                    offset: off,
-                    plus: plus || self.children.len() > 1,
-                };
-                let Reply::Entries(mut ents) = self.children[child].call(cx, fop).await? else {
-                    return Err(FsError::errno(libc::EIO));
-                };
+            // The sets after this one are read ahead meanwhile.
+            for &later in &self.order[pos + 1..] {
+                if let Some(lfh) = h.fhs[later] {
+                    ahead.prefetch(later, &self.children[later], cx, gfid, lfh);
+                }
+            }
+            if let Some(cfh) = h.fhs[child] {
+                let mut ents = ahead
+                    .batch(child, &self.children[child], cx, gfid, cfh, off)
+                    .await?;
                 // The child's listing goes on after this batch even when
                 // nothing of it is handed up (directories listed from the
                 // first set only, pointers).
@@ -1006,12 +1034,10 @@ impl Xlator for Distribute {
                 let _ = self.with_handle(cx, fop).await;
                 Ok(Reply::Ok)
             }
+            // Always with attributes (how pointers are told from files).
             Fop::Readdir {
-                gfid,
-                fh,
-                offset,
-                plus,
-            } => self.readdir(cx, gfid, fh, offset, plus).await,
+                gfid, fh, offset, ..
+            } => self.readdir(cx, gfid, fh, offset).await,
             Fop::Statfs { .. } => {
                 let mut sum = StatFs::default();
                 for (_, r) in self.on_all(cx, &fop).await {

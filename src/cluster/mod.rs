@@ -4,6 +4,7 @@
 pub mod dir_meta;
 pub mod distribute;
 pub mod layout;
+pub mod listing;
 pub mod replicate;
 
 use crate::core::{FsError, FsResult, Reply};

@@ -733,3 +733,81 @@ async fn copies_of_a_directory_that_disagree_are_healed_when_it_is_listed() {
     }
     panic!("the third copy stays {:o}", copy_on(&sets[2], d).await.0);
 }
+
+#[tokio::test]
+async fn a_listing_reads_every_set_at_once_and_survives_a_seek() {
+    use crate::core::Reply;
+    let r = rig(4, 1);
+    let d = r.mkdir(Gfid::ROOT, "d").await.unwrap();
+    for i in 0..60 {
+        r.create(d, &format!("f{i}"), b"").await.unwrap();
+    }
+    let fh = r
+        .call(Fop::Opendir { gfid: d })
+        .await
+        .unwrap()
+        .into_fh()
+        .unwrap();
+    let read = |offset| {
+        let r = &r;
+        async move {
+            let Reply::Entries(e) = r
+                .call(Fop::Readdir {
+                    gfid: d,
+                    fh,
+                    offset,
+                    plus: false,
+                })
+                .await
+                .unwrap()
+            else {
+                panic!("not entries")
+            };
+            e
+        }
+    };
+    let before: Vec<u64> = r.bricks.iter().map(|b| b.calls()).collect();
+    let first = read(0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    for (i, b) in r.bricks.iter().enumerate() {
+        assert!(b.calls() > before[i], "set {i} was not read ahead");
+    }
+    // Everything, once; then again from the second batch on.
+    let mut names = Vec::new();
+    let mut offset = 0;
+    let mut second = None;
+    loop {
+        let e = if offset == 0 {
+            first.clone()
+        } else {
+            read(offset).await
+        };
+        let Some(last) = e.last() else { break };
+        if second.is_none() {
+            second = Some(last.next);
+        }
+        offset = last.next;
+        names.extend(
+            e.iter()
+                .map(|e| String::from_utf8_lossy(&e.name).into_owned()),
+        );
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 60);
+    assert_eq!(names.len(), 60);
+    let mut again = Vec::new();
+    let mut offset = second.unwrap();
+    loop {
+        let e = read(offset).await;
+        let Some(last) = e.last() else { break };
+        offset = last.next;
+        again.extend(
+            e.iter()
+                .map(|e| String::from_utf8_lossy(&e.name).into_owned()),
+        );
+    }
+    assert_eq!(again, names[first.len()..]);
+    r.call(Fop::Releasedir { gfid: d, fh }).await.unwrap();
+}

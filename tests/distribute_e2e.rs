@@ -422,3 +422,46 @@ fn a_directory_has_the_same_mode_owner_and_xattrs_on_every_set() {
     c.ok(&["volume", "rebalance", "dm", "fix-layout", "start", "--wait"]);
     assert_eq!(meta(&bricks[2]), want);
 }
+
+#[test]
+fn files_moved_by_a_rebalance_stay_found_by_a_client_that_kept_old_layouts() {
+    let mut c = Cluster::start();
+    // Sets of different sizes: a weighted rebalance changes every layout
+    // although the set list does not change.
+    let _small = SmallFs::new(c.path("t32"), "32m");
+    let _large = SmallFs::new(c.path("t96"), "96m");
+    c.volume("kept", 1, &["t32/b", "t96/b"]);
+    let m = c.mount("kept");
+    ok(&format!(
+        "mkdir {0}/d && for i in $(seq 1 200); do echo $i > {0}/d/f$i; done && ls {0}/d > /dev/null",
+        m.dir.display()
+    ));
+    // The directory stays known to the kernel (and its layout to the
+    // client) throughout.
+    let mut pin = std::process::Command::new("sleep")
+        .arg("120")
+        .current_dir(m.p("d"))
+        .spawn()
+        .unwrap();
+    c.crash_daemon();
+    c.start_daemon_env(&[("FAILPOINTS", "rebalance-moved=20*off->panic")]);
+    let _ = c.cli(&["volume", "rebalance", "kept", "start"]);
+    assert!(
+        c.wait_daemon_gone(Duration::from_secs(30)),
+        "the fail point was hit"
+    );
+    // Cut short after 20 moves, never committed: every name is found by
+    // name (the kernel asks again).
+    ok("echo 2 > /proc/sys/vm/drop_caches");
+    let missing = sh(&format!(
+        "cd {} && for i in $(seq 1 200); do cat f$i > /dev/null || echo f$i; done",
+        m.p("d")
+    ));
+    let _ = pin.kill();
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stdout),
+        "",
+        "not found by name"
+    );
+    assert!(missing.status.success());
+}

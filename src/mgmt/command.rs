@@ -69,6 +69,11 @@ pub enum Command {
         volume: String,
         sets: Vec<u32>,
     },
+    /// A rebalance starts: every directory is in flux until it commits
+    /// (clients stop trusting the layouts they keep).
+    RaiseLayoutCommit {
+        volume: String,
+    },
     /// Takes replica sets (by id) and their bricks out of the volume.
     RemoveSets {
         volume: String,
@@ -110,6 +115,7 @@ impl Command {
             Command::AddBricks { .. } => "AddBricks",
             Command::CommitLayout { .. } => "CommitLayout",
             Command::SetDraining { .. } => "SetDraining",
+            Command::RaiseLayoutCommit { .. } => "RaiseLayoutCommit",
             Command::RemoveSets { .. } => "RemoveSets",
             Command::LowerReplica { .. } => "LowerReplica",
             Command::ReplaceBrick { .. } => "ReplaceBrick",
@@ -209,10 +215,14 @@ impl Command {
                     return Err(format!("volume {name} has no such replica set"));
                 }
                 if !sets.is_empty() {
-                    v.layout_commit += 1;
+                    v.raise_layout_commit();
                 }
                 v.draining = sets.clone();
                 v.version += 1;
+            }
+            Command::RaiseLayoutCommit { volume: name } => {
+                volume(st, name)?;
+                st.volumes.get_mut(name).unwrap().raise_layout_commit();
             }
             Command::RemoveSets { volume: name, sets } => {
                 volume(st, name)?;

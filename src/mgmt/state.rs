@@ -142,7 +142,7 @@ impl Volume {
             ids.extend(next..next + added as u32);
             self.set_ids = ids;
             self.bricks.extend(bricks.iter().cloned());
-            self.layout_commit += 1;
+            self.raise_layout_commit();
         } else if replica > self.replica {
             if self.arbiter > 0 {
                 return Err("the replica count of an arbiter volume cannot be raised".into());
@@ -170,6 +170,15 @@ impl Volume {
         }
         self.version += 1;
         Ok(())
+    }
+
+    /// Puts every directory in flux: no stored layout carries the new
+    /// commit. It skips a number: a rebalance that stopped may have
+    /// written `layout_commit + 1` on some directories, whose files it
+    /// had not all moved.
+    pub fn raise_layout_commit(&mut self) {
+        self.layout_commit += 2;
+        self.version += 1;
     }
 
     /// The rebalance (fix-layout, remove-brick) in progress, if any.

@@ -98,6 +98,9 @@ pub struct Daemon {
     /// Mounted clients that follow a volume here: (volume, client) → the
     /// graph version they run and when they last asked.
     clients: Mutex<HashMap<(String, rpc::ClientInfo), Seen>>,
+    /// When this daemon started (clients that followed its predecessor
+    /// come back within `rpc::FOLLOW_RETRY`).
+    born: std::time::Instant,
     /// What this daemon knows of each peer's liveness, by uuid (`members`).
     liveness: Mutex<members::Heard>,
     /// Volumes whose bricks here are stopped for want of server quorum,
@@ -149,6 +152,7 @@ impl Daemon {
             rebalancers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),
+            born: std::time::Instant::now(),
             liveness: Mutex::new(Default::default()),
             quorum_lost: Mutex::new(HashMap::new()),
         });

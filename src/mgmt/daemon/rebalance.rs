@@ -13,6 +13,9 @@ use crate::rebalance::Rebalancer;
 
 /// How often a running rebalance records its progress.
 const RECORD_EVERY: Duration = Duration::from_secs(2);
+/// How long a rebalance waits for mounted clients to take the graph that
+/// puts every directory in flux.
+const CLIENTS_SWITCH: Duration = Duration::from_secs(10);
 /// How long a rebalance waits for every brick to be reached.
 const REACH: Duration = Duration::from_secs(10);
 
@@ -55,6 +58,11 @@ impl Daemon {
         } else {
             TaskKind::FixLayout
         };
+        // Clients stop trusting the layouts they keep before any moves.
+        self.execute(Command::RaiseLayoutCommit {
+            volume: name.clone(),
+        })
+        .await?;
         let task = self.start_task(&name, kind, Vec::new()).await?;
         Ok(format!(
             "{} on {name} has been started successfully. Use rebalance status command to check status of the rebalance process.\nID: {}",
@@ -196,6 +204,44 @@ impl Daemon {
         Ok(gone)
     }
 
+    /// Waits (at most `CLIENTS_SWITCH`) until every client following
+    /// `volume` at any server runs its description `version` or later:
+    /// one still on an older graph would trust layouts the rebalance is
+    /// changing, and miss the files it moves.
+    async fn wait_clients_at(self: &Arc<Self>, volume: &str, version: u64) {
+        // A daemon that just started knows no client yet: those that
+        // followed its predecessor come back first.
+        let known = self.born + 2 * rpc::FOLLOW_RETRY + Duration::from_secs(1);
+        tokio::time::sleep_until(known.into()).await;
+        let deadline = tokio::time::Instant::now() + CLIENTS_SWITCH;
+        loop {
+            let mut clients = self.clients_of(volume);
+            let peers = self.state.lock().unwrap().peers.clone();
+            for p in peers.iter() {
+                let req = Request::VolumeClients {
+                    name: volume.to_string(),
+                    all: false,
+                };
+                if let Ok(Response::Clients(c)) = rpc::call(&p.mgmt, &req).await {
+                    clients.extend(c);
+                }
+            }
+            let behind: Vec<String> = clients
+                .into_iter()
+                .filter(|c| c.version.is_none_or(|v| v < version))
+                .map(|c| format!("{}:{}", c.client.host, c.client.mount))
+                .collect();
+            if behind.is_empty() {
+                return;
+            }
+            if tokio::time::Instant::now() > deadline {
+                tracing::warn!(%volume, ?behind, "clients still on an older graph: the rebalance goes on (they may miss files it moves until they switch)");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Stops the rebalance of `volume` running here.
     pub(super) fn stop_rebalance(&self, volume: &str) -> Response {
         match self.rebalancers.lock().unwrap().get(volume) {
@@ -231,6 +277,7 @@ impl Daemon {
             .unwrap()
             .insert(volume.clone(), r.clone());
         tracing::info!(%volume, task = %task.id, migrate, generation = from + 1, "rebalance started");
+        self.wait_clients_at(&volume, v.version).await;
         let ok = if r.wait_up(REACH).await {
             let run = r.run();
             tokio::pin!(run);

@@ -437,7 +437,9 @@ fn files_moved_by_a_rebalance_stay_found_by_a_client_that_kept_old_layouts() {
         m.dir.display()
     ));
     // The directory stays known to the kernel (and its layout to the
-    // client) throughout.
+    // client) throughout. (Waited for at the end; a failure before that
+    // leaves a sleep to end by itself.)
+    #[allow(clippy::zombie_processes)]
     let mut pin = std::process::Command::new("sleep")
         .arg("120")
         .current_dir(m.p("d"))

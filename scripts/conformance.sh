@@ -1,16 +1,18 @@
 #!/bin/bash
 # POSIX conformance of mortar volumes: builds pjdfstest and xfstests from
 # the source snapshots in ../shared/suites (or $SUITES), starts a daemon of
-# its own on a loopback address, creates and mounts replica-3 volumes of
-# three bricks each, runs the suites and prints their counts (one summary
-# line per suite, and the failed tests).
+# its own on a loopback address, creates and mounts volumes (replica 3 of
+# three bricks each, or SETS replica sets of REPLICA bricks), runs the
+# suites and prints their counts (one summary line per suite, and the
+# failed tests).
 #
 # Usage: scripts/conformance.sh [pjdfstest|xfstests|all] [--keep]
 #   env: SUITES=dir with the snapshots, WORK=scratch dir, MORTAR=binary,
 #        XFSTESTS="arguments to xfstests' check" (default: -g quick
 #          -e generic/103, which fills the file system the bricks share),
 #        OUT=file to append Markdown table rows to, IP and PORT=where the
-#        daemon listens (127.0.77.1:24198)
+#        daemon listens (127.0.77.1:24198), SETS and REPLICA=the volumes'
+#        shape (1 and 3: replica 3; SETS=2 REPLICA=1: distribute over 2)
 # --keep leaves the volumes mounted and the daemon running for a look.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,9 @@ want() { [ "$WHICH" = all ] || [ "$WHICH" = "$1" ]; }
 IP=${IP:-127.0.77.1}
 PORT=${PORT:-24198}
 XFSTESTS=${XFSTESTS:--g quick -e generic/103}
+SETS=${SETS:-1}
+REPLICA=${REPLICA:-3}
+if [ "$REPLICA" -gt 1 ]; then SHAPE="$SETS x replica $REPLICA"; else SHAPE="distribute $SETS"; fi
 
 # Build packages, from Debian, as the suites' READMEs list them.
 need=()
@@ -77,14 +82,15 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 100); do cli volume list >/dev/null 2>&1 && break; sleep 0.1; done
 
-# A started replica-3 volume NAME of three bricks under $WORK/bricks.
+# A started volume NAME of SETS x REPLICA bricks under $WORK/bricks.
 volume() {
-    local b=()
-    for i in 1 2 3; do
+    local b=() r=()
+    for i in $(seq 1 $((SETS * REPLICA))); do
         mkdir -p "$WORK/bricks/$1-$i"
         b+=("$IP:$WORK/bricks/$1-$i")
     done
-    cli volume create "$1" replica 3 transport tcp "${b[@]}" force >/dev/null
+    [ "$REPLICA" -gt 1 ] && r=(replica "$REPLICA")
+    cli volume create "$1" "${r[@]}" transport tcp "${b[@]}" force >/dev/null
     cli volume start "$1" >/dev/null
     mkdir -p "$WORK/mnt-$1"
 }
@@ -117,7 +123,7 @@ run_pjdfstest() {
     [ -n "$files" ] && echo "failed: $files"
     echo "log: $LOG"
     if [ -n "${OUT:-}" ]; then
-        echo "| pjdfstest | mortar $(git rev-parse --short HEAD) replica 3 | $tests | $failed | ${files:-none} |" >>"$OUT"
+        echo "| pjdfstest | mortar $(git rev-parse --short HEAD) $SHAPE | $tests | $failed | ${files:-none} |" >>"$OUT"
     fi
 }
 
@@ -174,7 +180,7 @@ EOF
     [ -n "$failures" ] && echo "failed: $failures"
     echo "log: $LOG (per test: $XFS/results/)"
     if [ -n "${OUT:-}" ]; then
-        echo "| xfstests $XFSTESTS | mortar $(git rev-parse --short HEAD) replica 3 | $nran | $nfailed | ${failures:-none} |" >>"$OUT"
+        echo "| xfstests $XFSTESTS | mortar $(git rev-parse --short HEAD) $SHAPE | $nran | $nfailed | ${failures:-none} |" >>"$OUT"
     fi
 }
 

@@ -499,14 +499,42 @@ impl Distribute {
     /// Sends an object-addressed operation to the child holding it, or to
     /// every child for a directory.
     async fn on_object(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let cached = self.placed.lock().unwrap().contains_key(&fop.gfid());
         let located = self.locate(cx, fop.gfid()).await?;
         if located.is_none() && self.missed.lock().unwrap().contains(&fop.gfid()) {
             self.heal_dir(fop.gfid()).await;
         }
         match located {
-            Some(i) => self.children[i].call(cx, fop).await,
+            Some(i) => self.on_file(cx, fop, i, cached).await.1,
             None if fop.is_modifying() => Ok(self.dir_op(cx, fop, self.order[0]).await?.0),
             None => self.children[self.order[0]].call(cx, fop).await,
+        }
+    }
+
+    /// Sends `fop` to child `i`, where file `fop.gfid()` was placed; if
+    /// that place came from the cache (`cached`) and the child no longer
+    /// has the file (ESTALE: a rebalance moved it), asks every set where
+    /// it is now and sends it there. Answers the child that answered.
+    async fn on_file(
+        &self,
+        cx: &Ctx,
+        fop: Fop,
+        i: usize,
+        cached: bool,
+    ) -> (usize, FsResult<Reply>) {
+        let gfid = fop.gfid();
+        match self.children[i].call(cx, fop.clone()).await {
+            Err(e) if e.is(libc::ESTALE) && cached => {
+                self.placed.lock().unwrap().remove(&gfid);
+                match self.locate(cx, gfid).await {
+                    Ok(Some(j)) if j != i => {
+                        tracing::debug!(xlator = %self.name, %gfid, from = i, to = j, "file moved: asked where it is now");
+                        (j, self.children[j].call(cx, fop).await)
+                    }
+                    _ => (i, Err(e)),
+                }
+            }
+            r => (i, r),
         }
     }
 
@@ -814,7 +842,17 @@ impl Distribute {
 
     async fn open(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let gfid = fop.gfid();
-        let targets: Vec<usize> = match (&fop, self.locate(cx, gfid).await?) {
+        let cached = self.placed.lock().unwrap().contains_key(&gfid);
+        let located = self.locate(cx, gfid).await?;
+        if let (Fop::Open { .. }, Some(i)) = (&fop, located) {
+            let (i, r) = self.on_file(cx, fop, i, cached).await;
+            let mut fhs = vec![None; self.children.len()];
+            fhs[i] = Some(r?.into_fh()?);
+            return Ok(Reply::Opened {
+                fh: self.fds.insert(Handles::file(fhs)),
+            });
+        }
+        let targets: Vec<usize> = match (&fop, located) {
             (Fop::Opendir { .. }, _) | (_, None) => self.all(),
             (_, Some(i)) => vec![i],
         };

@@ -811,3 +811,60 @@ async fn a_listing_reads_every_set_at_once_and_survives_a_seek() {
     assert_eq!(again, names[first.len()..]);
     r.call(Fop::Releasedir { gfid: d, fh }).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_file_moved_to_another_set_is_found_by_a_client_that_knew_its_old_place() {
+    use crate::core::Ctx;
+    let r = rig(2, 1);
+    let sets = sets_of(&r);
+    let f = r.create(Gfid::ROOT, "f", b"old").await.unwrap();
+    let from = (0..2)
+        .find(|&i| r.bricks[i].content(&["f"]).is_some())
+        .unwrap();
+    let to = 1 - from;
+    // Moved behind the client's back, as a rebalance moves it: same gfid.
+    let fh = sets[to]
+        .call(
+            &Ctx::root(),
+            Fop::Create {
+                parent: Gfid::ROOT,
+                name: n("f"),
+                gfid: f,
+                mode: 0o644,
+                umask: 0,
+                flags: libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+            },
+        )
+        .await
+        .unwrap()
+        .into_fh()
+        .unwrap();
+    sets[to]
+        .call(
+            &Ctx::root(),
+            Fop::Write {
+                gfid: f,
+                fh,
+                offset: 0,
+                data: bytes::Bytes::from_static(b"new"),
+            },
+        )
+        .await
+        .unwrap();
+    sets[to]
+        .call(&Ctx::root(), Fop::Release { gfid: f, fh })
+        .await
+        .unwrap();
+    sets[from]
+        .call(
+            &Ctx::root(),
+            Fop::Unlink {
+                parent: Gfid::ROOT,
+                name: n("f"),
+            },
+        )
+        .await
+        .unwrap();
+    r.call(Fop::Getattr { gfid: f }).await.unwrap();
+    assert_eq!(r.read(f).await.unwrap(), b"new");
+}

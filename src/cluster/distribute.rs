@@ -41,6 +41,8 @@ const OFFSET_MASK: u64 = (1 << SET_SHIFT) - 1;
 const PLACED_MAX: usize = 1 << 18;
 /// Directories whose layout is remembered.
 const LAYOUTS_MAX: usize = 1 << 16;
+/// How often a client moves a directory's times on its first set at most.
+const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long a set's free space is believed while it is far from the limit.
 const SPACE_FRESH: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -96,6 +98,9 @@ pub struct Distribute {
     /// Directories a metadata change (chmod, chown, xattrs) did not reach
     /// on every set: their copies are healed (`dir_meta`) at their next use.
     missed: Arc<Mutex<HashSet<Gfid>>>,
+    /// When this client last moved a directory's times on its first set
+    /// (`touch_dir`).
+    touched: Mutex<HashMap<Gfid, tokio::time::Instant>>,
     /// Directories whose copies this client compared already (once each,
     /// when first listed).
     checked: Mutex<HashMap<Gfid, ()>>,
@@ -183,6 +188,7 @@ impl Distribute {
             layouts: Mutex::new(HashMap::new()),
             missed: Default::default(),
             checked: Mutex::new(HashMap::new()),
+            touched: Mutex::new(HashMap::new()),
             up: Default::default(),
             fds: HandleMap::new(),
         }
@@ -538,6 +544,43 @@ impl Distribute {
         }
     }
 
+    /// After an entry changed in directory `dir` on children `changed`
+    /// only: the copy whose attributes clients are shown (the first set's)
+    /// gets its mtime and ctime moved too, as POSIX wants of a parent. At
+    /// most once per `TOUCH_EVERY` per directory: a burst of creates costs
+    /// one request more, not one per file (a directory's times may lag
+    /// that much behind its entries).
+    async fn touch_dir(&self, dir: Gfid, changed: &[usize]) {
+        let first = self.order[0];
+        if changed.contains(&first) {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        {
+            let mut touched = self.touched.lock().unwrap();
+            if touched
+                .get(&dir)
+                .is_some_and(|t| now.duration_since(*t) < TOUCH_EVERY)
+            {
+                return;
+            }
+            if touched.len() >= LAYOUTS_MAX {
+                touched.clear();
+            }
+            touched.insert(dir, now);
+        }
+        let fop = Fop::Setattr {
+            gfid: dir,
+            set: crate::core::SetAttr {
+                mtime: Some(crate::core::fop::TimeSet::Now),
+                ..Default::default()
+            },
+        };
+        if let Err(e) = self.children[first].call(&Ctx::root(), fop).await {
+            tracing::debug!(xlator = %self.name, %dir, "directory times not moved on the first set: {e}");
+        }
+    }
+
     /// The children in set-id order (the order `dir_meta` takes them in).
     fn sets_in_order(&self) -> Vec<Child> {
         self.order
@@ -704,6 +747,7 @@ impl Distribute {
             }
         }
         self.learn(&entry.attr, at);
+        self.touch_dir(parent, &[at, h]).await;
         Ok(match fh {
             Some(fh) => {
                 let mut fhs = vec![None; self.children.len()];
@@ -744,6 +788,8 @@ impl Distribute {
                 tracing::warn!(xlator = %self.name, %parent, name = ?name, "pointer left behind: {e}");
             }
         }
+        self.touch_dir(parent, &[f.at, f.pointer.unwrap_or(f.at)])
+            .await;
         Ok(rep)
     }
 
@@ -808,6 +854,10 @@ impl Distribute {
                 tracing::warn!(xlator = %self.name, %parent, name = ?name, "pointer left behind: {e}");
             }
         }
+        self.touch_dir(parent, &[src.at]).await;
+        if newparent != parent {
+            self.touch_dir(newparent, &[src.at, h]).await;
+        }
         Ok(rep)
     }
 
@@ -830,7 +880,10 @@ impl Distribute {
             self.point(cx, h, (newparent, newname), gfid, at).await?;
         }
         match self.children[at].call(cx, fop.clone()).await {
-            Ok(rep) => Ok(rep),
+            Ok(rep) => {
+                self.touch_dir(newparent, &[at, h]).await;
+                Ok(rep)
+            }
             Err(e) => {
                 if h != at {
                     let _ = self.unlink_on(cx, h, newparent, newname).await;

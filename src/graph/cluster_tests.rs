@@ -868,3 +868,50 @@ async fn a_file_moved_to_another_set_is_found_by_a_client_that_knew_its_old_plac
     r.call(Fop::Getattr { gfid: f }).await.unwrap();
     assert_eq!(r.read(f).await.unwrap(), b"new");
 }
+
+#[tokio::test]
+async fn a_directory_shows_its_entries_changing_whichever_set_they_are_on() {
+    // Time stands still but for the steps below (a directory's times are
+    // moved at most every half second).
+    tokio::time::pause();
+    let r = rig(3, 1);
+    let d = r.mkdir(Gfid::ROOT, "d").await.unwrap();
+    let times = || async {
+        let a = r
+            .call(Fop::Getattr { gfid: d })
+            .await
+            .unwrap()
+            .into_attr()
+            .unwrap();
+        (a.mtime, a.ctime)
+    };
+    for i in 0..12 {
+        let before = times().await;
+        tokio::time::advance(std::time::Duration::from_millis(600)).await;
+        let name = format!("f{i}");
+        let f = r.create(d, &name, b"").await.unwrap();
+        let created = times().await;
+        assert!(
+            created.0 > before.0 && created.1 > before.1,
+            "create {name}"
+        );
+        tokio::time::advance(std::time::Duration::from_millis(600)).await;
+        r.call(Fop::Link {
+            gfid: f,
+            newparent: d,
+            newname: n(&format!("l{i}")),
+        })
+        .await
+        .unwrap();
+        let linked = times().await;
+        assert!(linked.0 > created.0, "link {name}");
+        tokio::time::advance(std::time::Duration::from_millis(600)).await;
+        r.call(Fop::Unlink {
+            parent: d,
+            name: n(&name),
+        })
+        .await
+        .unwrap();
+        assert!(times().await.0 > linked.0, "unlink {name}");
+    }
+}

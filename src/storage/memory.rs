@@ -453,6 +453,7 @@ impl MemBrick {
                     return Err(err(libc::EEXIST));
                 }
                 p.entries.insert(newname.as_bytes().to_vec(), gfid);
+                p.changes += 1;
                 let o = Self::obj(st, gfid)?;
                 o.nlink += 1;
                 entry(o.attr(gfid))

@@ -517,6 +517,67 @@ impl Distribute {
         }
     }
 
+    /// ENOTEMPTY unless directory `dir` holds nothing on any set but
+    /// pointers; those (to nothing: a name they point for would be listed
+    /// on its own set) are removed, so that the directory can go. Each
+    /// set's copy decides only for itself, so a set where it looks empty
+    /// would remove its copy and leave the others.
+    async fn empty_everywhere(&self, dir: Gfid) -> FsResult<()> {
+        let cx = Ctx::root();
+        let mut pointers = Vec::new();
+        for (i, r) in self.on_all(&cx, &Fop::Opendir { gfid: dir }).await {
+            let fh = match r.and_then(Reply::into_fh) {
+                Ok(fh) => fh,
+                Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            let listed = self.pointers_only(&cx, i, dir, fh).await;
+            let _ = self.children[i]
+                .call(&cx, Fop::Releasedir { gfid: dir, fh })
+                .await;
+            pointers.extend(listed?.into_iter().map(|n| (i, n)));
+        }
+        for (i, name) in pointers {
+            match self.unlink_on(&cx, i, dir, &name).await {
+                Ok(_) => {}
+                Err(e) if e.is(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The pointers in child `i`'s copy of directory `dir` (open as
+    /// `fh`), or ENOTEMPTY at its first other entry.
+    async fn pointers_only(&self, cx: &Ctx, i: usize, dir: Gfid, fh: u64) -> FsResult<Vec<Name>> {
+        let mut pointers = Vec::new();
+        let mut offset = 0;
+        loop {
+            let fop = Fop::Readdir {
+                gfid: dir,
+                fh,
+                offset,
+                plus: true,
+            };
+            let Reply::Entries(ents) = self.children[i].call(cx, fop).await? else {
+                return Err(FsError::errno(libc::EIO));
+            };
+            let Some(last) = ents.last() else {
+                return Ok(pointers);
+            };
+            offset = last.next;
+            for e in ents {
+                if e.name.as_slice() == b"." || e.name.as_slice() == b".." {
+                    continue;
+                }
+                match (&e.attr, Name::new(e.name.to_vec())) {
+                    (Some(a), Ok(n)) if a.linkto.is_some() => pointers.push(n),
+                    _ => return Err(FsError::errno(libc::ENOTEMPTY)),
+                }
+            }
+        }
+    }
+
     /// Sends `fop` to child `i`, where file `fop.gfid()` was placed; if
     /// that place came from the cache (`cached`) and the child no longer
     /// has the file (ESTALE: a rebalance moved it), asks every set where
@@ -810,6 +871,19 @@ impl Distribute {
         };
         let src = self.find(cx, parent, name).await?;
         if src.entry.attr.kind == FileKind::Dir {
+            // A directory it replaces must be empty on every set, not only
+            // on the one that decides.
+            match self.find(cx, newparent, newname).await {
+                Ok(d)
+                    if d.entry.attr.kind == FileKind::Dir
+                        && d.entry.attr.gfid != src.entry.attr.gfid =>
+                {
+                    self.empty_everywhere(d.entry.attr.gfid).await?
+                }
+                Ok(_) => {}
+                Err(e) if e.is(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
             let dl = self.layout_of(newparent).await?;
             let first = self.hashed(&dl, newname);
             return Ok(self.dir_op(cx, fop.clone(), first).await?.0);
@@ -1097,6 +1171,10 @@ impl Xlator for Distribute {
             Fop::Rmdir { parent, ref name } => {
                 let dl = self.layout_of(parent).await?;
                 let h = self.hashed(&dl, name);
+                let d = self.find(cx, parent, name).await?;
+                if d.entry.attr.kind == FileKind::Dir {
+                    self.empty_everywhere(d.entry.attr.gfid).await?;
+                }
                 Ok(self.dir_op(cx, fop, h).await?.0)
             }
             Fop::Create {

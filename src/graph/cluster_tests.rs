@@ -915,3 +915,59 @@ async fn a_directory_shows_its_entries_changing_whichever_set_they_are_on() {
         assert!(times().await.0 > linked.0, "unlink {name}");
     }
 }
+
+#[tokio::test]
+async fn a_directory_with_entries_on_any_set_is_not_removed_or_replaced() {
+    let r = rig(3, 1);
+    let d = r.mkdir(Gfid::ROOT, "d").await.unwrap();
+    let e = r.mkdir(Gfid::ROOT, "e").await.unwrap();
+    let everywhere = |g: Gfid| {
+        let sets = sets_of(&r);
+        async move {
+            for s in &sets {
+                s.call(&crate::core::Ctx::root(), Fop::Getattr { gfid: g })
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    // One file at a time: whichever set it is on, d is not empty.
+    for i in 0..6 {
+        let name = format!("f{i}");
+        r.create(d, &name, b"").await.unwrap();
+        let rm = r
+            .call(Fop::Rmdir {
+                parent: Gfid::ROOT,
+                name: n("d"),
+            })
+            .await;
+        assert_eq!(errno(rm), libc::ENOTEMPTY, "{name}");
+        let mv = r
+            .call(Fop::Rename {
+                parent: Gfid::ROOT,
+                name: n("e"),
+                newparent: Gfid::ROOT,
+                newname: n("d"),
+                flags: 0,
+            })
+            .await;
+        assert_eq!(errno(mv), libc::ENOTEMPTY, "{name}");
+        everywhere(d).await;
+        everywhere(e).await;
+        r.call(Fop::Unlink {
+            parent: d,
+            name: n(&name),
+        })
+        .await
+        .unwrap();
+    }
+    r.call(Fop::Rmdir {
+        parent: Gfid::ROOT,
+        name: n("d"),
+    })
+    .await
+    .unwrap();
+    for b in &r.bricks {
+        assert!(!b.tree().contains_key("/d"));
+    }
+}

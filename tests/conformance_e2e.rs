@@ -60,9 +60,9 @@ fn run(suite: &str, env: &str) -> Option<Run> {
     Some(Run { out, summary, log })
 }
 
-#[test]
-fn pjdfstest_passes_through_a_replica_3_volume() {
-    let Some(Run { out, summary, log }) = run("pjdfstest", "") else {
+/// Runs pjdfstest with `env` and checks that every subtest passed.
+fn pjdfstest_passes(env: &str) {
+    let Some(Run { out, summary, log }) = run("pjdfstest", env) else {
         return;
     };
     // "pjdfstest: 8798 subtests, 0 failed (Result: PASS)"
@@ -80,6 +80,18 @@ fn pjdfstest_passes_through_a_replica_3_volume() {
         .collect();
     assert!(num("subtests") > 8000, "{out}");
     assert_eq!(num("failed"), 0, "{out}\n{}", failed.join("\n"));
+}
+
+#[test]
+fn pjdfstest_passes_through_a_replica_3_volume() {
+    pjdfstest_passes("");
+}
+
+/// Over two sets, names (and so each test's files) land on either:
+/// what one directory's copies must agree on is tested across sets.
+#[test]
+fn pjdfstest_passes_through_a_distribute_volume_of_two_sets() {
+    pjdfstest_passes("IP=127.0.77.3 SETS=2 REPLICA=1");
 }
 
 /// The xfstests that exercise data paths hardest (fsx, fsx with AIO,

@@ -1,5 +1,5 @@
 use clap::Parser;
-use mortar::cli::{Cli, Cmd};
+use mortar::cli::{Cli, Cmd, DEFAULT_SERVER};
 use mortar::mount::{self, MountArgs};
 use std::process::ExitCode;
 
@@ -34,6 +34,23 @@ fn main() -> ExitCode {
         Some(args) => Cli::parse_from(args),
         None => Cli::parse(),
     };
+    // The options for commands that talk to a daemon do nothing for those
+    // that are (or start) one, or mount: refused rather than ignored.
+    let serves = matches!(
+        cli.cmd,
+        Cmd::Daemon(_) | Cmd::Brick(_) | Cmd::Mount(_) | Cmd::Bench(_)
+    );
+    if serves && (cli.server != DEFAULT_SERVER || cli.json || cli.up_to_date) {
+        eprintln!(
+            "--server, --json and --up-to-date are for commands that talk to a daemon; this one takes none of them{}",
+            if matches!(cli.cmd, Cmd::Mount(_)) {
+                " (HOST in HOST:/VOLUME names the daemon, --port its port)"
+            } else {
+                ""
+            }
+        );
+        return ExitCode::FAILURE;
+    }
     let res = match cli.cmd {
         Cmd::Daemon(ref a) => {
             mortar::process::init_logs();

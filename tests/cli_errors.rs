@@ -213,6 +213,8 @@ fn every_command_has_help() {
         vec!["peer", "probe", "--help"],
         vec!["mount", "--help"],
         vec!["daemon", "--help"],
+        vec!["volume", "replace-brick", "--help"],
+        vec!["volume", "reset-brick", "--help"],
     ] {
         let o = std::process::Command::new(BIN)
             .args(&args)
@@ -223,6 +225,24 @@ fn every_command_has_help() {
             String::from_utf8_lossy(&o.stdout).contains("Usage"),
             "{args:?}"
         );
+    }
+}
+
+#[test]
+fn options_for_talking_to_a_daemon_are_refused_where_they_would_do_nothing() {
+    for args in [
+        vec!["mount", "--server", "10.0.0.1", "h:/v", "/nonexistent"],
+        vec!["--json", "daemon", "--state-dir", "/nonexistent"],
+        vec!["bench", "--up-to-date"],
+    ] {
+        let o = std::process::Command::new(BIN)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("takes none of them"), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
 

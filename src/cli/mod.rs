@@ -11,6 +11,9 @@ use crate::mgmt::{options, DEFAULT_MGMT_PORT};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+/// The daemon commands talk to unless `--server` names another.
+pub const DEFAULT_SERVER: &str = "127.0.0.1";
+
 #[derive(Parser)]
 #[command(
     name = "mortar",
@@ -20,7 +23,7 @@ use std::path::PathBuf;
 )]
 pub struct Cli {
     /// Management daemon to talk to (HOST or HOST:PORT).
-    #[arg(long, global = true, default_value = "127.0.0.1")]
+    #[arg(long, global = true, default_value = DEFAULT_SERVER)]
     pub server: String,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]

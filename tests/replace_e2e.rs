@@ -269,97 +269,45 @@ fn bad_replace_and_reset_requests_are_refused_and_change_nothing() {
     c.volume("three", 3, &["t1", "t2", "t3"]);
     let state = c.state();
     let refused = |args: &[&str], want: &str| c.refused(args, want, &state);
-    // Nothing to heal from without replicas.
+    // replace-brick VOL FROM TO commit force, refused for why.
+    let (o1, t1, t2, x, zz) = (
+        c.brick("o1"),
+        c.brick("t1"),
+        c.brick("t2"),
+        c.brick("x"),
+        c.brick("zz"),
+    );
+    for (vol, from, to, why) in [
+        // Nothing to heal from without replicas.
+        ("one", &o1, &x, "no replicas"),
+        // A brick not in the volume, a new brick already in use, the same
+        // brick, no such volume, no such host.
+        ("three", &zz, &x, "does not exist in volume"),
+        ("three", &t1, &o1, "already part of a volume"),
+        ("three", &t1, &t1, "already part of a volume"),
+        ("nosuch", &t1, &x, "does not exist"),
+        (
+            "three",
+            &t1,
+            &"nohost:/x".to_string(),
+            "not in 'Peer in Cluster' state",
+        ),
+    ] {
+        refused(
+            &["volume", "replace-brick", vol, from, to, "commit", "force"],
+            why,
+        );
+    }
     refused(
-        &[
-            "volume",
-            "replace-brick",
-            "one",
-            &c.brick("o1"),
-            &c.brick("x"),
-            "commit",
-            "force",
-        ],
+        &["volume", "reset-brick", "one", &o1, "start"],
         "no replicas",
     );
     refused(
-        &["volume", "reset-brick", "one", &c.brick("o1"), "start"],
-        "no replicas",
-    );
-    // A brick not in the volume, a new brick already in use, the same brick.
-    refused(
-        &[
-            "volume",
-            "replace-brick",
-            "three",
-            &c.brick("zz"),
-            &c.brick("x"),
-            "commit",
-            "force",
-        ],
-        "does not exist in volume",
-    );
-    refused(
-        &[
-            "volume",
-            "replace-brick",
-            "three",
-            &c.brick("t1"),
-            &c.brick("o1"),
-            "commit",
-            "force",
-        ],
-        "already part of a volume",
-    );
-    refused(
-        &[
-            "volume",
-            "replace-brick",
-            "three",
-            &c.brick("t1"),
-            &c.brick("t1"),
-            "commit",
-            "force",
-        ],
-        "already part of a volume",
-    );
-    refused(
-        &[
-            "volume",
-            "replace-brick",
-            "nosuch",
-            &c.brick("t1"),
-            &c.brick("x"),
-            "commit",
-            "force",
-        ],
-        "does not exist",
-    );
-    refused(
-        &[
-            "volume",
-            "replace-brick",
-            "three",
-            &c.brick("t1"),
-            "nohost:/x",
-            "commit",
-            "force",
-        ],
-        "not in 'Peer in Cluster' state",
-    );
-    refused(
-        &[
-            "volume",
-            "reset-brick",
-            "three",
-            &c.brick("t1"),
-            &c.brick("t2"),
-            "commit",
-        ],
+        &["volume", "reset-brick", "three", &t1, &t2, "commit"],
         "is not",
     );
     refused(
-        &["volume", "reset-brick", "three", &c.brick("t1"), "begin"],
+        &["volume", "reset-brick", "three", &t1, "begin"],
         "use reset-brick",
     );
     // Without its last words, replace-brick is a usage error.

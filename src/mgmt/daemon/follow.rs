@@ -34,6 +34,23 @@ impl Daemon {
         out
     }
 
+    /// The clients that followed volume `name` lately at any server of
+    /// the pool (those that cannot be asked left out).
+    pub(super) async fn clients_anywhere(&self, name: &str) -> Vec<rpc::ClientSeen> {
+        let mut out = self.clients_of(name);
+        let peers = self.state.lock().unwrap().peers.clone();
+        for p in peers.iter() {
+            let req = Request::VolumeClients {
+                name: name.to_string(),
+                all: false,
+            };
+            if let Ok(Response::Clients(c)) = rpc::call(&p.mgmt, &req).await {
+                out.extend(c);
+            }
+        }
+        out
+    }
+
     /// Volume `name`'s client graph description, from the view now
     /// (None: no such volume).
     pub(super) fn desc(&self, name: &str) -> Option<Arc<crate::graph::VolDesc>> {

@@ -517,20 +517,11 @@ impl Daemon {
                 if let Err(e) = self.volume(&name) {
                     return err(e);
                 }
-                let mut out = self.clients_of(&name);
-                if all {
-                    let peers = self.state.lock().unwrap().peers.clone();
-                    for p in peers.iter() {
-                        let req = Request::VolumeClients {
-                            name: name.clone(),
-                            all: false,
-                        };
-                        if let Ok(Response::Clients(c)) = rpc::call(&p.mgmt, &req).await {
-                            out.extend(c);
-                        }
-                    }
-                }
-                Response::Clients(out)
+                Response::Clients(if all {
+                    self.clients_anywhere(&name).await
+                } else {
+                    self.clients_of(&name)
+                })
             }
             Request::WatchVolDesc {
                 name,

@@ -215,18 +215,9 @@ impl Daemon {
         tokio::time::sleep_until(known.into()).await;
         let deadline = tokio::time::Instant::now() + CLIENTS_SWITCH;
         loop {
-            let mut clients = self.clients_of(volume);
-            let peers = self.state.lock().unwrap().peers.clone();
-            for p in peers.iter() {
-                let req = Request::VolumeClients {
-                    name: volume.to_string(),
-                    all: false,
-                };
-                if let Ok(Response::Clients(c)) = rpc::call(&p.mgmt, &req).await {
-                    clients.extend(c);
-                }
-            }
-            let behind: Vec<String> = clients
+            let behind: Vec<String> = self
+                .clients_anywhere(volume)
+                .await
                 .into_iter()
                 .filter(|c| c.version.is_none_or(|v| v < version))
                 .map(|c| format!("{}:{}", c.client.host, c.client.mount))

@@ -138,7 +138,11 @@ pub fn disagree(copies: &[Copy]) -> bool {
 /// with the source. Answers how many copies were changed, or None if a
 /// set could not be reached (its copy is left for later).
 pub async fn heal(sets: &[Child], gfid: Gfid) -> FsResult<Option<usize>> {
-    let copies = copies(sets, gfid).await;
+    heal_copies(sets, gfid, copies(sets, gfid).await).await
+}
+
+/// `heal`, with the `copies` of the directory found already.
+pub async fn heal_copies(sets: &[Child], gfid: Gfid, copies: Vec<Copy>) -> FsResult<Option<usize>> {
     let unreached = copies.iter().any(|c| matches!(c, Copy::Unreached));
     let Some((src, want)) = copies.iter().enumerate().find_map(|(i, c)| match c {
         Copy::Here(a) => Some((i, a.clone())),

@@ -140,10 +140,11 @@ async fn heal_dir_copies(
     missed: Arc<Mutex<HashSet<Gfid>>>,
     always: bool,
 ) {
-    if !always && !super::dir_meta::disagree(&super::dir_meta::copies(&sets, gfid).await) {
+    let copies = super::dir_meta::copies(&sets, gfid).await;
+    if !always && !super::dir_meta::disagree(&copies) {
         return;
     }
-    match super::dir_meta::heal(&sets, gfid).await {
+    match super::dir_meta::heal_copies(&sets, gfid, copies).await {
         Ok(Some(_)) => {
             missed.lock().unwrap().remove(&gfid);
         }

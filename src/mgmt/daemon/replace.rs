@@ -44,11 +44,7 @@ impl Daemon {
         // stays then, and keeps the directory from joining a volume by
         // mistake.
         self.release(std::slice::from_ref(&from)).await;
-        let started = self.run_brick(&v, &to, after).await;
-        let heal = self.heal_new_bricks(&name).await;
-        Ok(format!(
-            "replace-brick commit force operation successful{started}; {heal}"
-        ))
+        Ok(self.fill(&v, &to, after, "replace-brick").await)
     }
 
     /// `volume reset-brick NAME BRICK start` (`down`): the brick is
@@ -100,11 +96,7 @@ impl Daemon {
             })
             .await?;
         tracing::info!(volume = %name, brick = %b, "brick back after reset-brick");
-        let started = self.run_brick(&v, &b, after).await;
-        let heal = self.heal_new_bricks(&name).await;
-        Ok(format!(
-            "reset-brick commit force operation successful{started}; {heal}"
-        ))
+        Ok(self.fill(&v, &b, after, "reset-brick").await)
     }
 
     /// `volume remove-brick NAME replica N BRICK... force` with N below
@@ -127,10 +119,10 @@ impl Daemon {
             .iter()
             .map(|b| Brick::parse(b))
             .collect::<Result<_, _>>()?;
-        v.clone().lower_replica(replica, &parsed)?;
-        self.nothing_unhealed(&v).await?;
+        // Checked as the command will be, before the bricks are asked.
         let mut after = v.clone();
         let gone = after.lower_replica(replica, &parsed)?;
+        self.nothing_unhealed(&v).await?;
         self.execute(Command::LowerReplica {
             volume: name.clone(),
             replica,
@@ -182,6 +174,15 @@ impl Daemon {
         v.brick_index(&b)
             .map(|i| v.bricks[i].clone())
             .ok_or_else(|| format!("brick: {b} does not exist in volume: {}", v.name))
+    }
+
+    /// Starts brick `b` of `v` (once its server has applied state
+    /// `after`) and the full heal that fills it; answers what `what`
+    /// (the command) tells the user.
+    async fn fill(self: &Arc<Self>, v: &Volume, b: &Brick, after: u64, what: &str) -> String {
+        let started = self.run_brick(v, b, after).await;
+        let heal = self.heal_new_bricks(&v.name).await;
+        format!("{what} commit force operation successful{started}; {heal}")
     }
 
     /// Starts brick `b` of `v` if the volume is started, once its server

@@ -35,25 +35,9 @@ fn roles(c: &Cluster) -> Vec<String> {
         .collect()
 }
 
-fn pool(n: usize) -> Net {
-    let net = Net::new(n);
-    let a = &net.hosts[0];
-    for h in &net.hosts[1..] {
-        a.ok(&["peer", "probe", &h.ip]);
-    }
-    for h in &net.hosts {
-        wait_for(
-            "every server sees the pool",
-            Duration::from_secs(10),
-            || h.ok(&["peer", "status"]).matches("(Connected)").count() == n - 1,
-        );
-    }
-    net
-}
-
 #[test]
 fn three_servers_keep_every_change_through_a_crash_a_return_and_a_partition() {
-    let mut net = pool(3);
+    let mut net = Net::pool(3);
     let bricks: Vec<String> = (0..6)
         .map(|i| net.hosts[i % 3].brick(&format!("b{i}")))
         .collect();
@@ -167,7 +151,7 @@ fn three_servers_keep_every_change_through_a_crash_a_return_and_a_partition() {
 
 #[test]
 fn five_servers_vote_and_a_minority_of_two_refuses_while_three_go_on() {
-    let net = pool(5);
+    let net = Net::pool(5);
     let a = &net.hosts[0];
     a.ok(&["volume", "create", "fv", &a.brick("f1"), "force"]);
     // Five servers, five voters: the leader and four voters seen from any.
@@ -205,7 +189,7 @@ fn five_servers_vote_and_a_minority_of_two_refuses_while_three_go_on() {
 
 #[test]
 fn servers_restarted_together_wiped_or_detached_end_with_one_state() {
-    let mut net = pool(3);
+    let mut net = Net::pool(3);
     let b_ip = net.hosts[1].ip.clone();
     let c_ip = net.hosts[2].ip.clone();
     let brick = net.hosts[1].brick("m1");

@@ -467,3 +467,128 @@ fn files_moved_by_a_rebalance_stay_found_by_a_client_that_kept_old_layouts() {
     );
     assert!(missing.status.success());
 }
+
+/// The rows of the volume's last rebalance, as server `c` reports them:
+/// host → status.
+fn rows(c: &Cluster, vol: &str) -> BTreeMap<String, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(&c.ok(&["volume", "info", vol, "--json"])).unwrap();
+    let t = v[0]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "Rebalance")
+        .cloned()
+        .unwrap_or_default();
+    t["rows"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .map(|r| {
+                    (
+                        r["host"].as_str().unwrap().to_string(),
+                        r["status"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share() {
+    let mut net = common::net::Net::pool(3);
+    let (h0, h1, h2) = (
+        net.hosts[0].ip.clone(),
+        net.hosts[1].ip.clone(),
+        net.hosts[2].ip.clone(),
+    );
+    let b0 = net.hosts[0].brick("b0");
+    let b1 = net.hosts[1].brick("b1");
+    net.hosts[0].ok(&["volume", "create", "ms", &b0, &b1, "force"]);
+    net.hosts[0].ok(&["volume", "start", "ms"]);
+    let m = net.hosts[0].mount("ms");
+    ok(&format!(
+        "mkdir -p {0}/d && for i in $(seq 1 120); do echo file$i > {0}/d/f$i; done && \
+         for i in $(seq 1 60); do echo top$i > {0}/t$i; done",
+        m.dir.display()
+    ));
+    let before = checksums(&m.dir.to_string_lossy());
+    let b2 = net.hosts[2].brick("b2");
+    net.hosts[0].ok(&["volume", "add-brick", "ms", &b2, "force"]);
+    let bricks: Vec<PathBuf> = (0..3)
+        .map(|i| net.hosts[i].path(&format!("b{i}")))
+        .collect();
+
+    // The second server dies after its fourth move.
+    net.hosts[1].crash_daemon();
+    net.hosts[1].start_daemon_env(&[("FAILPOINTS", "rebalance-moved=3*off->panic")]);
+    let started = net.hosts[0].ok(&["volume", "rebalance", "ms", "start"]);
+    assert!(started.contains("started successfully"), "{started}");
+    assert!(
+        net.hosts[1].wait_daemon_gone(Duration::from_secs(60)),
+        "the fail point was hit"
+    );
+    wait_for(
+        "the other servers' shares to complete",
+        Duration::from_secs(60),
+        || {
+            let r = rows(&net.hosts[0], "ms");
+            r.get(&h0).map(String::as_str) == Some("Completed")
+                && r.get(&h2).map(String::as_str) == Some("Completed")
+        },
+    );
+    // The crashed server's share stays in progress: nothing is committed.
+    assert_eq!(rows(&net.hosts[0], "ms")[&h1], "InProgress");
+    let status = net.hosts[0].ok(&["volume", "rebalance", "ms", "status"]);
+    for h in [&h0, &h1, &h2] {
+        assert_eq!(status.matches(h.as_str()).count(), 1, "{status}");
+    }
+    assert!(status.contains("in progress"), "{status}");
+    let commit = |c: &Cluster| {
+        let v: serde_json::Value =
+            serde_json::from_str(&c.ok(&["volume", "info", "ms", "--json"])).unwrap();
+        v[0]["layout_commit"].as_u64().unwrap()
+    };
+    let raised = commit(&net.hosts[0]);
+    // Every file stays readable meanwhile.
+    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+
+    // Back, it goes on with its share; the last row commits the layouts.
+    net.hosts[1].start_daemon();
+    wait_for("the rebalance to complete", Duration::from_secs(90), || {
+        net.hosts[2]
+            .ok(&["volume", "rebalance", "ms", "status"])
+            .contains("completed")
+            && rows(&net.hosts[2], "ms").values().all(|s| s == "Completed")
+    });
+    assert_eq!(commit(&net.hosts[2]), raised + 1);
+    let v: serde_json::Value =
+        serde_json::from_str(&net.hosts[0].ok(&["volume", "info", "ms", "--json"])).unwrap();
+    let task = v[0]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "Rebalance")
+        .unwrap()
+        .clone();
+    let moved = |h: &str| {
+        task["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["host"] == h)
+            .unwrap()["progress"]["moved"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(moved(&h0) > 0 && moved(&h1) > 3, "{task}");
+    assert_eq!(moved(&h2), 0, "the new set had nothing to move: {task}");
+    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    let sets = sets_of(&bricks, 1);
+    for (p, s) in &sets {
+        assert_eq!(s.len(), 1, "{p} on sets {s:?}");
+    }
+    assert!(sets.values().filter(|s| s.contains(&2)).count() > 20);
+    assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "120");
+}

@@ -67,8 +67,8 @@ fn hms(s: u64) -> String {
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// Prints the status as GlusterFS lays it out, one row for the server
-/// running it.
+/// Prints the status as GlusterFS lays it out, one row for each server
+/// running a share of it.
 pub async fn status(
     server: &Server,
     name: &str,
@@ -110,17 +110,25 @@ pub async fn status(
         "------------",
         "--------------"
     );
-    println!(
-        "{:>40} {:>16} {:>13} {:>13} {:>13} {:>13} {:>20} {:>18}",
-        t.host,
-        p.moved,
-        size(p.bytes),
-        p.scanned,
-        p.failed,
-        p.skipped,
-        t.status.as_str(),
-        hms(p.secs)
-    );
+    let line = |host: &str, p: &Progress, status: TaskStatus| {
+        println!(
+            "{:>40} {:>16} {:>13} {:>13} {:>13} {:>13} {:>20} {:>18}",
+            host,
+            p.moved,
+            size(p.bytes),
+            p.scanned,
+            p.failed,
+            p.skipped,
+            status.as_str(),
+            hms(p.secs)
+        )
+    };
+    if t.rows.is_empty() {
+        line(&t.host, &p, t.status);
+    }
+    for r in &t.rows {
+        line(&r.host, &r.progress, r.status);
+    }
     if t.status == TaskStatus::InProgress {
         match p.eta_secs {
             Some(eta) => println!(

@@ -5,7 +5,7 @@
 //! the same on every server, applied in log order everywhere. (Who the
 //! servers are is Raft's own membership, not a command.)
 
-use super::state::{Brick, ClusterState, Task, VolStatus, Volume};
+use super::state::{Brick, ClusterState, Task, TaskKind, TaskRow, TaskStatus, VolStatus, Volume};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +43,22 @@ pub enum Command {
         volume: String,
         task: Task,
     },
+    /// How one server's share of rebalance task `task` goes (a row of
+    /// the same host replaced; refused once that row ended). When the
+    /// last row completes, the layout generation the task wrote becomes
+    /// the volume's commit (a fix-layout moves nothing, and commits
+    /// nothing), unless the set list changed meanwhile: then it failed.
+    SetTaskRow {
+        volume: String,
+        task: String,
+        row: TaskRow,
+    },
+    /// `rebalance stop`: every row of task `task` still in progress is
+    /// stopped (each server stops its share as it sees this).
+    StopTask {
+        volume: String,
+        task: String,
+    },
     /// Bricks added (validated and prepared already): with the volume's
     /// replica count, new replica sets at the end, each with a new set id,
     /// and the layout commit raised (every directory is in flux until a
@@ -52,15 +68,6 @@ pub enum Command {
         volume: String,
         replica: usize,
         bricks: Vec<Brick>,
-    },
-    /// A rebalance moved every file of the volume to where the layouts of
-    /// generation `commit` say: directories with it are authoritative
-    /// again. Refused if the set list changed since it started (`from`,
-    /// the commit it started from).
-    CommitLayout {
-        volume: String,
-        from: u64,
-        commit: u64,
     },
     /// The replica sets (by id) a remove-brick empties (none: it was
     /// stopped). Starting one raises the layout commit: directories are
@@ -112,8 +119,9 @@ impl Command {
             Command::ResetOptions { .. } => "ResetOptions",
             Command::SetBrickPort { .. } => "SetBrickPort",
             Command::SetTask { .. } => "SetTask",
+            Command::SetTaskRow { .. } => "SetTaskRow",
+            Command::StopTask { .. } => "StopTask",
             Command::AddBricks { .. } => "AddBricks",
-            Command::CommitLayout { .. } => "CommitLayout",
             Command::SetDraining { .. } => "SetDraining",
             Command::RaiseLayoutCommit { .. } => "RaiseLayoutCommit",
             Command::RemoveSets { .. } => "RemoveSets",
@@ -193,21 +201,6 @@ impl Command {
                 let v = st.volumes.get_mut(name).unwrap();
                 v.add_bricks(*replica, bricks)?;
             }
-            Command::CommitLayout {
-                volume: name,
-                from,
-                commit,
-            } => {
-                volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
-                if v.layout_commit != *from {
-                    return Err(format!(
-                        "the bricks of {name} changed during the rebalance: run it again"
-                    ));
-                }
-                v.layout_commit = *commit;
-                v.version += 1;
-            }
             Command::SetDraining { volume: name, sets } => {
                 volume(st, name)?;
                 let v = st.volumes.get_mut(name).unwrap();
@@ -269,6 +262,61 @@ impl Command {
                 {
                     Some(i) => tasks[i] = task.clone(),
                     None => tasks.push(task.clone()),
+                }
+            }
+            Command::SetTaskRow {
+                volume: name,
+                task,
+                row,
+            } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                let t = v
+                    .tasks
+                    .iter_mut()
+                    .find(|t| t.id == *task)
+                    .ok_or_else(|| format!("volume {name} has no task {task}"))?;
+                let r = t
+                    .rows
+                    .iter_mut()
+                    .find(|r| r.host == row.host)
+                    .ok_or_else(|| format!("task {task} has no row for {}", row.host))?;
+                if r.status != TaskStatus::InProgress {
+                    return Err(format!(
+                        "the share of {} in task {task} ended already ({})",
+                        row.host,
+                        r.status.as_str()
+                    ));
+                }
+                *r = row.clone();
+                if t.settle() && t.kind != TaskKind::FixLayout {
+                    if v.layout_commit + 1 == t.generation {
+                        v.layout_commit = t.generation;
+                        v.version += 1;
+                    } else {
+                        t.status = TaskStatus::Failed;
+                        t.detail.push_str(&format!(
+                            "; layouts not committed: the bricks of {name} changed during the rebalance: run it again"
+                        ));
+                    }
+                }
+            }
+            Command::StopTask { volume: name, task } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                let t = v
+                    .tasks
+                    .iter_mut()
+                    .find(|t| t.id == *task && t.status == TaskStatus::InProgress)
+                    .ok_or_else(|| format!("task {task} of {name} is not in progress"))?;
+                for r in t.rows.iter_mut() {
+                    if r.status == TaskStatus::InProgress {
+                        r.status = TaskStatus::Stopped;
+                    }
+                }
+                t.settle();
+                if t.rows.is_empty() {
+                    t.status = TaskStatus::Stopped;
                 }
             }
         }
@@ -334,6 +382,8 @@ mod tests {
                 detail: String::new(),
                 progress: None,
                 sets: Vec::new(),
+                rows: Vec::new(),
+                generation: 0,
             },
         };
         task("t1", TaskStatus::InProgress).apply(&mut st).unwrap();
@@ -354,5 +404,105 @@ mod tests {
             .apply(&mut st)
             .unwrap();
         assert!(st.volumes.is_empty());
+    }
+
+    #[test]
+    fn a_rebalance_commits_its_layouts_when_the_last_row_completes() {
+        use crate::mgmt::state::{Brick, TaskKind, TaskStatus};
+        let mut st = ClusterState::default();
+        let mut v = vol("a");
+        // Three replica-2 sets over hosts x and y: set k owned by its
+        // brick k mod 2, so x owns sets 0 and 2, y set 1.
+        v.replica = 2;
+        v.bricks = (0..6)
+            .map(|i| Brick::parse(&format!("{}:/b{i}", ["x", "y"][i % 2])).unwrap())
+            .collect();
+        v.layout_commit = 3;
+        let rows = v.rebalance_rows();
+        assert_eq!(
+            rows.iter()
+                .map(|r| (r.host.as_str(), r.owns.clone()))
+                .collect::<Vec<_>>(),
+            [("x", vec![0, 2]), ("y", vec![1])]
+        );
+        Command::AddVolume(v.clone()).apply(&mut st).unwrap();
+        let task = Task {
+            id: "t".into(),
+            kind: TaskKind::Rebalance,
+            host: "x".into(),
+            status: TaskStatus::InProgress,
+            started: 1,
+            detail: String::new(),
+            progress: None,
+            sets: Vec::new(),
+            rows: rows.clone(),
+            generation: 4,
+        };
+        Command::SetTask {
+            volume: "a".into(),
+            task,
+        }
+        .apply(&mut st)
+        .unwrap();
+        let row = |host: &str, status, moved| {
+            let mut r = rows.iter().find(|r| r.host == host).unwrap().clone();
+            r.status = status;
+            r.progress.moved = moved;
+            Command::SetTaskRow {
+                volume: "a".into(),
+                task: "t".into(),
+                row: r,
+            }
+        };
+        row("x", TaskStatus::Completed, 5).apply(&mut st).unwrap();
+        let t = &st.volumes["a"].tasks[0];
+        assert_eq!(t.status, TaskStatus::InProgress, "y has not ended");
+        assert_eq!(st.volumes["a"].layout_commit, 3);
+        assert!(
+            row("x", TaskStatus::InProgress, 6).apply(&mut st).is_err(),
+            "an ended row stays ended"
+        );
+        row("y", TaskStatus::InProgress, 2).apply(&mut st).unwrap();
+        assert_eq!(st.volumes["a"].tasks[0].progress.as_ref().unwrap().moved, 7);
+        row("y", TaskStatus::Completed, 3).apply(&mut st).unwrap();
+        let t = &st.volumes["a"].tasks[0];
+        assert_eq!(t.status, TaskStatus::Completed);
+        assert_eq!(t.progress.as_ref().unwrap().moved, 8);
+        assert_eq!(
+            st.volumes["a"].layout_commit, 4,
+            "committed by the last row"
+        );
+
+        // Stopped: every row in progress stops; nothing is committed.
+        let mut again = st.volumes["a"].tasks[0].clone();
+        again.id = "t2".into();
+        again.rows = rows.clone();
+        again.generation = 5;
+        again.settle();
+        Command::SetTask {
+            volume: "a".into(),
+            task: again,
+        }
+        .apply(&mut st)
+        .unwrap();
+        let mut x = rows[0].clone();
+        x.status = TaskStatus::Completed;
+        Command::SetTaskRow {
+            volume: "a".into(),
+            task: "t2".into(),
+            row: x,
+        }
+        .apply(&mut st)
+        .unwrap();
+        Command::StopTask {
+            volume: "a".into(),
+            task: "t2".into(),
+        }
+        .apply(&mut st)
+        .unwrap();
+        let t = &st.volumes["a"].tasks[0];
+        assert_eq!(t.status, TaskStatus::Stopped);
+        assert_eq!(t.rows[1].status, TaskStatus::Stopped);
+        assert_eq!(st.volumes["a"].layout_commit, 4);
     }
 }

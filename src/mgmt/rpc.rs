@@ -194,16 +194,12 @@ pub enum Request {
         brick: String,
         down: bool,
     },
-    /// Stops the rebalance of `volume` this server runs.
-    RebalanceStop {
+    /// How a server's share of a rebalance goes: a change
+    /// (`Command::SetTaskRow`), passed to the leader.
+    TaskRow {
         volume: String,
-    },
-    /// A rebalance ended with every file where generation `commit` says:
-    /// a change (`Command::CommitLayout`).
-    LayoutCommit {
-        volume: String,
-        from: u64,
-        commit: u64,
+        task: String,
+        row: super::state::TaskRow,
     },
 }
 

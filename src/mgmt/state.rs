@@ -338,6 +338,30 @@ impl Volume {
         self.resetting.iter().any(|r| *r == b.to_string())
     }
 
+    /// A rebalance's rows: each replica set is owned by the server of one
+    /// of its data bricks, taken in turn (set k by its brick k mod the
+    /// data bricks), so that the sets of servers holding replicas of each
+    /// other are spread over them; a server owning none has no row.
+    pub fn rebalance_rows(&self) -> Vec<TaskRow> {
+        let width = self.replica.max(1);
+        let data = (width - self.arbiter.min(width - 1)).max(1);
+        let mut rows: Vec<TaskRow> = Vec::new();
+        for (k, (set, id)) in self.bricks.chunks(width).zip(self.set_ids()).enumerate() {
+            let host = &set[k % data].host;
+            match rows.iter_mut().find(|r| r.host == *host) {
+                Some(r) => r.owns.push(id),
+                None => rows.push(TaskRow {
+                    host: host.clone(),
+                    owns: vec![id],
+                    status: TaskStatus::InProgress,
+                    detail: String::new(),
+                    progress: Default::default(),
+                }),
+            }
+        }
+        rows
+    }
+
     /// The stable id of each replica set, in order.
     pub fn set_ids(&self) -> Vec<u32> {
         if self.set_ids.is_empty() {
@@ -370,6 +394,88 @@ pub struct Task {
     /// The replica sets (by id) a remove-brick empties.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sets: Vec<u32>,
+    /// A rebalance's share of each server: the files of the sets it owns
+    /// (`Volume::rebalance_rows`). The task is in progress while a row
+    /// is; its `status`, `detail` and `progress` sum up the rows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rows: Vec<TaskRow>,
+    /// The layout generation a rebalance writes, and commits when every
+    /// row completed (the volume's commit when it started, plus one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One server's share of a rebalance.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TaskRow {
+    /// The server, as the volume's bricks name it.
+    pub host: String,
+    /// The replica sets (by id) whose files it moves.
+    pub owns: Vec<u32>,
+    pub status: TaskStatus,
+    #[serde(default)]
+    pub detail: String,
+    #[serde(default)]
+    pub progress: crate::rebalance::Progress,
+}
+
+impl Task {
+    /// A row changed: the task's status, detail and progress follow its
+    /// rows. Answers whether the task has just completed.
+    pub fn settle(&mut self) -> bool {
+        if self.rows.is_empty() {
+            return false;
+        }
+        let mut sum = crate::rebalance::Progress::default();
+        let running: Vec<&TaskRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.status == TaskStatus::InProgress)
+            .collect();
+        for r in &self.rows {
+            let p = &r.progress;
+            sum.dirs += p.dirs;
+            sum.scanned += p.scanned;
+            sum.moved += p.moved;
+            sum.bytes += p.bytes;
+            sum.skipped += p.skipped;
+            sum.skipped_draining += p.skipped_draining;
+            sum.failed += p.failed;
+            sum.secs = sum.secs.max(p.secs);
+        }
+        sum.pass = running.iter().map(|r| r.progress.pass).min().unwrap_or(0);
+        sum.eta_secs = running.iter().filter_map(|r| r.progress.eta_secs).max();
+        self.progress = Some(sum);
+        let was = self.status;
+        self.status = if !running.is_empty() {
+            TaskStatus::InProgress
+        } else if self.rows.iter().all(|r| r.status == TaskStatus::Completed) {
+            TaskStatus::Completed
+        } else if self.rows.iter().any(|r| r.status == TaskStatus::Failed) {
+            TaskStatus::Failed
+        } else {
+            TaskStatus::Stopped
+        };
+        if self.status != TaskStatus::InProgress {
+            let p = self.progress.clone().unwrap_or_default();
+            let mut detail = format!(
+                "{} files moved ({} bytes), {} left in place with a pointer, {} failed",
+                p.moved, p.bytes, p.skipped, p.failed
+            );
+            for r in self.rows.iter().filter(|r| {
+                !matches!(r.status, TaskStatus::Completed | TaskStatus::Stopped)
+                    && !r.detail.is_empty()
+            }) {
+                detail.push_str(&format!("; {}: {}", r.host, r.detail));
+            }
+            self.detail = detail;
+        }
+        was == TaskStatus::InProgress && self.status == TaskStatus::Completed
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

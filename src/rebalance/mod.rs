@@ -136,6 +136,9 @@ pub struct Rebalancer {
     weights: Mutex<Vec<u64>>,
     /// The sets a remove-brick empties.
     draining: Vec<bool>,
+    /// The sets whose files this rebalancer moves (and whose stale
+    /// pointers it removes): the others are another server's share.
+    own: Vec<bool>,
     /// `cluster.weighted-rebalance`.
     weighted: bool,
     generation: u64,
@@ -160,12 +163,14 @@ fn absent(e: &FsError) -> bool {
 
 impl Rebalancer {
     /// A rebalancer over the volume `desc` describes, writing layouts
-    /// with `generation`; with `migrate`, files are moved too.
+    /// with `generation`; with `migrate`, the files of the sets `owns`
+    /// (by id) are moved too.
     pub fn new(
         desc: &VolDesc,
         env: &Env,
         generation: u64,
         migrate: bool,
+        owns: &[u32],
     ) -> anyhow::Result<Arc<Rebalancer>> {
         let graph = Graph::build(desc, env)?;
         let dht = graph.of_kind("cluster/distribute").next().ok_or_else(|| {
@@ -190,6 +195,7 @@ impl Rebalancer {
             "aggressive" => (4, false),
             _ => (2, false),
         };
+        let own = ids.iter().map(|id| owns.contains(id)).collect();
         let mut by_id: Vec<(u32, Child)> = ids.iter().copied().zip(sets.iter().cloned()).collect();
         by_id.sort_by_key(|(id, _)| *id);
         Ok(Arc::new(Rebalancer {
@@ -199,6 +205,7 @@ impl Rebalancer {
             sets,
             ids,
             weights: Mutex::new(draining.iter().map(|&d| u64::from(!d)).collect()),
+            own,
             draining,
             weighted: WEIGHTED_REBALANCE.bool(&desc.options),
             generation,
@@ -331,7 +338,7 @@ impl Rebalancer {
                     continue;
                 }
                 others += 1;
-                if !self.migrate {
+                if !self.migrate || !self.own[i] {
                     continue;
                 }
                 self.count(|p| p.scanned += 1);
@@ -964,7 +971,8 @@ mod tests {
             .into_fh()
             .unwrap();
 
-        let r = Rebalancer::new(&desc_grown(3, 2), &env_over(&bricks), 3, true).unwrap();
+        let r =
+            Rebalancer::new(&desc_grown(3, 2), &env_over(&bricks), 3, true, &[0, 1, 2]).unwrap();
         assert!(r.wait_up(Duration::from_secs(1)).await);
         assert!(r.run().await, "{:?}", r.progress());
         let p = r.progress();
@@ -1021,5 +1029,70 @@ mod tests {
             })
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn rebalancers_sharing_the_sets_among_them_move_each_file_once() {
+        let bricks = mem_bricks(4);
+        let before = Rig::over(&bricks[..2], 2, 1);
+        let mut dirs = vec![Gfid::ROOT];
+        for i in 0..4 {
+            dirs.push(before.mkdir(Gfid::ROOT, &format!("d{i}")).await.unwrap());
+        }
+        let mut files = Vec::new();
+        for i in 0..200 {
+            let dir = dirs[i % dirs.len()];
+            let name = format!("f{i}");
+            let g = before.create(dir, &name, name.as_bytes()).await.unwrap();
+            files.push((dir, name, g));
+        }
+        // Two servers: one owns sets 0 and 2, the other 1 and 3; both
+        // walk every directory at once.
+        let desc = desc_grown(4, 2);
+        let env = env_over(&bricks);
+        let a = Rebalancer::new(&desc, &env, 3, true, &[0, 2]).unwrap();
+        let b = Rebalancer::new(&desc, &env, 3, true, &[1, 3]).unwrap();
+        assert!(a.wait_up(Duration::from_secs(1)).await);
+        assert!(b.wait_up(Duration::from_secs(1)).await);
+        let (ra, rb) = tokio::join!(a.run(), b.run());
+        assert!(ra && rb, "{:?} {:?}", a.progress(), b.progress());
+        let (pa, pb) = (a.progress(), b.progress());
+        assert!(pa.moved > 0 && pb.moved > 0, "{pa:?} {pb:?}");
+        assert_eq!(pa.failed + pb.failed, 0);
+        // The first pass scans what each owns: between them every file
+        // once (the second pass scans again).
+        assert!(pa.scanned + pb.scanned >= 200, "{pa:?} {pb:?}");
+        a.fini().await;
+        b.fini().await;
+
+        let after = Rig::grown(&bricks, 3);
+        for b in &bricks[2..] {
+            assert!(b.tree().len() > 20, "{:?}", b.tree());
+        }
+        let mut seen = std::collections::BTreeMap::new();
+        for (i, b) in bricks.iter().enumerate() {
+            let pointers = b.pointers();
+            for p in b
+                .tree()
+                .into_keys()
+                .filter(|k| k.rsplit('/').next().is_some_and(|f| f.starts_with('f')))
+                .filter(|k| !pointers.contains_key(k))
+            {
+                assert!(seen.insert(p.clone(), i).is_none(), "{p} on two sets");
+            }
+        }
+        for (dir, name, g) in &files {
+            let e = after
+                .call(Fop::Lookup {
+                    parent: *dir,
+                    name: n(name),
+                })
+                .await
+                .unwrap()
+                .into_entry()
+                .unwrap();
+            assert_eq!(e.attr.gfid, *g);
+            assert_eq!(after.read(*g).await.unwrap(), name.as_bytes());
+        }
     }
 }

@@ -48,6 +48,24 @@ impl Net {
         net
     }
 
+    /// `n` hosts probed into one pool by the first, each seeing the
+    /// others connected.
+    pub fn pool(n: usize) -> Net {
+        let net = Net::new(n);
+        let a = &net.hosts[0];
+        for h in &net.hosts[1..] {
+            a.ok(&["peer", "probe", &h.ip]);
+        }
+        for h in &net.hosts {
+            super::wait_for(
+                "every server sees the pool",
+                std::time::Duration::from_secs(10),
+                || h.ok(&["peer", "status"]).matches("(Connected)").count() == n - 1,
+            );
+        }
+        net
+    }
+
     fn route(&self, i: usize, j: usize, verb: &str) {
         for (from, to) in [(i, j), (j, i)] {
             ok(&format!(

@@ -242,6 +242,8 @@ impl Daemon {
             detail: String::new(),
             progress: None,
             sets: Vec::new(),
+            rows: Vec::new(),
+            generation: 0,
         }
     }
 
@@ -291,14 +293,15 @@ impl Daemon {
             .collect();
         for v in vols {
             for t in &v.tasks {
-                if t.status != TaskStatus::InProgress || !self.is_local(&t.host).await {
+                // Rebalances resume as the state is followed
+                // (`reconcile_rebalances`).
+                if t.status != TaskStatus::InProgress
+                    || t.kind != TaskKind::HealFull
+                    || !self.is_local(&t.host).await
+                {
                     continue;
                 }
                 tracing::info!(volume = %v.name, task = %t.id, kind = t.kind.as_str(), "resuming a task");
-                if t.kind != TaskKind::HealFull {
-                    tokio::spawn(self.clone().run_rebalance(v.name.clone(), t.clone()));
-                    continue;
-                }
                 match self.healer_for(&v, true).await {
                     Ok(h) => {
                         tokio::spawn(self.clone().full_heal(v.name.clone(), h, t.clone()));

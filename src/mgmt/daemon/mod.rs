@@ -87,7 +87,8 @@ pub struct Daemon {
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
     /// The rebalances this server runs, by volume.
-    rebalancers: Mutex<HashMap<String, Arc<crate::rebalance::Rebalancer>>>,
+    /// The rebalance rows running here, by task id and row host.
+    rebalancers: Mutex<HashMap<(String, String), Arc<crate::rebalance::Rebalancer>>>,
     /// Host names resolved by `is_local`: whether each is this server,
     /// and when that was found.
     local_names: Mutex<HashMap<String, (bool, std::time::Instant)>>,
@@ -273,6 +274,7 @@ impl Daemon {
                 "following the state"
             );
             self.reconcile().await;
+            self.reconcile_rebalances().await;
             // Healers waiting for the bricks here start as those come up
             // (`bricks_changed`), or once they waited long enough.
             loop {
@@ -573,7 +575,6 @@ impl Daemon {
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,
-            Request::RebalanceStop { volume } => self.stop_rebalance(&volume),
             Request::BricksRun {
                 volume,
                 force,

@@ -307,17 +307,9 @@ impl Daemon {
             Request::VolumeResetBrick { name, brick, down } => {
                 self.reset_brick(name, brick, down).await
             }
-            Request::LayoutCommit {
-                volume,
-                from,
-                commit,
-            } => {
-                self.execute(Command::CommitLayout {
-                    volume,
-                    from,
-                    commit,
-                })
-                .await?;
+            Request::TaskRow { volume, task, row } => {
+                self.execute(Command::SetTaskRow { volume, task, row })
+                    .await?;
                 Ok(String::new())
             }
             Request::Task { volume, task } => {

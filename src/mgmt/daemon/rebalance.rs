@@ -1,14 +1,19 @@
-//! `volume rebalance`: the server asked (the leader) runs the rebalance
-//! (`crate::rebalance`) over a client graph of the whole volume, records
-//! its progress in the volume's task every few seconds, and commits the
-//! layout generation when every file is where it belongs. A server that
-//! restarts goes on with the rebalance it was running (`resume_tasks`):
-//! directories laid out already keep their layout, files moved stay moved.
+//! `volume rebalance`: the server asked (the leader) records a task with
+//! one row per server that owns a replica set (`Volume::rebalance_rows`).
+//! Every server runs its own row as it sees the task in the state
+//! (`reconcile_rebalances`): a rebalance (`crate::rebalance`) over a
+//! client graph of the whole volume that lays out every directory and
+//! moves the files of the sets it owns. It records its row's progress
+//! every few seconds; the last row to complete commits the layout
+//! generation (`Command::SetTaskRow`). A server that restarts goes on
+//! with its row: directories laid out already keep their layout, files
+//! moved stay moved. `stop` stops every row in the state, and each server
+//! its own share as it sees that.
 
 use super::*;
 use crate::mgmt::rpc::{RebalanceOp, RemoveOp};
 use crate::mgmt::state::Brick;
-use crate::mgmt::state::{Task, TaskKind, TaskStatus};
+use crate::mgmt::state::{Task, TaskKind, TaskRow, TaskStatus, Volume};
 use crate::rebalance::Rebalancer;
 
 /// How often a running rebalance records its progress.
@@ -31,14 +36,12 @@ impl Daemon {
         let migrate = match op {
             RebalanceOp::Stop => {
                 let t = running.ok_or_else(|| format!("no rebalance of {name} is in progress"))?;
-                return match self
-                    .on_host(&t.host, Request::RebalanceStop { volume: name })
-                    .await
-                {
-                    Response::Ok(m) => Ok(m),
-                    Response::Err(e) => Err(e),
-                    o => Err(format!("unexpected answer {o:?}")),
-                };
+                self.execute(Command::StopTask {
+                    volume: name,
+                    task: t.id,
+                })
+                .await?;
+                return Ok("rebalance process may be in the middle of a file migration; it stops after that file".into());
             }
             RebalanceOp::Start { migrate } => migrate,
         };
@@ -71,14 +74,16 @@ impl Daemon {
         ))
     }
 
-    /// Records a rebalance task of `kind` and runs it here.
+    /// Records a rebalance task of `kind`, with a row for every server
+    /// that owns a replica set: each runs its row as it sees it.
     async fn start_task(
         self: &Arc<Self>,
         name: &str,
         kind: TaskKind,
         sets: Vec<u32>,
     ) -> Result<Task, String> {
-        let task = Task {
+        let v = self.volume(name)?;
+        let mut task = Task {
             id: uuid::Uuid::new_v4().to_string(),
             kind,
             host: self.me.host.clone(),
@@ -87,13 +92,15 @@ impl Daemon {
             detail: String::new(),
             progress: Some(Default::default()),
             sets,
+            rows: v.rebalance_rows(),
+            generation: v.layout_commit + 1,
         };
+        task.settle();
         self.execute(Command::SetTask {
             volume: name.to_string(),
             task: task.clone(),
         })
         .await?;
-        tokio::spawn(self.clone().run_rebalance(name.to_string(), task.clone()));
         Ok(task)
     }
 
@@ -142,17 +149,11 @@ impl Daemon {
                     );
                 };
                 if t.status == TaskStatus::InProgress {
-                    if let Response::Err(e) = self
-                        .on_host(
-                            &t.host,
-                            Request::RebalanceStop {
-                                volume: name.clone(),
-                            },
-                        )
-                        .await
-                    {
-                        return Err(e);
-                    }
+                    self.execute(Command::StopTask {
+                        volume: name.clone(),
+                        task: t.id,
+                    })
+                    .await?;
                 }
                 self.execute(Command::SetDraining {
                     volume: name,
@@ -233,42 +234,109 @@ impl Daemon {
         }
     }
 
-    /// Stops the rebalance of `volume` running here.
-    pub(super) fn stop_rebalance(&self, volume: &str) -> Response {
-        match self.rebalancers.lock().unwrap().get(volume) {
-            Some(r) => {
-                r.stop();
-                Response::Ok("rebalance process may be in the middle of a file migration; it stops after that file".into())
+    /// Runs the rows of rebalances in progress that are this server's
+    /// and not running yet (a task just started, or this server just
+    /// restarted), and stops those whose row the state says ended.
+    pub(super) async fn reconcile_rebalances(self: &Arc<Self>) {
+        let vols: Vec<Volume> = self
+            .state
+            .lock()
+            .unwrap()
+            .volumes
+            .values()
+            .cloned()
+            .collect();
+        let mut wanted = Vec::new();
+        for v in &vols {
+            let Some(t) = v.running_rebalance() else {
+                continue;
+            };
+            for r in t.rows.iter().filter(|r| r.status == TaskStatus::InProgress) {
+                if self.is_local(&r.host).await {
+                    wanted.push((v.name.clone(), t.clone(), r.clone()));
+                }
             }
-            None => err(format!("no rebalance of {volume} runs on {}", self.me.host)),
+        }
+        let mut running = self.rebalancers.lock().unwrap();
+        running.retain(|key, r| {
+            let keep = wanted
+                .iter()
+                .any(|(_, t, row)| (&t.id, &row.host) == (&key.0, &key.1));
+            if !keep {
+                r.stop();
+            }
+            keep
+        });
+        for (volume, task, row) in wanted {
+            let key = (task.id.clone(), row.host.clone());
+            if running.contains_key(&key) {
+                continue;
+            }
+            match self.rebalancer_for(&volume, &task, &row) {
+                Ok(r) => {
+                    running.insert(key, r.clone());
+                    tokio::spawn(self.clone().run_row(volume, task, row, r));
+                }
+                Err(e) => {
+                    let mut row = row;
+                    row.status = TaskStatus::Failed;
+                    row.detail = e;
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        let _ = me.record_row(&volume, &task.id, row).await;
+                    });
+                }
+            }
         }
     }
 
-    /// Runs task `task` (a rebalance of `volume` this server started or
-    /// was running when it stopped) to its end, and records how it ended.
-    pub(super) async fn run_rebalance(self: Arc<Self>, volume: String, mut task: Task) {
-        let Ok(v) = self.volume(&volume) else { return };
-        let from = v.layout_commit;
+    fn rebalancer_for(
+        &self,
+        volume: &str,
+        task: &Task,
+        row: &TaskRow,
+    ) -> Result<Arc<Rebalancer>, String> {
+        let desc = self
+            .desc(volume)
+            .ok_or_else(|| format!("no description of {volume}"))?;
         let migrate = task.kind != TaskKind::FixLayout;
-        let built = self
-            .desc(&volume)
-            .ok_or_else(|| anyhow::anyhow!("no description"))
-            .and_then(|d| Rebalancer::new(&d, &rpc::graph_env(), from + 1, migrate));
-        let r = match built {
-            Ok(r) => r,
-            Err(e) => {
-                task.status = TaskStatus::Failed;
-                task.detail = format!("{e:#}");
-                let _ = self.record_task(&volume, task.clone()).await;
-                return;
-            }
+        Rebalancer::new(
+            &desc,
+            &rpc::graph_env(),
+            task.generation,
+            migrate,
+            &row.owns,
+        )
+        .map_err(|e| format!("{e:#}"))
+    }
+
+    /// Commits how this server's share of a rebalance goes.
+    async fn record_row(
+        self: &Arc<Self>,
+        volume: &str,
+        task: &str,
+        row: TaskRow,
+    ) -> Result<(), String> {
+        let req = Request::TaskRow {
+            volume: volume.to_string(),
+            task: task.to_string(),
+            row,
         };
-        self.rebalancers
-            .lock()
-            .unwrap()
-            .insert(volume.clone(), r.clone());
-        tracing::info!(%volume, task = %task.id, migrate, generation = from + 1, "rebalance started");
-        self.wait_clients_at(&volume, v.version).await;
+        self.change_boxed(req).await.map(|_| ())
+    }
+
+    /// Runs this server's row of task `task` to its end with rebalancer
+    /// `r`, and records how it ended.
+    async fn run_row(
+        self: Arc<Self>,
+        volume: String,
+        task: Task,
+        mut row: TaskRow,
+        r: Arc<Rebalancer>,
+    ) {
+        let version = self.volume(&volume).map(|v| v.version).unwrap_or(0);
+        tracing::info!(%volume, task = %task.id, host = %row.host, sets = ?row.owns, generation = task.generation, "rebalance started here");
+        self.wait_clients_at(&volume, version).await;
         let ok = if r.wait_up(REACH).await {
             let run = r.run();
             tokio::pin!(run);
@@ -276,19 +344,19 @@ impl Daemon {
                 tokio::select! {
                     ok = &mut run => break ok,
                     _ = tokio::time::sleep(RECORD_EVERY) => {
-                        task.progress = Some(r.progress());
-                        let _ = self.record_task(&volume, task.clone()).await;
+                        row.progress = r.progress();
+                        let _ = self.record_row(&volume, &task.id, row.clone()).await;
                     }
                 }
             }
         } else {
-            task.detail = "not every brick of the volume could be reached".into();
+            row.detail = "not every brick of the volume could be reached".into();
             false
         };
         let p = r.progress();
-        task.progress = Some(p.clone());
+        row.progress = p.clone();
         let ok = if ok && task.kind == TaskKind::RemoveBrick && r.left_on_draining() {
-            task.detail = format!(
+            row.detail = format!(
                 "{} files could not leave the bricks (open or hard-linked): close them and start again",
                 p.skipped_draining
             );
@@ -296,35 +364,26 @@ impl Daemon {
         } else {
             ok
         };
-        task.status = if r.stopped() {
+        row.status = if r.stopped() {
             TaskStatus::Stopped
         } else if ok {
             TaskStatus::Completed
         } else {
             TaskStatus::Failed
         };
-        if task.detail.is_empty() {
-            task.detail = format!(
-                "{} files moved ({} bytes), {} left in place with a pointer, {} failed",
-                p.moved, p.bytes, p.skipped, p.failed
-            );
-        }
-        if ok && migrate {
-            let commit = Request::LayoutCommit {
-                volume: volume.clone(),
-                from,
-                commit: from + 1,
-            };
-            if let Err(e) = self.change_boxed(commit).await {
-                task.status = TaskStatus::Failed;
-                task.detail = format!("{}; layouts not committed: {e}", task.detail);
-            }
-        }
-        tracing::info!(%volume, task = %task.id, status = task.status.as_str(), "rebalance ended: {}", task.detail);
-        self.rebalancers.lock().unwrap().remove(&volume);
+        tracing::info!(%volume, task = %task.id, status = row.status.as_str(), moved = p.moved, bytes = p.bytes, skipped = p.skipped, failed = p.failed, "rebalance ended here {}", row.detail);
+        let key = (task.id.clone(), row.host.clone());
+        let recorded = self.record_row(&volume, &task.id, row).await;
         r.fini().await;
-        if let Err(e) = self.record_task(&volume, task.clone()).await {
-            tracing::warn!(%volume, "the end of the rebalance was not recorded: {e}");
+        // Recorded, it stays known here until the state says the row
+        // ended (`reconcile_rebalances` forgets it then); not recorded,
+        // it is forgotten now and runs again as the state still asks.
+        if let Err(e) = recorded {
+            tracing::warn!(%volume, "the end of this server's rebalance was not recorded: {e}");
+            let mut running = self.rebalancers.lock().unwrap();
+            if running.get(&key).is_some_and(|x| Arc::ptr_eq(x, &r)) {
+                running.remove(&key);
+            }
         }
     }
 }

@@ -34,6 +34,20 @@ fn sets_of(bricks: &[PathBuf], replica: usize) -> BTreeMap<String, Vec<usize>> {
     out
 }
 
+/// Asserts two `checksums` are the same, naming the files that differ.
+#[track_caller]
+fn assert_same(now: &BTreeMap<String, String>, before: &BTreeMap<String, String>) {
+    let differ: Vec<(&String, Option<&String>, Option<&String>)> = before
+        .keys()
+        .chain(now.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| now.get(*k) != before.get(*k))
+        .map(|k| (k, before.get(k), now.get(k)))
+        .collect();
+    assert!(differ.is_empty(), "files changed (before, now): {differ:?}");
+}
+
 fn checksums(dir: &str) -> BTreeMap<String, String> {
     ok(&format!(
         "cd {dir} && find . -type f -not -path './open/*' -not -path './w/*' -print0 | sort -z | xargs -0 md5sum"
@@ -119,7 +133,7 @@ fn a_volume_grows_from_2x3_to_3x3_under_a_writer_and_rebalances() {
     }
     // Every byte as it was; every file on exactly one set; the new set
     // holds some; listings show each name once.
-    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
     let sets = sets_of(&bricks, 3);
     for (p, s) in &sets {
         assert_eq!(s.len(), 1, "{p} on sets {s:?}");
@@ -164,7 +178,7 @@ fn a_volume_grows_from_2x3_to_3x3_under_a_writer_and_rebalances() {
         .ok(&["volume", "info", "grow"])
         .contains("Number of Bricks: 2 x 3 = 6"));
     let kept = &bricks[..6];
-    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
     for (p, s) in &sets_of(kept, 3) {
         assert_eq!(s.len(), 1, "{p} on sets {s:?}");
     }
@@ -279,7 +293,7 @@ fn a_rebalance_cut_short_by_a_server_crash_resumes_and_loses_nothing() {
                     .contains("completed")
         },
     );
-    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
     let sets = sets_of(&bricks, 1);
     for (p, s) in &sets {
         assert_eq!(s.len(), 1, "{p} on sets {s:?}");
@@ -552,7 +566,7 @@ fn every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share
     };
     let raised = commit(&net.hosts[0]);
     // Every file stays readable meanwhile.
-    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
 
     // Back, it goes on with its share; the last row commits the layouts.
     net.hosts[1].start_daemon();
@@ -584,11 +598,135 @@ fn every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share
     };
     assert!(moved(&h0) > 0 && moved(&h1) > 3, "{task}");
     assert_eq!(moved(&h2), 0, "the new set had nothing to move: {task}");
-    assert_eq!(checksums(&m.dir.to_string_lossy()), before);
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
     let sets = sets_of(&bricks, 1);
     for (p, s) in &sets {
         assert_eq!(s.len(), 1, "{p} on sets {s:?}");
     }
     assert!(sets.values().filter(|s| s.contains(&2)).count() > 20);
     assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "120");
+}
+
+#[test]
+fn files_open_for_writing_and_reading_move_and_lose_no_write() {
+    let c = Cluster::start();
+    let mut bricks = c.volume("mo", 2, &["o1", "o2"]);
+    let m = c.mount("mo");
+    ok(&format!(
+        "mkdir -p {0}/d && for i in $(seq 1 60); do echo start$i > {0}/d/f$i; done && \
+         head -c 3000000 /dev/urandom > {0}/d/big",
+        m.dir.display()
+    ));
+    let big = ok(&format!("md5sum < {}", m.p("d/big")));
+    // A writer appends a numbered line to 30 files it keeps open, and a
+    // reader keeps one more open, all through the rebalance.
+    let stop = c.path("stop-writing");
+    let paths: Vec<String> = (1..=30).map(|i| m.p(&format!("d/f{i}"))).collect();
+    assert!(paths.iter().all(|p| Path::new(p).exists()));
+    let writer = {
+        let (stop, paths) = (stop.display().to_string(), paths.join(" "));
+        std::thread::spawn(move || {
+            sh(&format!(
+                "python3 -c \"
+import os, sys, time
+paths = '{paths}'.split()
+fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in paths]
+n = 0
+while not os.path.exists('{stop}') or n < 50:
+    for fd in fds:
+        os.write(fd, b'%d\\n' % n)
+    n += 1
+    time.sleep(0.01)
+for fd in fds:
+    os.fsync(fd)
+    os.close(fd)
+print(n)
+\""
+            ))
+        })
+    };
+    let reader = {
+        let (stop, path) = (stop.display().to_string(), m.p("d/big"));
+        std::thread::spawn(move || {
+            sh(&format!(
+                "python3 -c \"
+import hashlib, os, time
+fd = os.open('{path}', os.O_RDONLY)
+sums = set()
+while not os.path.exists('{stop}'):
+    sums.add(hashlib.md5(os.pread(fd, 4000000, 0)).hexdigest())
+    time.sleep(0.05)
+sums.add(hashlib.md5(os.pread(fd, 4000000, 0)).hexdigest())
+os.close(fd)
+print(' '.join(sorted(sums)))
+\""
+            ))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    c.ok(&[
+        "volume",
+        "add-brick",
+        "mo",
+        &c.brick("o3"),
+        &c.brick("o4"),
+        "force",
+    ]);
+    bricks.extend([c.path("o3"), c.path("o4")]);
+    c.ok(&["volume", "rebalance", "mo", "start"]);
+    wait_for("the rebalance to end", Duration::from_secs(120), || {
+        let s = c.ok(&["volume", "rebalance", "mo", "status"]);
+        s.contains("completed") || s.contains("failed")
+    });
+    let status = c.ok(&["volume", "rebalance", "mo", "status", "--json"]);
+    let t: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(t["status"], "Completed", "{status}");
+    assert_eq!(
+        t["progress"]["skipped"], 0,
+        "open files are moved too: {status}"
+    );
+    std::fs::write(&stop, "").unwrap();
+    let w = writer.join().unwrap();
+    assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));
+    let lines: usize = String::from_utf8_lossy(&w.stdout).trim().parse().unwrap();
+    let r = reader.join().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        big.split_whitespace().next().unwrap(),
+        "the open file read the same before, during and after its move"
+    );
+
+    // Every write reached the file, in order, where it is now (read on
+    // its bricks: this client may still have the old place in mind).
+    let sets = sets_of(&bricks, 2);
+    for (p, s) in &sets {
+        assert_eq!(s.len(), 1, "{p} on sets {s:?}");
+    }
+    for i in 1..=30 {
+        let rel = format!("d/f{i}");
+        let text = std::fs::read_to_string(bricks[2 * sets[&rel][0]].join(&rel)).unwrap();
+        let mut want = format!("start{i}\n");
+        for n in 0..lines {
+            want.push_str(&format!("{n}\n"));
+        }
+        assert!(
+            text == want,
+            "{rel}: {} lines of {}",
+            text.lines().count(),
+            lines + 1
+        );
+    }
+    let moved_open = (1..=30).filter(|i| sets[&format!("d/f{i}")] == [1]).count();
+    assert!(
+        moved_open >= 5,
+        "{moved_open} of the open files moved: {sets:?}"
+    );
+    let log = std::fs::read_to_string(c.path("client.log")).unwrap();
+    assert!(
+        log.contains("is open where it is now"),
+        "the client followed its open files"
+    );
+    assert_bricks_identical(&bricks[..2]);
+    assert_bricks_identical(&bricks[2..]);
 }

@@ -600,3 +600,36 @@ fn favorite_child_policy_resolves_split_brain_by_itself() {
     assert_eq!(ok(&format!("cat {f}")), "the-biggest-copy-of-all\n");
     assert_bricks_identical(&bricks);
 }
+
+#[test]
+fn a_file_unlinked_while_open_takes_writes_after_its_lock_lapsed() {
+    let c = Cluster::start();
+    let bricks = c.volume("uw", 2, &["u1", "u2", "u3", "u4"]);
+    let m = c.mount("uw");
+    let d = m.dir.display().to_string();
+    // The lock replicate keeps after a write lapses after 500 ms: the
+    // next write locks the file again, which has no name left.
+    let py = format!(
+        r#"
+import os, time
+for i in range(4):
+    p = '{d}/x%d' % i
+    fd = os.open(p, os.O_RDWR | os.O_CREAT)
+    os.write(fd, b'before')
+    os.unlink(p)
+    time.sleep(1)
+    os.write(fd, b'after')
+    os.fsync(fd)
+    assert os.pread(fd, 100, 0) == b'beforeafter'
+    os.close(fd)
+print('ok')
+"#
+    );
+    assert_eq!(
+        ok(&format!("python3 -c \"{}\"", py.replace('"', "\\\""))).trim(),
+        "ok"
+    );
+    for b in &bricks {
+        assert_eq!(ok(&format!("ls {}", b.display())).trim(), "");
+    }
+}

@@ -9,12 +9,14 @@
 //! | `features/arbiter` | `arbiter.rs` | on an arbiter brick: names and metadata, no file data |
 //! | `features/index` | `index.rs` | change sessions, blame and the heal index (`storage::index`) |
 //! | `features/locks` | `locks.rs` | object locks, contention notices, revocation (`storage::locks`) |
+//! | `features/hold` | `hold.rs` | files a rebalance is moving: others' changes refused until they have moved |
 //!
 //! A translator handles the fops it is about and passes every other one to
 //! the one below unchanged; the stack tells every translator of each
 //! connection that starts and ends (`connect`, `disconnect`).
 
 pub mod arbiter;
+pub mod hold;
 pub mod index;
 pub mod locks;
 pub mod posix;
@@ -127,7 +129,12 @@ mod tests {
         };
         assert_eq!(
             Stack::build(&env(false)).unwrap().kinds(),
-            vec!["storage/posix", "features/index", "features/locks"]
+            vec![
+                "storage/posix",
+                "features/index",
+                "features/locks",
+                "features/hold"
+            ]
         );
         assert_eq!(
             Stack::build(&env(true)).unwrap().kinds(),
@@ -135,7 +142,8 @@ mod tests {
                 "storage/posix",
                 "features/arbiter",
                 "features/index",
-                "features/locks"
+                "features/locks",
+                "features/hold"
             ]
         );
     }

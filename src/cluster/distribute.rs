@@ -110,17 +110,44 @@ pub struct Distribute {
 
 /// What one of our handles stands for.
 struct Handles {
-    /// Each child's handle (None where it has none).
+    /// A directory's handle on each child (None where it has none).
     fhs: Vec<Option<u64>>,
     /// A directory's readers ahead of its listing.
     ahead: Option<super::listing::Ahead>,
+    /// A file's handle.
+    file: Option<OpenFile>,
+}
+
+/// An open file: where it is open, and how, to open it again where a
+/// rebalance moved it.
+struct OpenFile {
+    gfid: Gfid,
+    flags: i32,
+    /// The child and its handle.
+    at: Mutex<(usize, u64)>,
 }
 
 impl Handles {
-    fn file(fhs: Vec<Option<u64>>) -> Arc<Handles> {
-        Arc::new(Handles { fhs, ahead: None })
+    fn file(gfid: Gfid, flags: i32, at: usize, fh: u64) -> Arc<Handles> {
+        Arc::new(Handles {
+            fhs: Vec::new(),
+            ahead: None,
+            file: Some(OpenFile {
+                gfid,
+                flags: flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC),
+                at: Mutex::new((at, fh)),
+            }),
+        })
     }
 }
+
+/// How long a client waits for a file a rebalance holds, asking again.
+const HELD_WAIT: std::time::Duration =
+    crate::core::fop::HOLD_LEASE.saturating_add(std::time::Duration::from_secs(10));
+/// The first pause before asking again about a held file (doubling to
+/// `HELD_PAUSE_MAX`).
+const HELD_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+const HELD_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Bounded caches: cleared when full, refilled by asking again.
 fn remember<V>(map: &Mutex<HashMap<Gfid, V>>, max: usize, k: Gfid, v: V) {
@@ -506,13 +533,12 @@ impl Distribute {
     /// Sends an object-addressed operation to the child holding it, or to
     /// every child for a directory.
     async fn on_object(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        let cached = self.placed.lock().unwrap().contains_key(&fop.gfid());
         let located = self.locate(cx, fop.gfid()).await?;
         if located.is_none() && self.missed.lock().unwrap().contains(&fop.gfid()) {
             self.heal_dir(fop.gfid()).await;
         }
         match located {
-            Some(i) => self.on_file(cx, fop, i, cached).await.1,
+            Some(i) => self.on_file(cx, fop, i).await.1,
             None if fop.is_modifying() => Ok(self.dir_op(cx, fop, self.order[0]).await?.0),
             None => self.children[self.order[0]].call(cx, fop).await,
         }
@@ -579,30 +605,109 @@ impl Distribute {
         }
     }
 
-    /// Sends `fop` to child `i`, where file `fop.gfid()` was placed; if
-    /// that place came from the cache (`cached`) and the child no longer
-    /// has the file (ESTALE: a rebalance moved it), asks every set where
-    /// it is now and sends it there. Answers the child that answered.
-    async fn on_file(
+    /// Sends `fop` to child `i`, where file `fop.gfid()` was placed. If
+    /// the child answers ESTALE, a rebalance may have moved the file, or
+    /// hold it while it moves it (`brick::hold`): every set is asked where
+    /// it is now, and the request sent there; while it is still where it
+    /// was (held), again after a pause, for up to `HELD_WAIT`. ESTALE when
+    /// no set has it. Answers the child that answered.
+    async fn on_file(&self, cx: &Ctx, fop: Fop, mut i: usize) -> (usize, FsResult<Reply>) {
+        let gfid = fop.gfid();
+        let deadline = tokio::time::Instant::now() + HELD_WAIT;
+        let mut pause = HELD_PAUSE;
+        loop {
+            let e = match self.children[i].call(cx, fop.clone()).await {
+                Err(e) if e.is(libc::ESTALE) => e,
+                r => return (i, r),
+            };
+            if tokio::time::Instant::now() > deadline {
+                return (i, Err(e));
+            }
+            match self.relocate(cx, gfid, i, &mut pause).await {
+                Some(j) => i = j,
+                None => return (i, Err(e)),
+            }
+        }
+    }
+
+    /// File `gfid` was not where this client thought (child `i`
+    /// answered ESTALE): where it is now, or after a pause, child `i` if
+    /// the file is held there by a rebalance moving it; None if it is
+    /// neither (gone, or only open here).
+    async fn relocate(
         &self,
         cx: &Ctx,
-        fop: Fop,
+        gfid: Gfid,
         i: usize,
-        cached: bool,
-    ) -> (usize, FsResult<Reply>) {
-        let gfid = fop.gfid();
-        match self.children[i].call(cx, fop.clone()).await {
-            Err(e) if e.is(libc::ESTALE) && cached => {
-                self.placed.lock().unwrap().remove(&gfid);
-                match self.locate(cx, gfid).await {
-                    Ok(Some(j)) if j != i => {
-                        tracing::debug!(xlator = %self.name, %gfid, from = i, to = j, "file moved: asked where it is now");
-                        (j, self.children[j].call(cx, fop).await)
-                    }
-                    _ => (i, Err(e)),
-                }
+        pause: &mut std::time::Duration,
+    ) -> Option<usize> {
+        self.placed.lock().unwrap().remove(&gfid);
+        match self.locate(cx, gfid).await {
+            Ok(Some(j)) if j != i => {
+                tracing::debug!(xlator = %self.name, %gfid, from = i, to = j, "file moved: asked where it is now");
+                Some(j)
             }
-            r => (i, r),
+            Ok(Some(_)) => {
+                let asked = Fop::Getxattr {
+                    gfid,
+                    name: crate::core::fop::HOLD_XATTR.into(),
+                };
+                self.children[i].call(&Ctx::root(), asked).await.ok()?;
+                tokio::time::sleep(*pause).await;
+                *pause = (*pause * 2).min(HELD_PAUSE_MAX);
+                Some(i)
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends an operation on open file `f` to the child holding it open.
+    /// On ESTALE (a rebalance holds or moved the file), waits and asks
+    /// where the file is, opens it there with the flags it was opened
+    /// with, and sends the operation again, for up to `HELD_WAIT`.
+    async fn on_open_file(&self, cx: &Ctx, f: &OpenFile, fop: Fop) -> FsResult<Reply> {
+        let deadline = tokio::time::Instant::now() + HELD_WAIT;
+        let mut pause = HELD_PAUSE;
+        loop {
+            let (i, fh) = *f.at.lock().unwrap();
+            if let Fop::Write { data, .. } = &fop {
+                self.written[i].fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            let e = match self.children[i].call(cx, fop.clone().with_fh(fh)).await {
+                Err(e) if e.is(libc::ESTALE) => e,
+                r => return r,
+            };
+            if tokio::time::Instant::now() > deadline {
+                return Err(e);
+            }
+            let Some(j) = self.relocate(cx, f.gfid, i, &mut pause).await else {
+                return Err(e);
+            };
+            if j == i {
+                continue;
+            }
+            let open = Fop::Open {
+                gfid: f.gfid,
+                flags: f.flags,
+            };
+            let (j, r) = self.on_file(cx, open, j).await;
+            let nfh = r?.into_fh()?;
+            let stale = {
+                let mut at = f.at.lock().unwrap();
+                if *at == (i, fh) {
+                    *at = (j, nfh);
+                    (i, fh)
+                } else {
+                    // Another request on this handle opened it first.
+                    (j, nfh)
+                }
+            };
+            tracing::info!(xlator = %self.name, gfid = %f.gfid, from = i, to = j, "an open file moved by a rebalance is open where it is now");
+            let release = Fop::Release {
+                gfid: f.gfid,
+                fh: stale.1,
+            };
+            let _ = self.children[stale.0].call(cx, release).await;
         }
     }
 
@@ -776,6 +881,10 @@ impl Distribute {
         let dl = self.layout_of(parent).await?;
         let h = self.hashed(&dl, name);
         let is_create = matches!(fop, Fop::Create { .. });
+        let flags = match fop {
+            Fop::Create { flags, .. } => flags,
+            _ => 0,
+        };
         let mut at = self.room_for(&dl, h, false).await;
         let rep = match self.children[at].call(cx, fop.clone()).await {
             Err(e) if e.is(libc::ENOSPC) && at == h => {
@@ -811,14 +920,12 @@ impl Distribute {
         self.learn(&entry.attr, at);
         self.touch_dir(parent, &[at, h]).await;
         Ok(match fh {
-            Some(fh) => {
-                let mut fhs = vec![None; self.children.len()];
-                fhs[at] = Some(fh);
-                Reply::Created {
-                    entry,
-                    fh: self.fds.insert(Handles::file(fhs)),
-                }
-            }
+            Some(fh) => Reply::Created {
+                fh: self
+                    .fds
+                    .insert(Handles::file(entry.attr.gfid, flags, at, fh)),
+                entry,
+            },
             None => Reply::Entry(entry),
         })
     }
@@ -970,14 +1077,13 @@ impl Distribute {
 
     async fn open(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let gfid = fop.gfid();
-        let cached = self.placed.lock().unwrap().contains_key(&gfid);
         let located = self.locate(cx, gfid).await?;
-        if let (Fop::Open { .. }, Some(i)) = (&fop, located) {
-            let (i, r) = self.on_file(cx, fop, i, cached).await;
-            let mut fhs = vec![None; self.children.len()];
-            fhs[i] = Some(r?.into_fh()?);
+        if let (Fop::Open { flags, .. }, Some(i)) = (&fop, located) {
+            let flags = *flags;
+            let (i, r) = self.on_file(cx, fop, i).await;
+            let fh = r?.into_fh()?;
             return Ok(Reply::Opened {
-                fh: self.fds.insert(Handles::file(fhs)),
+                fh: self.fds.insert(Handles::file(gfid, flags, i, fh)),
             });
         }
         let targets: Vec<usize> = match (&fop, located) {
@@ -1016,9 +1122,15 @@ impl Distribute {
             Arc::new(Handles {
                 ahead: Some(super::listing::Ahead::new(fhs.len())),
                 fhs,
+                file: None,
             })
         } else {
-            Handles::file(fhs)
+            // A directory's open (Open, not Opendir) is on every set.
+            Arc::new(Handles {
+                fhs,
+                ahead: None,
+                file: None,
+            })
         };
         Ok(Reply::Opened {
             fh: self.fds.insert(handles),
@@ -1042,6 +1154,13 @@ impl Distribute {
         } else {
             self.fds.get(fh)?
         };
+        if let Some(f) = &h.file {
+            if release {
+                let (i, fh) = *f.at.lock().unwrap();
+                return self.children[i].call(cx, fop.with_fh(fh)).await;
+            }
+            return self.on_open_file(cx, f, fop).await;
+        }
         let mut out = Err(FsError::errno(libc::EBADF));
         for (i, f) in h.fhs.iter().enumerate() {
             if let Some(f) = f {

@@ -143,10 +143,20 @@ pub const POINTER_PERM: u32 = 0o1000;
 /// the file there (a rebalance does not move a file in use).
 pub const OPEN_COUNT_XATTR: &str = "trusted.mortar.open-count";
 
+/// Set by a rebalance on a file it is moving, answered by the brick
+/// (`brick::hold`), never stored: a number of seconds holds the file for
+/// the connection that set it (every other one gets ESTALE for changes and
+/// opens), `moved` marks it gone from this brick (ESTALE to everything but
+/// closing, on every handle left), removing it ends the hold.
+pub const HOLD_XATTR: &str = "trusted.mortar.hold";
+/// How long a rebalance holds a file at most (if it dies holding it, the
+/// file is free again after that); clients wait that long for a held file.
+pub const HOLD_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Internal xattrs that clients may use through a brick (distribute's
 /// bookkeeping); heal copies the stored ones like any xattr.
 pub fn is_distribute_xattr(name: &str) -> bool {
-    name == LAYOUT_XATTR || name == LINKTO_XATTR || name == OPEN_COUNT_XATTR
+    name == LAYOUT_XATTR || name == LINKTO_XATTR || name == OPEN_COUNT_XATTR || name == HOLD_XATTR
 }
 
 /// A name that was looked up or created, with what it refers to.

@@ -147,6 +147,16 @@ pub static TABLE: &[Row] = &[
         about: "object locks for replicate's transactions, with contention notices and revocation",
     },
     Row {
+        kind: "features/hold",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[],
+        build: None,
+        brick: Some(crate::brick::hold::build),
+        about: "files a rebalance is moving: changes from others wait (ESTALE) until they are where they go",
+    },
+    Row {
         kind: "mgmt/server-quorum",
         side: Side::Server,
         place: Place::Brick,

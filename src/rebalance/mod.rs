@@ -12,9 +12,11 @@
 //!    directory is in flux from then on, so clients look a missing name up
 //!    on every set and read the layout at every use,
 //! 3. with `migrate`, listed on every set: a file whose name now hashes to
-//!    another set is moved there (`move_file`); one that cannot move now
-//!    (open by a client, or hard-linked) stays, with a pointer on the set
-//!    its name hashes to; pointers no longer needed are removed.
+//!    another set is moved there (`move_file`): copied, then held on its
+//!    set (`brick::hold`) while the last changes are copied and it leaves,
+//!    so that files open on clients move too; one that cannot move
+//!    (hard-linked, or no room) stays, with a pointer on the set its name
+//!    hashes to; pointers no longer needed are removed.
 //!
 //! A second pass catches files created meanwhile under an older layout.
 //! Then, if nothing failed, the volume's layout commit becomes
@@ -23,7 +25,7 @@
 //! rebalance that stopped (a crash, `stop`) starts again where it was.
 
 use crate::cluster::layout::{name_hash, Layout};
-use crate::core::fop::{LAYOUT_XATTR, LINKTO_XATTR, OPEN_COUNT_XATTR, POINTER_PERM};
+use crate::core::fop::{HOLD_LEASE, HOLD_XATTR, LAYOUT_XATTR, LINKTO_XATTR, POINTER_PERM};
 use crate::core::options::{Kind, Spec};
 use crate::core::{
     Attr, Child, Ctx, DirEntry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
@@ -62,7 +64,7 @@ pub struct Progress {
     pub scanned: u64,
     pub moved: u64,
     pub bytes: u64,
-    /// Files left where they are, with a pointer (open, hard-linked), in
+    /// Files left where they are, with a pointer (hard-linked, no room), in
     /// the last pass.
     pub skipped: u64,
     /// Of those, left on a set being emptied.
@@ -225,7 +227,7 @@ impl Rebalancer {
         self.graph.wait_up(t).await == self.graph.leaves().count()
     }
 
-    /// Whether files that cannot move now (open, hard-linked) were left
+    /// Whether files that cannot move (hard-linked, no room) were left
     /// on a set being emptied.
     pub fn left_on_draining(&self) -> bool {
         self.progress.lock().unwrap().skipped_draining > 0
@@ -361,9 +363,16 @@ impl Rebalancer {
         let mut moving = futures_util::stream::iter(moves)
             .map(|(name, a, from, to)| async move {
                 let started = Instant::now();
-                if let Err(e) = self.move_file(d.gfid, &name, &a, from, to).await {
-                    tracing::warn!(volume = %self.volume, dir = %d.gfid, ?name, "not moved: {e}");
-                    self.count(|p| p.failed += 1);
+                match self.move_file(d.gfid, &name, &a, from, to).await {
+                    Ok(()) => {}
+                    // Removed meanwhile: nothing to move.
+                    Err(e) if absent(&e) && self.gone(d.gfid, &name, &a, from).await => {
+                        tracing::debug!(volume = %self.volume, dir = %d.gfid, ?name, "gone before it moved: {e}");
+                    }
+                    Err(e) => {
+                        tracing::warn!(volume = %self.volume, dir = %d.gfid, ?name, "not moved: {e}");
+                        self.count(|p| p.failed += 1);
+                    }
                 }
                 if self.lazy {
                     tokio::time::sleep(started.elapsed()).await;
@@ -376,6 +385,15 @@ impl Rebalancer {
             }
         }
         Ok((subdirs, others))
+    }
+
+    /// Whether file `a`, listed as `name` in `dir` on set `from`, is no
+    /// longer there under that name.
+    async fn gone(&self, dir: Gfid, name: &Name, a: &Attr, from: usize) -> bool {
+        match self.sets[from].call(&root(), lookup(dir, name)).await {
+            Ok(r) => r.into_attr().is_ok_and(|t| t.gfid != a.gfid),
+            Err(e) => absent(&e),
+        }
     }
 
     /// Gives each set not being emptied a weight of its size in MiB (its
@@ -550,10 +568,29 @@ impl Rebalancer {
         }
         match &there {
             // Copied already by a rebalance that stopped before the end.
-            Some(t) if t.gfid == a.gfid && t.linkto.is_none() => {
+            Some(t)
+                if t.gfid == a.gfid
+                    && t.linkto.is_none()
+                    && (t.size, t.mtime) == (a.size, a.mtime) =>
+            {
                 src.call(&root(), unlink(dir, name)).await?;
                 self.count(|p| p.moved += 1);
                 return Ok(());
+            }
+            // ... but the file changed since on `from`: copied again.
+            Some(t) if t.gfid == a.gfid && t.linkto.is_none() => {
+                let empty = SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                };
+                dst.call(
+                    &root(),
+                    Fop::Setattr {
+                        gfid: a.gfid,
+                        set: empty,
+                    },
+                )
+                .await?;
             }
             Some(t) if t.gfid == a.gfid => {}
             Some(_) => {
@@ -590,31 +627,100 @@ impl Rebalancer {
         }
         // From here `to` has a pointer to `from`: the file is found
         // whatever happens next.
-        if a.nlink > 1 || open_count(src, a.gfid).await? > 0 || !self.has_room(dst, a.size).await {
+        if a.nlink > 1 || !self.has_room(dst, a.size).await {
             self.left(from);
             return Ok(());
         }
         let mut now = a.clone();
-        let mut copied = false;
+        match self
+            .copy_and_finish(dir, name, (src, dst), a, &mut now)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) => {
+                unhold(src, a.gfid).await;
+                if !(e.is(libc::ENOSPC) || e.is(libc::EDQUOT)) {
+                    return Err(e);
+                }
+                // The target filled up meanwhile: the file stays, and its
+                // pointer gives back the room the partial copy took.
+                tracing::info!(volume = %self.volume, %dir, ?name, "no room left on the target: the file stays where it is");
+                if getattr(dst, a.gfid).await?.linkto.is_some() {
+                    let empty = SetAttr {
+                        size: Some(0),
+                        ..Default::default()
+                    };
+                    dst.call(
+                        &root(),
+                        Fop::Setattr {
+                            gfid: a.gfid,
+                            set: empty,
+                        },
+                    )
+                    .await?;
+                }
+                self.left(from);
+                return Ok(());
+            }
+        }
+        self.count(|p| {
+            p.moved += 1;
+            p.bytes += now.size;
+        });
+        // Tests kill the server here, between two files.
+        fail::fail_point!("rebalance-moved");
+        Ok(())
+    }
+
+    /// Copies file `a` from `src` into its pointer on `dst` while clients
+    /// may still write it, until it holds still (a few tries); then holds
+    /// it, so that nothing changes it any more, and ends the move.
+    async fn copy_and_finish(
+        &self,
+        dir: Gfid,
+        name: &Name,
+        (src, dst): (&Child, &Child),
+        a: &Attr,
+        now: &mut Attr,
+    ) -> FsResult<()> {
         for _ in 0..COPY_TRIES {
             copy_data(src, dst, a.gfid, now.size).await?;
-            let after = src
-                .call(&root(), Fop::Getattr { gfid: a.gfid })
-                .await?
-                .into_attr()?;
-            if (after.size, after.mtime, after.ctime) == (now.size, now.mtime, now.ctime)
-                && open_count(src, a.gfid).await? == 0
-            {
-                copied = true;
+            let after = getattr(src, a.gfid).await?;
+            if same_data(&after, now) {
                 break;
             }
-            now = after;
+            *now = after;
         }
-        if !copied {
-            self.left(from);
-            return Ok(());
+        hold(src, a.gfid, &HOLD_LEASE.as_secs().to_string()).await?;
+        self.finish_move(dir, name, (src, dst), a.gfid, now).await
+    }
+
+    /// Ends the move of a file held on `src` and copied to `dst` as it
+    /// was (`now`): copied again if it changed before the hold, then the
+    /// copy takes the file's xattrs, owner, mode and times and stops being
+    /// a pointer, and the file leaves `src` (marked moved there first, so
+    /// that handles still open on it ask where it went).
+    async fn finish_move(
+        &self,
+        dir: Gfid,
+        name: &Name,
+        (src, dst): (&Child, &Child),
+        gfid: Gfid,
+        now: &mut Attr,
+    ) -> FsResult<()> {
+        let last = getattr(src, gfid).await?;
+        if !same_data(&last, now) {
+            // Exactly as it is: what was copied before may have holes
+            // punched since.
+            let empty = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            dst.call(&root(), Fop::Setattr { gfid, set: empty }).await?;
+            copy_data(src, dst, gfid, last.size).await?;
         }
-        copy_xattrs(src, dst, a.gfid).await?;
+        *now = last;
+        copy_xattrs(src, dst, gfid).await?;
         // The pointer becomes the file: its mode, owner and times.
         let set = SetAttr {
             mode: Some(now.perm),
@@ -624,24 +730,20 @@ impl Rebalancer {
             mtime: Some(crate::core::fop::TimeSet::At(now.mtime.0, now.mtime.1)),
             ..Default::default()
         };
-        dst.call(&root(), Fop::Setattr { gfid: a.gfid, set })
-            .await?;
+        dst.call(&root(), Fop::Setattr { gfid, set }).await?;
         let _ = dst
             .call(
                 &root(),
                 Fop::Removexattr {
-                    gfid: a.gfid,
+                    gfid,
                     name: LINKTO_XATTR.into(),
                 },
             )
             .await;
+        hold(src, gfid, "moved").await?;
         src.call(&root(), unlink(dir, name)).await?;
-        self.count(|p| {
-            p.moved += 1;
-            p.bytes += now.size;
-        });
-        // Tests kill the server here, between two files.
-        fail::fail_point!("rebalance-moved");
+        // The mark stays only while handles are open on the old copy.
+        unhold(src, gfid).await;
         Ok(())
     }
 
@@ -756,18 +858,34 @@ fn unlink(parent: Gfid, name: &Name) -> Fop {
     }
 }
 
-async fn open_count(set: &Child, gfid: Gfid) -> FsResult<u64> {
-    let fop = Fop::Getxattr {
+async fn getattr(set: &Child, gfid: Gfid) -> FsResult<Attr> {
+    set.call(&root(), Fop::Getattr { gfid }).await?.into_attr()
+}
+
+/// Whether a file's data is as it was (same size and times).
+fn same_data(a: &Attr, b: &Attr) -> bool {
+    (a.size, a.mtime, a.ctime) == (b.size, b.mtime, b.ctime)
+}
+
+/// Ends this rebalancer's hold of a file on `set`, if it has one.
+async fn unhold(set: &Child, gfid: Gfid) {
+    let fop = Fop::Removexattr {
         gfid,
-        name: OPEN_COUNT_XATTR.into(),
+        name: HOLD_XATTR.into(),
     };
-    match set.call(&root(), fop).await? {
-        Reply::Xattr(v) => Ok(std::str::from_utf8(&v)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1)),
-        other => Err(crate::core::fop::unexpected(other)),
-    }
+    let _ = set.call(&root(), fop).await;
+}
+
+/// Holds the file on every brick of `set` for this rebalancer
+/// (`brick::hold`): `value` seconds, or `moved`.
+async fn hold(set: &Child, gfid: Gfid, value: &str) -> FsResult<()> {
+    let fop = Fop::Setxattr {
+        gfid,
+        name: HOLD_XATTR.into(),
+        value: serde_bytes::ByteBuf::from(value.as_bytes().to_vec()),
+        flags: 0,
+    };
+    set.call(&root(), fop).await.map(|_| ())
 }
 
 /// Every entry of a directory on one set, with attributes.
@@ -941,7 +1059,8 @@ mod tests {
             let g = before.create(dir, &name, name.as_bytes()).await.unwrap();
             files.push((dir, name, g));
         }
-        // One renamed (a pointer), one hard-linked, one held open.
+        // One renamed (a pointer), one hard-linked, one held open (it
+        // moves: this brick does not enforce holds, real ones do).
         before
             .call(Fop::Rename {
                 parent: Gfid::ROOT,
@@ -977,8 +1096,8 @@ mod tests {
         assert!(r.run().await, "{:?}", r.progress());
         let p = r.progress();
         assert!(p.moved > 10, "{p:?}");
-        // The linked and the open file stay where they are (if their
-        // names hash elsewhere now), in each pass.
+        // The linked file stays where it is (if its names hash
+        // elsewhere now), in each pass.
         assert!(p.skipped <= 3, "{p:?}");
         assert_eq!(p.failed, 0);
         r.fini().await;

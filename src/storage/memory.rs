@@ -615,6 +615,14 @@ impl MemBrick {
                 ffree: 1 << 19,
                 namelen: 255,
             })),
+            // Holds are answered, not stored; this brick does not enforce
+            // them (`brick::hold` does, on real bricks).
+            Fop::Setxattr { gfid, name, .. } | Fop::Removexattr { gfid, name }
+                if name == crate::core::fop::HOLD_XATTR =>
+            {
+                Self::obj(st, gfid)?;
+                Ok(Reply::Ok)
+            }
             Fop::Setxattr {
                 gfid,
                 name,

@@ -104,6 +104,11 @@ impl FdTable {
         found.or_else(|| self.anon.lock().unwrap().get(&gfid).cloned())
     }
 
+    /// Whether this connection has `gfid` open.
+    pub fn has_open(&self, gfid: Gfid) -> bool {
+        self.open_by_gfid(gfid).is_some()
+    }
+
     pub(in crate::storage) fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
         self.map
             .lock()

@@ -273,6 +273,11 @@ impl Posix {
         format!("posix-{what}:{base}")
     }
 
+    /// How many handles clients hold open on `gfid` here.
+    pub fn open_count(&self, gfid: Gfid) -> u32 {
+        self.open.of(gfid)
+    }
+
     /// Who to tell when an object's last name goes (one listener).
     pub fn on_forget(&self, f: Box<dyn Fn(Gfid) + Send + Sync>) {
         let _ = self.forget.set(f);

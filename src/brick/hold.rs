@@ -1,0 +1,350 @@
+//! `features/hold`: a rebalance moving a file holds it here, so that no
+//! change reaches the copy it is leaving (docs/distribute.md, "Moving open
+//! files"). The rebalancer sets `HOLD_XATTR` (never stored):
+//!
+//! - to a number of seconds (at most `MAX_LEASE`): the file is held for the
+//!   connection that set it; every other one gets ESTALE for any change
+//!   or open of the file (reads go on: nothing changes the data). A
+//!   hold that is not renewed lapses, so a rebalancer that dies holding a
+//!   file frees it after its lease;
+//! - to `moved`, once the file's copy elsewhere is complete: every
+//!   request about the file (but closing it) gets ESTALE for good, on
+//!   every handle, so that a client still holding it open here finds it
+//!   where it is now;
+//!
+//! and removes it to end the hold: a move given up, or done (the file
+//! unlinked here; the moved mark then stays only while handles are open
+//! on it, or lapses after `HOLD_LEASE` if never removed). Reading it answers
+//! `held` or `moved` (ENODATA: not held). A client that gets ESTALE asks
+//! where the file is, and waits while it is held (`cluster::distribute`).
+
+use super::{BrickEnv, BrickXlator, Conn, ConnId};
+use crate::core::fop::{HOLD_LEASE, HOLD_XATTR};
+use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
+use crate::storage::posix::Posix;
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest hold a rebalancer may ask for.
+pub const MAX_LEASE: Duration = Duration::from_secs(300);
+
+struct Hold {
+    holder: ConnId,
+    until: Instant,
+    moved: bool,
+}
+
+#[derive(Default)]
+struct Holds {
+    map: HashMap<Gfid, Hold>,
+    /// When ended holds were last swept away.
+    swept: Option<Instant>,
+}
+
+/// How often ended holds are looked for.
+const SWEEP: Duration = Duration::from_secs(1);
+
+pub struct HoldXl {
+    below: Arc<dyn BrickXlator>,
+    posix: Arc<Posix>,
+    holds: Mutex<Holds>,
+}
+
+pub fn build(
+    env: &BrickEnv,
+    below: Option<Arc<dyn BrickXlator>>,
+) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
+    let below = below.ok_or_else(|| anyhow::anyhow!("holds need a translator below"))?;
+    Ok(Some(Arc::new(HoldXl {
+        below,
+        posix: env.posix.clone(),
+        holds: Mutex::new(Holds::default()),
+    })))
+}
+
+fn held() -> FsError {
+    FsError::new(
+        libc::ESTALE,
+        "the file is being moved to another replica set: ask where it is",
+    )
+}
+
+impl HoldXl {
+    /// Whether hold `h` on `gfid` has ended: lapsed, or for a moved file,
+    /// lapsed and no longer open here.
+    fn ended(&self, gfid: Gfid, h: &Hold, now: Instant) -> bool {
+        now > h.until && (!h.moved || self.posix.open_count(gfid) == 0)
+    }
+
+    /// Whether `fop` from connection `conn` must wait for a hold.
+    fn refused(&self, conn: ConnId, fop: &Fop) -> bool {
+        let mut holds = self.holds.lock().unwrap();
+        let holds = &mut holds.map;
+        if holds.is_empty() {
+            return false;
+        }
+        let gfid = fop.gfid();
+        let Some(h) = holds.get(&gfid) else {
+            return false;
+        };
+        if self.ended(gfid, h, Instant::now()) {
+            holds.remove(&gfid);
+            return false;
+        }
+        // Closing goes on; so do locks: the change a lock is for is
+        // refused itself (and a lock refused would look like a replica
+        // out of reach to replicate, not like a file being moved).
+        if matches!(
+            fop,
+            Fop::Release { .. } | Fop::Releasedir { .. } | Fop::Flush { .. } | Fop::Lock { .. }
+        ) {
+            return false;
+        }
+        h.moved || (h.holder != conn && (fop.is_modifying() || matches!(fop, Fop::Open { .. })))
+    }
+
+    /// Whether `gfid` is held here: Some(moved) if it is.
+    fn holding(&self, gfid: Gfid) -> Option<bool> {
+        let holds = &self.holds.lock().unwrap().map;
+        let h = holds.get(&gfid)?;
+        (!self.ended(gfid, h, Instant::now())).then_some(h.moved)
+    }
+
+    /// Sets or renews a hold of `gfid` for `conn`, or marks it moved.
+    fn hold(&self, conn: ConnId, gfid: Gfid, value: &[u8]) -> FsResult<()> {
+        let now = Instant::now();
+        let mut all = self.holds.lock().unwrap();
+        if all.swept.is_none_or(|t| now > t + SWEEP) {
+            all.map.retain(|g, h| !self.ended(*g, h, now));
+            all.swept = Some(now);
+        }
+        let holds = &mut all.map;
+        if let Some(h) = holds.get(&gfid) {
+            if h.holder != conn || h.moved {
+                return Err(FsError::new(libc::EBUSY, "the file is held already"));
+            }
+        }
+        let moved = value == b"moved";
+        let lease = if moved {
+            if !holds.contains_key(&gfid) {
+                return Err(FsError::new(
+                    libc::EPERM,
+                    "only the holder of a file marks it moved",
+                ));
+            }
+            HOLD_LEASE
+        } else {
+            let secs: u64 = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|&s| s > 0)
+                .ok_or_else(|| FsError::inval("a hold is a number of seconds, or `moved`"))?;
+            Duration::from_secs(secs).min(MAX_LEASE)
+        };
+        holds.insert(
+            gfid,
+            Hold {
+                holder: conn,
+                until: now + lease,
+                moved,
+            },
+        );
+        Ok(())
+    }
+
+    /// Ends `conn`'s hold of `gfid`. A moved file stays marked while
+    /// handles are open on it here (the rebalancer ends its hold once it
+    /// unlinked the file: the mark must not outlive it, or the file could
+    /// not come back here in a later move).
+    fn unhold(&self, conn: ConnId, gfid: Gfid) {
+        let holds = &mut self.holds.lock().unwrap().map;
+        let Some(h) = holds.get_mut(&gfid).filter(|h| h.holder == conn) else {
+            return;
+        };
+        if h.moved && self.posix.open_count(gfid) > 0 {
+            h.until = Instant::now();
+        } else {
+            holds.remove(&gfid);
+        }
+    }
+}
+
+#[async_trait]
+impl BrickXlator for HoldXl {
+    async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        match fop {
+            Fop::Setxattr {
+                gfid,
+                ref name,
+                ref value,
+                ..
+            } if name == HOLD_XATTR => {
+                if cx.uid != 0 {
+                    return Err(FsError::errno(libc::EPERM));
+                }
+                // The file is here (or ESTALE).
+                self.below.call(conn, cx, Fop::Getattr { gfid }).await?;
+                self.hold(conn.id, gfid, value)?;
+                Ok(Reply::Ok)
+            }
+            Fop::Removexattr { gfid, ref name } if name == HOLD_XATTR => {
+                if cx.uid != 0 {
+                    return Err(FsError::errno(libc::EPERM));
+                }
+                self.unhold(conn.id, gfid);
+                Ok(Reply::Ok)
+            }
+            // Whether the file is held (how a client that got ESTALE
+            // tells a file being moved from one gone).
+            Fop::Getxattr { gfid, ref name } if name == HOLD_XATTR => match self.holding(gfid) {
+                Some(moved) => Ok(Reply::Xattr(serde_bytes::ByteBuf::from(
+                    if moved { &b"moved"[..] } else { &b"held"[..] }.to_vec(),
+                ))),
+                None => Err(FsError::errno(libc::ENODATA)),
+            },
+            fop => {
+                if self.refused(conn.id, &fop) {
+                    return Err(held());
+                }
+                self.below.call(conn, cx, fop).await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::posix::FdTable;
+
+    /// Answers everything: what is refused is refused above it.
+    struct Anything;
+
+    #[async_trait]
+    impl BrickXlator for Anything {
+        async fn call(&self, _: &Arc<Conn>, _: &Ctx, _: Fop) -> FsResult<Reply> {
+            Ok(Reply::Ok)
+        }
+    }
+
+    fn conn(id: ConnId) -> Arc<Conn> {
+        Arc::new(Conn {
+            id,
+            peer: format!("client{id}"),
+            fds: FdTable::default(),
+            notice: Box::new(|_| {}),
+            close: Box::new(|| {}),
+        })
+    }
+
+    fn set(gfid: Gfid, value: &str) -> Fop {
+        Fop::Setxattr {
+            gfid,
+            name: HOLD_XATTR.into(),
+            value: serde_bytes::ByteBuf::from(value.as_bytes().to_vec()),
+            flags: 0,
+        }
+    }
+
+    fn write(gfid: Gfid) -> Fop {
+        Fop::Write {
+            gfid,
+            fh: 1,
+            offset: 0,
+            data: bytes::Bytes::from_static(b"x"),
+        }
+    }
+
+    fn is_estale(r: FsResult<Reply>) -> bool {
+        matches!(r, Err(e) if e.is(libc::ESTALE))
+    }
+
+    #[tokio::test]
+    async fn a_held_file_refuses_others_changes_until_it_is_released_or_the_lease_lapses() {
+        let d = tempfile::tempdir().unwrap();
+        let env = BrickEnv {
+            posix: Arc::new(Posix::open(d.path()).unwrap()),
+            arbiter: false,
+            revoke_after: Arc::new(|| None),
+        };
+        let x = build(&env, Some(Arc::new(Anything))).unwrap().unwrap();
+        let (rebal, client) = (conn(1), conn(2));
+        let root = Ctx::root();
+        let g = Gfid::random();
+        let asked = |g| Fop::Getxattr {
+            gfid: g,
+            name: HOLD_XATTR.into(),
+        };
+
+        x.call(&rebal, &root, set(g, "60")).await.unwrap();
+        assert!(is_estale(x.call(&client, &root, write(g)).await));
+        assert!(is_estale(
+            x.call(&client, &root, Fop::Open { gfid: g, flags: 0 })
+                .await
+        ));
+        let lock = Fop::Lock {
+            gfid: g,
+            wait: false,
+            mark: Some(0),
+        };
+        x.call(&client, &root, lock).await.unwrap();
+        x.call(&client, &root, Fop::Getattr { gfid: g })
+            .await
+            .unwrap();
+        x.call(&rebal, &root, write(g)).await.unwrap();
+        let Reply::Xattr(v) = x.call(&client, &root, asked(g)).await.unwrap() else {
+            panic!("not an xattr")
+        };
+        assert_eq!(&v[..], b"held");
+        assert!(
+            x.call(&client, &root, set(g, "60")).await.is_err(),
+            "held already"
+        );
+        let bad = x.call(&rebal, &root, set(Gfid::random(), "soon")).await;
+        assert!(matches!(bad, Err(e) if e.is(libc::EINVAL)));
+        let user = Ctx {
+            uid: 1000,
+            ..Ctx::root()
+        };
+        assert!(x
+            .call(&client, &user, set(Gfid::random(), "60"))
+            .await
+            .is_err());
+
+        // Moved: nothing but closing, for anyone.
+        x.call(&rebal, &root, set(g, "moved")).await.unwrap();
+        assert!(is_estale(x.call(&rebal, &root, write(g)).await));
+        assert!(is_estale(
+            x.call(&client, &root, Fop::Getattr { gfid: g }).await
+        ));
+        x.call(&client, &root, Fop::Release { gfid: g, fh: 1 })
+            .await
+            .unwrap();
+        let removed = Fop::Removexattr {
+            gfid: g,
+            name: HOLD_XATTR.into(),
+        };
+        assert!(is_estale(x.call(&client, &root, write(g)).await));
+        // Unlinked, and the hold ended: nothing is open here, the mark goes
+        // (the file may come back in a later move).
+        x.call(&rebal, &root, removed).await.unwrap();
+        x.call(&client, &root, write(g)).await.unwrap();
+
+        // A hold given up, and one that lapses.
+        let h = Gfid::random();
+        x.call(&rebal, &root, set(h, "60")).await.unwrap();
+        let removed = Fop::Removexattr {
+            gfid: h,
+            name: HOLD_XATTR.into(),
+        };
+        x.call(&rebal, &root, removed).await.unwrap();
+        x.call(&client, &root, write(h)).await.unwrap();
+        assert!(x.call(&client, &root, asked(h)).await.is_err(), "not held");
+        x.call(&rebal, &root, set(h, "1")).await.unwrap();
+        assert!(is_estale(x.call(&client, &root, write(h)).await));
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        x.call(&client, &root, write(h)).await.unwrap();
+    }
+}

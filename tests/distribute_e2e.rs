@@ -730,3 +730,55 @@ print(' '.join(sorted(sums)))
     assert_bricks_identical(&bricks[..2]);
     assert_bricks_identical(&bricks[2..]);
 }
+
+#[test]
+fn a_target_filled_during_the_move_keeps_every_file_and_no_partial_copy() {
+    let c = Cluster::start();
+    let _large = SmallFs::new(c.path("large"), "64m");
+    let _small = SmallFs::new(c.path("small"), "3m");
+    let mut bricks = c.volume("fill", 1, &["large/b"]);
+    for (k, v) in [
+        ("cluster.weighted-rebalance", "off"),
+        ("cluster.min-free-disk", "0%"),
+        ("cluster.rebal-throttle", "aggressive"),
+    ] {
+        c.ok(&["volume", "set", "fill", k, v]);
+    }
+    let m = c.mount("fill");
+    ok(&format!(
+        "mkdir {0}/d && for i in $(seq 1 16); do head -c 1048576 /dev/urandom > {0}/d/f$i || exit 1; done",
+        m.dir.display()
+    ));
+    let before = checksums(&m.dir.to_string_lossy());
+    // Equal shares: half the files hash to a set with room for two; four
+    // move at once, each seeing room for itself.
+    c.ok(&["volume", "add-brick", "fill", &c.brick("small/b"), "force"]);
+    bricks.push(c.path("small/b"));
+    c.ok(&["volume", "rebalance", "fill", "start"]);
+    wait_for("the rebalance to end", Duration::from_secs(60), || {
+        !c.ok(&["volume", "rebalance", "fill", "status"])
+            .contains("in progress")
+    });
+    let status = c.ok(&["volume", "rebalance", "fill", "status", "--json"]);
+    let t: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(t["status"], "Completed", "{status}");
+    assert!(t["progress"]["skipped"].as_u64().unwrap() > 0, "{status}");
+    assert_eq!(t["progress"]["failed"], 0, "{status}");
+    let log = std::fs::read_to_string(c.path("daemon.log")).unwrap();
+    assert!(
+        log.contains("no room left on the target"),
+        "a copy ran out of room"
+    );
+
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
+    for (p, s) in &sets_of(&bricks, 1) {
+        assert_eq!(s.len(), 1, "{p} on sets {s:?}");
+    }
+    // Pointers left on the full set hold no data.
+    let partial = ok(&format!(
+        "find {} -path '*/.mortar' -prune -o -type f -perm 1000 -size +0 -print",
+        bricks[1].display()
+    ));
+    assert_eq!(partial.trim(), "", "partial copies left behind");
+    assert!(files_on(&bricks[1]).values().any(|pointer| !*pointer));
+}

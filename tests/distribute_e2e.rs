@@ -605,6 +605,60 @@ fn every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share
     }
     assert!(sets.values().filter(|s| s.contains(&2)).count() > 20);
     assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "120");
+
+    // `stop` stops every server's share; nothing is committed, and a new
+    // start finishes the work. The first two servers rest after each move.
+    for h in &mut net.hosts[..2] {
+        h.crash_daemon();
+        h.start_daemon_env(&[("FAILPOINTS", "rebalance-moved=sleep(300)")]);
+    }
+    let b3 = net.hosts[2].brick("b3");
+    net.hosts[1].ok(&["volume", "add-brick", "ms", &b3, "force"]);
+    let raised = commit(&net.hosts[1]);
+    net.hosts[1].ok(&["volume", "rebalance", "ms", "start"]);
+    wait_for("files to move", Duration::from_secs(30), || {
+        let v: serde_json::Value =
+            serde_json::from_str(&net.hosts[0].ok(&["volume", "info", "ms", "--json"])).unwrap();
+        v[0]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["kind"] == "Rebalance" && t["progress"]["moved"].as_u64() > Some(0))
+    });
+    let stopped = net.hosts[2].ok(&["volume", "rebalance", "ms", "stop"]);
+    assert!(stopped.contains("stops after that file"), "{stopped}");
+    wait_for("every share to stop", Duration::from_secs(30), || {
+        rows(&net.hosts[0], "ms")
+            .values()
+            .all(|s| s != "InProgress")
+    });
+    let r = rows(&net.hosts[0], "ms");
+    assert_eq!(
+        (r[&h0].as_str(), r[&h1].as_str()),
+        ("Stopped", "Stopped"),
+        "{r:?}"
+    );
+    let status = net.hosts[0].ok(&["volume", "rebalance", "ms", "status"]);
+    assert!(status.contains("stopped"), "{status}");
+    assert_eq!(commit(&net.hosts[0]), raised + 2, "not committed");
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
+    net.hosts[0].ok(&["volume", "rebalance", "ms", "start"]);
+    wait_for(
+        "the rebalance to complete",
+        Duration::from_secs(120),
+        || rows(&net.hosts[0], "ms").values().all(|s| s == "Completed"),
+    );
+    // Each start raised it by 2 (no clients trust old layouts), the
+    // completed one committed its generation: one more.
+    assert_eq!(commit(&net.hosts[0]), raised + 2 + 2 + 1);
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
+    let bricks: Vec<PathBuf> = bricks
+        .into_iter()
+        .chain([net.hosts[2].path("b3")])
+        .collect();
+    for (p, s) in &sets_of(&bricks, 1) {
+        assert_eq!(s.len(), 1, "{p} on sets {s:?}");
+    }
 }
 
 #[test]

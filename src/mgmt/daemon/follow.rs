@@ -34,21 +34,36 @@ impl Daemon {
         out
     }
 
+    /// Whether this daemon knows the clients that follow it: those that
+    /// followed its predecessor come back within `FOLLOW_RETRY`.
+    pub(super) fn knows_its_clients(&self) -> bool {
+        self.born.elapsed() > 2 * rpc::FOLLOW_RETRY + Duration::from_secs(1)
+    }
+
     /// The clients that followed volume `name` lately at any server of
     /// the pool (those that cannot be asked left out).
     pub(super) async fn clients_anywhere(&self, name: &str) -> Vec<rpc::ClientSeen> {
+        self.clients_everywhere(name).await.0
+    }
+
+    /// `clients_anywhere`, and whether the list is complete: every server
+    /// answered, and each had run long enough to know its clients.
+    pub(super) async fn clients_everywhere(&self, name: &str) -> (Vec<rpc::ClientSeen>, bool) {
         let mut out = self.clients_of(name);
+        let mut complete = self.knows_its_clients();
         let peers = self.state.lock().unwrap().peers.clone();
         for p in peers.iter() {
             let req = Request::VolumeClients {
                 name: name.to_string(),
                 all: false,
             };
-            if let Ok(Response::Clients(c)) = rpc::call(&p.mgmt, &req).await {
-                out.extend(c);
+            match rpc::call(&p.mgmt, &req).await {
+                Ok(Response::Clients(c)) => out.extend(c),
+                // Down, or started moments ago.
+                _ => complete = false,
             }
         }
-        out
+        (out, complete)
     }
 
     /// Volume `name`'s client graph description, from the view now

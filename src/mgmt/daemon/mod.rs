@@ -519,6 +519,12 @@ impl Daemon {
                 if let Err(e) = self.volume(&name) {
                     return err(e);
                 }
+                if !all && !self.knows_its_clients() {
+                    return err(format!(
+                        "{} started moments ago: the clients that follow it are still coming back",
+                        self.me.host
+                    ));
+                }
                 Response::Clients(if all {
                     self.clients_anywhere(&name).await
                 } else {

@@ -210,24 +210,21 @@ impl Daemon {
     /// one still on an older graph would trust layouts the rebalance is
     /// changing, and miss the files it moves.
     async fn wait_clients_at(self: &Arc<Self>, volume: &str, version: u64) {
-        // A daemon that just started knows no client yet: those that
-        // followed its predecessor come back first.
-        let known = self.born + 2 * rpc::FOLLOW_RETRY + Duration::from_secs(1);
-        tokio::time::sleep_until(known.into()).await;
         let deadline = tokio::time::Instant::now() + CLIENTS_SWITCH;
         loop {
-            let behind: Vec<String> = self
-                .clients_anywhere(volume)
-                .await
+            // A server that just started (or cannot be asked) does not
+            // know its clients yet: they may still be on an older graph.
+            let (clients, complete) = self.clients_everywhere(volume).await;
+            let behind: Vec<String> = clients
                 .into_iter()
                 .filter(|c| c.version.is_none_or(|v| v < version))
                 .map(|c| format!("{}:{}", c.client.host, c.client.mount))
                 .collect();
-            if behind.is_empty() {
+            if complete && behind.is_empty() {
                 return;
             }
             if tokio::time::Instant::now() > deadline {
-                tracing::warn!(%volume, ?behind, "clients still on an older graph: the rebalance goes on (they may miss files it moves until they switch)");
+                tracing::warn!(%volume, ?behind, complete, "clients may still be on an older graph (listed, or following a server that is down or just started): the rebalance goes on (they may miss files it moves until they switch)");
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -29,6 +29,13 @@ use std::time::{Duration, Instant};
 
 /// The longest hold a rebalancer may ask for.
 pub const MAX_LEASE: Duration = Duration::from_secs(300);
+/// How long a new hold waits for the changes already let through to end.
+const DRAIN: Duration = Duration::from_secs(30);
+/// Holds and changes in flight are kept in this many maps (by gfid), so
+/// that changes of different files rarely meet on one lock.
+const SHARDS: usize = 64;
+/// How often ended holds are looked for.
+const SWEEP: Duration = Duration::from_secs(1);
 
 struct Hold {
     holder: ConnId,
@@ -37,19 +44,20 @@ struct Hold {
 }
 
 #[derive(Default)]
-struct Holds {
-    map: HashMap<Gfid, Hold>,
+struct Shard {
+    holds: HashMap<Gfid, Hold>,
+    /// Changes let through and not answered yet, by file.
+    inflight: HashMap<Gfid, u32>,
     /// When ended holds were last swept away.
     swept: Option<Instant>,
 }
 
-/// How often ended holds are looked for.
-const SWEEP: Duration = Duration::from_secs(1);
-
 pub struct HoldXl {
     below: Arc<dyn BrickXlator>,
     posix: Arc<Posix>,
-    holds: Mutex<Holds>,
+    shards: Vec<Mutex<Shard>>,
+    /// Told when a file's last change in flight ends.
+    drained: tokio::sync::Notify,
 }
 
 pub fn build(
@@ -60,7 +68,8 @@ pub fn build(
     Ok(Some(Arc::new(HoldXl {
         below,
         posix: env.posix.clone(),
-        holds: Mutex::new(Holds::default()),
+        shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        drained: tokio::sync::Notify::new(),
     })))
 }
 
@@ -71,87 +80,127 @@ fn held() -> FsError {
     )
 }
 
+/// A change let through, counted until it is answered.
+struct InFlight<'a> {
+    xl: &'a HoldXl,
+    gfid: Gfid,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut shard = self.xl.shard(self.gfid);
+        if let Some(n) = shard.inflight.get_mut(&self.gfid) {
+            *n -= 1;
+            if *n == 0 {
+                shard.inflight.remove(&self.gfid);
+                drop(shard);
+                self.xl.drained.notify_waiters();
+            }
+        }
+    }
+}
+
 impl HoldXl {
+    fn shard(&self, gfid: Gfid) -> std::sync::MutexGuard<'_, Shard> {
+        self.shards[gfid.0[15] as usize % SHARDS].lock().unwrap()
+    }
+
     /// Whether hold `h` on `gfid` has ended: lapsed, or for a moved file,
     /// lapsed and no longer open here.
     fn ended(&self, gfid: Gfid, h: &Hold, now: Instant) -> bool {
         now > h.until && (!h.moved || self.posix.open_count(gfid) == 0)
     }
 
-    /// Whether `fop` from connection `conn` must wait for a hold.
-    fn refused(&self, conn: ConnId, fop: &Fop) -> bool {
-        let mut holds = self.holds.lock().unwrap();
-        let holds = &mut holds.map;
-        if holds.is_empty() {
-            return false;
-        }
+    /// Lets `fop` from connection `conn` through, counting it while it
+    /// runs if it is a change (a new hold waits for those), or refuses
+    /// it (held).
+    fn admit(&self, conn: ConnId, fop: &Fop) -> FsResult<Option<InFlight<'_>>> {
         let gfid = fop.gfid();
-        let Some(h) = holds.get(&gfid) else {
-            return false;
-        };
-        if self.ended(gfid, h, Instant::now()) {
-            holds.remove(&gfid);
-            return false;
+        let mut shard = self.shard(gfid);
+        if let Some(h) = shard.holds.get(&gfid) {
+            if self.ended(gfid, h, Instant::now()) {
+                shard.holds.remove(&gfid);
+            } else if refuses(h, conn, fop) {
+                return Err(held());
+            }
         }
-        // Closing goes on; so do locks: the change a lock is for is
-        // refused itself (and a lock refused would look like a replica
-        // out of reach to replicate, not like a file being moved).
-        if matches!(
-            fop,
-            Fop::Release { .. } | Fop::Releasedir { .. } | Fop::Flush { .. } | Fop::Lock { .. }
-        ) {
-            return false;
+        if !fop.is_modifying() {
+            return Ok(None);
         }
-        h.moved || (h.holder != conn && (fop.is_modifying() || matches!(fop, Fop::Open { .. })))
+        *shard.inflight.entry(gfid).or_default() += 1;
+        Ok(Some(InFlight { xl: self, gfid }))
     }
 
     /// Whether `gfid` is held here: Some(moved) if it is.
     fn holding(&self, gfid: Gfid) -> Option<bool> {
-        let holds = &self.holds.lock().unwrap().map;
-        let h = holds.get(&gfid)?;
+        let shard = self.shard(gfid);
+        let h = shard.holds.get(&gfid)?;
         (!self.ended(gfid, h, Instant::now())).then_some(h.moved)
     }
 
-    /// Sets or renews a hold of `gfid` for `conn`, or marks it moved.
-    fn hold(&self, conn: ConnId, gfid: Gfid, value: &[u8]) -> FsResult<()> {
-        let now = Instant::now();
-        let mut all = self.holds.lock().unwrap();
-        if all.swept.is_none_or(|t| now > t + SWEEP) {
-            all.map.retain(|g, h| !self.ended(*g, h, now));
-            all.swept = Some(now);
-        }
-        let holds = &mut all.map;
-        if let Some(h) = holds.get(&gfid) {
-            if h.holder != conn || h.moved {
-                return Err(FsError::new(libc::EBUSY, "the file is held already"));
+    /// Sets or renews a hold of `gfid` for `conn`, or marks it moved;
+    /// answers once the changes let through before it have ended.
+    async fn hold(&self, conn: ConnId, gfid: Gfid, value: &[u8]) -> FsResult<()> {
+        {
+            let now = Instant::now();
+            let mut shard = self.shard(gfid);
+            if shard.swept.is_none_or(|t| now > t + SWEEP) {
+                let holds = std::mem::take(&mut shard.holds);
+                shard.holds = holds
+                    .into_iter()
+                    .filter(|(g, h)| !self.ended(*g, h, now))
+                    .collect();
+                shard.swept = Some(now);
             }
+            if let Some(h) = shard.holds.get(&gfid) {
+                if h.holder != conn || h.moved {
+                    return Err(FsError::new(libc::EBUSY, "the file is held already"));
+                }
+            }
+            let moved = value == b"moved";
+            let lease = if moved {
+                if !shard.holds.contains_key(&gfid) {
+                    return Err(FsError::new(
+                        libc::EPERM,
+                        "only the holder of a file marks it moved",
+                    ));
+                }
+                HOLD_LEASE
+            } else {
+                let secs: u64 = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .filter(|&s| s > 0)
+                    .ok_or_else(|| FsError::inval("a hold is a number of seconds, or `moved`"))?;
+                Duration::from_secs(secs).min(MAX_LEASE)
+            };
+            shard.holds.insert(
+                gfid,
+                Hold {
+                    holder: conn,
+                    until: now + lease,
+                    moved,
+                },
+            );
         }
-        let moved = value == b"moved";
-        let lease = if moved {
-            if !holds.contains_key(&gfid) {
+        // A change that passed before the hold may not have reached the
+        // disk yet: the holder copies only once it has.
+        let deadline = tokio::time::Instant::now() + DRAIN;
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if !self.shard(gfid).inflight.contains_key(&gfid) {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                self.unhold(conn, gfid);
                 return Err(FsError::new(
-                    libc::EPERM,
-                    "only the holder of a file marks it moved",
+                    libc::EBUSY,
+                    "changes to the file did not end: not held",
                 ));
             }
-            HOLD_LEASE
-        } else {
-            let secs: u64 = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .filter(|&s| s > 0)
-                .ok_or_else(|| FsError::inval("a hold is a number of seconds, or `moved`"))?;
-            Duration::from_secs(secs).min(MAX_LEASE)
-        };
-        holds.insert(
-            gfid,
-            Hold {
-                holder: conn,
-                until: now + lease,
-                moved,
-            },
-        );
-        Ok(())
+        }
     }
 
     /// Ends `conn`'s hold of `gfid`. A moved file stays marked while
@@ -159,16 +208,30 @@ impl HoldXl {
     /// unlinked the file: the mark must not outlive it, or the file could
     /// not come back here in a later move).
     fn unhold(&self, conn: ConnId, gfid: Gfid) {
-        let holds = &mut self.holds.lock().unwrap().map;
-        let Some(h) = holds.get_mut(&gfid).filter(|h| h.holder == conn) else {
+        let mut shard = self.shard(gfid);
+        let Some(h) = shard.holds.get_mut(&gfid).filter(|h| h.holder == conn) else {
             return;
         };
         if h.moved && self.posix.open_count(gfid) > 0 {
             h.until = Instant::now();
         } else {
-            holds.remove(&gfid);
+            shard.holds.remove(&gfid);
         }
     }
+}
+
+/// Whether hold `h` refuses `fop` from connection `conn`. Closing goes
+/// on; so do locks: the change a lock is for is refused itself (and a
+/// lock refused would look like a replica out of reach to replicate, not
+/// like a file being moved).
+fn refuses(h: &Hold, conn: ConnId, fop: &Fop) -> bool {
+    if matches!(
+        fop,
+        Fop::Release { .. } | Fop::Releasedir { .. } | Fop::Flush { .. } | Fop::Lock { .. }
+    ) {
+        return false;
+    }
+    h.moved || (h.holder != conn && (fop.is_modifying() || matches!(fop, Fop::Open { .. })))
 }
 
 #[async_trait]
@@ -186,7 +249,7 @@ impl BrickXlator for HoldXl {
                 }
                 // The file is here (or ESTALE).
                 self.below.call(conn, cx, Fop::Getattr { gfid }).await?;
-                self.hold(conn.id, gfid, value)?;
+                self.hold(conn.id, gfid, value).await?;
                 Ok(Reply::Ok)
             }
             Fop::Removexattr { gfid, ref name } if name == HOLD_XATTR => {
@@ -205,9 +268,7 @@ impl BrickXlator for HoldXl {
                 None => Err(FsError::errno(libc::ENODATA)),
             },
             fop => {
-                if self.refused(conn.id, &fop) {
-                    return Err(held());
-                }
+                let _counted = self.admit(conn.id, &fop)?;
                 self.below.call(conn, cx, fop).await
             }
         }
@@ -346,5 +407,46 @@ mod tests {
         assert!(is_estale(x.call(&client, &root, write(h)).await));
         tokio::time::sleep(Duration::from_millis(1100)).await;
         x.call(&client, &root, write(h)).await.unwrap();
+    }
+
+    /// Takes its time over writes.
+    struct Slow(Arc<std::sync::atomic::AtomicBool>);
+
+    #[async_trait]
+    impl BrickXlator for Slow {
+        async fn call(&self, _: &Arc<Conn>, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+            if let Fop::Write { .. } = fop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            Ok(Reply::Ok)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hold_is_granted_once_the_changes_let_through_before_it_ended() {
+        let d = tempfile::tempdir().unwrap();
+        let env = BrickEnv {
+            posix: Arc::new(Posix::open(d.path()).unwrap()),
+            arbiter: false,
+            revoke_after: Arc::new(|| None),
+        };
+        let written = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let x = build(&env, Some(Arc::new(Slow(written.clone()))))
+            .unwrap()
+            .unwrap();
+        let g = Gfid::random();
+        let writing = {
+            let x = x.clone();
+            tokio::spawn(async move { x.call(&conn(2), &Ctx::root(), write(g)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        x.call(&conn(1), &Ctx::root(), set(g, "60")).await.unwrap();
+        assert!(
+            written.load(std::sync::atomic::Ordering::SeqCst),
+            "held before the write in flight reached the disk"
+        );
+        writing.await.unwrap().unwrap();
+        assert!(is_estale(x.call(&conn(2), &Ctx::root(), write(g)).await));
     }
 }

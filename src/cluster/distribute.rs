@@ -408,7 +408,19 @@ impl Distribute {
                         });
                     }
                 }
-                // A pointer to nothing: left for a rebalance to clear.
+                // A pointer to nothing, or one a rebalance has just made
+                // the file (it then unlinks the old copy): asked again.
+                if let Ok(Reply::Entry(entry)) = self.children[h].call(cx, fop.clone()).await {
+                    if entry.attr.linkto.is_none() {
+                        self.learn(&entry.attr, h);
+                        return Ok(Found {
+                            entry,
+                            at: h,
+                            pointer: None,
+                        });
+                    }
+                }
+                // Else left for a rebalance to clear.
             }
             (Ok(Reply::Entry(e)), None) => {
                 self.learn(&e.attr, h);
@@ -422,6 +434,10 @@ impl Distribute {
             (Ok(_), Some(None)) => {
                 tracing::warn!(xlator = %self.name, %parent, name = ?name, "pointer to an unknown set")
             }
+            // In flux, its hashed set out of reach (a set just added, not
+            // reached yet) or without the directory (added since it was
+            // made): the name may be on another.
+            (Err(e), _) if (e.is(libc::ENOTCONN) || e.is(libc::ESTALE)) && !dl.committed => {}
             (Err(e), _) if !e.is(libc::ENOENT) => return Err(e.clone()),
             (Err(_), _) => {}
         }
@@ -441,7 +457,12 @@ impl Distribute {
                 }
             }
         }
-        Err(FsError::errno(libc::ENOENT))
+        // Found nowhere else: the hashed set's answer, if it was out of
+        // reach (it may have the name).
+        Err(first
+            .err()
+            .filter(|e| e.is(libc::ENOTCONN))
+            .unwrap_or_else(|| FsError::errno(libc::ENOENT)))
     }
 
     /// The child holding a non-directory object, or None for a directory.
@@ -652,7 +673,14 @@ impl Distribute {
                     gfid,
                     name: crate::core::fop::HOLD_XATTR.into(),
                 };
-                self.children[i].call(&Ctx::root(), asked).await.ok()?;
+                if self.children[i].call(&Ctx::root(), asked).await.is_err() {
+                    // Not held (any more): moved meanwhile, or gone.
+                    self.placed.lock().unwrap().remove(&gfid);
+                    return match self.locate(cx, gfid).await {
+                        Ok(Some(j)) if j != i => Some(j),
+                        _ => None,
+                    };
+                }
                 tokio::time::sleep(*pause).await;
                 *pause = (*pause * 2).min(HELD_PAUSE_MAX);
                 Some(i)

@@ -579,18 +579,7 @@ impl Rebalancer {
             }
             // ... but the file changed since on `from`: copied again.
             Some(t) if t.gfid == a.gfid && t.linkto.is_none() => {
-                let empty = SetAttr {
-                    size: Some(0),
-                    ..Default::default()
-                };
-                dst.call(
-                    &root(),
-                    Fop::Setattr {
-                        gfid: a.gfid,
-                        set: empty,
-                    },
-                )
-                .await?;
+                truncate(dst, a.gfid).await?;
             }
             Some(t) if t.gfid == a.gfid => {}
             Some(_) => {
@@ -646,18 +635,7 @@ impl Rebalancer {
                 // pointer gives back the room the partial copy took.
                 tracing::info!(volume = %self.volume, %dir, ?name, "no room left on the target: the file stays where it is");
                 if getattr(dst, a.gfid).await?.linkto.is_some() {
-                    let empty = SetAttr {
-                        size: Some(0),
-                        ..Default::default()
-                    };
-                    dst.call(
-                        &root(),
-                        Fop::Setattr {
-                            gfid: a.gfid,
-                            set: empty,
-                        },
-                    )
-                    .await?;
+                    truncate(dst, a.gfid).await?;
                 }
                 self.left(from);
                 return Ok(());
@@ -712,11 +690,7 @@ impl Rebalancer {
         if !same_data(&last, now) {
             // Exactly as it is: what was copied before may have holes
             // punched since.
-            let empty = SetAttr {
-                size: Some(0),
-                ..Default::default()
-            };
-            dst.call(&root(), Fop::Setattr { gfid, set: empty }).await?;
+            truncate(dst, gfid).await?;
             copy_data(src, dst, gfid, last.size).await?;
         }
         *now = last;
@@ -860,6 +834,17 @@ fn unlink(parent: Gfid, name: &Name) -> Fop {
 
 async fn getattr(set: &Child, gfid: Gfid) -> FsResult<Attr> {
     set.call(&root(), Fop::Getattr { gfid }).await?.into_attr()
+}
+
+/// Empties the file on `set` (a partial or stale copy).
+async fn truncate(set: &Child, gfid: Gfid) -> FsResult<()> {
+    let empty = SetAttr {
+        size: Some(0),
+        ..Default::default()
+    };
+    set.call(&root(), Fop::Setattr { gfid, set: empty })
+        .await
+        .map(|_| ())
 }
 
 /// Whether a file's data is as it was (same size and times).

@@ -283,14 +283,7 @@ impl Daemon {
 
     /// Goes on with the tasks this server was running when it stopped.
     pub(super) async fn resume_tasks(self: Arc<Self>) {
-        let vols: Vec<Volume> = self
-            .state
-            .lock()
-            .unwrap()
-            .volumes
-            .values()
-            .cloned()
-            .collect();
+        let vols = self.volumes();
         for v in vols {
             for t in &v.tasks {
                 // Rebalances resume as the state is followed

@@ -457,6 +457,17 @@ impl Daemon {
         )
     }
 
+    /// Every volume, as the view has them now.
+    pub(super) fn volumes(&self) -> Vec<Volume> {
+        self.state
+            .lock()
+            .unwrap()
+            .volumes
+            .values()
+            .cloned()
+            .collect()
+    }
+
     pub(super) fn volume(&self, name: &str) -> Result<Volume, String> {
         self.state
             .lock()

@@ -13,7 +13,7 @@
 use super::*;
 use crate::mgmt::rpc::{RebalanceOp, RemoveOp};
 use crate::mgmt::state::Brick;
-use crate::mgmt::state::{Task, TaskKind, TaskRow, TaskStatus, Volume};
+use crate::mgmt::state::{Task, TaskKind, TaskRow, TaskStatus};
 use crate::rebalance::Rebalancer;
 
 /// How often a running rebalance records its progress.
@@ -235,14 +235,7 @@ impl Daemon {
     /// and not running yet (a task just started, or this server just
     /// restarted), and stops those whose row the state says ended.
     pub(super) async fn reconcile_rebalances(self: &Arc<Self>) {
-        let vols: Vec<Volume> = self
-            .state
-            .lock()
-            .unwrap()
-            .volumes
-            .values()
-            .cloned()
-            .collect();
+        let vols = self.volumes();
         let mut wanted = Vec::new();
         for v in &vols {
             let Some(t) = v.running_rebalance() else {

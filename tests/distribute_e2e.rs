@@ -855,3 +855,42 @@ fn a_target_filled_during_the_move_keeps_every_file_and_no_partial_copy() {
     assert_eq!(partial.trim(), "", "partial copies left behind");
     assert!(files_on(&bricks[1]).values().any(|pointer| !*pointer));
 }
+
+#[test]
+fn files_with_several_names_leave_a_removed_set_with_all_of_them() {
+    let c = Cluster::start();
+    let bricks = c.volume("hl", 1, &["h1", "h2"]);
+    let m = c.mount("hl");
+    ok(&format!(
+        "mkdir {0}/d {0}/e && for i in $(seq 1 30); do echo file$i > {0}/d/h$i && ln {0}/d/h$i {0}/e/l$i && ln {0}/d/h$i {0}/d/m$i; done",
+        m.dir.display()
+    ));
+    let before = checksums(&m.dir.to_string_lossy());
+    let on_second = files_on(&bricks[1]).values().filter(|p| !**p).count();
+    assert!(on_second > 10, "{on_second} names on the set to be removed");
+    let second = c.brick("h2");
+    c.ok(&["volume", "remove-brick", "hl", &second, "start"]);
+    wait_for("the set to be emptied", Duration::from_secs(60), || {
+        !c.ok(&["volume", "remove-brick", "hl", &second, "status"])
+            .contains("in progress")
+    });
+    let status = c.ok(&["volume", "remove-brick", "hl", &second, "status"]);
+    assert!(status.contains("completed"), "{status}");
+    c.ok(&["volume", "remove-brick", "hl", &second, "commit"]);
+    assert!(files_on(&bricks[1]).values().all(|pointer| *pointer));
+    assert_same(&checksums(&m.dir.to_string_lossy()), &before);
+    // Each file's three names are still one file, on the set left.
+    for i in 1..=30 {
+        let inode = |p: &str| ok(&format!("stat -c '%i' {}", bricks[0].join(p).display()));
+        let first = inode(&format!("d/h{i}"));
+        let links = ok(&format!("stat -c %h {}", m.p(&format!("d/h{i}"))));
+        assert_eq!(links.trim(), "3", "d/h{i}");
+        assert_eq!(inode(&format!("e/l{i}")), first);
+        assert_eq!(inode(&format!("d/m{i}")), first);
+        ok(&format!("echo more >> {}", m.p(&format!("e/l{i}"))));
+        assert_eq!(
+            std::fs::read_to_string(m.dir.join(format!("d/m{i}"))).unwrap(),
+            format!("file{i}\nmore\n")
+        );
+    }
+}

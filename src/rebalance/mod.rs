@@ -14,9 +14,11 @@
 //! 3. with `migrate`, listed on every set: a file whose name now hashes to
 //!    another set is moved there (`move_file`): copied, then held on its
 //!    set (`brick::hold`) while the last changes are copied and it leaves,
-//!    so that files open on clients move too; one that cannot move
-//!    (hard-linked, or no room) stays, with a pointer on the set its name
-//!    hashes to; pointers no longer needed are removed.
+//!    so that files open on clients move too; one with several names
+//!    stays, with a pointer on the set each name hashes to, unless its set
+//!    is being emptied: then it moves with all its names after the pass
+//!    (`move_linked`); one the target has no room for stays too; pointers
+//!    no longer needed are removed.
 //!
 //! A second pass catches files created meanwhile under an older layout.
 //! Then, if nothing failed, the volume's layout commit becomes
@@ -32,6 +34,7 @@ use crate::core::{
 };
 use crate::graph::{Env, Graph, VolDesc};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,7 +67,7 @@ pub struct Progress {
     pub scanned: u64,
     pub moved: u64,
     pub bytes: u64,
-    /// Files left where they are, with a pointer (hard-linked, no room), in
+    /// Files left where they are, with a pointer (several names, no room), in
     /// the last pass.
     pub skipped: u64,
     /// Of those, left on a set being emptied.
@@ -153,7 +156,21 @@ pub struct Rebalancer {
     started: Instant,
     progress: Mutex<Progress>,
     pass: Mutex<Pass>,
+    /// Files with several names on sets being emptied, met in this pass:
+    /// their attributes, set, and names (with the set each hashes to),
+    /// moved together once the pass has met them all.
+    linked: Mutex<HashMap<Gfid, Linked>>,
 }
+
+/// A file with several names, as a pass met it.
+struct Linked {
+    attr: Attr,
+    from: usize,
+    names: Vec<(Gfid, Name, usize)>,
+}
+
+/// Files with several names kept in mind for a pass at most.
+const LINKED_MAX: usize = 100_000;
 
 fn root() -> Ctx {
     Ctx::root()
@@ -219,6 +236,7 @@ impl Rebalancer {
             started: Instant::now(),
             progress: Mutex::new(Progress::default()),
             pass: Mutex::new(Pass::new()),
+            linked: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -227,7 +245,7 @@ impl Rebalancer {
         self.graph.wait_up(t).await == self.graph.leaves().count()
     }
 
-    /// Whether files that cannot move (hard-linked, no room) were left
+    /// Whether files that cannot move (no room, names made meanwhile) were left
     /// on a set being emptied.
     pub fn left_on_draining(&self) -> bool {
         self.progress.lock().unwrap().skipped_draining > 0
@@ -273,6 +291,7 @@ impl Rebalancer {
             if !self.walk().await {
                 return false;
             }
+            self.move_linked().await;
             let p = self.progress();
             tracing::info!(volume = %self.volume, pass, dirs = p.dirs, moved = p.moved, skipped = p.skipped, failed = p.failed, "rebalance pass done");
             if p.failed > failed_before || self.stopped() {
@@ -355,6 +374,10 @@ impl Rebalancer {
                     continue;
                 }
                 if let Some(home) = home.filter(|&h| h != i) {
+                    if a.nlink > 1 && a.kind == FileKind::File && self.draining[i] {
+                        self.note_linked(d.gfid, name, a, i, home);
+                        continue;
+                    }
                     moves.push((name, a, i, home));
                 }
             }
@@ -385,6 +408,98 @@ impl Rebalancer {
             }
         }
         Ok((subdirs, others))
+    }
+
+    /// Keeps in mind a name of a file with several, on a set being
+    /// emptied: it moves with its other names after the pass.
+    fn note_linked(&self, dir: Gfid, name: Name, a: Attr, from: usize, home: usize) {
+        let mut linked = self.linked.lock().unwrap();
+        if linked.len() >= LINKED_MAX && !linked.contains_key(&a.gfid) {
+            drop(linked);
+            self.left(from);
+            return;
+        }
+        linked
+            .entry(a.gfid)
+            .or_insert_with(|| Linked {
+                attr: a,
+                from,
+                names: Vec::new(),
+            })
+            .names
+            .push((dir, name, home));
+    }
+
+    /// Moves the files with several names this pass met: each whose
+    /// names were all met goes, with all of them, to the set its first
+    /// name hashes to; the others stay (made meanwhile: the next pass).
+    async fn move_linked(&self) {
+        let groups: Vec<Linked> = std::mem::take(&mut *self.linked.lock().unwrap())
+            .into_values()
+            .collect();
+        for g in groups {
+            if self.stopped() {
+                return;
+            }
+            if (g.names.len() as u64) < u64::from(g.attr.nlink) {
+                self.left(g.from);
+                continue;
+            }
+            if let Err(e) = self.move_group(&g).await {
+                tracing::warn!(volume = %self.volume, gfid = %g.attr.gfid, names = g.names.len(), "not moved: {e}");
+                self.count(|p| p.failed += 1);
+            }
+        }
+    }
+
+    /// Moves a file with several names (`move_linked`).
+    async fn move_group(&self, g: &Linked) -> FsResult<()> {
+        let (dir, name, to) = &g.names[0];
+        let dst = &self.sets[*to];
+        let there = match dst.call(&root(), lookup(*dir, name)).await {
+            Ok(r) => Some(r.into_attr()?),
+            Err(e) if absent(&e) => None,
+            Err(e) => return Err(e),
+        };
+        match there {
+            Some(t) if t.gfid == g.attr.gfid => {}
+            Some(_) => {
+                return Err(FsError::new(
+                    libc::EEXIST,
+                    "another file has this name on the set it hashes to",
+                ))
+            }
+            None => {
+                let mk = Fop::Mknod {
+                    parent: *dir,
+                    name: name.clone(),
+                    gfid: g.attr.gfid,
+                    mode: libc::S_IFREG | POINTER_PERM,
+                    umask: 0,
+                    rdev: 0,
+                    linkto: Some(self.ids[g.from]),
+                };
+                match dst.call(&root(), mk).await {
+                    // Another name of the file has its pointer there.
+                    Err(e) if e.is(libc::EEXIST) => {
+                        let link = Fop::Link {
+                            gfid: g.attr.gfid,
+                            newparent: *dir,
+                            newname: name.clone(),
+                        };
+                        dst.call(&root(), link).await?;
+                    }
+                    r => {
+                        r?;
+                    }
+                }
+            }
+        }
+        if !self.has_room(dst, g.attr.size).await {
+            self.left(g.from);
+            return Ok(());
+        }
+        self.carry(&g.attr, (g.from, *to), &g.names).await
     }
 
     /// Whether file `a`, listed as `name` in `dir` on set `from`, is no
@@ -620,26 +735,50 @@ impl Rebalancer {
             self.left(from);
             return Ok(());
         }
+        self.carry(a, (from, to), &[(dir, name.clone(), to)]).await
+    }
+
+    /// Moves file `a` from set `from` into its pointer on set `to`, named
+    /// `names` (the first is the pointer's; each with the set it now
+    /// hashes to): copied, held, completed, every other name made a link
+    /// of the copy on `to` or a pointer to it elsewhere, then gone from
+    /// `from`. A target that fills up meanwhile leaves the file where it
+    /// is, its pointer emptied.
+    async fn carry(
+        &self,
+        a: &Attr,
+        (from, to): (usize, usize),
+        names: &[(Gfid, Name, usize)],
+    ) -> FsResult<()> {
+        let (src, dst) = (&self.sets[from], &self.sets[to]);
         let mut now = a.clone();
-        match self
-            .copy_and_finish(dir, name, (src, dst), a, &mut now)
-            .await
-        {
-            Ok(()) => {}
-            Err(e) => {
-                unhold(src, a.gfid).await;
-                if !(e.is(libc::ENOSPC) || e.is(libc::EDQUOT)) {
-                    return Err(e);
-                }
-                // The target filled up meanwhile: the file stays, and its
-                // pointer gives back the room the partial copy took.
-                tracing::info!(volume = %self.volume, %dir, ?name, "no room left on the target: the file stays where it is");
-                if getattr(dst, a.gfid).await?.linkto.is_some() {
-                    truncate(dst, a.gfid).await?;
-                }
-                self.left(from);
-                return Ok(());
+        let moved: FsResult<()> = async {
+            self.copy_and_finish((src, dst), a, &mut now).await?;
+            for (dir, name, home) in &names[1..] {
+                self.name_there(*dir, name, a.gfid, *home, to).await?;
             }
+            hold(src, a.gfid, "moved").await?;
+            for (dir, name, _) in names {
+                src.call(&root(), unlink(*dir, name)).await?;
+            }
+            // The mark stays only while handles are open on the old copy.
+            unhold(src, a.gfid).await;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = moved {
+            unhold(src, a.gfid).await;
+            if !(e.is(libc::ENOSPC) || e.is(libc::EDQUOT)) {
+                return Err(e);
+            }
+            // The target filled up meanwhile: the file stays, and its
+            // pointer gives back the room the partial copy took.
+            tracing::info!(volume = %self.volume, gfid = %a.gfid, "no room left on the target: the file stays where it is");
+            if getattr(dst, a.gfid).await?.linkto.is_some() {
+                truncate(dst, a.gfid).await?;
+            }
+            self.left(from);
+            return Ok(());
         }
         self.count(|p| {
             p.moved += 1;
@@ -650,13 +789,73 @@ impl Rebalancer {
         Ok(())
     }
 
+    /// Makes name `name` in `dir` on set `home` stand for file `gfid`,
+    /// which now lives on set `to`: a link of it there, or a pointer to
+    /// it (made, or turned towards `to`).
+    async fn name_there(
+        &self,
+        dir: Gfid,
+        name: &Name,
+        gfid: Gfid,
+        home: usize,
+        to: usize,
+    ) -> FsResult<()> {
+        let set = &self.sets[home];
+        let there = match set.call(&root(), lookup(dir, name)).await {
+            Ok(r) => Some(r.into_attr()?),
+            Err(e) if absent(&e) => None,
+            Err(e) => return Err(e),
+        };
+        let point = Fop::Setxattr {
+            gfid,
+            name: LINKTO_XATTR.into(),
+            value: serde_bytes::ByteBuf::from(self.ids[to].to_le_bytes().to_vec()),
+            flags: 0,
+        };
+        match there {
+            Some(t) if t.gfid != gfid => Err(FsError::new(
+                libc::EEXIST,
+                "another file has this name on the set it hashes to",
+            )),
+            Some(t) if home != to && t.linkto != Some(self.ids[to]) => {
+                set.call(&root(), point).await.map(|_| ())
+            }
+            Some(_) => Ok(()),
+            None => {
+                let link = Fop::Link {
+                    gfid,
+                    newparent: dir,
+                    newname: name.clone(),
+                };
+                if home == to {
+                    return set.call(&root(), link).await.map(|_| ());
+                }
+                let mk = Fop::Mknod {
+                    parent: dir,
+                    name: name.clone(),
+                    gfid,
+                    mode: libc::S_IFREG | POINTER_PERM,
+                    umask: 0,
+                    rdev: 0,
+                    linkto: Some(self.ids[to]),
+                };
+                match set.call(&root(), mk).await {
+                    // Another name of the file has its pointer there.
+                    Err(e) if e.is(libc::EEXIST) => {
+                        set.call(&root(), link).await?;
+                        set.call(&root(), point).await.map(|_| ())
+                    }
+                    r => r.map(|_| ()),
+                }
+            }
+        }
+    }
+
     /// Copies file `a` from `src` into its pointer on `dst` while clients
     /// may still write it, until it holds still (a few tries); then holds
     /// it, so that nothing changes it any more, and ends the move.
     async fn copy_and_finish(
         &self,
-        dir: Gfid,
-        name: &Name,
         (src, dst): (&Child, &Child),
         a: &Attr,
         now: &mut Attr,
@@ -670,18 +869,16 @@ impl Rebalancer {
             *now = after;
         }
         hold(src, a.gfid, &HOLD_LEASE.as_secs().to_string()).await?;
-        self.finish_move(dir, name, (src, dst), a.gfid, now).await
+        self.finish_move((src, dst), a.gfid, now).await
     }
 
-    /// Ends the move of a file held on `src` and copied to `dst` as it
-    /// was (`now`): copied again if it changed before the hold, then the
-    /// copy takes the file's xattrs, owner, mode and times and stops being
-    /// a pointer, and the file leaves `src` (marked moved there first, so
-    /// that handles still open on it ask where it went).
+    /// Completes the copy on `dst` of a file held on `src` and copied as
+    /// it was (`now`): copied again if it changed before the hold, then
+    /// the copy takes the file's xattrs, owner, mode and times and stops
+    /// being a pointer. The caller then marks the file moved on `src` (so
+    /// that handles still open on it ask where it went) and unlinks it.
     async fn finish_move(
         &self,
-        dir: Gfid,
-        name: &Name,
         (src, dst): (&Child, &Child),
         gfid: Gfid,
         now: &mut Attr,
@@ -714,10 +911,6 @@ impl Rebalancer {
                 },
             )
             .await;
-        hold(src, gfid, "moved").await?;
-        src.call(&root(), unlink(dir, name)).await?;
-        // The mark stays only while handles are open on the old copy.
-        unhold(src, gfid).await;
         Ok(())
     }
 

@@ -347,7 +347,7 @@ impl Daemon {
         row.progress = p.clone();
         let ok = if ok && task.kind == TaskKind::RemoveBrick && r.left_on_draining() {
             row.detail = format!(
-                "{} files could not leave the bricks (hard-linked, or no room on the others): remove their other names or make room, and start again",
+                "{} files could not leave the bricks (no room on the others, or names made while it ran): make room, and start again",
                 p.skipped_draining
             );
             false

@@ -290,6 +290,18 @@ mod tests {
         }
     }
 
+    /// Holds over `below`, on a brick in a temporary directory.
+    fn over(below: Arc<dyn BrickXlator>) -> (tempfile::TempDir, Arc<dyn BrickXlator>) {
+        let d = tempfile::tempdir().unwrap();
+        let env = BrickEnv {
+            posix: Arc::new(Posix::open(d.path()).unwrap()),
+            arbiter: false,
+            revoke_after: Arc::new(|| None),
+        };
+        let x = build(&env, Some(below)).unwrap().unwrap();
+        (d, x)
+    }
+
     fn conn(id: ConnId) -> Arc<Conn> {
         Arc::new(Conn {
             id,
@@ -324,13 +336,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_held_file_refuses_others_changes_until_it_is_released_or_the_lease_lapses() {
-        let d = tempfile::tempdir().unwrap();
-        let env = BrickEnv {
-            posix: Arc::new(Posix::open(d.path()).unwrap()),
-            arbiter: false,
-            revoke_after: Arc::new(|| None),
-        };
-        let x = build(&env, Some(Arc::new(Anything))).unwrap().unwrap();
+        let (_d, x) = over(Arc::new(Anything));
         let (rebal, client) = (conn(1), conn(2));
         let root = Ctx::root();
         let g = Gfid::random();
@@ -425,16 +431,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_hold_is_granted_once_the_changes_let_through_before_it_ended() {
-        let d = tempfile::tempdir().unwrap();
-        let env = BrickEnv {
-            posix: Arc::new(Posix::open(d.path()).unwrap()),
-            arbiter: false,
-            revoke_after: Arc::new(|| None),
-        };
         let written = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let x = build(&env, Some(Arc::new(Slow(written.clone()))))
-            .unwrap()
-            .unwrap();
+        let (_d, x) = over(Arc::new(Slow(written.clone())));
         let g = Gfid::random();
         let writing = {
             let x = x.clone();

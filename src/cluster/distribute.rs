@@ -158,6 +158,40 @@ fn remember<V>(map: &Mutex<HashMap<Gfid, V>>, max: usize, k: Gfid, v: V) {
     m.insert(k, v);
 }
 
+/// Makes a pointer on `set` under `name` in `parent` to file `gfid` on
+/// the set of id `to`. A file with several names hashing to one set has
+/// one pointer there with as many names (a pointer has the file's gfid,
+/// and a gfid names one object per brick): the name is linked to it, and
+/// the answer is true.
+pub(crate) async fn make_pointer(
+    set: &Child,
+    cx: &Ctx,
+    (parent, name): (Gfid, &Name),
+    gfid: Gfid,
+    to: u32,
+) -> FsResult<bool> {
+    let fop = Fop::Mknod {
+        parent,
+        name: name.clone(),
+        gfid,
+        mode: libc::S_IFREG | POINTER_PERM,
+        umask: 0,
+        rdev: 0,
+        linkto: Some(to),
+    };
+    match set.call(cx, fop).await {
+        Err(e) if e.is(libc::EEXIST) => {
+            let link = Fop::Link {
+                gfid,
+                newparent: parent,
+                newname: name.clone(),
+            };
+            set.call(cx, link).await.map(|_| true)
+        }
+        r => r.map(|_| false),
+    }
+}
+
 /// Heals the copies of directory `gfid` on `sets` (set-id order) if
 /// `always`, or if they disagree; forgets it in `missed` once every set
 /// was reached.
@@ -177,6 +211,14 @@ async fn heal_dir_copies(
         }
         Ok(None) => {}
         Err(e) => tracing::warn!(dir = %gfid, "directory metadata not healed: {e}"),
+    }
+}
+
+/// The entry a lookup answered, if it is not a pointer.
+fn file_entry(r: FsResult<Reply>) -> Option<Entry> {
+    match r {
+        Ok(Reply::Entry(e)) if e.attr.linkto.is_none() => Some(e),
+        _ => None,
     }
 }
 
@@ -398,27 +440,23 @@ impl Distribute {
         let first = self.children[h].call(cx, fop.clone()).await;
         match (&first, pointer_of(&first).map(|s| self.child_of(s))) {
             (Ok(_), Some(Some(at))) => {
-                if let Ok(Reply::Entry(entry)) = self.children[at].call(cx, fop.clone()).await {
-                    if entry.attr.linkto.is_none() {
-                        self.learn(&entry.attr, at);
-                        return Ok(Found {
-                            entry,
-                            at,
-                            pointer: Some(h),
-                        });
-                    }
+                if let Some(entry) = file_entry(self.children[at].call(cx, fop.clone()).await) {
+                    self.learn(&entry.attr, at);
+                    return Ok(Found {
+                        entry,
+                        at,
+                        pointer: Some(h),
+                    });
                 }
                 // A pointer to nothing, or one a rebalance has just made
                 // the file (it then unlinks the old copy): asked again.
-                if let Ok(Reply::Entry(entry)) = self.children[h].call(cx, fop.clone()).await {
-                    if entry.attr.linkto.is_none() {
-                        self.learn(&entry.attr, h);
-                        return Ok(Found {
-                            entry,
-                            at: h,
-                            pointer: None,
-                        });
-                    }
+                if let Some(entry) = file_entry(self.children[h].call(cx, fop.clone()).await) {
+                    self.learn(&entry.attr, h);
+                    return Ok(Found {
+                        entry,
+                        at: h,
+                        pointer: None,
+                    });
                 }
                 // Else left for a rebalance to clear.
             }
@@ -446,15 +484,13 @@ impl Distribute {
         }
         let others: Vec<usize> = self.all().into_iter().filter(|&i| i != h).collect();
         for (i, r) in self.on(cx, others, &fop).await {
-            if let Ok(Reply::Entry(entry)) = r {
-                if entry.attr.linkto.is_none() {
-                    self.learn(&entry.attr, i);
-                    return Ok(Found {
-                        entry,
-                        at: i,
-                        pointer: None,
-                    });
-                }
+            if let Some(entry) = file_entry(r) {
+                self.learn(&entry.attr, i);
+                return Ok(Found {
+                    entry,
+                    at: i,
+                    pointer: None,
+                });
             }
         }
         // Found nowhere else: the hashed set's answer, if it was out of
@@ -805,10 +841,8 @@ impl Distribute {
         ));
     }
 
-    /// Makes a pointer to child `to` under `name` on child `at`. A file
-    /// with several names hashing to one set has one pointer there with as
-    /// many names (a pointer has the file's gfid, and a gfid names one
-    /// object per brick).
+    /// Makes a pointer to child `to` under `name` on child `at`
+    /// (`make_pointer`).
     async fn point(
         &self,
         cx: &Ctx,
@@ -817,26 +851,9 @@ impl Distribute {
         gfid: Gfid,
         to: usize,
     ) -> FsResult<()> {
-        let fop = Fop::Mknod {
-            parent,
-            name: name.clone(),
-            gfid,
-            mode: libc::S_IFREG | POINTER_PERM,
-            umask: 0,
-            rdev: 0,
-            linkto: Some(self.ids[to]),
-        };
-        match self.children[at].call(cx, fop).await {
-            Err(e) if e.is(libc::EEXIST) => {
-                let link = Fop::Link {
-                    gfid,
-                    newparent: parent,
-                    newname: name.clone(),
-                };
-                self.children[at].call(cx, link).await.map(|_| ())
-            }
-            r => r.map(|_| ()),
-        }
+        make_pointer(&self.children[at], cx, (parent, name), gfid, self.ids[to])
+            .await
+            .map(|_| ())
     }
 
     async fn unlink_on(&self, cx: &Ctx, at: usize, parent: Gfid, name: &Name) -> FsResult<Reply> {

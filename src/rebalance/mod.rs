@@ -26,8 +26,9 @@
 //! again. Directories already carrying `generation` keep their layout, so a
 //! rebalance that stopped (a crash, `stop`) starts again where it was.
 
+use crate::cluster::distribute::make_pointer;
 use crate::cluster::layout::{name_hash, Layout};
-use crate::core::fop::{HOLD_LEASE, HOLD_XATTR, LAYOUT_XATTR, LINKTO_XATTR, POINTER_PERM};
+use crate::core::fop::{HOLD_LEASE, HOLD_XATTR, LAYOUT_XATTR, LINKTO_XATTR};
 use crate::core::options::{Kind, Spec};
 use crate::core::{
     Attr, Child, Ctx, DirEntry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
@@ -456,43 +457,12 @@ impl Rebalancer {
     async fn move_group(&self, g: &Linked) -> FsResult<()> {
         let (dir, name, to) = &g.names[0];
         let dst = &self.sets[*to];
-        let there = match dst.call(&root(), lookup(*dir, name)).await {
-            Ok(r) => Some(r.into_attr()?),
-            Err(e) if absent(&e) => None,
-            Err(e) => return Err(e),
-        };
-        match there {
+        match lookup_on(dst, *dir, name).await? {
             Some(t) if t.gfid == g.attr.gfid => {}
-            Some(_) => {
-                return Err(FsError::new(
-                    libc::EEXIST,
-                    "another file has this name on the set it hashes to",
-                ))
-            }
+            Some(_) => return Err(name_taken()),
             None => {
-                let mk = Fop::Mknod {
-                    parent: *dir,
-                    name: name.clone(),
-                    gfid: g.attr.gfid,
-                    mode: libc::S_IFREG | POINTER_PERM,
-                    umask: 0,
-                    rdev: 0,
-                    linkto: Some(self.ids[g.from]),
-                };
-                match dst.call(&root(), mk).await {
-                    // Another name of the file has its pointer there.
-                    Err(e) if e.is(libc::EEXIST) => {
-                        let link = Fop::Link {
-                            gfid: g.attr.gfid,
-                            newparent: *dir,
-                            newname: name.clone(),
-                        };
-                        dst.call(&root(), link).await?;
-                    }
-                    r => {
-                        r?;
-                    }
-                }
+                let from = self.ids[g.from];
+                make_pointer(dst, &root(), (*dir, name), g.attr.gfid, from).await?;
             }
         }
         if !self.has_room(dst, g.attr.size).await {
@@ -505,9 +475,9 @@ impl Rebalancer {
     /// Whether file `a`, listed as `name` in `dir` on set `from`, is no
     /// longer there under that name.
     async fn gone(&self, dir: Gfid, name: &Name, a: &Attr, from: usize) -> bool {
-        match self.sets[from].call(&root(), lookup(dir, name)).await {
-            Ok(r) => r.into_attr().is_ok_and(|t| t.gfid != a.gfid),
-            Err(e) => absent(&e),
+        match lookup_on(&self.sets[from], dir, name).await {
+            Ok(t) => t.is_none_or(|t| t.gfid != a.gfid),
+            Err(_) => false,
         }
     }
 
@@ -673,11 +643,7 @@ impl Rebalancer {
         to: usize,
     ) -> FsResult<()> {
         let (src, dst) = (&self.sets[from], &self.sets[to]);
-        let there = match dst.call(&root(), lookup(dir, name)).await {
-            Ok(r) => Some(r.into_attr()?),
-            Err(e) if absent(&e) => None,
-            Err(e) => return Err(e),
-        };
+        let there = lookup_on(dst, dir, name).await?;
         if a.kind != FileKind::File && a.kind != FileKind::Dir {
             return self.move_special(dir, name, a, (from, to), there).await;
         }
@@ -697,36 +663,9 @@ impl Rebalancer {
                 truncate(dst, a.gfid).await?;
             }
             Some(t) if t.gfid == a.gfid => {}
-            Some(_) => {
-                return Err(FsError::new(
-                    libc::EEXIST,
-                    "another file has this name on the set it hashes to",
-                ))
-            }
+            Some(_) => return Err(name_taken()),
             None => {
-                let mk = Fop::Mknod {
-                    parent: dir,
-                    name: name.clone(),
-                    gfid: a.gfid,
-                    mode: libc::S_IFREG | POINTER_PERM,
-                    umask: 0,
-                    rdev: 0,
-                    linkto: Some(self.ids[from]),
-                };
-                match dst.call(&root(), mk).await {
-                    // Another name of the file has its pointer there.
-                    Err(e) if e.is(libc::EEXIST) => {
-                        let link = Fop::Link {
-                            gfid: a.gfid,
-                            newparent: dir,
-                            newname: name.clone(),
-                        };
-                        dst.call(&root(), link).await?;
-                    }
-                    r => {
-                        r?;
-                    }
-                }
+                make_pointer(dst, &root(), (dir, name), a.gfid, self.ids[from]).await?;
             }
         }
         // From here `to` has a pointer to `from`: the file is found
@@ -801,52 +740,33 @@ impl Rebalancer {
         to: usize,
     ) -> FsResult<()> {
         let set = &self.sets[home];
-        let there = match set.call(&root(), lookup(dir, name)).await {
-            Ok(r) => Some(r.into_attr()?),
-            Err(e) if absent(&e) => None,
-            Err(e) => return Err(e),
-        };
         let point = Fop::Setxattr {
             gfid,
             name: LINKTO_XATTR.into(),
             value: serde_bytes::ByteBuf::from(self.ids[to].to_le_bytes().to_vec()),
             flags: 0,
         };
-        match there {
-            Some(t) if t.gfid != gfid => Err(FsError::new(
-                libc::EEXIST,
-                "another file has this name on the set it hashes to",
-            )),
+        match lookup_on(set, dir, name).await? {
+            Some(t) if t.gfid != gfid => Err(name_taken()),
             Some(t) if home != to && t.linkto != Some(self.ids[to]) => {
                 set.call(&root(), point).await.map(|_| ())
             }
             Some(_) => Ok(()),
-            None => {
+            None if home == to => {
                 let link = Fop::Link {
                     gfid,
                     newparent: dir,
                     newname: name.clone(),
                 };
-                if home == to {
-                    return set.call(&root(), link).await.map(|_| ());
+                set.call(&root(), link).await.map(|_| ())
+            }
+            None => {
+                // Linked to another name's pointer there: turned towards
+                // `to` too.
+                if make_pointer(set, &root(), (dir, name), gfid, self.ids[to]).await? {
+                    set.call(&root(), point).await?;
                 }
-                let mk = Fop::Mknod {
-                    parent: dir,
-                    name: name.clone(),
-                    gfid,
-                    mode: libc::S_IFREG | POINTER_PERM,
-                    umask: 0,
-                    rdev: 0,
-                    linkto: Some(self.ids[to]),
-                };
-                match set.call(&root(), mk).await {
-                    // Another name of the file has its pointer there.
-                    Err(e) if e.is(libc::EEXIST) => {
-                        set.call(&root(), link).await?;
-                        set.call(&root(), point).await.map(|_| ())
-                    }
-                    r => r.map(|_| ()),
-                }
+                Ok(())
             }
         }
     }
@@ -936,12 +856,7 @@ impl Rebalancer {
                 dst.call(&root(), unlink(dir, name)).await?;
                 self.make_like(dir, name, a, src, dst).await?;
             }
-            Some(_) => {
-                return Err(FsError::new(
-                    libc::EEXIST,
-                    "another file has this name on the set it hashes to",
-                ))
-            }
+            Some(_) => return Err(name_taken()),
             None => self.make_like(dir, name, a, src, dst).await?,
         }
         src.call(&root(), unlink(dir, name)).await?;
@@ -1023,6 +938,23 @@ fn unlink(parent: Gfid, name: &Name) -> Fop {
         parent,
         name: name.clone(),
     }
+}
+
+/// What `name` in `dir` is on `set`, if anything.
+async fn lookup_on(set: &Child, dir: Gfid, name: &Name) -> FsResult<Option<Attr>> {
+    match set.call(&root(), lookup(dir, name)).await {
+        Ok(r) => Ok(Some(r.into_attr()?)),
+        Err(e) if absent(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Another file holds the name a file moves to.
+fn name_taken() -> FsError {
+    FsError::new(
+        libc::EEXIST,
+        "another file has this name on the set it hashes to",
+    )
 }
 
 async fn getattr(set: &Child, gfid: Gfid) -> FsResult<Attr> {

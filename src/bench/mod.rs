@@ -20,7 +20,9 @@ use workloads::Params;
 pub struct BenchArgs {
     #[command(subcommand)]
     pub cmd: Option<BenchCmd>,
-    /// Baselines measured beside mortar: local, glusterfs (comma-separated).
+    /// Baselines measured beside mortar: local, glusterfs, bindfs (a
+    /// pass-through FUSE file system over the local disk: the ceiling of
+    /// one FUSE hop; `apt-get install bindfs`), comma-separated.
     #[arg(long, default_value = "local", value_delimiter = ',')]
     pub against: Vec<String>,
     /// Also measure these mounted directories (other file systems).
@@ -29,6 +31,10 @@ pub struct BenchArgs {
     /// Measure only the baselines and --target directories, not mortar.
     #[arg(long)]
     pub no_mortar: bool,
+    /// Option groups set on the GlusterFS volume (`gluster volume set VOL
+    /// group NAME`), e.g. metadata-cache, nl-cache.
+    #[arg(long, value_delimiter = ',')]
+    pub glusterfs_group: Vec<String>,
     /// Volume shape: replica3, replica2, distributeN, RxN (sets x replica).
     #[arg(long, default_value = "replica3")]
     pub shape: String,
@@ -61,6 +67,9 @@ pub struct BenchArgs {
     /// Threads for multi-threaded figures and streams.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
+    /// dbench: seconds of each run (after its warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub dbench_secs: u64,
     /// smallfile-ops: files.
     #[arg(long, default_value_t = 1000)]
     pub ops_files: usize,
@@ -107,6 +116,7 @@ fn params(a: &BenchArgs, scratch: &Path) -> Params {
             stream_mib: 4,
             everyday_files: 50,
             everyday_mib: 2,
+            dbench_secs: 3,
             replay_shell: a.replay_shell,
             scratch: scratch.to_path_buf(),
         };
@@ -121,6 +131,7 @@ fn params(a: &BenchArgs, scratch: &Path) -> Params {
         stream_mib: a.stream_mib,
         everyday_files: a.everyday_files,
         everyday_mib: a.everyday_mib,
+        dbench_secs: a.dbench_secs,
         replay_shell: a.replay_shell,
         scratch: scratch.to_path_buf(),
     }
@@ -407,9 +418,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
     }
     for b in &a.against {
-        if !["local", "glusterfs"].contains(&b.as_str()) {
+        if !["local", "glusterfs", "bindfs"].contains(&b.as_str()) {
             anyhow::bail!(
-                "unknown baseline {b}: use local, glusterfs, or --target DIR for any directory"
+                "unknown baseline {b}: use local, glusterfs, bindfs, or --target DIR for any directory"
             );
         }
     }
@@ -445,7 +456,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
         if a.against.iter().any(|b| b == "glusterfs") {
             eprintln!("setting up a GlusterFS {} volume ...", shape.label());
-            targets.push(target::glusterfs(&base, shape)?);
+            targets.push(target::glusterfs(&base, shape, &a.glusterfs_group)?);
+        }
+        if a.against.iter().any(|b| b == "bindfs") {
+            targets.push(target::bindfs(&base)?);
         }
         for d in &a.target {
             targets.push(target::directory(d)?);

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 /// The targets ratios are taken against, when present.
-const BASELINES: &[&str] = &["local", "glusterfs"];
+const BASELINES: &[&str] = &["local", "glusterfs", "bindfs"];
 
 fn med(r: &Results, w: &str, metric: &str, t: &str) -> Option<f64> {
     summarize(&r.get(w, metric, None, t)?.samples).map(|s| s.median)

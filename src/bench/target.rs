@@ -157,6 +157,32 @@ pub fn directory(path: &Path) -> anyhow::Result<Target> {
     })
 }
 
+/// bindfs (a pass-through FUSE file system) over a directory of the local
+/// disk: what one FUSE hop costs, with no network and no replicas.
+pub fn bindfs(base: &Path) -> anyhow::Result<Target> {
+    if Command::new("bindfs").arg("--version").output().is_err() {
+        bail!("bindfs is not installed here (apt-get install bindfs), so it cannot be measured");
+    }
+    let root = base.join("bindfs");
+    let _ = std::fs::remove_dir_all(&root);
+    let (src, mnt) = (root.join("src"), root.join("mnt"));
+    std::fs::create_dir_all(&src)?;
+    std::fs::create_dir_all(&mnt)?;
+    let t = Target {
+        name: "bindfs".into(),
+        dir: PathBuf::new(),
+        mnt: None,
+        teardown: vec![Box::new(move || {
+            let _ = std::fs::remove_dir_all(&root);
+        })],
+    };
+    if let Err(e) = run(Command::new("bindfs").arg(&src).arg(&mnt)) {
+        t.close();
+        return Err(e);
+    }
+    t.mounted(mnt)
+}
+
 async fn ask(addr: &str, req: Request) -> anyhow::Result<()> {
     match rpc::call(addr, &req).await.map_err(anyhow::Error::msg)? {
         Response::Err(e) => bail!("{e}"),
@@ -262,7 +288,7 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
 }
 
 /// A GlusterFS volume of the same shape, through the `gluster` CLI.
-pub fn glusterfs(base: &Path, shape: Shape) -> anyhow::Result<Target> {
+pub fn glusterfs(base: &Path, shape: Shape, groups: &[String]) -> anyhow::Result<Target> {
     if Command::new("gluster").arg("--version").output().is_err() {
         bail!("GlusterFS is not installed here (apt-get install glusterfs-server), so it cannot be measured");
     }
@@ -321,6 +347,12 @@ pub fn glusterfs(base: &Path, shape: Shape) -> anyhow::Result<Target> {
         let _ = run(g().args(["volume", "delete", vol]));
         let _ = std::fs::remove_dir_all(&r2);
     }));
+    for group in groups {
+        if let Err(e) = run(g().args(["volume", "set", vol, "group", group])) {
+            t.close();
+            return Err(e.context(format!("cannot set option group {group} on GlusterFS")));
+        }
+    }
     if let Err(e) = run(g().args(["volume", "start", vol])) {
         t.close();
         return Err(e);

@@ -20,6 +20,7 @@ pub const ALL: &[&str] = &[
     "file-size",
     "streams",
     "everyday",
+    "dbench",
 ];
 
 #[derive(Clone, Debug)]
@@ -41,6 +42,8 @@ pub struct Params {
     /// everyday: tree of `everyday_files` files and a text file of `everyday_mib`.
     pub everyday_files: usize,
     pub everyday_mib: u64,
+    /// dbench: seconds per run (with `threads` clients).
+    pub dbench_secs: u64,
     /// seed-smallfile also runs the practical work's shell loop verbatim.
     pub replay_shell: bool,
     /// A directory on the local disk for sources and copies out (never a
@@ -60,6 +63,7 @@ impl Params {
             ("stream_mib".into(), self.stream_mib.to_string()),
             ("everyday_files".into(), self.everyday_files.to_string()),
             ("everyday_mib".into(), self.everyday_mib.to_string()),
+            ("dbench_secs".into(), self.dbench_secs.to_string()),
             ("replay_shell".into(), self.replay_shell.to_string()),
         ]
     }
@@ -132,6 +136,7 @@ pub fn run(workload: &str, dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>
         "file-size" => file_size(dir, p),
         "streams" => streams(dir, p),
         "everyday" => everyday(dir, p),
+        "dbench" => dbench(dir, p),
         other => bail!("unknown workload {other}; known: {}", ALL.join(", ")),
     }
 }
@@ -345,6 +350,8 @@ fn smallfile_ops(dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>> {
                 .write_all_at(&data, 0)
         })?;
         out.push(ops(&label("small-file write"), n, t));
+        let t = each(&|i| OpenOptions::new().append(true).open(f(i))?.write_all(&data))?;
+        out.push(ops(&label("small-file append"), n, t));
         if th == 1 {
             // `ls -l` of the directory: a listing and a stat of every entry.
             let t = Instant::now();
@@ -363,6 +370,38 @@ fn smallfile_ops(dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>> {
         let _ = fs::remove_dir_all(&d);
     }
     Ok(out)
+}
+
+/// dbench (Samba's file-server load: creates, writes, reads, renames,
+/// deletes, locks and stats from `threads` clients), its throughput.
+fn dbench(dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>> {
+    let d = fresh(dir, "dbench")?;
+    let o = Command::new("dbench")
+        .arg("-D")
+        .arg(&d)
+        .args(["-t", &p.dbench_secs.to_string(), &p.threads.to_string()])
+        .output()
+        .context("cannot run dbench (apt-get install dbench)")?;
+    let _ = fs::remove_dir_all(&d);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mbs = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Throughput "))
+        .and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok());
+    match mbs {
+        Some(v) if o.status.success() => Ok(vec![Sample {
+            metric: format!("{} clients", p.threads),
+            unit: "MB/s",
+            higher_is_better: true,
+            x: None,
+            value: v,
+        }]),
+        _ => bail!(
+            "dbench failed: {}{}",
+            text.lines().last().unwrap_or(""),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+    }
 }
 
 const BLOCK_SIZES: &[usize] = &[4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
@@ -613,6 +652,7 @@ mod tests {
             stream_mib: 1,
             everyday_files: 10,
             everyday_mib: 1,
+            dbench_secs: 3,
             replay_shell: false,
             scratch: PathBuf::new(),
         }

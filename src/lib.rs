@@ -17,6 +17,7 @@ pub mod graph;
 pub mod heal;
 pub mod mgmt;
 pub mod mount;
+pub mod performance;
 pub mod process;
 pub mod protocol;
 pub mod rebalance;

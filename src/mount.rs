@@ -268,6 +268,7 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone()),
     ));
     let fs = MortarFs::new(active.clone(), rt.handle().clone());
+    let inval = fs.invalidator();
     let mut cfg = fuser::Config::default();
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(2);
@@ -275,11 +276,14 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     tracing::info!(volume = %vol, dir = %a.dir.display(), "mounting");
     let dev = kmount::mount(&a.source, &a.dir, kernel.flags)
         .map_err(|e| anyhow::anyhow!("mounting {} on {}: {e}", a.source, a.dir.display()))?;
+    let device = dev.try_clone()?;
     let session = fuser::Session::from_fd(fs, dev, fuser::SessionACL::All, cfg);
     // The kernel answers the handshake; if that fails, the mount is dead.
     let session = session.inspect_err(|_| {
         let _ = rustix::mount::unmount(&a.dir, rustix::mount::UnmountFlags::DETACH);
     })?;
+    inval.start(session.notifier(), device);
+    rt.spawn(crate::fuse::cache::follow_recalls(active.clone(), inval));
     session.run()?;
     tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
     // Settle what was changed last, so that the bricks' heal index is

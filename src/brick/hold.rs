@@ -297,6 +297,7 @@ mod tests {
             posix: Arc::new(Posix::open(d.path()).unwrap()),
             arbiter: false,
             revoke_after: Arc::new(|| None),
+            lease_terms: Arc::new(Default::default),
         };
         let x = build(&env, Some(below)).unwrap().unwrap();
         (d, x)

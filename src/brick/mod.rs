@@ -10,6 +10,7 @@
 //! | `features/index` | `index.rs` | change sessions, blame and the heal index (`storage::index`) |
 //! | `features/locks` | `locks.rs` | object locks, contention notices, revocation (`storage::locks`) |
 //! | `features/hold` | `hold.rs` | files a rebalance is moving: others' changes refused until they have moved |
+//! | `features/leases` | `leases.rs` | which clients cache what; recalled before another client's change |
 //!
 //! A translator handles the fops it is about and passes every other one to
 //! the one below unchanged; the stack tells every translator of each
@@ -18,6 +19,7 @@
 pub mod arbiter;
 pub mod hold;
 pub mod index;
+pub mod leases;
 pub mod locks;
 pub mod posix;
 
@@ -34,6 +36,13 @@ pub type ConnId = u64;
 pub enum Notice {
     /// Another client waits for a lock this one holds.
     Contention(Gfid),
+    /// Drop what you cache of the object (`name` None) or of the name in
+    /// directory `gfid`, and answer recall `id` (`features/leases`).
+    Recall {
+        id: u64,
+        gfid: Gfid,
+        name: Option<crate::core::Name>,
+    },
 }
 
 /// One client connection, as every translator of the stack sees it.
@@ -56,6 +65,8 @@ pub trait BrickXlator: Send + Sync {
     fn connect(&self, _conn: &Arc<Conn>) {}
     /// A connection ended (after its last call).
     fn disconnect(&self, _conn: &Conn) {}
+    /// The client answered recall `id` (`Notice::Recall`).
+    fn recalled(&self, _conn: &Conn, _id: u64) {}
 }
 
 /// What the brick process gives the factories.
@@ -64,6 +75,8 @@ pub struct BrickEnv {
     pub arbiter: bool,
     /// How long a lock may be kept from a waiter now (None: forever).
     pub revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
+    /// The terms of the leases it grants now (`features/leases`).
+    pub lease_terms: Arc<dyn Fn() -> leases::Terms + Send + Sync>,
 }
 
 /// Builds one translator over `below` (None for the bottom one); None if it
@@ -112,6 +125,12 @@ impl Stack {
             x.disconnect(conn);
         }
     }
+
+    pub fn recalled(&self, conn: &Conn, id: u64) {
+        for (_, x) in self.layers.iter().rev() {
+            x.recalled(conn, id);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -126,6 +145,7 @@ mod tests {
             posix: posix.clone(),
             arbiter,
             revoke_after: Arc::new(|| None),
+            lease_terms: Arc::new(Default::default),
         };
         assert_eq!(
             Stack::build(&env(false)).unwrap().kinds(),
@@ -133,7 +153,8 @@ mod tests {
                 "storage/posix",
                 "features/index",
                 "features/locks",
-                "features/hold"
+                "features/hold",
+                "features/leases"
             ]
         );
         assert_eq!(
@@ -143,7 +164,8 @@ mod tests {
                 "features/arbiter",
                 "features/index",
                 "features/locks",
-                "features/hold"
+                "features/hold",
+                "features/leases"
             ]
         );
     }

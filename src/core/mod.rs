@@ -9,6 +9,7 @@ pub mod error;
 pub mod fop;
 pub mod gfid;
 pub mod options;
+pub mod recalls;
 pub mod xlator;
 
 pub use error::{FsError, FsResult};

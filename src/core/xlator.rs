@@ -54,7 +54,60 @@ pub enum Event {
     Down,
     /// Another client waits for a lock on this object that we hold.
     Contention(Gfid),
+    /// A brick recalls what this client caches (docs/caching.md): of the
+    /// object `gfid` (its attributes, xattrs and data) when `name` is None,
+    /// else of that name in directory `gfid` (and the directory's
+    /// attributes and listing). The brick applies another client's change
+    /// once every copy of `ack` is dropped, or its recall times out: drop
+    /// the cache, then the event.
+    Recall {
+        gfid: Gfid,
+        name: Option<super::Name>,
+        ack: Ack,
+    },
+    /// A connection to a brick ended: what it promised to recall is no
+    /// longer promised, so nothing cached under its leases can be trusted.
+    LeasesLost,
 }
+
+/// Answers a brick's recall when its last copy is dropped.
+#[derive(Clone)]
+pub struct Ack(Arc<AckOnDrop>);
+
+struct AckOnDrop(Option<Box<dyn FnOnce() + Send + Sync>>);
+
+impl Drop for AckOnDrop {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+impl Ack {
+    /// An acknowledgement that runs `f` once every copy is dropped.
+    pub fn new(f: impl FnOnce() + Send + Sync + 'static) -> Ack {
+        Ack(Arc::new(AckOnDrop(Some(Box::new(f)))))
+    }
+    /// One that answers nobody (tests, in-memory bricks).
+    pub fn none() -> Ack {
+        Ack(Arc::new(AckOnDrop(None)))
+    }
+}
+
+impl std::fmt::Debug for Ack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ack")
+    }
+}
+
+impl PartialEq for Ack {
+    fn eq(&self, other: &Ack) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Ack {}
 
 #[async_trait]
 pub trait Xlator: Send + Sync {
@@ -97,7 +150,15 @@ pub struct Link {
     up: AtomicBool,
     epoch: AtomicU64,
     parent: OnceLock<Parent>,
-    top: OnceLock<tokio::sync::broadcast::Sender<Event>>,
+    top: OnceLock<Top>,
+}
+
+/// Where events leave the top of a graph.
+pub struct Top {
+    pub events: tokio::sync::broadcast::Sender<Event>,
+    /// Recalls are written down here as they arrive, before anyone acts
+    /// on them (`core::recalls`).
+    pub recalls: Arc<super::recalls::RecallLog>,
 }
 
 struct Parent {
@@ -147,8 +208,8 @@ impl Link {
     }
 
     /// Makes this link the top of a graph: what reaches it is broadcast.
-    pub fn attach_top(&self, tx: tokio::sync::broadcast::Sender<Event>) {
-        let _ = self.top.set(tx);
+    pub fn attach_top(&self, top: Top) {
+        let _ = self.top.set(top);
     }
 
     /// Records the event on this link and carries it up the graph.
@@ -159,15 +220,20 @@ impl Link {
                 self.epoch.fetch_add(1, Ordering::AcqRel);
                 self.up.store(false, Ordering::Release);
             }
-            Event::Contention(_) => {}
+            Event::Contention(_) | Event::Recall { .. } | Event::LeasesLost => {}
         }
         if let Some(p) = self.parent.get() {
             let Some(xl) = p.xl.upgrade() else { return };
             if let Some(next) = xl.notify(p.index, ev) {
                 p.link.emit(next);
             }
-        } else if let Some(tx) = self.top.get() {
-            let _ = tx.send(ev);
+        } else if let Some(top) = self.top.get() {
+            match &ev {
+                Event::Recall { gfid, .. } => top.recalls.note(*gfid),
+                Event::LeasesLost => top.recalls.note_all(),
+                _ => {}
+            }
+            let _ = top.events.send(ev);
         }
     }
 }
@@ -251,7 +317,10 @@ mod tests {
         });
         let top_link = Link::new();
         let (tx, mut rx) = tokio::sync::broadcast::channel(8);
-        top_link.attach_top(tx);
+        top_link.attach_top(Top {
+            events: tx,
+            recalls: Default::default(),
+        });
         let mid: Arc<dyn Xlator> = Arc::new(Plain);
         let mid_link = Link::new();
         let top_dyn: Arc<dyn Xlator> = top.clone();

@@ -74,6 +74,16 @@ impl InodeTable {
         ino
     }
 
+    /// The inode the kernel knows `gfid` by, if it knows it.
+    pub fn ino(&self, gfid: Gfid) -> Option<u64> {
+        self.inner.lock().unwrap().by_gfid.get(&gfid).copied()
+    }
+
+    /// Every inode the kernel knows.
+    pub fn all(&self) -> Vec<u64> {
+        self.inner.lock().unwrap().by_ino.keys().copied().collect()
+    }
+
     /// The inode for `gfid` without counting a lookup (plain readdir).
     pub fn peek(&self, gfid: Gfid) -> u64 {
         self.inner

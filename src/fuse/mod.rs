@@ -7,6 +7,7 @@
 //! is the inode table: kernel inode numbers ↔ gfids, with lookup counts so
 //! that `forget` frees entries.
 
+pub mod cache;
 mod convert;
 pub mod inodes;
 pub mod kmount;
@@ -37,22 +38,33 @@ pub const REQUESTS_XATTR: &str = "trusted.mortar.client.requests";
 /// volume description's version and each translator with its state.
 pub const GRAPH_XATTR: &str = "trusted.mortar.client.graph";
 
-/// How long the kernel may cache names and attributes.
-const TTL: Duration = Duration::from_secs(1);
-
 pub struct MortarFs {
     graph: Arc<Active>,
     rt: tokio::runtime::Handle,
     inodes: Arc<InodeTable>,
+    inval: Arc<cache::Invalidator>,
 }
 
 impl MortarFs {
     pub fn new(graph: Arc<Active>, rt: tokio::runtime::Handle) -> Self {
+        let inodes = Arc::new(InodeTable::new());
         MortarFs {
             graph,
             rt,
-            inodes: Arc::new(InodeTable::new()),
+            inval: cache::Invalidator::new(inodes.clone()),
+            inodes,
         }
+    }
+
+    /// Turns the bricks' recalls into kernel invalidations (started once
+    /// the session exists).
+    pub fn invalidator(&self) -> Arc<cache::Invalidator> {
+        self.inval.clone()
+    }
+
+    /// How long answers to a request arriving now may be cached.
+    fn lease(&self) -> cache::Lease {
+        cache::Lease::new(&self.graph, &self.inval)
     }
 
     fn gfid(&self, ino: INodeNo) -> Result<Gfid, Errno> {
@@ -124,13 +136,14 @@ impl Filesystem for MortarFs {
             Err(e) => return reply.error(e),
         };
         let cx = ctx(req);
+        let lease = self.lease();
         self.spawn(move |g, _| async move {
             match g
                 .call(&cx, Fop::Getattr { gfid })
                 .await
                 .and_then(Reply::into_attr)
             {
-                Ok(a) => reply.attr(&TTL, &fuse_attr(ino.0, &a)),
+                Ok(a) => reply.attr(&lease.attr_ttl(&[gfid]), &fuse_attr(ino.0, &a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -167,13 +180,14 @@ impl Filesystem for MortarFs {
             mtime: mtime.map(time_set),
         };
         let cx = ctx(req);
+        let lease = self.lease();
         self.spawn(move |g, _| async move {
             match g
                 .call(&cx, Fop::Setattr { gfid, set })
                 .await
                 .and_then(Reply::into_attr)
             {
-                Ok(a) => reply.attr(&TTL, &fuse_attr(ino.0, &a)),
+                Ok(a) => reply.attr(&lease.attr_ttl(&[gfid]), &fuse_attr(ino.0, &a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -379,6 +393,8 @@ impl Filesystem for MortarFs {
             Err(e) => return reply.error(e),
         };
         let cx = ctx(req);
+        let lease = self.lease();
+        let inval = self.inval.clone();
         self.spawn(move |g, _| async move {
             match g
                 .call(
@@ -392,7 +408,14 @@ impl Filesystem for MortarFs {
                 )
                 .await
             {
-                Ok(Reply::Data(d)) => reply.data(&d),
+                Ok(Reply::Data(d)) => {
+                    reply.data(&d);
+                    if lease.stale(&[gfid]) {
+                        // Read before a recall reached us: the pages it
+                        // filled may be older than the change.
+                        inval.inode(ino.0);
+                    }
+                }
                 Ok(_) => reply.error(Errno::EIO),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -549,6 +572,8 @@ impl Filesystem for MortarFs {
     ) {
         let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
         let r2 = reply.clone();
+        let lease = self.lease();
+        let dir = self.gfid(ino).unwrap_or(Gfid::NULL);
         self.readdir_common(
             req,
             ino,
@@ -560,7 +585,11 @@ impl Filesystem for MortarFs {
                 let r = g.as_mut().unwrap();
                 match attr {
                     Some((a, cacheable)) => {
-                        let ttl = if cacheable { TTL } else { Duration::ZERO };
+                        let ttl = if cacheable {
+                            lease.entry_ttl(&[dir, a.gfid])
+                        } else {
+                            Duration::ZERO
+                        };
                         let full = r.add(
                             INodeNo(ino),
                             next,
@@ -750,12 +779,14 @@ impl Filesystem for MortarFs {
             Err(e) => return reply.error(e),
         };
         let cx = ctx(req);
+        let lease = self.lease();
+        let dir = fop.gfid();
         self.spawn(move |g, inodes| async move {
             match g.call(&cx, fop).await {
                 Ok(Reply::Created { entry, fh }) => {
                     let ino = inodes.remember(entry.attr.gfid);
                     reply.created(
-                        &TTL,
+                        &lease.entry_ttl(&[dir, entry.attr.gfid]),
                         &fuse_attr(ino, &entry.attr),
                         fuser::Generation(0),
                         FileHandle(fh),

@@ -21,11 +21,26 @@ impl MortarFs {
             Err(e) => return reply.error(e),
         };
         let cx = ctx(req);
+        let lease = self.lease();
+        // For a lookup, the directory; for a creation, the new object.
+        let about = fop.gfid();
+        let lookup = matches!(fop, Fop::Lookup { .. });
         self.spawn(move |g, inodes| async move {
             match g.call(&cx, fop).await.and_then(Reply::into_entry) {
                 Ok(e) => {
                     let ino = inodes.remember(e.attr.gfid);
-                    reply.entry(&TTL, &fuse_attr(ino, &e.attr), fuser::Generation(0));
+                    let ttl = lease.entry_ttl(&[about, e.attr.gfid]);
+                    reply.entry(&ttl, &fuse_attr(ino, &e.attr), fuser::Generation(0));
+                }
+                Err(e) if lookup && e.is(libc::ENOENT) => {
+                    // A missing name, cached as such (inode 0) while the
+                    // directory's lease lasts.
+                    let ttl = lease.entry_ttl(&[about]);
+                    reply.entry(
+                        &ttl,
+                        &fuse_attr(0, &placeholder_attr()),
+                        fuser::Generation(0),
+                    );
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -39,6 +54,7 @@ impl MortarFs {
     /// handle, or one from before a remount).
     pub(super) fn lookup_self(&self, req: &Request, ino: u64, reply: ReplyEntry) {
         let cx = ctx(req);
+        let lease = self.lease();
         self.spawn(move |g, inodes| async move {
             let attr = match inodes.gfid(ino) {
                 Some(gfid) => g
@@ -54,7 +70,8 @@ impl MortarFs {
             match attr {
                 Ok(a) => {
                     let ino = inodes.remember(a.gfid);
-                    reply.entry(&TTL, &fuse_attr(ino, &a), fuser::Generation(0));
+                    let ttl = lease.entry_ttl(&[a.gfid]);
+                    reply.entry(&ttl, &fuse_attr(ino, &a), fuser::Generation(0));
                 }
                 Err(e) => reply.error(errno(&e)),
             }

@@ -44,6 +44,8 @@ pub struct Active {
     /// One switch at a time.
     switching: tokio::sync::Mutex<()>,
     switches: AtomicU64,
+    /// Moves on whenever another graph becomes current.
+    current_changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Active {
@@ -53,7 +55,14 @@ impl Active {
             handles: HandleMap::new(),
             switching: tokio::sync::Mutex::new(()),
             switches: AtomicU64::new(0),
+            current_changed: tokio::sync::watch::channel(0).0,
         })
+    }
+
+    /// Changes whenever another graph becomes current (what a graph
+    /// promised, such as recalls, ends with it).
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.current_changed.subscribe()
     }
 
     /// The graph new requests go to.
@@ -110,6 +119,7 @@ impl Active {
             tracing::warn!(volume = %new.volume, "the new graph does not reach every brick the old one did; switching anyway");
         }
         *self.current.write().unwrap() = new.clone();
+        self.current_changed.send_modify(|n| *n += 1);
         let mut moved = 0;
         // Opens that were in flight during the switch land on the old
         // graph: go round again for those.

@@ -151,6 +151,16 @@ pub(super) fn read_only(
     )))
 }
 
+pub(super) fn md_cache(cx: &BuildCtx, mut children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    if children.len() != 1 {
+        anyhow::bail!("{}: md-cache takes one child", cx.desc.name);
+    }
+    Ok(Arc::new(crate::performance::md_cache::MdCache::new(
+        cx.desc.name.clone(),
+        children.remove(0),
+    )))
+}
+
 pub(super) fn io_stats(cx: &BuildCtx, mut children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
     if children.len() != 1 {
         anyhow::bail!("{}: io-stats takes one child", cx.desc.name);

@@ -16,8 +16,16 @@ pub mod testkit;
 pub use build::{Env, Node};
 pub use desc::{VolDesc, XlDesc};
 
+use crate::core::recalls::RecallLog;
+use crate::core::xlator::Top;
 use crate::core::{Child, Event, Gfid, Options};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// How long the kernel may cache names and attributes when nothing would
+/// recall them.
+pub const UNLEASED: Duration = Duration::from_secs(1);
 
 pub struct Graph {
     /// The volume and the version of its description this graph is built from.
@@ -26,6 +34,10 @@ pub struct Graph {
     /// Every translator, children before parents; the last is the top.
     nodes: Vec<Node>,
     events: tokio::sync::broadcast::Sender<Event>,
+    recalls: Arc<RecallLog>,
+    /// How long the kernel may cache names and attributes (milliseconds;
+    /// `reconfigure`).
+    cache_ms: AtomicU64,
 }
 
 impl Graph {
@@ -47,18 +59,26 @@ impl Graph {
     ) -> anyhow::Result<Graph> {
         let mut nodes = Vec::new();
         build::build_into(&desc.top, env, &mut nodes)?;
-        let (events, _) = tokio::sync::broadcast::channel(256);
+        // Deep enough that a burst of recalls does not overtake the
+        // mount reading them (it drops every cache when it does).
+        let (events, _) = tokio::sync::broadcast::channel(4096);
+        let recalls = Arc::new(RecallLog::default());
         nodes
             .last()
             .expect("a graph has a top")
             .child
             .link
-            .attach_top(events.clone());
+            .attach_top(Top {
+                events: events.clone(),
+                recalls: recalls.clone(),
+            });
         let g = Graph {
             volume: desc.volume.clone(),
             version: desc.version,
             nodes,
             events,
+            recalls,
+            cache_ms: AtomicU64::new(UNLEASED.as_millis() as u64),
         };
         g.reconfigure(&desc.options);
         for n in g.nodes.iter().filter(|n| !n.children.is_empty() || now(n)) {
@@ -86,8 +106,23 @@ impl Graph {
         self.events.subscribe()
     }
 
+    /// Recalls as they arrived (`core::recalls`).
+    pub fn recalls(&self) -> &RecallLog {
+        &self.recalls
+    }
+
+    /// How long the kernel may cache a name or attributes: the lease's
+    /// time when the bricks recall (`features.cache-invalidation`), else
+    /// `UNLEASED`.
+    pub fn cache_time(&self) -> Duration {
+        Duration::from_millis(self.cache_ms.load(Ordering::Relaxed))
+    }
+
     /// Gives every translator the options in force.
     pub fn reconfigure(&self, options: &Options) {
+        let terms = crate::brick::leases::Terms::from_options(options);
+        let t = terms.lease.unwrap_or(UNLEASED);
+        self.cache_ms.store(t.as_millis() as u64, Ordering::Relaxed);
         for n in &self.nodes {
             n.child.xl.reconfigure(options);
         }

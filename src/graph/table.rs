@@ -87,6 +87,16 @@ pub static TABLE: &[Row] = &[
         about: "places files on replica sets by the hash of their names",
     },
     Row {
+        kind: "performance/md-cache",
+        side: Side::Client,
+        place: Place::Above,
+        enabled_by: Some(&crate::performance::md_cache::STAT_PREFETCH),
+        options: &[],
+        build: Some(super::build::md_cache),
+        brick: None,
+        about: "objects' xattrs (missing ones too) kept at the mount under the bricks' leases",
+    },
+    Row {
         kind: "features/read-only",
         side: Side::Client,
         place: Place::Above,
@@ -155,6 +165,20 @@ pub static TABLE: &[Row] = &[
         build: None,
         brick: Some(crate::brick::hold::build),
         about: "files a rebalance is moving: changes from others wait (ESTALE) until they are where they go",
+    },
+    Row {
+        kind: "features/leases",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        // The client reads them too: how long the kernel may cache.
+        options: &[
+            &crate::brick::leases::CACHE_INVALIDATION,
+            &crate::brick::leases::CACHE_INVALIDATION_TIMEOUT,
+        ],
+        build: None,
+        brick: Some(crate::brick::leases::build),
+        about: "which clients cache which objects and names; recalled before another client's change",
     },
     Row {
         kind: "mgmt/server-quorum",

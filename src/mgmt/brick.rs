@@ -46,6 +46,8 @@ pub struct Tunables {
     pub health_check: Option<Duration>,
     /// `features.locks-revocation-secs`; None: never.
     pub lock_revocation: Option<Duration>,
+    /// `features.cache-invalidation` and its timeout.
+    pub leases: crate::brick::leases::Terms,
 }
 
 impl Tunables {
@@ -57,6 +59,7 @@ impl Tunables {
         Tunables {
             health_check: secs(&crate::storage::health::HEALTH_CHECK_INTERVAL),
             lock_revocation: secs(&crate::storage::locks::REVOCATION_SECS),
+            leases: crate::brick::leases::Terms::from_options(o),
         }
     }
 }
@@ -218,6 +221,10 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
         revoke_after: Arc::new({
             let t = tunables.clone();
             move || t.borrow().lock_revocation
+        }),
+        lease_terms: Arc::new({
+            let t = tunables.clone();
+            move || t.borrow().leases
         }),
     };
     let stack = match crate::brick::Stack::build(&env) {

@@ -217,9 +217,13 @@ mod tests {
         let st = ClusterState::default();
         let d = generate(&st, &volume(3, 6, 1), "h", "h:24107", 24107);
         assert_eq!(d.version, 7);
-        assert_eq!(d.top.kind, "cluster/distribute");
-        assert_eq!(d.top.children.len(), 2);
-        let set = &d.top.children[1];
+        // Performance layers on by default stand above the volume.
+        assert_eq!(d.top.kind, "performance/md-cache");
+        assert_eq!(d.top.name, "gv0-md-cache");
+        let dht = &d.top.children[0];
+        assert_eq!(dht.kind, "cluster/distribute");
+        assert_eq!(dht.children.len(), 2);
+        let set = &dht.children[1];
         assert_eq!(set.name, "gv0-replicate-1");
         assert_eq!(set.param("arbiter"), Some("on"));
         assert_eq!(set.children[2].param("brick"), Some("/b5"));
@@ -231,13 +235,15 @@ mod tests {
             b.iter().any(|b| b.path == "/b4")
         })
         .unwrap();
-        assert_eq!(part.top.children.len(), 1);
-        assert_eq!(part.top.children[0], d.top.children[1]);
+        let part_dht = &part.top.children[0];
+        assert_eq!(part_dht.children.len(), 1);
+        assert_eq!(part_dht.children[0], dht.children[1]);
         assert!(generate_sets(&st, &volume(3, 6, 1), "h", "h", 1, &|_| false).is_none());
         let plain = generate(&st, &volume(1, 2, 0), "h", "h:24107", 24107);
         assert_eq!(
             kinds(&plain.top),
             vec![
+                "performance/md-cache:gv0-md-cache",
                 "cluster/distribute:gv0-dht",
                 "protocol/client:gv0-client-0",
                 "protocol/client:gv0-client-1"

@@ -145,6 +145,8 @@ impl Shared {
         self.generation.fetch_add(1, Ordering::AcqRel);
         *self.tx.lock().unwrap() = None;
         if was_up {
+            // What the brick promised to recall is no longer promised.
+            self.link.emit(Event::LeasesLost);
             // Before the calls in flight fail, so that whoever sees their
             // ENOTCONN also sees the new epoch.
             self.link.emit(Event::Down);
@@ -251,6 +253,12 @@ async fn run_connection(
     sh.heard();
     *sh.tx.lock().unwrap() = Some(tx.clone());
     sh.up.store(true, Ordering::Release);
+    if sh.generation.load(Ordering::Acquire) > 0 {
+        // Back after a loss: what was cached meanwhile (this client's own
+        // writes while this copy was away, say) may not be what the brick
+        // now holds.
+        sh.link.emit(Event::LeasesLost);
+    }
     sh.link.emit(Event::Up);
     sh.changed.notify_waiters();
 
@@ -269,6 +277,18 @@ async fn run_connection(
                     }
                 }
                 Ok(Some(Msg::Pong { .. })) => sh.heard(),
+                Ok(Some(Msg::Recall { id, gfid, name })) => {
+                    sh.heard();
+                    tracing::debug!(client = %sh.name, %gfid, ?name, id, "recall");
+                    // Answered once every translator and subscriber that
+                    // got the recall has dropped it (and its cache).
+                    let tx = tx.clone();
+                    let ack = crate::core::xlator::Ack::new(move || {
+                        let sent = tx.try_send(wire::encode(&Msg::Recalled { id }));
+                        tracing::debug!(id, err = ?sent.err().map(|e| e.to_string()), "recall answered");
+                    });
+                    sh.link.emit(Event::Recall { gfid, name, ack });
+                }
                 Ok(Some(Msg::Notice { kind, gfid })) => {
                     sh.heard();
                     match (kind.as_str(), gfid) {

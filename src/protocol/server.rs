@@ -105,11 +105,14 @@ async fn serve_conn(
         notice: {
             let tx = tx.clone();
             Box::new(move |n| {
-                let Notice::Contention(g) = n;
-                let _ = tx.try_send(wire::encode(&Msg::Notice {
-                    kind: "contention".into(),
-                    gfid: Some(g),
-                }));
+                let msg = match n {
+                    Notice::Contention(g) => Msg::Notice {
+                        kind: "contention".into(),
+                        gfid: Some(g),
+                    },
+                    Notice::Recall { id, gfid, name } => Msg::Recall { id, gfid, name },
+                };
+                let _ = tx.try_send(wire::encode(&msg));
             })
         },
         close: {
@@ -122,7 +125,9 @@ async fn serve_conn(
     let result = loop {
         let read = tokio::select! {
             r = wire::read_frame(&mut rd) => r,
-            _ = closing.notified() => break Err(std::io::Error::other("locks revoked")),
+            _ = closing.notified() => break Err(std::io::Error::other(
+                "closed by the brick: a lock revoked or a recall not answered",
+            )),
         };
         let msg = match read {
             Ok(Some(m)) => m,
@@ -149,6 +154,7 @@ async fn serve_conn(
             Msg::Ping { id } => {
                 let _ = tx.send(wire::encode(&Msg::Pong { id })).await;
             }
+            Msg::Recalled { id } => stack.recalled(&conn, id),
             other => {
                 break Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// "MRTR": the first word of every handshake.
 pub const MAGIC: u32 = 0x4d52_5452;
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 
@@ -63,6 +63,18 @@ pub enum Msg {
     Notice {
         kind: String,
         gfid: Option<crate::core::Gfid>,
+    },
+    /// Brick → client: drop what you cache of object `gfid` (`name` None)
+    /// or of `name` in directory `gfid`, then answer `Recalled { id }`;
+    /// another client's change waits for that (docs/caching.md).
+    Recall {
+        id: u64,
+        gfid: crate::core::Gfid,
+        name: Option<crate::core::Name>,
+    },
+    /// Client → brick: recall `id` is done.
+    Recalled {
+        id: u64,
     },
 }
 

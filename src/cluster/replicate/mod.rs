@@ -58,6 +58,10 @@ pub struct Replicate {
     txns: Arc<Txns>,
     /// Objects whose copies are blamed: gfid → those copies.
     bad: Mutex<HashMap<Gfid, u32>>,
+    /// Objects another client changed (a brick recalled them): what this
+    /// client knows of their copies' blame is asked again before use.
+    recheck: Mutex<std::collections::HashSet<Gfid>>,
+    rechecks: std::sync::atomic::AtomicUsize,
     /// The child that keeps names and metadata but no data.
     arbiter: Option<usize>,
 }
@@ -110,6 +114,8 @@ impl Replicate {
             open_behind: Default::default(),
             txns: Txns::new(name.clone(), children.clone()),
             bad: Mutex::new(HashMap::new()),
+            recheck: Mutex::default(),
+            rechecks: std::sync::atomic::AtomicUsize::new(0),
             arbiter: None,
             up: Default::default(),
             name,
@@ -209,6 +215,16 @@ impl Xlator for Replicate {
                 let was = self.up.swap(any, std::sync::atomic::Ordering::AcqRel);
                 (any != was).then_some(if any { Event::Up } else { Event::Down })
             }
+            Event::Recall { gfid, ack, name } => {
+                // A heal or another client's change may have made a copy
+                // good or bad since this client last asked.
+                if self.recheck.lock().unwrap().insert(gfid) {
+                    self.rechecks
+                        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                }
+                Some(Event::Recall { gfid, ack, name })
+            }
+            ev @ Event::LeasesLost => Some(ev),
         }
     }
 
@@ -228,6 +244,14 @@ impl Xlator for Replicate {
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        if self.rechecks.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let gfid = fop.gfid();
+            if self.recheck.lock().unwrap().remove(&gfid) {
+                self.rechecks
+                    .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                self.refresh(cx, gfid).await;
+            }
+        }
         match fop {
             // Lookups ask every replica, so that a name missing on one copy
             // is still found on the others.

@@ -1,0 +1,611 @@
+//! `features/leases`: which clients cache what, and recalling it before
+//! another client changes it (docs/caching.md).
+//!
+//! Every answer a client gets about an object or a name grants that
+//! connection a lease on it: the brick notes (connection, object) until the
+//! lease ends. Before a change, the brick sends every other connection
+//! holding a lease on what the change touches a `Notice::Recall` and waits
+//! until each has answered (the client dropped what it caches) or
+//! `network.ping-timeout` has passed (the client is then disconnected: a
+//! client that lost a connection drops everything it caches under it). A
+//! recalled lease ends; the client gets a new one with its next answer.
+//!
+//! A read that runs while a change waits for its recalls may answer the
+//! state before the change: the connections granted a lease after the
+//! recalls began are recalled again once the change is done, before it is
+//! answered. A client does not cache an answer to a request it sent before
+//! a recall of the same object reached it (`core::xlator::RecallLog`).
+
+use super::{BrickEnv, BrickXlator, Conn, ConnId, Notice};
+use crate::core::fop::HOLD_XATTR;
+use crate::core::options::{Kind, Spec};
+use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+pub static CACHE_INVALIDATION: Spec = Spec {
+    key: "features.cache-invalidation",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Bricks note which clients cache which objects and names, and recall them before another client's change is applied; clients then cache names and attributes for features.cache-invalidation-timeout seconds. Off: nothing is recalled and clients cache for 1 second.",
+};
+
+pub static CACHE_INVALIDATION_TIMEOUT: Spec = Spec {
+    key: "features.cache-invalidation-timeout",
+    kind: Kind::Int(1, 3600),
+    default: "600",
+    help: "Seconds a client may cache a name, an object's attributes or a missing name under a lease (the kernel's entry and attribute timeouts).",
+};
+
+/// The terms on which a brick grants leases now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Terms {
+    /// How long a client may cache under a lease (None: no leases).
+    pub lease: Option<Duration>,
+    /// How long a recall waits for a client before disconnecting it.
+    pub recall_timeout: Duration,
+}
+
+impl Terms {
+    pub fn from_options(o: &crate::core::Options) -> Terms {
+        Terms {
+            lease: CACHE_INVALIDATION
+                .bool(o)
+                .then(|| Duration::from_secs(CACHE_INVALIDATION_TIMEOUT.int(o).max(1) as u64)),
+            recall_timeout: Duration::from_secs(
+                crate::protocol::client::PING_TIMEOUT.int(o).max(1) as u64,
+            ),
+        }
+    }
+}
+
+impl Default for Terms {
+    fn default() -> Self {
+        Terms::from_options(&Default::default())
+    }
+}
+
+/// Leases are kept in this many maps (by gfid).
+const SHARDS: usize = 64;
+/// How often a map is cleared of ended leases.
+const SWEEP: Duration = Duration::from_secs(10);
+
+struct Holder {
+    conn: ConnId,
+    /// When it was granted, in grant order (`Leases::seq`).
+    seq: u64,
+    until: Instant,
+}
+
+#[derive(Default)]
+struct Shard {
+    holders: HashMap<Gfid, Vec<Holder>>,
+    swept: Option<Instant>,
+}
+
+/// What a change touches: an object, or a name in a directory.
+type Target = (Gfid, Option<Name>);
+
+pub struct Leases {
+    below: Arc<dyn BrickXlator>,
+    terms: Arc<dyn Fn() -> Terms + Send + Sync>,
+    shards: Vec<Mutex<Shard>>,
+    conns: Mutex<HashMap<ConnId, Weak<Conn>>>,
+    /// Grants so far: a change recalls again the leases granted while it
+    /// waited for its recalls.
+    seq: AtomicU64,
+    next_recall: AtomicU64,
+    /// Recalls not answered yet: their connection, and the change waiting.
+    waiting: Mutex<HashMap<u64, (ConnId, oneshot::Sender<()>)>>,
+}
+
+pub fn build(
+    env: &BrickEnv,
+    below: Option<Arc<dyn BrickXlator>>,
+) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
+    let below = below.ok_or_else(|| anyhow::anyhow!("leases need a translator below"))?;
+    Ok(Some(Arc::new(Leases::new(below, env.lease_terms.clone()))))
+}
+
+impl Leases {
+    pub fn new(below: Arc<dyn BrickXlator>, terms: Arc<dyn Fn() -> Terms + Send + Sync>) -> Leases {
+        Leases {
+            below,
+            terms,
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            conns: Mutex::default(),
+            seq: AtomicU64::new(0),
+            next_recall: AtomicU64::new(1),
+            waiting: Mutex::default(),
+        }
+    }
+
+    fn shard(&self, gfid: &Gfid) -> &Mutex<Shard> {
+        &self.shards[gfid.0[15] as usize % SHARDS]
+    }
+
+    fn grant(&self, conn: ConnId, gfid: Gfid, until: Instant) {
+        if gfid == Gfid::NULL {
+            return;
+        }
+        let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let now = Instant::now();
+        let mut sh = self.shard(&gfid).lock().unwrap();
+        if sh.swept.is_none_or(|t| now.duration_since(t) > SWEEP) {
+            sh.holders.retain(|_, hs| {
+                hs.retain(|h| h.until > now);
+                !hs.is_empty()
+            });
+            sh.swept = Some(now);
+        }
+        let hs = sh.holders.entry(gfid).or_default();
+        match hs.iter_mut().find(|h| h.conn == conn) {
+            Some(h) => {
+                h.seq = seq;
+                h.until = until;
+            }
+            None => hs.push(Holder { conn, seq, until }),
+        }
+    }
+
+    /// Ends the leases of other connections than `caller` on `gfid`
+    /// granted after `since`; returns their connections.
+    fn take(&self, caller: ConnId, gfid: &Gfid, since: u64) -> Vec<ConnId> {
+        let now = Instant::now();
+        let mut sh = self.shard(gfid).lock().unwrap();
+        let Some(hs) = sh.holders.get_mut(gfid) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        hs.retain(|h| {
+            if h.until <= now {
+                return false;
+            }
+            if h.conn != caller && h.seq > since {
+                out.push(h.conn);
+                return false;
+            }
+            true
+        });
+        if hs.is_empty() {
+            sh.holders.remove(gfid);
+        }
+        out
+    }
+
+    /// Whether a connection other than `caller` holds a lease on `gfid`.
+    fn others_hold(&self, caller: ConnId, gfid: &Gfid) -> bool {
+        let now = Instant::now();
+        let sh = self.shard(gfid).lock().unwrap();
+        sh.holders
+            .get(gfid)
+            .is_some_and(|hs| hs.iter().any(|h| h.conn != caller && h.until > now))
+    }
+
+    /// Recalls the leases other connections hold on `targets` (granted
+    /// after `since`) and waits until each is answered or times out.
+    async fn recall(&self, caller: ConnId, targets: &[Target], since: u64, timeout: Duration) {
+        let mut waits = Vec::new();
+        for (gfid, name) in targets {
+            for holder in self.take(caller, gfid, since) {
+                let Some(conn) = self
+                    .conns
+                    .lock()
+                    .unwrap()
+                    .get(&holder)
+                    .and_then(Weak::upgrade)
+                else {
+                    continue;
+                };
+                let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
+                let (tx, rx) = oneshot::channel();
+                self.waiting.lock().unwrap().insert(id, (holder, tx));
+                (conn.notice)(Notice::Recall {
+                    id,
+                    gfid: *gfid,
+                    name: name.clone(),
+                });
+                waits.push((conn, rx));
+            }
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        for (conn, rx) in waits {
+            // An answer, or the connection gone: done either way.
+            if tokio::time::timeout_at(deadline, rx).await.is_err() {
+                tracing::warn!(
+                    client = %conn.peer,
+                    "client did not answer a recall within {timeout:?}; disconnecting it"
+                );
+                (conn.close)();
+            }
+        }
+    }
+
+    /// The objects a name operation replaces or moves, when another
+    /// connection could be caching them (it holds a lease on the directory).
+    async fn named(&self, conn: &Arc<Conn>, cx: &Ctx, parent: Gfid, name: &Name) -> Option<Gfid> {
+        if !self.others_hold(conn.id, &parent) {
+            return None;
+        }
+        let fop = Fop::Lookup {
+            parent,
+            name: name.clone(),
+        };
+        match self.below.call(conn, cx, fop).await {
+            Ok(Reply::Entry(e)) => Some(e.attr.gfid),
+            _ => None,
+        }
+    }
+
+    /// What `fop` changes that other clients may cache.
+    async fn targets(&self, conn: &Arc<Conn>, cx: &Ctx, fop: &Fop) -> Vec<Target> {
+        let mut t: Vec<Target> = match fop {
+            Fop::Setattr { gfid, .. }
+            | Fop::Write { gfid, .. }
+            | Fop::Fallocate { gfid, .. }
+            | Fop::Removexattr { gfid, .. } => vec![(*gfid, None)],
+            Fop::Setxattr { gfid, name, .. } if name != HOLD_XATTR => vec![(*gfid, None)],
+            // A heal settled: which copies are good changed.
+            Fop::Clear { gfid, .. } => vec![(*gfid, None)],
+            Fop::Open { gfid, flags } if flags & libc::O_TRUNC != 0 => vec![(*gfid, None)],
+            Fop::Create { parent, name, .. }
+            | Fop::Mknod { parent, name, .. }
+            | Fop::Mkdir { parent, name, .. }
+            | Fop::Symlink { parent, name, .. } => vec![(*parent, Some(name.clone()))],
+            Fop::Link {
+                gfid,
+                newparent,
+                newname,
+            } => vec![(*gfid, None), (*newparent, Some(newname.clone()))],
+            Fop::Unlink { parent, name } | Fop::Rmdir { parent, name } => {
+                let mut t = vec![(*parent, Some(name.clone()))];
+                t.extend(self.named(conn, cx, *parent, name).await.map(|g| (g, None)));
+                t
+            }
+            Fop::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                ..
+            } => {
+                let mut t = vec![
+                    (*parent, Some(name.clone())),
+                    (*newparent, Some(newname.clone())),
+                ];
+                t.extend(self.named(conn, cx, *parent, name).await.map(|g| (g, None)));
+                t.extend(
+                    self.named(conn, cx, *newparent, newname)
+                        .await
+                        .map(|g| (g, None)),
+                );
+                t
+            }
+            _ => Vec::new(),
+        };
+        t.dedup();
+        t
+    }
+}
+
+/// The objects a request's answer will tell a client about (what it may
+/// cache), as far as the request says; None: nothing a client caches.
+fn told_by(fop: &Fop) -> Option<Vec<Gfid>> {
+    Some(match fop {
+        // Bookkeeping and handles.
+        Fop::Lock { .. }
+        | Fop::Unlock { .. }
+        | Fop::Clear { .. }
+        | Fop::Pending { .. }
+        | Fop::Blamed { .. }
+        | Fop::Checksum { .. }
+        | Fop::Statfs { .. }
+        | Fop::Flush { .. }
+        | Fop::Fsync { .. }
+        | Fop::Release { .. }
+        | Fop::Releasedir { .. }
+        | Fop::Lseek { .. } => return None,
+        Fop::Resolve { .. } => Vec::new(),
+        Fop::Rename {
+            parent, newparent, ..
+        } => vec![*parent, *newparent],
+        Fop::Link {
+            gfid, newparent, ..
+        } => vec![*gfid, *newparent],
+        Fop::Create { parent, .. }
+        | Fop::Mknod { parent, .. }
+        | Fop::Mkdir { parent, .. }
+        | Fop::Symlink { parent, .. } => vec![*parent, fop.gfid()],
+        other => vec![other.gfid()],
+    })
+}
+
+/// Adds the objects the answer itself tells of.
+fn told_in(res: &FsResult<Reply>, out: &mut Vec<Gfid>) {
+    match res {
+        Ok(Reply::Entry(e)) | Ok(Reply::Created { entry: e, .. }) => out.push(e.attr.gfid),
+        Ok(Reply::Entries(ents)) => {
+            out.extend(ents.iter().filter_map(|e| e.attr.as_ref()).map(|a| a.gfid))
+        }
+        _ => {}
+    }
+}
+
+#[async_trait]
+impl BrickXlator for Leases {
+    async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let terms = (self.terms)();
+        let Some(lease) = terms.lease else {
+            return self.below.call(conn, cx, fop).await;
+        };
+        let targets = self.targets(conn, cx, &fop).await;
+        let since = self.seq.load(Ordering::Acquire);
+        if !targets.is_empty() {
+            self.recall(conn.id, &targets, 0, terms.recall_timeout)
+                .await;
+        }
+        let told = told_by(&fop);
+        // A missing name is cached too (a negative entry).
+        let lookup = matches!(fop, Fop::Lookup { .. });
+        let res = self.below.call(conn, cx, fop).await;
+        if let Some(mut gfids) = told.filter(|_| res.is_ok() || lookup) {
+            told_in(&res, &mut gfids);
+            // The client's cache lasts `lease` from when it gets the
+            // answer: the brick keeps the lease until any answer has
+            // surely arrived.
+            let until = Instant::now() + lease + terms.recall_timeout;
+            for g in gfids {
+                self.grant(conn.id, g, until);
+            }
+        }
+        if !targets.is_empty() && res.is_ok() {
+            self.recall(conn.id, &targets, since, terms.recall_timeout)
+                .await;
+        }
+        res
+    }
+
+    fn connect(&self, conn: &Arc<Conn>) {
+        self.conns
+            .lock()
+            .unwrap()
+            .insert(conn.id, Arc::downgrade(conn));
+    }
+
+    fn disconnect(&self, conn: &Conn) {
+        self.conns.lock().unwrap().remove(&conn.id);
+        // Changes waiting for its answers go on.
+        self.waiting
+            .lock()
+            .unwrap()
+            .retain(|_, (c, _)| *c != conn.id);
+    }
+
+    fn recalled(&self, conn: &Conn, id: u64) {
+        let mut w = self.waiting.lock().unwrap();
+        if w.get(&id).is_some_and(|(c, _)| *c == conn.id) {
+            if let Some((_, tx)) = w.remove(&id) {
+                let _ = tx.send(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::posix::FdTable;
+    use std::sync::atomic::AtomicBool;
+
+    /// Answers everything at once.
+    struct Anything;
+
+    #[async_trait]
+    impl BrickXlator for Anything {
+        async fn call(&self, _: &Arc<Conn>, _: &Ctx, _: Fop) -> FsResult<Reply> {
+            Ok(Reply::Ok)
+        }
+    }
+
+    /// A connection whose notices are kept, and which can tell whether the
+    /// brick closed it.
+    struct Client {
+        conn: Arc<Conn>,
+        notices: Arc<Mutex<Vec<Notice>>>,
+        closed: Arc<AtomicBool>,
+    }
+
+    fn client(id: ConnId) -> Client {
+        let notices = Arc::new(Mutex::new(Vec::new()));
+        let closed = Arc::new(AtomicBool::new(false));
+        let (n, c) = (notices.clone(), closed.clone());
+        Client {
+            conn: Arc::new(Conn {
+                id,
+                peer: format!("client{id}"),
+                fds: FdTable::default(),
+                notice: Box::new(move |x| n.lock().unwrap().push(x)),
+                close: Box::new(move || c.store(true, Ordering::SeqCst)),
+            }),
+            notices,
+            closed,
+        }
+    }
+
+    fn leases(timeout: Duration) -> Arc<Leases> {
+        let terms = Terms {
+            lease: Some(Duration::from_secs(600)),
+            recall_timeout: timeout,
+        };
+        Arc::new(Leases::new(Arc::new(Anything), Arc::new(move || terms)))
+    }
+
+    fn recall_ids(c: &Client) -> Vec<(u64, Gfid, Option<Name>)> {
+        c.notices
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|n| match n {
+                Notice::Recall { id, gfid, name } => Some((*id, *gfid, name.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_change_waits_until_the_other_cacher_has_dropped_its_copy() {
+        let l = leases(Duration::from_secs(30));
+        let (a, b) = (client(1), client(2));
+        l.connect(&a.conn);
+        l.connect(&b.conn);
+        let (f, dir) = (Gfid::random(), Gfid::random());
+        let cx = Ctx::root();
+        // b caches the file's attributes, a missing name in dir.
+        l.call(&b.conn, &cx, Fop::Getattr { gfid: f })
+            .await
+            .unwrap();
+        let missing = Fop::Lookup {
+            parent: dir,
+            name: Name::new("x").unwrap(),
+        };
+        l.call(&b.conn, &cx, missing).await.unwrap();
+        // a's own reads never recall a's own leases.
+        l.call(&a.conn, &cx, Fop::Getattr { gfid: f })
+            .await
+            .unwrap();
+
+        let set = Fop::Setattr {
+            gfid: f,
+            set: Default::default(),
+        };
+        let (l2, a2) = (l.clone(), a.conn.clone());
+        let change = tokio::spawn(async move { l2.call(&a2, &Ctx::root(), set).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!change.is_finished(), "the change waits for b");
+        let r = recall_ids(&b);
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].1, r[0].2.clone()), (f, None));
+        assert!(recall_ids(&a).is_empty());
+        l.recalled(&b.conn, r[0].0);
+        change.await.unwrap().unwrap();
+
+        // A recalled lease is gone: the next change does not wait for b.
+        let set = Fop::Setattr {
+            gfid: f,
+            set: Default::default(),
+        };
+        l.call(&a.conn, &cx, set).await.unwrap();
+        assert_eq!(recall_ids(&b).len(), 1);
+
+        // A new name in dir recalls b's missing name.
+        let create = Fop::Mknod {
+            parent: dir,
+            name: Name::new("x").unwrap(),
+            gfid: Gfid::random(),
+            mode: libc::S_IFREG | 0o644,
+            umask: 0,
+            rdev: 0,
+            linkto: None,
+        };
+        let (l2, a2) = (l.clone(), a.conn.clone());
+        let change = tokio::spawn(async move { l2.call(&a2, &Ctx::root(), create).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = recall_ids(&b);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[1].1, r[1].2.clone()),
+            (dir, Some(Name::new("x").unwrap()))
+        );
+        // A connection that goes away answers nothing and holds nothing up.
+        l.disconnect(&b.conn);
+        change.await.unwrap().unwrap();
+        assert!(!b.closed.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_cacher_that_does_not_answer_is_disconnected_after_the_timeout() {
+        let l = leases(Duration::from_millis(200));
+        let (a, b) = (client(1), client(2));
+        l.connect(&a.conn);
+        l.connect(&b.conn);
+        let f = Gfid::random();
+        let cx = Ctx::root();
+        l.call(&b.conn, &cx, Fop::Getattr { gfid: f })
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let write = Fop::Write {
+            gfid: f,
+            fh: 1,
+            offset: 0,
+            data: bytes::Bytes::from_static(b"x"),
+        };
+        l.call(&a.conn, &cx, write).await.unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(200));
+        assert!(b.closed.load(Ordering::SeqCst), "b was disconnected");
+        assert!(!a.closed.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn without_leases_nothing_is_noted_or_recalled() {
+        let terms = Terms {
+            lease: None,
+            recall_timeout: Duration::from_secs(30),
+        };
+        let l = Leases::new(Arc::new(Anything), Arc::new(move || terms));
+        let (a, b) = (client(1), client(2));
+        l.connect(&a.conn);
+        l.connect(&b.conn);
+        let f = Gfid::random();
+        let cx = Ctx::root();
+        l.call(&b.conn, &cx, Fop::Getattr { gfid: f })
+            .await
+            .unwrap();
+        let set = Fop::Setattr {
+            gfid: f,
+            set: Default::default(),
+        };
+        l.call(&a.conn, &cx, set).await.unwrap();
+        assert!(recall_ids(&b).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_granted_while_a_change_waited_is_recalled_again_after_it() {
+        let l = leases(Duration::from_secs(30));
+        let (a, b, c) = (client(1), client(2), client(3));
+        for x in [&a, &b, &c] {
+            l.connect(&x.conn);
+        }
+        let f = Gfid::random();
+        let cx = Ctx::root();
+        l.call(&b.conn, &cx, Fop::Getattr { gfid: f })
+            .await
+            .unwrap();
+        let set = Fop::Setattr {
+            gfid: f,
+            set: Default::default(),
+        };
+        let (l2, a2) = (l.clone(), a.conn.clone());
+        let change = tokio::spawn(async move { l2.call(&a2, &Ctx::root(), set).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // c reads while the change waits for b: c's answer may be the old state.
+        l.call(&c.conn, &cx, Fop::Getattr { gfid: f })
+            .await
+            .unwrap();
+        let rb = recall_ids(&b);
+        l.recalled(&b.conn, rb[0].0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let rc = recall_ids(&c);
+        assert_eq!(rc.len(), 1, "c is recalled once the change is done");
+        assert!(
+            !change.is_finished(),
+            "and the change is answered after that"
+        );
+        l.recalled(&c.conn, rc[0].0);
+        change.await.unwrap().unwrap();
+    }
+}

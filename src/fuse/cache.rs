@@ -1,0 +1,285 @@
+//! What the kernel caches for this mount, and dropping it when a brick
+//! recalls it (docs/caching.md).
+//!
+//! The kernel caches names, missing names, attributes and file pages. While
+//! the bricks recall (`features.cache-invalidation`, on by default), each
+//! answer may be cached for the lease's time (`Graph::cache_time`); else for
+//! one second. A recall becomes a kernel invalidation on a thread of its
+//! own (never inside a request: the kernel may hold the very inode lock a
+//! request of ours waits behind), and its acknowledgement goes back to the
+//! brick once the kernel has dropped the attributes (which takes no lock),
+//! or after `ACK_WAIT`; pages and names are dropped right after, since that
+//! may wait behind a request of this mount on the same object. When a connection to a brick ends, or the graph
+//! is switched, every cached name and inode is dropped.
+
+use super::inodes::InodeTable;
+use crate::core::{Event, Gfid, Name};
+use crate::graph::active::Active;
+use crate::graph::Graph;
+use fuser::{INodeNo, Notifier};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::oneshot;
+
+/// How long a recall's answer waits for the kernel.
+const ACK_WAIT: Duration = Duration::from_millis(100);
+
+/// `FUSE_NOTIFY_INC_EPOCH` (kernel 6.16): every cached name is stale.
+const NOTIFY_INC_EPOCH: i32 = 8;
+
+enum Job {
+    /// An object's attributes and pages.
+    Inode(u64),
+    /// A name in a directory, and the directory's attributes and listing.
+    Entry(u64, Name),
+    /// Everything.
+    All,
+}
+
+/// A job, and who to tell once the kernel has done it.
+type Queue = mpsc::Sender<(Job, Option<oneshot::Sender<()>>)>;
+
+/// Hands kernel invalidations to a thread of their own.
+pub struct Invalidator {
+    inodes: Arc<InodeTable>,
+    tx: Mutex<Option<Queue>>,
+    /// A copy of the FUSE device, for the notification fuser does not know.
+    device: OnceLock<OwnedFd>,
+    /// Whether the kernel takes `NOTIFY_INC_EPOCH`: without it, names
+    /// cannot all be dropped at once, so they are cached only briefly.
+    epochs: AtomicBool,
+}
+
+impl Invalidator {
+    pub fn new(inodes: Arc<InodeTable>) -> Arc<Invalidator> {
+        Arc::new(Invalidator {
+            inodes,
+            tx: Mutex::new(None),
+            device: OnceLock::new(),
+            epochs: AtomicBool::new(false),
+        })
+    }
+
+    /// Starts invalidating through the mount's session.
+    pub fn start(&self, notifier: Notifier, device: OwnedFd) {
+        let _ = self.device.set(device);
+        // Asked once: a kernel that takes it has nothing cached yet.
+        let ok = self.inc_epoch();
+        self.epochs.store(ok, Ordering::Release);
+        if !ok {
+            tracing::info!(
+                "the kernel cannot drop every cached name at once (FUSE_NOTIFY_INC_EPOCH, Linux 6.16); names are cached for {:?}",
+                crate::graph::UNLEASED
+            );
+        }
+        let (tx, rx) = mpsc::channel::<(Job, Option<oneshot::Sender<()>>)>();
+        *self.tx.lock().unwrap() = Some(tx);
+        let inodes = self.inodes.clone();
+        let device = self.device.get().and_then(|d| d.try_clone().ok());
+        // Two threads: what a recall waits for never queues behind what
+        // may block (`Slow`).
+        let (slow_tx, slow_rx) = mpsc::channel::<Slow>();
+        let n2 = notifier.clone();
+        std::thread::Builder::new()
+            .name("mortar-inval-slow".into())
+            .spawn(move || {
+                for work in slow_rx {
+                    work.run(&n2);
+                }
+            })
+            .expect("cannot start the kernel invalidation thread");
+        std::thread::Builder::new()
+            .name("mortar-inval".into())
+            .spawn(move || {
+                for (job, done) in rx {
+                    let slow = run(&notifier, device.as_ref(), &inodes, job);
+                    if let Some(d) = done {
+                        let _ = d.send(());
+                    }
+                    let _ = slow_tx.send(slow);
+                }
+            })
+            .expect("cannot start the kernel invalidation thread");
+    }
+
+    fn inc_epoch(&self) -> bool {
+        self.device.get().is_some_and(inc_epoch)
+    }
+
+    /// Whether names may be cached as long as attributes.
+    pub fn names_follow_leases(&self) -> bool {
+        self.epochs.load(Ordering::Acquire)
+    }
+
+    fn send(&self, job: Job) -> Option<oneshot::Receiver<()>> {
+        let (tx, rx) = oneshot::channel();
+        let g = self.tx.lock().unwrap();
+        g.as_ref()?.send((job, Some(tx))).ok()?;
+        Some(rx)
+    }
+
+    /// Drops what the kernel caches of `ino` (attributes and pages).
+    pub fn inode(&self, ino: u64) {
+        let _ = self.send(Job::Inode(ino));
+    }
+}
+
+fn inc_epoch(device: &OwnedFd) -> bool {
+    // struct fuse_out_header { u32 len; i32 error (the code); u64 unique (0) }
+    let mut h = [0u8; 16];
+    h[..4].copy_from_slice(&16u32.to_ne_bytes());
+    h[4..8].copy_from_slice(&NOTIFY_INC_EPOCH.to_ne_bytes());
+    rustix::io::write(device, &h).is_ok()
+}
+
+/// What is left of a job once the recall has been answered: dropping
+/// pages and names, which may wait behind a request of this mount on the
+/// same object (a page locked by a write in flight, a directory locked by
+/// a create).
+enum Slow {
+    Pages(u64),
+    Entry(u64, Name),
+    AllPages(Vec<u64>),
+}
+
+impl Slow {
+    fn run(self, n: &Notifier) {
+        // An object the kernel no longer has answers ENOENT: nothing to drop.
+        match self {
+            Slow::Pages(ino) => {
+                let _ = n.inval_inode(INodeNo(ino), 0, 0);
+            }
+            Slow::Entry(parent, name) => {
+                let _ = n.inval_entry(INodeNo(parent), name.as_os_str());
+                let _ = n.inval_inode(INodeNo(parent), 0, 0);
+            }
+            Slow::AllPages(inos) => {
+                for ino in inos {
+                    let _ = n.inval_inode(INodeNo(ino), 0, 0);
+                }
+            }
+        }
+    }
+}
+
+/// Does what a recall waits for (nothing there takes a lock a request of
+/// ours could hold) and returns the rest.
+fn run(n: &Notifier, device: Option<&OwnedFd>, inodes: &InodeTable, job: Job) -> Slow {
+    match job {
+        Job::Inode(ino) => {
+            // Attributes only: the next read asks for them and sees the new
+            // size and mtime, which drops the pages (FUSE_AUTO_INVAL_DATA).
+            let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            Slow::Pages(ino)
+        }
+        Job::Entry(parent, name) => {
+            let _ = n.inval_inode(INodeNo(parent), -1, 0);
+            Slow::Entry(parent, name)
+        }
+        Job::All => {
+            if let Some(d) = device {
+                inc_epoch(d);
+            }
+            let all = inodes.all();
+            for &ino in &all {
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
+            Slow::AllPages(all)
+        }
+    }
+}
+
+/// Turns the recalls of the graph in use into kernel invalidations, for as
+/// long as the mount lives.
+pub async fn follow_recalls(active: Arc<Active>, inval: Arc<Invalidator>) {
+    let mut switched = active.watch();
+    loop {
+        switched.borrow_and_update();
+        let mut events = active.graph().subscribe();
+        let was_switched = loop {
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok(Event::Recall { gfid, name, ack }) => recall(&inval, gfid, name, ack),
+                    Ok(Event::LeasesLost) | Err(RecvError::Lagged(_)) => {
+                        let _ = inval.send(Job::All);
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Closed) => break false,
+                },
+                r = switched.changed() => break r.is_ok(),
+            }
+        };
+        // What the old graph's bricks promised to recall ends with it.
+        let _ = inval.send(Job::All);
+        if !was_switched && switched.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn recall(inval: &Invalidator, gfid: Gfid, name: Option<Name>, ack: crate::core::xlator::Ack) {
+    let Some(ino) = inval.inodes.ino(gfid) else {
+        // The kernel has nothing of it: answered now (`ack` dropped).
+        return;
+    };
+    let job = match name {
+        None => Job::Inode(ino),
+        Some(n) => Job::Entry(ino, n),
+    };
+    if let Some(done) = inval.send(job) {
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(ACK_WAIT, done).await;
+            drop(ack);
+        });
+    }
+}
+
+/// Taken when a request arrives: how long its answer may be cached.
+pub struct Lease {
+    graph: Arc<Graph>,
+    active: Arc<Active>,
+    mark: u64,
+    names: bool,
+}
+
+impl Lease {
+    pub fn new(active: &Arc<Active>, inval: &Invalidator) -> Lease {
+        let graph = active.graph();
+        let mark = graph.recalls().mark();
+        Lease {
+            graph,
+            active: active.clone(),
+            mark,
+            names: inval.names_follow_leases(),
+        }
+    }
+
+    /// Whether the answer about `gfids` may carry state a recall since
+    /// has announced changed (or the graph changed meanwhile).
+    pub fn stale(&self, gfids: &[Gfid]) -> bool {
+        !Arc::ptr_eq(&self.graph, &self.active.graph())
+            || self.graph.recalls().since(self.mark, gfids)
+    }
+
+    /// How long the kernel may cache attributes the answer carries.
+    pub fn attr_ttl(&self, gfids: &[Gfid]) -> Duration {
+        if self.stale(gfids) {
+            Duration::ZERO
+        } else {
+            self.graph.cache_time()
+        }
+    }
+
+    /// How long the kernel may cache a name (or a missing name).
+    pub fn entry_ttl(&self, gfids: &[Gfid]) -> Duration {
+        let t = self.attr_ttl(gfids);
+        if self.names {
+            t
+        } else {
+            t.min(crate::graph::UNLEASED)
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! `performance/md-cache`: each object's attributes and extended
+//! attributes, kept at the mount. The kernel caches attributes itself but
+//! asks again after every read of a file (its atime is out of date) and
+//! after every change it made; it does not cache xattrs at all, missing
+//! ones included, such as `security.capability`, which it asks about before
+//! every write, and the POSIX ACL names `ls -l` asks about. Kept for the
+//! bricks' lease time (`features.cache-invalidation-timeout`; one second
+//! without leases), dropped when a brick recalls the object, when this
+//! mount changes it, and when a connection to a brick ends. A name removed
+//! or moved by this mount drops every object's attributes (the object it
+//! named is not known here, and its link count changed).
+
+use crate::core::options::{Kind, Spec};
+use crate::core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use async_trait::async_trait;
+use serde_bytes::ByteBuf;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub static STAT_PREFETCH: Spec = Spec {
+    key: "performance.stat-prefetch",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Caches each object's extended attributes at the mount, missing ones included (security.capability is asked before every write, ACLs by ls -l), for the bricks' lease time, until another client changes them (GlusterFS's md-cache).",
+};
+
+/// Objects kept at most; past that the cache starts again empty.
+const MAX_OBJECTS: usize = 100_000;
+/// Kept in this many maps (by gfid).
+const SHARDS: usize = 16;
+
+/// An xattr's value, or the errno that said it is missing.
+type Answer = Result<ByteBuf, i32>;
+
+struct Object {
+    /// With `names_moved` as it was when they were kept.
+    attr: Option<(Attr, u64)>,
+    xattrs: HashMap<String, Answer>,
+    list: Option<ByteBuf>,
+    until: Instant,
+}
+
+/// What an answer tells about an object.
+enum Kept {
+    Attr(Attr),
+    Xattr(String, Answer),
+    List(ByteBuf),
+}
+
+pub struct MdCache {
+    name: String,
+    child: Child,
+    /// How long an answer may be kept (milliseconds).
+    keep_ms: AtomicU64,
+    /// Moves on at every recall, loss and change made here: an answer to
+    /// a request older than that is passed on, not kept.
+    generation: AtomicU64,
+    /// Attributes kept before a name was removed or moved here are stale.
+    names_moved: AtomicU64,
+    shards: Vec<Mutex<HashMap<Gfid, Object>>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl MdCache {
+    pub fn new(name: String, child: Child) -> MdCache {
+        MdCache {
+            name,
+            child,
+            keep_ms: AtomicU64::new(crate::graph::UNLEASED.as_millis() as u64),
+            generation: AtomicU64::new(0),
+            names_moved: AtomicU64::new(0),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, g: &Gfid) -> &Mutex<HashMap<Gfid, Object>> {
+        &self.shards[g.0[15] as usize % SHARDS]
+    }
+
+    fn drop_object(&self, gfid: Gfid) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.shard(&gfid).lock().unwrap().remove(&gfid);
+    }
+
+    fn drop_all(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        for s in &self.shards {
+            s.lock().unwrap().clear();
+        }
+    }
+
+    fn cached_xattr(&self, gfid: Gfid, name: Option<&str>) -> Option<Answer> {
+        let now = Instant::now();
+        let s = self.shard(&gfid).lock().unwrap();
+        let o = s.get(&gfid).filter(|o| o.until > now)?;
+        match name {
+            Some(n) => o.xattrs.get(n).cloned(),
+            None => o.list.clone().map(Ok),
+        }
+    }
+
+    fn cached_attr(&self, gfid: Gfid) -> Option<Attr> {
+        let now = Instant::now();
+        let s = self.shard(&gfid).lock().unwrap();
+        let (a, moved) = s.get(&gfid).filter(|o| o.until > now)?.attr.clone()?;
+        (moved == self.names_moved.load(Ordering::Acquire)).then_some(a)
+    }
+
+    /// A mark to take before sending a request whose answer may be kept.
+    fn mark(&self) -> (Instant, u64) {
+        (Instant::now(), self.generation.load(Ordering::Acquire))
+    }
+
+    /// Keeps what an answer to a request marked `(start, gen)` tells about
+    /// `gfid`, unless something was recalled or changed since.
+    fn keep(&self, gfid: Gfid, what: Kept, (start, gen): (Instant, u64)) {
+        let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
+        let mut s = self.shard(&gfid).lock().unwrap();
+        if self.generation.load(Ordering::Acquire) != gen {
+            return;
+        }
+        if s.len() >= MAX_OBJECTS / SHARDS {
+            s.clear();
+        }
+        let o = s.entry(gfid).or_insert_with(|| Object {
+            attr: None,
+            xattrs: HashMap::new(),
+            list: None,
+            until,
+        });
+        if o.until <= start {
+            // What was kept lapsed: the new lease covers only this answer.
+            o.attr = None;
+            o.xattrs.clear();
+            o.list = None;
+        }
+        // The lease the bricks granted with this answer covers the object.
+        o.until = until;
+        match what {
+            Kept::Attr(a) => o.attr = Some((a, self.names_moved.load(Ordering::Acquire))),
+            Kept::Xattr(n, a) => {
+                o.xattrs.insert(n, a);
+            }
+            Kept::List(l) => o.list = Some(l),
+        }
+    }
+
+    /// Keeps the attributes an answer carries.
+    fn keep_attrs(&self, res: &FsResult<Reply>, mark: (Instant, u64)) {
+        match res {
+            Ok(Reply::Attr(a)) => self.keep(a.gfid, Kept::Attr(a.clone()), mark),
+            Ok(Reply::Entry(e)) | Ok(Reply::Created { entry: e, .. }) => {
+                self.keep(e.attr.gfid, Kept::Attr(e.attr.clone()), mark)
+            }
+            Ok(Reply::Entries(ents)) => {
+                for e in ents.iter().filter(|e| e.cacheable) {
+                    if let Some(a) = &e.attr {
+                        self.keep(a.gfid, Kept::Attr(a.clone()), mark);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Objects whose attributes a change made here alters.
+    fn changed(&self, fop: &Fop) -> Vec<Gfid> {
+        match fop {
+            Fop::Setattr { gfid, .. }
+            | Fop::Write { gfid, .. }
+            | Fop::Fallocate { gfid, .. }
+            | Fop::Setxattr { gfid, .. }
+            | Fop::Removexattr { gfid, .. } => vec![*gfid],
+            Fop::Open { gfid, flags } if flags & libc::O_TRUNC != 0 => vec![*gfid],
+            Fop::Create { parent, .. }
+            | Fop::Mknod { parent, .. }
+            | Fop::Mkdir { parent, .. }
+            | Fop::Symlink { parent, .. } => vec![*parent],
+            Fop::Link {
+                gfid, newparent, ..
+            } => vec![*gfid, *newparent],
+            Fop::Unlink { parent, .. } | Fop::Rmdir { parent, .. } => {
+                self.names_moved.fetch_add(1, Ordering::AcqRel);
+                vec![*parent]
+            }
+            Fop::Rename {
+                parent, newparent, ..
+            } => {
+                self.names_moved.fetch_add(1, Ordering::AcqRel);
+                vec![*parent, *newparent]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Names answered by the client or the bricks themselves, never kept.
+fn virtual_name(name: &str) -> bool {
+    name.starts_with("trusted.mortar.") || crate::core::fop::is_distribute_xattr(name)
+}
+
+#[async_trait]
+impl Xlator for MdCache {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
+        match &ev {
+            Event::Recall { gfid, .. } => self.drop_object(*gfid),
+            Event::LeasesLost => self.drop_all(),
+            _ => {}
+        }
+        Some(ev)
+    }
+
+    fn reconfigure(&self, options: &crate::core::Options) {
+        let t = crate::brick::leases::Terms::from_options(options)
+            .lease
+            .unwrap_or(crate::graph::UNLEASED);
+        self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn forget(&self, gfid: Gfid) {
+        self.shard(&gfid).lock().unwrap().remove(&gfid);
+    }
+
+    fn dump(&self) -> Vec<String> {
+        vec![format!(
+            "answered from memory {} asked of the bricks {}",
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed)
+        )]
+    }
+
+    async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        match fop {
+            Fop::Getattr { gfid } => {
+                if let Some(a) = self.cached_attr(gfid) {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Reply::Attr(a));
+                }
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                let mark = self.mark();
+                let res = self.child.call(cx, fop).await;
+                self.keep_attrs(&res, mark);
+                res
+            }
+            Fop::Lookup { .. } | Fop::Readdir { .. } => {
+                let mark = self.mark();
+                let res = self.child.call(cx, fop).await;
+                self.keep_attrs(&res, mark);
+                res
+            }
+            Fop::Getxattr { gfid, ref name } if !virtual_name(name) => {
+                if let Some(a) = self.cached_xattr(gfid, Some(name)) {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return a.map(Reply::Xattr).map_err(FsError::errno);
+                }
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                let name = name.clone();
+                let mark = self.mark();
+                let res = self.child.call(cx, fop).await;
+                match &res {
+                    Ok(Reply::Xattr(v)) => self.keep(gfid, Kept::Xattr(name, Ok(v.clone())), mark),
+                    Err(e) if e.is(libc::ENODATA) => {
+                        self.keep(gfid, Kept::Xattr(name, Err(libc::ENODATA)), mark)
+                    }
+                    _ => {}
+                }
+                res
+            }
+            Fop::Listxattr { gfid } => {
+                if let Some(Ok(v)) = self.cached_xattr(gfid, None) {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Reply::Xattr(v));
+                }
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                let mark = self.mark();
+                let res = self.child.call(cx, fop).await;
+                if let Ok(Reply::Xattr(v)) = &res {
+                    self.keep(gfid, Kept::List(v.clone()), mark);
+                }
+                res
+            }
+            fop => {
+                let changed = self.changed(&fop);
+                if changed.is_empty() {
+                    return self.child.call(cx, fop).await;
+                }
+                let new = match &fop {
+                    Fop::Create { gfid, .. } | Fop::Mknod { gfid, .. } => Some(*gfid),
+                    _ => None,
+                };
+                for g in &changed {
+                    self.drop_object(*g);
+                }
+                let res = self.child.call(cx, fop).await;
+                for g in &changed {
+                    self.drop_object(*g);
+                }
+                let mark = self.mark();
+                self.keep_attrs(&res, mark);
+                if let (Some(g), true) = (new, res.is_ok()) {
+                    // A new file has no file capabilities (they are never
+                    // inherited): the write that follows need not ask.
+                    let none = Kept::Xattr("security.capability".into(), Err(libc::ENODATA));
+                    self.keep(g, none, mark);
+                }
+                res
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::xlator::Ack;
+    use std::sync::Arc;
+
+    /// Answers getxattr from a map, and counts what it is asked.
+    struct Xattrs {
+        map: Mutex<HashMap<String, Vec<u8>>>,
+        asked: AtomicU64,
+    }
+
+    #[async_trait]
+    impl Xlator for Xattrs {
+        fn name(&self) -> String {
+            "xattrs".into()
+        }
+        async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+            self.asked.fetch_add(1, Ordering::Relaxed);
+            match fop {
+                Fop::Getxattr { name, .. } => match self.map.lock().unwrap().get(&name) {
+                    Some(v) => Ok(Reply::Xattr(ByteBuf::from(v.clone()))),
+                    None => Err(FsError::errno(libc::ENODATA)),
+                },
+                Fop::Setxattr { name, value, .. } => {
+                    self.map.lock().unwrap().insert(name, value.into_vec());
+                    Ok(Reply::Ok)
+                }
+                Fop::Getattr { gfid } => Ok(Reply::Attr(Attr {
+                    gfid,
+                    kind: crate::core::FileKind::File,
+                    perm: 0o644,
+                    nlink: 1,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    size: self.asked.load(Ordering::Relaxed),
+                    blocks: 0,
+                    blksize: 4096,
+                    atime: (0, 0),
+                    mtime: (0, 0),
+                    ctime: (0, 0),
+                    blame: 0,
+                    linkto: None,
+                })),
+                _ => Ok(Reply::Ok),
+            }
+        }
+    }
+
+    fn get(gfid: Gfid, name: &str) -> Fop {
+        Fop::Getxattr {
+            gfid,
+            name: name.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_are_kept_until_recalled_or_changed() {
+        let below = Arc::new(Xattrs {
+            map: Mutex::default(),
+            asked: AtomicU64::new(0),
+        });
+        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
+        let mut o = crate::core::Options::new();
+        o.insert("features.cache-invalidation-timeout".into(), "60".into());
+        md.reconfigure(&o);
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        let asked = || below.asked.load(Ordering::Relaxed);
+        // A missing name, asked twice: once of the bricks.
+        for _ in 0..2 {
+            let e = md
+                .call(&cx, get(f, "security.capability"))
+                .await
+                .unwrap_err();
+            assert!(e.is(libc::ENODATA));
+        }
+        assert_eq!(asked(), 1);
+        // This mount's own change drops it.
+        let set = Fop::Setxattr {
+            gfid: f,
+            name: "security.capability".into(),
+            value: ByteBuf::from(b"c".to_vec()),
+            flags: 0,
+        };
+        md.call(&cx, set).await.unwrap();
+        let v = md.call(&cx, get(f, "security.capability")).await.unwrap();
+        assert!(matches!(v, Reply::Xattr(b) if b.as_ref() == b"c"));
+        md.call(&cx, get(f, "security.capability")).await.unwrap();
+        assert_eq!(asked(), 3);
+        // Another client's change: the brick recalls the object first.
+        below.map.lock().unwrap().clear();
+        md.notify(
+            0,
+            Event::Recall {
+                gfid: f,
+                name: None,
+                ack: Ack::none(),
+            },
+        );
+        assert!(md.call(&cx, get(f, "security.capability")).await.is_err());
+        assert_eq!(asked(), 4);
+        // Virtual names always go down.
+        md.call(&cx, get(f, "trusted.mortar.client.graph"))
+            .await
+            .ok();
+        md.call(&cx, get(f, "trusted.mortar.client.graph"))
+            .await
+            .ok();
+        assert_eq!(asked(), 6);
+        // A lost connection drops everything.
+        md.notify(0, Event::LeasesLost);
+        assert!(md.call(&cx, get(f, "security.capability")).await.is_err());
+        assert_eq!(asked(), 7);
+    }
+
+    #[tokio::test]
+    async fn attributes_are_kept_until_this_mount_or_another_changes_them() {
+        let below = Arc::new(Xattrs {
+            map: Mutex::default(),
+            asked: AtomicU64::new(0),
+        });
+        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
+        // Without leases (the bricks do not recall): kept one second.
+        let mut o = crate::core::Options::new();
+        o.insert("features.cache-invalidation".into(), "off".into());
+        md.reconfigure(&o);
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        let asked = || below.asked.load(Ordering::Relaxed);
+        let size = |r: Reply| r.into_attr().unwrap().size;
+        let stat = || md.call(&cx, Fop::Getattr { gfid: f });
+        assert_eq!(size(stat().await.unwrap()), 1);
+        assert_eq!(size(stat().await.unwrap()), 1, "from memory");
+        assert_eq!(asked(), 1);
+        // A write here changes the size and mtime.
+        let write = Fop::Write {
+            gfid: f,
+            fh: 1,
+            offset: 0,
+            data: bytes::Bytes::from_static(b"x"),
+        };
+        md.call(&cx, write).await.unwrap();
+        assert_eq!(size(stat().await.unwrap()), 3);
+        assert_eq!(size(stat().await.unwrap()), 3);
+        // A name removed here: the object it named is not known, so every
+        // object's attributes are asked again.
+        let unlink = Fop::Unlink {
+            parent: Gfid::random(),
+            name: crate::core::Name::new("x").unwrap(),
+        };
+        md.call(&cx, unlink).await.unwrap();
+        assert_eq!(size(stat().await.unwrap()), 5);
+        // Another client's change, recalled.
+        md.notify(
+            0,
+            Event::Recall {
+                gfid: f,
+                name: None,
+                ack: Ack::none(),
+            },
+        );
+        assert_eq!(size(stat().await.unwrap()), 6);
+        tokio::time::sleep(crate::graph::UNLEASED).await;
+        assert_eq!(size(stat().await.unwrap()), 7);
+    }
+}

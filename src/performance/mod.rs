@@ -1,0 +1,4 @@
+//! Client translators that answer from the mount's memory what the bricks
+//! would answer, under the bricks' leases (docs/caching.md).
+
+pub mod md_cache;

@@ -87,6 +87,14 @@ impl MdCache {
         self.shard(&gfid).lock().unwrap().remove(&gfid);
     }
 
+    /// Drops an object's attributes only (its data changed here).
+    fn drop_attr(&self, gfid: Gfid) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(o) = self.shard(&gfid).lock().unwrap().get_mut(&gfid) {
+            o.attr = None;
+        }
+    }
+
     fn drop_all(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         for s in &self.shards {
@@ -168,15 +176,15 @@ impl MdCache {
         }
     }
 
-    /// Objects whose attributes a change made here alters.
+    /// Objects whose attributes and xattrs a change of names or metadata
+    /// made here alters (a data change leaves the xattrs as they were: a
+    /// write that must drop set-id bits or capabilities is followed by the
+    /// kernel's own setattr or removexattr).
     fn changed(&self, fop: &Fop) -> Vec<Gfid> {
         match fop {
             Fop::Setattr { gfid, .. }
-            | Fop::Write { gfid, .. }
-            | Fop::Fallocate { gfid, .. }
             | Fop::Setxattr { gfid, .. }
             | Fop::Removexattr { gfid, .. } => vec![*gfid],
-            Fop::Open { gfid, flags } if flags & libc::O_TRUNC != 0 => vec![*gfid],
             Fop::Create { parent, .. }
             | Fop::Mknod { parent, .. }
             | Fop::Mkdir { parent, .. }
@@ -286,6 +294,19 @@ impl Xlator for MdCache {
                 if let Ok(Reply::Xattr(v)) = &res {
                     self.keep(gfid, Kept::List(v.clone()), mark);
                 }
+                res
+            }
+            // Data changed here: the size and times, not the xattrs.
+            Fop::Write { gfid, .. } | Fop::Fallocate { gfid, .. } => {
+                self.drop_attr(gfid);
+                let res = self.child.call(cx, fop).await;
+                self.drop_attr(gfid);
+                res
+            }
+            Fop::Open { gfid, flags } if flags & libc::O_TRUNC != 0 => {
+                self.drop_attr(gfid);
+                let res = self.child.call(cx, fop).await;
+                self.drop_attr(gfid);
                 res
             }
             fop => {

@@ -444,6 +444,19 @@ mod tests {
         Arc::new(Leases::new(Arc::new(Anything), Arc::new(move || terms)))
     }
 
+    fn setattr(gfid: Gfid) -> Fop {
+        Fop::Setattr {
+            gfid,
+            set: Default::default(),
+        }
+    }
+
+    /// `fop` from `c`, going on in a task of its own.
+    fn start(l: &Arc<Leases>, c: &Client, fop: Fop) -> tokio::task::JoinHandle<FsResult<Reply>> {
+        let (l, conn) = (l.clone(), c.conn.clone());
+        tokio::spawn(async move { l.call(&conn, &Ctx::root(), fop).await })
+    }
+
     fn recall_ids(c: &Client) -> Vec<(u64, Gfid, Option<Name>)> {
         c.notices
             .lock()
@@ -478,12 +491,7 @@ mod tests {
             .await
             .unwrap();
 
-        let set = Fop::Setattr {
-            gfid: f,
-            set: Default::default(),
-        };
-        let (l2, a2) = (l.clone(), a.conn.clone());
-        let change = tokio::spawn(async move { l2.call(&a2, &Ctx::root(), set).await });
+        let change = start(&l, &a, setattr(f));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!change.is_finished(), "the change waits for b");
         let r = recall_ids(&b);
@@ -494,11 +502,7 @@ mod tests {
         change.await.unwrap().unwrap();
 
         // A recalled lease is gone: the next change does not wait for b.
-        let set = Fop::Setattr {
-            gfid: f,
-            set: Default::default(),
-        };
-        l.call(&a.conn, &cx, set).await.unwrap();
+        l.call(&a.conn, &cx, setattr(f)).await.unwrap();
         assert_eq!(recall_ids(&b).len(), 1);
 
         // A new name in dir recalls b's missing name.
@@ -511,8 +515,7 @@ mod tests {
             rdev: 0,
             linkto: None,
         };
-        let (l2, a2) = (l.clone(), a.conn.clone());
-        let change = tokio::spawn(async move { l2.call(&a2, &Ctx::root(), create).await });
+        let change = start(&l, &a, create);
         tokio::time::sleep(Duration::from_millis(50)).await;
         let r = recall_ids(&b);
         assert_eq!(r.len(), 2);
@@ -565,11 +568,7 @@ mod tests {
         l.call(&b.conn, &cx, Fop::Getattr { gfid: f })
             .await
             .unwrap();
-        let set = Fop::Setattr {
-            gfid: f,
-            set: Default::default(),
-        };
-        l.call(&a.conn, &cx, set).await.unwrap();
+        l.call(&a.conn, &cx, setattr(f)).await.unwrap();
         assert!(recall_ids(&b).is_empty());
     }
 
@@ -585,12 +584,7 @@ mod tests {
         l.call(&b.conn, &cx, Fop::Getattr { gfid: f })
             .await
             .unwrap();
-        let set = Fop::Setattr {
-            gfid: f,
-            set: Default::default(),
-        };
-        let (l2, a2) = (l.clone(), a.conn.clone());
-        let change = tokio::spawn(async move { l2.call(&a2, &Ctx::root(), set).await });
+        let change = start(&l, &a, setattr(f));
         tokio::time::sleep(Duration::from_millis(50)).await;
         // c reads while the change waits for b: c's answer may be the old state.
         l.call(&c.conn, &cx, Fop::Getattr { gfid: f })

@@ -16,14 +16,14 @@
 //! answered. A client does not cache an answer to a request it sent before
 //! a recall of the same object reached it (`core::xlator::RecallLog`).
 
-use super::{BrickEnv, BrickXlator, Conn, ConnId, Notice};
+use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
 use crate::core::fop::HOLD_XATTR;
 use crate::core::options::{Kind, Spec};
 use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -94,7 +94,7 @@ pub struct Leases {
     below: Arc<dyn BrickXlator>,
     terms: Arc<dyn Fn() -> Terms + Send + Sync>,
     shards: Vec<Mutex<Shard>>,
-    conns: Mutex<HashMap<ConnId, Weak<Conn>>>,
+    conns: ConnTable,
     /// Grants so far: a change recalls again the leases granted while it
     /// waited for its recalls.
     seq: AtomicU64,
@@ -117,7 +117,7 @@ impl Leases {
             below,
             terms,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            conns: Mutex::default(),
+            conns: ConnTable::default(),
             seq: AtomicU64::new(0),
             next_recall: AtomicU64::new(1),
             waiting: Mutex::default(),
@@ -192,13 +192,7 @@ impl Leases {
         let mut waits = Vec::new();
         for (gfid, name) in targets {
             for holder in self.take(caller, gfid, since) {
-                let Some(conn) = self
-                    .conns
-                    .lock()
-                    .unwrap()
-                    .get(&holder)
-                    .and_then(Weak::upgrade)
-                else {
+                let Some(conn) = self.conns.get(holder) else {
                     continue;
                 };
                 let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
@@ -370,14 +364,11 @@ impl BrickXlator for Leases {
     }
 
     fn connect(&self, conn: &Arc<Conn>) {
-        self.conns
-            .lock()
-            .unwrap()
-            .insert(conn.id, Arc::downgrade(conn));
+        self.conns.add(conn);
     }
 
     fn disconnect(&self, conn: &Conn) {
-        self.conns.lock().unwrap().remove(&conn.id);
+        self.conns.remove(conn.id);
         // Changes waiting for its answers go on.
         self.waiting
             .lock()

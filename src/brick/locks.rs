@@ -8,17 +8,16 @@
 //! unfinished change stays in the heal index, and it reconnects when it
 //! runs again. Locks die with their connection.
 
-use super::{BrickEnv, BrickXlator, Conn, ConnId, Notice};
+use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
 use crate::storage::locks::{Acquire, LockTable};
 use async_trait::async_trait;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct Locks {
     locks: LockTable,
-    conns: Mutex<HashMap<ConnId, Weak<Conn>>>,
+    conns: ConnTable,
     revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
     below: Arc<dyn BrickXlator>,
 }
@@ -30,7 +29,7 @@ pub fn build(
     let below = below.ok_or_else(|| anyhow::anyhow!("locks need a translator below"))?;
     Ok(Some(Arc::new(Locks {
         locks: LockTable::default(),
-        conns: Mutex::new(HashMap::new()),
+        conns: ConnTable::default(),
         revoke_after: env.revoke_after.clone(),
         below,
     })))
@@ -38,7 +37,7 @@ pub fn build(
 
 impl Locks {
     fn conn(&self, id: ConnId) -> Option<Arc<Conn>> {
-        self.conns.lock().unwrap().get(&id).and_then(Weak::upgrade)
+        self.conns.get(id)
     }
 
     /// Tells a lock's holder that someone waits for it.
@@ -131,14 +130,11 @@ impl BrickXlator for Locks {
     }
 
     fn connect(&self, conn: &Arc<Conn>) {
-        self.conns
-            .lock()
-            .unwrap()
-            .insert(conn.id, Arc::downgrade(conn));
+        self.conns.add(conn);
     }
 
     fn disconnect(&self, conn: &Conn) {
-        self.conns.lock().unwrap().remove(&conn.id);
+        self.conns.remove(conn.id);
         self.locks.release_all(conn.id);
     }
 }

@@ -26,7 +26,8 @@ pub mod posix;
 use crate::core::{Ctx, Fop, FsResult, Gfid, Reply};
 use crate::storage::posix::{FdTable, Posix};
 use async_trait::async_trait;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub type ConnId = u64;
@@ -56,6 +57,25 @@ pub struct Conn {
     pub notice: Box<dyn Fn(Notice) + Send + Sync>,
     /// Ends the connection (lock revocation).
     pub close: Box<dyn Fn() + Send + Sync>,
+}
+
+/// The live connections a translator reaches by id (to send one a notice
+/// or close it), kept from `connect` to `disconnect`.
+#[derive(Default)]
+pub struct ConnTable(Mutex<HashMap<ConnId, Weak<Conn>>>);
+
+impl ConnTable {
+    pub fn add(&self, conn: &Arc<Conn>) {
+        self.0.lock().unwrap().insert(conn.id, Arc::downgrade(conn));
+    }
+
+    pub fn remove(&self, id: ConnId) {
+        self.0.lock().unwrap().remove(&id);
+    }
+
+    pub fn get(&self, id: ConnId) -> Option<Arc<Conn>> {
+        self.0.lock().unwrap().get(&id).and_then(Weak::upgrade)
+    }
 }
 
 #[async_trait]

@@ -9,8 +9,9 @@
 //! request of ours waits behind), and its acknowledgement goes back to the
 //! brick once the kernel has dropped the attributes (which takes no lock),
 //! or after `ACK_WAIT`; pages and names are dropped right after, since that
-//! may wait behind a request of this mount on the same object. When a connection to a brick ends, or the graph
-//! is switched, every cached name and inode is dropped.
+//! may wait behind a request of this mount on the same object. When a
+//! connection to a brick ends or comes back, or the graph is switched,
+//! every cached name and inode is dropped.
 
 use super::inodes::InodeTable;
 use crate::core::{Event, Gfid, Name};
@@ -19,7 +20,7 @@ use crate::graph::Graph;
 use fuser::{INodeNo, Notifier};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::oneshot;
@@ -46,8 +47,6 @@ type Queue = mpsc::Sender<(Job, Option<oneshot::Sender<()>>)>;
 pub struct Invalidator {
     inodes: Arc<InodeTable>,
     tx: Mutex<Option<Queue>>,
-    /// A copy of the FUSE device, for the notification fuser does not know.
-    device: OnceLock<OwnedFd>,
     /// Whether the kernel takes `NOTIFY_INC_EPOCH`: without it, names
     /// cannot all be dropped at once, so they are cached only briefly.
     epochs: AtomicBool,
@@ -58,16 +57,15 @@ impl Invalidator {
         Arc::new(Invalidator {
             inodes,
             tx: Mutex::new(None),
-            device: OnceLock::new(),
             epochs: AtomicBool::new(false),
         })
     }
 
-    /// Starts invalidating through the mount's session.
+    /// Starts invalidating through the mount's session; `device` is a copy
+    /// of its FUSE device, for the notification fuser does not know.
     pub fn start(&self, notifier: Notifier, device: OwnedFd) {
-        let _ = self.device.set(device);
         // Asked once: a kernel that takes it has nothing cached yet.
-        let ok = self.inc_epoch();
+        let ok = inc_epoch(&device);
         self.epochs.store(ok, Ordering::Release);
         if !ok {
             tracing::info!(
@@ -78,7 +76,6 @@ impl Invalidator {
         let (tx, rx) = mpsc::channel::<(Job, Option<oneshot::Sender<()>>)>();
         *self.tx.lock().unwrap() = Some(tx);
         let inodes = self.inodes.clone();
-        let device = self.device.get().and_then(|d| d.try_clone().ok());
         // Two threads: what a recall waits for never queues behind what
         // may block (`Slow`).
         let (slow_tx, slow_rx) = mpsc::channel::<Slow>();
@@ -95,7 +92,7 @@ impl Invalidator {
             .name("mortar-inval".into())
             .spawn(move || {
                 for (job, done) in rx {
-                    let slow = run(&notifier, device.as_ref(), &inodes, job);
+                    let slow = run(&notifier, &device, &inodes, job);
                     if let Some(d) = done {
                         let _ = d.send(());
                     }
@@ -103,10 +100,6 @@ impl Invalidator {
                 }
             })
             .expect("cannot start the kernel invalidation thread");
-    }
-
-    fn inc_epoch(&self) -> bool {
-        self.device.get().is_some_and(inc_epoch)
     }
 
     /// Whether names may be cached as long as attributes.
@@ -167,7 +160,7 @@ impl Slow {
 
 /// Does what a recall waits for (nothing there takes a lock a request of
 /// ours could hold) and returns the rest.
-fn run(n: &Notifier, device: Option<&OwnedFd>, inodes: &InodeTable, job: Job) -> Slow {
+fn run(n: &Notifier, device: &OwnedFd, inodes: &InodeTable, job: Job) -> Slow {
     match job {
         Job::Inode(ino) => {
             // Attributes only: the next read asks for them and sees the new
@@ -180,9 +173,7 @@ fn run(n: &Notifier, device: Option<&OwnedFd>, inodes: &InodeTable, job: Job) ->
             Slow::Entry(parent, name)
         }
         Job::All => {
-            if let Some(d) = device {
-                inc_epoch(d);
-            }
+            inc_epoch(device);
             let all = inodes.all();
             for &ino in &all {
                 let _ = n.inval_inode(INodeNo(ino), -1, 0);

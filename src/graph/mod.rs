@@ -27,6 +27,15 @@ use std::time::Duration;
 /// recall them.
 pub const UNLEASED: Duration = Duration::from_secs(1);
 
+/// How long a client may cache a name, attributes or xattrs under these
+/// options: the lease's time when the bricks recall
+/// (`features.cache-invalidation`), else `UNLEASED`.
+pub fn cache_time(options: &Options) -> Duration {
+    crate::brick::leases::Terms::from_options(options)
+        .lease
+        .unwrap_or(UNLEASED)
+}
+
 pub struct Graph {
     /// The volume and the version of its description this graph is built from.
     pub volume: String,
@@ -111,17 +120,15 @@ impl Graph {
         &self.recalls
     }
 
-    /// How long the kernel may cache a name or attributes: the lease's
-    /// time when the bricks recall (`features.cache-invalidation`), else
-    /// `UNLEASED`.
+    /// How long the kernel may cache a name or attributes (`cache_time`
+    /// of the options in force).
     pub fn cache_time(&self) -> Duration {
         Duration::from_millis(self.cache_ms.load(Ordering::Relaxed))
     }
 
     /// Gives every translator the options in force.
     pub fn reconfigure(&self, options: &Options) {
-        let terms = crate::brick::leases::Terms::from_options(options);
-        let t = terms.lease.unwrap_or(UNLEASED);
+        let t = cache_time(options);
         self.cache_ms.store(t.as_millis() as u64, Ordering::Relaxed);
         for n in &self.nodes {
             n.child.xl.reconfigure(options);

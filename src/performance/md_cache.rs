@@ -228,9 +228,7 @@ impl Xlator for MdCache {
     }
 
     fn reconfigure(&self, options: &crate::core::Options) {
-        let t = crate::brick::leases::Terms::from_options(options)
-            .lease
-            .unwrap_or(crate::graph::UNLEASED);
+        let t = crate::graph::cache_time(options);
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
     }
 
@@ -346,6 +344,7 @@ mod tests {
     use std::sync::Arc;
 
     /// Answers getxattr from a map, and counts what it is asked.
+    #[derive(Default)]
     struct Xattrs {
         map: Mutex<HashMap<String, Vec<u8>>>,
         asked: AtomicU64,
@@ -398,10 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn answers_are_kept_until_recalled_or_changed() {
-        let below = Arc::new(Xattrs {
-            map: Mutex::default(),
-            asked: AtomicU64::new(0),
-        });
+        let below = Arc::new(Xattrs::default());
         let md = MdCache::new("md".into(), Child::standalone(below.clone()));
         let mut o = crate::core::Options::new();
         o.insert("features.cache-invalidation-timeout".into(), "60".into());
@@ -457,10 +453,7 @@ mod tests {
 
     #[tokio::test]
     async fn attributes_are_kept_until_this_mount_or_another_changes_them() {
-        let below = Arc::new(Xattrs {
-            map: Mutex::default(),
-            asked: AtomicU64::new(0),
-        });
+        let below = Arc::new(Xattrs::default());
         let md = MdCache::new("md".into(), Child::standalone(below.clone()));
         // Without leases (the bricks do not recall): kept one second.
         let mut o = crate::core::Options::new();

@@ -284,8 +284,9 @@ async fn run_connection(
                     // got the recall has dropped it (and its cache).
                     let tx = tx.clone();
                     let ack = crate::core::xlator::Ack::new(move || {
-                        let sent = tx.try_send(wire::encode(&Msg::Recalled { id }));
-                        tracing::debug!(id, err = ?sent.err().map(|e| e.to_string()), "recall answered");
+                        if let Err(e) = tx.try_send(wire::encode(&Msg::Recalled { id })) {
+                            tracing::debug!(id, "recall not answered: {e}");
+                        }
                     });
                     sh.link.emit(Event::Recall { gfid, name, ack });
                 }

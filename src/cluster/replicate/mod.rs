@@ -61,6 +61,7 @@ pub struct Replicate {
     /// Objects another client changed (a brick recalled them): what this
     /// client knows of their copies' blame is asked again before use.
     recheck: Mutex<std::collections::HashSet<Gfid>>,
+    /// The size of `recheck`, read on every call without taking its lock.
     rechecks: std::sync::atomic::AtomicUsize,
     /// The child that keeps names and metadata but no data.
     arbiter: Option<usize>,

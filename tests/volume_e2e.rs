@@ -38,21 +38,30 @@ fn seed_replica3_volume_end_to_end() {
     ));
     let lines: Vec<&str> = graph.lines().collect();
     assert!(lines[0].starts_with("volume gv0 version "), "{graph}");
-    // md-cache (on by default) above the volume, with its counters.
+    // md-cache and write-behind (on by default) above the volume, with
+    // their counters.
     assert_eq!(
         lines[1], "gv0-md-cache (performance/md-cache) up",
         "{graph}"
     );
     assert!(lines[2].starts_with("  | answered from memory "), "{graph}");
-    assert_eq!(lines[3], "  gv0-dht (cluster/distribute) up", "{graph}");
     assert_eq!(
-        lines[4], "    gv0-replicate-0 (cluster/replicate) up",
+        lines[3], "  gv0-write-behind (performance/write-behind) up",
+        "{graph}"
+    );
+    assert!(
+        lines[4].starts_with("    | files with writes out "),
+        "{graph}"
+    );
+    assert_eq!(lines[5], "    gv0-dht (cluster/distribute) up", "{graph}");
+    assert_eq!(
+        lines[6], "      gv0-replicate-0 (cluster/replicate) up",
         "{graph}"
     );
     for i in 0..3 {
         assert_eq!(
-            lines[5 + i],
-            format!("      gv0-client-{i} (protocol/client) up"),
+            lines[7 + i],
+            format!("        gv0-client-{i} (protocol/client) up"),
             "{graph}"
         );
     }

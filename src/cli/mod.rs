@@ -156,7 +156,8 @@ pub enum VolumeCmd {
     },
     /// List volume names.
     List,
-    /// Set an option: volume set NAME KEY VALUE.
+    /// Set an option: volume set NAME KEY VALUE; or a bundle of them:
+    /// volume set NAME group metadata-cache|nl-cache|db-workload.
     Set {
         name: String,
         key: String,

@@ -737,17 +737,25 @@ impl Distribute {
             if let Fop::Write { data, .. } = &fop {
                 self.written[i].fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
             }
+            let moved_meanwhile = || *f.at.lock().unwrap() != (i, fh);
             let e = match self.children[i].call(cx, fop.clone().with_fh(fh)).await {
                 Err(e) if e.is(libc::ESTALE) => e,
+                // Another request on this handle (writes go several at a
+                // time) found the file's new place meanwhile, and closed
+                // the old one.
+                Err(e) if e.is(libc::EBADF) && moved_meanwhile() => continue,
                 r => return r,
             };
+            if moved_meanwhile() {
+                continue;
+            }
             if tokio::time::Instant::now() > deadline {
                 return Err(e);
             }
             let Some(j) = self.relocate(cx, f.gfid, i, &mut pause).await else {
                 return Err(e);
             };
-            if j == i {
+            if j == i || moved_meanwhile() {
                 continue;
             }
             let open = Fop::Open {

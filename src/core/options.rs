@@ -106,6 +106,14 @@ impl Spec {
             .unwrap_or(0)
     }
 
+    /// The value as a number of bytes (the default if the one set does not
+    /// parse).
+    pub fn size(&'static self, set: &Options) -> u64 {
+        parse_size(self.str(set))
+            .or_else(|| parse_size(self.default))
+            .unwrap_or(0)
+    }
+
     /// The value as an integer (the default if the one set does not parse).
     pub fn int(&'static self, set: &Options) -> i64 {
         self.str(set)

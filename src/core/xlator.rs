@@ -129,6 +129,10 @@ pub trait Xlator: Send + Sync {
     /// Called by the graph, top down, before it is dropped: let go of what
     /// this translator holds on the bricks (locks, change sessions).
     async fn fini(&self) {}
+    /// Called by the graph when another graph is about to take its place:
+    /// return once what this translator answered without the bricks
+    /// (writes sent behind) is on the bricks.
+    async fn settle(&self) {}
     /// Called by the graph when the kernel forgot an object: drop what
     /// this translator remembers about it.
     fn forget(&self, _gfid: Gfid) {}

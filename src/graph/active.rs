@@ -46,6 +46,12 @@ pub struct Active {
     switches: AtomicU64,
     /// Moves on whenever another graph becomes current.
     current_changed: tokio::sync::watch::Sender<u64>,
+    /// Held (shared) by every request while it picks its graph, and by a
+    /// write until it is answered; held alone by a switch while the old
+    /// graph settles and the handles move, so that no write reaches the
+    /// new graph while one accepted by the old graph is not yet on the
+    /// bricks.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl Active {
@@ -56,6 +62,7 @@ impl Active {
             switching: tokio::sync::Mutex::new(()),
             switches: AtomicU64::new(0),
             current_changed: tokio::sync::watch::channel(0).0,
+            gate: tokio::sync::RwLock::new(()),
         })
     }
 
@@ -118,6 +125,8 @@ impl Active {
         {
             tracing::warn!(volume = %new.volume, "the new graph does not reach every brick the old one did; switching anyway");
         }
+        let _alone = self.gate.write().await;
+        old.settle().await;
         *self.current.write().unwrap() = new.clone();
         self.current_changed.send_modify(|n| *n += 1);
         let mut moved = 0;
@@ -196,6 +205,25 @@ impl Xlator for Active {
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let gate = self.gate.read().await;
+        if matches!(fop, Fop::Write { .. }) {
+            let res = self.route(cx, fop).await;
+            drop(gate);
+            return res;
+        }
+        drop(gate);
+        self.route(cx, fop).await
+    }
+
+    fn requests(&self) -> u64 {
+        self.graph().requests()
+    }
+}
+
+impl Active {
+    /// Sends a request to the graph it belongs to: the current one, or
+    /// the one its handle was opened on.
+    async fn route(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         match fop {
             Fop::Open { gfid, flags } => {
                 let g = self.graph();
@@ -233,10 +261,6 @@ impl Xlator for Active {
                 None => self.graph().top().call(cx, fop).await,
             },
         }
-    }
-
-    fn requests(&self) -> u64 {
-        self.graph().requests()
     }
 }
 

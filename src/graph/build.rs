@@ -161,6 +161,21 @@ pub(super) fn md_cache(cx: &BuildCtx, mut children: Vec<Child>) -> anyhow::Resul
     )))
 }
 
+pub(super) fn write_behind(
+    cx: &BuildCtx,
+    mut children: Vec<Child>,
+) -> anyhow::Result<Arc<dyn Xlator>> {
+    if children.len() != 1 {
+        anyhow::bail!("{}: write-behind takes one child", cx.desc.name);
+    }
+    Ok(Arc::new(
+        crate::performance::write_behind::WriteBehind::new(
+            cx.desc.name.clone(),
+            children.remove(0),
+        ),
+    ))
+}
+
 pub(super) fn io_stats(cx: &BuildCtx, mut children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
     if children.len() != 1 {
         anyhow::bail!("{}: io-stats takes one child", cx.desc.name);

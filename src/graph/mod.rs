@@ -142,6 +142,14 @@ impl Graph {
         }
     }
 
+    /// Returns once everything answered from memory is on the bricks
+    /// (`Xlator::settle`), top down.
+    pub async fn settle(&self) {
+        for n in self.nodes.iter().rev() {
+            n.child.xl.settle().await;
+        }
+    }
+
     /// Lets every translator let go of what it holds, top down.
     pub async fn fini(&self) {
         for n in self.nodes.iter().rev() {

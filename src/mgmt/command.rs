@@ -24,6 +24,12 @@ pub enum Command {
         key: String,
         value: String,
     },
+    /// Sets several options at once (a `volume set VOL group NAME`,
+    /// validated already); clients see one new version.
+    SetOptions {
+        volume: String,
+        options: Vec<(String, String)>,
+    },
     /// Resets one option, or all of them; clients see a new version.
     ResetOptions {
         volume: String,
@@ -116,6 +122,7 @@ impl Command {
             Command::RemoveVolume { .. } => "RemoveVolume",
             Command::SetStatus { .. } => "SetStatus",
             Command::SetOption { .. } => "SetOption",
+            Command::SetOptions { .. } => "SetOptions",
             Command::ResetOptions { .. } => "ResetOptions",
             Command::SetBrickPort { .. } => "SetBrickPort",
             Command::SetTask { .. } => "SetTask",
@@ -166,6 +173,15 @@ impl Command {
                 volume(st, name)?;
                 let v = st.volumes.get_mut(name).unwrap();
                 v.options.insert(key.clone(), value.clone());
+                v.version += 1;
+            }
+            Command::SetOptions {
+                volume: name,
+                options,
+            } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                v.options.extend(options.iter().cloned());
                 v.version += 1;
             }
             Command::ResetOptions { volume: name, key } => {
@@ -345,6 +361,19 @@ mod tests {
         set.apply(&mut st).unwrap();
         assert_eq!(st.volumes["a"].version, 2);
         assert_eq!(st.volumes["a"].options["k"], "v");
+        let group = Command::SetOptions {
+            volume: "a".into(),
+            options: vec![("k".into(), "w".into()), ("l".into(), "x".into())],
+        };
+        group.apply(&mut st).unwrap();
+        assert_eq!(st.volumes["a"].version, 3, "one version for the group");
+        assert_eq!(
+            (
+                &*st.volumes["a"].options["k"],
+                &*st.volumes["a"].options["l"]
+            ),
+            ("w", "x")
+        );
         Command::ResetOptions {
             volume: "a".into(),
             key: None,
@@ -352,7 +381,7 @@ mod tests {
         .apply(&mut st)
         .unwrap();
         assert!(st.volumes["a"].options.is_empty());
-        assert_eq!(st.volumes["a"].version, 3);
+        assert_eq!(st.volumes["a"].version, 4);
         Command::SetStatus {
             volume: "a".into(),
             status: VolStatus::Started,
@@ -368,7 +397,7 @@ mod tests {
         };
         port("/b").apply(&mut st).unwrap();
         assert_eq!(st.volumes["a"].bricks[0].port, Some(24399));
-        assert_eq!(st.volumes["a"].version, 4);
+        assert_eq!(st.volumes["a"].version, 5);
         assert!(port("/elsewhere").apply(&mut st).is_err());
         use crate::mgmt::state::{TaskKind, TaskStatus};
         let task = |id: &str, status| Command::SetTask {

@@ -9,6 +9,54 @@ use std::collections::BTreeMap;
 
 pub use crate::core::options::parse_size;
 
+/// GlusterFS's option groups (`volume set VOL group NAME`), with the
+/// options of theirs that mortar has: a user who knows the bundle by name
+/// gets what it means here. Each value is checked against its spec by the
+/// tests below.
+pub static GROUPS: &[(&str, &[(&str, &str)])] = &[
+    (
+        // Attributes and xattrs kept at the mount, under long leases.
+        "metadata-cache",
+        &[
+            ("features.cache-invalidation", "on"),
+            ("features.cache-invalidation-timeout", "600"),
+            ("performance.stat-prefetch", "on"),
+        ],
+    ),
+    (
+        // Missing names kept at the mount (the kernel's negative entries,
+        // under the same leases).
+        "nl-cache",
+        &[
+            ("features.cache-invalidation", "on"),
+            ("features.cache-invalidation-timeout", "600"),
+        ],
+    ),
+    (
+        // Databases: every write on the bricks when it returns, no caching
+        // of metadata at the mount.
+        "db-workload",
+        &[
+            ("performance.write-behind", "off"),
+            ("performance.stat-prefetch", "off"),
+        ],
+    ),
+];
+
+/// The options a group sets, or why there is no such group.
+pub fn group(name: &str) -> Result<Vec<(String, String)>, String> {
+    let (_, opts) = GROUPS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        let known: Vec<&str> = GROUPS.iter().map(|(n, _)| *n).collect();
+        format!(
+            "group {name} does not exist (known groups: {})",
+            known.join(", ")
+        )
+    })?;
+    opts.iter()
+        .map(|(k, v)| Ok((k.to_string(), validate(k, v)?)))
+        .collect()
+}
+
 /// Every option, in table order.
 pub fn all() -> Vec<&'static Spec> {
     table::all_options().collect()
@@ -52,7 +100,7 @@ mod tests {
             .unwrap_err()
             .contains("does not exist"));
         // Options without a translator that reads them are not accepted.
-        for inert in ["performance.write-behind", "auth.allow", "nfs.disable"] {
+        for inert in ["performance.quick-read", "auth.allow", "nfs.disable"] {
             assert!(validate(inert, "on").is_err(), "{inert}");
         }
         let mut m = BTreeMap::new();
@@ -60,5 +108,17 @@ mod tests {
         m.insert("network.ping-timeout".into(), "5".into());
         assert_eq!(in_force(&m)["network.ping-timeout"], "5");
         assert_eq!(in_force(&m).len(), all().len());
+    }
+
+    #[test]
+    fn every_group_sets_options_that_exist() {
+        for (name, _) in GROUPS {
+            assert!(!group(name).unwrap().is_empty(), "{name}");
+        }
+        let e = group("virt").unwrap_err();
+        assert!(
+            e.contains("does not exist") && e.contains("metadata-cache"),
+            "{e}"
+        );
     }
 }

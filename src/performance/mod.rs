@@ -2,3 +2,4 @@
 //! would answer, under the bricks' leases (docs/caching.md).
 
 pub mod md_cache;
+pub mod write_behind;

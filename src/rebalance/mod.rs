@@ -780,14 +780,20 @@ impl Rebalancer {
         a: &Attr,
         now: &mut Attr,
     ) -> FsResult<()> {
+        // What `dst` holds: the file as it was when last copied. (After
+        // the last try the file may have changed again: `finish_move`
+        // compares it with what was copied, not with what was seen last.)
+        let mut copied = now.clone();
         for _ in 0..COPY_TRIES {
-            copy_data(src, dst, a.gfid, now.size).await?;
+            copied = now.clone();
+            copy_data(src, dst, a.gfid, copied.size).await?;
             let after = getattr(src, a.gfid).await?;
-            if same_data(&after, now) {
+            if same_data(&after, &copied) {
                 break;
             }
             *now = after;
         }
+        *now = copied;
         hold(src, a.gfid, &HOLD_LEASE.as_secs().to_string()).await?;
         self.finish_move((src, dst), a.gfid, now).await
     }

@@ -247,6 +247,16 @@ impl Daemon {
                 self.execute(Command::RemoveVolume { volume: name }).await?;
                 Ok(String::new())
             }
+            Request::VolumeSet { name, key, value } if key == "group" => {
+                self.volume(&name)?;
+                let options = options::group(&value)?;
+                self.execute(Command::SetOptions {
+                    volume: name,
+                    options,
+                })
+                .await?;
+                Ok(String::new())
+            }
             Request::VolumeSet { name, key, value } => {
                 self.volume(&name)?;
                 let value = options::validate(&key, &value)?;

@@ -1,0 +1,741 @@
+//! `performance/write-behind`: a write is answered from the mount's memory
+//! and sent to the bricks behind the application's back, as a local file
+//! system's page cache does. The application sees an error of a write sent
+//! behind at its next write, fsync or close of that file, as it would from
+//! a local file system; `fsync` and `close` wait until every write before
+//! them has landed, so fsync still means durable on every replica that is
+//! up, and another mount sees the data after close (close-to-open).
+//!
+//! **Order.** Writes of one file are queued in the order they came. They
+//! are sent from the head of the queue, several at once
+//! (`SENDING_MAX`), never two that overlap, so that where writes overlap
+//! the later one wins on the bricks as it did at the mount. Writes that
+//! continue one another are joined into one request (`JOIN_MAX`) while
+//! earlier ones are out: a stream of 4 KiB writes becomes a few large ones.
+//!
+//! **Everything else sees the writes.** Operations whose answer depends on
+//! the data (read, getattr, truncate and other setattrs, fallocate, lseek,
+//! link, a checksum) wait until the writes of the file accepted before them
+//! have landed. An answer that carries a file's attributes (a lookup, a
+//! listing) while writes of it accepted before the request are still out
+//! reports at least the size they make: otherwise the kernel would take an
+//! older size than the one it was told by the writes, and an `O_APPEND`
+//! write would go to the wrong place.
+//!
+//! **Appends.** A brick writes through an `O_APPEND` handle at the end of
+//! its copy, whatever the offset (so that appends from several mounts all
+//! land): writes of such a handle are sent one at a time, in order
+//! (GlusterFS's write-behind orders them the same way).
+//!
+//! **Not behind.** Handles opened with `O_DIRECT`, `O_SYNC` or `O_DSYNC`
+//! write through (after the file's queue). A file's queue holds at most
+//! `performance.write-behind-window-size` bytes; a write past that waits
+//! until some land.
+//!
+//! GlusterFS's write-behind (xlators/performance/write-behind) keeps the
+//! same rules with a per-inode request list and "liabilities"; this one
+//! keeps per file a queue, the writes out, and what failed.
+
+use crate::core::options::{Kind, Spec};
+use crate::core::{Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub static WRITE_BEHIND: Spec = Spec {
+    key: "performance.write-behind",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Answers writes from the mount's memory and sends them to the bricks in order, joined into large requests; an error is reported at the file's next write, fsync or close, and fsync and close wait until every write has landed (GlusterFS's write-behind).",
+};
+
+pub static WINDOW_SIZE: Spec = Spec {
+    key: "performance.write-behind-window-size",
+    kind: Kind::Size,
+    default: "1MB",
+    help: "How many bytes of one file's writes may wait to be sent; a write past that waits until earlier ones land.",
+};
+
+/// Writes of one file out to the bricks at once.
+const SENDING_MAX: usize = 8;
+/// The largest request queued writes are joined into.
+const JOIN_MAX: usize = 1 << 20;
+
+/// One write accepted and not yet landed.
+struct Queued {
+    /// Its place in the order writes were accepted (all files).
+    seq: u64,
+    cx: Ctx,
+    fh: u64,
+    offset: u64,
+    data: bytes::Bytes,
+    /// Written at the end of the file, whatever the offset.
+    append: bool,
+}
+
+impl Queued {
+    fn end(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+
+    /// The bytes it may touch (all of them for an append).
+    fn range(&self) -> (u64, u64) {
+        if self.append {
+            (0, u64::MAX)
+        } else {
+            (self.offset, self.end())
+        }
+    }
+}
+
+#[derive(Default)]
+struct FileState {
+    /// Accepted, not sent yet, in order.
+    queue: VecDeque<Queued>,
+    /// Out to the bricks: the byte ranges, by the first seq of each.
+    sending: BTreeMap<u64, (u64, u64)>,
+    /// Every accepted write not landed yet: seq → end offset.
+    unlanded: BTreeMap<u64, u64>,
+    /// Bytes accepted and not landed.
+    bytes: usize,
+    /// The first error of a write sent behind, not yet reported.
+    error: Option<FsError>,
+}
+
+impl FileState {
+    /// True while a write accepted at or before `seq` has not landed.
+    fn owes(&self, seq: u64) -> bool {
+        self.unlanded.keys().next().is_some_and(|&s| s <= seq)
+    }
+
+    fn idle(&self) -> bool {
+        self.unlanded.is_empty() && self.error.is_none()
+    }
+
+    /// The size writes accepted at or before `seq`, still out, give the file.
+    fn size_owed(&self, seq: u64) -> Option<u64> {
+        self.unlanded.range(..=seq).map(|(_, &end)| end).max()
+    }
+}
+
+struct File {
+    state: Mutex<FileState>,
+    /// Bumped whenever a write lands.
+    landed: tokio::sync::watch::Sender<u64>,
+}
+
+impl File {
+    fn new() -> Arc<File> {
+        Arc::new(File {
+            state: Mutex::default(),
+            landed: tokio::sync::watch::channel(0).0,
+        })
+    }
+}
+
+pub struct WriteBehind {
+    name: String,
+    child: Child,
+    window: AtomicU64,
+    /// Files with writes out or an error to report.
+    files: Mutex<HashMap<Gfid, Arc<File>>>,
+    /// The last seq given to a write.
+    accepted: AtomicU64,
+    /// The child's handles that write through.
+    write_through: Mutex<HashSet<u64>>,
+    /// The child's handles opened to append.
+    appending: Mutex<HashSet<u64>>,
+    sent: AtomicU64,
+    joined: AtomicU64,
+}
+
+fn writes_through(flags: i32) -> bool {
+    flags & (libc::O_DIRECT | libc::O_SYNC | libc::O_DSYNC) != 0
+}
+
+impl WriteBehind {
+    pub fn new(name: String, child: Child) -> Arc<WriteBehind> {
+        Arc::new(WriteBehind {
+            name,
+            child,
+            window: AtomicU64::new(1 << 20),
+            files: Mutex::default(),
+            accepted: AtomicU64::new(0),
+            write_through: Mutex::default(),
+            appending: Mutex::default(),
+            sent: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
+        })
+    }
+
+    fn file(&self, gfid: Gfid) -> Option<Arc<File>> {
+        self.files.lock().unwrap().get(&gfid).cloned()
+    }
+
+    /// Forgets a file with nothing out and nothing to report.
+    fn tidy(&self, gfid: Gfid) {
+        let mut files = self.files.lock().unwrap();
+        if files
+            .get(&gfid)
+            .is_some_and(|f| f.state.lock().unwrap().idle())
+        {
+            files.remove(&gfid);
+        }
+    }
+
+    /// Waits until `until(state)` holds for the file.
+    async fn wait_for(&self, f: &File, until: impl Fn(&FileState) -> bool) {
+        let mut rx = f.landed.subscribe();
+        loop {
+            if until(&f.state.lock().unwrap()) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits until every write of `gfid` accepted so far has landed.
+    async fn settle_file(&self, gfid: Gfid) {
+        let seq = self.accepted.load(Ordering::Acquire);
+        if let Some(f) = self.file(gfid) {
+            self.wait_for(&f, |s| !s.owes(seq)).await;
+        }
+    }
+
+    /// The error of a write sent behind, once.
+    fn take_error(&self, gfid: Gfid) -> FsResult<()> {
+        let e = match self.file(gfid) {
+            Some(f) => f.state.lock().unwrap().error.take(),
+            None => None,
+        };
+        self.tidy(gfid);
+        e.map_or(Ok(()), Err)
+    }
+
+    /// Settles the file's writes, then reports what failed.
+    async fn drain(&self, gfid: Gfid) -> FsResult<()> {
+        self.settle_file(gfid).await;
+        self.take_error(gfid)
+    }
+
+    async fn write(self: &Arc<Self>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let Fop::Write {
+            gfid,
+            fh,
+            offset,
+            data,
+        } = fop
+        else {
+            unreachable!()
+        };
+        if self.write_through.lock().unwrap().contains(&fh) {
+            self.drain(gfid).await?;
+            let fop = Fop::Write {
+                gfid,
+                fh,
+                offset,
+                data,
+            };
+            return self.child.call(cx, fop).await;
+        }
+        let len = data.len();
+        // Room in the window (a write larger than the window waits for an
+        // empty queue, and goes alone).
+        if let Some(f) = self.file(gfid) {
+            let window = self.window.load(Ordering::Relaxed) as usize;
+            self.wait_for(&f, |s| s.bytes == 0 || s.bytes + len <= window)
+                .await;
+        }
+        // Queued under the map's lock, so that the file cannot be tidied
+        // away in between.
+        let f = {
+            let mut files = self.files.lock().unwrap();
+            let f = files.entry(gfid).or_insert_with(File::new).clone();
+            let mut s = f.state.lock().unwrap();
+            if let Some(e) = s.error.take() {
+                let idle = s.idle();
+                drop(s);
+                if idle {
+                    files.remove(&gfid);
+                }
+                return Err(e);
+            }
+            let seq = self.accepted.fetch_add(1, Ordering::AcqRel) + 1;
+            let q = Queued {
+                seq,
+                cx: cx.clone(),
+                fh,
+                offset,
+                data,
+                append: self.appending.lock().unwrap().contains(&fh),
+            };
+            s.unlanded.insert(seq, q.end());
+            s.bytes += len;
+            s.queue.push_back(q);
+            drop(s);
+            f
+        };
+        self.pump(gfid, &f);
+        Ok(Reply::Written(len as u32))
+    }
+
+    /// Sends what may go from the head of the file's queue.
+    fn pump(self: &Arc<Self>, gfid: Gfid, f: &Arc<File>) {
+        loop {
+            let batch = {
+                let mut s = f.state.lock().unwrap();
+                if s.sending.len() >= SENDING_MAX {
+                    return;
+                }
+                let Some(head) = s.queue.front() else { return };
+                let (start, end) = head.range();
+                if s.sending.values().any(|&(a, b)| a < end && start < b) {
+                    return;
+                }
+                let mut batch = vec![s.queue.pop_front().unwrap()];
+                let mut size = batch[0].data.len();
+                while let Some(next) = s.queue.front() {
+                    let last = batch.last().unwrap();
+                    let (a, b) = next.range();
+                    if next.fh != last.fh
+                        || next.offset != last.end()
+                        || size + next.data.len() > JOIN_MAX
+                        || s.sending.values().any(|&(x, y)| x < b && a < y)
+                    {
+                        break;
+                    }
+                    size += next.data.len();
+                    batch.push(s.queue.pop_front().unwrap());
+                }
+                let range = match batch[0].append {
+                    true => (0, u64::MAX),
+                    false => (batch[0].offset, batch.last().unwrap().end()),
+                };
+                s.sending.insert(batch[0].seq, range);
+                batch
+            };
+            let me = self.clone();
+            let f = f.clone();
+            tokio::spawn(async move { me.send(gfid, f, batch).await });
+        }
+    }
+
+    async fn send(self: Arc<Self>, gfid: Gfid, f: Arc<File>, batch: Vec<Queued>) {
+        let first = &batch[0];
+        let data = if batch.len() == 1 {
+            first.data.clone()
+        } else {
+            self.joined
+                .fetch_add(batch.len() as u64 - 1, Ordering::Relaxed);
+            let mut b = bytes::BytesMut::with_capacity(batch.iter().map(|q| q.data.len()).sum());
+            for q in &batch {
+                b.extend_from_slice(&q.data);
+            }
+            b.freeze()
+        };
+        let len = data.len();
+        let fop = Fop::Write {
+            gfid,
+            fh: first.fh,
+            offset: first.offset,
+            data,
+        };
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        let res = match self.child.call(&first.cx, fop).await {
+            Ok(Reply::Written(n)) if n as usize == len => Ok(()),
+            Ok(Reply::Written(n)) => Err(FsError::new(
+                libc::EIO,
+                format!("short write behind: {n} of {len} bytes"),
+            )),
+            Ok(other) => Err(crate::core::fop::unexpected(other)),
+            Err(e) => Err(e),
+        };
+        {
+            let mut s = f.state.lock().unwrap();
+            s.sending.remove(&first.seq);
+            for q in &batch {
+                s.unlanded.remove(&q.seq);
+                s.bytes -= q.data.len();
+            }
+            if let Err(e) = res {
+                tracing::warn!(
+                    %gfid,
+                    offset = first.offset,
+                    len,
+                    "a write sent behind failed (reported at the file's next write, fsync or close): {e}"
+                );
+                s.error.get_or_insert(e);
+            }
+        }
+        f.landed.send_modify(|n| *n += 1);
+        self.pump(gfid, &f);
+        self.tidy(gfid);
+    }
+
+    /// Raises the sizes an answer carries to what writes accepted before
+    /// the request (`seq`) and still out will make them.
+    fn owed_sizes(&self, seq: u64, reply: &mut Reply) {
+        let files = self.files.lock().unwrap();
+        if files.is_empty() {
+            return;
+        }
+        let raise = |a: &mut crate::core::Attr| {
+            if let Some(f) = files.get(&a.gfid) {
+                if let Some(end) = f.state.lock().unwrap().size_owed(seq) {
+                    a.size = a.size.max(end);
+                }
+            }
+        };
+        match reply {
+            Reply::Attr(a) => raise(a),
+            Reply::Entry(e) | Reply::Created { entry: e, .. } => raise(&mut e.attr),
+            Reply::Entries(ents) => ents
+                .iter_mut()
+                .filter_map(|e| e.attr.as_mut())
+                .for_each(raise),
+            _ => {}
+        }
+    }
+}
+
+#[async_trait]
+impl Xlator for Arc<WriteBehind> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn reconfigure(&self, options: &crate::core::Options) {
+        let w = WINDOW_SIZE.size(options).max(4096);
+        self.window.store(w, Ordering::Relaxed);
+    }
+
+    async fn settle(&self) {
+        let files: Vec<(Gfid, Arc<File>)> = self
+            .files
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(g, f)| (*g, f.clone()))
+            .collect();
+        for (_, f) in files {
+            self.wait_for(&f, |s| s.unlanded.is_empty()).await;
+        }
+    }
+
+    fn dump(&self) -> Vec<String> {
+        vec![format!(
+            "files with writes out {} requests sent {} writes joined into others {}",
+            self.files.lock().unwrap().len(),
+            self.sent.load(Ordering::Relaxed),
+            self.joined.load(Ordering::Relaxed)
+        )]
+    }
+
+    async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        match fop {
+            Fop::Write { .. } => self.write(cx, fop).await,
+            Fop::Open { flags, .. } | Fop::Create { flags, .. }
+                if writes_through(flags) || flags & libc::O_APPEND != 0 =>
+            {
+                let res = self.child.call(cx, fop).await;
+                if let Ok(Reply::Opened { fh } | Reply::Created { fh, .. }) = &res {
+                    let set = match writes_through(flags) {
+                        true => &self.write_through,
+                        false => &self.appending,
+                    };
+                    set.lock().unwrap().insert(*fh);
+                }
+                res
+            }
+            // What must see every write accepted before it, and reports
+            // what failed.
+            Fop::Fsync { gfid, .. } | Fop::Flush { gfid, .. } => {
+                self.drain(gfid).await?;
+                self.child.call(cx, fop).await
+            }
+            Fop::Release { gfid, fh } => {
+                self.settle_file(gfid).await;
+                self.write_through.lock().unwrap().remove(&fh);
+                self.appending.lock().unwrap().remove(&fh);
+                self.child.call(cx, fop).await
+            }
+            Fop::Read { gfid, .. }
+            | Fop::Getattr { gfid }
+            | Fop::Setattr { gfid, .. }
+            | Fop::Fallocate { gfid, .. }
+            | Fop::Lseek { gfid, .. }
+            | Fop::Link { gfid, .. }
+            | Fop::Checksum { gfid, .. } => {
+                self.settle_file(gfid).await;
+                let seq = self.accepted.load(Ordering::Acquire);
+                let mut res = self.child.call(cx, fop).await;
+                if let Ok(r) = &mut res {
+                    self.owed_sizes(seq, r);
+                }
+                res
+            }
+            fop => {
+                let seq = self.accepted.load(Ordering::Acquire);
+                let mut res = self.child.call(cx, fop).await;
+                if let Ok(r) = &mut res {
+                    self.owed_sizes(seq, r);
+                }
+                res
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Attr;
+    use std::time::Duration;
+
+    /// Keeps one file's bytes; writes wait until the test lets them go,
+    /// and can be made to fail.
+    struct Disk {
+        data: Mutex<Vec<u8>>,
+        /// Writes received, as (offset, len), in the order they arrived.
+        writes: Mutex<Vec<(u64, usize)>>,
+        gate: tokio::sync::Semaphore,
+        fail: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl Xlator for Arc<Disk> {
+        fn name(&self) -> String {
+            "disk".into()
+        }
+        async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+            match fop {
+                Fop::Write { offset, data, .. } => {
+                    self.writes.lock().unwrap().push((offset, data.len()));
+                    self.gate.acquire().await.unwrap().forget();
+                    if self.fail.load(Ordering::Relaxed) {
+                        return Err(FsError::errno(libc::ENOSPC));
+                    }
+                    let mut d = self.data.lock().unwrap();
+                    let end = offset as usize + data.len();
+                    if d.len() < end {
+                        d.resize(end, 0);
+                    }
+                    d[offset as usize..end].copy_from_slice(&data);
+                    Ok(Reply::Written(data.len() as u32))
+                }
+                Fop::Getattr { gfid } | Fop::Lookup { parent: gfid, .. } => {
+                    let size = self.data.lock().unwrap().len() as u64;
+                    let a = Attr {
+                        gfid,
+                        kind: crate::core::FileKind::File,
+                        perm: 0o644,
+                        nlink: 1,
+                        uid: 0,
+                        gid: 0,
+                        rdev: 0,
+                        size,
+                        blocks: 0,
+                        blksize: 4096,
+                        atime: (0, 0),
+                        mtime: (0, 0),
+                        ctime: (0, 0),
+                        blame: 0,
+                        linkto: None,
+                    };
+                    Ok(match fop {
+                        Fop::Getattr { .. } => Reply::Attr(a),
+                        _ => Reply::Entry(crate::core::Entry { attr: a }),
+                    })
+                }
+                Fop::Open { .. } => Ok(Reply::Opened { fh: 7 }),
+                _ => Ok(Reply::Ok),
+            }
+        }
+    }
+
+    fn rig() -> (Arc<Disk>, Arc<WriteBehind>) {
+        let disk = Arc::new(Disk {
+            data: Mutex::default(),
+            writes: Mutex::default(),
+            gate: tokio::sync::Semaphore::new(0),
+            fail: Default::default(),
+        });
+        let wb = WriteBehind::new("wb".into(), Child::standalone(Arc::new(disk.clone())));
+        (disk, wb)
+    }
+
+    fn write(gfid: Gfid, offset: u64, b: &[u8]) -> Fop {
+        Fop::Write {
+            gfid,
+            fh: 1,
+            offset,
+            data: bytes::Bytes::copy_from_slice(b),
+        }
+    }
+
+    async fn settled(wb: &Arc<WriteBehind>) {
+        tokio::time::timeout(Duration::from_secs(5), wb.settle())
+            .await
+            .expect("writes land");
+    }
+
+    #[tokio::test]
+    async fn writes_are_answered_at_once_and_joined_while_one_is_out() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        for i in 0..64u64 {
+            let r = wb.call(&cx, write(f, i * 4, b"abcd")).await.unwrap();
+            assert!(matches!(r, Reply::Written(4)));
+        }
+        // The first few went alone; the rest waited behind them, joined.
+        disk.gate.add_permits(1000);
+        settled(&wb).await;
+        let writes = disk.writes.lock().unwrap().clone();
+        assert!(writes.len() <= SENDING_MAX + 1, "{writes:?}");
+        assert_eq!(disk.data.lock().unwrap().len(), 256);
+        assert_eq!(&disk.data.lock().unwrap()[..8], b"abcdabcd");
+    }
+
+    #[tokio::test]
+    async fn overlapping_writes_land_in_the_order_they_came() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        wb.call(&cx, write(f, 0, b"old old")).await.unwrap();
+        wb.call(&cx, write(f, 100, b"elsewhere")).await.unwrap();
+        wb.call(&cx, write(f, 4, b"new")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Two are out (they do not overlap); the third waits for the first.
+        assert_eq!(disk.writes.lock().unwrap().len(), 2);
+        disk.gate.add_permits(1000);
+        settled(&wb).await;
+        assert_eq!(&disk.data.lock().unwrap()[..7], b"old new");
+    }
+
+    #[tokio::test]
+    async fn an_error_is_reported_once_by_the_next_fsync() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        disk.fail.store(true, Ordering::Relaxed);
+        disk.gate.add_permits(1000);
+        wb.call(&cx, write(f, 0, b"lost")).await.unwrap();
+        let fsync = Fop::Fsync {
+            gfid: f,
+            fh: 1,
+            datasync: false,
+        };
+        let e = wb.call(&cx, fsync.clone()).await.unwrap_err();
+        assert!(e.is(libc::ENOSPC));
+        wb.call(&cx, fsync).await.unwrap();
+        assert!(wb.files.lock().unwrap().is_empty(), "nothing kept");
+    }
+
+    #[tokio::test]
+    async fn reads_and_stats_wait_and_lookups_report_the_size_owed() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        wb.call(&cx, write(f, 0, b"0123456789")).await.unwrap();
+        // A lookup answered while the write is out says 10 bytes.
+        let name = crate::core::Name::new("x").unwrap();
+        let r = wb.call(&cx, Fop::Lookup { parent: f, name }).await.unwrap();
+        assert_eq!(r.into_attr().unwrap().size, 10);
+        // A getattr waits for the write.
+        let wb2 = wb.clone();
+        let stat =
+            tokio::spawn(async move { wb2.call(&Ctx::root(), Fop::Getattr { gfid: f }).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!stat.is_finished());
+        disk.gate.add_permits(1000);
+        let a = stat.await.unwrap().unwrap().into_attr().unwrap();
+        assert_eq!((a.size, disk.data.lock().unwrap().len()), (10, 10));
+    }
+
+    #[tokio::test]
+    async fn a_full_window_makes_the_writer_wait() {
+        let (disk, wb) = rig();
+        let mut o = crate::core::Options::new();
+        o.insert(WINDOW_SIZE.key.into(), "8KB".into());
+        wb.reconfigure(&o);
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        let page = vec![7u8; 4096];
+        wb.call(&cx, write(f, 0, &page)).await.unwrap();
+        wb.call(&cx, write(f, 4096, &page)).await.unwrap();
+        let wb2 = wb.clone();
+        let third =
+            tokio::spawn(async move { wb2.call(&Ctx::root(), write(f, 8192, &page)).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!third.is_finished(), "the window is full");
+        disk.gate.add_permits(1000);
+        third.await.unwrap().unwrap();
+        settled(&wb).await;
+        assert_eq!(disk.data.lock().unwrap().len(), 12288);
+    }
+
+    #[tokio::test]
+    async fn appends_go_one_at_a_time() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        let open = Fop::Open {
+            gfid: f,
+            flags: libc::O_WRONLY | libc::O_APPEND,
+        };
+        let fh = wb.call(&cx, open).await.unwrap().into_fh().unwrap();
+        for (i, line) in [&b"1\n"[..], b"2\n", b"3\n"].iter().enumerate() {
+            let w = Fop::Write {
+                gfid: f,
+                fh,
+                offset: 2 * i as u64 + 100,
+                data: bytes::Bytes::copy_from_slice(line),
+            };
+            wb.call(&cx, w).await.unwrap();
+        }
+        // Two writes of another handle, apart from the appends' offsets,
+        // wait too: an append may write anywhere.
+        wb.call(&cx, write(f, 0, b"x")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(disk.writes.lock().unwrap().len(), 1, "one append out");
+        disk.gate.add_permits(1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The two queued appends went joined, still alone.
+        assert_eq!(disk.writes.lock().unwrap()[1], (102, 4));
+        assert_eq!(disk.writes.lock().unwrap().len(), 2);
+        disk.gate.add_permits(1000);
+        settled(&wb).await;
+        assert_eq!(disk.writes.lock().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn sync_handles_write_through() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        let fh = wb
+            .call(
+                &cx,
+                Fop::Open {
+                    gfid: f,
+                    flags: libc::O_WRONLY | libc::O_SYNC,
+                },
+            )
+            .await
+            .unwrap()
+            .into_fh()
+            .unwrap();
+        let wb2 = wb.clone();
+        let w = tokio::spawn(async move {
+            let fop = Fop::Write {
+                gfid: f,
+                fh,
+                offset: 0,
+                data: bytes::Bytes::from_static(b"sync"),
+            };
+            wb2.call(&Ctx::root(), fop).await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!w.is_finished(), "answered only once it landed");
+        disk.gate.add_permits(1);
+        w.await.unwrap().unwrap();
+        assert_eq!(&disk.data.lock().unwrap()[..], b"sync");
+    }
+}

@@ -26,25 +26,6 @@ fn switches(m: &Mount) -> u64 {
         .unwrap_or_else(|| panic!("no switch count in {g}"))
 }
 
-/// The pid of the client serving `dir`.
-fn client_pid(dir: &Path) -> u32 {
-    let want = dir.display().to_string();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmd
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a == "--foreground") && args.contains(&want) {
-            return pid;
-        }
-    }
-    panic!("no client process for {want}");
-}
-
 /// Resident memory (KiB) and open descriptors of a process.
 fn footprint(pid: u32) -> (u64, usize) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

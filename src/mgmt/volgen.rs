@@ -220,7 +220,9 @@ mod tests {
         // Performance layers on by default stand above the volume.
         assert_eq!(d.top.kind, "performance/md-cache");
         assert_eq!(d.top.name, "gv0-md-cache");
-        let dht = &d.top.children[0];
+        let wb = &d.top.children[0];
+        assert_eq!(wb.kind, "performance/write-behind");
+        let dht = &wb.children[0];
         assert_eq!(dht.kind, "cluster/distribute");
         assert_eq!(dht.children.len(), 2);
         let set = &dht.children[1];
@@ -235,7 +237,7 @@ mod tests {
             b.iter().any(|b| b.path == "/b4")
         })
         .unwrap();
-        let part_dht = &part.top.children[0];
+        let part_dht = &part.top.children[0].children[0];
         assert_eq!(part_dht.children.len(), 1);
         assert_eq!(part_dht.children[0], dht.children[1]);
         assert!(generate_sets(&st, &volume(3, 6, 1), "h", "h", 1, &|_| false).is_none());
@@ -244,6 +246,7 @@ mod tests {
             kinds(&plain.top),
             vec![
                 "performance/md-cache:gv0-md-cache",
+                "performance/write-behind:gv0-write-behind",
                 "cluster/distribute:gv0-dht",
                 "protocol/client:gv0-client-0",
                 "protocol/client:gv0-client-1"

@@ -524,3 +524,22 @@ pub fn set_options(c: &Cluster, vol: &str, opts: &[(&str, &str)]) {
 pub fn thaw(pid: u64) {
     ok(&format!("kill -CONT {pid}"));
 }
+
+/// The pid of the client serving `dir`.
+pub fn client_pid(dir: &Path) -> u32 {
+    let want = dir.display().to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "--foreground") && args.contains(&want) {
+            return pid;
+        }
+    }
+    panic!("no client process for {want}");
+}

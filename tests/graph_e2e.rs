@@ -5,7 +5,6 @@
 mod common;
 use common::*;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

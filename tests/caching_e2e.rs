@@ -17,17 +17,6 @@ fn exists(path: &str) -> bool {
     fs::symlink_metadata(path).is_ok()
 }
 
-/// Requests the mount at `m` has sent to bricks so far.
-fn requests(m: &Mount) -> u64 {
-    ok(&format!(
-        "getfattr --only-values -n trusted.mortar.client.requests {}",
-        m.dir.display()
-    ))
-    .trim()
-    .parse()
-    .unwrap()
-}
-
 #[test]
 fn a_change_on_one_mount_is_seen_at_once_on_the_other() {
     let c = Cluster::start();

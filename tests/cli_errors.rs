@@ -151,6 +151,16 @@ fn bad_volume_commands_are_refused_and_change_nothing() {
         (
             vec![
                 "volume".into(),
+                "set".into(),
+                "gv0".into(),
+                "group".into(),
+                "virt".into(),
+            ],
+            "known groups: metadata-cache, nl-cache, db-workload",
+        ),
+        (
+            vec![
+                "volume".into(),
                 "create".into(),
                 "v2".into(),
                 "h:relative".into(),
@@ -201,6 +211,16 @@ fn options_are_set_read_and_reset() {
     assert!(c
         .ok(&["volume", "info", "opt"])
         .ends_with("Options Reconfigured:\n"));
+    // A group sets its bundle, which reset takes back like any option.
+    c.ok(&["volume", "set", "opt", "group", "db-workload"]);
+    let info = c.ok(&["volume", "info", "opt"]);
+    assert!(
+        info.ends_with(
+            "Options Reconfigured:\nperformance.stat-prefetch: off\nperformance.write-behind: off\n"
+        ),
+        "{info}"
+    );
+    c.ok(&["volume", "reset", "opt"]);
 }
 
 #[test]

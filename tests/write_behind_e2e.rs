@@ -50,6 +50,16 @@ fn small_writes_leave_the_mount_as_few_large_requests() {
     }
     f.sync_all().unwrap();
     drop(f);
+    // The bricks told the attributes with the last write: a stat now
+    // asks nothing (close's own requests are let end first).
+    std::thread::sleep(Duration::from_millis(200));
+    let before = requests(&m);
+    assert_eq!(std::fs::metadata(m.p("f")).unwrap().len(), 4 << 20);
+    assert_eq!(
+        requests(&m) - before,
+        0,
+        "requests for a stat after writing"
+    );
     let (sent, joined) = sent_and_joined(&m);
     // (How many are joined depends on how fast the bricks answer: the
     // application writes while a request is out.)

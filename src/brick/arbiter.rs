@@ -44,7 +44,7 @@ impl BrickXlator for Arbiter {
                     data: bytes::Bytes::new(),
                 };
                 self.below.call(conn, cx, empty).await?;
-                Ok(Reply::Written(data.len() as u32))
+                Ok(Reply::Written(data.len() as u32, None))
             }
             Fop::Fallocate {
                 gfid, fh, offset, ..

@@ -433,7 +433,10 @@ pub enum Reply {
     },
     /// File data or a link target; carried as the frame's payload.
     Data(#[serde(skip)] bytes::Bytes),
-    Written(u32),
+    /// Bytes written, and the file's attributes right after the write
+    /// (what a stat would answer), when the brick could tell them: a
+    /// client keeps them instead of asking (`performance/md-cache`).
+    Written(u32, Option<Attr>),
     Offset(u64),
     Entries(Vec<DirEntry>),
     StatFs(StatFs),

@@ -453,7 +453,7 @@ impl Filesystem for MortarFs {
                 )
                 .await
             {
-                Ok(Reply::Written(n)) => reply.written(n),
+                Ok(Reply::Written(n, _)) => reply.written(n),
                 Ok(_) => reply.error(Errno::EIO),
                 Err(e) => reply.error(errno(&e)),
             }

@@ -87,16 +87,6 @@ pub static TABLE: &[Row] = &[
         about: "places files on replica sets by the hash of their names",
     },
     Row {
-        kind: "performance/write-behind",
-        side: Side::Client,
-        place: Place::Above,
-        enabled_by: Some(&crate::performance::write_behind::WRITE_BEHIND),
-        options: &[&crate::performance::write_behind::WINDOW_SIZE],
-        build: Some(super::build::write_behind),
-        brick: None,
-        about: "writes answered from memory and sent behind, in order, joined; errors at the next write, fsync or close",
-    },
-    Row {
         kind: "performance/md-cache",
         side: Side::Client,
         place: Place::Above,
@@ -105,6 +95,16 @@ pub static TABLE: &[Row] = &[
         build: Some(super::build::md_cache),
         brick: None,
         about: "objects' xattrs (missing ones too) kept at the mount under the bricks' leases",
+    },
+    Row {
+        kind: "performance/write-behind",
+        side: Side::Client,
+        place: Place::Above,
+        enabled_by: Some(&crate::performance::write_behind::WRITE_BEHIND),
+        options: &[&crate::performance::write_behind::WINDOW_SIZE],
+        build: Some(super::build::write_behind),
+        brick: None,
+        about: "writes answered from memory and sent behind, in order, joined; errors at the next write, fsync or close",
     },
     Row {
         kind: "features/read-only",

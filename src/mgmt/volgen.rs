@@ -218,11 +218,11 @@ mod tests {
         let d = generate(&st, &volume(3, 6, 1), "h", "h:24107", 24107);
         assert_eq!(d.version, 7);
         // Performance layers on by default stand above the volume.
-        assert_eq!(d.top.kind, "performance/md-cache");
-        assert_eq!(d.top.name, "gv0-md-cache");
-        let wb = &d.top.children[0];
-        assert_eq!(wb.kind, "performance/write-behind");
-        let dht = &wb.children[0];
+        assert_eq!(d.top.kind, "performance/write-behind");
+        assert_eq!(d.top.name, "gv0-write-behind");
+        let md = &d.top.children[0];
+        assert_eq!(md.kind, "performance/md-cache");
+        let dht = &md.children[0];
         assert_eq!(dht.kind, "cluster/distribute");
         assert_eq!(dht.children.len(), 2);
         let set = &dht.children[1];
@@ -245,8 +245,8 @@ mod tests {
         assert_eq!(
             kinds(&plain.top),
             vec![
-                "performance/md-cache:gv0-md-cache",
                 "performance/write-behind:gv0-write-behind",
+                "performance/md-cache:gv0-md-cache",
                 "cluster/distribute:gv0-dht",
                 "protocol/client:gv0-client-0",
                 "protocol/client:gv0-client-1"

@@ -60,6 +60,9 @@ pub struct MdCache {
     /// Attributes kept before a name was removed or moved here are stale.
     names_moved: AtomicU64,
     shards: Vec<Mutex<HashMap<Gfid, Object>>>,
+    /// Writes out, by file: (how many, how many ever started). A write's
+    /// attributes are kept only if it was the file's only one all along.
+    writing: Mutex<HashMap<Gfid, (u32, u64)>>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -73,6 +76,7 @@ impl MdCache {
             generation: AtomicU64::new(0),
             names_moved: AtomicU64::new(0),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            writing: Mutex::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
@@ -127,11 +131,31 @@ impl MdCache {
     /// Keeps what an answer to a request marked `(start, gen)` tells about
     /// `gfid`, unless something was recalled or changed since.
     fn keep(&self, gfid: Gfid, what: Kept, (start, gen): (Instant, u64)) {
-        let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
         let mut s = self.shard(&gfid).lock().unwrap();
         if self.generation.load(Ordering::Acquire) != gen {
             return;
         }
+        self.store(&mut s, gfid, what, start);
+    }
+
+    /// Keeps the attributes a change made here left the object with,
+    /// unless anything was recalled or changed since `(start, gen)`; every
+    /// answer to a request sent before is older, and is not kept after
+    /// them. False if they were not kept.
+    fn keep_after_change(&self, gfid: Gfid, a: Attr, (start, gen): (Instant, u64)) -> bool {
+        let mut s = self.shard(&gfid).lock().unwrap();
+        let moved_on =
+            self.generation
+                .compare_exchange(gen, gen + 1, Ordering::AcqRel, Ordering::Acquire);
+        if moved_on.is_err() {
+            return false;
+        }
+        self.store(&mut s, gfid, Kept::Attr(a), start);
+        true
+    }
+
+    fn store(&self, s: &mut HashMap<Gfid, Object>, gfid: Gfid, what: Kept, start: Instant) {
+        let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
         if s.len() >= MAX_OBJECTS / SHARDS {
             s.clear();
         }
@@ -294,8 +318,41 @@ impl Xlator for MdCache {
                 }
                 res
             }
-            // Data changed here: the size and times, not the xattrs.
-            Fop::Write { gfid, .. } | Fop::Fallocate { gfid, .. } => {
+            // Data changed here: the size and times, not the xattrs. The
+            // bricks tell what they are after a write.
+            Fop::Write { gfid, .. } => {
+                let started = {
+                    let mut w = self.writing.lock().unwrap();
+                    let e = w.entry(gfid).or_default();
+                    e.0 += 1;
+                    e.1 += 1;
+                    (e.0 == 1).then_some(e.1)
+                };
+                self.drop_attr(gfid);
+                let mark = self.mark();
+                let res = self.child.call(cx, fop).await;
+                let alone = {
+                    let mut w = self.writing.lock().unwrap();
+                    let e = w.get_mut(&gfid).expect("counted at its start");
+                    let alone = started == Some(e.1);
+                    e.0 -= 1;
+                    if e.0 == 0 {
+                        w.remove(&gfid);
+                    }
+                    alone
+                };
+                let kept = match &res {
+                    Ok(Reply::Written(_, Some(a))) if alone && a.gfid == gfid => {
+                        self.keep_after_change(gfid, a.clone(), mark)
+                    }
+                    _ => false,
+                };
+                if !kept {
+                    self.drop_attr(gfid);
+                }
+                res
+            }
+            Fop::Fallocate { gfid, .. } => {
                 self.drop_attr(gfid);
                 let res = self.child.call(cx, fop).await;
                 self.drop_attr(gfid);
@@ -350,6 +407,29 @@ mod tests {
         asked: AtomicU64,
     }
 
+    impl Xattrs {
+        /// Attributes whose size counts the requests asked so far.
+        fn attr(&self, gfid: Gfid) -> Attr {
+            Attr {
+                gfid,
+                kind: crate::core::FileKind::File,
+                perm: 0o644,
+                nlink: 1,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                size: self.asked.load(Ordering::Relaxed),
+                blocks: 0,
+                blksize: 4096,
+                atime: (0, 0),
+                mtime: (0, 0),
+                ctime: (0, 0),
+                blame: 0,
+                linkto: None,
+            }
+        }
+    }
+
     #[async_trait]
     impl Xlator for Xattrs {
         fn name(&self) -> String {
@@ -366,23 +446,12 @@ mod tests {
                     self.map.lock().unwrap().insert(name, value.into_vec());
                     Ok(Reply::Ok)
                 }
-                Fop::Getattr { gfid } => Ok(Reply::Attr(Attr {
-                    gfid,
-                    kind: crate::core::FileKind::File,
-                    perm: 0o644,
-                    nlink: 1,
-                    uid: 0,
-                    gid: 0,
-                    rdev: 0,
-                    size: self.asked.load(Ordering::Relaxed),
-                    blocks: 0,
-                    blksize: 4096,
-                    atime: (0, 0),
-                    mtime: (0, 0),
-                    ctime: (0, 0),
-                    blame: 0,
-                    linkto: None,
-                })),
+                Fop::Getattr { gfid } => Ok(Reply::Attr(self.attr(gfid))),
+                // What a brick tells after a write.
+                Fop::Write { gfid, data, .. } => {
+                    tokio::task::yield_now().await;
+                    Ok(Reply::Written(data.len() as u32, Some(self.attr(gfid))))
+                }
                 _ => Ok(Reply::Ok),
             }
         }
@@ -473,9 +542,18 @@ mod tests {
             offset: 0,
             data: bytes::Bytes::from_static(b"x"),
         };
-        md.call(&cx, write).await.unwrap();
-        assert_eq!(size(stat().await.unwrap()), 3);
-        assert_eq!(size(stat().await.unwrap()), 3);
+        // A write here: the bricks tell the attributes after it, and a
+        // stat asks nothing.
+        md.call(&cx, write.clone()).await.unwrap();
+        assert_eq!(size(stat().await.unwrap()), 2);
+        assert_eq!(asked(), 2);
+        // Two writes out at once: neither's attributes are kept (the first
+        // to end may not have seen the other).
+        let (a, b) = tokio::join!(md.call(&cx, write.clone()), md.call(&cx, write));
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(size(stat().await.unwrap()), 5);
+        assert_eq!(size(stat().await.unwrap()), 5);
         // A name removed here: the object it named is not known, so every
         // object's attributes are asked again.
         let unlink = Fop::Unlink {
@@ -483,7 +561,7 @@ mod tests {
             name: crate::core::Name::new("x").unwrap(),
         };
         md.call(&cx, unlink).await.unwrap();
-        assert_eq!(size(stat().await.unwrap()), 5);
+        assert_eq!(size(stat().await.unwrap()), 7);
         // Another client's change, recalled.
         md.notify(
             0,
@@ -493,8 +571,8 @@ mod tests {
                 ack: Ack::none(),
             },
         );
-        assert_eq!(size(stat().await.unwrap()), 6);
+        assert_eq!(size(stat().await.unwrap()), 8);
         tokio::time::sleep(crate::graph::UNLEASED).await;
-        assert_eq!(size(stat().await.unwrap()), 7);
+        assert_eq!(size(stat().await.unwrap()), 9);
     }
 }

@@ -280,7 +280,7 @@ impl WriteBehind {
             f
         };
         self.pump(gfid, &f);
-        Ok(Reply::Written(len as u32))
+        Ok(Reply::Written(len as u32, None))
     }
 
     /// Sends what may go from the head of the file's queue.
@@ -351,8 +351,8 @@ impl WriteBehind {
         };
         self.sent.fetch_add(1, Ordering::Relaxed);
         let res = match self.child.call(&first.cx, fop).await {
-            Ok(Reply::Written(n)) if n as usize == len => Ok(()),
-            Ok(Reply::Written(n)) => Err(FsError::new(
+            Ok(Reply::Written(n, _)) if n as usize == len => Ok(()),
+            Ok(Reply::Written(n, _)) => Err(FsError::new(
                 libc::EIO,
                 format!("short write behind: {n} of {len} bytes"),
             )),
@@ -530,7 +530,7 @@ mod tests {
                         d.resize(end, 0);
                     }
                     d[offset as usize..end].copy_from_slice(&data);
-                    Ok(Reply::Written(data.len() as u32))
+                    Ok(Reply::Written(data.len() as u32, None))
                 }
                 Fop::Getattr { gfid } | Fop::Lookup { parent: gfid, .. } => {
                     let size = self.data.lock().unwrap().len() as u64;
@@ -594,7 +594,7 @@ mod tests {
         let (f, cx) = (Gfid::random(), Ctx::root());
         for i in 0..64u64 {
             let r = wb.call(&cx, write(f, i * 4, b"abcd")).await.unwrap();
-            assert!(matches!(r, Reply::Written(4)));
+            assert!(matches!(r, Reply::Written(4, None)));
         }
         // The first went alone; the rest waited behind it, joined.
         disk.gate.add_permits(1000);

@@ -533,7 +533,7 @@ impl MemBrick {
                 }
                 o.data[offset as usize..end].copy_from_slice(&data);
                 o.changes += 1;
-                Ok(Reply::Written(data.len() as u32))
+                Ok(Reply::Written(data.len() as u32, Some(o.attr(g))))
             }
             Fop::Fallocate {
                 gfid,

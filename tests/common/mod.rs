@@ -543,3 +543,14 @@ pub fn client_pid(dir: &Path) -> u32 {
     }
     panic!("no client process for {want}");
 }
+
+/// Requests the mount at `m` has sent to bricks so far.
+pub fn requests(m: &Mount) -> u64 {
+    ok(&format!(
+        "getfattr --only-values -n trusted.mortar.client.requests {}",
+        m.dir.display()
+    ))
+    .trim()
+    .parse()
+    .unwrap()
+}

@@ -117,7 +117,14 @@ impl Posix {
         for (i, piece) in data.chunks(WRITE_PIECE).enumerate() {
             f.write_all_at(piece, offset + (i * WRITE_PIECE) as u64)?;
         }
-        Ok(Reply::Written(data.len() as u32))
+        // The attributes after it, as a getattr would answer them.
+        let after = || -> FsResult<Attr> {
+            let mut a = attr_of(&rfs::fstat(f)?, gfid);
+            a.blame = attrs::read_blame(f)?;
+            a.linkto = attrs::read_linkto(f, &a)?;
+            Ok(a)
+        };
+        Ok(Reply::Written(data.len() as u32, after().ok()))
     }
 
     pub(in crate::storage) fn opendir(&self, fds: &FdTable, gfid: Gfid) -> FsResult<Reply> {

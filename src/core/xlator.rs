@@ -114,6 +114,14 @@ pub trait Xlator: Send + Sync {
     /// A short name for logs: the translator type and its instance.
     fn name(&self) -> String;
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply>;
+    /// The answer to `fop` if this translator has it at hand, without
+    /// waiting for anything: the FUSE adapter asks first and answers on
+    /// its own thread, with no hop to the runtime (md-cache's attributes
+    /// and xattrs). None: ask `call`. A translator that changes answers
+    /// on their way up must not pass this on from its child.
+    fn cached(&self, _cx: &Ctx, _fop: &Fop) -> Option<FsResult<Reply>> {
+        None
+    }
     /// An event from child `from`; what is returned goes on to the parent
     /// (the default: the same event). Runs on the task that saw the event:
     /// it must not block (spawn what takes time).

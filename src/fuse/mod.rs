@@ -137,12 +137,15 @@ impl Filesystem for MortarFs {
         };
         let cx = ctx(req);
         let lease = self.lease();
+        let fop = Fop::Getattr { gfid };
+        if let Some(r) = self.graph.cached(&cx, &fop) {
+            return match r.and_then(Reply::into_attr) {
+                Ok(a) => reply.attr(&lease.attr_ttl(&[gfid]), &fuse_attr(ino.0, &a)),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         self.spawn(move |g, _| async move {
-            match g
-                .call(&cx, Fop::Getattr { gfid })
-                .await
-                .and_then(Reply::into_attr)
-            {
+            match g.call(&cx, fop).await.and_then(Reply::into_attr) {
                 Ok(a) => reply.attr(&lease.attr_ttl(&[gfid]), &fuse_attr(ino.0, &a)),
                 Err(e) => reply.error(errno(&e)),
             }

@@ -1,5 +1,7 @@
 //! How requests are handed to the graph: each on the tokio runtime, with
-//! the reply sent from there, so the FUSE session thread never waits.
+//! the reply sent from there, so the FUSE session thread never waits; an
+//! answer the graph has at hand (`Xlator::cached`: md-cache's attributes
+//! and xattrs) is given on the session thread itself, with no hop.
 
 use super::*;
 
@@ -241,34 +243,42 @@ impl MortarFs {
         };
         let cx = ctx(req);
         let list = matches!(fop, Fop::Listxattr { .. });
-        self.spawn(move |g, _| async move {
-            match g.call(&cx, fop).await {
-                Ok(Reply::Xattr(mut v)) => {
-                    if list {
-                        // Distribute's bookkeeping is the bricks' to see.
-                        v = serde_bytes::ByteBuf::from(
-                            v.split_inclusive(|&c| c == 0)
-                                .filter(|n| {
-                                    !std::str::from_utf8(n.strip_suffix(&[0]).unwrap_or(n))
-                                        .is_ok_and(is_distribute_xattr)
-                                })
-                                .flatten()
-                                .copied()
-                                .collect::<Vec<u8>>(),
-                        );
-                    }
-                    if size == 0 {
-                        reply.size(v.len() as u32)
-                    } else if v.len() > size as usize {
-                        reply.error(Errno::ERANGE)
-                    } else {
-                        reply.data(&v)
-                    }
-                }
-                Ok(_) => reply.error(Errno::EIO),
-                Err(e) => reply.error(errno(&e)),
+        if let Some(r) = self.graph.cached(&cx, &fop) {
+            return xattr_reply(r, list, size, reply);
+        }
+        self.spawn(
+            move |g, _| async move { xattr_reply(g.call(&cx, fop).await, list, size, reply) },
+        );
+    }
+}
+
+/// Answers an xattr request (`size` 0: only the value's size).
+fn xattr_reply(r: crate::core::FsResult<Reply>, list: bool, size: u32, reply: ReplyXattr) {
+    match r {
+        Ok(Reply::Xattr(mut v)) => {
+            if list {
+                // Distribute's bookkeeping is the bricks' to see.
+                v = serde_bytes::ByteBuf::from(
+                    v.split_inclusive(|&c| c == 0)
+                        .filter(|n| {
+                            !std::str::from_utf8(n.strip_suffix(&[0]).unwrap_or(n))
+                                .is_ok_and(is_distribute_xattr)
+                        })
+                        .flatten()
+                        .copied()
+                        .collect::<Vec<u8>>(),
+                );
             }
-        });
+            if size == 0 {
+                reply.size(v.len() as u32)
+            } else if v.len() > size as usize {
+                reply.error(Errno::ERANGE)
+            } else {
+                reply.data(&v)
+            }
+        }
+        Ok(_) => reply.error(Errno::EIO),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 

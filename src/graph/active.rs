@@ -204,6 +204,15 @@ impl Xlator for Active {
         "active-graph".into()
     }
 
+    fn cached(&self, cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
+        // Not while a switch is under way (the old graph settling).
+        let _gate = self.gate.try_read().ok()?;
+        match fop.fh() {
+            Some(_) => None,
+            None => self.graph().top().xl.cached(cx, fop),
+        }
+    }
+
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let gate = self.gate.read().await;
         if matches!(fop, Fop::Write { .. }) {

@@ -440,6 +440,18 @@ impl Xlator for Arc<WriteBehind> {
         )]
     }
 
+    fn cached(&self, cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
+        match fop {
+            // Attributes are at hand below only once the file's writes
+            // have landed (and then no size is owed).
+            Fop::Getattr { gfid } if self.file(*gfid).is_some() => None,
+            Fop::Getattr { .. } | Fop::Getxattr { .. } | Fop::Listxattr { .. } => {
+                self.child.xl.cached(cx, fop)
+            }
+            _ => None,
+        }
+    }
+
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         match fop {
             Fop::Write { .. } => self.write(cx, fop).await,
@@ -647,7 +659,8 @@ mod tests {
         let name = crate::core::Name::new("x").unwrap();
         let r = wb.call(&cx, Fop::Lookup { parent: f, name }).await.unwrap();
         assert_eq!(r.into_attr().unwrap().size, 10);
-        // A getattr waits for the write.
+        // Nothing is at hand while a write is out, and a getattr waits.
+        assert!(wb.cached(&cx, &Fop::Getattr { gfid: f }).is_none());
         let wb2 = wb.clone();
         let stat =
             tokio::spawn(async move { wb2.call(&Ctx::root(), Fop::Getattr { gfid: f }).await });

@@ -434,3 +434,57 @@ fn a_full_disk_gives_enospc_and_loses_nothing() {
     assert_eq!(ok(&format!("cat {}", m.p("after"))), "after\n");
     m.unmount();
 }
+
+/// Opens `path` with O_DIRECT through the mount, writes 8 KiB from an
+/// aligned buffer and 100 bytes at an unaligned place, and answers how
+/// many descriptors the brick processes `pids` hold with O_DIRECT while it
+/// is open, and whether the file reads back right (through O_DIRECT, and
+/// through the page cache).
+fn direct_io(path: &str, pids: &[u64]) -> (usize, bool) {
+    let pids: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+    let out = ok(&format!(
+        "python3 -c \"
+import mmap, os, sys
+fd = os.open('{path}', os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+buf = mmap.mmap(-1, 8192)
+buf.write(b'd' * 8192)
+assert os.pwrite(fd, buf, 0) == 8192
+assert os.pwrite(fd, b'x' * 100, 10) == 100
+n = 0
+for p in sys.argv[1:]:
+    for f in os.listdir('/proc/%s/fdinfo' % p):
+        try:
+            for line in open('/proc/%s/fdinfo/%s' % (p, f)):
+                if line.startswith('flags:') and int(line.split()[1], 8) & os.O_DIRECT:
+                    n += 1
+        except OSError:
+            pass
+want = b'd' * 10 + b'x' * 100 + b'd' * (8192 - 110)
+back = mmap.mmap(-1, 8192)
+same = os.preadv(fd, [back], 0) == 8192 and back[:] == want
+os.close(fd)
+same = same and open('{path}', 'rb').read() == want
+print(n, same)
+\" {}",
+        pids.join(" ")
+    ));
+    let mut w = out.split_whitespace();
+    (w.next().unwrap().parse().unwrap(), w.next() == Some("True"))
+}
+
+#[test]
+fn o_direct_reaches_the_bricks_under_strict_o_direct() {
+    let c = Cluster::start();
+    c.volume("od", 3, &["d1", "d2", "d3"]);
+    let m = c.mount("od");
+    let pids: Vec<u64> = (0..3).map(|i| brick_pid(&c, "od", i)).collect();
+    // By default the bricks go through their page cache.
+    assert_eq!(direct_io(&m.p("buffered"), &pids), (0, true));
+    c.ok(&["volume", "set", "od", "performance.strict-o-direct", "on"]);
+    // Every brick opens the file with O_DIRECT (once it has the option).
+    wait_for(
+        "the bricks to apply it",
+        std::time::Duration::from_secs(10),
+        || direct_io(&m.p("direct"), &pids) == (3, true),
+    );
+}

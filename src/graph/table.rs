@@ -131,7 +131,10 @@ pub static TABLE: &[Row] = &[
         side: Side::Brick,
         place: Place::Brick,
         enabled_by: None,
-        options: &[&crate::storage::health::HEALTH_CHECK_INTERVAL],
+        options: &[
+            &crate::storage::health::HEALTH_CHECK_INTERVAL,
+            &crate::storage::posix::STRICT_O_DIRECT,
+        ],
         build: None,
         brick: Some(crate::brick::posix::build),
         about: "the brick's directory: files at their own path, a gfid index beside them",

@@ -48,6 +48,8 @@ pub struct Tunables {
     pub lock_revocation: Option<Duration>,
     /// `features.cache-invalidation` and its timeout.
     pub leases: crate::brick::leases::Terms,
+    /// `performance.strict-o-direct`.
+    pub strict_o_direct: bool,
 }
 
 impl Tunables {
@@ -60,6 +62,7 @@ impl Tunables {
             health_check: secs(&crate::storage::health::HEALTH_CHECK_INTERVAL),
             lock_revocation: secs(&crate::storage::locks::REVOCATION_SECS),
             leases: crate::brick::leases::Terms::from_options(o),
+            strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
         }
     }
 }
@@ -258,6 +261,17 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
         tokio::spawn(follow_options(vol, mgmt, tunables_tx));
     }
     tokio::spawn(health_checks(posix.clone(), tunables.clone()));
+    tokio::spawn({
+        let (posix, mut t) = (posix.clone(), tunables.clone());
+        async move {
+            loop {
+                posix.set_strict_o_direct(t.borrow_and_update().strict_o_direct);
+                if t.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
     server::serve(listener, stack, path.display().to_string()).await?;
     Ok(())
 }

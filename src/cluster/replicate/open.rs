@@ -62,7 +62,10 @@ impl Replicate {
         };
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let mut res = Vec::new();
-        if read_only && matches!(fop, Fop::Open { .. }) {
+        // (O_DIRECT is opened for real: a brick may honour it,
+        // `performance.strict-o-direct`, which anonymous handles do not.)
+        let direct = matches!(&fop, Fop::Open { flags, .. } if flags & libc::O_DIRECT != 0);
+        if read_only && !direct && matches!(fop, Fop::Open { .. }) {
             // Open-behind: a file opened read-only is read through each
             // brick's anonymous handle, so the open costs no round trip (the
             // kernel has checked permissions; a file removed by another

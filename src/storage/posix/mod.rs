@@ -65,7 +65,17 @@ pub struct Posix {
     forget: std::sync::OnceLock<Box<dyn Fn(Gfid) + Send + Sync>>,
     /// Files clients hold open here.
     open: OpenCounts,
+    /// `performance.strict-o-direct`: files opened with O_DIRECT are
+    /// opened so here too.
+    direct: std::sync::atomic::AtomicBool,
 }
+
+pub static STRICT_O_DIRECT: crate::core::options::Spec = crate::core::options::Spec {
+    key: "performance.strict-o-direct",
+    kind: crate::core::options::Kind::Bool,
+    default: "off",
+    help: "Honours O_DIRECT end to end: a brick opens a file opened with O_DIRECT with O_DIRECT too, so that its reads and writes bypass the brick's page cache. Off: the client's page cache is bypassed, the bricks' is not.",
+};
 
 pub(crate) fn proc_path(fd: impl AsFd) -> String {
     format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
@@ -160,6 +170,20 @@ fn split_handle(gfid: Gfid) -> (String, String) {
 }
 
 impl Posix {
+    /// Follows `performance.strict-o-direct` (for files opened from now).
+    pub fn set_strict_o_direct(&self, on: bool) {
+        self.direct.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The open flags a client's flags become here.
+    fn brick_flags(&self, flags: i32, keep: i32) -> OFlags {
+        let mut keep = keep;
+        if self.direct.load(std::sync::atomic::Ordering::Relaxed) {
+            keep |= libc::O_DIRECT;
+        }
+        OFlags::from_bits_retain((flags & keep) as u32)
+    }
+
     /// Opens (and on first use prepares) a brick directory.
     pub fn open(path: &Path) -> FsResult<Posix> {
         let root = rfs::open(
@@ -190,6 +214,7 @@ impl Posix {
             dirs: Mutex::new(HashMap::new()),
             forget: std::sync::OnceLock::new(),
             open: OpenCounts::default(),
+            direct: Default::default(),
         };
         // The root's handle points back to the brick root.
         p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;

@@ -160,8 +160,9 @@ impl Posix {
         }
         let dir = self.resolve_dir(parent)?;
         let perm = mode & 0o7777 & !effective_umask(&dir, umask);
-        let oflags = OFlags::from_bits_retain(
-            (flags & (libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC)) as u32,
+        let oflags = self.brick_flags(
+            flags,
+            libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC,
         );
         let made = rfs::openat2(
             &*dir,

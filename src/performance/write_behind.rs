@@ -30,8 +30,8 @@
 //!
 //! **Not behind.** Handles opened with `O_DIRECT`, `O_SYNC` or `O_DSYNC`
 //! write through (after the file's queue). A file's queue holds at most
-//! `performance.write-behind-window-size` bytes; a write past that waits
-//! until some land.
+//! `performance.write-behind-window-size` bytes, and all files together
+//! `ALL_FILES_MAX`; a write past either waits until some land.
 //!
 //! GlusterFS's write-behind (xlators/performance/write-behind) keeps the
 //! same rules with a per-inode request list and "liabilities"; this one
@@ -62,6 +62,9 @@ pub static WINDOW_SIZE: Spec = Spec {
 const SENDING_MAX: usize = 8;
 /// The largest request queued writes are joined into.
 const JOIN_MAX: usize = 1 << 20;
+/// Bytes of all files' writes that may wait to be sent at once (a program
+/// writing many files at a time does not make the mount grow without end).
+const ALL_FILES_MAX: usize = 64 << 20;
 
 /// One write accepted and not yet landed.
 struct Queued {
@@ -73,6 +76,8 @@ struct Queued {
     data: bytes::Bytes,
     /// Written at the end of the file, whatever the offset.
     append: bool,
+    /// What it takes of `ALL_FILES_MAX` until it lands.
+    charge: u32,
 }
 
 impl Queued {
@@ -147,6 +152,8 @@ pub struct WriteBehind {
     write_through: Mutex<HashSet<u64>>,
     /// The child's handles opened to append.
     appending: Mutex<HashSet<u64>>,
+    /// Room left under `ALL_FILES_MAX`, in bytes.
+    room: tokio::sync::Semaphore,
     sent: AtomicU64,
     joined: AtomicU64,
 }
@@ -165,6 +172,7 @@ impl WriteBehind {
             accepted: AtomicU64::new(0),
             write_through: Mutex::default(),
             appending: Mutex::default(),
+            room: tokio::sync::Semaphore::new(ALL_FILES_MAX),
             sent: AtomicU64::new(0),
             joined: AtomicU64::new(0),
         })
@@ -250,6 +258,11 @@ impl WriteBehind {
             self.wait_for(&f, |s| s.bytes == 0 || s.bytes + len <= window)
                 .await;
         }
+        let charge = len.min(ALL_FILES_MAX) as u32;
+        match self.room.acquire_many(charge).await {
+            Ok(p) => p.forget(),
+            Err(_) => return Err(FsError::errno(libc::EIO)),
+        }
         // Queued under the map's lock, so that the file cannot be tidied
         // away in between.
         let f = {
@@ -262,6 +275,7 @@ impl WriteBehind {
                 if idle {
                     files.remove(&gfid);
                 }
+                self.room.add_permits(charge as usize);
                 return Err(e);
             }
             let seq = self.accepted.fetch_add(1, Ordering::AcqRel) + 1;
@@ -272,6 +286,7 @@ impl WriteBehind {
                 offset,
                 data,
                 append: self.appending.lock().unwrap().contains(&fh),
+                charge,
             };
             s.unlanded.insert(seq, q.end());
             s.bytes += len;
@@ -365,6 +380,7 @@ impl WriteBehind {
             for q in &batch {
                 s.unlanded.remove(&q.seq);
                 s.bytes -= q.data.len();
+                self.room.add_permits(q.charge as usize);
             }
             if let Err(e) = res {
                 tracing::warn!(
@@ -723,6 +739,29 @@ mod tests {
         disk.gate.add_permits(1000);
         settled(&wb).await;
         assert_eq!(disk.writes.lock().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn all_files_together_stay_within_their_room() {
+        let (disk, wb) = rig();
+        let cx = Ctx::root();
+        let big = vec![1u8; 1 << 20];
+        // 64 files of 1 MiB fill the room; the 65th waits.
+        for _ in 0..ALL_FILES_MAX >> 20 {
+            wb.call(&cx, write(Gfid::random(), 0, &big)).await.unwrap();
+        }
+        let wb2 = wb.clone();
+        let more = tokio::spawn(async move {
+            wb2.call(&Ctx::root(), write(Gfid::random(), 0, &[1u8; 4096]))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!more.is_finished(), "no room left");
+        disk.gate.add_permits(1);
+        more.await.unwrap().unwrap();
+        disk.gate.add_permits(1000);
+        settled(&wb).await;
+        assert_eq!(wb.room.available_permits(), ALL_FILES_MAX);
     }
 
     #[tokio::test]

@@ -231,6 +231,47 @@ impl MdCache {
     }
 }
 
+/// What a new object inherits from its directory: the xattr of the
+/// directory that says whether the object has the named one. A file gets
+/// an access ACL only from a default ACL of its directory (a directory
+/// gets both), and a security label where its directory has one.
+const INHERITED: &[(&str, &str)] = &[
+    ("system.posix_acl_default", "system.posix_acl_access"),
+    ("system.posix_acl_default", "system.posix_acl_default"),
+    ("security.selinux", "security.selinux"),
+];
+
+impl MdCache {
+    /// Keeps what a new object made here is known to lack, so that the
+    /// questions `ls -l` and every write ask of it cost no request: file
+    /// capabilities (never inherited), and what its directory lacks of
+    /// `INHERITED` (the directory is asked once per lease).
+    async fn born(&self, cx: &Ctx, parent: Gfid, gfid: Gfid, dir: bool, mark: (Instant, u64)) {
+        let none = |n: &str| Kept::Xattr(n.into(), Err(libc::ENODATA));
+        if !dir {
+            self.keep(gfid, none("security.capability"), mark);
+        }
+        for (from, name) in INHERITED {
+            if *name == "system.posix_acl_default" && !dir {
+                continue;
+            }
+            let lacks = match self.cached_xattr(parent, Some(from)) {
+                Some(a) => a.is_err(),
+                None => {
+                    let ask = Fop::Getxattr {
+                        gfid: parent,
+                        name: from.to_string(),
+                    };
+                    self.call(cx, ask).await.is_err_and(|e| e.is(libc::ENODATA))
+                }
+            };
+            if lacks {
+                self.keep(gfid, none(name), mark);
+            }
+        }
+    }
+}
+
 /// Names answered by the client or the bricks themselves, never kept.
 fn virtual_name(name: &str) -> bool {
     name.starts_with("trusted.mortar.") || crate::core::fop::is_distribute_xattr(name)
@@ -383,24 +424,34 @@ impl Xlator for MdCache {
                 if changed.is_empty() {
                     return self.child.call(cx, fop).await;
                 }
+                // A change of names alters its directories' attributes
+                // (times, link count), not their xattrs.
+                let names_only = !matches!(
+                    fop,
+                    Fop::Setattr { .. } | Fop::Setxattr { .. } | Fop::Removexattr { .. }
+                );
+                let drop = |g: Gfid| match names_only {
+                    true => self.drop_attr(g),
+                    false => self.drop_object(g),
+                };
                 let new = match &fop {
-                    Fop::Create { gfid, .. } | Fop::Mknod { gfid, .. } => Some(*gfid),
+                    Fop::Create { parent, gfid, .. } | Fop::Mknod { parent, gfid, .. } => {
+                        Some((*parent, *gfid, false))
+                    }
+                    Fop::Mkdir { parent, gfid, .. } => Some((*parent, *gfid, true)),
                     _ => None,
                 };
                 for g in &changed {
-                    self.drop_object(*g);
+                    drop(*g);
                 }
                 let res = self.child.call(cx, fop).await;
                 for g in &changed {
-                    self.drop_object(*g);
+                    drop(*g);
                 }
                 let mark = self.mark();
                 self.keep_attrs(&res, mark);
-                if let (Some(g), true) = (new, res.is_ok()) {
-                    // A new file has no file capabilities (they are never
-                    // inherited): the write that follows need not ask.
-                    let none = Kept::Xattr("security.capability".into(), Err(libc::ENODATA));
-                    self.keep(g, none, mark);
+                if let (Some((parent, g, dir)), true) = (new, res.is_ok()) {
+                    self.born(cx, parent, g, dir, mark).await;
                 }
                 res
             }
@@ -599,5 +650,60 @@ mod tests {
         assert_eq!(size(stat().await.unwrap()), 8);
         tokio::time::sleep(crate::graph::UNLEASED).await;
         assert_eq!(size(stat().await.unwrap()), 9);
+    }
+
+    #[tokio::test]
+    async fn a_new_object_lacks_what_its_directory_lacks_without_asking() {
+        let below = Arc::new(Xattrs::default());
+        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
+        let mut o = crate::core::Options::new();
+        o.insert("features.cache-invalidation-timeout".into(), "60".into());
+        md.reconfigure(&o);
+        let (dir, cx) = (Gfid::random(), Ctx::root());
+        let asked = || below.asked.load(Ordering::Relaxed);
+        let create = |gfid| Fop::Create {
+            parent: dir,
+            name: crate::core::Name::new("f").unwrap(),
+            gfid,
+            mode: 0o644,
+            umask: 0o022,
+            flags: libc::O_WRONLY,
+        };
+        let (f1, f2) = (Gfid::random(), Gfid::random());
+        md.call(&cx, create(f1)).await.unwrap();
+        // The create, and the directory asked once for what it lacks.
+        assert_eq!(asked(), 3);
+        md.call(&cx, create(f2)).await.unwrap();
+        assert_eq!(asked(), 4, "the directory is not asked again");
+        for f in [f1, f2] {
+            for n in [
+                "system.posix_acl_access",
+                "security.selinux",
+                "security.capability",
+            ] {
+                let e = md.call(&cx, get(f, n)).await.unwrap_err();
+                assert!(e.is(libc::ENODATA), "{n}");
+            }
+        }
+        assert_eq!(asked(), 4, "answered from memory");
+        // A directory with a default ACL: its new files are asked.
+        below
+            .map
+            .lock()
+            .unwrap()
+            .insert("system.posix_acl_default".into(), b"acl".to_vec());
+        md.notify(
+            0,
+            Event::Recall {
+                gfid: dir,
+                name: None,
+                ack: Ack::none(),
+            },
+        );
+        let f3 = Gfid::random();
+        md.call(&cx, create(f3)).await.unwrap();
+        let n = asked();
+        md.call(&cx, get(f3, "system.posix_acl_access")).await.ok();
+        assert_eq!(asked(), n + 1);
     }
 }

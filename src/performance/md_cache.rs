@@ -6,7 +6,8 @@
 //! every write, and the POSIX ACL names `ls -l` asks about. Kept for the
 //! bricks' lease time (`features.cache-invalidation-timeout`; one second
 //! without leases), dropped when a brick recalls the object, when this
-//! mount changes it, and when a connection to a brick ends. A name removed
+//! mount changes it, and when a connection to a brick ends (not when the
+//! kernel forgets the inode: the lease goes on). A name removed
 //! or moved by this mount drops every object's attributes (the object it
 //! named is not known here, and its link count changed).
 
@@ -297,9 +298,11 @@ impl Xlator for MdCache {
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
     }
 
-    fn forget(&self, gfid: Gfid) {
-        self.shard(&gfid).lock().unwrap().remove(&gfid);
-    }
+    // No `forget`: what is kept here outlives the kernel's inode. The
+    // bricks' lease on the object goes on, so a change is still recalled;
+    // a kernel that dropped its caches (memory pressure, `drop_caches`)
+    // and asks again for an ACL or a label finds it here. Bounded by the
+    // lease's time and `MAX_OBJECTS`.
 
     fn dump(&self) -> Vec<String> {
         vec![format!(

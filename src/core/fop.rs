@@ -130,6 +130,30 @@ pub struct Attr {
     pub linkto: Option<u32>,
 }
 
+impl Attr {
+    /// A regular file (0644, one link, owned by root, all times zero) of
+    /// this id and size: for tests and placeholders.
+    pub fn plain_file(gfid: Gfid, size: u64) -> Attr {
+        Attr {
+            gfid,
+            kind: FileKind::File,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size,
+            blocks: 0,
+            blksize: 4096,
+            atime: (0, 0),
+            mtime: (0, 0),
+            ctime: (0, 0),
+            blame: 0,
+            linkto: None,
+        }
+    }
+}
+
 /// Where the distribute translator keeps a directory's layout, on every
 /// copy of the directory (docs/distribute.md). Bricks let clients (root)
 /// read and write it; the mount never shows it.

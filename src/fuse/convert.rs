@@ -115,20 +115,8 @@ pub(super) fn open_flags(flags: i32) -> FopenFlags {
 
 pub(super) fn placeholder_attr() -> Attr {
     Attr {
-        gfid: Gfid::NULL,
         kind: FileKind::Dir,
         perm: 0,
-        nlink: 1,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        size: 0,
-        blocks: 0,
-        blksize: 4096,
-        atime: (0, 0),
-        mtime: (0, 0),
-        ctime: (0, 0),
-        blame: 0,
-        linkto: None,
+        ..Attr::plain_file(Gfid::NULL, 0)
     }
 }

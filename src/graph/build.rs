@@ -138,50 +138,40 @@ pub(super) fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<
     ))
 }
 
-pub(super) fn read_only(
-    cx: &BuildCtx,
-    mut children: Vec<Child>,
-) -> anyhow::Result<Arc<dyn Xlator>> {
+/// The one child a translator stacked above the volume takes.
+fn only_child(cx: &BuildCtx, mut children: Vec<Child>, what: &str) -> anyhow::Result<Child> {
     if children.len() != 1 {
-        anyhow::bail!("{}: read-only takes one child", cx.desc.name);
+        anyhow::bail!("{}: {what} takes one child", cx.desc.name);
     }
+    Ok(children.remove(0))
+}
+
+pub(super) fn read_only(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "read-only")?;
+    let name = cx.desc.name.clone();
     Ok(Arc::new(crate::features::read_only::ReadOnly::new(
-        cx.desc.name.clone(),
-        children.remove(0),
+        name, child,
     )))
 }
 
-pub(super) fn md_cache(cx: &BuildCtx, mut children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
-    if children.len() != 1 {
-        anyhow::bail!("{}: md-cache takes one child", cx.desc.name);
-    }
+pub(super) fn md_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "md-cache")?;
+    let name = cx.desc.name.clone();
     Ok(Arc::new(crate::performance::md_cache::MdCache::new(
-        cx.desc.name.clone(),
-        children.remove(0),
+        name, child,
     )))
 }
 
-pub(super) fn write_behind(
-    cx: &BuildCtx,
-    mut children: Vec<Child>,
-) -> anyhow::Result<Arc<dyn Xlator>> {
-    if children.len() != 1 {
-        anyhow::bail!("{}: write-behind takes one child", cx.desc.name);
-    }
+pub(super) fn write_behind(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "write-behind")?;
+    let name = cx.desc.name.clone();
     Ok(Arc::new(
-        crate::performance::write_behind::WriteBehind::new(
-            cx.desc.name.clone(),
-            children.remove(0),
-        ),
+        crate::performance::write_behind::WriteBehind::new(name, child),
     ))
 }
 
-pub(super) fn io_stats(cx: &BuildCtx, mut children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
-    if children.len() != 1 {
-        anyhow::bail!("{}: io-stats takes one child", cx.desc.name);
-    }
-    Ok(Arc::new(crate::debug::io_stats::IoStats::new(
-        cx.desc.name.clone(),
-        children.remove(0),
-    )))
+pub(super) fn io_stats(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "io-stats")?;
+    let name = cx.desc.name.clone();
+    Ok(Arc::new(crate::debug::io_stats::IoStats::new(name, child)))
 }

@@ -478,23 +478,7 @@ mod tests {
     impl Xattrs {
         /// Attributes whose size counts the requests asked so far.
         fn attr(&self, gfid: Gfid) -> Attr {
-            Attr {
-                gfid,
-                kind: crate::core::FileKind::File,
-                perm: 0o644,
-                nlink: 1,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                size: self.asked.load(Ordering::Relaxed),
-                blocks: 0,
-                blksize: 4096,
-                atime: (0, 0),
-                mtime: (0, 0),
-                ctime: (0, 0),
-                blame: 0,
-                linkto: None,
-            }
+            Attr::plain_file(gfid, self.asked.load(Ordering::Relaxed))
         }
     }
 

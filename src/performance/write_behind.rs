@@ -562,23 +562,7 @@ mod tests {
                 }
                 Fop::Getattr { gfid } | Fop::Lookup { parent: gfid, .. } => {
                     let size = self.data.lock().unwrap().len() as u64;
-                    let a = Attr {
-                        gfid,
-                        kind: crate::core::FileKind::File,
-                        perm: 0o644,
-                        nlink: 1,
-                        uid: 0,
-                        gid: 0,
-                        rdev: 0,
-                        size,
-                        blocks: 0,
-                        blksize: 4096,
-                        atime: (0, 0),
-                        mtime: (0, 0),
-                        ctime: (0, 0),
-                        blame: 0,
-                        linkto: None,
-                    };
+                    let a = Attr::plain_file(gfid, size);
                     Ok(match fop {
                         Fop::Getattr { .. } => Reply::Attr(a),
                         _ => Reply::Entry(crate::core::Entry { attr: a }),

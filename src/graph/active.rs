@@ -215,12 +215,10 @@ impl Xlator for Active {
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let gate = self.gate.read().await;
-        if matches!(fop, Fop::Write { .. }) {
-            let res = self.route(cx, fop).await;
-            drop(gate);
-            return res;
-        }
-        drop(gate);
+        // A write keeps the gate until it is answered (accepted by the
+        // graph's write-behind); anything else lets go once it picked its
+        // graph, which `route` does before its first wait.
+        let _held = matches!(fop, Fop::Write { .. }).then_some(gate);
         self.route(cx, fop).await
     }
 

@@ -233,13 +233,14 @@ impl MdCache {
 }
 
 /// What a new object inherits from its directory: the xattr of the
-/// directory that says whether the object has the named one. A file gets
-/// an access ACL only from a default ACL of its directory (a directory
-/// gets both), and a security label where its directory has one.
-const INHERITED: &[(&str, &str)] = &[
-    ("system.posix_acl_default", "system.posix_acl_access"),
-    ("system.posix_acl_default", "system.posix_acl_default"),
-    ("security.selinux", "security.selinux"),
+/// directory that says whether the object has the named one, and whether
+/// only a new directory inherits it. A file gets an access ACL only from a
+/// default ACL of its directory (a directory gets both), and a security
+/// label where its directory has one.
+const INHERITED: &[(&str, &str, bool)] = &[
+    ("system.posix_acl_default", "system.posix_acl_access", false),
+    ("system.posix_acl_default", "system.posix_acl_default", true),
+    ("security.selinux", "security.selinux", false),
 ];
 
 impl MdCache {
@@ -252,8 +253,8 @@ impl MdCache {
         if !dir {
             self.keep(gfid, none("security.capability"), mark);
         }
-        for (from, name) in INHERITED {
-            if *name == "system.posix_acl_default" && !dir {
+        for &(from, name, dirs_only) in INHERITED {
+            if dirs_only && !dir {
                 continue;
             }
             let lacks = match self.cached_xattr(parent, Some(from)) {

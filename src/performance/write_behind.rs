@@ -397,6 +397,17 @@ impl WriteBehind {
         self.tidy(gfid);
     }
 
+    /// Passes `fop` on; its answer reports at least the sizes that writes
+    /// accepted before it and still out will give (`owed_sizes`).
+    async fn passed_on(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let seq = self.accepted.load(Ordering::Acquire);
+        let mut res = self.child.call(cx, fop).await;
+        if let Ok(r) = &mut res {
+            self.owed_sizes(seq, r);
+        }
+        res
+    }
+
     /// Raises the sizes an answer carries to what writes accepted before
     /// the request (`seq`) and still out will make them.
     fn owed_sizes(&self, seq: u64, reply: &mut Reply) {
@@ -435,14 +446,8 @@ impl Xlator for Arc<WriteBehind> {
     }
 
     async fn settle(&self) {
-        let files: Vec<(Gfid, Arc<File>)> = self
-            .files
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(g, f)| (*g, f.clone()))
-            .collect();
-        for (_, f) in files {
+        let files: Vec<Arc<File>> = self.files.lock().unwrap().values().cloned().collect();
+        for f in files {
             self.wait_for(&f, |s| s.unlanded.is_empty()).await;
         }
     }
@@ -504,21 +509,9 @@ impl Xlator for Arc<WriteBehind> {
             | Fop::Link { gfid, .. }
             | Fop::Checksum { gfid, .. } => {
                 self.settle_file(gfid).await;
-                let seq = self.accepted.load(Ordering::Acquire);
-                let mut res = self.child.call(cx, fop).await;
-                if let Ok(r) = &mut res {
-                    self.owed_sizes(seq, r);
-                }
-                res
+                self.passed_on(cx, fop).await
             }
-            fop => {
-                let seq = self.accepted.load(Ordering::Acquire);
-                let mut res = self.child.call(cx, fop).await;
-                if let Ok(r) = &mut res {
-                    self.owed_sizes(seq, r);
-                }
-                res
-            }
+            fop => self.passed_on(cx, fop).await,
         }
     }
 }

@@ -819,12 +819,14 @@ fn a_target_filled_during_the_move_keeps_every_file_and_no_partial_copy() {
     }
     let m = c.mount("fill");
     ok(&format!(
-        "mkdir {0}/d && for i in $(seq 1 16); do head -c 1048576 /dev/urandom > {0}/d/f$i || exit 1; done",
+        "mkdir {0}/d && for i in $(seq 1 32); do head -c 1048576 /dev/urandom > {0}/d/f$i || exit 1; done",
         m.dir.display()
     ));
     let before = checksums(&m.dir.to_string_lossy());
     // Equal shares: half the files hash to a set with room for two; four
-    // move at once, each seeing room for itself.
+    // move at once, each seeing room for itself. (32 files: where the new
+    // set's half starts follows the directory's gfid, and 16 names could
+    // leave it only two.)
     c.ok(&["volume", "add-brick", "fill", &c.brick("small/b"), "force"]);
     bricks.push(c.path("small/b"));
     c.ok(&["volume", "rebalance", "fill", "start"]);

@@ -7,7 +7,8 @@
 #
 # OPTS="key=value ..." sets volume options first; the time each step took
 # (ms per file, one process per file: the tools' own start is in it) is
-# shown beside the requests.
+# shown beside the requests. FOPS=1 adds which fops the brick requests
+# were (the client's trace log of every request it sends).
 # Starts a private daemon (port 24197) under a temporary directory and
 # removes everything it made when done.
 set -euo pipefail
@@ -22,6 +23,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+[ -z "${KEEP:-}" ] || trap - EXIT
 "$MORTAR" daemon --listen 127.0.0.1:$PORT --host 127.0.0.1 --state-dir "$work/state" >"$work/daemon.log" 2>&1 &
 daemon=$!
 m() { "$MORTAR" --server 127.0.0.1:$PORT "$@" >/dev/null; }
@@ -30,7 +32,12 @@ m volume create rq replica 3 127.0.0.1:$work/b1 127.0.0.1:$work/b2 127.0.0.1:$wo
 for kv in ${OPTS:-}; do m volume set rq "${kv%%=*}" "${kv#*=}"; done
 m volume start rq
 mkdir -p "$mnt"
-"$MORTAR" mount --port $PORT 127.0.0.1:/rq "$mnt"
+if [ -n "${FOPS:-}" ]; then
+    MORTAR_LOG=mortar::protocol::client=trace "$MORTAR" mount --port $PORT -o log-file="$work/mount.log" 127.0.0.1:/rq "$mnt"
+else
+    "$MORTAR" mount --port $PORT 127.0.0.1:/rq "$mnt"
+fi
+fops() { { grep -o 'fop="[a-z_]*"' "$work/mount.log" 2>/dev/null || true; } | wc -l; }
 count() { getfattr --absolute-names --only-values -n trusted.mortar.client.requests "$mnt"; }
 mkdir "$mnt/d"
 block=$(head -c 4096 /dev/zero | tr '\0' x)
@@ -55,15 +62,21 @@ step() {
     6) rm "$mnt/d/g$2" ;;
     esac
 }
-echo "| operation | brick requests per file | ms per file |"
-echo "|---|---|---|"
+echo "| operation | brick requests per file | ms per file |${FOPS:+ fops (all files) |}"
+echo "|---|---|---|${FOPS:+---|}"
 for s in $(seq 0 6); do
     sleep 0.5 # let the last step's background requests (release) end
     before=$(count)
+    seen=0
+    [ -z "${FOPS:-}" ] || seen=$(fops)
     t0=$(date +%s%N)
     for i in $(seq "$N"); do step "$s" "$i"; done
     t1=$(date +%s%N)
     sleep 0.5
     after=$(count)
-    echo "| ${names[$s]} | $(echo "scale=1; ($after - $before) / $N" | bc) | $(echo "scale=2; ($t1 - $t0) / 1000000 / $N" | bc) |"
+    which=""
+    if [ -n "${FOPS:-}" ]; then
+        which=" $(grep -o 'fop="[a-z_]*"' "$work/mount.log" | tail -n +$((seen + 1)) | sort | uniq -c | awk '{gsub(/fop=|"/, "", $2); printf "%s %s, ", $2, $1}') |"
+    fi
+    echo "| ${names[$s]} | $(echo "scale=1; ($after - $before) / $N" | bc) | $(echo "scale=2; ($t1 - $t0) / 1000000 / $N" | bc) |$which"
 done

@@ -32,6 +32,27 @@ impl MountArgs {
             .unwrap_or(self.port)
     }
 
+    /// The background client's log: `--log-file` or `-o log-file=PATH`
+    /// (GlusterFS's mount option), or one per mount point under
+    /// /var/log/mortar.
+    pub fn log_path(&self) -> PathBuf {
+        let from_options = self
+            .options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .find_map(|o| o.strip_prefix("log-file="))
+            .map(PathBuf::from);
+        self.log.clone().or(from_options).unwrap_or_else(|| {
+            let name = self
+                .dir
+                .display()
+                .to_string()
+                .trim_start_matches('/')
+                .replace('/', "-");
+            PathBuf::from(format!("/var/log/mortar/mnt-{name}.log"))
+        })
+    }
+
     /// The management daemons to ask for the volume, in order: the source's
     /// host, then `-o backup-volfile-servers=H1:H2` (GlusterFS's spelling).
     pub fn mgmt_servers(&self, host: &str) -> Vec<String> {
@@ -102,15 +123,7 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
         );
     }
     let exe = std::env::current_exe()?;
-    let log = a.log.clone().unwrap_or_else(|| {
-        let name = a
-            .dir
-            .display()
-            .to_string()
-            .trim_start_matches('/')
-            .replace('/', "-");
-        PathBuf::from(format!("/var/log/mortar/mnt-{name}.log"))
-    });
+    let log = a.log_path();
     if let Some(p) = log.parent() {
         std::fs::create_dir_all(p)?;
     }
@@ -297,4 +310,30 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     drop(active);
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(log: Option<&str>, options: &[&str]) -> MountArgs {
+        MountArgs {
+            source: "h:/v".into(),
+            dir: PathBuf::from("/mnt/gv0"),
+            port: 24007,
+            foreground: false,
+            log: log.map(PathBuf::from),
+            options: options.iter().map(|o| o.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_log_goes_where_the_flag_or_the_mount_option_says() {
+        let default = args(None, &["ro"]).log_path();
+        assert_eq!(default, PathBuf::from("/var/log/mortar/mnt-mnt-gv0.log"));
+        let opt = args(None, &["ro,log-file=/tmp/m.log"]).log_path();
+        assert_eq!(opt, PathBuf::from("/tmp/m.log"));
+        let flag = args(Some("/tmp/f.log"), &["log-file=/tmp/m.log"]).log_path();
+        assert_eq!(flag, PathBuf::from("/tmp/f.log"));
+    }
 }

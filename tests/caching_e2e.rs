@@ -122,3 +122,77 @@ fn a_mount_that_stops_answering_delays_a_change_by_the_ping_timeout_at_most() {
     fs::write(m2.p("f"), "y").unwrap();
     assert_eq!(fs::read_to_string(m1.p("f")).unwrap(), "y");
 }
+
+/// `stat -c '%y %h'` (mtime in nanoseconds, link count) of a path.
+fn times_and_links(path: &str) -> String {
+    ok(&format!("stat -c '%y %h' {path}"))
+}
+
+#[test]
+fn what_a_change_of_names_left_is_known_without_asking() {
+    let c = Cluster::start();
+    let bricks = c.volume("nv", 3, &["n1", "n2", "n3"]);
+    let m = c.mount("nv");
+    fs::create_dir(m.p("d")).unwrap();
+    // The directory's first brick holds what a stat answers (replicate's
+    // attribute copy); each change below must leave the mount knowing it.
+    let on_brick = |rel: &str| times_and_links(&bricks[0].join(rel).display().to_string());
+    // Each change, and the file it leaves to look at.
+    let steps = [
+        ("create", "echo x > {m}/d/a", "d/a"),
+        ("link", "ln {m}/d/a {m}/d/h", "d/a"),
+        ("rename", "mv {m}/d/a {m}/d/b", "d/b"),
+        ("unlink", "rm {m}/d/h", "d/b"),
+        ("mkdir", "mkdir {m}/d/sub", "d/b"),
+    ];
+    for (what, cmd, file) in steps {
+        ok(&cmd.replace("{m}/", &m.p("")));
+        let before = requests(&m);
+        let seen_dir = times_and_links(&m.p("d"));
+        let seen_file = times_and_links(&m.p(file));
+        let asked = requests(&m) - before;
+        assert_eq!(asked, 0, "{what}: requests for the directory and the file");
+        assert_eq!(seen_dir, on_brick("d"), "{what}: the directory");
+        // (A file's link count on a brick counts its gfid handle too.)
+        let mtime = |s: String| s.rsplit_once(' ').unwrap().0.to_string();
+        assert_eq!(mtime(seen_file), mtime(on_brick(file)), "{what}: {file}");
+    }
+    assert!(times_and_links(&m.p("d/b")).trim_end().ends_with(" 1"));
+}
+
+#[test]
+fn names_missing_from_a_directory_made_here_cost_nothing_until_another_mount_adds_one() {
+    let c = Cluster::start();
+    // Two replica sets: a name lands on either, by its hash.
+    c.volume("mv", 2, &["m1", "m2", "m3", "m4"]);
+    let (m1, m2) = (c.mount("mv"), c.mount("mv"));
+    fs::create_dir(m1.p("d")).unwrap();
+    let before = requests(&m1);
+    for i in 0..20 {
+        assert!(!exists(&m1.p(&format!("d/none{i}"))));
+    }
+    assert_eq!(requests(&m1) - before, 0, "requests for names missing");
+    // Names made here are still found.
+    for i in 0..5 {
+        fs::write(m1.p(&format!("d/mine{i}")), "m\n").unwrap();
+    }
+    // The other mount adds names, on both sets: each is seen at once.
+    for i in 0..20 {
+        let name = format!("d/theirs{i}");
+        fs::write(m2.p(&name), "t\n").unwrap();
+        assert_eq!(fs::read_to_string(m1.p(&name)).unwrap(), "t\n", "{name}");
+    }
+    let mut names: Vec<String> = fs::read_dir(m1.p("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 25);
+    assert!(names
+        .iter()
+        .all(|n| n.starts_with("mine") || n.starts_with("theirs")));
+    // And ones the other mount removes or renames.
+    fs::rename(m2.p("d/mine0"), m2.p("d/moved")).unwrap();
+    assert!(!exists(&m1.p("d/mine0")));
+    assert_eq!(fs::read_to_string(m1.p("d/moved")).unwrap(), "m\n");
+}

@@ -1328,7 +1328,7 @@ impl Xlator for Distribute {
         if self.children.len() == 1 {
             return self.children[0].call(cx, fop).await;
         }
-        match fop {
+        let res = match fop {
             Fop::Lookup { parent, ref name } => {
                 let name = name.clone();
                 self.find(cx, parent, &name)
@@ -1418,6 +1418,18 @@ impl Xlator for Distribute {
             | Fop::Pending { .. }
             | Fop::Blamed { .. }
             | Fop::Checksum { .. } => Err(super::bookkeeping_refused()),
-        }
+        };
+        // A directory's attributes come from one set; a change of names on
+        // another set moves only that set's copy: what the sets answered
+        // of directories and moved objects is not handed up (md-cache asks).
+        res.map(|r| match r {
+            Reply::Entry(e) => Reply::Entry(Entry::found(e.attr)),
+            Reply::Created { entry, fh } => Reply::Created {
+                entry: Entry::found(entry.attr),
+                fh,
+            },
+            Reply::Unnamed(_) => Reply::Ok,
+            r => r,
+        })
     }
 }

@@ -187,6 +187,18 @@ pub fn is_distribute_xattr(name: &str) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub attr: Attr,
+    /// For a name made by this request (create, mknod, mkdir, symlink,
+    /// link): its directory's attributes right after, when the brick
+    /// could tell; a client keeps them instead of asking
+    /// (`performance/md-cache`). None for a lookup.
+    pub parent: Option<Attr>,
+}
+
+impl Entry {
+    /// An entry found (no directory attributes with it).
+    pub fn found(attr: Attr) -> Entry {
+        Entry { attr, parent: None }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -461,6 +473,12 @@ pub enum Reply {
     /// (what a stat would answer), when the brick could tell them: a
     /// client keeps them instead of asking (`performance/md-cache`).
     Written(u32, Option<Attr>),
+    /// What a change of names (unlink, rmdir, rename) left its
+    /// directories and the objects it removed, replaced or moved with,
+    /// right after it (an object whose last name went has `nlink` 0): all
+    /// of them, or `Ok` when the brick could not tell. A client keeps them
+    /// instead of asking.
+    Unnamed(Vec<Attr>),
     Offset(u64),
     Entries(Vec<DirEntry>),
     StatFs(StatFs),

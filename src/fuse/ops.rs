@@ -27,6 +27,23 @@ impl MortarFs {
         // For a lookup, the directory; for a creation, the new object.
         let about = fop.gfid();
         let lookup = matches!(fop, Fop::Lookup { .. });
+        // A missing name, cached as such (inode 0) while the directory's
+        // lease lasts.
+        let missing = move |lease: &super::cache::Lease, reply: ReplyEntry| {
+            let ttl = lease.entry_ttl(&[about]);
+            reply.entry(
+                &ttl,
+                &fuse_attr(0, &placeholder_attr()),
+                fuser::Generation(0),
+            );
+        };
+        if lookup {
+            match self.graph.cached(&cx, &fop) {
+                Some(Err(e)) if e.is(libc::ENOENT) => return missing(&lease, reply),
+                Some(Err(e)) => return reply.error(errno(&e)),
+                _ => {}
+            }
+        }
         self.spawn(move |g, inodes| async move {
             match g.call(&cx, fop).await.and_then(Reply::into_entry) {
                 Ok(e) => {
@@ -34,16 +51,7 @@ impl MortarFs {
                     let ttl = lease.entry_ttl(&[about, e.attr.gfid]);
                     reply.entry(&ttl, &fuse_attr(ino, &e.attr), fuser::Generation(0));
                 }
-                Err(e) if lookup && e.is(libc::ENOENT) => {
-                    // A missing name, cached as such (inode 0) while the
-                    // directory's lease lasts.
-                    let ttl = lease.entry_ttl(&[about]);
-                    reply.entry(
-                        &ttl,
-                        &fuse_attr(0, &placeholder_attr()),
-                        fuser::Generation(0),
-                    );
-                }
+                Err(e) if lookup && e.is(libc::ENOENT) => missing(&lease, reply),
                 Err(e) => reply.error(errno(&e)),
             }
         });

@@ -7,15 +7,17 @@
 //! bricks' lease time (`features.cache-invalidation-timeout`; one second
 //! without leases), dropped when a brick recalls the object, when this
 //! mount changes it, and when a connection to a brick ends (not when the
-//! kernel forgets the inode: the lease goes on). A name removed
-//! or moved by this mount drops every object's attributes (the object it
-//! named is not known here, and its link count changed).
+//! kernel forgets the inode: the lease goes on). A change of names made
+//! here keeps what the bricks say it left its directories and objects
+//! with; when they cannot tell, a name removed or moved drops every
+//! object's attributes (the object it named is not known here, and its
+//! link count changed).
 
 use crate::core::options::{Kind, Spec};
-use crate::core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use crate::core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Name, Reply, Xlator};
 use async_trait::async_trait;
 use serde_bytes::ByteBuf;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,7 +26,7 @@ pub static STAT_PREFETCH: Spec = Spec {
     key: "performance.stat-prefetch",
     kind: Kind::Bool,
     default: "on",
-    help: "Caches each object's extended attributes at the mount, missing ones included (security.capability is asked before every write, ACLs by ls -l), for the bricks' lease time, until another client changes them (GlusterFS's md-cache).",
+    help: "Caches each object's attributes and extended attributes at the mount, missing ones included (security.capability is asked before every write, ACLs by ls -l), and every name of a directory this mount made (so a missing name costs no request), for the bricks' lease time, until another client changes them (GlusterFS's md-cache and nl-cache).",
 };
 
 /// Objects kept at most; past that the cache starts again empty.
@@ -38,10 +40,22 @@ type Answer = Result<ByteBuf, i32>;
 struct Object {
     /// With `names_moved` as it was when they were kept.
     attr: Option<(Attr, u64)>,
+    /// For a directory this mount made: every name in it, until the
+    /// leases its making was granted on every brick end.
+    names: Option<Names>,
     xattrs: HashMap<String, Answer>,
     list: Option<ByteBuf>,
     until: Instant,
 }
+
+/// All the names of a directory; any name not here is missing.
+struct Names {
+    set: HashSet<Vec<u8>>,
+    until: Instant,
+}
+
+/// Names kept per directory at most; past that the directory's are dropped.
+const MAX_NAMES: usize = 100_000;
 
 /// What an answer tells about an object.
 enum Kept {
@@ -117,6 +131,85 @@ impl MdCache {
         }
     }
 
+    /// Whether `name` is known missing from directory `dir`: this mount
+    /// made the directory and knows every name in it.
+    fn missing(&self, dir: Gfid, name: &[u8]) -> bool {
+        let now = Instant::now();
+        let s = self.shard(&dir).lock().unwrap();
+        s.get(&dir)
+            .and_then(|o| o.names.as_ref())
+            .is_some_and(|n| n.until > now && !n.set.contains(name))
+    }
+
+    /// Follows a change of names made here in the directories whose
+    /// names are all known (`Object::names`): a name made or removed is
+    /// added or taken out; a change that failed leaves them unknown. A
+    /// recall drops them (the object goes), and only a new directory
+    /// starts them, so a set still here was never dropped meanwhile.
+    fn follow_names(&self, fop: &Fop, ok: bool) {
+        let edit = |dir: Gfid, name: &Name, add: bool| {
+            let mut s = self.shard(&dir).lock().unwrap();
+            let Some(o) = s.get_mut(&dir) else { return };
+            let Some(n) = o.names.as_mut() else { return };
+            if !ok || (add && n.set.len() >= MAX_NAMES) {
+                o.names = None;
+            } else if add {
+                n.set.insert(name.as_bytes().to_vec());
+            } else {
+                n.set.remove(name.as_bytes());
+            }
+        };
+        match fop {
+            Fop::Create { parent, name, .. }
+            | Fop::Mknod { parent, name, .. }
+            | Fop::Mkdir { parent, name, .. }
+            | Fop::Symlink { parent, name, .. } => edit(*parent, name, true),
+            Fop::Link {
+                newparent, newname, ..
+            } => edit(*newparent, newname, true),
+            Fop::Unlink { parent, name } | Fop::Rmdir { parent, name } => {
+                edit(*parent, name, false)
+            }
+            Fop::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags,
+            } => {
+                if flags & libc::RENAME_EXCHANGE == 0 {
+                    edit(*parent, name, false);
+                }
+                edit(*newparent, newname, true);
+            }
+            _ => {}
+        }
+    }
+
+    /// A directory this mount just made is empty: every lookup in it is
+    /// answered here until the leases its making got on every brick end
+    /// (`start` + the lease time), or another client adds a name (the
+    /// bricks recall the directory first). Not when anything was recalled
+    /// or changed here since `(start, gen)`: the recall may have been of it.
+    fn made_empty(&self, dir: Gfid, (start, gen): (Instant, u64)) {
+        let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
+        let mut s = self.shard(&dir).lock().unwrap();
+        if self.generation.load(Ordering::Acquire) != gen {
+            return;
+        }
+        let o = s.entry(dir).or_insert_with(|| Object {
+            attr: None,
+            names: None,
+            xattrs: HashMap::new(),
+            list: None,
+            until,
+        });
+        o.names = Some(Names {
+            set: HashSet::new(),
+            until,
+        });
+    }
+
     fn cached_attr(&self, gfid: Gfid) -> Option<Attr> {
         let now = Instant::now();
         let s = self.shard(&gfid).lock().unwrap();
@@ -155,6 +248,26 @@ impl MdCache {
         true
     }
 
+    /// `keep_after_change` for several objects at once (a change of names
+    /// and its directories): all kept, or none. Answers those kept.
+    fn keep_all_after_change(&self, attrs: &[Attr], (start, gen): (Instant, u64)) -> Vec<Gfid> {
+        if attrs.is_empty() {
+            return Vec::new();
+        }
+        let mut shards: Vec<_> = self.shards.iter().map(|s| s.lock().unwrap()).collect();
+        let moved_on =
+            self.generation
+                .compare_exchange(gen, gen + 1, Ordering::AcqRel, Ordering::Acquire);
+        if moved_on.is_err() {
+            return Vec::new();
+        }
+        for a in attrs {
+            let s = &mut shards[a.gfid.0[15] as usize % SHARDS];
+            self.store(s, a.gfid, Kept::Attr(a.clone()), start);
+        }
+        attrs.iter().map(|a| a.gfid).collect()
+    }
+
     fn store(&self, s: &mut HashMap<Gfid, Object>, gfid: Gfid, what: Kept, start: Instant) {
         let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
         if s.len() >= MAX_OBJECTS / SHARDS {
@@ -162,6 +275,7 @@ impl MdCache {
         }
         let o = s.entry(gfid).or_insert_with(|| Object {
             attr: None,
+            names: None,
             xattrs: HashMap::new(),
             list: None,
             until,
@@ -217,16 +331,10 @@ impl MdCache {
             Fop::Link {
                 gfid, newparent, ..
             } => vec![*gfid, *newparent],
-            Fop::Unlink { parent, .. } | Fop::Rmdir { parent, .. } => {
-                self.names_moved.fetch_add(1, Ordering::AcqRel);
-                vec![*parent]
-            }
+            Fop::Unlink { parent, .. } | Fop::Rmdir { parent, .. } => vec![*parent],
             Fop::Rename {
                 parent, newparent, ..
-            } => {
-                self.names_moved.fetch_add(1, Ordering::AcqRel);
-                vec![*parent, *newparent]
-            }
+            } => vec![*parent, *newparent],
             _ => Vec::new(),
         }
     }
@@ -321,6 +429,9 @@ impl Xlator for MdCache {
                 .map(Reply::Xattr)
                 .map_err(FsError::errno),
             Fop::Listxattr { gfid } => Ok(Reply::Xattr(self.cached_xattr(*gfid, None)?.ok()?)),
+            Fop::Lookup { parent, name } if self.missing(*parent, name.as_bytes()) => {
+                Err(FsError::errno(libc::ENOENT))
+            }
             _ => return None,
         };
         self.hits.fetch_add(1, Ordering::Relaxed);
@@ -339,6 +450,10 @@ impl Xlator for MdCache {
                 let res = self.child.call(cx, fop).await;
                 self.keep_attrs(&res, mark);
                 res
+            }
+            Fop::Lookup { parent, ref name } if self.missing(parent, name.as_bytes()) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Err(FsError::errno(libc::ENOENT))
             }
             Fop::Lookup { .. } | Fop::Readdir { .. } => {
                 let mark = self.mark();
@@ -445,12 +560,39 @@ impl Xlator for MdCache {
                     Fop::Mkdir { parent, gfid, .. } => Some((*parent, *gfid, true)),
                     _ => None,
                 };
+                let unnames = matches!(
+                    fop,
+                    Fop::Unlink { .. } | Fop::Rmdir { .. } | Fop::Rename { .. }
+                );
                 for g in &changed {
                     drop(*g);
                 }
+                let names = names_only.then(|| fop.clone());
+                let before = self.mark();
                 let res = self.child.call(cx, fop).await;
-                for g in &changed {
+                if let Some(f) = &names {
+                    if let (Fop::Mkdir { gfid, .. }, Ok(_)) = (f, &res) {
+                        self.made_empty(*gfid, before);
+                    }
+                    self.follow_names(f, res.is_ok());
+                }
+                // What the change left its directories (and the objects
+                // it removed or moved) with, as the bricks told it.
+                let after = match &res {
+                    Ok(Reply::Entry(e)) | Ok(Reply::Created { entry: e, .. }) => {
+                        e.parent.iter().cloned().collect()
+                    }
+                    Ok(Reply::Unnamed(attrs)) => attrs.clone(),
+                    _ => Vec::new(),
+                };
+                let kept = self.keep_all_after_change(&after, before);
+                for g in changed.iter().filter(|g| !kept.contains(g)) {
                     drop(*g);
+                }
+                if unnames && !matches!(res, Ok(Reply::Unnamed(_)) if !kept.is_empty()) {
+                    // The object the name pointed to is not known here,
+                    // and its link count changed.
+                    self.names_moved.fetch_add(1, Ordering::AcqRel);
                 }
                 let mark = self.mark();
                 self.keep_attrs(&res, mark);
@@ -693,5 +835,175 @@ mod tests {
         let n = asked();
         md.call(&cx, get(f3, "system.posix_acl_access")).await.ok();
         assert_eq!(asked(), n + 1);
+    }
+
+    /// Answers names changes with what they left (as a brick of wire
+    /// version 7), or with `Ok` only (`tell` false); getattr with a size
+    /// that counts the getattrs asked.
+    struct Names {
+        tell: bool,
+        getattrs: AtomicU64,
+        lookups: AtomicU64,
+    }
+
+    #[async_trait]
+    impl Xlator for Names {
+        fn name(&self) -> String {
+            "names".into()
+        }
+        async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+            let dir = |g| Attr {
+                kind: crate::core::FileKind::Dir,
+                ..Attr::plain_file(g, 4096)
+            };
+            match fop {
+                Fop::Getattr { gfid } => {
+                    let n = self.getattrs.fetch_add(1, Ordering::Relaxed);
+                    Ok(Reply::Attr(Attr::plain_file(gfid, n)))
+                }
+                Fop::Create { parent, gfid, .. } => Ok(Reply::Created {
+                    entry: crate::core::Entry {
+                        attr: Attr::plain_file(gfid, 0),
+                        parent: self.tell.then(|| dir(parent)),
+                    },
+                    fh: 1,
+                }),
+                Fop::Lookup { .. } => {
+                    self.lookups.fetch_add(1, Ordering::Relaxed);
+                    Err(FsError::errno(libc::ENOENT))
+                }
+                Fop::Mkdir { gfid, .. } => Ok(Reply::Entry(crate::core::Entry::found(dir(gfid)))),
+                Fop::Unlink { parent, .. } if self.tell => {
+                    let gone = Attr {
+                        nlink: 0,
+                        ..Attr::plain_file(Gfid::random(), 0)
+                    };
+                    Ok(Reply::Unnamed(vec![dir(parent), gone]))
+                }
+                _ => Ok(Reply::Ok),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn what_a_change_of_names_left_is_kept_and_the_rest_stays() {
+        for tell in [true, false] {
+            let below = Arc::new(Names {
+                tell,
+                getattrs: AtomicU64::new(0),
+                lookups: AtomicU64::new(0),
+            });
+            let md = MdCache::new("md".into(), Child::standalone(below.clone()));
+            let mut o = crate::core::Options::new();
+            o.insert("features.cache-invalidation-timeout".into(), "60".into());
+            md.reconfigure(&o);
+            let (d, other, cx) = (Gfid::random(), Gfid::random(), Ctx::root());
+            let asked = || below.getattrs.load(Ordering::Relaxed);
+            let stat = |g| {
+                let md = &md;
+                let cx = cx.clone();
+                async move { md.call(&cx, Fop::Getattr { gfid: g }).await.unwrap() }
+            };
+            stat(d).await;
+            stat(other).await;
+            assert_eq!(asked(), 2);
+            let create = Fop::Create {
+                parent: d,
+                name: crate::core::Name::new("f").unwrap(),
+                gfid: Gfid::random(),
+                mode: 0o644,
+                umask: 0,
+                flags: libc::O_RDWR,
+            };
+            md.call(&cx, create).await.unwrap();
+            // The directory as the create left it: no request when told.
+            let Reply::Attr(a) = stat(d).await else {
+                panic!()
+            };
+            assert_eq!(asked(), if tell { 2 } else { 3 });
+            assert_eq!(a.kind == crate::core::FileKind::Dir, tell);
+            let unlink = Fop::Unlink {
+                parent: d,
+                name: crate::core::Name::new("f").unwrap(),
+            };
+            md.call(&cx, unlink).await.unwrap();
+            let n = asked();
+            stat(d).await;
+            stat(other).await;
+            // Told: the directory and every other object are still known.
+            // Not told: the directory and every object are asked again
+            // (the name's object is not known here).
+            assert_eq!(asked(), if tell { n } else { n + 2 });
+        }
+    }
+
+    #[tokio::test]
+    async fn names_missing_from_a_directory_made_here_are_answered_here() {
+        let below = Arc::new(Names {
+            tell: true,
+            getattrs: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
+        });
+        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
+        let mut o = crate::core::Options::new();
+        o.insert("features.cache-invalidation-timeout".into(), "60".into());
+        md.reconfigure(&o);
+        let (d, cx) = (Gfid::random(), Ctx::root());
+        let n = |s: &str| crate::core::Name::new(s).unwrap();
+        let asked = || below.lookups.load(Ordering::Relaxed);
+        let lookup = |name: &str| Fop::Lookup {
+            parent: d,
+            name: n(name),
+        };
+        let mkdir = Fop::Mkdir {
+            parent: Gfid::ROOT,
+            name: n("d"),
+            gfid: d,
+            mode: 0o755,
+            umask: 0,
+        };
+        md.call(&cx, mkdir).await.unwrap();
+        // Empty: any name is missing, on the FUSE thread too.
+        let e = md.call(&cx, lookup("x")).await.unwrap_err();
+        assert!(e.is(libc::ENOENT));
+        assert!(matches!(md.cached(&cx, &lookup("y")), Some(Err(e)) if e.is(libc::ENOENT)));
+        assert_eq!(asked(), 0);
+        // A name made here is asked for (its gfid is not known here).
+        let create = Fop::Create {
+            parent: d,
+            name: n("x"),
+            gfid: Gfid::random(),
+            mode: 0o644,
+            umask: 0,
+            flags: libc::O_RDWR,
+        };
+        md.call(&cx, create).await.unwrap();
+        md.call(&cx, lookup("x")).await.unwrap_err();
+        assert_eq!(asked(), 1);
+        // Renamed away: missing again, and the new name is asked for.
+        let rename = Fop::Rename {
+            parent: d,
+            name: n("x"),
+            newparent: d,
+            newname: n("z"),
+            flags: 0,
+        };
+        md.call(&cx, rename).await.unwrap();
+        md.call(&cx, lookup("x")).await.unwrap_err();
+        assert_eq!(asked(), 1);
+        md.call(&cx, lookup("z")).await.unwrap_err();
+        assert_eq!(asked(), 2);
+        // Another client's change: the brick recalls the directory first.
+        md.notify(
+            0,
+            Event::Recall {
+                gfid: d,
+                name: Some(n("w")),
+                ack: Ack::none(),
+            },
+        );
+        md.call(&cx, lookup("w")).await.unwrap_err();
+        assert!(md.cached(&cx, &lookup("w")).is_none());
+        assert_eq!(asked(), 3);
     }
 }

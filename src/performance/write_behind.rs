@@ -466,9 +466,10 @@ impl Xlator for Arc<WriteBehind> {
             // Attributes are at hand below only once the file's writes
             // have landed (and then no size is owed).
             Fop::Getattr { gfid } if self.file(*gfid).is_some() => None,
-            Fop::Getattr { .. } | Fop::Getxattr { .. } | Fop::Listxattr { .. } => {
-                self.child.xl.cached(cx, fop)
-            }
+            Fop::Getattr { .. }
+            | Fop::Getxattr { .. }
+            | Fop::Listxattr { .. }
+            | Fop::Lookup { .. } => self.child.xl.cached(cx, fop),
             _ => None,
         }
     }
@@ -558,7 +559,7 @@ mod tests {
                     let a = Attr::plain_file(gfid, size);
                     Ok(match fop {
                         Fop::Getattr { .. } => Reply::Attr(a),
-                        _ => Reply::Entry(crate::core::Entry { attr: a }),
+                        _ => Reply::Entry(crate::core::Entry::found(a)),
                     })
                 }
                 Fop::Open { .. } => Ok(Reply::Opened { fh: 7 }),

@@ -377,6 +377,7 @@ impl Xlator for ProtocolClient {
             pending.insert(id, otx);
         }
         sh.sent.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(client = %sh.name, id, fop = fop.name(), "request");
         let frame = wire::encode(&Msg::Call {
             id,
             cx: cx.clone(),

@@ -356,7 +356,7 @@ impl MemBrick {
                 return Err(FsError::new(*errno, "injected"));
             }
         }
-        let entry = |a: Attr| Ok(Reply::Entry(Entry { attr: a }));
+        let entry = |a: Attr| Ok(Reply::Entry(Entry::found(a)));
         match fop {
             Fop::Lookup { parent, name } => {
                 let p = st.objs.get(&parent).ok_or(err(libc::ESTALE))?;
@@ -393,7 +393,7 @@ impl MemBrick {
                 let attr = Self::new_obj(st, parent, &name, gfid, o)?;
                 let fh = Self::open(st, conn, gfid);
                 Ok(Reply::Created {
-                    entry: Entry { attr },
+                    entry: Entry::found(attr),
                     fh,
                 })
             }

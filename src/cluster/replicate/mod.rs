@@ -23,7 +23,7 @@ mod txn;
 
 use super::HandleMap;
 use crate::core::{
-    Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator,
+    Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator,
 };
 use async_trait::async_trait;
 use handles::{How, Open};
@@ -139,11 +139,45 @@ impl Replicate {
     /// attribute child's, so that the attributes of an object (times differ
     /// by a few nanoseconds between copies) do not flip from call to call,
     /// which tools like tar take for a change.
+    /// The attributes of other objects it carries (a made name's
+    /// directory, what a change of names left) are each taken from their
+    /// own attribute child's answer, or left out.
     pub(super) fn pick(&self, gfid: Gfid, mut ok: Vec<(usize, Reply)>) -> Reply {
         let idx: Vec<usize> = ok.iter().map(|(i, _)| *i).collect();
         let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
         let pos = ok.iter().position(|(i, _)| *i == want).unwrap_or(0);
-        ok.swap_remove(pos).1
+        let from_its_copy = |g: Gfid, get: &dyn Fn(&Reply) -> Option<Attr>| {
+            let want = self.attr_child(g, &idx).ok()?;
+            ok.iter()
+                .find(|(i, _)| *i == want)
+                .and_then(|(_, r)| get(r))
+        };
+        match ok[pos].1.clone() {
+            Reply::Entry(mut e) => {
+                e.parent = e
+                    .parent
+                    .and_then(|p| from_its_copy(p.gfid, &|r| parent_in(r)));
+                Reply::Entry(e)
+            }
+            Reply::Created { mut entry, fh } => {
+                entry.parent = entry
+                    .parent
+                    .and_then(|p| from_its_copy(p.gfid, &|r| parent_in(r)));
+                Reply::Created { entry, fh }
+            }
+            // All of them or none: md-cache takes the list as complete.
+            Reply::Unnamed(attrs) => attrs
+                .iter()
+                .map(|a| {
+                    from_its_copy(a.gfid, &|r| match r {
+                        Reply::Unnamed(v) => v.iter().find(|b| b.gfid == a.gfid).cloned(),
+                        _ => None,
+                    })
+                })
+                .collect::<Option<Vec<Attr>>>()
+                .map_or(Reply::Ok, Reply::Unnamed),
+            _ => ok.swap_remove(pos).1,
+        }
     }
 
     pub(super) async fn fan_out(
@@ -159,6 +193,14 @@ impl Replicate {
             Some(async move { (i, child.call(&cx, fop).await) })
         });
         join_all(calls).await
+    }
+}
+
+/// The directory attributes a made name's answer carries.
+fn parent_in(r: &Reply) -> Option<Attr> {
+    match r {
+        Reply::Entry(e) | Reply::Created { entry: e, .. } => e.parent.clone(),
+        _ => None,
     }
 }
 

@@ -253,7 +253,7 @@ impl Posix {
             };
             return self
                 .stat_gfid(gfid)
-                .map(|attr| Reply::Entry(Entry { attr }));
+                .map(|attr| Reply::Entry(Entry::found(attr)));
         }
         Err(stale())
     }
@@ -280,14 +280,10 @@ impl Posix {
             }
         };
         self.stat_gfid(parent)
-            .map(|attr| Reply::Entry(Entry { attr }))
+            .map(|attr| Reply::Entry(Entry::found(attr)))
     }
 
     pub(in crate::storage) fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
-        let fd = self.resolve(gfid)?;
-        let mut attr = attr_of(&rfs::fstat(&*fd)?, gfid);
-        attr.blame = read_blame(&*fd)?;
-        attr.linkto = attrs::read_linkto(&*fd, &attr)?;
-        Ok(attr)
+        full_attr(self.resolve(gfid)?.as_fd(), gfid)
     }
 }

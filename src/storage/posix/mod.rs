@@ -24,7 +24,7 @@ use crate::core::{
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags};
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -157,6 +157,24 @@ fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
         blame: 0,
         linkto: None,
     }
+}
+
+/// What a stat of the object open at `fd` answers: its attributes with
+/// the blame its copy records and the set a pointer names.
+fn full_attr(fd: BorrowedFd<'_>, gfid: Gfid) -> FsResult<Attr> {
+    let mut attr = attr_of(&rfs::fstat(fd)?, gfid);
+    attr.blame = attrs::read_blame(fd)?;
+    attr.linkto = attrs::read_linkto(fd, &attr)?;
+    Ok(attr)
+}
+
+/// The answer to a change of names: what the objects open at `fds` are
+/// left as, all of them, or nothing (the client then asks).
+fn unnamed(fds: &[(BorrowedFd<'_>, Gfid)]) -> Reply {
+    fds.iter()
+        .map(|&(fd, gfid)| full_attr(fd, gfid))
+        .collect::<FsResult<Vec<Attr>>>()
+        .map_or(Reply::Ok, Reply::Unnamed)
 }
 
 fn hidden(parent: Gfid, name: &Name) -> bool {
@@ -315,7 +333,7 @@ impl Posix {
             Fop::Lookup { parent, name } => {
                 let dir = self.resolve_dir(*parent)?;
                 let (_, attr) = self.lookup_at(&dir, *parent, name)?;
-                Ok(Reply::Entry(Entry { attr }))
+                Ok(Reply::Entry(Entry::found(attr)))
             }
             Fop::Getattr { gfid } => match self.stat_gfid(*gfid) {
                 // Unlinked but still open here: POSIX keeps it alive.

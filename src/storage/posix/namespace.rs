@@ -62,10 +62,7 @@ impl Posix {
             self.make_file_handle(gfid, dir, name)?;
             tracing::info!(brick = %self.path.display(), %gfid, name = ?name, "file handle repaired");
         }
-        let st = rfs::fstat(&fd)?;
-        let mut attr = attr_of(&st, gfid);
-        attr.blame = read_blame(&fd)?;
-        attr.linkto = attrs::read_linkto(&fd, &attr)?;
+        let attr = full_attr(fd.as_fd(), gfid)?;
         Ok((fd, attr))
     }
 
@@ -127,7 +124,8 @@ impl Posix {
             }
             let mut attr = attr_of(&rfs::fstat(&fd)?, gfid);
             attr.linkto = attrs::read_linkto(&fd, &attr)?;
-            Ok(Reply::Entry(Entry { attr }))
+            let parent = full_attr(dir.as_fd(), parent).ok();
+            Ok(Reply::Entry(Entry { attr, parent }))
         });
         if res.is_err() {
             Self::undo_new(dir, name, is_dir);
@@ -185,7 +183,7 @@ impl Posix {
                     unreachable!()
                 };
                 return Ok(Reply::Created {
-                    entry: Entry { attr },
+                    entry: Entry::found(attr),
                     fh,
                 });
             }
@@ -205,7 +203,10 @@ impl Posix {
             Some(self.open.mark(gfid)),
         ));
         Ok(Reply::Created {
-            entry: Entry { attr },
+            entry: Entry {
+                attr,
+                parent: full_attr(dir.as_fd(), parent).ok(),
+            },
             fh,
         })
     }
@@ -288,7 +289,8 @@ impl Posix {
         self.adopt_new(cx, &dir, parent, name, gfid, 0o777, false)
     }
 
-    /// Removes a non-directory name; drops the gfid handle with the last name.
+    /// Removes a non-directory name; drops the gfid handle with the last
+    /// name. Answers what the directory and the object are left as.
     pub(in crate::storage) fn unlink(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
         let dir = self.resolve_dir(parent)?;
         let (fd, attr) = self.lookup_at(&dir, parent, name)?;
@@ -299,18 +301,18 @@ impl Posix {
         if rfs::fstat(&fd)?.st_nlink <= 1 {
             self.drop_handle(attr.gfid);
         }
-        Ok(Reply::Ok)
+        Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
     }
 
     pub(in crate::storage) fn rmdir(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
         let dir = self.resolve_dir(parent)?;
-        let (_, attr) = self.lookup_at(&dir, parent, name)?;
+        let (fd, attr) = self.lookup_at(&dir, parent, name)?;
         if attr.kind != FileKind::Dir {
             return Err(FsError::errno(libc::ENOTDIR));
         }
         rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::REMOVEDIR)?;
         self.drop_handle(attr.gfid);
-        Ok(Reply::Ok)
+        Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
     }
 
     pub(in crate::storage) fn rename(
@@ -334,7 +336,7 @@ impl Posix {
         }
         let dir = self.resolve_dir(parent)?;
         let newdir = self.resolve_dir(newparent)?;
-        let (_, src) = self.lookup_at(&dir, parent, name)?;
+        let (src_fd, src) = self.lookup_at(&dir, parent, name)?;
         let dst = match self.lookup_at(&newdir, newparent, newname) {
             Ok((fd, a)) => Some((fd, a)),
             Err(e) if e.is(libc::ENOENT) => None,
@@ -353,18 +355,27 @@ impl Posix {
             fail::fail_point!(self.fail_point_name("rename-before-handle").as_str());
             self.make_dir_handle(src.gfid, newparent, newname)?;
         }
-        if let Some((fd, dst)) = dst {
+        if let Some((fd, dst)) = &dst {
             if dst.gfid != src.gfid {
                 if exchanged {
                     if dst.kind == FileKind::Dir {
                         self.make_dir_handle(dst.gfid, parent, name)?;
                     }
-                } else if dst.kind == FileKind::Dir || rfs::fstat(&fd)?.st_nlink <= 1 {
+                } else if dst.kind == FileKind::Dir || rfs::fstat(fd)?.st_nlink <= 1 {
                     self.drop_handle(dst.gfid);
                 }
             }
         }
-        Ok(Reply::Ok)
+        let mut changed = vec![(dir.as_fd(), parent), (src_fd.as_fd(), src.gfid)];
+        if newparent != parent {
+            changed.push((newdir.as_fd(), newparent));
+        }
+        if let Some((fd, dst)) = &dst {
+            if dst.gfid != src.gfid {
+                changed.push((fd.as_fd(), dst.gfid));
+            }
+        }
+        Ok(unnamed(&changed))
     }
 
     pub(in crate::storage) fn link(
@@ -390,7 +401,8 @@ impl Posix {
             AtFlags::empty(),
         )?;
         Ok(Reply::Entry(Entry {
-            attr: self.stat_gfid(gfid)?,
+            attr: full_attr(obj.as_fd(), gfid)?,
+            parent: full_attr(newdir.as_fd(), newparent).ok(),
         }))
     }
 }

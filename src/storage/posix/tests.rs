@@ -642,3 +642,85 @@ fn strict_o_direct_opens_direct_and_takes_any_offset_and_buffer() {
     }
     assert_eq!(std::fs::read(b.root.join("d")).unwrap(), want);
 }
+
+#[test]
+fn changes_of_names_answer_what_they_left_behind() {
+    let b = brick();
+    let d = b.mkdir(Gfid::ROOT, "d");
+    let stat = |g| {
+        b.call(Fop::Getattr { gfid: g })
+            .unwrap()
+            .into_attr()
+            .unwrap()
+    };
+    let make = |name: &str| {
+        let gfid = Gfid::random();
+        let rep = b.call(Fop::Create {
+            parent: d,
+            name: n(name),
+            gfid,
+            mode: 0o644,
+            umask: 0,
+            flags: libc::O_RDWR,
+        });
+        let Ok(Reply::Created { entry, fh }) = rep else {
+            panic!("{rep:?}")
+        };
+        b.call(Fop::Release { gfid, fh }).unwrap();
+        (gfid, entry.parent.expect("a create tells its directory"))
+    };
+    let (f, parent) = make("f");
+    assert_eq!(parent, stat(d), "what a stat of the directory answers");
+    let (g, _) = make("g");
+    // A rename over another name: both directories' entries, the moved
+    // object and the replaced one (its last name gone).
+    let rep = b.call(Fop::Rename {
+        parent: d,
+        name: n("f"),
+        newparent: d,
+        newname: n("g"),
+        flags: 0,
+    });
+    let Ok(Reply::Unnamed(left)) = rep else {
+        panic!("{rep:?}")
+    };
+    assert_eq!(
+        left.iter().map(|a| a.gfid).collect::<Vec<_>>(),
+        vec![d, f, g]
+    );
+    assert_eq!(left[0], stat(d));
+    assert_eq!(left[1], stat(f));
+    assert_eq!(left[2].nlink, 0);
+    // An unlink: the directory, and the object with one link less.
+    let link = b.call(Fop::Link {
+        gfid: f,
+        newparent: Gfid::ROOT,
+        newname: n("l"),
+    });
+    let Ok(Reply::Entry(e)) = link else {
+        panic!("{link:?}")
+    };
+    assert_eq!(e.attr.nlink, 2);
+    assert_eq!(e.parent.as_ref().map(|p| p.gfid), Some(Gfid::ROOT));
+    let rep = b.call(Fop::Unlink {
+        parent: d,
+        name: n("g"),
+    });
+    let Ok(Reply::Unnamed(left)) = rep else {
+        panic!("{rep:?}")
+    };
+    assert_eq!(left, vec![stat(d), stat(f)]);
+    assert_eq!(left[1].nlink, 1);
+    // A lookup carries no directory.
+    assert_eq!(
+        b.call(Fop::Lookup {
+            parent: Gfid::ROOT,
+            name: n("l"),
+        })
+        .unwrap()
+        .into_entry()
+        .unwrap()
+        .parent,
+        None
+    );
+}

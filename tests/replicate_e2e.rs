@@ -244,6 +244,48 @@ os.close(fd)
     assert_bricks_identical(&bricks);
 }
 
+/// Every open for writing locks the file right behind the open, without
+/// waiting; two mounts opening one file over and over each find the other
+/// holding it at times: neither waits for the lock's revocation, and the
+/// copies agree.
+#[test]
+fn two_mounts_opening_one_file_for_writing_by_turns_neither_wait_nor_diverge() {
+    let c = Cluster::start();
+    let bricks = c.volume("ov", 3, &["o1", "o2", "o3"]);
+    let (m1, m2) = (c.mount("ov"), c.mount("ov"));
+    ok(&format!("head -c 65536 /dev/zero > {}", m1.p("f")));
+    let writer = |path: String, seed: u32| {
+        std::thread::spawn(move || {
+            sh(&format!(
+                "python3 -c \"
+import os, random
+r = random.Random({seed})
+for i in range(200):
+    fd = os.open('{path}', os.O_WRONLY | (os.O_APPEND if i % 4 == 0 else 0))
+    os.pwrite(fd, bytes([r.randrange(256)]) * 4096, r.randrange(0, 61440))
+    os.close(fd)
+\""
+            ))
+        })
+    };
+    let start = std::time::Instant::now();
+    let ws = [writer(m1.p("f"), 1), writer(m2.p("f"), 2)];
+    for t in ws {
+        let o = t.join().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // Far below a lock's revocation (features.locks-revocation-secs).
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    m1.unmount();
+    m2.unmount();
+    wait_healed(&c, "ov", HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+}
+
 #[test]
 fn a_client_that_crashes_between_a_change_and_its_blame_leaves_bricks_that_agree_after_heal() {
     let c = Cluster::start();

@@ -88,6 +88,14 @@ impl Replicate {
             let i = self.attr_child(fop.gfid(), &up)?;
             res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
         }
+        let writing = matches!(fop, Fop::Open { .. }) && !read_only;
+        if writing && !self.txns.known(fop.gfid()) {
+            // Opened for writing: the file is locked right behind the open,
+            // on the same connections, so that its first write costs no
+            // round trip more (as a create does). Where another client
+            // holds the lock it is not taken (no waiting here).
+            res = self.open_and_lock(cx, &fop, &up, &epochs).await;
+        }
         if !res.iter().any(|(_, r)| r.is_ok()) {
             // Not read-only, or that replica failed: open everywhere.
             res = self.fan_out(cx, &up, |_| Some(fop.clone())).await;
@@ -126,6 +134,42 @@ impl Replicate {
                 Err(e)
             }
         }
+    }
+
+    /// Opens `fop` on `up` with a lock on the file behind it on each; the
+    /// locks granted are kept for the changes to come (`Txns::adopt`).
+    async fn open_and_lock(
+        &self,
+        cx: &Ctx,
+        fop: &Fop,
+        up: &[usize],
+        epochs: &[u64],
+    ) -> Vec<(usize, FsResult<Reply>)> {
+        let gfid = fop.gfid();
+        let blame = txn::missed_by(self.children.len(), up);
+        let calls = up.iter().map(|&i| {
+            let child = self.children[i].clone();
+            let fop = fop.clone();
+            async move {
+                let lock = Fop::Lock {
+                    gfid,
+                    wait: false,
+                    mark: Some(blame),
+                };
+                let root = Ctx::root();
+                let (o, l) =
+                    futures_util::future::join(child.call(cx, fop), child.call(&root, lock)).await;
+                (i, o, l.is_ok())
+            }
+        });
+        let out = join_all(calls).await;
+        let locked: Vec<usize> = out
+            .iter()
+            .filter(|(_, _, l)| *l)
+            .map(|(i, _, _)| *i)
+            .collect();
+        self.txns.adopt(gfid, &locked, blame, epochs).await;
+        out.into_iter().map(|(i, o, _)| (i, o)).collect()
     }
 
     /// Closes the child handles of `fhs` (an open that failed as a whole,

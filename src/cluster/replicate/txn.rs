@@ -374,8 +374,16 @@ impl Txns {
         }
     }
 
-    /// Records locks a creating call took on a new object (`Fop::Lock`
-    /// sent right behind the create), so its first writes need no round trip.
+    /// Whether this client has anything going on `gfid` (a lock held or
+    /// being taken, a change in flight).
+    pub fn known(&self, gfid: Gfid) -> bool {
+        self.map.lock().unwrap().contains_key(&gfid)
+    }
+
+    /// Records locks a creating call or an open for writing took
+    /// (`Fop::Lock` sent right behind it), so the first writes need no
+    /// round trip. Locks another client held are simply not among them:
+    /// the first change takes the rest in replica order (`begin`).
     pub async fn adopt(&self, gfid: Gfid, locked: &[usize], blame: u32, epochs: &[u64]) {
         let txn = self.txn(gfid);
         let mut held = txn.held.lock().await;

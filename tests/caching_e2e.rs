@@ -196,3 +196,49 @@ fn names_missing_from_a_directory_made_here_cost_nothing_until_another_mount_add
     assert!(!exists(&m1.p("d/mine0")));
     assert_eq!(fs::read_to_string(m1.p("d/moved")).unwrap(), "m\n");
 }
+
+#[test]
+fn what_a_mount_wrote_it_reads_back_from_memory_until_another_mount_changes_it() {
+    let c = Cluster::start();
+    c.volume("iv", 3, &["i1", "i2", "i3"]);
+    let (m1, m2) = (c.mount("iv"), c.mount("iv"));
+    let data: String = (0..4096).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    fs::write(m1.p("f"), &data).unwrap();
+    // Read back by new processes, as a build or a script would.
+    let before = requests(&m1);
+    for _ in 0..3 {
+        assert_eq!(ok(&format!("cat {}", m1.p("f"))), data);
+    }
+    assert_eq!(
+        requests(&m1) - before,
+        0,
+        "requests to read back what was written"
+    );
+    // Another mount's changes, each seen at once.
+    let cat = |m: &Mount| ok(&format!("cat {}", m.p("f")));
+    ok(&format!(
+        "printf XYZ | dd of={} conv=notrunc status=none",
+        m2.p("f")
+    ));
+    assert_eq!(cat(&m1), format!("XYZ{}", &data[3..]));
+    ok(&format!("printf tail >> {}", m2.p("f")));
+    assert_eq!(cat(&m1), format!("XYZ{}tail", &data[3..]));
+    ok(&format!("truncate -s 2 {}", m2.p("f")));
+    assert_eq!(cat(&m1), "XY");
+    // And this mount's own: appends, overwrites, truncates.
+    ok(&format!("printf 123 >> {}", m1.p("f")));
+    ok(&format!(
+        "printf Q | dd of={} conv=notrunc status=none",
+        m1.p("f")
+    ));
+    assert_eq!(cat(&m1), "QY123");
+    assert_eq!(cat(&m2), "QY123");
+    ok(&format!("truncate -s 1 {}", m1.p("f")));
+    assert_eq!(cat(&m1), "Q");
+    // Turned off, a read back asks a brick.
+    set_options(&c, "iv", &[("performance.io-cache", "off")]);
+    fs::write(m1.p("g"), &data).unwrap();
+    let before = requests(&m1);
+    assert_eq!(ok(&format!("cat {}", m1.p("g"))), data);
+    assert!(requests(&m1) - before > 0, "io-cache off still answered");
+}

@@ -162,6 +162,14 @@ pub(super) fn md_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Ar
     )))
 }
 
+pub(super) fn io_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "io-cache")?;
+    let name = cx.desc.name.clone();
+    Ok(Arc::new(crate::performance::io_cache::IoCache::new(
+        name, child,
+    )))
+}
+
 pub(super) fn write_behind(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
     let child = only_child(cx, children, "write-behind")?;
     let name = cx.desc.name.clone();

@@ -97,6 +97,16 @@ pub static TABLE: &[Row] = &[
         about: "objects' xattrs (missing ones too) kept at the mount under the bricks' leases",
     },
     Row {
+        kind: "performance/io-cache",
+        side: Side::Client,
+        place: Place::Above,
+        enabled_by: Some(&crate::performance::io_cache::IO_CACHE),
+        options: &[&crate::performance::io_cache::CACHE_SIZE],
+        build: Some(super::build::io_cache),
+        brick: None,
+        about: "small files' data this mount wrote or read, kept at the mount under the bricks' leases",
+    },
+    Row {
         kind: "performance/write-behind",
         side: Side::Client,
         place: Place::Above,

@@ -39,6 +39,7 @@ pub static GROUPS: &[(&str, &[(&str, &str)])] = &[
         &[
             ("performance.write-behind", "off"),
             ("performance.stat-prefetch", "off"),
+            ("performance.io-cache", "off"),
         ],
     ),
 ];

@@ -220,7 +220,9 @@ mod tests {
         // Performance layers on by default stand above the volume.
         assert_eq!(d.top.kind, "performance/write-behind");
         assert_eq!(d.top.name, "gv0-write-behind");
-        let md = &d.top.children[0];
+        let io = &d.top.children[0];
+        assert_eq!(io.kind, "performance/io-cache");
+        let md = &io.children[0];
         assert_eq!(md.kind, "performance/md-cache");
         let dht = &md.children[0];
         assert_eq!(dht.kind, "cluster/distribute");
@@ -237,7 +239,7 @@ mod tests {
             b.iter().any(|b| b.path == "/b4")
         })
         .unwrap();
-        let part_dht = &part.top.children[0].children[0];
+        let part_dht = &part.top.children[0].children[0].children[0];
         assert_eq!(part_dht.children.len(), 1);
         assert_eq!(part_dht.children[0], dht.children[1]);
         assert!(generate_sets(&st, &volume(3, 6, 1), "h", "h", 1, &|_| false).is_none());
@@ -246,6 +248,7 @@ mod tests {
             kinds(&plain.top),
             vec![
                 "performance/write-behind:gv0-write-behind",
+                "performance/io-cache:gv0-io-cache",
                 "performance/md-cache:gv0-md-cache",
                 "cluster/distribute:gv0-dht",
                 "protocol/client:gv0-client-0",

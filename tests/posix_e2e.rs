@@ -488,3 +488,55 @@ fn o_direct_reaches_the_bricks_under_strict_o_direct() {
         || direct_io(&m.p("direct"), &pids) == (3, true),
     );
 }
+
+/// Directories are listed without being opened on a brick: a small one
+/// costs one readdir, a large one is read through a brick handle for the
+/// rest, and every name is seen once either way; a directory removed
+/// while open stays open.
+#[test]
+fn listings_cost_one_request_and_see_every_name_once() {
+    let c = Cluster::start();
+    c.volume("lv", 3, &["l1", "l2", "l3"]);
+    let m = c.mount("lv");
+    ok(&format!("mkdir {0}/small {0}/big", m.p("")));
+    for i in 0..5 {
+        std::fs::write(m.p(&format!("small/f{i}")), "x").unwrap();
+    }
+    // More than a brick's batch (512), by names long enough that the
+    // kernel takes each batch in several readdirs.
+    ok(&format!(
+        "cd {} && seq -f 'a-rather-long-file-name-to-fill-pages-%04g' 1 1300 | xargs touch",
+        m.p("big")
+    ));
+    let before = requests(&m);
+    assert_eq!(ok(&format!("ls {}", m.p("small"))).lines().count(), 5);
+    // One readdirplus (of the attribute copy) and the blame probes of the
+    // two other copies; no opendir, no second readdir, no releasedir.
+    assert_eq!(requests(&m) - before, 3, "requests for a listing");
+    for cmd in ["ls -f", "ls -l", "find"] {
+        let out = ok(&format!("cd {} && {cmd} .", m.p("big")));
+        let mut names: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .map(|n| n.trim_start_matches("./"))
+            .filter(|n| n.starts_with("a-rather"))
+            .collect();
+        let all = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!((all, names.len()), (1300, 1300), "{cmd}");
+    }
+    // Removed while open: still listed (empty) and stat'ed.
+    ok(&format!("mkdir {}", m.p("gone")));
+    let out = ok(&format!(
+        "cd {} && python3 -c \"
+import os
+fd = os.open('gone', os.O_RDONLY | os.O_DIRECTORY)
+os.rmdir('gone')
+print(len(os.listdir(fd)), os.fstat(fd).st_nlink)
+os.close(fd)
+\"",
+        m.p("")
+    ));
+    assert_eq!(out.trim(), "0 0");
+}

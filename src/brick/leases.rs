@@ -322,7 +322,7 @@ fn told_by(fop: &Fop) -> Option<Vec<Gfid>> {
 fn told_in(res: &FsResult<Reply>, out: &mut Vec<Gfid>) {
     match res {
         Ok(Reply::Entry(e)) | Ok(Reply::Created { entry: e, .. }) => out.push(e.attr.gfid),
-        Ok(Reply::Entries(ents)) => {
+        Ok(Reply::Entries(ents)) | Ok(Reply::Listed(ents, _)) => {
             out.extend(ents.iter().filter_map(|e| e.attr.as_ref()).map(|a| a.gfid))
         }
         _ => {}

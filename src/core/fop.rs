@@ -481,6 +481,10 @@ pub enum Reply {
     Unnamed(Vec<Attr>),
     Offset(u64),
     Entries(Vec<DirEntry>),
+    /// The first entries of a listing read without opening the directory
+    /// (`Readdir` through `ANON_FH` at offset 0), and the handle to read
+    /// the rest through (released with `Releasedir`), when there is more.
+    Listed(Vec<DirEntry>, Option<u64>),
     StatFs(StatFs),
     Xattr(serde_bytes::ByteBuf),
     Gfids(Vec<Gfid>),

@@ -586,6 +586,10 @@ impl MemBrick {
             } => {
                 let g = Self::handle(st, conn, gfid, fh)?;
                 let d = st.objs.get(&g).ok_or(err(libc::ESTALE))?;
+                if fh == ANON_FH && d.entries.len() > BATCH {
+                    // Only listings of one batch are read without a handle here.
+                    return Err(err(libc::EOPNOTSUPP));
+                }
                 let out = d
                     .entries
                     .iter()
@@ -603,7 +607,10 @@ impl MemBrick {
                         }
                     })
                     .collect();
-                Ok(Reply::Entries(out))
+                Ok(match fh == ANON_FH {
+                    true => Reply::Listed(out, None),
+                    false => Reply::Entries(out),
+                })
             }
             Fop::Statfs { .. } => Ok(Reply::StatFs(StatFs {
                 bsize: 4096,

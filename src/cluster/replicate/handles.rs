@@ -22,6 +22,10 @@ pub(super) enum How {
     File(i32),
     /// A directory listing, opened on one child.
     Dir,
+    /// A directory not opened on any child: listed through `Reply::Listed`
+    /// (`Replicate::listings` keeps where), opened for real only if its
+    /// name goes while it is open (`open_for_real`).
+    DirBehind,
 }
 
 /// One child's part of a handle.
@@ -78,7 +82,7 @@ impl Open {
                 let c = &children[i];
                 c.is_up()
                     && match (self.how, self.on[i]) {
-                        (How::Anon, _) => true,
+                        (How::Anon | How::DirBehind, _) => true,
                         (_, Slot::Open { epoch, .. }) => epoch == c.epoch(),
                         _ => false,
                     }
@@ -89,7 +93,7 @@ impl Open {
     /// The child's handle (call only for a child `live` returned).
     pub fn fh(&self, i: usize) -> u64 {
         match (self.how, self.on[i]) {
-            (How::Anon, _) => ANON_FH,
+            (How::Anon | How::DirBehind, _) => ANON_FH,
             (_, Slot::Open { fh, .. }) => fh,
             _ => ANON_FH,
         }
@@ -107,7 +111,7 @@ impl Open {
     ) -> Vec<usize> {
         let up_since = |i: usize, epoch: u64| children[i].epoch() == epoch;
         match self.how {
-            How::Anon => Vec::new(),
+            How::Anon | How::DirBehind => Vec::new(),
             How::File(_) => (0..children.len())
                 .filter(|&i| children[i].is_up())
                 .filter(|&i| match self.on[i] {
@@ -144,7 +148,7 @@ impl Open {
     /// Children holding a real (not anonymous) handle of the current
     /// epoch: what a release closes.
     pub fn to_close(&self, children: &[Child]) -> Vec<usize> {
-        if self.how == How::Anon {
+        if matches!(self.how, How::Anon | How::DirBehind) {
             return Vec::new();
         }
         self.live(children)

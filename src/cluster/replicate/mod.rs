@@ -53,8 +53,11 @@ pub struct Replicate {
     /// `cluster.read-hash-mode`: 0 reads from the first replica up, 1 (and
     /// above, for now) spreads reads by gfid.
     read_hash_mode: std::sync::atomic::AtomicU8,
-    /// Our handles that read through anonymous brick handles, by gfid.
+    /// Our handles that read through anonymous brick handles (files, and
+    /// directories listed without being opened), by gfid.
     open_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
+    /// Listings of directories not opened (`How::DirBehind`), by our handle.
+    listings: Mutex<HashMap<u64, reads::Listed>>,
     txns: Arc<Txns>,
     /// Objects whose copies are blamed: gfid → those copies.
     bad: Mutex<HashMap<Gfid, u32>>,
@@ -113,6 +116,7 @@ impl Replicate {
             reopening: tokio::sync::Mutex::new(()),
             read_hash_mode: std::sync::atomic::AtomicU8::new(1),
             open_behind: Default::default(),
+            listings: Mutex::default(),
             txns: Txns::new(name.clone(), children.clone()),
             bad: Mutex::new(HashMap::new()),
             recheck: Mutex::default(),
@@ -335,19 +339,13 @@ impl Xlator for Replicate {
             Fop::Write { .. } | Fop::Fallocate { .. } => self.change_handles(cx, fop).await,
             Fop::Flush { .. } | Fop::Fsync { .. } => self.with_handles(cx, fop).await,
             Fop::Release { gfid, fh } => {
-                {
-                    let mut ob = self.open_behind.lock().unwrap();
-                    if let Some(v) = ob.get_mut(&gfid) {
-                        v.retain(|&f| f != fh);
-                        if v.is_empty() {
-                            ob.remove(&gfid);
-                        }
-                    }
-                }
+                self.behind_ends(gfid, fh);
                 self.release(cx, fop).await;
                 Ok(Reply::Ok)
             }
-            Fop::Releasedir { .. } => {
+            Fop::Releasedir { gfid, fh } => {
+                self.behind_ends(gfid, fh);
+                self.listing_ends(gfid, fh);
                 self.release(cx, fop).await;
                 Ok(Reply::Ok)
             }
@@ -363,10 +361,13 @@ impl Xlator for Replicate {
                 self.open_for_real(cx, newparent, newname).await;
                 self.change(cx, fop).await
             }
+            Fop::Rmdir { parent, ref name } => {
+                self.open_for_real(cx, parent, name).await;
+                self.change(cx, fop).await
+            }
             Fop::Setattr { .. }
             | Fop::Mknod { .. }
             | Fop::Mkdir { .. }
-            | Fop::Rmdir { .. }
             | Fop::Link { .. }
             | Fop::Symlink { .. }
             | Fop::Setxattr { .. }

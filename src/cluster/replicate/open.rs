@@ -23,24 +23,44 @@ impl Replicate {
         let Some(fhs) = self.open_behind.lock().unwrap().remove(&gfid) else {
             return;
         };
+        let dir = e.attr.kind == crate::core::FileKind::Dir;
         for fh in fhs {
             let up = self.up();
             let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
-            let open = Fop::Open {
-                gfid,
-                flags: libc::O_RDONLY,
+            let (open, how) = match dir {
+                // (A directory whose name goes is empty: its listing needs
+                // no handle, the handle keeps it reachable by gfid.)
+                true => (Fop::Opendir { gfid }, How::Dir),
+                false => (
+                    Fop::Open {
+                        gfid,
+                        flags: libc::O_RDONLY,
+                    },
+                    How::File(libc::O_RDONLY),
+                ),
             };
             let res = self.fan_out(cx, &up, |_| Some(open.clone())).await;
-            let real = Open::from_answers(
-                How::File(libc::O_RDONLY),
-                self.children.len(),
-                &res,
-                &epochs,
-            );
+            let real = Open::from_answers(how, self.children.len(), &res, &epochs);
             if !self.fds.replace(fh, Arc::new(real.clone())) {
                 // Released meanwhile.
-                self.close(cx, &real, |f| Fop::Release { gfid, fh: f })
-                    .await;
+                self.close(cx, &real, |f| match dir {
+                    true => Fop::Releasedir { gfid, fh: f },
+                    false => Fop::Release { gfid, fh: f },
+                })
+                .await;
+            } else if dir {
+                self.listing_ends(gfid, fh);
+            }
+        }
+    }
+
+    /// Our handle `fh` of `gfid` is released: no longer open-behind.
+    pub(super) fn behind_ends(&self, gfid: Gfid, fh: u64) {
+        let mut ob = self.open_behind.lock().unwrap();
+        if let Some(v) = ob.get_mut(&gfid) {
+            v.retain(|&f| f != fh);
+            if v.is_empty() {
+                ob.remove(&gfid);
             }
         }
     }
@@ -65,6 +85,23 @@ impl Replicate {
         // (O_DIRECT is opened for real: a brick may honour it,
         // `performance.strict-o-direct`, which anonymous handles do not.)
         let direct = matches!(&fop, Fop::Open { flags, .. } if flags & libc::O_DIRECT != 0);
+        if matches!(fop, Fop::Opendir { .. }) {
+            // Listed without being opened: the first readdir lists it
+            // (`Reply::Listed`), a listing of one batch keeps no handle on
+            // a brick, and opendir and releasedir cost no round trip.
+            let fh = self.fds.insert(Arc::new(Open {
+                how: How::DirBehind,
+                on: vec![handles::Slot::Closed; self.children.len()],
+            }));
+            let gfid = fop.gfid();
+            self.open_behind
+                .lock()
+                .unwrap()
+                .entry(gfid)
+                .or_default()
+                .push(fh);
+            return Ok(Reply::Opened { fh });
+        }
         if read_only && !direct && matches!(fop, Fop::Open { .. }) {
             // Open-behind: a file opened read-only is read through each
             // brick's anonymous handle, so the open costs no round trip (the

@@ -4,6 +4,8 @@
 //! blame from every lookup and getattr.
 
 use super::*;
+use crate::core::fop::ANON_FH;
+use crate::core::DirEntry;
 
 impl Replicate {
     /// The child every answer about attributes and names comes from: the
@@ -182,7 +184,19 @@ impl Replicate {
         }
         self.learn(gfid, 1 << i, false);
     }
+}
 
+/// A listing of a directory not opened (`How::DirBehind`): the child it
+/// came from, in which epoch, its last batch, and the child's handle for
+/// the rest (None: the batch was the end).
+pub(super) struct Listed {
+    child: usize,
+    epoch: u64,
+    batch: Vec<DirEntry>,
+    more: Option<u64>,
+}
+
+impl Replicate {
     /// A listing, read from the attribute child (its offsets are that
     /// replica's, so it stays there while it is up). With attributes
     /// (readdirplus), the other copies are asked at the same time which
@@ -199,6 +213,9 @@ impl Replicate {
         offset: u64,
         plus: bool,
     ) -> FsResult<Reply> {
+        if self.fds.get(fh)?.how == How::DirBehind {
+            return self.readdir_behind(cx, gfid, fh, offset, plus).await;
+        }
         let fhs = self.handles(cx, gfid, fh).await?;
         let live = fhs.live(&self.children);
         let i = self.attr_child(gfid, &live)?;
@@ -208,6 +225,12 @@ impl Replicate {
             offset,
             plus,
         };
+        self.listed(cx, i, fop, plus).await
+    }
+
+    /// Sends readdir `fop` to child `i` (with the blame probes of a
+    /// readdirplus) and judges the entries' attributes.
+    async fn listed(&self, cx: &Ctx, i: usize, fop: Fop, plus: bool) -> FsResult<Reply> {
         let others: Vec<usize> = match plus {
             true => self.up().into_iter().filter(|&c| c != i).collect(),
             false => Vec::new(),
@@ -221,7 +244,7 @@ impl Replicate {
         )
         .await;
         let mut rep = rep?;
-        let Reply::Entries(ents) = &mut rep else {
+        let (Reply::Entries(ents) | Reply::Listed(ents, _)) = &mut rep else {
             return Ok(rep);
         };
         if !plus {
@@ -255,6 +278,114 @@ impl Replicate {
             }
         }
         Ok(rep)
+    }
+
+    /// Readdir of a directory not opened (`How::DirBehind`): offset 0 lists
+    /// it on the attribute child without a handle (`Reply::Listed`); later
+    /// offsets are served from that batch (the kernel takes a batch in
+    /// several readdirs), then through the child's handle for the rest,
+    /// or are the end.
+    async fn readdir_behind(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+    ) -> FsResult<Reply> {
+        let from_batch = |l: &Listed| -> Vec<DirEntry> {
+            l.batch
+                .iter()
+                .filter(|e| e.next > offset)
+                .cloned()
+                .collect()
+        };
+        let known = self.listings.lock().unwrap().get(&fh).map(|l| {
+            let rest = from_batch(l);
+            let live = self.children[l.child].is_up() && self.children[l.child].epoch() == l.epoch;
+            (rest, l.more, l.child, live)
+        });
+        let (i, fop) = match known {
+            Some((rest, _, _, _)) if offset > 0 && !rest.is_empty() => {
+                return Ok(Reply::Entries(rest));
+            }
+            Some((_, None, _, _)) if offset > 0 => return Ok(Reply::Entries(Vec::new())),
+            Some((_, Some(more), child, true)) if offset > 0 => (
+                child,
+                Fop::Readdir {
+                    gfid,
+                    fh: more,
+                    offset,
+                    plus,
+                },
+            ),
+            _ => {
+                // From the start (a rewind lists it anew), or again after
+                // the child that held the rest went away.
+                let up = self.up();
+                let i = self.attr_child(gfid, &up)?;
+                let fop = Fop::Readdir {
+                    gfid,
+                    fh: ANON_FH,
+                    offset: 0,
+                    plus,
+                };
+                (i, fop)
+            }
+        };
+        let anew = offset == 0 || !matches!(fop, Fop::Readdir { fh: f, .. } if f != ANON_FH);
+        let epoch = self.children[i].epoch();
+        let rep = self.listed(cx, i, fop, plus).await?;
+        let (ents, more) = match rep {
+            Reply::Listed(ents, more) => (ents, more),
+            Reply::Entries(ents) => {
+                let mut ls = self.listings.lock().unwrap();
+                if let Some(l) = ls.get_mut(&fh) {
+                    l.batch = ents.clone();
+                }
+                return Ok(Reply::Entries(ents));
+            }
+            other => return Err(crate::core::fop::unexpected(other)),
+        };
+        let new = Listed {
+            child: i,
+            epoch,
+            batch: ents.clone(),
+            more,
+        };
+        let old = self.listings.lock().unwrap().insert(fh, new);
+        if let Some(old) = old {
+            self.release_listing(gfid, old);
+        }
+        if self.fds.get(fh).is_err() {
+            // Released meanwhile.
+            self.listing_ends(gfid, fh);
+        }
+        Ok(Reply::Entries(match anew && offset > 0 {
+            true => ents.into_iter().filter(|e| e.next > offset).collect(),
+            false => ents,
+        }))
+    }
+
+    /// Our listing handle `fh` is done with: the rest of its listing, if a
+    /// brick holds one, is let go.
+    pub(super) fn listing_ends(&self, gfid: Gfid, fh: u64) {
+        if let Some(old) = self.listings.lock().unwrap().remove(&fh) {
+            self.release_listing(gfid, old);
+        }
+    }
+
+    fn release_listing(&self, gfid: Gfid, l: Listed) {
+        let Some(more) = l.more else { return };
+        let child = self.children[l.child].clone();
+        if child.epoch() != l.epoch {
+            return;
+        }
+        tokio::spawn(async move {
+            let _ = child
+                .call(&Ctx::root(), Fop::Releasedir { gfid, fh: more })
+                .await;
+        });
     }
 
     /// Asks the attribute child about metadata, falling back to the other

@@ -200,6 +200,9 @@ impl Posix {
         Ok(names)
     }
 
+    /// Entries from `offset` of a directory listing; `ANON_FH` at offset 0
+    /// lists the directory without a handle kept, unless more than one
+    /// batch is left (`Reply::Listed`).
     pub(in crate::storage) fn readdir(
         &self,
         fds: &FdTable,
@@ -208,6 +211,25 @@ impl Posix {
         offset: u64,
         plus: bool,
     ) -> FsResult<Reply> {
+        if fh == ANON_FH {
+            if offset != 0 {
+                return Err(FsError::new(
+                    libc::EBADF,
+                    "a listing without a handle starts at offset 0",
+                ));
+            }
+            let dir = self.resolve_dir(gfid)?;
+            let names = Arc::new(Self::list_dir(&dir, gfid)?);
+            let (out, end) = self.entries(&names, gfid, 0, plus)?;
+            let more = (end < names.len()).then(|| {
+                let listing = Mutex::new(Listing {
+                    names,
+                    fresh: false,
+                });
+                fds.insert(Handle::Dir(listing, dir, gfid))
+            });
+            return Ok(Reply::Listed(out, more));
+        }
         let h = fds.get(fh)?;
         let Handle::Dir(listing, dir, _) = &*h else {
             return Err(FsError::errno(libc::ENOTDIR));
@@ -218,32 +240,49 @@ impl Posix {
             listing.lock().unwrap().names = names;
         }
         let names = listing.lock().unwrap().names.clone();
+        Ok(Reply::Entries(self.entries(&names, gfid, offset, plus)?.0))
+    }
+
+    /// A batch of `names` from `offset` as entries (with attributes for
+    /// readdirplus); names gone since the listing was taken are left out,
+    /// but a batch is empty only at the end. Also the offset after it.
+    fn entries(
+        &self,
+        names: &[(Vec<u8>, FileKind)],
+        gfid: Gfid,
+        offset: u64,
+        plus: bool,
+    ) -> FsResult<(Vec<DirEntry>, usize)> {
         let dir = if plus {
             Some(self.resolve_dir(gfid)?)
         } else {
             None
         };
-        let start = (offset as usize).min(names.len());
+        let mut at = (offset as usize).min(names.len());
         let mut out = Vec::new();
-        for (i, (n, kind)) in names.iter().enumerate().skip(start).take(READDIR_BATCH) {
-            let attr = match (&dir, Name::new(n.clone())) {
-                (Some(d), Ok(name)) => match self.lookup_at(d, gfid, &name) {
-                    Ok((_, a)) => Some(a),
-                    // Removed since the listing was taken.
-                    Err(e) if e.is(libc::ENOENT) => continue,
-                    Err(_) => None,
-                },
-                _ => None,
-            };
-            out.push(DirEntry {
-                name: serde_bytes::ByteBuf::from(n.clone()),
-                kind: attr.as_ref().map(|a| a.kind).unwrap_or(*kind),
-                next: i as u64 + 1,
-                attr,
-                cacheable: true,
-            });
+        while out.is_empty() && at < names.len() {
+            let end = (at + READDIR_BATCH).min(names.len());
+            for (i, (n, kind)) in names.iter().enumerate().take(end).skip(at) {
+                let attr = match (&dir, Name::new(n.clone())) {
+                    (Some(d), Ok(name)) => match self.lookup_at(d, gfid, &name) {
+                        Ok((_, a)) => Some(a),
+                        // Removed since the listing was taken.
+                        Err(e) if e.is(libc::ENOENT) => continue,
+                        Err(_) => None,
+                    },
+                    _ => None,
+                };
+                out.push(DirEntry {
+                    name: serde_bytes::ByteBuf::from(n.clone()),
+                    kind: attr.as_ref().map(|a| a.kind).unwrap_or(*kind),
+                    next: i as u64 + 1,
+                    attr,
+                    cacheable: true,
+                });
+            }
+            at = end;
         }
-        Ok(Reply::Entries(out))
+        Ok((out, at))
     }
 
     /// xxh3 of each `block` bytes of the file from `offset`.

@@ -724,3 +724,49 @@ fn changes_of_names_answer_what_they_left_behind() {
         None
     );
 }
+
+#[test]
+fn a_listing_without_a_handle_keeps_one_only_when_more_is_left() {
+    let b = brick();
+    let d = b.mkdir(Gfid::ROOT, "d");
+    let list = |fh: u64, offset: u64| {
+        b.call(Fop::Readdir {
+            gfid: d,
+            fh,
+            offset,
+            plus: true,
+        })
+        .unwrap()
+    };
+    for i in 0..3 {
+        b.mkdir(d, &format!("s{i}"));
+    }
+    let Reply::Listed(ents, None) = list(ANON_FH, 0) else {
+        panic!("a small directory is listed in one batch, no handle kept")
+    };
+    assert_eq!(ents.len(), 3);
+    assert!(ents.iter().all(|e| e.attr.is_some()));
+    assert!(b.fds.is_empty());
+    for i in 3..READDIR_BATCH + 10 {
+        b.mkdir(d, &format!("s{i}"));
+    }
+    let Reply::Listed(first, Some(fh)) = list(ANON_FH, 0) else {
+        panic!("more than a batch: a handle for the rest")
+    };
+    assert_eq!(first.len(), READDIR_BATCH);
+    let Reply::Entries(rest) = list(fh, first.last().unwrap().next) else {
+        panic!()
+    };
+    assert_eq!(first.len() + rest.len(), READDIR_BATCH + 10);
+    b.call(Fop::Releasedir { gfid: d, fh }).unwrap();
+    assert!(b.fds.is_empty());
+    // Only from the start.
+    assert!(b
+        .call(Fop::Readdir {
+            gfid: d,
+            fh: ANON_FH,
+            offset: 5,
+            plus: false,
+        })
+        .is_err());
+}

@@ -216,7 +216,7 @@ fn options_are_set_read_and_reset() {
     let info = c.ok(&["volume", "info", "opt"]);
     assert!(
         info.ends_with(
-            "Options Reconfigured:\nperformance.stat-prefetch: off\nperformance.write-behind: off\n"
+            "Options Reconfigured:\nperformance.io-cache: off\nperformance.stat-prefetch: off\nperformance.write-behind: off\n"
         ),
         "{info}"
     );

@@ -38,7 +38,7 @@ fn seed_replica3_volume_end_to_end() {
     ));
     let lines: Vec<&str> = graph.lines().collect();
     assert!(lines[0].starts_with("volume gv0 version "), "{graph}");
-    // md-cache and write-behind (on by default) above the volume, with
+    // write-behind, io-cache and md-cache (on by default) above the volume, with
     // their counters.
     assert_eq!(
         lines[1], "gv0-write-behind (performance/write-behind) up",
@@ -49,22 +49,27 @@ fn seed_replica3_volume_end_to_end() {
         "{graph}"
     );
     assert_eq!(
-        lines[3], "  gv0-md-cache (performance/md-cache) up",
+        lines[3], "  gv0-io-cache (performance/io-cache) up",
+        "{graph}"
+    );
+    assert!(lines[4].starts_with("    | files kept "), "{graph}");
+    assert_eq!(
+        lines[5], "    gv0-md-cache (performance/md-cache) up",
         "{graph}"
     );
     assert!(
-        lines[4].starts_with("    | answered from memory "),
+        lines[6].starts_with("      | answered from memory "),
         "{graph}"
     );
-    assert_eq!(lines[5], "    gv0-dht (cluster/distribute) up", "{graph}");
+    assert_eq!(lines[7], "      gv0-dht (cluster/distribute) up", "{graph}");
     assert_eq!(
-        lines[6], "      gv0-replicate-0 (cluster/replicate) up",
+        lines[8], "        gv0-replicate-0 (cluster/replicate) up",
         "{graph}"
     );
     for i in 0..3 {
         assert_eq!(
-            lines[7 + i],
-            format!("        gv0-client-{i} (protocol/client) up"),
+            lines[9 + i],
+            format!("          gv0-client-{i} (protocol/client) up"),
             "{graph}"
         );
     }

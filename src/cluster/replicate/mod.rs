@@ -27,6 +27,7 @@ use crate::core::{
 };
 use async_trait::async_trait;
 use handles::{How, Open};
+use open::Behind;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use txn::Txns;
@@ -53,9 +54,10 @@ pub struct Replicate {
     /// `cluster.read-hash-mode`: 0 reads from the first replica up, 1 (and
     /// above, for now) spreads reads by gfid.
     read_hash_mode: std::sync::atomic::AtomicU8,
-    /// Our handles that read through anonymous brick handles (files, and
-    /// directories listed without being opened), by gfid.
+    /// Our handles that read through anonymous brick handles, by gfid:
+    /// files, and directories listed without being opened.
     open_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
+    dirs_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
     /// Listings of directories not opened (`How::DirBehind`), by our handle.
     listings: Mutex<HashMap<u64, reads::Listed>>,
     txns: Arc<Txns>,
@@ -116,6 +118,7 @@ impl Replicate {
             reopening: tokio::sync::Mutex::new(()),
             read_hash_mode: std::sync::atomic::AtomicU8::new(1),
             open_behind: Default::default(),
+            dirs_behind: Default::default(),
             listings: Mutex::default(),
             txns: Txns::new(name.clone(), children.clone()),
             bad: Mutex::new(HashMap::new()),
@@ -350,7 +353,7 @@ impl Xlator for Replicate {
                 Ok(Reply::Ok)
             }
             Fop::Unlink { parent, ref name } => {
-                self.open_for_real(cx, parent, name).await;
+                self.open_for_real(cx, parent, name, Behind::Files).await;
                 self.change(cx, fop).await
             }
             Fop::Rename {
@@ -358,11 +361,12 @@ impl Xlator for Replicate {
                 ref newname,
                 ..
             } => {
-                self.open_for_real(cx, newparent, newname).await;
+                self.open_for_real(cx, newparent, newname, Behind::Both)
+                    .await;
                 self.change(cx, fop).await
             }
             Fop::Rmdir { parent, ref name } => {
-                self.open_for_real(cx, parent, name).await;
+                self.open_for_real(cx, parent, name, Behind::Dirs).await;
                 self.change(cx, fop).await
             }
             Fop::Setattr { .. }

@@ -3,13 +3,30 @@
 
 use super::*;
 
+/// What a name about to go may name that is open behind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Behind {
+    Files,
+    Dirs,
+    Both,
+}
+
 impl Replicate {
-    /// Before a name goes (unlink, rename over it): if it names a file this
-    /// client reads through anonymous handles, open that file for real on
-    /// the bricks, so that it stays readable after its last name is gone, as
-    /// POSIX wants. Costs a lookup only while some file is open-behind.
-    pub(super) async fn open_for_real(&self, cx: &Ctx, parent: Gfid, name: &crate::core::Name) {
-        if self.open_behind.lock().unwrap().is_empty() {
+    /// Before a name goes (unlink, rmdir, rename over it): if it names a
+    /// file this client reads through anonymous handles, or a directory it
+    /// lists without having opened it, open it for real on the bricks, so
+    /// that it stays readable after its last name is gone, as POSIX wants.
+    /// Costs a lookup only while some such file (or directory) is open.
+    pub(super) async fn open_for_real(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &crate::core::Name,
+        what: Behind,
+    ) {
+        let files = what != Behind::Dirs && !self.open_behind.lock().unwrap().is_empty();
+        let dirs = what != Behind::Files && !self.dirs_behind.lock().unwrap().is_empty();
+        if !files && !dirs {
             return;
         }
         let lookup = Fop::Lookup {
@@ -20,10 +37,14 @@ impl Replicate {
             return;
         };
         let gfid = e.attr.gfid;
-        let Some(fhs) = self.open_behind.lock().unwrap().remove(&gfid) else {
+        let dir = e.attr.kind == crate::core::FileKind::Dir;
+        let map = match dir {
+            true => &self.dirs_behind,
+            false => &self.open_behind,
+        };
+        let Some(fhs) = map.lock().unwrap().remove(&gfid) else {
             return;
         };
-        let dir = e.attr.kind == crate::core::FileKind::Dir;
         for fh in fhs {
             let up = self.up();
             let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
@@ -56,11 +77,13 @@ impl Replicate {
 
     /// Our handle `fh` of `gfid` is released: no longer open-behind.
     pub(super) fn behind_ends(&self, gfid: Gfid, fh: u64) {
-        let mut ob = self.open_behind.lock().unwrap();
-        if let Some(v) = ob.get_mut(&gfid) {
-            v.retain(|&f| f != fh);
-            if v.is_empty() {
-                ob.remove(&gfid);
+        for map in [&self.open_behind, &self.dirs_behind] {
+            let mut ob = map.lock().unwrap();
+            if let Some(v) = ob.get_mut(&gfid) {
+                v.retain(|&f| f != fh);
+                if v.is_empty() {
+                    ob.remove(&gfid);
+                }
             }
         }
     }
@@ -94,7 +117,7 @@ impl Replicate {
                 on: vec![handles::Slot::Closed; self.children.len()],
             }));
             let gfid = fop.gfid();
-            self.open_behind
+            self.dirs_behind
                 .lock()
                 .unwrap()
                 .entry(gfid)

@@ -448,7 +448,13 @@ impl Replicate {
                 Ok(Reply::Entry(e)) => found.push((i, e)),
                 Ok(other) => return Ok(other),
                 Err(e) => {
-                    if err.as_ref().is_none_or(|x| x.is(libc::ENOTCONN)) {
+                    // A copy lacking the directory itself (ESTALE: a new
+                    // brick not healed yet) says less than one that lacks
+                    // the name (ENOENT), whichever answered first.
+                    let weaker = |x: &FsError| {
+                        x.is(libc::ENOTCONN) || (x.is(libc::ESTALE) && !e.is(libc::ENOTCONN))
+                    };
+                    if err.as_ref().is_none_or(weaker) {
                         err = Some(e.clone());
                     }
                     if e.is(libc::ENOTCONN) {

@@ -188,28 +188,7 @@ impl Replicate {
         }
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let blame = txn::missed_by(self.children.len(), &targets);
-        let calls = targets.iter().map(|&i| {
-            let child = self.children[i].clone();
-            let fop = fop.clone();
-            async move {
-                let lock = Fop::Lock {
-                    gfid,
-                    wait: false,
-                    mark: Some(blame),
-                };
-                let root = Ctx::root();
-                let (c, l) =
-                    futures_util::future::join(child.call(cx, fop), child.call(&root, lock)).await;
-                (i, c, l.is_ok())
-            }
-        });
-        let out = join_all(calls).await;
-        let locked: Vec<usize> = out
-            .iter()
-            .filter(|(_, c, l)| c.is_ok() && *l)
-            .map(|(i, _, _)| *i)
-            .collect();
-        let res: Vec<(usize, FsResult<Reply>)> = out.into_iter().map(|(i, c, _)| (i, c)).collect();
+        let (res, locked) = self.with_lock_behind(cx, &fop, gfid, &targets, blame).await;
         self.finish(tickets, &res, merged_ok(&res)).await;
         self.txns.adopt(gfid, &locked, blame, &epochs).await;
         // The new file's copies blame those it was not made on: what the

@@ -75,6 +75,10 @@ impl Replicate {
         }
     }
 
+    fn note_behind(&self, map: &Mutex<HashMap<Gfid, Vec<u64>>>, gfid: Gfid, fh: u64) {
+        map.lock().unwrap().entry(gfid).or_default().push(fh);
+    }
+
     /// Our handle `fh` of `gfid` is released: no longer open-behind.
     pub(super) fn behind_ends(&self, gfid: Gfid, fh: u64) {
         for map in [&self.open_behind, &self.dirs_behind] {
@@ -116,13 +120,7 @@ impl Replicate {
                 how: How::DirBehind,
                 on: vec![handles::Slot::Closed; self.children.len()],
             }));
-            let gfid = fop.gfid();
-            self.dirs_behind
-                .lock()
-                .unwrap()
-                .entry(gfid)
-                .or_default()
-                .push(fh);
+            self.note_behind(&self.dirs_behind, fop.gfid(), fh);
             return Ok(Reply::Opened { fh });
         }
         if read_only && !direct && matches!(fop, Fop::Open { .. }) {
@@ -134,13 +132,7 @@ impl Replicate {
             let fh = self
                 .fds
                 .insert(Arc::new(Open::anonymous(self.children.len())));
-            let gfid = fop.gfid();
-            self.open_behind
-                .lock()
-                .unwrap()
-                .entry(gfid)
-                .or_default()
-                .push(fh);
+            self.note_behind(&self.open_behind, fop.gfid(), fh);
             return Ok(Reply::Opened { fh });
         }
         if read_only {
@@ -207,7 +199,23 @@ impl Replicate {
     ) -> Vec<(usize, FsResult<Reply>)> {
         let gfid = fop.gfid();
         let blame = txn::missed_by(self.children.len(), up);
-        let calls = up.iter().map(|&i| {
+        let (res, locked) = self.with_lock_behind(cx, fop, gfid, up, blame).await;
+        self.txns.adopt(gfid, &locked, blame, epochs).await;
+        res
+    }
+
+    /// Sends `fop` to each of `targets` with a lock on `gfid` right behind
+    /// it (not waiting; marked with `blame`): the answers, and where both
+    /// the request and the lock succeeded.
+    pub(super) async fn with_lock_behind(
+        &self,
+        cx: &Ctx,
+        fop: &Fop,
+        gfid: Gfid,
+        targets: &[usize],
+        blame: u32,
+    ) -> (Vec<(usize, FsResult<Reply>)>, Vec<usize>) {
+        let calls = targets.iter().map(|&i| {
             let child = self.children[i].clone();
             let fop = fop.clone();
             async move {
@@ -223,13 +231,12 @@ impl Replicate {
             }
         });
         let out = join_all(calls).await;
-        let locked: Vec<usize> = out
+        let locked = out
             .iter()
-            .filter(|(_, _, l)| *l)
+            .filter(|(_, o, l)| o.is_ok() && *l)
             .map(|(i, _, _)| *i)
             .collect();
-        self.txns.adopt(gfid, &locked, blame, epochs).await;
-        out.into_iter().map(|(i, o, _)| (i, o)).collect()
+        (out.into_iter().map(|(i, o, _)| (i, o)).collect(), locked)
     }
 
     /// Closes the child handles of `fhs` (an open that failed as a whole,

@@ -177,6 +177,20 @@ fn a_volume_grows_from_2x3_to_3x3_under_a_writer_and_rebalances() {
     assert!(c
         .ok(&["volume", "info", "grow"])
         .contains("Number of Bricks: 2 x 3 = 6"));
+    // The commit stops the removed bricks at once; the mount switches to
+    // the graph without them a moment later (until then a listing that
+    // reaches their set fails with ENOTCONN).
+    wait_for(
+        "the mount to leave the removed set",
+        Duration::from_secs(10),
+        || {
+            !ok(&format!(
+                "getfattr --only-values -n trusted.mortar.client.graph {}",
+                m.dir.display()
+            ))
+            .contains("grow-replicate-2")
+        },
+    );
     let kept = &bricks[..6];
     assert_same(&checksums(&m.dir.to_string_lossy()), &before);
     for (p, s) in &sets_of(kept, 3) {

@@ -652,6 +652,15 @@ mod tests {
         }
     }
 
+    /// md-cache over `below`, under one-minute leases.
+    fn leased(below: Arc<impl Xlator + 'static>) -> MdCache {
+        let md = MdCache::new("md".into(), Child::standalone(below));
+        let mut o = crate::core::Options::new();
+        o.insert("features.cache-invalidation-timeout".into(), "60".into());
+        md.reconfigure(&o);
+        md
+    }
+
     fn get(gfid: Gfid, name: &str) -> Fop {
         Fop::Getxattr {
             gfid,
@@ -662,10 +671,7 @@ mod tests {
     #[tokio::test]
     async fn answers_are_kept_until_recalled_or_changed() {
         let below = Arc::new(Xattrs::default());
-        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
-        let mut o = crate::core::Options::new();
-        o.insert("features.cache-invalidation-timeout".into(), "60".into());
-        md.reconfigure(&o);
+        let md = leased(below.clone());
         let (f, cx) = (Gfid::random(), Ctx::root());
         let asked = || below.asked.load(Ordering::Relaxed);
         // A missing name, asked twice: once of the bricks.
@@ -785,10 +791,7 @@ mod tests {
     #[tokio::test]
     async fn a_new_object_lacks_what_its_directory_lacks_without_asking() {
         let below = Arc::new(Xattrs::default());
-        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
-        let mut o = crate::core::Options::new();
-        o.insert("features.cache-invalidation-timeout".into(), "60".into());
-        md.reconfigure(&o);
+        let md = leased(below.clone());
         let (dir, cx) = (Gfid::random(), Ctx::root());
         let asked = || below.asked.load(Ordering::Relaxed);
         let create = |gfid| Fop::Create {
@@ -893,10 +896,7 @@ mod tests {
                 getattrs: AtomicU64::new(0),
                 lookups: AtomicU64::new(0),
             });
-            let md = MdCache::new("md".into(), Child::standalone(below.clone()));
-            let mut o = crate::core::Options::new();
-            o.insert("features.cache-invalidation-timeout".into(), "60".into());
-            md.reconfigure(&o);
+            let md = leased(below.clone());
             let (d, other, cx) = (Gfid::random(), Gfid::random(), Ctx::root());
             let asked = || below.getattrs.load(Ordering::Relaxed);
             let stat = |g| {
@@ -944,10 +944,7 @@ mod tests {
             getattrs: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
         });
-        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
-        let mut o = crate::core::Options::new();
-        o.insert("features.cache-invalidation-timeout".into(), "60".into());
-        md.reconfigure(&o);
+        let md = leased(below.clone());
         let (d, cx) = (Gfid::random(), Ctx::root());
         let n = |s: &str| crate::core::Name::new(s).unwrap();
         let asked = || below.lookups.load(Ordering::Relaxed);

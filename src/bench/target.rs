@@ -196,6 +196,10 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
     std::fs::create_dir_all(&root)?;
     let log = std::fs::File::create(root.join("daemon.log"))?;
     let addr = format!("127.0.0.1:{BENCH_MGMT_PORT}");
+    // Another daemon there would be measured (and changed) in its place.
+    if let Err(e) = std::net::TcpListener::bind(&addr) {
+        bail!("the benchmark's own daemon needs {addr}, which is taken ({e}): stop what listens there (`ss -ltnp`)");
+    }
     let mut daemon: Child = Command::new(std::env::current_exe()?)
         .args([
             "daemon",

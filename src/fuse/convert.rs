@@ -105,12 +105,19 @@ pub(super) fn name(n: &OsStr) -> Result<Name, Errno> {
 /// own direct I/O path (not FOPEN_DIRECT_IO): it bypasses the page cache
 /// all the same, and, unlike FOPEN_DIRECT_IO, still clears set-id bits on a
 /// write and lets the file be mapped.
+///
+/// A handle opened read-only is closed without a FLUSH (FOPEN_NOFLUSH):
+/// it has no writes to wait for, and POSIX locks are the kernel's own
+/// (mortar answers no GETLK/SETLK), released by the kernel at close.
 pub(super) fn open_flags(flags: i32) -> FopenFlags {
-    if flags & libc::O_DIRECT != 0 {
-        FopenFlags::empty()
-    } else {
-        FopenFlags::FOPEN_KEEP_CACHE
+    let mut f = FopenFlags::empty();
+    if flags & libc::O_DIRECT == 0 {
+        f |= FopenFlags::FOPEN_KEEP_CACHE;
     }
+    if flags & libc::O_ACCMODE == libc::O_RDONLY {
+        f |= FopenFlags::FOPEN_NOFLUSH;
+    }
+    f
 }
 
 pub(super) fn placeholder_attr() -> Attr {

@@ -6,7 +6,16 @@
 use super::*;
 
 impl MortarFs {
-    /// Runs `f` on the runtime; `f` gets the graph and the inode table.
+    /// Runs `f`: first here, on the session thread, until it would wait
+    /// (an answer from memory, such as a read io-cache holds or a flush
+    /// with nothing to send, is given there and then), and then on the
+    /// runtime, which wakes it when what it waits for is ready.
+    ///
+    /// Handing every request to the runtime cost a thread wake-up per
+    /// request, more than what most answers from memory cost themselves.
+    /// The first poll uses a waker that does nothing: the runtime polls a
+    /// task it is given at once, and every future here registers the
+    /// waker it is polled with again, so nothing is missed.
     pub(super) fn spawn<F, Fut>(&self, f: F)
     where
         F: FnOnce(Arc<dyn Xlator>, Arc<InodeTable>) -> Fut + Send + 'static,
@@ -14,7 +23,12 @@ impl MortarFs {
     {
         let g: Arc<dyn Xlator> = self.graph.clone();
         let i = self.inodes.clone();
-        self.rt.spawn(async move { f(g, i).await });
+        let _in_runtime = self.rt.enter();
+        let mut task = Box::pin(f(g, i));
+        let mut first = std::task::Context::from_waker(std::task::Waker::noop());
+        if task.as_mut().poll(&mut first).is_pending() {
+            self.rt.spawn(task);
+        }
     }
 
     pub(super) fn entry_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEntry) {

@@ -242,3 +242,59 @@ fn what_a_mount_wrote_it_reads_back_from_memory_until_another_mount_changes_it()
     assert_eq!(ok(&format!("cat {}", m1.p("g"))), data);
     assert!(requests(&m1) - before > 0, "io-cache off still answered");
 }
+
+/// Makes the kernel drop every unused name and inode it caches, as memory
+/// pressure would.
+fn drop_kernel_names() {
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+}
+
+#[test]
+fn names_found_outlive_the_kernels_own_and_follow_another_mounts_changes() {
+    let c = Cluster::start();
+    c.volume("fv", 3, &["f1", "f2", "f3"]);
+    let (m1, m2) = (c.mount("fv"), c.mount("fv"));
+    fs::create_dir(m1.p("d")).unwrap();
+    for f in ["a", "b", "c", "e"] {
+        fs::write(m1.p(&format!("d/{f}")), format!("{f}\n")).unwrap();
+    }
+    let stat = |m: &Mount, f: &str| fs::metadata(m.p(&format!("d/{f}"))).ok();
+    let read = |m: &Mount, f: &str| fs::read_to_string(m.p(&format!("d/{f}"))).ok();
+    for f in ["a", "b", "c", "e"] {
+        assert_eq!(read(&m2, f).unwrap(), format!("{f}\n"));
+    }
+    // The kernel forgets the names; the mount still knows where they
+    // lead, under the directory's lease.
+    drop_kernel_names();
+    let before = requests(&m2);
+    for f in ["a", "b", "c", "e"] {
+        assert!(stat(&m2, f).is_some());
+    }
+    assert_eq!(requests(&m2) - before, 0, "requests for names found before");
+    // Another mount's changes: recalled before they are made, so the
+    // names lead where they lead now, whatever either cache held.
+    fs::remove_file(m1.p("d/a")).unwrap();
+    fs::rename(m1.p("d/c"), m1.p("d/b")).unwrap();
+    fs::set_permissions(m1.p("d/e"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(m1.p("d/n"), "n\n").unwrap();
+    for round in 0..2 {
+        assert!(
+            stat(&m2, "a").is_none(),
+            "round {round}: unlinked name found"
+        );
+        assert!(stat(&m2, "c").is_none(), "round {round}: moved name found");
+        assert_eq!(read(&m2, "b").as_deref(), Some("c\n"), "round {round}");
+        assert_eq!(mode(&m2.p("d/e")), 0o600, "round {round}");
+        assert_eq!(read(&m2, "n").as_deref(), Some("n\n"), "round {round}");
+        drop_kernel_names();
+    }
+    // This mount's own changes of names, with the kernel's names dropped.
+    fs::rename(m2.p("d/b"), m2.p("d/z")).unwrap();
+    fs::remove_file(m2.p("d/n")).unwrap();
+    drop_kernel_names();
+    assert!(stat(&m2, "b").is_none());
+    assert!(stat(&m2, "n").is_none());
+    assert_eq!(read(&m2, "z").as_deref(), Some("c\n"));
+    assert_eq!(read(&m1, "z").as_deref(), Some("c\n"));
+    assert!(stat(&m1, "b").is_none());
+}

@@ -7,8 +7,15 @@
 //! holding a lease on what the change touches a `Notice::Recall` and waits
 //! until each has answered (the client dropped what it caches) or
 //! `network.ping-timeout` has passed (the client is then disconnected: a
-//! client that lost a connection drops everything it caches under it). A
-//! recalled lease ends; the client gets a new one with its next answer.
+//! client that lost a connection drops everything it caches under it).
+//!
+//! A lease recalled for a change of a file's data (write, fallocate, an
+//! `O_TRUNC` open) ends: the client dropped all it had of the file, and gets
+//! a new lease with its next answer. Any other recall leaves the lease in
+//! place until its time: a client drops one name of a directory when that
+//! name changes, and keeps caching the directory's other names, which the
+//! directory's lease must go on covering (the kernel keeps a directory's
+//! names when its attributes are dropped, too).
 //!
 //! A read that runs while a change waits for its recalls may answer the
 //! state before the change: the connections granted a lease after the
@@ -152,9 +159,9 @@ impl Leases {
         }
     }
 
-    /// Ends the leases of other connections than `caller` on `gfid`
-    /// granted after `since`; returns their connections.
-    fn take(&self, caller: ConnId, gfid: &Gfid, since: u64) -> Vec<ConnId> {
+    /// The connections other than `caller` holding a lease on `gfid`
+    /// granted after `since`; with `end`, those leases end.
+    fn take(&self, caller: ConnId, gfid: &Gfid, since: u64, end: bool) -> Vec<ConnId> {
         let now = Instant::now();
         let mut sh = self.shard(gfid).lock().unwrap();
         let Some(hs) = sh.holders.get_mut(gfid) else {
@@ -167,7 +174,7 @@ impl Leases {
             }
             if h.conn != caller && h.seq > since {
                 out.push(h.conn);
-                return false;
+                return !end;
             }
             true
         });
@@ -187,11 +194,19 @@ impl Leases {
     }
 
     /// Recalls the leases other connections hold on `targets` (granted
-    /// after `since`) and waits until each is answered or times out.
-    async fn recall(&self, caller: ConnId, targets: &[Target], since: u64, timeout: Duration) {
+    /// after `since`; with `end`, they end) and waits until each is
+    /// answered or times out.
+    async fn recall(
+        &self,
+        caller: ConnId,
+        targets: &[Target],
+        since: u64,
+        end: bool,
+        timeout: Duration,
+    ) {
         let mut waits = Vec::new();
         for (gfid, name) in targets {
-            for holder in self.take(caller, gfid, since) {
+            for holder in self.take(caller, gfid, since, end) {
                 let Some(conn) = self.conns.get(holder) else {
                     continue;
                 };
@@ -286,6 +301,17 @@ impl Leases {
     }
 }
 
+/// Whether the recalls a change sends end the leases they recall: only
+/// for a change of a file's data, after which the client has nothing of
+/// the file left.
+fn ends_leases(fop: &Fop) -> bool {
+    match fop {
+        Fop::Write { .. } | Fop::Fallocate { .. } => true,
+        Fop::Open { flags, .. } => flags & libc::O_TRUNC != 0,
+        _ => false,
+    }
+}
+
 /// The objects a request's answer will tell a client about (what it may
 /// cache), as far as the request says; None: nothing a client caches.
 fn told_by(fop: &Fop) -> Option<Vec<Gfid>> {
@@ -338,8 +364,9 @@ impl BrickXlator for Leases {
         };
         let targets = self.targets(conn, cx, &fop).await;
         let since = self.seq.load(Ordering::Acquire);
+        let end = ends_leases(&fop);
         if !targets.is_empty() {
-            self.recall(conn.id, &targets, 0, terms.recall_timeout)
+            self.recall(conn.id, &targets, 0, end, terms.recall_timeout)
                 .await;
         }
         let told = told_by(&fop);
@@ -357,7 +384,7 @@ impl BrickXlator for Leases {
             }
         }
         if !targets.is_empty() && res.is_ok() {
-            self.recall(conn.id, &targets, since, terms.recall_timeout)
+            self.recall(conn.id, &targets, since, end, terms.recall_timeout)
                 .await;
         }
         res
@@ -492,9 +519,29 @@ mod tests {
         l.recalled(&b.conn, r[0].0);
         change.await.unwrap().unwrap();
 
-        // A recalled lease is gone: the next change does not wait for b.
-        l.call(&a.conn, &cx, setattr(f)).await.unwrap();
-        assert_eq!(recall_ids(&b).len(), 1);
+        // A lease recalled for a change of attributes stays (b may
+        // still cache names under a directory's): the next change is
+        // recalled too. One recalled for a write ends.
+        let change = start(&l, &a, setattr(f));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = recall_ids(&b);
+        assert_eq!(r.len(), 2);
+        l.recalled(&b.conn, r[1].0);
+        change.await.unwrap().unwrap();
+        let write = Fop::Write {
+            gfid: f,
+            fh: 1,
+            offset: 0,
+            data: bytes::Bytes::from_static(b"x"),
+        };
+        let change = start(&l, &a, write.clone());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = recall_ids(&b);
+        assert_eq!(r.len(), 3);
+        l.recalled(&b.conn, r[2].0);
+        change.await.unwrap().unwrap();
+        l.call(&a.conn, &cx, write).await.unwrap();
+        assert_eq!(recall_ids(&b).len(), 3);
 
         // A new name in dir recalls b's missing name.
         let create = Fop::Mknod {
@@ -509,15 +556,51 @@ mod tests {
         let change = start(&l, &a, create);
         tokio::time::sleep(Duration::from_millis(50)).await;
         let r = recall_ids(&b);
-        assert_eq!(r.len(), 2);
+        assert_eq!(r.len(), 4);
         assert_eq!(
-            (r[1].1, r[1].2.clone()),
+            (r[3].1, r[3].2.clone()),
             (dir, Some(Name::new("x").unwrap()))
         );
         // A connection that goes away answers nothing and holds nothing up.
         l.disconnect(&b.conn);
         change.await.unwrap().unwrap();
         assert!(!b.closed.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_directory_stays_leased_after_a_recall_of_one_of_its_names() {
+        let l = leases(Duration::from_secs(30));
+        let (a, b) = (client(1), client(2));
+        l.connect(&a.conn);
+        l.connect(&b.conn);
+        let dir = Gfid::random();
+        let cx = Ctx::root();
+        let n = |s: &str| Name::new(s).unwrap();
+        // b caches two names of dir.
+        for name in ["x", "y"] {
+            let look = Fop::Lookup {
+                parent: dir,
+                name: n(name),
+            };
+            l.call(&b.conn, &cx, look).await.unwrap();
+        }
+        // a changes one, then the other: b is recalled for each, with no
+        // answer of its own in between (it still caches "y" after the
+        // recall of "x").
+        for name in ["x", "y"] {
+            let unlink = Fop::Unlink {
+                parent: dir,
+                name: n(name),
+            };
+            let change = start(&l, &a, unlink);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let r = recall_ids(&b);
+            let last = r.last().expect("b was recalled");
+            assert_eq!((last.1, last.2.clone()), (dir, Some(n(name))));
+            l.recalled(&b.conn, last.0);
+            change.await.unwrap().unwrap();
+        }
+        assert_eq!(recall_ids(&b).len(), 2);
     }
 
     #[tokio::test]

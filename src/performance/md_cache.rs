@@ -43,6 +43,9 @@ struct Object {
     /// For a directory this mount made: every name in it, until the
     /// leases its making was granted on every brick end.
     names: Option<Names>,
+    /// For a directory: names a lookup found in it, each with the object
+    /// it led to, until the lease that answer was granted ends.
+    found: HashMap<Vec<u8>, (Gfid, Instant)>,
     xattrs: HashMap<String, Answer>,
     list: Option<ByteBuf>,
     until: Instant,
@@ -114,6 +117,16 @@ impl MdCache {
         }
     }
 
+    /// Drops what another client's change of `name` in `dir` alters.
+    fn drop_name(&self, dir: Gfid, name: &Name) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(o) = self.shard(&dir).lock().unwrap().get_mut(&dir) {
+            o.attr = None;
+            o.names = None;
+            o.found.remove(name.as_bytes());
+        }
+    }
+
     fn drop_all(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         for s in &self.shards {
@@ -150,6 +163,8 @@ impl MdCache {
         let edit = |dir: Gfid, name: &Name, add: bool| {
             let mut s = self.shard(&dir).lock().unwrap();
             let Some(o) = s.get_mut(&dir) else { return };
+            // What a name led to is asked again after any change of it.
+            o.found.remove(name.as_bytes());
             let Some(n) = o.names.as_mut() else { return };
             if !ok || (add && n.set.len() >= MAX_NAMES) {
                 o.names = None;
@@ -177,9 +192,8 @@ impl MdCache {
                 newname,
                 flags,
             } => {
-                if flags & libc::RENAME_EXCHANGE == 0 {
-                    edit(*parent, name, false);
-                }
+                // (An exchange leaves both names; each leads elsewhere.)
+                edit(*parent, name, flags & libc::RENAME_EXCHANGE != 0);
                 edit(*newparent, newname, true);
             }
             _ => {}
@@ -200,6 +214,7 @@ impl MdCache {
         let o = s.entry(dir).or_insert_with(|| Object {
             attr: None,
             names: None,
+            found: HashMap::new(),
             xattrs: HashMap::new(),
             list: None,
             until,
@@ -208,6 +223,44 @@ impl MdCache {
             set: HashSet::new(),
             until,
         });
+    }
+
+    /// What a lookup of `name` in `dir` found before, if that answer's
+    /// lease and the object's attributes are both still kept.
+    fn found(&self, dir: Gfid, name: &[u8]) -> Option<Attr> {
+        let now = Instant::now();
+        let gfid = {
+            let s = self.shard(&dir).lock().unwrap();
+            let (g, until) = s.get(&dir)?.found.get(name)?;
+            (*until > now).then_some(*g)?
+        };
+        self.cached_attr(gfid)
+    }
+
+    /// Keeps that `name` in `dir` leads to `gfid` (a lookup's answer, or
+    /// a name made here), unless anything was recalled or changed since
+    /// the request was sent: the recall may have been of that name.
+    fn keep_found(&self, dir: Gfid, name: &Name, gfid: Gfid, (start, gen): (Instant, u64)) {
+        let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
+        let mut s = self.shard(&dir).lock().unwrap();
+        if self.generation.load(Ordering::Acquire) != gen {
+            return;
+        }
+        if s.len() >= MAX_OBJECTS / SHARDS {
+            s.clear();
+        }
+        let o = s.entry(dir).or_insert_with(|| Object {
+            attr: None,
+            names: None,
+            found: HashMap::new(),
+            xattrs: HashMap::new(),
+            list: None,
+            until: start,
+        });
+        if o.found.len() >= MAX_NAMES {
+            o.found.clear();
+        }
+        o.found.insert(name.as_bytes().to_vec(), (gfid, until));
     }
 
     fn cached_attr(&self, gfid: Gfid) -> Option<Attr> {
@@ -276,6 +329,7 @@ impl MdCache {
         let o = s.entry(gfid).or_insert_with(|| Object {
             attr: None,
             names: None,
+            found: HashMap::new(),
             xattrs: HashMap::new(),
             list: None,
             until,
@@ -395,6 +449,14 @@ impl Xlator for MdCache {
 
     fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
         match &ev {
+            // Another client changes a name in a directory: that name,
+            // the directory's attributes and whether all its names are
+            // known go; the other names stay (still under the lease).
+            Event::Recall {
+                gfid,
+                name: Some(n),
+                ..
+            } => self.drop_name(*gfid, n),
             Event::Recall { gfid, .. } => self.drop_object(*gfid),
             Event::LeasesLost => self.drop_all(),
             _ => {}
@@ -455,7 +517,25 @@ impl Xlator for MdCache {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 Err(FsError::errno(libc::ENOENT))
             }
-            Fop::Lookup { .. } | Fop::Readdir { .. } => {
+            Fop::Lookup { parent, ref name } => {
+                // A name found before, while its lease lasts: the kernel
+                // asks again after it dropped its own names (memory
+                // pressure, `drop_caches`, a forgotten inode).
+                if let Some(a) = self.found(parent, name.as_bytes()) {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Reply::Entry(crate::core::Entry::found(a)));
+                }
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                let name = name.clone();
+                let mark = self.mark();
+                let res = self.child.call(cx, fop).await;
+                self.keep_attrs(&res, mark);
+                if let Ok(Reply::Entry(e)) = &res {
+                    self.keep_found(parent, &name, e.attr.gfid, mark);
+                }
+                res
+            }
+            Fop::Readdir { .. } => {
                 let mark = self.mark();
                 let res = self.child.call(cx, fop).await;
                 self.keep_attrs(&res, mark);
@@ -596,6 +676,25 @@ impl Xlator for MdCache {
                 }
                 let mark = self.mark();
                 self.keep_attrs(&res, mark);
+                // A name made here leads to its object (the bricks granted
+                // the directory's lease with the answer).
+                let made = match &names {
+                    Some(
+                        Fop::Create { parent, name, .. }
+                        | Fop::Mknod { parent, name, .. }
+                        | Fop::Mkdir { parent, name, .. }
+                        | Fop::Symlink { parent, name, .. },
+                    ) => Some((*parent, name)),
+                    Some(Fop::Link {
+                        newparent, newname, ..
+                    }) => Some((*newparent, newname)),
+                    _ => None,
+                };
+                if let (Some((dir, name)), Ok(Reply::Entry(e) | Reply::Created { entry: e, .. })) =
+                    (made, &res)
+                {
+                    self.keep_found(dir, name, e.attr.gfid, mark);
+                }
                 if let (Some((parent, g, dir)), true) = (new, res.is_ok()) {
                     self.born(cx, parent, g, dir, mark).await;
                 }
@@ -965,19 +1064,27 @@ mod tests {
         assert!(e.is(libc::ENOENT));
         assert!(matches!(md.cached(&cx, &lookup("y")), Some(Err(e)) if e.is(libc::ENOENT)));
         assert_eq!(asked(), 0);
-        // A name made here is asked for (its gfid is not known here).
+        // A name made here leads to what was made, with no request.
+        let x = Gfid::random();
         let create = Fop::Create {
             parent: d,
             name: n("x"),
-            gfid: Gfid::random(),
+            gfid: x,
             mode: 0o644,
             umask: 0,
             flags: libc::O_RDWR,
         };
         md.call(&cx, create).await.unwrap();
-        md.call(&cx, lookup("x")).await.unwrap_err();
-        assert_eq!(asked(), 1);
-        // Renamed away: missing again, and the new name is asked for.
+        let found = md
+            .call(&cx, lookup("x"))
+            .await
+            .unwrap()
+            .into_entry()
+            .unwrap();
+        assert_eq!(found.attr.gfid, x);
+        assert_eq!(asked(), 0);
+        // Renamed away: missing again, and the new name is asked for
+        // (what it leads to is not known here).
         let rename = Fop::Rename {
             parent: d,
             name: n("x"),
@@ -987,9 +1094,9 @@ mod tests {
         };
         md.call(&cx, rename).await.unwrap();
         md.call(&cx, lookup("x")).await.unwrap_err();
-        assert_eq!(asked(), 1);
+        assert_eq!(asked(), 0);
         md.call(&cx, lookup("z")).await.unwrap_err();
-        assert_eq!(asked(), 2);
+        assert_eq!(asked(), 1);
         // Another client's change: the brick recalls the directory first.
         md.notify(
             0,
@@ -1001,6 +1108,117 @@ mod tests {
         );
         md.call(&cx, lookup("w")).await.unwrap_err();
         assert!(md.cached(&cx, &lookup("w")).is_none());
+        assert_eq!(asked(), 2);
+    }
+
+    /// Finds every name as an object of its own (the gfid its name
+    /// spells), and counts the lookups it is asked.
+    #[derive(Default)]
+    struct Found {
+        lookups: AtomicU64,
+    }
+
+    fn spelled(name: &[u8]) -> Gfid {
+        let mut g = [0u8; 16];
+        g[..name.len().min(16)].copy_from_slice(&name[..name.len().min(16)]);
+        Gfid(g)
+    }
+
+    #[async_trait]
+    impl Xlator for Found {
+        fn name(&self) -> String {
+            "found".into()
+        }
+        async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+            match fop {
+                Fop::Lookup { name, .. } => {
+                    self.lookups.fetch_add(1, Ordering::Relaxed);
+                    let a = Attr::plain_file(spelled(name.as_bytes()), 1);
+                    Ok(Reply::Entry(crate::core::Entry::found(a)))
+                }
+                _ => Ok(Reply::Ok),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn names_found_are_answered_here_until_recalled_or_changed_here() {
+        let below = Arc::new(Found::default());
+        let md = leased(below.clone());
+        let (d, cx) = (Gfid::random(), Ctx::root());
+        let n = |s: &str| crate::core::Name::new(s).unwrap();
+        let asked = || below.lookups.load(Ordering::Relaxed);
+        let lookup = |name: &str| Fop::Lookup {
+            parent: d,
+            name: n(name),
+        };
+        let find = |name: &'static str| {
+            let (md, cx) = (&md, cx.clone());
+            async move {
+                let e = md.call(&cx, lookup(name)).await.unwrap();
+                e.into_entry().unwrap().attr.gfid
+            }
+        };
+        // Found once, then answered here (the kernel asks again after it
+        // dropped its own names).
+        assert_eq!(find("a").await, spelled(b"a"));
+        assert_eq!(find("a").await, spelled(b"a"));
+        assert_eq!(find("b").await, spelled(b"b"));
+        assert_eq!(asked(), 2);
+        // Another client's change of a name in the directory: recalled
+        // first; that name is asked again, the others are still known.
+        md.notify(
+            0,
+            Event::Recall {
+                gfid: d,
+                name: Some(n("b")),
+                ack: Ack::none(),
+            },
+        );
+        find("a").await;
+        assert_eq!(asked(), 2);
+        find("b").await;
         assert_eq!(asked(), 3);
+        // A change of the directory itself: all its names are asked again.
+        md.notify(
+            0,
+            Event::Recall {
+                gfid: d,
+                name: None,
+                ack: Ack::none(),
+            },
+        );
+        find("a").await;
+        assert_eq!(asked(), 4);
+        // Another client's change of the object: its attributes go, and
+        // the name is asked again.
+        md.notify(
+            0,
+            Event::Recall {
+                gfid: spelled(b"a"),
+                name: None,
+                ack: Ack::none(),
+            },
+        );
+        find("a").await;
+        assert_eq!(asked(), 5);
+        // This mount's own unlink: asked again.
+        md.call(
+            &cx,
+            Fop::Unlink {
+                parent: d,
+                name: n("a"),
+            },
+        )
+        .await
+        .unwrap();
+        find("a").await;
+        assert_eq!(asked(), 6);
+        // A lookup answered while a recall came in is not kept.
+        let mark = md.mark();
+        md.notify(0, Event::LeasesLost);
+        md.keep_found(d, &n("q"), spelled(b"q"), mark);
+        find("q").await;
+        assert_eq!(asked(), 7);
     }
 }

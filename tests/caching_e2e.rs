@@ -298,3 +298,62 @@ fn names_found_outlive_the_kernels_own_and_follow_another_mounts_changes() {
     assert_eq!(read(&m1, "z").as_deref(), Some("c\n"));
     assert!(stat(&m1, "b").is_none());
 }
+
+#[test]
+fn listings_kept_by_the_kernel_follow_every_change_of_names() {
+    let c = Cluster::start();
+    // Two sets: a directory's mtime comes from one, so only the recalls
+    // tell a listing in the other set changed.
+    c.volume("dv", 3, &["d1", "d2", "d3", "d4", "d5", "d6"]);
+    let (m1, m2) = (c.mount("dv"), c.mount("dv"));
+    fs::create_dir(m1.p("d")).unwrap();
+    for i in 0..20 {
+        fs::write(m1.p(&format!("d/f{i}")), "x").unwrap();
+    }
+    let list = |m: &Mount| {
+        let mut v: Vec<String> = fs::read_dir(m.p("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    want.sort();
+    assert_eq!(list(&m2), want);
+    // Listed again from the kernel's copy.
+    let before = requests(&m2);
+    for _ in 0..3 {
+        assert_eq!(list(&m2), want);
+    }
+    assert_eq!(requests(&m2) - before, 0, "requests to list again");
+    // Another mount's changes, each seen by the next listing.
+    let check = |want: &mut Vec<String>| {
+        want.sort();
+        assert_eq!(&list(&m2), want);
+        assert_eq!(&list(&m1), want);
+    };
+    for i in 20..30 {
+        fs::write(m1.p(&format!("d/f{i}")), "x").unwrap();
+        want.push(format!("f{i}"));
+        check(&mut want);
+    }
+    for i in 0..10 {
+        fs::remove_file(m1.p(&format!("d/f{i}"))).unwrap();
+        want.retain(|n| *n != format!("f{i}"));
+        check(&mut want);
+    }
+    for i in 10..15 {
+        fs::rename(m1.p(&format!("d/f{i}")), m1.p(&format!("d/g{i}"))).unwrap();
+        want.retain(|n| *n != format!("f{i}"));
+        want.push(format!("g{i}"));
+        check(&mut want);
+    }
+    // And this mount's own.
+    fs::write(m2.p("d/own"), "x").unwrap();
+    want.push("own".into());
+    check(&mut want);
+    fs::remove_file(m2.p("d/g10")).unwrap();
+    want.retain(|n| n != "g10");
+    check(&mut want);
+}

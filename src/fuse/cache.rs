@@ -147,7 +147,6 @@ impl Slow {
             }
             Slow::Entry(parent, name) => {
                 let _ = n.inval_entry(INodeNo(parent), name.as_os_str());
-                let _ = n.inval_inode(INodeNo(parent), 0, 0);
             }
             Slow::AllPages(inos) => {
                 for ino in inos {
@@ -169,7 +168,11 @@ fn run(n: &Notifier, device: &OwnedFd, inodes: &InodeTable, job: Job) -> Slow {
             Slow::Pages(ino)
         }
         Job::Entry(parent, name) => {
-            let _ = n.inval_inode(INodeNo(parent), -1, 0);
+            // The directory's attributes and the listing the kernel keeps
+            // (FOPEN_CACHE_DIR): its pages are never locked while a request
+            // of ours is out. The name itself may be (the directory is
+            // locked during a create), so it goes after the answer.
+            let _ = n.inval_inode(INodeNo(parent), 0, 0);
             Slow::Entry(parent, name)
         }
         Job::All => {

@@ -518,13 +518,22 @@ impl Filesystem for MortarFs {
             Err(e) => return reply.error(e),
         };
         let cx = ctx(req);
+        // Under leases the kernel keeps what it listed (FOPEN_CACHE_DIR)
+        // and lists again from memory: the bricks recall the directory
+        // before another client changes a name in it, which drops the
+        // kernel's copy (`cache::Invalidator`); a change made here, or a
+        // new mtime, drops it too.
+        let flags = match self.graph.graph().cache_time() > crate::graph::UNLEASED {
+            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            false => FopenFlags::empty(),
+        };
         self.spawn(move |g, _| async move {
             match g
                 .call(&cx, Fop::Opendir { gfid })
                 .await
                 .and_then(Reply::into_fh)
             {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok(fh) => reply.opened(FileHandle(fh), flags),
                 Err(e) => reply.error(errno(&e)),
             }
         });

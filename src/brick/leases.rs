@@ -260,6 +260,11 @@ impl Leases {
             Fop::Setxattr { gfid, name, .. } if name != HOLD_XATTR => vec![(*gfid, None)],
             // A heal settled: which copies are good changed.
             Fop::Clear { gfid, .. } => vec![(*gfid, None)],
+            // A change that will blame copies it misses: the list of blamed
+            // objects clients keep (`Fop::Blamed`) is about to grow.
+            Fop::Lock {
+                mark: Some(blame), ..
+            } if *blame != 0 => vec![(Gfid::BLAMES, None)],
             Fop::Open { gfid, flags } if flags & libc::O_TRUNC != 0 => vec![(*gfid, None)],
             Fop::Create { parent, name, .. }
             | Fop::Mknod { parent, name, .. }
@@ -321,7 +326,6 @@ fn told_by(fop: &Fop) -> Option<Vec<Gfid>> {
         | Fop::Unlock { .. }
         | Fop::Clear { .. }
         | Fop::Pending { .. }
-        | Fop::Blamed { .. }
         | Fop::Checksum { .. }
         | Fop::Statfs { .. }
         | Fop::Flush { .. }
@@ -330,6 +334,7 @@ fn told_by(fop: &Fop) -> Option<Vec<Gfid>> {
         | Fop::Releasedir { .. }
         | Fop::Lseek { .. } => return None,
         Fop::Resolve { .. } => Vec::new(),
+        Fop::Blamed { .. } => vec![Gfid::BLAMES],
         Fop::Rename {
             parent, newparent, ..
         } => vec![*parent, *newparent],

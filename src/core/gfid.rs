@@ -12,6 +12,9 @@ impl Gfid {
     /// The volume's root directory, as in GlusterFS.
     pub const ROOT: Gfid = Gfid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
     pub const NULL: Gfid = Gfid([0; 16]);
+    /// Not an object: the key under which a brick leases the list of
+    /// objects it blames (`Fop::Blamed`), recalled before blame is added.
+    pub const BLAMES: Gfid = Gfid([0xff; 16]);
 
     pub fn random() -> Gfid {
         Gfid(*uuid::Uuid::new_v4().as_bytes())

@@ -70,6 +70,9 @@ pub struct Replicate {
     rechecks: std::sync::atomic::AtomicUsize,
     /// The child that keeps names and metadata but no data.
     arbiter: Option<usize>,
+    /// What each child last said it blames (`Fop::Blamed`), kept under
+    /// its lease (`Gfid::BLAMES`) while the bricks grant leases.
+    blames: reads::BlamesKept,
 }
 
 /// The answers of several replicas, judged as one.
@@ -126,6 +129,7 @@ impl Replicate {
             rechecks: std::sync::atomic::AtomicUsize::new(0),
             arbiter: None,
             up: Default::default(),
+            blames: reads::BlamesKept::new(children.len()),
             name,
             children,
         }
@@ -253,14 +257,20 @@ impl Xlator for Replicate {
         self.name.clone()
     }
 
-    fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
+    fn notify(&self, from: usize, ev: Event) -> Option<Event> {
         match ev {
+            // The child's list of blamed objects is about to grow.
+            Event::Recall { gfid, .. } if gfid == Gfid::BLAMES => {
+                self.blames.drop_child(from);
+                None
+            }
             Event::Contention(gfid) => {
                 // Ours alone: we hold the lock.
                 self.txns.contention(gfid);
                 None
             }
             Event::Up | Event::Down => {
+                self.blames.drop_child(from);
                 let any = self.children.iter().any(|c| c.is_up());
                 let was = self.up.swap(any, std::sync::atomic::Ordering::AcqRel);
                 (any != was).then_some(if any { Event::Up } else { Event::Down })
@@ -274,7 +284,10 @@ impl Xlator for Replicate {
                 }
                 Some(Event::Recall { gfid, ack, name })
             }
-            ev @ Event::LeasesLost => Some(ev),
+            ev @ Event::LeasesLost => {
+                self.blames.drop_child(from);
+                Some(ev)
+            }
         }
     }
 
@@ -283,6 +296,10 @@ impl Xlator for Replicate {
     }
 
     fn reconfigure(&self, set: &crate::core::Options) {
+        self.blames.set_leased(
+            crate::brick::leases::CACHE_INVALIDATION.bool(set),
+            crate::graph::cache_time(set),
+        );
         self.read_hash_mode.store(
             options::READ_HASH_MODE.int(set) as u8,
             std::sync::atomic::Ordering::Relaxed,

@@ -229,20 +229,41 @@ impl Replicate {
     }
 
     /// Sends readdir `fop` to child `i` (with the blame probes of a
-    /// readdirplus) and judges the entries' attributes.
+    /// readdirplus, where the other children's answers are not kept) and
+    /// judges the entries' attributes.
     async fn listed(&self, cx: &Ctx, i: usize, fop: Fop, plus: bool) -> FsResult<Reply> {
         let others: Vec<usize> = match plus {
             true => self.up().into_iter().filter(|&c| c != i).collect(),
             false => Vec::new(),
         };
+        let mut probes: Vec<(usize, FsResult<Reply>)> = Vec::new();
+        let ask: Vec<usize> = others
+            .into_iter()
+            .filter(|&c| match self.blames.get(c) {
+                Some(v) => {
+                    probes.push((c, Ok(Reply::Blames(v))));
+                    false
+                }
+                None => true,
+            })
+            .collect();
         let probe = Fop::Blamed {
             max: BLAMED_MAX as u32,
         };
-        let (rep, probes) = futures_util::future::join(
+        let marks: Vec<u64> = ask.iter().map(|&c| self.blames.mark(c)).collect();
+        let (rep, asked) = futures_util::future::join(
             self.children[i].call(cx, fop),
-            self.fan_out(cx, &others, |_| Some(probe.clone())),
+            self.fan_out(cx, &ask, |_| Some(probe.clone())),
         )
         .await;
+        for (c, r) in asked {
+            if let (Ok(Reply::Blames(v)), Some(p)) = (&r, ask.iter().position(|&a| a == c)) {
+                if v.len() <= BLAMED_MAX {
+                    self.blames.keep(c, marks[p], v);
+                }
+            }
+            probes.push((c, r));
+        }
         let mut rep = rep?;
         let (Reply::Entries(ents) | Reply::Listed(ents, _)) = &mut rep else {
             return Ok(rep);
@@ -515,5 +536,120 @@ impl Faults {
         } else if !e.is(libc::ENOTCONN) {
             self.other = true;
         }
+    }
+}
+
+/// What each child last said it blames (`Fop::Blamed`), kept while the
+/// bricks grant leases: a brick recalls its list (`Gfid::BLAMES`) before
+/// any change that adds blame, so a readdirplus asks the other copies only
+/// when their list may have changed, not at every listing.
+pub struct BlamesKept {
+    leased: std::sync::atomic::AtomicBool,
+    /// The lease's time, in milliseconds.
+    lease_ms: std::sync::atomic::AtomicU64,
+    /// Per child: the list until its lease ends, and a count moved on
+    /// whenever it is dropped (an answer to a probe sent before is not
+    /// kept).
+    kept: Vec<Mutex<(Option<Blames>, u64)>>,
+}
+
+/// A child's blamed objects, and when the lease on that list ends.
+type Blames = (Vec<(Gfid, u32)>, std::time::Instant);
+
+impl BlamesKept {
+    pub fn new(children: usize) -> BlamesKept {
+        BlamesKept {
+            leased: std::sync::atomic::AtomicBool::new(false),
+            lease_ms: std::sync::atomic::AtomicU64::new(0),
+            kept: (0..children).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    /// Whether the bricks grant leases (`features.cache-invalidation`),
+    /// and for how long.
+    pub fn set_leased(&self, on: bool, lease: std::time::Duration) {
+        self.lease_ms.store(
+            lease.as_millis() as u64,
+            std::sync::atomic::Ordering::Release,
+        );
+        let was = self.leased.swap(on, std::sync::atomic::Ordering::AcqRel);
+        if was && !on {
+            for c in 0..self.kept.len() {
+                self.drop_child(c);
+            }
+        }
+    }
+
+    pub fn get(&self, child: usize) -> Option<Vec<(Gfid, u32)>> {
+        if !self.leased.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let k = self.kept.get(child)?.lock().unwrap();
+        let (v, until) = k.0.as_ref()?;
+        (*until > std::time::Instant::now()).then(|| v.clone())
+    }
+
+    /// To take before asking `child`.
+    pub fn mark(&self, child: usize) -> u64 {
+        self.kept.get(child).map_or(0, |k| k.lock().unwrap().1)
+    }
+
+    /// Keeps `child`'s answer to a probe sent at `mark`, unless its list
+    /// was recalled (or the child went away) since.
+    pub fn keep(&self, child: usize, mark: u64, v: &[(Gfid, u32)]) {
+        if !self.leased.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        if let Some(k) = self.kept.get(child) {
+            let mut k = k.lock().unwrap();
+            if k.1 == mark {
+                let lease = self.lease_ms.load(std::sync::atomic::Ordering::Acquire);
+                let until = std::time::Instant::now() + std::time::Duration::from_millis(lease);
+                k.0 = Some((v.to_vec(), until));
+            }
+        }
+    }
+
+    pub fn drop_child(&self, child: usize) {
+        if let Some(k) = self.kept.get(child) {
+            let mut k = k.lock().unwrap();
+            k.0 = None;
+            k.1 += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod blames_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn kept_lists_end_with_a_recall_a_loss_or_the_lease() {
+        let k = BlamesKept::new(2);
+        let g = Gfid::random();
+        // Without leases nothing is kept.
+        k.keep(0, k.mark(0), &[(g, 1)]);
+        assert!(k.get(0).is_none());
+        k.set_leased(true, Duration::from_secs(60));
+        k.keep(0, k.mark(0), &[(g, 1)]);
+        assert_eq!(k.get(0), Some(vec![(g, 1)]));
+        assert!(k.get(1).is_none());
+        // A recall (or the child going down) drops it; an answer to a
+        // probe sent before that is not kept.
+        let before = k.mark(0);
+        k.drop_child(0);
+        assert!(k.get(0).is_none());
+        k.keep(0, before, &[]);
+        assert!(k.get(0).is_none());
+        k.keep(0, k.mark(0), &[]);
+        assert_eq!(k.get(0), Some(vec![]));
+        // Leases turned off: dropped, and not kept again.
+        k.set_leased(false, Duration::from_secs(60));
+        assert!(k.get(0).is_none());
+        // A list outlives no lease.
+        k.set_leased(true, Duration::ZERO);
+        k.keep(1, k.mark(1), &[]);
+        assert!(k.get(1).is_none());
     }
 }

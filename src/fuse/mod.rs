@@ -1,9 +1,10 @@
 //! The FUSE adapter: a thin layer that turns each kernel request into a
 //! `Fop` on the top translator and the answer into a reply or an errno.
 //!
-//! fuser calls us on its session thread; every request is handed to the
-//! tokio runtime at once, so that many requests are served concurrently and
-//! the session thread never waits on the network. The only state kept here
+//! fuser calls us on its session threads; every request runs there until it
+//! would wait (`ops::spawn`), and what waits for a brick goes on on the
+//! tokio runtime, so that many requests are served concurrently and the
+//! session threads never wait on the network. The only state kept here
 //! is the inode table: kernel inode numbers ↔ gfids, with lookup counts so
 //! that `forget` frees entries.
 

@@ -1,7 +1,7 @@
-//! How requests are handed to the graph: each on the tokio runtime, with
-//! the reply sent from there, so the FUSE session thread never waits; an
-//! answer the graph has at hand (`Xlator::cached`: md-cache's attributes
-//! and xattrs) is given on the session thread itself, with no hop.
+//! How requests are handed to the graph: each runs on the FUSE session
+//! thread until it would wait, and then on the tokio runtime, with the
+//! reply sent from wherever it ends, so the session thread never waits on
+//! the network (`spawn`); what the graph has at hand is answered there.
 
 use super::*;
 

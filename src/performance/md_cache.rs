@@ -51,6 +51,29 @@ struct Object {
     until: Instant,
 }
 
+/// The object kept for `gfid` in shard `s`, made (nothing known of it,
+/// kept until `until`) if there is none; a shard at its bound is emptied
+/// first.
+fn object(s: &mut HashMap<Gfid, Object>, gfid: Gfid, until: Instant) -> &mut Object {
+    if s.len() >= MAX_OBJECTS / SHARDS {
+        s.clear();
+    }
+    s.entry(gfid).or_insert_with(|| Object::new(until))
+}
+
+impl Object {
+    fn new(until: Instant) -> Object {
+        Object {
+            attr: None,
+            names: None,
+            found: HashMap::new(),
+            xattrs: HashMap::new(),
+            list: None,
+            until,
+        }
+    }
+}
+
 /// All the names of a directory; any name not here is missing.
 struct Names {
     set: HashSet<Vec<u8>>,
@@ -211,14 +234,7 @@ impl MdCache {
         if self.generation.load(Ordering::Acquire) != gen {
             return;
         }
-        let o = s.entry(dir).or_insert_with(|| Object {
-            attr: None,
-            names: None,
-            found: HashMap::new(),
-            xattrs: HashMap::new(),
-            list: None,
-            until,
-        });
+        let o = s.entry(dir).or_insert_with(|| Object::new(until));
         o.names = Some(Names {
             set: HashSet::new(),
             until,
@@ -246,17 +262,7 @@ impl MdCache {
         if self.generation.load(Ordering::Acquire) != gen {
             return;
         }
-        if s.len() >= MAX_OBJECTS / SHARDS {
-            s.clear();
-        }
-        let o = s.entry(dir).or_insert_with(|| Object {
-            attr: None,
-            names: None,
-            found: HashMap::new(),
-            xattrs: HashMap::new(),
-            list: None,
-            until: start,
-        });
+        let o = object(&mut s, dir, start);
         if o.found.len() >= MAX_NAMES {
             o.found.clear();
         }
@@ -323,17 +329,7 @@ impl MdCache {
 
     fn store(&self, s: &mut HashMap<Gfid, Object>, gfid: Gfid, what: Kept, start: Instant) {
         let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
-        if s.len() >= MAX_OBJECTS / SHARDS {
-            s.clear();
-        }
-        let o = s.entry(gfid).or_insert_with(|| Object {
-            attr: None,
-            names: None,
-            found: HashMap::new(),
-            xattrs: HashMap::new(),
-            list: None,
-            until,
-        });
+        let o = object(s, gfid, until);
         if o.until <= start {
             // What was kept lapsed: the new lease covers only this answer.
             o.attr = None;
@@ -751,6 +747,19 @@ mod tests {
         }
     }
 
+    /// A brick's recall of `gfid` (or of `name` in it), as the graph
+    /// hands it to md-cache.
+    fn recall(md: &MdCache, gfid: Gfid, name: Option<Name>) {
+        md.notify(
+            0,
+            Event::Recall {
+                gfid,
+                name,
+                ack: Ack::none(),
+            },
+        );
+    }
+
     /// md-cache over `below`, under one-minute leases.
     fn leased(below: Arc<impl Xlator + 'static>) -> MdCache {
         let md = MdCache::new("md".into(), Child::standalone(below));
@@ -796,14 +805,7 @@ mod tests {
         assert_eq!(asked(), 3);
         // Another client's change: the brick recalls the object first.
         below.map.lock().unwrap().clear();
-        md.notify(
-            0,
-            Event::Recall {
-                gfid: f,
-                name: None,
-                ack: Ack::none(),
-            },
-        );
+        recall(&md, f, None);
         assert!(md.call(&cx, get(f, "security.capability")).await.is_err());
         assert_eq!(asked(), 4);
         // Virtual names always go down.
@@ -874,14 +876,7 @@ mod tests {
         md.call(&cx, unlink).await.unwrap();
         assert_eq!(size(stat().await.unwrap()), 7);
         // Another client's change, recalled.
-        md.notify(
-            0,
-            Event::Recall {
-                gfid: f,
-                name: None,
-                ack: Ack::none(),
-            },
-        );
+        recall(&md, f, None);
         assert_eq!(size(stat().await.unwrap()), 8);
         tokio::time::sleep(crate::graph::UNLEASED).await;
         assert_eq!(size(stat().await.unwrap()), 9);
@@ -924,14 +919,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert("system.posix_acl_default".into(), b"acl".to_vec());
-        md.notify(
-            0,
-            Event::Recall {
-                gfid: dir,
-                name: None,
-                ack: Ack::none(),
-            },
-        );
+        recall(&md, dir, None);
         let f3 = Gfid::random();
         md.call(&cx, create(f3)).await.unwrap();
         let n = asked();
@@ -1098,14 +1086,7 @@ mod tests {
         md.call(&cx, lookup("z")).await.unwrap_err();
         assert_eq!(asked(), 1);
         // Another client's change: the brick recalls the directory first.
-        md.notify(
-            0,
-            Event::Recall {
-                gfid: d,
-                name: Some(n("w")),
-                ack: Ack::none(),
-            },
-        );
+        recall(&md, d, Some(n("w")));
         md.call(&cx, lookup("w")).await.unwrap_err();
         assert!(md.cached(&cx, &lookup("w")).is_none());
         assert_eq!(asked(), 2);
@@ -1167,39 +1148,18 @@ mod tests {
         assert_eq!(asked(), 2);
         // Another client's change of a name in the directory: recalled
         // first; that name is asked again, the others are still known.
-        md.notify(
-            0,
-            Event::Recall {
-                gfid: d,
-                name: Some(n("b")),
-                ack: Ack::none(),
-            },
-        );
+        recall(&md, d, Some(n("b")));
         find("a").await;
         assert_eq!(asked(), 2);
         find("b").await;
         assert_eq!(asked(), 3);
         // A change of the directory itself: all its names are asked again.
-        md.notify(
-            0,
-            Event::Recall {
-                gfid: d,
-                name: None,
-                ack: Ack::none(),
-            },
-        );
+        recall(&md, d, None);
         find("a").await;
         assert_eq!(asked(), 4);
         // Another client's change of the object: its attributes go, and
         // the name is asked again.
-        md.notify(
-            0,
-            Event::Recall {
-                gfid: spelled(b"a"),
-                name: None,
-                ack: Ack::none(),
-            },
-        );
+        recall(&md, spelled(b"a"), None);
         find("a").await;
         assert_eq!(asked(), 5);
         // This mount's own unlink: asked again.

@@ -299,10 +299,16 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     rt.spawn(crate::fuse::cache::follow_recalls(active.clone(), inval));
     session.run()?;
     tracing::info!(dir = %a.dir.display(), "unmounted; client exits");
-    // Settle what was changed last, so that the bricks' heal index is
-    // left empty by a clean unmount.
+    // Land what was answered ahead (changes of names), then settle what
+    // was changed last, so that the bricks' heal index is left empty by a
+    // clean unmount.
     let settled = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), active.graph().fini()).await
+        let graph = active.graph();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            graph.settle().await;
+            graph.fini().await
+        })
+        .await
     });
     if settled.is_err() {
         tracing::warn!("bricks did not answer in time; heal will settle the last changes");

@@ -357,3 +357,95 @@ fn listings_kept_by_the_kernel_follow_every_change_of_names() {
     want.retain(|n| n != "g10");
     check(&mut want);
 }
+
+/// The names in a directory, sorted.
+fn listing(dir: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn changes_of_names_answered_ahead_are_all_there_at_another_mounts_first_look() {
+    let c = Cluster::start();
+    // Two replica sets: names land on either, and renames cross them.
+    let bricks = c.volume("av", 2, &["a1", "a2", "a3", "a4"]);
+    let (m1, m2) = (c.mount("av"), c.mount("av"));
+    fs::create_dir(m1.p("d")).unwrap();
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..300 {
+        fs::write(m1.p(&format!("d/f{i}")), format!("file {i}\n")).unwrap();
+        want.insert(format!("f{i}"), format!("file {i}\n"));
+    }
+    for i in 0..50 {
+        fs::File::create(m1.p(&format!("d/e{i}"))).unwrap();
+        want.insert(format!("e{i}"), String::new());
+    }
+    // Renames to new names, and over names that exist.
+    for i in 0..100 {
+        fs::rename(m1.p(&format!("d/f{i}")), m1.p(&format!("d/g{i}"))).unwrap();
+        let v = want.remove(&format!("f{i}")).unwrap();
+        want.insert(format!("g{i}"), v);
+    }
+    for i in 100..150 {
+        fs::rename(m1.p(&format!("d/f{i}")), m1.p(&format!("d/f{}", i + 50))).unwrap();
+        let v = want.remove(&format!("f{i}")).unwrap();
+        want.insert(format!("f{}", i + 50), v);
+    }
+    for i in 200..260 {
+        fs::remove_file(m1.p(&format!("d/f{i}"))).unwrap();
+        want.remove(&format!("f{i}"));
+    }
+    // A name removed and made again, and a file read back at once.
+    fs::remove_file(m1.p("d/e0")).unwrap();
+    fs::write(m1.p("d/e0"), "again\n").unwrap();
+    want.insert("e0".into(), "again\n".into());
+    assert_eq!(fs::read_to_string(m1.p("d/g7")).unwrap(), "file 7\n");
+
+    // The other mount's first look, with no pause: every change is there.
+    let names: Vec<String> = want.keys().cloned().collect();
+    assert_eq!(listing(&m2.p("d")), names);
+    for (name, content) in &want {
+        assert_eq!(
+            fs::read_to_string(m2.p(&format!("d/{name}"))).unwrap(),
+            *content,
+            "{name}"
+        );
+    }
+    // And this mount's own view, and its directory's fsync: nothing failed.
+    assert_eq!(listing(&m1.p("d")), names);
+    fs::File::open(m1.p("d")).unwrap().sync_all().unwrap();
+    assert_bricks_identical(&bricks[0..2]);
+    assert_bricks_identical(&bricks[2..4]);
+}
+
+#[test]
+fn a_change_answered_ahead_that_fails_on_the_bricks_is_reported_by_the_directorys_fsync() {
+    let c = Cluster::start();
+    let bricks = c.volume("fv", 3, &["f1", "f2", "f3"]);
+    let m = c.mount("fv");
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/a"), "a\n").unwrap();
+    // A name put on the bricks behind the mount's back (not supported:
+    // here it stands for any failure the mount could not foresee).
+    for b in &bricks {
+        fs::write(b.join("d/clash"), "planted\n").unwrap();
+    }
+    // The mount knows every name of a directory it made: this one is
+    // missing, so the create is answered ahead and fails on the bricks.
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.p("d/clash"))
+        .unwrap();
+    let dir = fs::File::open(m.p("d")).unwrap();
+    let e = dir.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "{e}");
+    // Reported once; what the mount believed is dropped.
+    dir.sync_all().unwrap();
+    assert_eq!(fs::read_to_string(m.p("d/clash")).unwrap(), "planted\n");
+    assert_eq!(listing(&m.p("d")), ["a", "clash"]);
+}

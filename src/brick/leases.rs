@@ -29,7 +29,7 @@ use crate::core::options::{Kind, Spec};
 use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
 use async_trait::async_trait;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -91,6 +91,8 @@ struct Holder {
 #[derive(Default)]
 struct Shard {
     holders: HashMap<Gfid, Vec<Holder>>,
+    /// Directories claimed by their maker, until when.
+    claims: HashMap<Gfid, (ConnId, Instant)>,
     swept: Option<Instant>,
 }
 
@@ -108,6 +110,8 @@ pub struct Leases {
     next_recall: AtomicU64,
     /// Recalls not answered yet: their connection, and the change waiting.
     waiting: Mutex<HashMap<u64, (ConnId, oneshot::Sender<()>)>>,
+    /// Claims held (a request looks for them only when there are some).
+    claimed: AtomicUsize,
 }
 
 pub fn build(
@@ -128,6 +132,7 @@ impl Leases {
             seq: AtomicU64::new(0),
             next_recall: AtomicU64::new(1),
             waiting: Mutex::default(),
+            claimed: AtomicUsize::new(0),
         }
     }
 
@@ -147,6 +152,10 @@ impl Leases {
                 hs.retain(|h| h.until > now);
                 !hs.is_empty()
             });
+            let before = sh.claims.len();
+            sh.claims.retain(|_, (_, until)| *until > now);
+            self.claimed
+                .fetch_sub(before - sh.claims.len(), Ordering::AcqRel);
             sh.swept = Some(now);
         }
         let hs = sh.holders.entry(gfid).or_default();
@@ -207,20 +216,72 @@ impl Leases {
         let mut waits = Vec::new();
         for (gfid, name) in targets {
             for holder in self.take(caller, gfid, since, end) {
-                let Some(conn) = self.conns.get(holder) else {
-                    continue;
-                };
-                let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
-                let (tx, rx) = oneshot::channel();
-                self.waiting.lock().unwrap().insert(id, (holder, tx));
-                (conn.notice)(Notice::Recall {
-                    id,
-                    gfid: *gfid,
-                    name: name.clone(),
-                });
-                waits.push((conn, rx));
+                waits.extend(self.send_recall(holder, *gfid, name.clone()));
             }
         }
+        self.wait_recalls(waits, timeout).await;
+    }
+
+    /// `conn` made directory `gfid`: it holds the claim until `until`.
+    fn claim(&self, conn: ConnId, gfid: Gfid, until: Instant) {
+        let mut sh = self.shard(&gfid).lock().unwrap();
+        if sh.claims.insert(gfid, (conn, until)).is_none() {
+            self.claimed.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Ends the claims of other connections on the directories `fop`
+    /// names, recalls them and waits until each maker has answered (it
+    /// landed what it answered ahead in them) or times out.
+    async fn end_claims(&self, caller: ConnId, fop: &Fop, timeout: Duration) {
+        if self.claimed.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut ended = Vec::new();
+        for gfid in named_objects(fop) {
+            let mut sh = self.shard(&gfid).lock().unwrap();
+            if let Some(&(holder, until)) = sh.claims.get(&gfid) {
+                if holder != caller {
+                    sh.claims.remove(&gfid);
+                    self.claimed.fetch_sub(1, Ordering::AcqRel);
+                    if until > now {
+                        ended.push((holder, gfid));
+                    }
+                }
+            }
+        }
+        let mut waits = Vec::new();
+        for (holder, gfid) in ended {
+            if let Some(w) = self.send_recall(holder, gfid, None) {
+                waits.push(w);
+            }
+        }
+        self.wait_recalls(waits, timeout).await;
+    }
+
+    /// Sends `holder` a recall of `gfid` (or of `name` in it).
+    fn send_recall(
+        &self,
+        holder: ConnId,
+        gfid: Gfid,
+        name: Option<Name>,
+    ) -> Option<(Arc<Conn>, oneshot::Receiver<()>)> {
+        let conn = self.conns.get(holder)?;
+        let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock().unwrap().insert(id, (holder, tx));
+        (conn.notice)(Notice::Recall { id, gfid, name });
+        Some((conn, rx))
+    }
+
+    /// Waits until each recall is answered; a client that does not answer
+    /// by `timeout` is disconnected.
+    async fn wait_recalls(
+        &self,
+        waits: Vec<(Arc<Conn>, oneshot::Receiver<()>)>,
+        timeout: Duration,
+    ) {
         let deadline = tokio::time::Instant::now() + timeout;
         for (conn, rx) in waits {
             // An answer, or the connection gone: done either way.
@@ -306,6 +367,19 @@ impl Leases {
     }
 }
 
+/// The objects a request names (a directory it looks in or changes, an
+/// object it reads or changes): what another connection's claim on them
+/// must be ended for.
+fn named_objects(fop: &Fop) -> Vec<Gfid> {
+    let mut out = vec![fop.gfid()];
+    match fop {
+        Fop::Rename { newparent, .. } | Fop::Link { newparent, .. } => out.push(*newparent),
+        _ => {}
+    }
+    out.retain(|g| *g != Gfid::NULL);
+    out
+}
+
 /// Whether the recalls a change sends end the leases they recall: only
 /// for a change of a file's data, after which the client has nothing of
 /// the file left.
@@ -367,6 +441,7 @@ impl BrickXlator for Leases {
         let Some(lease) = terms.lease else {
             return self.below.call(conn, cx, fop).await;
         };
+        self.end_claims(conn.id, &fop, terms.recall_timeout).await;
         let targets = self.targets(conn, cx, &fop).await;
         let since = self.seq.load(Ordering::Acquire);
         let end = ends_leases(&fop);
@@ -377,7 +452,15 @@ impl BrickXlator for Leases {
         let told = told_by(&fop);
         // A missing name is cached too (a negative entry).
         let lookup = matches!(fop, Fop::Lookup { .. });
+        let made_dir = match &fop {
+            Fop::Mkdir { gfid, .. } => Some(*gfid),
+            _ => None,
+        };
         let res = self.below.call(conn, cx, fop).await;
+        if let (Some(dir), Ok(_)) = (made_dir, &res) {
+            // Nobody else can have seen it: its maker may change it ahead.
+            self.claim(conn.id, dir, Instant::now() + lease);
+        }
         if let Some(mut gfids) = told.filter(|_| res.is_ok() || lookup) {
             told_in(&res, &mut gfids);
             // The client's cache lasts `lease` from when it gets the
@@ -401,6 +484,13 @@ impl BrickXlator for Leases {
 
     fn disconnect(&self, conn: &Conn) {
         self.conns.remove(conn.id);
+        for sh in &self.shards {
+            let mut sh = sh.lock().unwrap();
+            let before = sh.claims.len();
+            sh.claims.retain(|_, (c, _)| *c != conn.id);
+            self.claimed
+                .fetch_sub(before - sh.claims.len(), Ordering::AcqRel);
+        }
         // Changes waiting for its answers go on.
         self.waiting
             .lock()
@@ -490,6 +580,50 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[tokio::test]
+    async fn a_directory_is_claimed_by_its_maker_until_another_connection_names_it() {
+        let l = leases(Duration::from_secs(30));
+        let (a, b) = (client(1), client(2));
+        l.connect(&a.conn);
+        l.connect(&b.conn);
+        let dir = Gfid::random();
+        let mkdir = Fop::Mkdir {
+            parent: Gfid::ROOT,
+            name: Name::new("d").unwrap(),
+            gfid: dir,
+            mode: 0o755,
+            umask: 0,
+        };
+        start(&l, &a, mkdir).await.unwrap().unwrap();
+        // The maker's own requests in it recall nothing.
+        let lookup = |n: &str| Fop::Lookup {
+            parent: dir,
+            name: Name::new(n).unwrap(),
+        };
+        start(&l, &a, lookup("x")).await.unwrap().unwrap();
+        assert!(recall_ids(&a).is_empty());
+        // Another connection's mere lookup in it waits for the maker.
+        let look = start(&l, &b, lookup("x"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while recall_ids(&a).is_empty() {
+            assert!(Instant::now() < deadline, "no recall sent");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (id, gfid, name) = recall_ids(&a)[0].clone();
+        assert_eq!((gfid, name), (dir, None));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !look.is_finished(),
+            "the lookup went on before the maker answered"
+        );
+        l.recalled(&a.conn, id);
+        look.await.unwrap().unwrap();
+        // The claim is over: a second lookup recalls nothing more.
+        start(&l, &b, lookup("y")).await.unwrap().unwrap();
+        assert_eq!(recall_ids(&a).len(), 1);
+        assert!(!a.closed.load(Ordering::SeqCst));
     }
 
     #[tokio::test]

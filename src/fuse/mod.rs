@@ -668,13 +668,33 @@ impl Filesystem for MortarFs {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         _fh: FileHandle,
-        _datasync: bool,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok()
+        // The directory's own fsync (`ANON_FH`): md-cache answers it once
+        // the changes of names it answered ahead in it have landed, with
+        // the error of any that failed. The bricks write names through.
+        let gfid = match self.gfid(ino) {
+            Ok(g) => g,
+            Err(e) => return reply.error(e),
+        };
+        let fop = Fop::Fsync {
+            gfid,
+            fh: crate::core::fop::ANON_FH,
+            datasync,
+        };
+        let cx = ctx(req);
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, fop).await {
+                // No md-cache in the graph: nothing was answered ahead.
+                Err(e) if e.is(libc::EBADF) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+                Ok(_) => reply.ok(),
+            }
+        });
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

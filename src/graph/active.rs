@@ -261,11 +261,12 @@ impl Active {
                 None => Ok(Reply::Ok),
             },
             _ => match fop.fh() {
+                // Through no handle (a directory's fsync): the current graph.
+                Some(crate::core::fop::ANON_FH) | None => self.graph().top().call(cx, fop).await,
                 Some(fh) => {
                     let h = self.handles.get(fh)?;
                     h.graph.top().call(cx, fop.with_fh(h.fh)).await
                 }
-                None => self.graph().top().call(cx, fop).await,
             },
         }
     }

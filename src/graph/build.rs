@@ -157,9 +157,7 @@ pub(super) fn read_only(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<A
 pub(super) fn md_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
     let child = only_child(cx, children, "md-cache")?;
     let name = cx.desc.name.clone();
-    Ok(Arc::new(crate::performance::md_cache::MdCache::new(
-        name, child,
-    )))
+    Ok(crate::performance::md_cache::MdCache::new(name, child))
 }
 
 pub(super) fn io_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {

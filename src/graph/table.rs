@@ -91,7 +91,7 @@ pub static TABLE: &[Row] = &[
         side: Side::Client,
         place: Place::Above,
         enabled_by: Some(&crate::performance::md_cache::STAT_PREFETCH),
-        options: &[],
+        options: &[&crate::performance::md_cache::ASYNC_DIROPS],
         build: Some(super::build::md_cache),
         brick: None,
         about: "objects' xattrs (missing ones too) kept at the mount under the bricks' leases",

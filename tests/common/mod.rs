@@ -341,6 +341,15 @@ impl Mount {
         wait_for("unmount", Duration::from_secs(10), || {
             !is_mounted(&self.dir)
         });
+        // The client lands what it answered ahead before it exits.
+        let client = format!("mount .*{}( |$)", self.dir.display());
+        wait_for("the client to exit", Duration::from_secs(30), || {
+            !Command::new("pgrep")
+                .args(["-f", &client])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
     }
 }
 

@@ -13,13 +13,20 @@
 //! object's attributes (the object it named is not known here, and its
 //! link count changed).
 
+mod ahead;
+mod behind;
+
+pub use ahead::ASYNC_DIROPS;
+
+use crate::core::fop::ANON_FH;
 use crate::core::options::{Kind, Spec};
 use crate::core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Name, Reply, Xlator};
 use async_trait::async_trait;
+use behind::Behind;
 use serde_bytes::ByteBuf;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 pub static STAT_PREFETCH: Spec = Spec {
@@ -106,11 +113,25 @@ pub struct MdCache {
     writing: Mutex<HashMap<Gfid, (u32, u64)>>,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// Changes of names answered ahead of the bricks, on their way
+    /// (`ahead.rs`, `behind.rs`).
+    behind: Arc<Behind>,
+    /// `performance.async-dirops`, under leases.
+    ahead_on: AtomicBool,
+    /// Held while a change is answered ahead and noted, and while a recall
+    /// takes note of the changes it must wait for.
+    noting: Mutex<()>,
+    /// This translator, for the tasks that send changes behind.
+    me: Weak<MdCache>,
 }
 
 impl MdCache {
-    pub fn new(name: String, child: Child) -> MdCache {
-        MdCache {
+    pub fn new(name: String, child: Child) -> Arc<MdCache> {
+        Arc::new_cyclic(|me| MdCache {
+            behind: Arc::default(),
+            ahead_on: AtomicBool::new(false),
+            noting: Mutex::new(()),
+            me: me.clone(),
             name,
             child,
             keep_ms: AtomicU64::new(crate::graph::UNLEASED.as_millis() as u64),
@@ -120,7 +141,43 @@ impl MdCache {
             writing: Mutex::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+        })
+    }
+
+    /// Sends `fop` to the bricks once what it would see of them includes
+    /// every change answered ahead that it depends on (`behind.rs`): a
+    /// handle given ahead becomes the bricks' one.
+    async fn down(&self, cx: &Ctx, mut fop: Fop) -> FsResult<Reply> {
+        if let Some(fh) = fop.fh().filter(|fh| behind::is_ahead(*fh)) {
+            match &fop {
+                // Nothing was written (write-behind waits for the writes
+                // first, and they for the create): nothing to report yet.
+                Fop::Flush { .. } if self.behind.making(fh) => return Ok(Reply::Ok),
+                Fop::Release { .. } => match self.behind.release(fh).await {
+                    Some(real) => fop = fop.with_fh(real),
+                    None => return Ok(Reply::Ok),
+                },
+                _ => fop = fop.with_fh(self.behind.handle(fh).await?),
+            }
         }
+        // A directory's fsync: its changes ahead have landed, or failed.
+        if let Fop::Fsync {
+            gfid, fh: ANON_FH, ..
+        } = &fop
+        {
+            // (The bricks write names through: nothing to send them.)
+            let dir = *gfid;
+            self.behind.wait(u64::MAX, |k| k.touches(&dir)).await;
+            return match self.behind.take_error(dir) {
+                Some(e) => Err(e),
+                None => Ok(Reply::Ok),
+            };
+        }
+        if !self.behind.idle() {
+            let f = &fop;
+            self.behind.wait(u64::MAX, |k| depends(f, k)).await;
+        }
+        self.child.call(cx, fop).await
     }
 
     fn shard(&self, g: &Gfid) -> &Mutex<HashMap<Gfid, Object>> {
@@ -432,6 +489,56 @@ impl MdCache {
     }
 }
 
+impl MdCache {
+    /// Holds a copy of a recall's `ack` until the changes ahead noted so
+    /// far that touch `gfid` have landed.
+    fn hold_recall(&self, gfid: Gfid, ack: &crate::core::xlator::Ack) {
+        let (before, idle) = {
+            let _noting = self.noting.lock().unwrap();
+            (self.behind.now(), self.behind.idle())
+        };
+        if idle {
+            return;
+        }
+        let (behind, ack) = (self.behind.clone(), ack.clone());
+        tokio::spawn(async move {
+            behind.wait(before, |k| k.touches(&gfid)).await;
+            drop(ack);
+        });
+    }
+}
+
+/// Whether `fop` would see on the bricks what change ahead `k` has not
+/// done there yet.
+fn depends(fop: &Fop, k: &behind::Keys) -> bool {
+    let named = |dir: &Gfid, n: &Name| {
+        k.names
+            .iter()
+            .any(|(d, m)| d == dir && m.as_slice() == n.as_bytes())
+    };
+    match fop {
+        Fop::Lookup { parent, name }
+        | Fop::Create { parent, name, .. }
+        | Fop::Mknod { parent, name, .. }
+        | Fop::Mkdir { parent, name, .. }
+        | Fop::Symlink { parent, name, .. }
+        | Fop::Unlink { parent, name } => named(parent, name),
+        Fop::Link {
+            gfid,
+            newparent,
+            newname,
+        } => k.objects.contains(gfid) || named(newparent, newname),
+        // Which objects these reach is not known here.
+        Fop::Rmdir { .. } | Fop::Rename { .. } => true,
+        Fop::Statfs { .. }
+        | Fop::Unlock { .. }
+        | Fop::Pending { .. }
+        | Fop::Blamed { .. }
+        | Fop::Resolve { .. } => false,
+        other => k.touches(&other.gfid()),
+    }
+}
+
 /// Names answered by the client or the bricks themselves, never kept.
 fn virtual_name(name: &str) -> bool {
     name.starts_with("trusted.mortar.") || crate::core::fop::is_distribute_xattr(name)
@@ -457,12 +564,25 @@ impl Xlator for MdCache {
             Event::LeasesLost => self.drop_all(),
             _ => {}
         }
+        // The claim on a directory ended (its names are no longer all
+        // known here): the recall is answered once the changes answered
+        // ahead in it have landed.
+        if let Event::Recall { gfid, ack, .. } = &ev {
+            self.hold_recall(*gfid, ack);
+        }
         Some(ev)
     }
 
     fn reconfigure(&self, options: &crate::core::Options) {
         let t = crate::graph::cache_time(options);
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
+        // The bricks claim a directory for its maker only under leases.
+        let ahead = ASYNC_DIROPS.bool(options) && t > crate::graph::UNLEASED;
+        self.ahead_on.store(ahead, Ordering::Relaxed);
+    }
+
+    async fn settle(&self) {
+        self.behind.wait(u64::MAX, |_| true).await;
     }
 
     // No `forget`: what is kept here outlives the kernel's inode. The
@@ -497,6 +617,9 @@ impl Xlator for MdCache {
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        if let Some(answer) = self.ahead(cx, &fop) {
+            return answer;
+        }
         match fop {
             Fop::Getattr { gfid } => {
                 if let Some(a) = self.cached_attr(gfid) {
@@ -505,7 +628,7 @@ impl Xlator for MdCache {
                 }
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 let mark = self.mark();
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 self.keep_attrs(&res, mark);
                 res
             }
@@ -524,7 +647,7 @@ impl Xlator for MdCache {
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 let name = name.clone();
                 let mark = self.mark();
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 self.keep_attrs(&res, mark);
                 if let Ok(Reply::Entry(e)) = &res {
                     self.keep_found(parent, &name, e.attr.gfid, mark);
@@ -533,7 +656,7 @@ impl Xlator for MdCache {
             }
             Fop::Readdir { .. } => {
                 let mark = self.mark();
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 self.keep_attrs(&res, mark);
                 res
             }
@@ -545,7 +668,7 @@ impl Xlator for MdCache {
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 let name = name.clone();
                 let mark = self.mark();
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 match &res {
                     Ok(Reply::Xattr(v)) => self.keep(gfid, Kept::Xattr(name, Ok(v.clone())), mark),
                     Err(e) if e.is(libc::ENODATA) => {
@@ -562,7 +685,7 @@ impl Xlator for MdCache {
                 }
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 let mark = self.mark();
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 if let Ok(Reply::Xattr(v)) = &res {
                     self.keep(gfid, Kept::List(v.clone()), mark);
                 }
@@ -580,7 +703,7 @@ impl Xlator for MdCache {
                 };
                 self.drop_attr(gfid);
                 let mark = self.mark();
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 let alone = {
                     let mut w = self.writing.lock().unwrap();
                     let e = w.get_mut(&gfid).expect("counted at its start");
@@ -604,20 +727,20 @@ impl Xlator for MdCache {
             }
             Fop::Fallocate { gfid, .. } => {
                 self.drop_attr(gfid);
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 self.drop_attr(gfid);
                 res
             }
             Fop::Open { gfid, flags } if flags & libc::O_TRUNC != 0 => {
                 self.drop_attr(gfid);
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 self.drop_attr(gfid);
                 res
             }
             fop => {
                 let changed = self.changed(&fop);
                 if changed.is_empty() {
-                    return self.child.call(cx, fop).await;
+                    return self.down(cx, fop).await;
                 }
                 // A change of names alters its directories' attributes
                 // (times, link count), not their xattrs.
@@ -645,7 +768,7 @@ impl Xlator for MdCache {
                 }
                 let names = names_only.then(|| fop.clone());
                 let before = self.mark();
-                let res = self.child.call(cx, fop).await;
+                let res = self.down(cx, fop).await;
                 if let Some(f) = &names {
                     if let (Fop::Mkdir { gfid, .. }, Ok(_)) = (f, &res) {
                         self.made_empty(*gfid, before);
@@ -761,7 +884,7 @@ mod tests {
     }
 
     /// md-cache over `below`, under one-minute leases.
-    fn leased(below: Arc<impl Xlator + 'static>) -> MdCache {
+    fn leased(below: Arc<impl Xlator + 'static>) -> Arc<MdCache> {
         let md = MdCache::new("md".into(), Child::standalone(below));
         let mut o = crate::core::Options::new();
         o.insert("features.cache-invalidation-timeout".into(), "60".into());
@@ -1071,8 +1194,8 @@ mod tests {
             .unwrap();
         assert_eq!(found.attr.gfid, x);
         assert_eq!(asked(), 0);
-        // Renamed away: missing again, and the new name is asked for
-        // (what it leads to is not known here).
+        // Renamed (answered ahead): missing again, and the new name
+        // leads to the file moved.
         let rename = Fop::Rename {
             parent: d,
             name: n("x"),
@@ -1082,14 +1205,14 @@ mod tests {
         };
         md.call(&cx, rename).await.unwrap();
         md.call(&cx, lookup("x")).await.unwrap_err();
+        let moved = md.call(&cx, lookup("z")).await.unwrap();
+        assert_eq!(moved.into_entry().unwrap().attr.gfid, x);
         assert_eq!(asked(), 0);
-        md.call(&cx, lookup("z")).await.unwrap_err();
-        assert_eq!(asked(), 1);
         // Another client's change: the brick recalls the directory first.
         recall(&md, d, Some(n("w")));
         md.call(&cx, lookup("w")).await.unwrap_err();
         assert!(md.cached(&cx, &lookup("w")).is_none());
-        assert_eq!(asked(), 2);
+        assert_eq!(asked(), 1);
     }
 
     /// Finds every name as an object of its own (the gfid its name

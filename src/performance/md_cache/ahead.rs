@@ -1,0 +1,523 @@
+//! Changes of names answered ahead (CephFS's asynchronous directory
+//! operations; docs/caching.md). A directory this mount made is claimed by
+//! it on every brick until another client names it (`brick::leases`): the
+//! bricks then recall it, and wait until the changes answered here have
+//! landed. While md-cache knows all of the directory's names (which is
+//! exactly while that claim holds), a create, unlink or rename of a file
+//! in it cannot meet anything it does not know: it is answered from
+//! memory, md-cache's state follows it at once, and the request goes to
+//! the bricks behind (`behind.rs` orders it and makes what depends on it
+//! wait).
+
+use super::behind::Keys;
+use super::{Kept, MdCache, INHERITED};
+use crate::core::options::{Kind, Spec};
+use crate::core::xlator::Ack;
+use crate::core::{Attr, Ctx, Entry, Event, FileKind, Fop, FsResult, Gfid, Name, Reply};
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+pub static ASYNC_DIROPS: Spec = Spec {
+    key: "performance.async-dirops",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Creates, unlinks and renames of files in a directory this mount made, while no other client has looked at it, are answered at the mount and sent to the bricks behind, in order (CephFS's asynchronous directory operations). Another client's first look at the directory waits until they have landed. A change that fails on the bricks is logged and reported by the next fsync of its directory. Needs features.cache-invalidation and performance.stat-prefetch.",
+};
+
+fn now() -> (i64, u32) {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, d.subsec_nanos())
+}
+
+/// `a` changed just now (its ctime, and for a directory its mtime).
+fn touched(a: &Attr, t: (i64, u32), dir: bool) -> Attr {
+    let mut a = a.clone();
+    a.ctime = t;
+    if dir {
+        a.mtime = t;
+    }
+    a
+}
+
+impl MdCache {
+    /// Whether all names of `dir` are known here (its claim holds), and
+    /// whether `name` is one of them.
+    fn claimed(&self, dir: Gfid, name: &[u8]) -> Option<bool> {
+        let now = Instant::now();
+        let s = self.shard(&dir).lock().unwrap();
+        let n = s.get(&dir)?.names.as_ref().filter(|n| n.until > now)?;
+        Some(n.set.contains(name))
+    }
+
+    /// A file `name` in `dir` leads to, as known here.
+    fn file_named(&self, dir: Gfid, name: &[u8]) -> Option<Attr> {
+        self.found(dir, name).filter(|a| a.kind != FileKind::Dir)
+    }
+
+    /// Keeps attributes this mount made up or changed ahead.
+    fn keep_made(&self, attrs: &[Attr]) {
+        let start = Instant::now();
+        for a in attrs {
+            let mut s = self.shard(&a.gfid).lock().unwrap();
+            self.store(&mut s, a.gfid, Kept::Attr(a.clone()), start);
+        }
+    }
+
+    /// The answer to `fop` given ahead of the bricks, with the request sent
+    /// behind; None when it must wait for the bricks.
+    pub(super) fn ahead(&self, cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
+        if !self.ahead_on.load(Ordering::Relaxed) || self.behind.full() {
+            return None;
+        }
+        let t = now();
+        // Answering and noting happen under the notes' lock: a recall of
+        // the directory that ends the claim meanwhile sees this change out.
+        let _noting = self.noting.lock().unwrap();
+        // The answer, what the change touches, and a name it makes.
+        let (reply, keys, names_now) = match fop {
+            Fop::Unlink { parent, name } => {
+                let dir = self.cached_attr(*parent)?;
+                if self.claimed(*parent, name.as_bytes())? {
+                    let obj = self.file_named(*parent, name.as_bytes())?;
+                    let mut gone = touched(&obj, t, false);
+                    gone.nlink = gone.nlink.saturating_sub(1);
+                    let after = vec![touched(&dir, t, true), gone];
+                    let keys = Keys {
+                        dirs: vec![*parent],
+                        names: vec![(*parent, name.as_bytes().to_vec())],
+                        objects: vec![obj.gfid],
+                    };
+                    (Reply::Unnamed(after), keys, None)
+                } else {
+                    return None;
+                }
+            }
+            Fop::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags: 0,
+            } => {
+                let from = self.cached_attr(*parent)?;
+                let to = self.cached_attr(*newparent)?;
+                if !self.claimed(*parent, name.as_bytes())? {
+                    return None;
+                }
+                let replaces = self.claimed(*newparent, newname.as_bytes())?;
+                let obj = self.file_named(*parent, name.as_bytes())?;
+                let mut after = vec![touched(&from, t, true)];
+                if newparent != parent {
+                    after.push(touched(&to, t, true));
+                }
+                after.push(touched(&obj, t, false));
+                let mut objects = vec![obj.gfid];
+                if replaces {
+                    let old = self.file_named(*newparent, newname.as_bytes())?;
+                    if old.gfid == obj.gfid {
+                        return None;
+                    }
+                    let mut gone = touched(&old, t, false);
+                    gone.nlink = gone.nlink.saturating_sub(1);
+                    objects.push(old.gfid);
+                    after.push(gone);
+                }
+                let keys = Keys {
+                    dirs: vec![*parent, *newparent],
+                    names: vec![
+                        (*parent, name.as_bytes().to_vec()),
+                        (*newparent, newname.as_bytes().to_vec()),
+                    ],
+                    objects,
+                };
+                let moved = (*newparent, newname.clone(), obj.gfid);
+                (Reply::Unnamed(after), keys, Some(moved))
+            }
+            Fop::Create {
+                parent,
+                name,
+                gfid,
+                mode,
+                umask,
+                ..
+            } => {
+                let dir = self.cached_attr(*parent)?;
+                if self.claimed(*parent, name.as_bytes())? {
+                    return None;
+                }
+                // What the new file inherits must be known: none of it
+                // (a default ACL would set its mode instead of the umask).
+                for &(from, _, dirs_only) in INHERITED {
+                    if !dirs_only && self.cached_xattr(*parent, Some(from))?.is_ok() {
+                        return None;
+                    }
+                }
+                let perm = mode & !umask & 0o7777;
+                if perm & libc::S_ISGID != 0 {
+                    return None;
+                }
+                let mut a = Attr::plain_file(*gfid, 0);
+                a.perm = perm;
+                a.uid = cx.uid;
+                a.gid = match dir.perm & libc::S_ISGID {
+                    0 => cx.gid,
+                    _ => dir.gid,
+                };
+                a.blksize = dir.blksize;
+                a.blocks = 0;
+                (a.atime, a.mtime, a.ctime) = (t, t, t);
+                let keys = Keys {
+                    dirs: vec![*parent],
+                    names: vec![(*parent, name.as_bytes().to_vec())],
+                    objects: vec![*gfid],
+                };
+                let entry = Entry {
+                    attr: a,
+                    parent: Some(touched(&dir, t, true)),
+                };
+                let made = (*parent, name.clone(), *gfid);
+                (Reply::Created { entry, fh: 0 }, keys, Some(made))
+            }
+            _ => return None,
+        };
+        // md-cache's state follows the change now.
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.follow_names(fop, true);
+        let (id, reply) = match reply {
+            Reply::Created { entry, .. } => {
+                let (id, fh) = self.behind.start_create(keys.clone());
+                self.keep_made(std::slice::from_ref(&entry.attr));
+                self.keep_made(entry.parent.as_slice());
+                self.born_known(entry.attr.gfid);
+                (id, Reply::Created { entry, fh })
+            }
+            Reply::Unnamed(after) => {
+                let id = self.behind.start(keys.clone());
+                self.keep_made(&after);
+                (id, Reply::Unnamed(after))
+            }
+            _ => unreachable!("answers ahead are Created or Unnamed"),
+        };
+        if let Some((dir, name, gfid)) = names_now {
+            self.keep_found(dir, &name, gfid, self.mark());
+        }
+        drop(_noting);
+        self.send_behind(cx, fop.clone(), id, keys, &reply);
+        Some(Ok(reply))
+    }
+
+    /// What a file created ahead is known to lack: file capabilities, and
+    /// what it inherits from its directory, which lacks it all (`ahead`
+    /// checked).
+    fn born_known(&self, gfid: Gfid) {
+        let none = |n: &str| Kept::Xattr(n.into(), Err(libc::ENODATA));
+        let start = Instant::now();
+        let mut s = self.shard(&gfid).lock().unwrap();
+        self.store(&mut s, gfid, none("security.capability"), start);
+        for &(_, name, dirs_only) in INHERITED {
+            if !dirs_only {
+                self.store(&mut s, gfid, none(name), start);
+            }
+        }
+    }
+
+    /// Sends change `id`, answered ahead, to the bricks once the changes
+    /// ahead of it that touch the same names or objects have landed.
+    fn send_behind(&self, cx: &Ctx, fop: Fop, id: u64, keys: Keys, reply: &Reply) {
+        let Some(me) = self.me.upgrade() else {
+            self.behind.land(id, None);
+            return;
+        };
+        let fh = match reply {
+            Reply::Created { fh, .. } => Some(*fh),
+            _ => None,
+        };
+        let cx = cx.clone();
+        tokio::spawn(async move {
+            me.behind.wait(id, |k| k.overlaps(&keys)).await;
+            let mark = me.mark();
+            let res = me.child.call(&cx, fop.clone()).await;
+            if let Some(fh) = fh {
+                let real = match &res {
+                    Ok(Reply::Created { fh, .. }) => Ok(*fh),
+                    Ok(_) => Err(crate::core::FsError::errno(libc::EIO)),
+                    Err(e) => Err(e.clone()),
+                };
+                me.behind.made(fh, real);
+            }
+            // The bricks' attributes replace those made up. A directory's
+            // are the truth once no other change of this mount in it is
+            // out (another client's change comes after the recall, which
+            // waits for this one); an object's only if nothing was changed
+            // since (its writes may have followed the create already).
+            let real = match &res {
+                Ok(Reply::Created { entry, .. }) => {
+                    let mut real = vec![entry.attr.clone()];
+                    real.extend(entry.parent.iter().cloned());
+                    real
+                }
+                Ok(Reply::Unnamed(attrs)) => attrs.clone(),
+                _ => Vec::new(),
+            };
+            let (dirs, objects): (Vec<Attr>, Vec<Attr>) =
+                real.into_iter().partition(|a| keys.dirs.contains(&a.gfid));
+            me.keep_all_after_change(&objects, mark);
+            let settled: Vec<Attr> = dirs
+                .into_iter()
+                .filter(|a| !me.behind.others_touch(id, &a.gfid))
+                .collect();
+            me.keep_made(&settled);
+            // An existing file opened instead (a name put there behind
+            // the mount's back): the object answered ahead is not it.
+            let stray = matches!(&res, Ok(Reply::Created { entry, .. }) if Some(entry.attr.gfid) != keys.objects.first().copied());
+            let err = res.err();
+            if stray {
+                tracing::warn!(dir = %keys.dirs[0], "a create answered ahead found the name taken on the bricks; dropping what was believed");
+            }
+            if let Some(e) = &err {
+                tracing::warn!(
+                    op = fop.name(),
+                    dir = %keys.dirs[0],
+                    names = ?keys.names.iter().map(|(_, n)| String::from_utf8_lossy(n)).collect::<Vec<_>>(),
+                    "a change answered ahead failed on the bricks: {e}; the directory's next fsync reports it"
+                );
+            }
+            if err.is_some() || stray {
+                // What this mount (and its kernel) believed is wrong: drop
+                // it, as for another client's change.
+                for (dir, name) in &keys.names {
+                    if let Ok(name) = Name::new(name.clone()) {
+                        me.drop_name(*dir, &name);
+                        me.child.link.emit(Event::Recall {
+                            gfid: *dir,
+                            name: Some(name),
+                            ack: Ack::none(),
+                        });
+                    }
+                }
+                for g in &keys.objects {
+                    me.drop_object(*g);
+                    me.child.link.emit(Event::Recall {
+                        gfid: *g,
+                        name: None,
+                        ack: Ack::none(),
+                    });
+                }
+            }
+            me.behind.land(id, err);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fop::ANON_FH;
+    use crate::core::{Child, FsError, Xlator};
+    use async_trait::async_trait;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::sync::Semaphore;
+
+    /// A volume whose creates wait at a gate; `clash` exists already.
+    struct Gated {
+        gate: Semaphore,
+        creates: AtomicU64,
+        opens: AtomicU64,
+    }
+
+    #[async_trait]
+    impl Xlator for Gated {
+        fn name(&self) -> String {
+            "gated".into()
+        }
+        async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+            let dir = |g| Attr {
+                kind: FileKind::Dir,
+                ..Attr::plain_file(g, 4096)
+            };
+            match fop {
+                Fop::Mkdir { gfid, .. } => Ok(Reply::Entry(Entry::found(dir(gfid)))),
+                Fop::Getattr { gfid } => Ok(Reply::Attr(dir(gfid))),
+                Fop::Getxattr { .. } => Err(FsError::errno(libc::ENODATA)),
+                Fop::Create {
+                    parent, name, gfid, ..
+                } => {
+                    self.gate.acquire().await.unwrap().forget();
+                    self.creates.fetch_add(1, Ordering::SeqCst);
+                    if name.as_bytes() == b"clash" {
+                        return Err(FsError::errno(libc::EEXIST));
+                    }
+                    Ok(Reply::Created {
+                        entry: Entry {
+                            attr: Attr::plain_file(gfid, 0),
+                            parent: Some(dir(parent)),
+                        },
+                        fh: 5,
+                    })
+                }
+                Fop::Open { .. } => {
+                    self.opens.fetch_add(1, Ordering::SeqCst);
+                    Ok(Reply::Opened { fh: 6 })
+                }
+                _ => Ok(Reply::Ok),
+            }
+        }
+    }
+
+    fn rig() -> (Arc<Gated>, Arc<MdCache>) {
+        let below = Arc::new(Gated {
+            gate: Semaphore::new(0),
+            creates: AtomicU64::new(0),
+            opens: AtomicU64::new(0),
+        });
+        let md = MdCache::new("md".into(), Child::standalone(below.clone()));
+        let mut o = crate::core::Options::new();
+        o.insert("features.cache-invalidation-timeout".into(), "60".into());
+        md.reconfigure(&o);
+        (below, md)
+    }
+
+    fn n(s: &str) -> Name {
+        Name::new(s).unwrap()
+    }
+
+    async fn mkdir(md: &MdCache) -> Gfid {
+        let d = Gfid::random();
+        let mkdir = Fop::Mkdir {
+            parent: Gfid::ROOT,
+            name: n("d"),
+            gfid: d,
+            mode: 0o755,
+            umask: 0,
+        };
+        md.call(&Ctx::root(), mkdir).await.unwrap();
+        d
+    }
+
+    fn create(parent: Gfid, name: &str) -> Fop {
+        Fop::Create {
+            parent,
+            name: n(name),
+            gfid: Gfid::random(),
+            mode: 0o644,
+            umask: 0o022,
+            flags: libc::O_WRONLY | libc::O_EXCL,
+        }
+    }
+
+    async fn settled<T>(h: &tokio::task::JoinHandle<T>) -> bool {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        h.is_finished()
+    }
+
+    #[tokio::test]
+    async fn a_create_in_a_directory_made_here_is_answered_before_the_bricks_have_it() {
+        let (below, md) = rig();
+        let cx = Ctx::root();
+        let d = mkdir(&md).await;
+        let fop = create(d, "a");
+        let Fop::Create { gfid, .. } = fop else {
+            unreachable!()
+        };
+        // Answered while the bricks' create waits at the gate.
+        let Reply::Created { entry, fh } = md.call(&cx, fop).await.unwrap() else {
+            panic!("not a create's answer")
+        };
+        assert_eq!((entry.attr.gfid, entry.attr.perm), (gfid, 0o644));
+        assert_eq!(below.creates.load(Ordering::SeqCst), 0);
+        // Its name and attributes are known here.
+        let found = md.call(
+            &cx,
+            Fop::Lookup {
+                parent: d,
+                name: n("a"),
+            },
+        );
+        assert_eq!(found.await.unwrap().into_entry().unwrap().attr.gfid, gfid);
+        md.call(&cx, Fop::Getattr { gfid }).await.unwrap();
+        // A close with nothing written waits for nothing.
+        md.call(&cx, Fop::Flush { gfid, fh }).await.unwrap();
+        // What must see the file on the bricks waits until it is there.
+        let open = {
+            let md = md.clone();
+            tokio::spawn(async move {
+                let open = Fop::Open {
+                    gfid,
+                    flags: libc::O_RDONLY,
+                };
+                md.call(&Ctx::root(), open).await
+            })
+        };
+        assert!(!settled(&open).await, "an open went before the create");
+        below.gate.add_permits(1);
+        open.await.unwrap().unwrap();
+        assert_eq!(below.opens.load(Ordering::SeqCst), 1);
+        // The handle given ahead leads to the bricks' one.
+        md.call(&cx, Fop::Release { gfid, fh }).await.unwrap();
+        md.call(
+            &cx,
+            Fop::Fsync {
+                gfid: d,
+                fh: ANON_FH,
+                datasync: false,
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failure_behind_is_reported_by_the_directorys_fsync_once() {
+        let (below, md) = rig();
+        let cx = Ctx::root();
+        let d = mkdir(&md).await;
+        md.call(&cx, create(d, "clash")).await.unwrap();
+        below.gate.add_permits(10);
+        let fsync = Fop::Fsync {
+            gfid: d,
+            fh: ANON_FH,
+            datasync: false,
+        };
+        let e = md.call(&cx, fsync.clone()).await.unwrap_err();
+        assert!(e.is(libc::EEXIST), "{e}");
+        md.call(&cx, fsync).await.unwrap();
+        // What was believed is gone: the name is asked of the bricks.
+        assert!(md.claimed(d, b"clash").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_recall_of_the_directory_is_answered_once_its_changes_landed() {
+        let (below, md) = rig();
+        let cx = Ctx::root();
+        let d = mkdir(&md).await;
+        md.call(&cx, create(d, "a")).await.unwrap();
+        let answered = Arc::new(AtomicBool::new(false));
+        let a = answered.clone();
+        let ack = Ack::new(move || a.store(true, Ordering::SeqCst));
+        let recall = Event::Recall {
+            gfid: d,
+            name: None,
+            ack,
+        };
+        drop(md.notify(0, recall));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(
+            !answered.load(Ordering::SeqCst),
+            "answered before the create landed"
+        );
+        // The claim is over: the next create waits for the bricks.
+        let next = {
+            let md = md.clone();
+            tokio::spawn(async move { md.call(&Ctx::root(), create(d, "b")).await })
+        };
+        assert!(!settled(&next).await);
+        below.gate.add_permits(2);
+        next.await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(answered.load(Ordering::SeqCst));
+    }
+}

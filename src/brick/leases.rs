@@ -222,7 +222,8 @@ impl Leases {
         self.wait_recalls(waits, timeout).await;
     }
 
-    /// `conn` made directory `gfid`: it holds the claim until `until`.
+    /// `conn` made `gfid` (a directory or a file): it holds the claim until
+    /// `until`.
     fn claim(&self, conn: ConnId, gfid: Gfid, until: Instant) {
         let mut sh = self.shard(&gfid).lock().unwrap();
         if sh.claims.insert(gfid, (conn, until)).is_none() {
@@ -230,16 +231,21 @@ impl Leases {
         }
     }
 
-    /// Ends the claims of other connections on the directories `fop`
-    /// names, recalls them and waits until each maker has answered (it
-    /// landed what it answered ahead in them) or times out.
-    async fn end_claims(&self, caller: ConnId, fop: &Fop, timeout: Duration) {
+    /// Ends the claims of other connections on `objects`, recalls them
+    /// and waits until each maker has answered (it landed what it answered
+    /// ahead in them) or times out. Whether any was ended.
+    async fn end_claims(
+        &self,
+        caller: ConnId,
+        objects: impl IntoIterator<Item = Gfid>,
+        timeout: Duration,
+    ) -> bool {
         if self.claimed.load(Ordering::Acquire) == 0 {
-            return;
+            return false;
         }
         let now = Instant::now();
         let mut ended = Vec::new();
-        for gfid in named_objects(fop) {
+        for gfid in objects {
             let mut sh = self.shard(&gfid).lock().unwrap();
             if let Some(&(holder, until)) = sh.claims.get(&gfid) {
                 if holder != caller {
@@ -251,6 +257,9 @@ impl Leases {
                 }
             }
         }
+        if ended.is_empty() {
+            return false;
+        }
         let mut waits = Vec::new();
         for (holder, gfid) in ended {
             if let Some(w) = self.send_recall(holder, gfid, None) {
@@ -258,6 +267,7 @@ impl Leases {
             }
         }
         self.wait_recalls(waits, timeout).await;
+        true
     }
 
     /// Sends `holder` a recall of `gfid` (or of `name` in it).
@@ -441,7 +451,8 @@ impl BrickXlator for Leases {
         let Some(lease) = terms.lease else {
             return self.below.call(conn, cx, fop).await;
         };
-        self.end_claims(conn.id, &fop, terms.recall_timeout).await;
+        self.end_claims(conn.id, named_objects(&fop), terms.recall_timeout)
+            .await;
         let targets = self.targets(conn, cx, &fop).await;
         let since = self.seq.load(Ordering::Acquire);
         let end = ends_leases(&fop);
@@ -452,14 +463,32 @@ impl BrickXlator for Leases {
         let told = told_by(&fop);
         // A missing name is cached too (a negative entry).
         let lookup = matches!(fop, Fop::Lookup { .. });
-        let made_dir = match &fop {
-            Fop::Mkdir { gfid, .. } => Some(*gfid),
+        let made = match &fop {
+            Fop::Mkdir { gfid, .. } | Fop::Create { gfid, .. } => Some(*gfid),
             _ => None,
         };
-        let res = self.below.call(conn, cx, fop).await;
-        if let (Some(dir), Ok(_)) = (made_dir, &res) {
-            // Nobody else can have seen it: its maker may change it ahead.
-            self.claim(conn.id, dir, Instant::now() + lease);
+        // An answer that tells of objects claimed by others is asked again
+        // once their makers have landed what they hold of them (writes
+        // behind, changes of names ahead).
+        let again = (self.claimed.load(Ordering::Acquire) > 0
+            && matches!(fop, Fop::Lookup { .. } | Fop::Readdir { .. }))
+        .then(|| fop.clone());
+        let mut res = self.below.call(conn, cx, fop).await;
+        if let Some(again) = again {
+            let mut seen = Vec::new();
+            told_in(&res, &mut seen);
+            if self.end_claims(conn.id, seen, terms.recall_timeout).await {
+                res = self.below.call(conn, cx, again).await;
+            }
+        }
+        // Nobody else can have seen what was just made: its maker may
+        // change it ahead (a file's writes behind its close too).
+        match (made, &res) {
+            (Some(g), Ok(Reply::Entry(_))) => self.claim(conn.id, g, Instant::now() + lease),
+            (Some(g), Ok(Reply::Created { entry, .. })) if entry.attr.gfid == g => {
+                self.claim(conn.id, g, Instant::now() + lease)
+            }
+            _ => {}
         }
         if let Some(mut gfids) = told.filter(|_| res.is_ok() || lookup) {
             told_in(&res, &mut gfids);

@@ -449,28 +449,3 @@ fn a_change_answered_ahead_that_fails_on_the_bricks_is_reported_by_the_directory
     assert_eq!(fs::read_to_string(m.p("d/clash")).unwrap(), "planted\n");
     assert_eq!(listing(&m.p("d")), ["a", "clash"]);
 }
-
-#[test]
-fn a_file_closed_before_its_writes_landed_is_whole_at_another_mounts_first_look() {
-    let c = Cluster::start();
-    let bricks = c.volume("wv", 3, &["w1", "w2", "w3"]);
-    let (m1, m2) = (c.mount("wv"), c.mount("wv"));
-    // In a directory both mounts know (not one the writer made), and in
-    // one the writer made.
-    fs::create_dir(m2.p("shared")).unwrap();
-    assert!(exists(&m1.p("shared")));
-    fs::create_dir(m1.p("mine")).unwrap();
-    for dir in ["shared", "mine"] {
-        for i in 0..20 {
-            let body: Vec<u8> = (0..300_000u32).map(|b| (b * 7 + i) as u8).collect();
-            let name = format!("{dir}/f{i}");
-            fs::write(m1.p(&name), &body).unwrap();
-            // The size first (a lookup's answer), then the bytes.
-            assert_eq!(fs::metadata(m2.p(&name)).unwrap().len(), 300_000, "{name}");
-            assert!(fs::read(m2.p(&name)).unwrap() == body, "{name}: content");
-        }
-    }
-    m1.unmount();
-    m2.unmount();
-    assert_bricks_identical(&bricks);
-}

@@ -283,7 +283,9 @@ fn clients_reach_a_brick_by_its_port_in_the_state_while_its_daemon_is_down() {
     b.crash_daemon();
     let m = a.mount("pv");
     std::fs::write(m.p("f"), b"both copies").unwrap();
-    drop(m);
+    // (A file made here closes before its writes land: the unmount lands
+    // them.)
+    m.unmount();
     assert_eq!(std::fs::read(b.path("p2/f")).unwrap(), b"both copies");
 }
 
@@ -305,6 +307,7 @@ fn a_brick_whose_port_is_taken_listens_on_another_and_the_state_follows() {
     drop(squatter);
     let m = c.mount("tv");
     std::fs::write(m.p("f"), b"moved").unwrap();
+    m.unmount();
     assert_eq!(std::fs::read(c.path("t1/f")).unwrap(), b"moved");
 }
 

@@ -23,6 +23,15 @@
 //! answered. A client does not cache an answer to a request it sent before
 //! a recall of the same object reached it (`core::xlator::RecallLog`).
 
+//!
+//! **Claims.** A directory's maker also holds a claim on it: until the
+//! lease's time, no other connection has looked at it, so the maker may
+//! answer changes of names in it before the bricks have them (md-cache's
+//! changes ahead). Any request of another connection naming the directory
+//! (a lookup in it, a listing, its attributes, a lock, a change) first ends
+//! the claim and recalls it, and waits until the maker has landed what it
+//! answered ahead; a lookup or listing whose answer tells of a claimed
+//! directory is asked again after that.
 use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
 use crate::core::fop::HOLD_XATTR;
 use crate::core::options::{Kind, Spec};
@@ -222,8 +231,7 @@ impl Leases {
         self.wait_recalls(waits, timeout).await;
     }
 
-    /// `conn` made `gfid` (a directory or a file): it holds the claim until
-    /// `until`.
+    /// `conn` made directory `gfid`: it holds the claim until `until`.
     fn claim(&self, conn: ConnId, gfid: Gfid, until: Instant) {
         let mut sh = self.shard(&gfid).lock().unwrap();
         if sh.claims.insert(gfid, (conn, until)).is_none() {
@@ -464,12 +472,11 @@ impl BrickXlator for Leases {
         // A missing name is cached too (a negative entry).
         let lookup = matches!(fop, Fop::Lookup { .. });
         let made = match &fop {
-            Fop::Mkdir { gfid, .. } | Fop::Create { gfid, .. } => Some(*gfid),
+            Fop::Mkdir { gfid, .. } => Some(*gfid),
             _ => None,
         };
-        // An answer that tells of objects claimed by others is asked again
-        // once their makers have landed what they hold of them (writes
-        // behind, changes of names ahead).
+        // An answer that tells of directories claimed by others is asked
+        // again once their makers have landed what they answered ahead.
         let again = (self.claimed.load(Ordering::Acquire) > 0
             && matches!(fop, Fop::Lookup { .. } | Fop::Readdir { .. }))
         .then(|| fop.clone());
@@ -481,14 +488,10 @@ impl BrickXlator for Leases {
                 res = self.below.call(conn, cx, again).await;
             }
         }
-        // Nobody else can have seen what was just made: its maker may
-        // change it ahead (a file's writes behind its close too).
-        match (made, &res) {
-            (Some(g), Ok(Reply::Entry(_))) => self.claim(conn.id, g, Instant::now() + lease),
-            (Some(g), Ok(Reply::Created { entry, .. })) if entry.attr.gfid == g => {
-                self.claim(conn.id, g, Instant::now() + lease)
-            }
-            _ => {}
+        // Nobody else can have seen the directory just made: its maker may
+        // change names in it ahead.
+        if let (Some(dir), Ok(_)) = (made, &res) {
+            self.claim(conn.id, dir, Instant::now() + lease);
         }
         if let Some(mut gfids) = told.filter(|_| res.is_ok() || lookup) {
             told_in(&res, &mut gfids);

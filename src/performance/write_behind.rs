@@ -38,12 +38,11 @@
 //! keeps per file a queue, the writes out, and what failed.
 
 use crate::core::options::{Kind, Spec};
-use crate::core::{Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use crate::core::{Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, Xlator};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 pub static WRITE_BEHIND: Spec = Spec {
     key: "performance.write-behind",
@@ -66,8 +65,6 @@ const JOIN_MAX: usize = 1 << 20;
 /// Bytes of all files' writes that may wait to be sent at once (a program
 /// writing many files at a time does not make the mount grow without end).
 const ALL_FILES_MAX: usize = 64 << 20;
-/// Files noted as claimed at most (past that, the lapsed go, or all).
-const CLAIMED_MAX: usize = 100_000;
 
 /// One write accepted and not yet landed.
 struct Queued {
@@ -159,13 +156,6 @@ pub struct WriteBehind {
     room: tokio::sync::Semaphore,
     sent: AtomicU64,
     joined: AtomicU64,
-    /// Files this mount created that no other client has looked at since
-    /// (the bricks' claim, `brick::leases`), until when: closed without
-    /// waiting for their writes.
-    claimed: Mutex<HashMap<Gfid, Instant>>,
-    /// How long the bricks' claims last (0: no claims, without leases).
-    claim_ms: AtomicU64,
-    closed_behind: AtomicU64,
 }
 
 fn writes_through(flags: i32) -> bool {
@@ -185,43 +175,7 @@ impl WriteBehind {
             room: tokio::sync::Semaphore::new(ALL_FILES_MAX),
             sent: AtomicU64::new(0),
             joined: AtomicU64::new(0),
-            claimed: Mutex::default(),
-            claim_ms: AtomicU64::new(0),
-            closed_behind: AtomicU64::new(0),
         })
-    }
-
-    /// Notes a file made by this mount: the bricks claimed it for us.
-    fn made(&self, gfid: Gfid, res: &FsResult<Reply>, start: Instant) {
-        let ms = self.claim_ms.load(Ordering::Relaxed);
-        if ms == 0 {
-            return;
-        }
-        if let Ok(Reply::Created { entry, .. }) = res {
-            if entry.attr.gfid == gfid {
-                let until = start + Duration::from_millis(ms);
-                let mut c = self.claimed.lock().unwrap();
-                if c.len() >= CLAIMED_MAX {
-                    let now = Instant::now();
-                    c.retain(|_, t| *t > now);
-                    if c.len() >= CLAIMED_MAX {
-                        c.clear();
-                    }
-                }
-                c.insert(gfid, until);
-            }
-        }
-    }
-
-    /// Whether the bricks' claim on `gfid` holds: no other client can
-    /// look at the file before its writes here have landed.
-    fn claimed(&self, gfid: Gfid) -> bool {
-        let now = Instant::now();
-        self.claimed
-            .lock()
-            .unwrap()
-            .get(&gfid)
-            .is_some_and(|t| *t > now)
     }
 
     fn file(&self, gfid: Gfid) -> Option<Arc<File>> {
@@ -489,36 +443,6 @@ impl Xlator for Arc<WriteBehind> {
     fn reconfigure(&self, options: &crate::core::Options) {
         let w = WINDOW_SIZE.size(options).max(4096);
         self.window.store(w, Ordering::Relaxed);
-        let t = crate::graph::cache_time(options);
-        let claims = if t > crate::graph::UNLEASED {
-            t
-        } else {
-            Duration::ZERO
-        };
-        self.claim_ms
-            .store(claims.as_millis() as u64, Ordering::Relaxed);
-    }
-
-    fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
-        match &ev {
-            // Another client names the file (or changes it): its writes
-            // land before the recall is answered, and it is no longer
-            // ours alone.
-            Event::Recall { gfid, ack, .. } => {
-                self.claimed.lock().unwrap().remove(gfid);
-                let seq = self.accepted.load(Ordering::Acquire);
-                if let Some(f) = self.file(*gfid) {
-                    let (me, ack) = (self.clone(), ack.clone());
-                    tokio::spawn(async move {
-                        me.wait_for(&f, |s| !s.owes(seq)).await;
-                        drop(ack);
-                    });
-                }
-            }
-            Event::LeasesLost => self.claimed.lock().unwrap().clear(),
-            _ => {}
-        }
-        Some(ev)
     }
 
     async fn settle(&self) {
@@ -530,11 +454,10 @@ impl Xlator for Arc<WriteBehind> {
 
     fn dump(&self) -> Vec<String> {
         vec![format!(
-            "files with writes out {} requests sent {} writes joined into others {} closed behind {}",
+            "files with writes out {} requests sent {} writes joined into others {}",
             self.files.lock().unwrap().len(),
             self.sent.load(Ordering::Relaxed),
-            self.joined.load(Ordering::Relaxed),
-            self.closed_behind.load(Ordering::Relaxed)
+            self.joined.load(Ordering::Relaxed)
         )]
     }
 
@@ -557,14 +480,7 @@ impl Xlator for Arc<WriteBehind> {
             Fop::Open { flags, .. } | Fop::Create { flags, .. }
                 if writes_through(flags) || flags & libc::O_APPEND != 0 =>
             {
-                let made = match &fop {
-                    Fop::Create { gfid, .. } => Some((*gfid, Instant::now())),
-                    _ => None,
-                };
                 let res = self.child.call(cx, fop).await;
-                if let Some((gfid, start)) = made {
-                    self.made(gfid, &res, start);
-                }
                 if let Ok(Reply::Opened { fh } | Reply::Created { fh, .. }) = &res {
                     let set = match writes_through(flags) {
                         true => &self.write_through,
@@ -573,21 +489,6 @@ impl Xlator for Arc<WriteBehind> {
                     set.lock().unwrap().insert(*fh);
                 }
                 res
-            }
-            Fop::Create { gfid, .. } => {
-                let start = Instant::now();
-                let res = self.passed_on(cx, fop).await;
-                self.made(gfid, &res, start);
-                res
-            }
-            // A close of a file no other client can look at yet does not
-            // wait for its writes: another client's first request naming
-            // it waits for them instead (`notify`). It reports what failed
-            // so far; what fails later, the next write, fsync or close.
-            Fop::Flush { gfid, .. } if self.claimed(gfid) => {
-                self.closed_behind.fetch_add(1, Ordering::Relaxed);
-                self.take_error(gfid)?;
-                Ok(Reply::Ok)
             }
             // What must see every write accepted before it, and reports
             // what failed.
@@ -662,10 +563,6 @@ mod tests {
                     })
                 }
                 Fop::Open { .. } => Ok(Reply::Opened { fh: 7 }),
-                Fop::Create { gfid, .. } => Ok(Reply::Created {
-                    entry: crate::core::Entry::found(Attr::plain_file(gfid, 0)),
-                    fh: 7,
-                }),
                 _ => Ok(Reply::Ok),
             }
         }
@@ -876,52 +773,5 @@ mod tests {
         disk.gate.add_permits(1);
         w.await.unwrap().unwrap();
         assert_eq!(&disk.data.lock().unwrap()[..], b"sync");
-    }
-
-    #[tokio::test]
-    async fn a_file_made_here_closes_behind_until_another_client_looks() {
-        let (disk, wb) = rig();
-        let mut o = crate::core::Options::new();
-        o.insert("features.cache-invalidation-timeout".into(), "60".into());
-        wb.reconfigure(&o);
-        let (f, cx) = (Gfid::random(), Ctx::root());
-        let create = Fop::Create {
-            parent: Gfid::ROOT,
-            name: crate::core::Name::new("f").unwrap(),
-            gfid: f,
-            mode: 0o644,
-            umask: 0,
-            flags: libc::O_WRONLY,
-        };
-        wb.call(&cx, create).await.unwrap();
-        wb.call(&cx, write(f, 0, b"made")).await.unwrap();
-        // The close does not wait for the write (held at the gate).
-        let flush = Fop::Flush { gfid: f, fh: 1 };
-        wb.call(&cx, flush.clone()).await.unwrap();
-        assert!(disk.data.lock().unwrap().is_empty());
-        // Another client's look: the bricks' recall is answered once the
-        // write landed.
-        let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let a = answered.clone();
-        let recall = Event::Recall {
-            gfid: f,
-            name: None,
-            ack: crate::core::xlator::Ack::new(move || a.store(true, Ordering::SeqCst)),
-        };
-        drop(wb.notify(0, recall));
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        assert!(
-            !answered.load(Ordering::SeqCst),
-            "answered before the write"
-        );
-        disk.gate.add_permits(10);
-        settled(&wb).await;
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        assert!(answered.load(Ordering::SeqCst));
-        assert_eq!(&disk.data.lock().unwrap()[..], b"made");
-        // No longer claimed: a close waits for the file's writes again.
-        wb.call(&cx, write(f, 0, b"more")).await.unwrap();
-        wb.call(&cx, flush).await.unwrap();
-        assert_eq!(&disk.data.lock().unwrap()[..], b"more");
     }
 }

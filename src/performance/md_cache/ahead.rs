@@ -239,14 +239,6 @@ impl MdCache {
             me.behind.wait(id, |k| k.overlaps(&keys)).await;
             let mark = me.mark();
             let res = me.child.call(&cx, fop.clone()).await;
-            if let Some(fh) = fh {
-                let real = match &res {
-                    Ok(Reply::Created { fh, .. }) => Ok(*fh),
-                    Ok(_) => Err(crate::core::FsError::errno(libc::EIO)),
-                    Err(e) => Err(e.clone()),
-                };
-                me.behind.made(fh, real);
-            }
             // The bricks' attributes replace those made up. A directory's
             // are the truth once no other change of this mount in it is
             // out (another client's change comes after the recall, which
@@ -269,6 +261,16 @@ impl MdCache {
                 .filter(|a| !me.behind.others_touch(id, &a.gfid))
                 .collect();
             me.keep_made(&settled);
+            // Only now may what waits for the file go on: what it asks
+            // next is not older than what was just kept.
+            if let Some(fh) = fh {
+                let real = match &res {
+                    Ok(Reply::Created { fh, .. }) => Ok(*fh),
+                    Ok(_) => Err(crate::core::FsError::errno(libc::EIO)),
+                    Err(e) => Err(e.clone()),
+                };
+                me.behind.made(fh, real);
+            }
             // An existing file opened instead (a name put there behind
             // the mount's back): the object answered ahead is not it.
             let stray = matches!(&res, Ok(Reply::Created { entry, .. }) if Some(entry.attr.gfid) != keys.objects.first().copied());

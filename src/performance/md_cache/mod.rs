@@ -147,6 +147,23 @@ impl MdCache {
     /// Sends `fop` to the bricks once what it would see of them includes
     /// every change answered ahead that it depends on (`behind.rs`): a
     /// handle given ahead becomes the bricks' one.
+    /// A write on a handle given ahead, on the bricks' handle once the
+    /// create landed, and once what it depends on has.
+    async fn ready(&self, fop: Fop) -> FsResult<Fop> {
+        let fop = match fop.fh().filter(|fh| behind::is_ahead(*fh)) {
+            Some(fh) => {
+                let real = self.behind.handle(fh).await?;
+                fop.with_fh(real)
+            }
+            None => fop,
+        };
+        if !self.behind.idle() {
+            let f = &fop;
+            self.behind.wait(u64::MAX, |k| depends(f, k)).await;
+        }
+        Ok(fop)
+    }
+
     async fn down(&self, cx: &Ctx, mut fop: Fop) -> FsResult<Reply> {
         if let Some(fh) = fop.fh().filter(|fh| behind::is_ahead(*fh)) {
             match &fop {
@@ -702,6 +719,9 @@ impl Xlator for MdCache {
                     (e.0 == 1).then_some(e.1)
                 };
                 self.drop_attr(gfid);
+                // Past what it waits for (a create ahead) before the mark:
+                // the create's landing is not a change since.
+                let fop = self.ready(fop).await?;
                 let mark = self.mark();
                 let res = self.down(cx, fop).await;
                 let alone = {

@@ -388,14 +388,14 @@ impl Leases {
 /// The objects a request names (a directory it looks in or changes, an
 /// object it reads or changes): what another connection's claim on them
 /// must be ended for.
-fn named_objects(fop: &Fop) -> Vec<Gfid> {
-    let mut out = vec![fop.gfid()];
-    match fop {
-        Fop::Rename { newparent, .. } | Fop::Link { newparent, .. } => out.push(*newparent),
-        _ => {}
-    }
-    out.retain(|g| *g != Gfid::NULL);
-    out
+fn named_objects(fop: &Fop) -> impl Iterator<Item = Gfid> {
+    let newparent = match fop {
+        Fop::Rename { newparent, .. } | Fop::Link { newparent, .. } => Some(*newparent),
+        _ => None,
+    };
+    std::iter::once(fop.gfid())
+        .chain(newparent)
+        .filter(|g| *g != Gfid::NULL)
 }
 
 /// Whether the recalls a change sends end the leases they recall: only

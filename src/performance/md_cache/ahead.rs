@@ -68,31 +68,34 @@ impl MdCache {
     /// The answer to `fop` given ahead of the bricks, with the request sent
     /// behind; None when it must wait for the bricks.
     pub(super) fn ahead(&self, cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
-        if !self.ahead_on.load(Ordering::Relaxed) || self.behind.full() {
+        let names_change = matches!(
+            fop,
+            Fop::Unlink { .. } | Fop::Rename { flags: 0, .. } | Fop::Create { .. }
+        );
+        if !names_change || !self.ahead_on.load(Ordering::Relaxed) || self.behind.full() {
             return None;
         }
         let t = now();
         // Answering and noting happen under the notes' lock: a recall of
         // the directory that ends the claim meanwhile sees this change out.
-        let _noting = self.noting.lock().unwrap();
+        let noting = self.noting.lock().unwrap();
         // The answer, what the change touches, and a name it makes.
         let (reply, keys, names_now) = match fop {
             Fop::Unlink { parent, name } => {
                 let dir = self.cached_attr(*parent)?;
-                if self.claimed(*parent, name.as_bytes())? {
-                    let obj = self.file_named(*parent, name.as_bytes())?;
-                    let mut gone = touched(&obj, t, false);
-                    gone.nlink = gone.nlink.saturating_sub(1);
-                    let after = vec![touched(&dir, t, true), gone];
-                    let keys = Keys {
-                        dirs: vec![*parent],
-                        names: vec![(*parent, name.as_bytes().to_vec())],
-                        objects: vec![obj.gfid],
-                    };
-                    (Reply::Unnamed(after), keys, None)
-                } else {
+                if !self.claimed(*parent, name.as_bytes())? {
                     return None;
                 }
+                let obj = self.file_named(*parent, name.as_bytes())?;
+                let mut gone = touched(&obj, t, false);
+                gone.nlink = gone.nlink.saturating_sub(1);
+                let after = vec![touched(&dir, t, true), gone];
+                let keys = Keys {
+                    dirs: vec![*parent],
+                    names: vec![(*parent, name.as_bytes().to_vec())],
+                    objects: vec![obj.gfid],
+                };
+                (Reply::Unnamed(after), keys, None)
             }
             Fop::Rename {
                 parent,
@@ -185,26 +188,26 @@ impl MdCache {
         // md-cache's state follows the change now.
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.follow_names(fop, true);
-        let (id, reply) = match reply {
+        let (id, fh, reply) = match reply {
             Reply::Created { entry, .. } => {
                 let (id, fh) = self.behind.start_create(keys.clone());
                 self.keep_made(std::slice::from_ref(&entry.attr));
                 self.keep_made(entry.parent.as_slice());
                 self.born_known(entry.attr.gfid);
-                (id, Reply::Created { entry, fh })
+                (id, Some(fh), Reply::Created { entry, fh })
             }
             Reply::Unnamed(after) => {
                 let id = self.behind.start(keys.clone());
                 self.keep_made(&after);
-                (id, Reply::Unnamed(after))
+                (id, None, Reply::Unnamed(after))
             }
             _ => unreachable!("answers ahead are Created or Unnamed"),
         };
         if let Some((dir, name, gfid)) = names_now {
             self.keep_found(dir, &name, gfid, self.mark());
         }
-        drop(_noting);
-        self.send_behind(cx, fop.clone(), id, keys, &reply);
+        drop(noting);
+        self.send_behind(cx, fop.clone(), id, keys, fh);
         Some(Ok(reply))
     }
 
@@ -212,27 +215,23 @@ impl MdCache {
     /// what it inherits from its directory, which lacks it all (`ahead`
     /// checked).
     fn born_known(&self, gfid: Gfid) {
-        let none = |n: &str| Kept::Xattr(n.into(), Err(libc::ENODATA));
         let start = Instant::now();
         let mut s = self.shard(&gfid).lock().unwrap();
-        self.store(&mut s, gfid, none("security.capability"), start);
+        self.store(&mut s, gfid, Kept::missing("security.capability"), start);
         for &(_, name, dirs_only) in INHERITED {
             if !dirs_only {
-                self.store(&mut s, gfid, none(name), start);
+                self.store(&mut s, gfid, Kept::missing(name), start);
             }
         }
     }
 
-    /// Sends change `id`, answered ahead, to the bricks once the changes
-    /// ahead of it that touch the same names or objects have landed.
-    fn send_behind(&self, cx: &Ctx, fop: Fop, id: u64, keys: Keys, reply: &Reply) {
+    /// Sends change `id`, answered ahead (with handle `fh` for a create),
+    /// to the bricks once the changes ahead of it that touch the same
+    /// names or objects have landed.
+    fn send_behind(&self, cx: &Ctx, fop: Fop, id: u64, keys: Keys, fh: Option<u64>) {
         let Some(me) = self.me.upgrade() else {
             self.behind.land(id, None);
             return;
-        };
-        let fh = match reply {
-            Reply::Created { fh, .. } => Some(*fh),
-            _ => None,
         };
         let cx = cx.clone();
         tokio::spawn(async move {

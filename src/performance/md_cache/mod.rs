@@ -97,6 +97,13 @@ enum Kept {
     List(ByteBuf),
 }
 
+impl Kept {
+    /// The object has no xattr `name`.
+    fn missing(name: &str) -> Kept {
+        Kept::Xattr(name.into(), Err(libc::ENODATA))
+    }
+}
+
 pub struct MdCache {
     name: String,
     child: Child,
@@ -144,11 +151,9 @@ impl MdCache {
         })
     }
 
-    /// Sends `fop` to the bricks once what it would see of them includes
-    /// every change answered ahead that it depends on (`behind.rs`): a
-    /// handle given ahead becomes the bricks' one.
-    /// A write on a handle given ahead, on the bricks' handle once the
-    /// create landed, and once what it depends on has.
+    /// `fop` on the bricks' handle once a create answered ahead landed,
+    /// and once every change answered ahead it depends on has
+    /// (`behind.rs`).
     async fn ready(&self, fop: Fop) -> FsResult<Fop> {
         let fop = match fop.fh().filter(|fh| behind::is_ahead(*fh)) {
             Some(fh) => {
@@ -164,36 +169,36 @@ impl MdCache {
         Ok(fop)
     }
 
-    async fn down(&self, cx: &Ctx, mut fop: Fop) -> FsResult<Reply> {
-        if let Some(fh) = fop.fh().filter(|fh| behind::is_ahead(*fh)) {
-            match &fop {
-                // Nothing was written (write-behind waits for the writes
-                // first, and they for the create): nothing to report yet.
-                Fop::Flush { .. } if self.behind.making(fh) => return Ok(Reply::Ok),
-                Fop::Release { .. } => match self.behind.release(fh).await {
-                    Some(real) => fop = fop.with_fh(real),
-                    None => return Ok(Reply::Ok),
-                },
-                _ => fop = fop.with_fh(self.behind.handle(fh).await?),
+    /// Sends `fop` to the bricks once it is `ready`. A close or release of
+    /// a handle given ahead, and a directory's fsync, are answered here.
+    async fn down(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let fop = match &fop {
+            // Nothing was written (write-behind waits for the writes
+            // first, and they for the create): nothing to report yet.
+            Fop::Flush { fh, .. } if behind::is_ahead(*fh) && self.behind.making(*fh) => {
+                return Ok(Reply::Ok)
             }
-        }
-        // A directory's fsync: its changes ahead have landed, or failed.
-        if let Fop::Fsync {
-            gfid, fh: ANON_FH, ..
-        } = &fop
-        {
-            // (The bricks write names through: nothing to send them.)
-            let dir = *gfid;
-            self.behind.wait(u64::MAX, |k| k.touches(&dir)).await;
-            return match self.behind.take_error(dir) {
-                Some(e) => Err(e),
-                None => Ok(Reply::Ok),
-            };
-        }
-        if !self.behind.idle() {
-            let f = &fop;
-            self.behind.wait(u64::MAX, |k| depends(f, k)).await;
-        }
+            Fop::Release { fh, .. } if behind::is_ahead(*fh) => {
+                match self.behind.release(*fh).await {
+                    Some(real) => fop.with_fh(real),
+                    None => return Ok(Reply::Ok),
+                }
+            }
+            // A directory's fsync: its changes ahead have landed, or
+            // failed. (The bricks write names through: nothing to send.)
+            Fop::Fsync {
+                gfid, fh: ANON_FH, ..
+            } => {
+                let dir = *gfid;
+                self.behind.wait(u64::MAX, |k| k.touches(&dir)).await;
+                return match self.behind.take_error(dir) {
+                    Some(e) => Err(e),
+                    None => Ok(Reply::Ok),
+                };
+            }
+            _ => fop,
+        };
+        let fop = self.ready(fop).await?;
         self.child.call(cx, fop).await
     }
 
@@ -481,7 +486,7 @@ impl MdCache {
     /// capabilities (never inherited), and what its directory lacks of
     /// `INHERITED` (the directory is asked once per lease).
     async fn born(&self, cx: &Ctx, parent: Gfid, gfid: Gfid, dir: bool, mark: (Instant, u64)) {
-        let none = |n: &str| Kept::Xattr(n.into(), Err(libc::ENODATA));
+        let none = Kept::missing;
         if !dir {
             self.keep(gfid, none("security.capability"), mark);
         }

@@ -7,27 +7,6 @@
 
 mod common;
 use common::*;
-use std::path::PathBuf;
-
-/// The directory holding the suites' snapshots, if there is one.
-fn suites(file: &str) -> Option<PathBuf> {
-    // The snapshots live beside the repository (`../shared/suites`) in the
-    // workplace; MORTAR_SUITES names another place.
-    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let candidates: Vec<std::path::PathBuf> = std::env::var_os("MORTAR_SUITES")
-        .map(std::path::PathBuf::from)
-        .into_iter()
-        .chain([
-            here.join("../shared/suites"),
-            std::path::PathBuf::from("/work/shared/suites"),
-        ])
-        .collect();
-    let found = candidates.iter().find(|d| d.join(file).exists()).cloned();
-    if found.is_none() {
-        eprintln!("SKIPPED: no {file} in any of {candidates:?}; set MORTAR_SUITES");
-    }
-    found
-}
 
 /// What one run of `scripts/conformance.sh SUITE` left: its output, its
 /// summary line ("SUITE: …") and the suite's own log.

@@ -563,3 +563,56 @@ pub fn requests(m: &Mount) -> u64 {
     .parse()
     .unwrap()
 }
+
+/// The directory holding the conformance suites' snapshots (pjdfstest,
+/// xfstests), if there is one. They live beside the repository
+/// (`../shared/suites`) in the workplace; MORTAR_SUITES names another place.
+pub fn suites(file: &str) -> Option<PathBuf> {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates: Vec<PathBuf> = std::env::var_os("MORTAR_SUITES")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([
+            here.join("../shared/suites"),
+            PathBuf::from("/work/shared/suites"),
+        ])
+        .collect();
+    let found = candidates.iter().find(|d| d.join(file).exists()).cloned();
+    if found.is_none() {
+        eprintln!("SKIPPED: no {file} in any of {candidates:?}; set MORTAR_SUITES");
+    }
+    found
+}
+
+/// xfstests' fsx (the file system exerciser: random reads, writes,
+/// truncates, mapped I/O and fallocates, each checked against a copy kept
+/// in memory), compiled on its own from the xfstests snapshot, without
+/// xfstests' build; None (the test is skipped) without the snapshot.
+pub fn fsx() -> Option<PathBuf> {
+    static BUILT: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+    let mut built = BUILT.lock().unwrap();
+    if let Some(b) = built.as_ref() {
+        return Some(b.clone());
+    }
+    let snapshot = suites("xfstests.tar.gz")?.join("xfstests.tar.gz");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fsx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // What xfstests' configure would write: only the headers fsx.c needs.
+    std::fs::write(
+        dir.join("config.h"),
+        "#include <assert.h>\n#include <getopt.h>\n#include <sys/param.h>\n",
+    )
+    .unwrap();
+    let d = dir.display();
+    ok(&format!(
+        "tar -xzf {} -C {d} xfstests/ltp/fsx.c xfstests/src xfstests/include && \
+         cc -O1 -w -D_GNU_SOURCE -I{d} -I{d}/xfstests/src -I{d}/xfstests/include \
+         -DHAVE_SYS_TYPES_H -DHAVE_SYS_STAT_H -DHAVE_UNISTD_H -DHAVE_STDLIB_H \
+         -DHAVE_STRING_H -DHAVE_SYS_FCNTL_H -DHAVE_ERR_H -DHAVE_LINUX_FALLOC_H \
+         -DHAVE_COPY_FILE_RANGE -DHAVE_SYS_TIME_H -DHAVE_SYS_IOCTL_H -DHAVE_ERRNO_H \
+         -DHAVE_SYS_WAIT_H -o {d}/fsx {d}/xfstests/ltp/fsx.c",
+        snapshot.display()
+    ));
+    *built = Some(dir.join("fsx"));
+    built.clone()
+}

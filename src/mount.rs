@@ -274,11 +274,14 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         anyhow::bail!("no brick of volume {vol} could be reached");
     }
     let active = Active::new(graph);
+    // Before the mount: after it, a look at the path waits for this
+    // process's own session.
+    let dir = a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone());
     rt.spawn(watch_volume(
         mgmts.clone(),
         desc.clone(),
         active.clone(),
-        a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone()),
+        dir.clone(),
     ));
     let fs = MortarFs::new(active.clone(), rt.handle().clone());
     let inval = fs.invalidator();
@@ -295,6 +298,11 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     let session = session.inspect_err(|_| {
         let _ = rustix::mount::unmount(&a.dir, rustix::mount::UnmountFlags::DETACH);
     })?;
+    let kib = crate::fuse::READ_AHEAD / 1024;
+    match kmount::set_read_ahead(&dir, kib) {
+        Ok(()) => tracing::debug!(kib, "read-ahead window set"),
+        Err(e) => tracing::warn!("read-ahead window left at the kernel's default: {e}"),
+    }
     inval.start(session.notifier(), device);
     rt.spawn(crate::fuse::cache::follow_recalls(active.clone(), inval));
     session.run()?;

@@ -531,3 +531,26 @@ fn fsx_on_one_mount_while_the_other_reads_and_writes_the_same_file_finds_no_stal
     m2.unmount();
     assert_bricks_identical(&bricks);
 }
+
+/// The mount widens the kernel's read-ahead window to its largest request
+/// (FUSE leaves it at 128 KiB): a sequential read reaches the bricks in
+/// 1 MiB reads.
+#[test]
+fn a_sequential_read_reaches_the_bricks_in_one_mib_requests() {
+    let c = Cluster::start();
+    c.volume("rv", 3, &["r1", "r2", "r3"]);
+    let (m1, m2) = (c.mount("rv"), c.mount("rv"));
+    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(m1.p("big"), &data).unwrap();
+    let dev = ok(&format!("stat -c '%d' {}", m2.dir.display()));
+    let dev: u64 = dev.trim().parse().unwrap();
+    let window = format!("/sys/class/bdi/{}:{}/read_ahead_kb", dev >> 8, dev & 0xff);
+    assert_eq!(fs::read_to_string(&window).unwrap().trim(), "1024");
+    // The other mount has none of it in memory.
+    let before = requests(&m2);
+    assert!(fs::read(m2.p("big")).unwrap() == data);
+    let asked = requests(&m2) - before;
+    // 16 reads, and the lookup, open and the like around them; 128 KiB
+    // reads would be 128.
+    assert!(asked <= 24, "{asked} requests to read 16 MiB");
+}

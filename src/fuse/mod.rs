@@ -39,6 +39,11 @@ pub const REQUESTS_XATTR: &str = "trusted.mortar.client.requests";
 /// volume description's version and each translator with its state.
 pub const GRAPH_XATTR: &str = "trusted.mortar.client.graph";
 
+/// The kernel's read-ahead window, and so the size of its sequential
+/// reads (one request, as the largest write). The mount sets its window
+/// to this (`kmount::set_read_ahead`): FUSE leaves it at 128 KiB.
+pub const READ_AHEAD: u32 = 1 << 20;
+
 pub struct MortarFs {
     graph: Arc<Active>,
     rt: tokio::runtime::Handle,
@@ -76,7 +81,7 @@ impl MortarFs {
 impl Filesystem for MortarFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_readahead(READ_AHEAD);
         let _ = config.set_max_background(64);
         // One at a time: a kernel that lacks one still gets the others.
         // FUSE_HANDLE_KILLPRIV is not asked for: the kernel itself then

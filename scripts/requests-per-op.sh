@@ -56,7 +56,7 @@ step() {
     0) printf '%s' "$block" >"$mnt/d/f$2" ;;
     1) stat "$mnt/d/f$2" >/dev/null ;;
     2) cat "$mnt/d/f$2" >/dev/null ;;
-    3) printf '%s' "$block" | dd of="$mnt/d/f$2" conv=notrunc status=none ;;
+    3) printf '%s' "$block" | dd of="$mnt/d/f$2" bs=4096 iflag=fullblock conv=notrunc status=none ;;
     4) printf '%s' "$block" >>"$mnt/d/f$2" ;;
     5) mv "$mnt/d/f$2" "$mnt/d/g$2" ;;
     6) rm "$mnt/d/g$2" ;;

@@ -10,8 +10,13 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-fn closed(mut s: TcpStream) -> bool {
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+fn closed(s: TcpStream) -> bool {
+    closed_within(s, Duration::from_secs(5))
+}
+
+/// Whether the peer closes the connection within `t`.
+fn closed_within(mut s: TcpStream, t: Duration) -> bool {
+    s.set_read_timeout(Some(t)).unwrap();
     let mut buf = [0u8; 4096];
     loop {
         match s.read(&mut buf) {
@@ -137,4 +142,140 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
         "keep\n"
     );
     assert!(c.volume_status_json("hw")[0]["bricks"][0]["online"] == true);
+}
+
+/// Resident memory of a process, in MiB.
+fn rss_mib(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb / 1024
+}
+
+/// The attacks of the security issue, against a brick: connections that
+/// announce huge frames, thousands of idle connections, a brick out of
+/// file descriptors. Each costs bounded memory, ends on its own, and the
+/// brick goes on serving its mount.
+#[test]
+fn floods_of_connections_cost_a_brick_bounded_memory_and_never_its_life() {
+    let c = Cluster::start();
+    let bricks = c.volume("fw", 1, &["f1"]);
+    let m = c.mount("fw");
+    ok(&format!("echo keep > {}", m.p("keep")));
+    let port = c.volume_status_json("fw")[0]["bricks"][0]["port"]
+        .as_u64()
+        .unwrap();
+    let addr = format!("{}:{port}", c.ip);
+    let pid = brick_pid(&c, "fw", 0);
+    let before = rss_mib(pid);
+    let hello = frame(&Msg::Hello {
+        magic: wire::MAGIC,
+        version: wire::VERSION,
+        brick: bricks[0].display().to_string(),
+    });
+
+    // 40 connections announcing a frame of 17 MiB (the most a brick takes
+    // after a handshake) before any handshake: closed at once.
+    for _ in 0..40 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(&(17u32 << 20).to_be_bytes()).unwrap();
+        assert!(closed(s));
+    }
+    // 40 more after a handshake, each then silent: what they cost grows
+    // with what they send, not with what they announce.
+    let mut silent = Vec::new();
+    for _ in 0..40 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(&hello).unwrap();
+        assert!(matches!(read_msg(&mut s), Msg::Welcome { .. }));
+        s.write_all(&(16u32 << 20).to_be_bytes()).unwrap();
+        silent.push(s);
+    }
+    // 1,000 connections that never say anything (from one address: more
+    // would be refused at once, `admit::CAPS`).
+    let idle: Vec<TcpStream> = (0..1000)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let grown = rss_mib(pid).saturating_sub(before);
+    assert!(
+        grown < 150,
+        "the brick grew by {grown} MiB (was {before} MiB)"
+    );
+    assert_eq!(ok(&format!("cat {}", m.p("keep"))), "keep\n");
+    // Without a handshake, they end within the handshake's time.
+    let t = std::time::Instant::now();
+    for s in idle.into_iter().step_by(100) {
+        assert!(
+            closed_within(s, Duration::from_secs(15)),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+    drop(silent);
+
+    // Out of file descriptors: accept fails, and the brick waits and goes on.
+    // (The soft limit only: raising a hard one back needs CAP_SYS_RESOURCE.)
+    let limit = |what: &str| {
+        ok(&format!(
+            "prlimit --pid {pid} --nofile --output {what} --noheadings"
+        ))
+        .trim()
+        .to_string()
+    };
+    let (soft, hard) = (limit("SOFT"), limit("HARD"));
+    ok(&format!("prlimit --pid {pid} --nofile=200:{hard}"));
+    let flood: Vec<TcpStream> = (0..400)
+        .filter_map(|_| TcpStream::connect(&addr).ok())
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    drop(flood);
+    ok(&format!("prlimit --pid {pid} --nofile={soft}:{hard}"));
+    assert_eq!(brick_pid(&c, "fw", 0), pid, "the brick survived");
+    let m2 = c.mount("fw");
+    assert_eq!(ok(&format!("cat {}", m2.p("keep"))), "keep\n");
+    ok(&format!("echo more >> {}", m.p("keep")));
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("keep")).unwrap(),
+        "keep\nmore\n"
+    );
+}
+
+/// The same against the management daemon: a 200 MB request line is cut
+/// off at the line limit, idle connections end, and the CLI still works.
+#[test]
+fn floods_of_connections_cost_the_daemon_bounded_memory() {
+    let c = Cluster::start();
+    c.volume("dw", 1, &["d1"]);
+    let pid = c.daemon_pid() as u64;
+    let before = rss_mib(pid);
+    let mut s = TcpStream::connect(c.server()).unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    for _ in 0..200 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    assert!(sent < 200, "the daemon took all of a 200 MB line");
+    let grown = rss_mib(pid).saturating_sub(before);
+    assert!(grown < 100, "the daemon grew by {grown} MiB");
+    let idle: Vec<TcpStream> = (0..1000)
+        .map(|_| TcpStream::connect(c.server()).unwrap())
+        .collect();
+    assert!(c.ok(&["volume", "info", "dw"]).contains("dw"));
+    let t = std::time::Instant::now();
+    for s in idle.into_iter().step_by(100) {
+        assert!(
+            closed_within(s, Duration::from_secs(15)),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+    assert!(c.ok(&["volume", "info", "dw"]).contains("dw"));
 }

@@ -454,6 +454,60 @@ async fn portmap(mgmt: &str, brick: String) -> std::io::Result<u16> {
 /// How long a daemon may take to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Longest request line a daemon reads (a Raft snapshot of the whole pool
+/// is the largest honest one); the buffer grows only as bytes arrive.
+pub const MAX_LINE: usize = 16 << 20;
+
+/// How long the rest of a line may take once its first byte arrived.
+pub const LINE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Reads one line (without its newline) of at most `limit` bytes; None at
+/// a clean end of stream. Waiting for a line's first byte has no limit;
+/// once it came, the rest must come within `rest_within`.
+pub async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    limit: usize,
+    rest_within: Duration,
+) -> std::io::Result<Option<String>> {
+    let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+    if r.fill_buf().await?.is_empty() {
+        return Ok(None);
+    }
+    let rest = async {
+        let mut line = Vec::new();
+        loop {
+            let buf = r.fill_buf().await?;
+            if buf.is_empty() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the connection ended inside a line",
+                ));
+            }
+            let (take, end) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            if line.len() + take > limit + 1 {
+                return Err(invalid(format!("a line longer than {limit} bytes")));
+            }
+            line.extend_from_slice(&buf[..take]);
+            r.consume(take);
+            if end {
+                line.pop();
+                return String::from_utf8(line)
+                    .map_err(|_| invalid("a line that is not UTF-8".into()));
+            }
+        }
+    };
+    match tokio::time::timeout(rest_within, rest).await {
+        Ok(line) => line.map(Some),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("a line not finished within {rest_within:?}"),
+        )),
+    }
+}
+
 /// Sends one request to a daemon and waits for its answer.
 pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
     let go = async {
@@ -573,5 +627,41 @@ pub fn mgmt_addr(host: &str, port: u16) -> String {
         host.to_string()
     } else {
         format!("{host}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_read_within_their_limit_and_time() {
+        async fn line(r: &mut BufReader<&[u8]>) -> std::io::Result<Option<String>> {
+            read_line_within(r, 8, LINE_TIMEOUT).await
+        }
+        let mut r = BufReader::new(&b"one\ntwo\nlast"[..]);
+        assert_eq!(line(&mut r).await.unwrap().unwrap(), "one");
+        assert_eq!(line(&mut r).await.unwrap().unwrap(), "two");
+        // The end inside a line is an error; a clean end is None.
+        assert!(line(&mut r).await.is_err());
+        let mut empty = BufReader::new(&b""[..]);
+        assert!(line(&mut empty).await.unwrap().is_none());
+        // Exactly the limit passes, one byte more does not.
+        let mut r = BufReader::new(&b"12345678\n123456789\n"[..]);
+        assert_eq!(line(&mut r).await.unwrap().unwrap(), "12345678");
+        let e = line(&mut r).await.unwrap_err();
+        assert!(e.to_string().contains("longer than 8"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_line_begun_must_end_in_time() {
+        let (mut w, r) = tokio::io::duplex(64);
+        w.write_all(b"half").await.unwrap();
+        let mut r = BufReader::new(r);
+        let e = read_line_within(&mut r, 100, Duration::from_secs(60))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        drop(w);
     }
 }

@@ -1,6 +1,7 @@
 //! The brick protocol: a framed binary wire format (`wire`), the brick
 //! server that serves a storage translator over it (`server`), and the
 //! client translator that talks to one brick (`client`).
+pub mod admit;
 pub mod client;
 pub mod server;
 pub mod wire;

@@ -6,6 +6,7 @@
 //! has to wait (a lock, a slow fop on the blocking pool) goes on in a task
 //! of its own.
 
+use super::admit;
 use super::wire::{self, Msg};
 use crate::brick::{Conn, Notice, Stack};
 use crate::storage::posix::FdTable;
@@ -19,21 +20,23 @@ use tokio::sync::{mpsc, Notify};
 
 pub async fn serve(listener: TcpListener, stack: Arc<Stack>, brick: String) -> std::io::Result<()> {
     let next_conn = Arc::new(AtomicU64::new(1));
-    loop {
-        let (stream, peer) = listener.accept().await?;
+    let what = format!("brick {brick}");
+    admit::accept_loop(listener, &what, admit::CAPS, |stream, peer| {
         let _ = stream.set_nodelay(true);
         let (stack, brick, id) = (
             stack.clone(),
             brick.clone(),
             next_conn.fetch_add(1, Ordering::Relaxed),
         );
-        tokio::spawn(async move {
+        async move {
             match serve_conn(stream, peer, stack, brick, id).await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
                 Err(e) => tracing::warn!(%peer, "connection ended: {e}"),
             }
-        });
-    }
+        }
+    })
+    .await;
+    Ok(())
 }
 
 async fn serve_conn(
@@ -43,10 +46,21 @@ async fn serve_conn(
     brick: String,
     id: u64,
 ) -> std::io::Result<()> {
-    let (rd, mut wr) = stream.into_split();
-    // Buffered, so that one read system call takes in many requests.
-    let mut rd = tokio::io::BufReader::with_capacity(256 << 10, rd);
-    match wire::read_frame(&mut rd).await? {
+    let (mut rd, mut wr) = stream.into_split();
+    // The handshake: small, and soon, or the connection ends. A client
+    // waits for the answer before it sends more, so nothing is read ahead.
+    let hello = tokio::time::timeout(
+        admit::HANDSHAKE_TIMEOUT,
+        wire::read_frame_within(&mut rd, wire::MAX_HELLO),
+    )
+    .await
+    .map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no handshake within {:?}", admit::HANDSHAKE_TIMEOUT),
+        )
+    })?;
+    match hello? {
         Some(Msg::Hello {
             magic,
             version,
@@ -95,6 +109,8 @@ async fn serve_conn(
         }
     }
 
+    // Buffered, so that one read system call takes in many requests.
+    let mut rd = tokio::io::BufReader::with_capacity(256 << 10, rd);
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
     let writer = tokio::spawn(wire::pump(wr, rx));
     let closing = Arc::new(Notify::new());

@@ -161,8 +161,26 @@ pub fn decode(body: Bytes) -> std::io::Result<Msg> {
     Ok(msg)
 }
 
+/// Largest first message (the handshake): a peer that has not said who it
+/// is gets nothing large allocated.
+pub const MAX_HELLO: u32 = 64 << 10;
+
+/// Memory a frame gets before its bytes arrive: a 1 MiB write and its
+/// header in one allocation; a larger frame grows as it comes, so a peer
+/// that announces a large frame and sends nothing costs little.
+const FIRST_ALLOCATION: usize = (1 << 20) + (64 << 10);
+
 /// Reads one frame; `Ok(None)` at a clean end of stream.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Option<Msg>> {
+    read_frame_within(r, MAX_FRAME).await
+}
+
+/// Reads one frame of at most `limit` bytes; `Ok(None)` at a clean end of
+/// stream.
+pub async fn read_frame_within<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: u32,
+) -> std::io::Result<Option<Msg>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -170,13 +188,19 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Opti
         Err(e) => return Err(e),
     }
     let len = u32::from_be_bytes(len);
-    if len > MAX_FRAME {
+    if len > limit {
         return Err(invalid(format!(
-            "frame of {len} bytes exceeds the limit of {MAX_FRAME}"
+            "frame of {len} bytes exceeds the limit of {limit}"
         )));
     }
-    let mut body = vec![0u8; len as usize];
+    let len = len as usize;
+    let mut body = vec![0u8; len.min(FIRST_ALLOCATION)];
     r.read_exact(&mut body).await?;
+    while body.len() < len {
+        let at = body.len();
+        body.resize(len.min(2 * at), 0);
+        r.read_exact(&mut body[at..]).await?;
+    }
     decode(Bytes::from(body)).map(Some)
 }
 
@@ -234,6 +258,34 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(read_frame(&mut r).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_frame_larger_than_its_first_allocation_grows_as_it_comes() {
+        let data: Bytes = (0..(5u32 << 20) + 3).map(|i| (i % 253) as u8).collect();
+        let msg = Msg::Call {
+            id: 1,
+            cx: Ctx::root(),
+            fop: Fop::Write {
+                gfid: Gfid::ROOT,
+                fh: 1,
+                offset: 0,
+                data: data.clone(),
+            },
+        };
+        let f = encode(&msg);
+        let bytes = [f.head, f.payload.to_vec()].concat();
+        match read_frame(&mut &bytes[..]).await.unwrap().unwrap() {
+            Msg::Call {
+                fop: Fop::Write { data: got, .. },
+                ..
+            } => assert!(got == data),
+            other => panic!("{other:?}"),
+        }
+        // Cut short: an error, not a frame.
+        assert!(read_frame(&mut &bytes[..bytes.len() - 1]).await.is_err());
+        // Within a smaller limit (a handshake's), refused.
+        assert!(read_frame_within(&mut &bytes[..], MAX_HELLO).await.is_err());
     }
 
     #[tokio::test]

@@ -46,7 +46,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -187,15 +187,27 @@ impl Daemon {
     }
 
     async fn accept(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
-        loop {
-            let (stream, _) = listener.accept().await?;
+        use crate::protocol::admit;
+        admit::accept_loop(listener, "management", admit::CAPS, |stream, peer| {
             let d = self.clone();
-            tokio::spawn(async move {
-                if let Err(e) = d.serve(stream).await {
-                    tracing::debug!("rpc connection: {e}");
+            async move {
+                match d.serve(stream).await {
+                    // A peer that broke the rules (too long, too slow).
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::InvalidData | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        tracing::warn!(%peer, "management connection closed: {e}")
+                    }
+                    Err(e) => tracing::debug!(%peer, "rpc connection: {e}"),
+                    Ok(()) => {}
                 }
-            });
-        }
+            }
+        })
+        .await;
+        Ok(())
     }
 
     /// Puts volumes kept from before the replicated state into the log.
@@ -301,9 +313,24 @@ impl Daemon {
     }
 
     pub(super) async fn serve(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
+        use crate::mgmt::rpc::{read_line_within, LINE_TIMEOUT, MAX_LINE};
+        use crate::protocol::admit::HANDSHAKE_TIMEOUT;
         let (rd, mut wr) = stream.into_split();
-        let mut lines = BufReader::new(rd).lines();
-        while let Some(line) = lines.next_line().await? {
+        let mut rd = BufReader::new(rd);
+        // The first request comes soon after the connection, or it ends.
+        let first = tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT),
+        )
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no request within {HANDSHAKE_TIMEOUT:?} of connecting"),
+            )
+        })??;
+        let mut next = first;
+        while let Some(line) = next {
             let resp = match serde_json::from_str::<Request>(&line) {
                 Ok(req) => self.clone().handle(req).await,
                 Err(e) => err(format!("malformed request: {e}")),
@@ -311,6 +338,7 @@ impl Daemon {
             let mut out = serde_json::to_vec(&resp)?;
             out.push(b'\n');
             wr.write_all(&out).await?;
+            next = read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT).await?;
         }
         Ok(())
     }

@@ -186,7 +186,9 @@ impl MdCache {
             _ => return None,
         };
         // md-cache's state follows the change now.
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        for g in keys.dirs.iter().chain(&keys.objects) {
+            self.bump(g);
+        }
         self.follow_names(fop, true);
         let (id, fh, reply) = match reply {
             Reply::Created { entry, .. } => {

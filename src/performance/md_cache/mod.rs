@@ -40,6 +40,10 @@ pub static STAT_PREFETCH: Spec = Spec {
 const MAX_OBJECTS: usize = 100_000;
 /// Kept in this many maps (by gfid).
 const SHARDS: usize = 16;
+/// Changes are clocked in this many buckets (by gfid, each within one
+/// shard): an answer is kept unless its object's bucket changed since
+/// the request, so concurrent work on other objects rarely stops it.
+const BUCKETS: usize = 256;
 
 /// An xattr's value, or the errno that said it is missing.
 type Answer = Result<ByteBuf, i32>;
@@ -109,9 +113,13 @@ pub struct MdCache {
     child: Child,
     /// How long an answer may be kept (milliseconds).
     keep_ms: AtomicU64,
-    /// Moves on at every recall, loss and change made here: an answer to
-    /// a request older than that is passed on, not kept.
-    generation: AtomicU64,
+    /// Ticks at every recall, loss and change made here.
+    clock: AtomicU64,
+    /// The tick of the last such event, per bucket of objects: an answer
+    /// to a request marked before it is passed on, not kept.
+    changed: Vec<AtomicU64>,
+    /// The tick at which everything was last dropped.
+    all_changed: AtomicU64,
     /// Attributes kept before a name was removed or moved here are stale.
     names_moved: AtomicU64,
     shards: Vec<Mutex<HashMap<Gfid, Object>>>,
@@ -142,7 +150,9 @@ impl MdCache {
             name,
             child,
             keep_ms: AtomicU64::new(crate::graph::UNLEASED.as_millis() as u64),
-            generation: AtomicU64::new(0),
+            clock: AtomicU64::new(0),
+            changed: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            all_changed: AtomicU64::new(0),
             names_moved: AtomicU64::new(0),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             writing: Mutex::default(),
@@ -206,14 +216,33 @@ impl MdCache {
         &self.shards[g.0[15] as usize % SHARDS]
     }
 
+    /// The clock of `g`'s bucket. (A bucket lies within one shard, so a
+    /// shard's lock orders every keep and drop of its buckets' objects.)
+    fn bucket(&self, g: &Gfid) -> &AtomicU64 {
+        &self.changed[g.0[15] as usize % BUCKETS]
+    }
+
+    /// Something about `g` changes: answers to requests marked before are
+    /// not kept. Called before the change is made to the kept state.
+    fn bump(&self, g: &Gfid) {
+        let t = self.clock.fetch_add(1, Ordering::AcqRel) + 1;
+        self.bucket(g).fetch_max(t, Ordering::AcqRel);
+    }
+
+    /// Whether nothing about `g` (nor everything) changed since `tick`.
+    fn unchanged(&self, g: &Gfid, tick: u64) -> bool {
+        self.all_changed.load(Ordering::Acquire) <= tick
+            && self.bucket(g).load(Ordering::Acquire) <= tick
+    }
+
     fn drop_object(&self, gfid: Gfid) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.bump(&gfid);
         self.shard(&gfid).lock().unwrap().remove(&gfid);
     }
 
     /// Drops an object's attributes only (its data changed here).
     fn drop_attr(&self, gfid: Gfid) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.bump(&gfid);
         if let Some(o) = self.shard(&gfid).lock().unwrap().get_mut(&gfid) {
             o.attr = None;
         }
@@ -221,7 +250,18 @@ impl MdCache {
 
     /// Drops what another client's change of `name` in `dir` alters.
     fn drop_name(&self, dir: Gfid, name: &Name) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.bump(&dir);
+        let led_to = self
+            .shard(&dir)
+            .lock()
+            .unwrap()
+            .get(&dir)
+            .and_then(|o| o.found.get(name.as_bytes()).map(|(g, _)| *g));
+        // (The bricks recall that object too; this covers its answers in
+        // flight until then.)
+        if let Some(g) = led_to {
+            self.bump(&g);
+        }
         if let Some(o) = self.shard(&dir).lock().unwrap().get_mut(&dir) {
             o.attr = None;
             o.names = None;
@@ -230,7 +270,8 @@ impl MdCache {
     }
 
     fn drop_all(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        let t = self.clock.fetch_add(1, Ordering::AcqRel) + 1;
+        self.all_changed.fetch_max(t, Ordering::AcqRel);
         for s in &self.shards {
             s.lock().unwrap().clear();
         }
@@ -307,10 +348,10 @@ impl MdCache {
     /// (`start` + the lease time), or another client adds a name (the
     /// bricks recall the directory first). Not when anything was recalled
     /// or changed here since `(start, gen)`: the recall may have been of it.
-    fn made_empty(&self, dir: Gfid, (start, gen): (Instant, u64)) {
+    fn made_empty(&self, dir: Gfid, (start, tick): (Instant, u64)) {
         let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
         let mut s = self.shard(&dir).lock().unwrap();
-        if self.generation.load(Ordering::Acquire) != gen {
+        if !self.unchanged(&dir, tick) {
             return;
         }
         let o = s.entry(dir).or_insert_with(|| Object::new(until));
@@ -335,10 +376,10 @@ impl MdCache {
     /// Keeps that `name` in `dir` leads to `gfid` (a lookup's answer, or
     /// a name made here), unless anything was recalled or changed since
     /// the request was sent: the recall may have been of that name.
-    fn keep_found(&self, dir: Gfid, name: &Name, gfid: Gfid, (start, gen): (Instant, u64)) {
+    fn keep_found(&self, dir: Gfid, name: &Name, gfid: Gfid, (start, tick): (Instant, u64)) {
         let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
         let mut s = self.shard(&dir).lock().unwrap();
-        if self.generation.load(Ordering::Acquire) != gen {
+        if !self.unchanged(&dir, tick) || !self.unchanged(&gfid, tick) {
             return;
         }
         let o = object(&mut s, dir, start);
@@ -357,14 +398,14 @@ impl MdCache {
 
     /// A mark to take before sending a request whose answer may be kept.
     fn mark(&self) -> (Instant, u64) {
-        (Instant::now(), self.generation.load(Ordering::Acquire))
+        (Instant::now(), self.clock.load(Ordering::Acquire))
     }
 
     /// Keeps what an answer to a request marked `(start, gen)` tells about
     /// `gfid`, unless something was recalled or changed since.
-    fn keep(&self, gfid: Gfid, what: Kept, (start, gen): (Instant, u64)) {
+    fn keep(&self, gfid: Gfid, what: Kept, (start, tick): (Instant, u64)) {
         let mut s = self.shard(&gfid).lock().unwrap();
-        if self.generation.load(Ordering::Acquire) != gen {
+        if !self.unchanged(&gfid, tick) {
             return;
         }
         self.store(&mut s, gfid, what, start);
@@ -374,30 +415,28 @@ impl MdCache {
     /// unless anything was recalled or changed since `(start, gen)`; every
     /// answer to a request sent before is older, and is not kept after
     /// them. False if they were not kept.
-    fn keep_after_change(&self, gfid: Gfid, a: Attr, (start, gen): (Instant, u64)) -> bool {
+    fn keep_after_change(&self, gfid: Gfid, a: Attr, (start, tick): (Instant, u64)) -> bool {
         let mut s = self.shard(&gfid).lock().unwrap();
-        let moved_on =
-            self.generation
-                .compare_exchange(gen, gen + 1, Ordering::AcqRel, Ordering::Acquire);
-        if moved_on.is_err() {
+        if !self.unchanged(&gfid, tick) {
             return false;
         }
+        self.bump(&gfid);
         self.store(&mut s, gfid, Kept::Attr(a), start);
         true
     }
 
     /// `keep_after_change` for several objects at once (a change of names
     /// and its directories): all kept, or none. Answers those kept.
-    fn keep_all_after_change(&self, attrs: &[Attr], (start, gen): (Instant, u64)) -> Vec<Gfid> {
+    fn keep_all_after_change(&self, attrs: &[Attr], (start, tick): (Instant, u64)) -> Vec<Gfid> {
         if attrs.is_empty() {
             return Vec::new();
         }
         let mut shards: Vec<_> = self.shards.iter().map(|s| s.lock().unwrap()).collect();
-        let moved_on =
-            self.generation
-                .compare_exchange(gen, gen + 1, Ordering::AcqRel, Ordering::Acquire);
-        if moved_on.is_err() {
+        if !attrs.iter().all(|a| self.unchanged(&a.gfid, tick)) {
             return Vec::new();
+        }
+        for a in attrs {
+            self.bump(&a.gfid);
         }
         for a in attrs {
             let s = &mut shards[a.gfid.0[15] as usize % SHARDS];
@@ -922,6 +961,43 @@ mod tests {
             gfid,
             name: name.into(),
         }
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_kept_while_other_objects_change_not_its_own() {
+        let md = leased(Arc::new(Xattrs::default()));
+        let (f, other) = (Gfid::random(), Gfid::random());
+        let same_bucket = |g: &Gfid| g.0[15] as usize % BUCKETS == f.0[15] as usize % BUCKETS;
+        let other = if same_bucket(&other) {
+            Gfid::ROOT
+        } else {
+            other
+        };
+        assert!(!same_bucket(&other));
+        // Another object's change, a recall of it, between the request
+        // and its answer: kept.
+        let mark = md.mark();
+        md.drop_attr(other);
+        md.drop_object(other);
+        md.keep(f, Kept::Attr(Attr::plain_file(f, 1)), mark);
+        assert_eq!(md.cached_attr(f).map(|a| a.size), Some(1));
+        // Its own: not kept.
+        let mark = md.mark();
+        md.drop_attr(f);
+        md.keep(f, Kept::Attr(Attr::plain_file(f, 2)), mark);
+        assert_eq!(md.cached_attr(f), None);
+        // A write's answer after another file's write: kept; one marked
+        // before a later change of the same file: not kept over it.
+        let (first, second) = (md.mark(), md.mark());
+        md.bump(&other);
+        assert!(md.keep_after_change(f, Attr::plain_file(f, 3), second));
+        assert!(!md.keep_after_change(f, Attr::plain_file(f, 4), first));
+        assert_eq!(md.cached_attr(f).map(|a| a.size), Some(3));
+        // Everything dropped (leases lost): nothing marked before is kept.
+        let mark = md.mark();
+        md.drop_all();
+        md.keep(other, Kept::Attr(Attr::plain_file(other, 5)), mark);
+        assert_eq!(md.cached_attr(other), None);
     }
 
     #[tokio::test]

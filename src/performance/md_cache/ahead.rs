@@ -257,6 +257,11 @@ impl MdCache {
             let (dirs, objects): (Vec<Attr>, Vec<Attr>) =
                 real.into_iter().partition(|a| keys.dirs.contains(&a.gfid));
             me.keep_all_after_change(&objects, mark);
+            // The directories changed on the bricks just now: an answer
+            // about one, to a request sent before, is older than this.
+            for d in &keys.dirs {
+                me.bump(d);
+            }
             let settled: Vec<Attr> = dirs
                 .into_iter()
                 .filter(|a| !me.behind.others_touch(id, &a.gfid))

@@ -55,6 +55,7 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
             magic: wire::MAGIC,
             version: wire::VERSION,
             brick: brick.into(),
+            key: None,
         })
     };
 
@@ -77,6 +78,7 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
         magic: wire::MAGIC,
         version: 99,
         brick: brick_path.clone(),
+        key: None,
     }))
     .unwrap();
     assert!(matches!(read_msg(&mut s), Msg::Refused { reason } if reason.contains("version")));
@@ -176,6 +178,7 @@ fn floods_of_connections_cost_a_brick_bounded_memory_and_never_its_life() {
         magic: wire::MAGIC,
         version: wire::VERSION,
         brick: bricks[0].display().to_string(),
+        key: None,
     });
 
     // 40 connections announcing a frame of 17 MiB (the most a brick takes

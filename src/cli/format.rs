@@ -177,6 +177,7 @@ mod tests {
             layout_commit: 1,
             draining: Vec::new(),
             resetting: Vec::new(),
+            key: String::new(),
         };
         let text = info(&[v]);
         for line in [

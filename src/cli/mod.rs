@@ -265,6 +265,10 @@ pub struct BrickArgs {
     /// Append the brick's log (its standard error) to this file.
     #[arg(long)]
     pub log_file: Option<PathBuf>,
+    /// The file holding the volume's key, which the pool's own clients
+    /// (self-heal, rebalance) give to pass auth.allow and auth.reject.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
 }
 
 pub struct CreateArgs {

@@ -5,6 +5,7 @@
 //! Dependencies point one way: `core` knows nothing of the network, the
 //! brick storage, FUSE or the management daemon.
 
+pub mod addrs;
 pub mod error;
 pub mod fop;
 pub mod gfid;

@@ -20,6 +20,8 @@ pub enum Kind {
     Text,
     /// A share from 0 to 100, written with or without `%`.
     Percent,
+    /// Client addresses, networks and host names (`super::addrs`).
+    Addresses,
 }
 
 #[derive(Debug)]
@@ -79,6 +81,9 @@ impl Spec {
             Kind::Percent => parse_percent(value)
                 .map(|p| format!("{p}%"))
                 .ok_or_else(bad),
+            Kind::Addresses => super::addrs::Patterns::parse(value)
+                .map(|p| p.canonical())
+                .map_err(|e| format!("{}: {e}", bad())),
             Kind::Text if !value.is_empty() => Ok(value.to_string()),
             Kind::Text => Err(bad()),
         }
@@ -131,6 +136,9 @@ fn describe(k: Kind) -> String {
         Kind::Size => "a size such as 64MB".into(),
         Kind::Text => "text".into(),
         Kind::Percent => "a share such as 10%".into(),
+        Kind::Addresses => {
+            "addresses, networks (10.0.0.0/8, 10.0.*.*) or host names, comma-separated; * for any, none for no one".into()
+        }
     }
 }
 

@@ -37,10 +37,12 @@ pub struct BrickConfig {
     pub pid_file: Option<PathBuf>,
     /// The port to listen on, if free.
     pub port: Option<u16>,
+    /// The file holding the volume's key (`Volume::key`).
+    pub key_file: Option<PathBuf>,
 }
 
 /// The volume options a brick applies itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tunables {
     /// `storage.health-check-interval`; None: off.
     pub health_check: Option<Duration>,
@@ -50,6 +52,8 @@ pub struct Tunables {
     pub leases: crate::brick::leases::Terms,
     /// `performance.strict-o-direct`.
     pub strict_o_direct: bool,
+    /// `auth.allow` and `auth.reject`.
+    pub auth: crate::protocol::auth::Rules,
 }
 
 impl Tunables {
@@ -63,6 +67,7 @@ impl Tunables {
             lock_revocation: secs(&crate::storage::locks::REVOCATION_SECS),
             leases: crate::brick::leases::Terms::from_options(o),
             strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
+            auth: crate::protocol::auth::Rules::from_options(o),
         }
     }
 }
@@ -198,6 +203,7 @@ pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
         mgmt: a.mgmt.clone(),
         pid_file: a.pid_file.clone(),
         port: a.port,
+        key_file: a.key_file.clone(),
     }))
 }
 
@@ -272,7 +278,32 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
             }
         }
     });
-    server::serve(listener, stack, path.display().to_string()).await?;
+    let (auth_tx, auth) = watch::channel(tunables.borrow().auth.clone());
+    tokio::spawn({
+        let mut t = tunables.clone();
+        async move {
+            while t.changed().await.is_ok() {
+                let rules = t.borrow_and_update().auth.clone();
+                auth_tx.send_if_modified(|old| {
+                    let changed = *old != rules;
+                    *old = rules;
+                    changed
+                });
+            }
+        }
+    });
+    let key = match &cfg.key_file {
+        Some(f) => match std::fs::read_to_string(f) {
+            Ok(k) if !k.trim().is_empty() => Some(k.trim().to_string()),
+            Ok(_) => None,
+            Err(e) => go_offline(&format!(
+                "cannot read the volume's key {}: {e}",
+                f.display()
+            )),
+        },
+        None => None,
+    };
+    server::serve(listener, stack, path.display().to_string(), auth, key).await?;
     Ok(())
 }
 
@@ -328,7 +359,7 @@ fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {
 async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables>) {
     rpc::follow_volume(&[mgmt], &volume, None, None, true, |d| {
         let t = Tunables::from_options(&d.options);
-        if tx.send_if_modified(|old| std::mem::replace(old, t) != t) {
+        if tx.send_if_modified(|old| std::mem::replace(old, t.clone()) != t) {
             tracing::info!(?t, "volume options applied");
         }
     })

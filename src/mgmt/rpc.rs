@@ -395,8 +395,19 @@ pub async fn follow_volume(
 /// to the brick's port in the volume's description (the replicated
 /// state), or to the one the brick host's daemon gives.
 pub fn graph_env() -> Env {
+    env_with_key(None)
+}
+
+/// The environment of the pool's own graphs of a volume (self-heal,
+/// rebalance): their handshakes carry the volume's key (`Volume::key`),
+/// so that `auth.allow` and `auth.reject` do not apply to them.
+pub fn internal_env(key: &str) -> Env {
+    env_with_key((!key.is_empty()).then(|| key.to_string()))
+}
+
+fn env_with_key(key: Option<String>) -> Env {
     Env {
-        connect: Arc::new(|d: &XlDesc, link| {
+        connect: Arc::new(move |d: &XlDesc, link| {
             let param = |k: &str| {
                 d.param(k)
                     .map(str::to_string)
@@ -407,6 +418,7 @@ pub fn graph_env() -> Env {
             Ok(Arc::new(ProtocolClient::new(
                 d.name.clone(),
                 param("brick")?,
+                key.clone(),
                 resolve,
                 link,
             )))

@@ -115,6 +115,24 @@ pub struct Volume {
     /// until `reset-brick ... commit`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resetting: Vec<String>,
+    /// The key the pool's own clients of this volume (self-heal, rebalance)
+    /// give its bricks in their handshake, so that `auth.allow` does not
+    /// apply to them. Made at `volume create`; kept out of `volume info`
+    /// and `volume status`, out of the descriptions clients get, and off
+    /// command lines (bricks read it from a file only root reads). Empty
+    /// for volumes made before it: their bricks apply the rules to all.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+}
+
+impl Volume {
+    /// The volume as anyone may see it: without its key.
+    pub fn public(&self) -> Volume {
+        Volume {
+            key: String::new(),
+            ..self.clone()
+        }
+    }
 }
 
 fn first_commit() -> u64 {
@@ -547,6 +565,7 @@ impl Volume {
             layout_commit: 1,
             draining: Vec::new(),
             resetting: Vec::new(),
+            key: String::new(),
         }
     }
 

@@ -71,6 +71,9 @@ pub struct BrickSpec {
     pub run: PathBuf,
     /// The port the cluster state gives the brick.
     pub port: Option<u16>,
+    /// The volume's key (`Volume::key`; empty for older volumes), handed
+    /// to the brick in a file only root reads.
+    pub key: String,
 }
 
 impl BrickSpec {
@@ -83,6 +86,26 @@ impl BrickSpec {
 
     pub fn pid_file(&self) -> PathBuf {
         self.run.join(self.file_name("pid"))
+    }
+
+    pub fn key_file(&self) -> PathBuf {
+        self.run.join(self.file_name("key"))
+    }
+
+    /// Writes the key file (mode 0600), if the volume has a key.
+    fn write_key(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        if self.key.is_empty() {
+            return Ok(());
+        }
+        let _ = std::fs::remove_file(self.key_file());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(self.key_file())?
+            .write_all(self.key.as_bytes())
     }
 }
 
@@ -181,6 +204,9 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
         }
     }
     let (exe, first) = brick_program().await;
+    if let Err(e) = spec.write_key() {
+        tracing::warn!(brick = %spec.path.display(), "cannot write the volume's key ({e}); its bricks apply auth.allow to the pool's own clients too");
+    }
     let args = brick_args(&spec, &log);
     loop {
         if *stop.borrow() {
@@ -308,6 +334,9 @@ fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString
     if spec.arbiter {
         a.push("--arbiter".into());
     }
+    if !spec.key.is_empty() {
+        a.extend(["--key-file".into(), spec.key_file().into()]);
+    }
     if let Some(p) = spec.port {
         a.extend(["--port".into(), p.to_string().into()]);
     }
@@ -429,6 +458,7 @@ mod tests {
             logs: run.to_path_buf(),
             run: run.to_path_buf(),
             port: None,
+            key: String::new(),
         }
     }
 

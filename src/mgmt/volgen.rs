@@ -202,6 +202,7 @@ mod tests {
             layout_commit: 1,
             draining: Vec::new(),
             resetting: Vec::new(),
+            key: String::new(),
         }
     }
 

@@ -47,6 +47,7 @@ type Pending = Mutex<HashMap<u64, oneshot::Sender<FsResult<Reply>>>>;
 struct Shared {
     name: String,
     brick: String,
+    key: Option<String>,
     resolve: Resolver,
     /// Milliseconds; changed by `reconfigure`.
     ping_timeout_ms: AtomicU64,
@@ -77,11 +78,20 @@ pub struct ProtocolClient {
 
 impl ProtocolClient {
     /// Creates the client; it connects once started (`Xlator::start`).
-    pub fn new(name: String, brick: String, resolve: Resolver, link: Arc<Link>) -> Self {
+    /// `key`: the volume's key, for the pool's own clients (None for a
+    /// mount).
+    pub fn new(
+        name: String,
+        brick: String,
+        key: Option<String>,
+        resolve: Resolver,
+        link: Arc<Link>,
+    ) -> Self {
         let ping_timeout = Duration::from_secs(PING_TIMEOUT.default.parse().unwrap_or(42));
         let shared = Arc::new(Shared {
             name,
             brick,
+            key,
             resolve,
             ping_timeout_ms: AtomicU64::new(ping_timeout.as_millis() as u64),
             up: AtomicBool::new(false),
@@ -176,6 +186,7 @@ async fn connect_once(sh: &Shared, failed: u32) -> std::io::Result<TcpStream> {
             magic: wire::MAGIC,
             version: wire::VERSION,
             brick: sh.brick.clone(),
+            key: sh.key.clone(),
         },
     )
     .await?;

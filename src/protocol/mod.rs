@@ -2,6 +2,7 @@
 //! server that serves a storage translator over it (`server`), and the
 //! client translator that talks to one brick (`client`).
 pub mod admit;
+pub mod auth;
 pub mod client;
 pub mod server;
 pub mod wire;

@@ -7,6 +7,7 @@
 //! of its own.
 
 use super::admit;
+use super::auth::Rules;
 use super::wire::{self, Msg};
 use crate::brick::{Conn, Notice, Stack};
 use crate::storage::posix::FdTable;
@@ -16,20 +17,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
-pub async fn serve(listener: TcpListener, stack: Arc<Stack>, brick: String) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    stack: Arc<Stack>,
+    brick: String,
+    auth: watch::Receiver<Rules>,
+    key: Option<String>,
+) -> std::io::Result<()> {
+    let key: Option<Arc<str>> = key.map(Into::into);
     let next_conn = Arc::new(AtomicU64::new(1));
     let what = format!("brick {brick}");
     admit::accept_loop(listener, &what, admit::CAPS, |stream, peer| {
         let _ = stream.set_nodelay(true);
-        let (stack, brick, id) = (
+        let (stack, brick, id, auth, key) = (
             stack.clone(),
             brick.clone(),
             next_conn.fetch_add(1, Ordering::Relaxed),
+            auth.clone(),
+            key.clone(),
         );
         async move {
-            match serve_conn(stream, peer, stack, brick, id).await {
+            match serve_conn(stream, peer, stack, brick, id, auth, key).await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
                 Err(e) => tracing::warn!(%peer, "connection ended: {e}"),
             }
@@ -45,6 +55,8 @@ async fn serve_conn(
     stack: Arc<Stack>,
     brick: String,
     id: u64,
+    mut auth: watch::Receiver<Rules>,
+    key: Option<Arc<str>>,
 ) -> std::io::Result<()> {
     let (mut rd, mut wr) = stream.into_split();
     // The handshake: small, and soon, or the connection ends. A client
@@ -60,12 +72,35 @@ async fn serve_conn(
             format!("no handshake within {:?}", admit::HANDSHAKE_TIMEOUT),
         )
     })?;
+    // The pool's own clients (with the volume's key) pass the auth rules.
+    let internal;
     match hello? {
         Some(Msg::Hello {
             magic,
             version,
             brick: want,
+            key: given,
         }) if magic == wire::MAGIC && version == wire::VERSION && want == brick => {
+            internal = key.is_some() && given.as_deref() == key.as_deref();
+            let rules = auth.borrow_and_update().clone();
+            let refused = match internal {
+                true => None,
+                false => rules.refuses(peer.ip()).await,
+            };
+            if let Some(reason) = refused {
+                tracing::warn!(%peer, "client refused: {reason}");
+                wire::write_frame(
+                    &mut wr,
+                    &Msg::Refused {
+                        reason: reason.clone(),
+                    },
+                )
+                .await?;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    reason,
+                ));
+            }
             wire::write_frame(
                 &mut wr,
                 &Msg::Welcome {
@@ -78,6 +113,7 @@ async fn serve_conn(
             magic,
             version,
             brick: want,
+            ..
         }) => {
             let reason = if magic != wire::MAGIC {
                 "not a mortar client".to_string()
@@ -144,6 +180,17 @@ async fn serve_conn(
             _ = closing.notified() => break Err(std::io::Error::other(
                 "closed by the brick: a lock revoked or a recall not answered",
             )),
+            // The volume's auth rules changed: is this client still allowed?
+            Ok(()) = auth.changed(), if !internal => {
+                let rules = auth.borrow_and_update().clone();
+                match rules.refuses(peer.ip()).await {
+                    Some(reason) => {
+                        tracing::warn!(%peer, "client disconnected: {reason}");
+                        break Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason));
+                    }
+                    None => continue,
+                }
+            }
         };
         let msg = match read {
             Ok(Some(m)) => m,

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// "MRTR": the first word of every handshake.
 pub const MAGIC: u32 = 0x4d52_5452;
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 
@@ -31,6 +31,9 @@ pub enum Msg {
         magic: u32,
         version: u32,
         brick: String,
+        /// The volume's key, from the pool's own clients (self-heal,
+        /// rebalance): `auth.allow` and `auth.reject` do not apply to them.
+        key: Option<String>,
     },
     /// Brick → client: handshake accepted.
     Welcome {

@@ -21,7 +21,7 @@ impl Daemon {
         let _one = self.reconcile_lock.lock().await;
         let st = self.state.lock().unwrap().clone();
         let lost: Vec<String> = self.quorum_lost.lock().unwrap().keys().cloned().collect();
-        let mut want: HashMap<String, (String, String, bool, &Brick)> = HashMap::new();
+        let mut want: HashMap<String, (String, String, bool, &Brick, String)> = HashMap::new();
         for v in st
             .volumes
             .values()
@@ -31,7 +31,13 @@ impl Daemon {
                 if self.is_local(&b.host).await && !v.is_resetting(b) {
                     want.insert(
                         b.path.clone(),
-                        (v.name.clone(), v.id.clone(), v.is_arbiter(i), b),
+                        (
+                            v.name.clone(),
+                            v.id.clone(),
+                            v.is_arbiter(i),
+                            b,
+                            v.key.clone(),
+                        ),
                     );
                 }
             }
@@ -48,7 +54,7 @@ impl Daemon {
                     }
                 }
             }
-            for (path, (vol, id, arbiter, brick)) in want {
+            for (path, (vol, id, arbiter, brick, key)) in want {
                 if bricks.contains_key(&path) {
                     continue;
                 }
@@ -64,6 +70,7 @@ impl Daemon {
                     logs: self.cfg.state_dir.join("logs"),
                     run: self.cfg.state_dir.join("run"),
                     port: brick.port,
+                    key: key.clone(),
                 };
                 tracing::debug!(brick = %path, "starting brick");
                 let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));

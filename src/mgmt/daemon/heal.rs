@@ -83,7 +83,12 @@ impl Daemon {
             let Some(desc) = self.local_desc(st, &name, &local) else {
                 continue;
             };
-            match Healer::new(&desc, |h| local.iter().any(|l| l == h), &rpc::graph_env()) {
+            let key = st.volumes.get(&name).map_or("", |v| v.key.as_str());
+            match Healer::new(
+                &desc,
+                |h| local.iter().any(|l| l == h),
+                &rpc::internal_env(key),
+            ) {
                 Ok(h) => {
                     tracing::info!(volume = %name, "self-heal daemon started");
                     let task = tokio::spawn(h.clone().run());
@@ -186,7 +191,8 @@ impl Daemon {
             }
             return Ok(h);
         }
-        let h = Healer::new(&desc, |_| false, &rpc::graph_env()).map_err(|e| format!("{e:#}"))?;
+        let h = Healer::new(&desc, |_| false, &rpc::internal_env(&v.key))
+            .map_err(|e| format!("{e:#}"))?;
         h.wait_up(Duration::from_secs(3)).await;
         Ok(h)
     }

@@ -524,10 +524,10 @@ impl Daemon {
                 let st = self.state.lock().unwrap();
                 match name {
                     Some(n) => match st.volumes.get(&n) {
-                        Some(v) => Response::Volumes(vec![v.clone()]),
+                        Some(v) => Response::Volumes(vec![v.public()]),
                         None => err(format!("Volume {n} does not exist")),
                     },
-                    None => Response::Volumes(st.volumes.values().cloned().collect()),
+                    None => Response::Volumes(st.volumes.values().map(Volume::public).collect()),
                 }
             }
             Request::VolumeStatus { name } => {
@@ -549,7 +549,7 @@ impl Daemon {
                 let mut out = Vec::new();
                 for v in vols {
                     let s = self.status_of(&v).await;
-                    out.push((v, s));
+                    out.push((v.public(), s));
                 }
                 Response::Status(out)
             }

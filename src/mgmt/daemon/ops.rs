@@ -409,6 +409,11 @@ impl Daemon {
             layout_commit: 1,
             draining: Vec::new(),
             resetting: Vec::new(),
+            key: format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            ),
         };
         self.execute(Command::AddVolume(vol)).await?;
         Ok("please start the volume to access data".into())

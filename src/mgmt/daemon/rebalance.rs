@@ -290,9 +290,12 @@ impl Daemon {
             .desc(volume)
             .ok_or_else(|| format!("no description of {volume}"))?;
         let migrate = task.kind != TaskKind::FixLayout;
+        let key = (self.state.lock().unwrap().volumes.get(volume))
+            .map(|v| v.key.clone())
+            .unwrap_or_default();
         Rebalancer::new(
             &desc,
-            &rpc::graph_env(),
+            &rpc::internal_env(&key),
             task.generation,
             migrate,
             &row.owns,

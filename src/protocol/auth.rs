@@ -1,0 +1,110 @@
+//! Which clients a brick serves: `auth.allow` and `auth.reject`, by the
+//! address a connection comes from (docs/security.md). A brick checks a
+//! client at its handshake, and checks every connection again when the
+//! volume's rules change, closing those no longer allowed.
+
+use crate::core::addrs::Patterns;
+use crate::core::options::{Kind, Spec};
+use crate::core::Options;
+use std::net::IpAddr;
+
+pub static AUTH_ALLOW: Spec = Spec {
+    key: "auth.allow",
+    kind: Kind::Addresses,
+    default: "*",
+    help: "Clients the volume's bricks serve, by the address they connect from: addresses (192.168.1.10), networks (10.0.0.0/8, 10.0.*.*) or host names (matched by the addresses they resolve to), comma-separated; * for any. Checked at each connection; connections no longer allowed are closed within seconds of a change. Without TLS an address is all a brick knows of a client.",
+};
+
+pub static AUTH_REJECT: Spec = Spec {
+    key: "auth.reject",
+    kind: Kind::Addresses,
+    default: "none",
+    help: "Clients the volume's bricks refuse even if auth.allow names them, in the same form; none for no one.",
+};
+
+/// The rules in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rules {
+    allow: Patterns,
+    reject: Patterns,
+}
+
+impl Default for Rules {
+    fn default() -> Rules {
+        Rules::from_options(&Options::new())
+    }
+}
+
+impl Rules {
+    pub fn from_options(o: &Options) -> Rules {
+        // (`volume set` checked the values; a bad one falls back to the
+        // default rather than to nothing.)
+        let get = |spec: &'static Spec| {
+            Patterns::parse(spec.str(o))
+                .or_else(|_| Patterns::parse(spec.default))
+                .expect("the default parses")
+        };
+        Rules {
+            allow: get(&AUTH_ALLOW),
+            reject: get(&AUTH_REJECT),
+        }
+    }
+
+    /// Why a client at `ip` may not connect, if it may not. Host names in
+    /// the rules are resolved now.
+    pub async fn refuses(&self, ip: IpAddr) -> Option<String> {
+        let ip = ip.to_canonical();
+        if matches(&self.reject, ip).await {
+            return Some(format!(
+                "address {ip} is refused by auth.reject ({})",
+                self.reject.canonical()
+            ));
+        }
+        if !matches(&self.allow, ip).await {
+            return Some(format!(
+                "address {ip} is not in auth.allow ({})",
+                self.allow.canonical()
+            ));
+        }
+        None
+    }
+}
+
+async fn matches(p: &Patterns, ip: IpAddr) -> bool {
+    if p.matches(ip) {
+        return true;
+    }
+    for host in p.hosts() {
+        if let Ok(addrs) = tokio::net::lookup_host((host, 0)).await {
+            if addrs.into_iter().any(|a| a.ip().to_canonical() == ip) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(allow: &str, reject: &str) -> Rules {
+        let mut o = Options::new();
+        o.insert("auth.allow".into(), allow.into());
+        o.insert("auth.reject".into(), reject.into());
+        Rules::from_options(&o)
+    }
+
+    #[tokio::test]
+    async fn allow_then_reject_by_address_and_name() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(Rules::default().refuses(lo).await, None);
+        let e = rules("10.9.9.9", "none").refuses(lo).await.unwrap();
+        assert!(e.contains("not in auth.allow (10.9.9.9)"), "{e}");
+        assert_eq!(rules("localhost", "none").refuses(lo).await, None);
+        assert_eq!(rules("127.0.0.0/8", "none").refuses(lo).await, None);
+        let e = rules("*", "127.*.*.*").refuses(lo).await.unwrap();
+        assert!(e.contains("auth.reject"), "{e}");
+        assert!(rules("none", "none").refuses(lo).await.is_some());
+    }
+}

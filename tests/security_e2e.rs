@@ -1,0 +1,157 @@
+//! Who may use a volume (docs/security.md): `auth.allow` and `auth.reject`
+//! enforced by the bricks, by the address a client connects from.
+
+mod common;
+use common::*;
+use mortar::protocol::wire::{self, Msg};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+/// A handshake sent by hand: what the brick answers.
+fn handshake(addr: &str, brick: &str) -> Msg {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(
+        &wire::encode(&Msg::Hello {
+            magic: wire::MAGIC,
+            version: wire::VERSION,
+            brick: brick.into(),
+            key: None,
+        })
+        .to_vec(),
+    )
+    .unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    wire::decode(bytes::Bytes::from(body)).unwrap()
+}
+
+fn mount_fails(c: &Cluster, vol: &str) -> String {
+    let dir = c.path("refused-mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "mount",
+            "--port",
+            &PORT.to_string(),
+            &format!("{}:/{vol}", c.ip),
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the mount should have been refused");
+    assert!(!is_mounted(&dir));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn clients_not_allowed_by_address_are_refused_and_cut_off() {
+    let c = Cluster::start();
+    let bricks = c.volume("av", 1, &["a1"]);
+    let m = c.mount("av");
+    std::fs::write(m.p("secret"), "kept\n").unwrap();
+    let port = c.volume_status_json("av")[0]["bricks"][0]["port"]
+        .as_u64()
+        .unwrap();
+    let addr = format!("{}:{port}", c.ip);
+    let brick = bricks[0].display().to_string();
+
+    // Garbage is refused, and the list is shown as it is kept.
+    let before = c.state();
+    c.refused(
+        &["volume", "set", "av", "auth.allow", "10.0.0.0/33"],
+        "is not an address, network or host name",
+        &before,
+    );
+    c.ok(&["volume", "set", "av", "auth.allow", "10.9.9.9, 10.1.*.*"]);
+    assert!(c
+        .ok(&["volume", "get", "av", "auth.allow"])
+        .contains("10.9.9.9,10.1.*.*"));
+
+    // The mounted client is cut off within seconds (the bricks follow the
+    // volume's options), a new one is refused, and so is a hand-made
+    // handshake, with the reason.
+    wait_for("the mount to be cut off", Duration::from_secs(20), || {
+        std::fs::read_to_string(m.p("secret")).is_err()
+    });
+    let why = mount_fails(&c, "av");
+    assert!(why.contains("auth.allow"), "{why}");
+    match handshake(&addr, &brick) {
+        Msg::Refused { reason } => assert!(reason.contains("not in auth.allow"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+
+    // Allowed again: the old mount comes back by itself.
+    c.ok(&["volume", "set", "av", "auth.allow", "127.0.0.0/8"]);
+    wait_for("the mount to come back", Duration::from_secs(30), || {
+        std::fs::read_to_string(m.p("secret")).is_ok_and(|s| s == "kept\n")
+    });
+    assert!(matches!(handshake(&addr, &brick), Msg::Welcome { .. }));
+
+    // auth.reject wins over auth.allow.
+    c.ok(&["volume", "set", "av", "auth.reject", "127.*.*.*"]);
+    wait_for("the reject to take hold", Duration::from_secs(20), || {
+        matches!(handshake(&addr, &brick), Msg::Refused { .. })
+    });
+    c.ok(&["volume", "reset", "av", "auth.reject"]);
+    c.ok(&["volume", "reset", "av", "auth.allow"]);
+    wait_for("the mount to come back", Duration::from_secs(30), || {
+        std::fs::read_to_string(m.p("secret")).is_ok()
+    });
+    // Nothing was lost or changed meanwhile.
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("secret")).unwrap(),
+        "kept\n"
+    );
+}
+
+/// The pool's own clients (self-heal here) give the volume's key in their
+/// handshake and pass `auth.allow`; the key is shown to no one.
+#[test]
+fn the_pools_own_clients_pass_auth_allow_and_the_key_stays_private() {
+    let c = Cluster::start();
+    let bricks = c.volume("kv", 3, &["k1", "k2", "k3"]);
+    let m = c.mount("kv");
+    std::fs::write(m.p("before"), "one\n").unwrap();
+    // A brick down while files change: they must be healed onto it.
+    let pid = brick_pid(&c, "kv", 2);
+    ok(&format!("kill -9 {pid}"));
+    for i in 0..20 {
+        std::fs::write(m.p(&format!("f{i}")), format!("{i}\n")).unwrap();
+    }
+    // Then nobody on this host may mount: self-heal still may.
+    c.ok(&["volume", "set", "kv", "auth.allow", "10.9.9.9"]);
+    wait_brick_restarted(&c, "kv", 2, pid);
+    wait_healed(&c, "kv", Duration::from_secs(60));
+    drop(m);
+    assert_bricks_identical(&bricks);
+    assert_eq!(
+        std::fs::read_to_string(bricks[2].join("f7")).unwrap(),
+        "7\n"
+    );
+
+    // The key: in a file only root reads, never in what the CLI shows.
+    let files = ok(&format!("ls {}/state/run/", c.path(".").display()));
+    let key_file = files
+        .lines()
+        .find(|f| f.ends_with(".key"))
+        .unwrap_or_else(|| panic!("no key file in {files}"));
+    let key_path = c.path(&format!("state/run/{key_file}"));
+    let key = std::fs::read_to_string(&key_path).unwrap();
+    assert!(key.len() >= 32, "{key:?}");
+    assert_eq!(
+        ok(&format!("stat -c %a {}", key_path.display())).trim(),
+        "600"
+    );
+    for shown in [
+        c.ok(&["--json", "volume", "info", "kv"]),
+        c.ok(&["--json", "volume", "status", "kv"]),
+        c.ok(&["volume", "info"]),
+    ] {
+        assert!(!shown.contains(key.trim()), "the key is shown: {shown}");
+    }
+    assert!(!ok("ps -eo args").contains(key.trim()));
+}

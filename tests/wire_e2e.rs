@@ -46,18 +46,9 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
     let bricks = c.volume("hw", 1, &["h1"]);
     let m = c.mount("hw");
     ok(&format!("echo keep > {}", m.p("keep")));
-    let st = c.volume_status_json("hw");
-    let port = st[0]["bricks"][0]["port"].as_u64().unwrap();
-    let addr = format!("{}:{port}", c.ip);
+    let addr = brick_addr(&c, "hw", 0);
     let brick_path = bricks[0].display().to_string();
-    let hello = |brick: &str| {
-        frame(&Msg::Hello {
-            magic: wire::MAGIC,
-            version: wire::VERSION,
-            brick: brick.into(),
-            key: None,
-        })
-    };
+    let hello = hello_frame;
 
     // Garbage instead of a handshake.
     let mut s = TcpStream::connect(&addr).unwrap();
@@ -168,18 +159,10 @@ fn floods_of_connections_cost_a_brick_bounded_memory_and_never_its_life() {
     let bricks = c.volume("fw", 1, &["f1"]);
     let m = c.mount("fw");
     ok(&format!("echo keep > {}", m.p("keep")));
-    let port = c.volume_status_json("fw")[0]["bricks"][0]["port"]
-        .as_u64()
-        .unwrap();
-    let addr = format!("{}:{port}", c.ip);
+    let addr = brick_addr(&c, "fw", 0);
     let pid = brick_pid(&c, "fw", 0);
     let before = rss_mib(pid);
-    let hello = frame(&Msg::Hello {
-        magic: wire::MAGIC,
-        version: wire::VERSION,
-        brick: bricks[0].display().to_string(),
-        key: None,
-    });
+    let hello = hello_frame(&bricks[0].display().to_string());
 
     // 40 connections announcing a frame of 17 MiB (the most a brick takes
     // after a handshake) before any handshake: closed at once.

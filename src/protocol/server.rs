@@ -89,17 +89,7 @@ async fn serve_conn(
             };
             if let Some(reason) = refused {
                 tracing::warn!(%peer, "client refused: {reason}");
-                wire::write_frame(
-                    &mut wr,
-                    &Msg::Refused {
-                        reason: reason.clone(),
-                    },
-                )
-                .await?;
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    reason,
-                ));
+                return Err(refuse(&mut wr, reason).await);
             }
             wire::write_frame(
                 &mut wr,
@@ -125,17 +115,7 @@ async fn serve_conn(
             } else {
                 format!("this brick exports {brick}, not {want}")
             };
-            wire::write_frame(
-                &mut wr,
-                &Msg::Refused {
-                    reason: reason.clone(),
-                },
-            )
-            .await?;
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                reason,
-            ));
+            return Err(refuse(&mut wr, reason).await);
         }
         _ => {
             return Err(std::io::Error::new(
@@ -231,6 +211,22 @@ async fn serve_conn(
     // may hold a sender for a while): the client must see it close.
     writer.abort();
     result
+}
+
+/// Refuses a handshake: tells the client why, and returns the error that
+/// ends the connection.
+async fn refuse(wr: &mut (impl tokio::io::AsyncWrite + Unpin), reason: String) -> std::io::Error {
+    let told = wire::write_frame(
+        wr,
+        &Msg::Refused {
+            reason: reason.clone(),
+        },
+    )
+    .await;
+    match told {
+        Ok(()) => std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason),
+        Err(e) => e,
+    }
 }
 
 async fn answer(

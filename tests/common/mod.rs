@@ -275,6 +275,17 @@ impl Cluster {
 
     /// Mounts with extra environment and mount options (`-o ...`).
     pub fn mount_with(&self, vol: &str, env: &[(&str, &str)], options: &[&str]) -> Mount {
+        self.try_mount(vol, env, options)
+            .unwrap_or_else(|e| panic!("mount failed: {e}"))
+    }
+
+    /// Mounts, or says why the mount failed (its standard error).
+    pub fn try_mount(
+        &self,
+        vol: &str,
+        env: &[(&str, &str)],
+        options: &[&str],
+    ) -> Result<Mount, String> {
         let dir = self.path(&format!(
             "mnt-{vol}-{}",
             NEXT.fetch_add(1, Ordering::Relaxed)
@@ -294,12 +305,10 @@ impl Cluster {
             .envs(env.iter().copied())
             .output()
             .unwrap();
-        assert!(
-            o.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Mount { dir }
+        if !o.status.success() {
+            return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+        }
+        Ok(Mount { dir })
     }
 
     pub fn volume_status_json(&self, vol: &str) -> serde_json::Value {
@@ -615,4 +624,24 @@ pub fn fsx() -> Option<PathBuf> {
     ));
     *built = Some(dir.join("fsx"));
     built.clone()
+}
+
+/// The address (`ip:port`) brick `i` of a volume listens on.
+pub fn brick_addr(c: &Cluster, vol: &str, i: usize) -> String {
+    let port = c.volume_status_json(vol)[0]["bricks"][i]["port"]
+        .as_u64()
+        .expect("the brick listens");
+    format!("{}:{port}", c.ip)
+}
+
+/// A client's first message to a brick, as a mount sends it.
+pub fn hello_frame(brick: &str) -> Vec<u8> {
+    use mortar::protocol::wire::{self, Msg};
+    wire::encode(&Msg::Hello {
+        magic: wire::MAGIC,
+        version: wire::VERSION,
+        brick: brick.into(),
+        key: None,
+    })
+    .to_vec()
 }

@@ -3,8 +3,8 @@
 
 mod common;
 use common::*;
-use mortar::protocol::wire::{self, Msg};
-use std::io::{Read, Write};
+use mortar::protocol::wire::Msg;
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -12,11 +12,7 @@ use std::time::Duration;
 fn handshake(addr: &str, brick: &str) -> Msg {
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(&hello_frame(brick)).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).unwrap();
-    wire::decode(bytes::Bytes::from(body)).unwrap()
+    read_msg(&mut s)
 }
 
 #[test]

@@ -32,14 +32,6 @@ fn frame(msg: &Msg) -> Vec<u8> {
     wire::encode(msg).to_vec()
 }
 
-fn read_msg(s: &mut TcpStream) -> Msg {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).unwrap();
-    wire::decode(bytes::Bytes::from(body)).unwrap()
-}
-
 #[test]
 fn hostile_messages_cost_a_connection_and_nothing_else() {
     let c = Cluster::start();

@@ -24,6 +24,22 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// Reads a connection's first message (`what` names it in the error)
+/// within `HANDSHAKE_TIMEOUT`; past it, a `TimedOut` error.
+pub async fn first_message<T>(
+    what: &str,
+    read: impl Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, read)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no {what} within {HANDSHAKE_TIMEOUT:?} of connecting"),
+            )
+        })?
+}
+
 /// Connection caps of one listening server.
 #[derive(Clone, Copy, Debug)]
 pub struct Caps {

@@ -61,20 +61,13 @@ async fn serve_conn(
     let (mut rd, mut wr) = stream.into_split();
     // The handshake: small, and soon, or the connection ends. A client
     // waits for the answer before it sends more, so nothing is read ahead.
-    let hello = tokio::time::timeout(
-        admit::HANDSHAKE_TIMEOUT,
+    let hello = admit::first_message(
+        "handshake",
         wire::read_frame_within(&mut rd, wire::MAX_HELLO),
-    )
-    .await
-    .map_err(|_| {
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no handshake within {:?}", admit::HANDSHAKE_TIMEOUT),
-        )
-    })?;
+    );
     // The pool's own clients (with the volume's key) pass the auth rules.
     let internal;
-    match hello? {
+    match hello.await? {
         Some(Msg::Hello {
             magic,
             version,

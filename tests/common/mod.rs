@@ -645,3 +645,13 @@ pub fn hello_frame(brick: &str) -> Vec<u8> {
     })
     .to_vec()
 }
+
+/// Reads one message a brick sent, by hand.
+pub fn read_msg(s: &mut std::net::TcpStream) -> mortar::protocol::wire::Msg {
+    use std::io::Read;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    mortar::protocol::wire::decode(bytes::Bytes::from(body)).unwrap()
+}

@@ -314,22 +314,14 @@ impl Daemon {
 
     pub(super) async fn serve(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
         use crate::mgmt::rpc::{read_line_within, LINE_TIMEOUT, MAX_LINE};
-        use crate::protocol::admit::HANDSHAKE_TIMEOUT;
         let (rd, mut wr) = stream.into_split();
         let mut rd = BufReader::new(rd);
         // The first request comes soon after the connection, or it ends.
-        let first = tokio::time::timeout(
-            HANDSHAKE_TIMEOUT,
+        let mut next = crate::protocol::admit::first_message(
+            "request",
             read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT),
         )
-        .await
-        .map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no request within {HANDSHAKE_TIMEOUT:?} of connecting"),
-            )
-        })??;
-        let mut next = first;
+        .await?;
         while let Some(line) = next {
             let resp = match serde_json::from_str::<Request>(&line) {
                 Ok(req) => self.clone().handle(req).await,

@@ -225,8 +225,12 @@ impl MdCache {
     /// Something about `g` changes: answers to requests marked before are
     /// not kept. Called before the change is made to the kept state.
     fn bump(&self, g: &Gfid) {
-        let t = self.clock.fetch_add(1, Ordering::AcqRel) + 1;
-        self.bucket(g).fetch_max(t, Ordering::AcqRel);
+        self.bucket(g).fetch_max(self.tick(), Ordering::AcqRel);
+    }
+
+    /// The clock's next tick.
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// Whether nothing about `g` (nor everything) changed since `tick`.
@@ -270,8 +274,7 @@ impl MdCache {
     }
 
     fn drop_all(&self) {
-        let t = self.clock.fetch_add(1, Ordering::AcqRel) + 1;
-        self.all_changed.fetch_max(t, Ordering::AcqRel);
+        self.all_changed.fetch_max(self.tick(), Ordering::AcqRel);
         for s in &self.shards {
             s.lock().unwrap().clear();
         }

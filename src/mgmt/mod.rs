@@ -1,6 +1,7 @@
 //! Management: the cluster's state (peers, volumes, options), the daemon
 //! that keeps it and runs the bricks, the RPC the CLI and clients use to
 //! reach it, and the volume-description generator (`volgen`).
+pub mod authority;
 pub mod brick;
 pub mod command;
 pub mod consensus;

@@ -5,4 +5,5 @@ pub mod admit;
 pub mod auth;
 pub mod client;
 pub mod server;
+pub mod tls;
 pub mod wire;

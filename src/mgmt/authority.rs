@@ -1,0 +1,391 @@
+//! The pool's certificate authority (docs/security.md). The first daemon
+//! of a pool makes it; a server that joins receives it from the server
+//! that enrols it, over a connection pinned by the joiner's token. Every
+//! server keeps it and issues its own certificates from it.
+//!
+//! On disk, under `STATE_DIR/tls/` (all but `ca.pem` of mode 0600):
+//! - `ca.pem`, `ca.key`: the CA's certificate and key;
+//! - `server.pem`: this server's credential (its daemon and its bricks);
+//! - `admin.pem`: the administrator's credential, which the CLI and
+//!   mounts on this server use without being told;
+//! - `join-token`: the secret of this server's join token, while it is
+//!   not yet in a pool of several (a new one after every join).
+
+use crate::protocol::tls::{self, Credential, ADMIN_NAME, SERVER_NAME};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SerialNumber,
+};
+use std::path::{Path, PathBuf};
+
+/// Certificates are valid for this many years from the start of this one.
+const VALID_YEARS: i32 = 10;
+
+fn dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("tls")
+}
+
+/// This server's credential file.
+pub fn server_credential(state_dir: &Path) -> PathBuf {
+    dir(state_dir).join("server.pem")
+}
+
+/// The administrator credential file of this server.
+pub fn admin_credential(state_dir: &Path) -> PathBuf {
+    dir(state_dir).join("admin.pem")
+}
+
+fn this_year() -> i32 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    1970 + (secs / 31_556_952) as i32
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn random(n: usize) -> Vec<u8> {
+    use ring::rand::SecureRandom;
+    let mut b = vec![0u8; n];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .expect("the system's random numbers");
+    b
+}
+
+fn rc(e: rcgen::Error) -> String {
+    format!("making a certificate: {e}")
+}
+
+/// Writes a file only its owner reads, atomically.
+fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The pool's CA: its certificate and key.
+pub struct Authority {
+    cert_pem: String,
+    key: KeyPair,
+}
+
+impl Authority {
+    /// A new CA for a new pool.
+    fn create() -> Result<Authority, String> {
+        let key = KeyPair::generate().map_err(rc)?;
+        let cert = Self::params(&key)?.self_signed(&key).map_err(rc)?;
+        Ok(Authority {
+            cert_pem: cert.pem(),
+            key,
+        })
+    }
+
+    /// The CA's parameters, the same every time for its key: certificates
+    /// are issued under a copy made again from them (its name and key
+    /// identifier are what a signed certificate refers to).
+    fn params(key: &KeyPair) -> Result<CertificateParams, String> {
+        let mut p = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
+        let id = tls::fingerprint(key.public_key_raw());
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "mortar");
+        dn.push(
+            DnType::CommonName,
+            format!("mortar pool CA {}", hex(&id[..8])),
+        );
+        p.distinguished_name = dn;
+        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let year = this_year();
+        p.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
+        p.not_after = rcgen::date_time_ymd(year + VALID_YEARS, 1, 1);
+        Ok(p)
+    }
+
+    fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Authority, String> {
+        let key = KeyPair::from_pem(key_pem).map_err(|e| format!("the CA's key: {e}"))?;
+        Ok(Authority {
+            cert_pem: cert_pem.to_string(),
+            key,
+        })
+    }
+
+    fn load(state_dir: &Path) -> Result<Authority, String> {
+        let d = dir(state_dir);
+        let read = |f: &str| {
+            std::fs::read_to_string(d.join(f))
+                .map_err(|e| format!("cannot read {}: {e}", d.join(f).display()))
+        };
+        Authority::from_pem(&read("ca.pem")?, &read("ca.key")?)
+    }
+
+    fn save(&self, state_dir: &Path) -> Result<(), String> {
+        let d = dir(state_dir);
+        std::fs::create_dir_all(&d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
+        write_secret(&d.join("ca.key"), self.key.serialize_pem().as_bytes())?;
+        write_secret(&d.join("ca.pem"), self.cert_pem.as_bytes())
+    }
+
+    /// The CA's certificate and key in PEM, to hand to a joining server.
+    pub fn to_pem(&self) -> (String, String) {
+        (self.cert_pem.clone(), self.key.serialize_pem())
+    }
+
+    /// Issues a credential (PEM) valid for `name`: a server's can also
+    /// open connections, an administrator's only that.
+    pub fn issue(&self, name: &str, label: &str) -> Result<String, String> {
+        let key = KeyPair::generate().map_err(rc)?;
+        let mut p = CertificateParams::new(vec![name.to_string()]).map_err(rc)?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "mortar");
+        dn.push(DnType::CommonName, label);
+        p.distinguished_name = dn;
+        p.serial_number = Some(SerialNumber::from_slice(&random(16)));
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = if name == SERVER_NAME {
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ]
+        } else {
+            vec![ExtendedKeyUsagePurpose::ClientAuth]
+        };
+        p.use_authority_key_identifier_extension = true;
+        let year = this_year();
+        p.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
+        p.not_after = rcgen::date_time_ymd(year + VALID_YEARS, 1, 1);
+        let issuer = Self::params(&self.key)?
+            .self_signed(&self.key)
+            .map_err(rc)?;
+        let cert = p.signed_by(&key, &issuer, &self.key).map_err(rc)?;
+        Ok(format!(
+            "{}{}{}",
+            cert.pem(),
+            self.cert_pem,
+            key.serialize_pem()
+        ))
+    }
+
+    /// Issues this server's credentials (server and administrator) and a
+    /// new join token secret, and writes them.
+    fn issue_local(&self, state_dir: &Path, host: &str) -> Result<(), String> {
+        let d = dir(state_dir);
+        write_secret(
+            &d.join("server.pem"),
+            self.issue(SERVER_NAME, &format!("server {host}"))?
+                .as_bytes(),
+        )?;
+        write_secret(
+            &d.join("admin.pem"),
+            self.issue(ADMIN_NAME, &format!("administrator on {host}"))?
+                .as_bytes(),
+        )?;
+        write_secret(&d.join("join-token"), hex(&random(16)).as_bytes())
+    }
+}
+
+/// Makes this server's CA and credentials if it has none (its first
+/// start: a pool of its own); returns its credential.
+pub fn ensure(state_dir: &Path, host: &str) -> Result<Credential, String> {
+    let d = dir(state_dir);
+    let ready = ["ca.pem", "ca.key", "server.pem", "admin.pem", "join-token"]
+        .iter()
+        .all(|f| d.join(f).exists());
+    if !ready {
+        let ca = match Authority::load(state_dir) {
+            Ok(ca) => ca,
+            Err(_) => {
+                let ca = Authority::create()?;
+                ca.save(state_dir)?;
+                tracing::info!(
+                    "made a certificate authority for a new pool in {}",
+                    d.display()
+                );
+                ca
+            }
+        };
+        ca.issue_local(state_dir, host)?;
+    }
+    Credential::load(&server_credential(state_dir))
+}
+
+/// The pool's CA, to hand to a server that joins.
+pub fn pool_ca(state_dir: &Path) -> Result<(String, String), String> {
+    Ok(Authority::load(state_dir)?.to_pem())
+}
+
+/// Issues a credential of `name` from this server's CA.
+pub fn issue(state_dir: &Path, name: &str, label: &str) -> Result<String, String> {
+    Authority::load(state_dir)?.issue(name, label)
+}
+
+/// Takes the pool's CA (this server joins a pool): its own credentials
+/// are issued again from it, and its join token is spent. Returns the new
+/// credential.
+pub fn adopt(
+    state_dir: &Path,
+    host: &str,
+    ca_pem: &str,
+    ca_key_pem: &str,
+) -> Result<Credential, String> {
+    let ca = Authority::from_pem(ca_pem, ca_key_pem)?;
+    ca.save(state_dir)?;
+    ca.issue_local(state_dir, host)?;
+    Credential::load(&server_credential(state_dir))
+}
+
+/// This server's join token: the start of its certificate's SHA-256 (so
+/// that the prober knows it reached this server) and a secret (so that
+/// this server knows the prober was given the token).
+pub fn join_token(state_dir: &Path) -> Result<String, String> {
+    let cred = Credential::load(&server_credential(state_dir))?;
+    let secret = std::fs::read_to_string(dir(state_dir).join("join-token"))
+        .map_err(|e| format!("cannot read the join token: {e}"))?;
+    let fp = tls::fingerprint(&cred.cert);
+    Ok(format!("{}-{}", hex(&fp[..16]), secret.trim()))
+}
+
+/// Splits a join token into its pin and its secret.
+pub fn parse_token(token: &str) -> Result<(Vec<u8>, String), String> {
+    let bad = || {
+        format!(
+            "{token:?} is not a join token (run `mortar peer token` on the server to add, and copy its line)"
+        )
+    };
+    let (pin, secret) = token.trim().split_once('-').ok_or_else(bad)?;
+    let pin = unhex(pin).filter(|p| p.len() == 16).ok_or_else(bad)?;
+    if unhex(secret).is_none_or(|s| s.len() != 16) {
+        return Err(bad());
+    }
+    Ok((pin, secret.to_string()))
+}
+
+/// Whether `secret` is this server's join token secret (their hashes are
+/// compared, so that the time taken tells nothing of the secret).
+pub fn secret_matches(state_dir: &Path, secret: &str) -> bool {
+    let Ok(mine) = std::fs::read_to_string(dir(state_dir).join("join-token")) else {
+        return false;
+    };
+    tls::fingerprint(mine.trim().as_bytes()) == tls::fingerprint(secret.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::tls::{self, Clients, Role};
+
+    #[test]
+    fn a_pool_issues_credentials_that_say_their_role() {
+        let d = tempfile::tempdir().unwrap();
+        let server = ensure(d.path(), "a").unwrap();
+        assert_eq!(server.role(), Some(Role::Server));
+        let admin = Credential::load(&admin_credential(d.path())).unwrap();
+        assert_eq!(admin.role(), Some(Role::Admin));
+        assert_eq!(server.ca, admin.ca);
+        // A second start keeps them.
+        let again = ensure(d.path(), "a").unwrap();
+        assert_eq!(again.cert, server.cert);
+        use std::os::unix::fs::PermissionsExt;
+        for f in ["ca.key", "server.pem", "admin.pem", "join-token"] {
+            let mode = std::fs::metadata(dir(d.path()).join(f))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{f} is private");
+        }
+    }
+
+    #[test]
+    fn join_tokens_pin_the_server_and_carry_its_secret() {
+        let d = tempfile::tempdir().unwrap();
+        let cred = ensure(d.path(), "a").unwrap();
+        let token = join_token(d.path()).unwrap();
+        let (pin, secret) = parse_token(&token).unwrap();
+        assert!(tls::fingerprint(&cred.cert).starts_with(&pin));
+        assert!(secret_matches(d.path(), &secret));
+        assert!(!secret_matches(
+            d.path(),
+            "00000000000000000000000000000000"
+        ));
+        assert!(parse_token("nonsense").is_err());
+        assert!(parse_token("abcd-ef").is_err());
+        // Joining another pool spends the token and changes the certificate.
+        let other = tempfile::tempdir().unwrap();
+        ensure(other.path(), "b").unwrap();
+        let (ca, key) = pool_ca(other.path()).unwrap();
+        let joined = adopt(d.path(), "a", &ca, &key).unwrap();
+        assert_ne!(joined.ca, cred.ca);
+        assert!(!secret_matches(d.path(), &secret));
+    }
+
+    /// A real handshake over loopback: a pool's admin reaches its server,
+    /// another pool's does not, and an admin cannot pose as a server.
+    #[tokio::test]
+    async fn handshakes_check_the_pool_and_the_role() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let server = ensure(a.path(), "a").unwrap();
+        ensure(b.path(), "b").unwrap();
+        tls::install(&server).unwrap();
+        let acceptor = tls::acceptor(Clients::Pool).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    if let Ok((mut s, role)) = acceptor.accept(tcp).await {
+                        let _ = s.write_all(role.unwrap().as_str().as_bytes()).await;
+                        let _ = s.shutdown().await;
+                    }
+                });
+            }
+        });
+        async fn ask(addr: std::net::SocketAddr) -> std::io::Result<String> {
+            use tokio::io::AsyncReadExt;
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let mut s = tls::connect(tcp).await?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).await?;
+            Ok(out)
+        }
+        // The server's own credential is a client too.
+        assert_eq!(ask(addr).await.unwrap(), "server");
+        tls::install_file(&admin_credential(a.path())).unwrap();
+        assert_eq!(ask(addr).await.unwrap(), "admin");
+        // Another pool's administrator is refused.
+        tls::install_file(&admin_credential(b.path())).unwrap();
+        assert!(ask(addr).await.is_err());
+    }
+}

@@ -1,0 +1,407 @@
+//! TLS 1.3 with mutual authentication on every connection: the brick
+//! protocol, the management requests of the CLI, of mounts and bricks, and
+//! the Raft messages between daemons (docs/security.md).
+//!
+//! Every process holds one **credential** (a PEM file: its certificate,
+//! the pool CA's certificate, its private key), installed once at start
+//! (`install`) and used for every connection it opens (`connect`) or
+//! accepts (`accept`). A certificate says what its holder is by the name
+//! it is valid for: a server of the pool (`server.mortar`: daemons and
+//! bricks) or an administrator (`admin.mortar`: the CLI and mounts on a
+//! server). Clients check that a server's certificate is the pool's and a
+//! server's; servers check that a client's is the pool's, and learn its
+//! role from it. Certificates are made by the pool's authority
+//! (`mgmt::authority`).
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use tokio::net::TcpStream;
+
+/// The name every server certificate is valid for: clients check it
+/// instead of a host name, which a pool's servers are reached by many of.
+pub const SERVER_NAME: &str = "server.mortar";
+/// The name of an administrator's certificate.
+pub const ADMIN_NAME: &str = "admin.mortar";
+
+/// Where the CLI and mounts on a server find its administrator credential,
+/// unless told otherwise (`--credential`, `MORTAR_CREDENTIAL`).
+pub const DEFAULT_CREDENTIAL: &str = "/var/lib/mortar/tls/admin.pem";
+/// The environment variable naming a credential file.
+pub const CREDENTIAL_ENV: &str = "MORTAR_CREDENTIAL";
+
+/// A connection after its TLS handshake, either side.
+pub type Stream = tokio_rustls::TlsStream<TcpStream>;
+
+/// What a certificate's holder is to the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A daemon or a brick of the pool.
+    Server,
+    /// An administrator: the CLI, a mount on a server.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// The role a certificate (already verified to be the pool's) is valid for.
+pub fn role_of(cert: &CertificateDer<'_>) -> Option<Role> {
+    let ee = webpki::EndEntityCert::try_from(cert).ok()?;
+    let valid = |name: &'static str| {
+        ServerName::try_from(name)
+            .ok()
+            .is_some_and(|n| ee.verify_is_valid_for_subject_name(&n).is_ok())
+    };
+    if valid(SERVER_NAME) {
+        Some(Role::Server)
+    } else if valid(ADMIN_NAME) {
+        Some(Role::Admin)
+    } else {
+        None
+    }
+}
+
+/// SHA-256 of a certificate.
+pub fn fingerprint(cert: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, cert);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+/// One holder's certificate, the pool CA's, and the holder's key.
+pub struct Credential {
+    pub cert: CertificateDer<'static>,
+    pub ca: CertificateDer<'static>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Clone for Credential {
+    fn clone(&self) -> Self {
+        Credential {
+            cert: self.cert.clone(),
+            ca: self.ca.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl Credential {
+    /// Reads a credential from PEM: the holder's certificate first, the
+    /// CA's last, and one private key.
+    pub fn from_pem(pem: &[u8]) -> Result<Credential, String> {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("not a credential: {e}"))?;
+        if certs.len() < 2 {
+            return Err(format!(
+                "not a credential: {} certificate(s), where its own and the pool CA's are needed",
+                certs.len()
+            ));
+        }
+        let key = PrivateKeyDer::from_pem_slice(pem)
+            .map_err(|e| format!("not a credential: no private key ({e})"))?;
+        Ok(Credential {
+            cert: certs[0].clone(),
+            ca: certs[certs.len() - 1].clone(),
+            key,
+        })
+    }
+
+    /// Reads a credential file, with an error that says which and why.
+    pub fn load(path: &Path) -> Result<Credential, String> {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read the credential {}: {e}", path.display()))?;
+        Credential::from_pem(&pem).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn role(&self) -> Option<Role> {
+        role_of(&self.cert)
+    }
+
+    fn roots(&self) -> Result<Arc<RootCertStore>, String> {
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(self.ca.clone())
+            .map_err(|e| format!("the pool CA's certificate is not usable: {e}"))?;
+        Ok(Arc::new(roots))
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn tls_err(e: rustls::Error) -> String {
+    e.to_string()
+}
+
+/// The configurations made from the installed credential.
+struct Context {
+    role: Option<Role>,
+    client: Arc<ClientConfig>,
+    /// Accepts only clients with a certificate of the pool.
+    server: Option<Arc<ServerConfig>>,
+    /// Also accepts clients without a certificate (the daemon's port,
+    /// where a server joining the pool introduces itself).
+    server_open: Option<Arc<ServerConfig>>,
+}
+
+impl Context {
+    fn new(cred: &Credential) -> Result<Context, String> {
+        let roots = cred.roots()?;
+        let role = cred.role();
+        let client = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls_err)?
+            .with_root_certificates(roots.clone())
+            .with_client_auth_cert(vec![cred.cert.clone()], cred.key.clone_key())
+            .map_err(|e| format!("the credential's key does not fit its certificate: {e}"))?;
+        let (server, server_open) = if role == Some(Role::Server) {
+            let make = |open: bool| -> Result<Arc<ServerConfig>, String> {
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
+                let verifier = if open {
+                    verifier.allow_unauthenticated()
+                } else {
+                    verifier
+                }
+                .build()
+                .map_err(|e| e.to_string())?;
+                let cfg = ServerConfig::builder_with_provider(provider())
+                    .with_protocol_versions(&[&rustls::version::TLS13])
+                    .map_err(tls_err)?
+                    .with_client_cert_verifier(verifier)
+                    .with_single_cert(vec![cred.cert.clone()], cred.key.clone_key())
+                    .map_err(tls_err)?;
+                Ok(Arc::new(cfg))
+            };
+            (Some(make(false)?), Some(make(true)?))
+        } else {
+            (None, None)
+        };
+        Ok(Context {
+            role,
+            client: Arc::new(client),
+            server,
+            server_open,
+        })
+    }
+}
+
+static CONTEXT: RwLock<Option<Arc<Context>>> = RwLock::new(None);
+
+/// Makes `cred` this process's credential, for every connection from now
+/// on (a daemon that joins a pool installs its new one).
+pub fn install(cred: &Credential) -> Result<(), String> {
+    let ctx = Context::new(cred)?;
+    *CONTEXT.write().unwrap() = Some(Arc::new(ctx));
+    Ok(())
+}
+
+/// Installs the credential at `path`.
+pub fn install_file(path: &Path) -> Result<(), String> {
+    install(&Credential::load(path)?)
+}
+
+/// The credential file a client uses: `given`, else `$MORTAR_CREDENTIAL`,
+/// else the server's administrator credential.
+pub fn credential_path(given: Option<&Path>) -> std::path::PathBuf {
+    match given {
+        Some(p) => p.to_path_buf(),
+        None => std::env::var_os(CREDENTIAL_ENV)
+            .filter(|v| !v.is_empty())
+            .map(Into::into)
+            .unwrap_or_else(|| DEFAULT_CREDENTIAL.into()),
+    }
+}
+
+/// The role of this process's own credential.
+pub fn my_role() -> Option<Role> {
+    context().ok().and_then(|c| c.role)
+}
+
+fn context() -> io::Result<Arc<Context>> {
+    CONTEXT.read().unwrap().clone().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "no credential: this process cannot open a connection to the pool",
+        )
+    })
+}
+
+/// Why a handshake failed, in words an operator can act on.
+fn handshake_error(side: &str, e: io::Error) -> io::Error {
+    let text = e.to_string();
+    let why = if text.contains("UnknownIssuer")
+        || text.contains("UnknownCA")
+        || text.contains("unknown ca")
+    {
+        format!("{text} (the certificates are of different pools)")
+    } else if text.contains("CertificateRequired") || text.contains("certificate required") {
+        format!("{text} (a credential of the pool is needed)")
+    } else if text.contains("NotValidForName") {
+        format!("{text} (the peer's certificate is not a server's)")
+    } else {
+        text
+    };
+    io::Error::new(
+        if e.kind() == io::ErrorKind::InvalidData {
+            io::ErrorKind::PermissionDenied
+        } else {
+            e.kind()
+        },
+        format!("TLS handshake {side} failed: {why}"),
+    )
+}
+
+/// Opens TLS on a new connection to a server of the pool, with this
+/// process's credential.
+pub async fn connect(tcp: TcpStream) -> io::Result<Stream> {
+    let ctx = context()?;
+    let name = ServerName::try_from(SERVER_NAME).expect("a valid name");
+    tokio_rustls::TlsConnector::from(ctx.client.clone())
+        .connect(name, tcp)
+        .await
+        .map(Stream::Client)
+        .map_err(|e| handshake_error("with the server", e))
+}
+
+/// Opens TLS to a server that is not of the pool yet, without a
+/// certificate of our own: the server's certificate must be the one whose
+/// SHA-256 starts with `pin` (from its join token).
+pub async fn connect_pinned(tcp: TcpStream, pin: Vec<u8>) -> io::Result<Stream> {
+    let provider = provider();
+    let cfg = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| io::Error::other(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
+        .with_no_client_auth();
+    let name = ServerName::try_from(SERVER_NAME).expect("a valid name");
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .map(Stream::Client)
+        .map_err(|e| handshake_error("with the joining server", e))
+}
+
+/// Who may connect to a server's port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clients {
+    /// Only holders of a certificate of the pool.
+    Pool,
+    /// Anyone; `accept` says whether the client showed a certificate.
+    Anyone,
+}
+
+/// The TLS side of a server's port, as configured when it was made.
+#[derive(Clone)]
+pub struct Acceptor {
+    cfg: Arc<ServerConfig>,
+    clients: Clients,
+}
+
+/// The acceptor for this process's credential now.
+pub fn acceptor(clients: Clients) -> io::Result<Acceptor> {
+    let ctx = context()?;
+    let cfg = match clients {
+        Clients::Pool => ctx.server.clone(),
+        Clients::Anyone => ctx.server_open.clone(),
+    }
+    .ok_or_else(|| io::Error::other("this process holds no server credential"))?;
+    Ok(Acceptor { cfg, clients })
+}
+
+impl Acceptor {
+    /// Completes TLS on an accepted connection; returns the client's role
+    /// (None: no certificate, with `Clients::Anyone`).
+    pub async fn accept(&self, tcp: TcpStream) -> io::Result<(Stream, Option<Role>)> {
+        let s = tokio_rustls::TlsAcceptor::from(self.cfg.clone())
+            .accept(tcp)
+            .await
+            .map_err(|e| handshake_error("with a client", e))?;
+        let role = s
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(role_of);
+        if self.clients == Clients::Pool && role.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the client's certificate is the pool's but names no role",
+            ));
+        }
+        Ok((Stream::Server(s), role))
+    }
+}
+
+/// Accepts one server certificate: the one of the pin.
+#[derive(Debug)]
+struct Pinned {
+    pin: Vec<u8>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let fp = fingerprint(end_entity);
+        if !self.pin.is_empty() && fp.starts_with(&self.pin) {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "the server's certificate is not the one its join token names".into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::General("TLS 1.2 is not spoken".into()))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}

@@ -69,6 +69,7 @@ for m in "$WORK"/mnt-*; do [ -d "$m" ] && { umount -l "$m" 2>/dev/null || true; 
 rm -rf "$STATE" "$WORK"/bricks
 mkdir -p "$STATE" "$WORK/bricks"
 cli() { "$MORTAR" --server $IP:$PORT "$@"; }
+export MORTAR_CREDENTIAL=$STATE/tls/admin.pem   # the daemon's administrator credential
 "$MORTAR" daemon --listen $IP:$PORT --host $IP --state-dir "$STATE" >>"$WORK/daemon.log" 2>&1 &
 DAEMON=$!
 cleanup() {

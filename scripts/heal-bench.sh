@@ -23,6 +23,7 @@ cleanup() {
 trap cleanup EXIT
 cleanup
 rm -rf "$D" && mkdir -p "$D"/{b1,b2,b3,mnt}
+export MORTAR_CREDENTIAL=$D/state/tls/admin.pem
 "$B" daemon --listen $IP:$P --host $IP --state-dir "$D/state" >"$D/daemon.log" 2>&1 &
 for _ in $(seq 50); do "$B" $S volume list >/dev/null 2>&1 && break; sleep 0.1; done
 "$B" $S volume create hb replica 3 $IP:"$D/b1" $IP:"$D/b2" $IP:"$D/b3" force >/dev/null

@@ -21,6 +21,7 @@ trap cleanup EXIT
 cleanup
 rm -rf "$ROOT"
 mkdir -p "$ROOT/mnt"
+export MORTAR_CREDENTIAL=$ROOT/state/tls/admin.pem
 nohup $MORTAR daemon --listen 127.0.0.1:$PORT --state-dir "$ROOT/state" >"$ROOT/daemon.log" 2>&1 &
 for _ in $(seq 50); do $M volume list >/dev/null 2>&1 && break; sleep 0.1; done
 bricks=()

@@ -38,6 +38,7 @@ rm -rf "$ROOT"
 mkdir -p "$ROOT/mnt"
 case $SYSTEM in
 mortar)
+    export MORTAR_CREDENTIAL=$ROOT/state/tls/admin.pem
     nohup $MORTAR daemon --listen 127.0.0.1:$PORT --state-dir "$ROOT/state" >"$ROOT/daemon.log" 2>&1 &
     for _ in $(seq 50); do $M volume list >/dev/null 2>&1 && break; sleep 0.1; done
     $M volume create $VOL 127.0.0.1:$ROOT/b1 127.0.0.1:$ROOT/b2 force >/dev/null

@@ -24,6 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 [ -z "${KEEP:-}" ] || trap - EXIT
+export MORTAR_CREDENTIAL=$work/state/tls/admin.pem
 "$MORTAR" daemon --listen 127.0.0.1:$PORT --host 127.0.0.1 --state-dir "$work/state" >"$work/daemon.log" 2>&1 &
 daemon=$!
 m() { "$MORTAR" --server 127.0.0.1:$PORT "$@" >/dev/null; }

@@ -51,20 +51,24 @@ for i in $(seq 0 $(( N - 1 ))); do
         >"$D/s$i/daemon.log" 2>&1 &
 done
 for i in $(seq 0 $(( N - 1 ))); do
-    for _ in $(seq 100); do "$B" --server "$(ip "$i"):$P" volume list >/dev/null 2>&1 && break; sleep 0.05; done
+    for _ in $(seq 100); do "$B" --credential "$D/s$i/state/tls/admin.pem" --server "$(ip "$i"):$P" volume list >/dev/null 2>&1 && break; sleep 0.05; done
 done
+# Each server joins with its join token; the first server's administrator
+# runs the pool.
+token() { "$B" --credential "$D/s$1/state/tls/admin.pem" --server "$(ip "$1"):$P" peer token; }
+export MORTAR_CREDENTIAL=$D/s0/state/tls/admin.pem
 S="--server $(ip 0):$P"
 t0=$(ms); slowest=0
 for i in $(seq 1 $(( N - 2 ))); do
     p0=$(ms)
-    "$B" $S peer probe "$(ip "$i")" >/dev/null
+    "$B" $S peer probe "$(ip "$i")" --token "$(token "$i")" >/dev/null
     p=$(( $(ms) - p0 )); (( p > slowest )) && slowest=$p
 done
 echo "$N servers: probing $(( N - 2 )) peers one by one: $(( $(ms) - t0 )) ms in all, the slowest $slowest ms"
 # The last server is added to a pool at rest, as an operator adding one
 # server would: the probes above each start before the last one's
 # aftermath (every member taking the new membership) is over.
-timed "adding one server to a pool of $(( N - 1 ))" "$B" $S peer probe "$(ip $(( N - 1 )))"
+timed "adding one server to a pool of $(( N - 1 ))" "$B" $S peer probe "$(ip $(( N - 1 )))" --token "$(token $(( N - 1 )))"
 bricks=$(for i in $(seq 0 $(( N - 1 ))); do echo -n "$(ip "$i"):$D/s$i/brick/sc "; done)
 # shellcheck disable=SC2086
 timed "volume create ($N bricks, replica 3)" "$B" $S volume create sc replica 3 $bricks force

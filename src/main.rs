@@ -40,11 +40,13 @@ fn main() -> ExitCode {
         cli.cmd,
         Cmd::Daemon(_) | Cmd::Brick(_) | Cmd::Mount(_) | Cmd::Bench(_)
     );
-    if serves && (cli.server != DEFAULT_SERVER || cli.json || cli.up_to_date) {
+    if serves
+        && (cli.server != DEFAULT_SERVER || cli.json || cli.up_to_date || cli.credential.is_some())
+    {
         eprintln!(
-            "--server, --json and --up-to-date are for commands that talk to a daemon; this one takes none of them{}",
+            "--server, --credential, --json and --up-to-date are for commands that talk to a daemon; this one takes none of them{}",
             if matches!(cli.cmd, Cmd::Mount(_)) {
-                " (HOST in HOST:/VOLUME names the daemon, --port its port)"
+                " (HOST in HOST:/VOLUME names the daemon, --port its port, -o credential=FILE the credential)"
             } else {
                 ""
             }

@@ -53,6 +53,19 @@ impl MountArgs {
         })
     }
 
+    /// The credential the client connects with: `-o credential=PATH`,
+    /// else `$MORTAR_CREDENTIAL`, else the server's administrator
+    /// credential (docs/security.md).
+    pub fn credential(&self) -> PathBuf {
+        let given = self
+            .options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .find_map(|o| o.strip_prefix("credential="))
+            .map(PathBuf::from);
+        crate::protocol::tls::credential_path(given.as_deref())
+    }
+
     /// The management daemons to ask for the volume, in order: the source's
     /// host, then `-o backup-volfile-servers=H1:H2` (GlusterFS's spelling).
     pub fn mgmt_servers(&self, host: &str) -> Vec<String> {
@@ -112,6 +125,8 @@ fn remount(a: &MountArgs, kernel: &kmount::KernelOptions) -> anyhow::Result<()> 
 /// Starts the mount in the background and waits until it is in place.
 pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
     parse_source(&a.source)?;
+    // Read now, so that a missing credential is said here, not in a log.
+    crate::protocol::tls::Credential::load(&a.credential()).map_err(anyhow::Error::msg)?;
     let kernel = kmount::parse(&a.options);
     if kernel.remount {
         return remount(a, &kernel);
@@ -252,6 +267,7 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         )
         .enable_all()
         .build()?;
+    crate::protocol::tls::install_file(&a.credential()).map_err(anyhow::Error::msg)?;
     let mgmts = a.mgmt_servers(&host);
     let desc = rt.block_on(async {
         // The first server that answers gives the description.

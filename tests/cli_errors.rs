@@ -273,7 +273,7 @@ fn peers_join_and_share_volumes() {
     assert!(a
         .fails(&["volume", "create", "pv", &b.brick("x"), "force"])
         .contains("Peer in Cluster"));
-    a.ok(&["peer", "probe", &b.ip]);
+    a.probe(&b);
     assert!(a
         .ok(&["peer", "status"])
         .contains(&format!("Hostname: {}", b.ip)));
@@ -312,7 +312,7 @@ fn peers_join_and_share_volumes() {
 fn a_peer_that_goes_away_is_shown_disconnected_and_connected_again_when_it_returns() {
     let a = Cluster::start();
     let mut b = Cluster::start();
-    a.ok(&["peer", "probe", &b.ip]);
+    a.probe(&b);
     wait_for("the peer connected", Duration::from_secs(10), || {
         a.ok(&["peer", "status"]).contains("(Connected)")
     });
@@ -336,14 +336,15 @@ fn a_server_of_another_pool_or_with_volumes_of_its_own_is_not_probed() {
     let a = Cluster::start();
     let b = Cluster::start();
     let c = Cluster::start();
-    b.ok(&["peer", "probe", &c.ip]);
+    b.probe(&c);
+    let token = |x: &Cluster| x.ok(&["peer", "token"]).trim().to_string();
     assert!(a
-        .fails(&["peer", "probe", &c.ip])
+        .fails(&["peer", "probe", &c.ip, "--token", &token(&c)])
         .contains("already part of another pool"));
     let d = Cluster::start();
     d.ok(&["volume", "create", "own", &d.brick("o1"), "force"]);
     assert!(a
-        .fails(&["peer", "probe", &d.ip])
+        .fails(&["peer", "probe", &d.ip, "--token", &token(&d)])
         .contains("has volumes of its own (own)"));
     assert!(a.ok(&["peer", "status"]).contains("Number of Peers: 0"));
     assert!(d
@@ -356,8 +357,8 @@ fn a_server_cut_off_from_the_pool_majority_stops_its_bricks_until_it_rejoins() {
     let a = Cluster::start();
     let mut b = Cluster::start();
     let mut c = Cluster::start();
-    a.ok(&["peer", "probe", &b.ip]);
-    a.ok(&["peer", "probe", &c.ip]);
+    a.probe(&b);
+    a.probe(&c);
     a.ok(&[
         "volume",
         "create",

@@ -218,7 +218,7 @@ fn servers_restarted_together_wiped_or_detached_end_with_one_state() {
     std::fs::remove_dir_all(net.hosts[2].path("state")).unwrap();
     net.hosts[2].start_daemon();
     assert_eq!(net.hosts[2].ok(&["volume", "info", "--json"]).trim(), "[]");
-    net.hosts[0].ok(&["peer", "probe", &c_ip]);
+    net.hosts[0].probe(&net.hosts[2]);
     wait_for(
         "the wiped server has the pool's state",
         Duration::from_secs(15),
@@ -271,7 +271,7 @@ fn ports(c: &Cluster, vol: &str) -> (Vec<Option<u64>>, Vec<Option<u64>>) {
 fn clients_reach_a_brick_by_its_port_in_the_state_while_its_daemon_is_down() {
     let a = Cluster::start();
     let mut b = Cluster::start();
-    a.ok(&["peer", "probe", &b.ip]);
+    a.probe(&b);
     let (p1, p2) = (a.brick("p1"), b.brick("p2"));
     a.ok(&["volume", "create", "pv", "replica", "2", &p1, &p2, "force"]);
     a.ok(&["volume", "start", "pv"]);
@@ -320,7 +320,7 @@ fn a_leader_killed_with_a_change_on_its_disk_leaves_one_state() {
     cs[0].crash_daemon();
     cs[0].start_daemon_env(&[("FAILPOINTS", "raft-leader-appended=1*off->panic")]);
     for c in &cs[1..] {
-        cs[0].ok(&["peer", "probe", &c.ip]);
+        cs[0].probe(&c);
     }
     let brick = cs[0].brick("k1");
     cs[0].ok(&["volume", "create", "kv", &brick, "force"]);
@@ -434,7 +434,7 @@ fn servers_whose_clocks_differ_keep_one_state() {
         c.start_daemon();
     }
     for c in &cs[1..] {
-        cs[0].ok(&["peer", "probe", &c.ip]);
+        cs[0].probe(&c);
     }
     let brick = cs[1].brick("t1");
     cs[2].ok(&["volume", "create", "tv", &brick, "force"]);

@@ -203,8 +203,8 @@ fn a_mount_follows_its_volume_through_a_backup_server_when_its_own_is_gone() {
     let b = Cluster::start();
     // A third server: with a gone, b and c are the majority that commits.
     let c = Cluster::start();
-    a.ok(&["peer", "probe", &b.ip]);
-    a.ok(&["peer", "probe", &c.ip]);
+    a.probe(&b);
+    a.probe(&c);
     a.ok(&[
         "volume",
         "create",

@@ -5,12 +5,12 @@ mod common;
 use common::*;
 use mortar::protocol::wire::Msg;
 use std::io::Write;
-use std::net::TcpStream;
 use std::time::Duration;
 
-/// A handshake sent by hand: what the brick answers.
-fn handshake(addr: &str, brick: &str) -> Msg {
-    let mut s = TcpStream::connect(addr).unwrap();
+/// A handshake sent by hand, with the server's administrator credential:
+/// what the brick answers.
+fn handshake(c: &Cluster, addr: &str, brick: &str) -> Msg {
+    let mut s = tls_connect(addr, &c.credential());
     s.write_all(&hello_frame(brick)).unwrap();
     read_msg(&mut s)
 }
@@ -47,7 +47,7 @@ fn clients_not_allowed_by_address_are_refused_and_cut_off() {
         .err()
         .expect("the mount is refused");
     assert!(why.contains("auth.allow"), "{why}");
-    match handshake(&addr, &brick) {
+    match handshake(&c, &addr, &brick) {
         Msg::Refused { reason } => assert!(reason.contains("not in auth.allow"), "{reason}"),
         other => panic!("{other:?}"),
     }
@@ -57,12 +57,12 @@ fn clients_not_allowed_by_address_are_refused_and_cut_off() {
     wait_for("the mount to come back", Duration::from_secs(30), || {
         std::fs::read_to_string(m.p("secret")).is_ok_and(|s| s == "kept\n")
     });
-    assert!(matches!(handshake(&addr, &brick), Msg::Welcome { .. }));
+    assert!(matches!(handshake(&c, &addr, &brick), Msg::Welcome { .. }));
 
     // auth.reject wins over auth.allow.
     c.ok(&["volume", "set", "av", "auth.reject", "127.*.*.*"]);
     wait_for("the reject to take hold", Duration::from_secs(20), || {
-        matches!(handshake(&addr, &brick), Msg::Refused { .. })
+        matches!(handshake(&c, &addr, &brick), Msg::Refused { .. })
     });
     c.ok(&["volume", "reset", "av", "auth.reject"]);
     c.ok(&["volume", "reset", "av", "auth.allow"]);

@@ -10,20 +10,43 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-fn closed(s: TcpStream) -> bool {
+fn closed(s: impl Read + Timeout) -> bool {
     closed_within(s, Duration::from_secs(5))
 }
 
-/// Whether the peer closes the connection within `t`.
-fn closed_within(mut s: TcpStream, t: Duration) -> bool {
-    s.set_read_timeout(Some(t)).unwrap();
+/// A connection whose reads can time out.
+trait Timeout {
+    fn timeout(&self, t: Duration);
+}
+impl Timeout for TcpStream {
+    fn timeout(&self, t: Duration) {
+        self.set_read_timeout(Some(t)).unwrap();
+    }
+}
+impl Timeout for Tls {
+    fn timeout(&self, t: Duration) {
+        self.sock.set_read_timeout(Some(t)).unwrap();
+    }
+}
+
+/// Whether the peer closes the connection (or refuses its TLS) within `t`.
+fn closed_within(mut s: impl Read + Timeout, t: Duration) -> bool {
+    s.timeout(t);
     let mut buf = [0u8; 4096];
     loop {
         match s.read(&mut buf) {
             Ok(0) => return true,
             Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            // Reset, an end without TLS's own, a TLS alert.
+            Err(_) => return true,
         }
     }
 }
@@ -41,22 +64,34 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
     let addr = brick_addr(&c, "hw", 0);
     let brick_path = bricks[0].display().to_string();
     let hello = hello_frame;
+    let cred = c.credential();
+    let connect = || tls_connect(&addr, &cred);
 
-    // Garbage instead of a handshake.
+    // Garbage instead of TLS.
     let mut s = TcpStream::connect(&addr).unwrap();
     s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     assert!(closed(s));
 
-    // A frame that claims to be huge.
+    // The brick protocol without TLS: a frame that claims to be huge, a
+    // handshake in the clear.
     let mut s = TcpStream::connect(&addr).unwrap();
     s.write_all(&u32::MAX.to_be_bytes()).unwrap();
     assert!(closed(s));
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(&hello(&brick_path)).unwrap();
+    assert!(closed(s));
+
+    // TLS with the credential of another pool: refused in the handshake.
+    let other = Cluster::start();
+    let mut s = tls_connect(&addr, &other.credential());
+    let _ = s.write_all(&hello(&brick_path));
+    assert!(closed(s));
 
     // The wrong brick, and the wrong protocol version, are refused with a reason.
-    let mut s = TcpStream::connect(&addr).unwrap();
+    let mut s = connect();
     s.write_all(&hello("/etc")).unwrap();
     assert!(matches!(read_msg(&mut s), Msg::Refused { reason } if reason.contains("exports")));
-    let mut s = TcpStream::connect(&addr).unwrap();
+    let mut s = connect();
     s.write_all(&frame(&Msg::Hello {
         magic: wire::MAGIC,
         version: 99,
@@ -67,7 +102,7 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
     assert!(matches!(read_msg(&mut s), Msg::Refused { reason } if reason.contains("version")));
 
     // After a good handshake: a name with "..", smuggled past the encoder.
-    let mut s = TcpStream::connect(&addr).unwrap();
+    let mut s = connect();
     s.write_all(&hello(&brick_path)).unwrap();
     assert!(matches!(read_msg(&mut s), Msg::Welcome { .. }));
     let mut evil = frame(&Msg::Call {
@@ -84,7 +119,7 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
     assert!(closed(s));
 
     // Well-formed requests for objects that do not exist get errors, not data.
-    let mut s = TcpStream::connect(&addr).unwrap();
+    let mut s = connect();
     s.write_all(&hello(&brick_path)).unwrap();
     assert!(matches!(read_msg(&mut s), Msg::Welcome { .. }));
     s.write_all(&frame(&Msg::Call {
@@ -157,7 +192,7 @@ fn floods_of_connections_cost_a_brick_bounded_memory_and_never_its_life() {
     let hello = hello_frame(&bricks[0].display().to_string());
 
     // 40 connections announcing a frame of 17 MiB (the most a brick takes
-    // after a handshake) before any handshake: closed at once.
+    // after a handshake) before TLS: closed at once.
     for _ in 0..40 {
         let mut s = TcpStream::connect(&addr).unwrap();
         s.write_all(&(17u32 << 20).to_be_bytes()).unwrap();
@@ -167,7 +202,7 @@ fn floods_of_connections_cost_a_brick_bounded_memory_and_never_its_life() {
     // with what they send, not with what they announce.
     let mut silent = Vec::new();
     for _ in 0..40 {
-        let mut s = TcpStream::connect(&addr).unwrap();
+        let mut s = tls_connect(&addr, &c.credential());
         s.write_all(&hello).unwrap();
         assert!(matches!(read_msg(&mut s), Msg::Welcome { .. }));
         s.write_all(&(16u32 << 20).to_be_bytes()).unwrap();
@@ -185,7 +220,7 @@ fn floods_of_connections_cost_a_brick_bounded_memory_and_never_its_life() {
         "the brick grew by {grown} MiB (was {before} MiB)"
     );
     assert_eq!(ok(&format!("cat {}", m.p("keep"))), "keep\n");
-    // Without a handshake, they end within the handshake's time.
+    // Without TLS, they end within the handshake's time.
     let t = std::time::Instant::now();
     for s in idle.into_iter().step_by(100) {
         assert!(
@@ -231,7 +266,7 @@ fn floods_of_connections_cost_the_daemon_bounded_memory() {
     c.volume("dw", 1, &["d1"]);
     let pid = c.daemon_pid() as u64;
     let before = rss_mib(pid);
-    let mut s = TcpStream::connect(c.server()).unwrap();
+    let mut s = tls_connect(&c.server(), &c.credential());
     let chunk = vec![b'x'; 1 << 20];
     let mut sent = 0;
     for _ in 0..200 {

@@ -234,9 +234,13 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
         .enable_all()
         .build()?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while rt
-        .block_on(rpc::call(&addr, &Request::VolumeInfo { name: None }))
-        .is_err()
+    // The daemon makes its pool's certificates as it starts; the
+    // benchmark is its administrator.
+    let credential = crate::mgmt::authority::admin_credential(&root.join("state"));
+    while crate::protocol::tls::install_file(&credential).is_err()
+        || rt
+            .block_on(rpc::call(&addr, &Request::VolumeInfo { name: None }))
+            .is_err()
     {
         if Instant::now() > deadline {
             t.close();
@@ -282,7 +286,7 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
         port: BENCH_MGMT_PORT,
         foreground: false,
         log: Some(root.join("client.log")),
-        options: vec![],
+        options: vec![format!("credential={}", credential.display())],
     };
     if let Err(e) = mount::mount_background(&args) {
         t.close();

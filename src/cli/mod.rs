@@ -25,6 +25,10 @@ pub struct Cli {
     /// Management daemon to talk to (HOST or HOST:PORT).
     #[arg(long, global = true, default_value = DEFAULT_SERVER)]
     pub server: String,
+    /// Credential to connect with (default: $MORTAR_CREDENTIAL, else this
+    /// server's administrator credential, /var/lib/mortar/tls/admin.pem).
+    #[arg(long, global = true)]
+    pub credential: Option<PathBuf>,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
@@ -185,8 +189,18 @@ pub enum VolumeCmd {
 
 #[derive(Subcommand)]
 pub enum PeerCmd {
-    /// Add a server to the pool.
-    Probe { host: String },
+    /// Add a server to the pool. A server not in it yet shows its join
+    /// token (`peer token` on it), which proves that whoever probes it may
+    /// enrol it, and that it is the server meant.
+    Probe {
+        host: String,
+        /// The join token of HOST (from `mortar peer token` on HOST).
+        #[arg(long)]
+        token: Option<String>,
+    },
+    /// Print this server's join token, for `peer probe` on a server of
+    /// the pool it is to join.
+    Token,
     /// Remove a server from the pool (refused while it holds bricks,
     /// unless forced).
     Detach {
@@ -269,6 +283,9 @@ pub struct BrickArgs {
     /// (self-heal, rebalance) give to pass auth.allow and auth.reject.
     #[arg(long)]
     pub key_file: Option<PathBuf>,
+    /// The server's credential, which the brick serves and connects with.
+    #[arg(long)]
+    pub credential: PathBuf,
 }
 
 pub struct CreateArgs {
@@ -442,6 +459,12 @@ impl Out {
 }
 
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    let cred = crate::protocol::tls::credential_path(cli.credential.as_deref());
+    crate::protocol::tls::install_file(&cred).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n(the CLI connects with this server's administrator credential: run it as root on a server of the pool, or name one with --credential)"
+        )
+    })?;
     let out = Out { json: cli.json };
     let server = Server {
         host: cli.server.clone(),
@@ -816,10 +839,22 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Cmd::Peer(p) => match p {
-            PeerCmd::Probe { host } => {
-                let r = ask(&server, Request::PeerProbe { host }).await?;
+            PeerCmd::Probe { host, token } => {
+                let r = ask(&server, Request::PeerProbe { host, token }).await?;
                 out.done("peer probe", "", r)
             }
+            PeerCmd::Token => match ask(&server, Request::PeerToken).await? {
+                Response::Ok(t) => {
+                    if out.json {
+                        println!("{}", serde_json::json!({ "token": t }));
+                    } else {
+                        println!("{t}");
+                    }
+                    Ok(())
+                }
+                Response::Err(e) => Err(fail("peer token", "", &e)),
+                other => Err(fail("peer token", "", &format!("{other:?}"))),
+            },
             PeerCmd::Detach { host, force } => {
                 let force = force.is_some();
                 let r = ask(&server, Request::PeerDetach { host, force }).await?;

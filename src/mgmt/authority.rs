@@ -238,6 +238,15 @@ pub fn ensure(state_dir: &Path, host: &str) -> Result<Credential, String> {
     Credential::load(&server_credential(state_dir))
 }
 
+/// Replaces this server's CA and credentials with new ones (it left its
+/// pool: a pool of one again).
+pub fn renew(state_dir: &Path, host: &str) -> Result<Credential, String> {
+    let ca = Authority::create()?;
+    ca.save(state_dir)?;
+    ca.issue_local(state_dir, host)?;
+    Credential::load(&server_credential(state_dir))
+}
+
 /// The pool's CA, to hand to a server that joins.
 pub fn pool_ca(state_dir: &Path) -> Result<(String, String), String> {
     Ok(Authority::load(state_dir)?.to_pem())

@@ -39,6 +39,8 @@ pub struct BrickConfig {
     pub port: Option<u16>,
     /// The file holding the volume's key (`Volume::key`).
     pub key_file: Option<PathBuf>,
+    /// The server's credential (TLS).
+    pub credential: PathBuf,
 }
 
 /// The volume options a brick applies itself.
@@ -204,6 +206,7 @@ pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
         pid_file: a.pid_file.clone(),
         port: a.port,
         key_file: a.key_file.clone(),
+        credential: a.credential.clone(),
     }))
 }
 
@@ -222,6 +225,9 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     };
     if let Err(reason) = posix.health_check() {
         go_offline(&format!("health check failed: {reason}"));
+    }
+    if let Err(e) = crate::protocol::tls::install_file(&cfg.credential) {
+        go_offline(&format!("cannot take the server's credential: {e}"));
     }
     let (tunables_tx, tunables) = watch::channel(Tunables::from_options(&Default::default()));
     let env = crate::brick::BrickEnv {

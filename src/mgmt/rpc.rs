@@ -5,6 +5,7 @@
 use super::state::{Brick, Peer, Volume};
 use crate::graph::{Env, VolDesc, XlDesc};
 use crate::protocol::client::{ProtocolClient, Resolver};
+use crate::protocol::tls;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,13 @@ use tokio::net::TcpStream;
 pub enum Request {
     PeerProbe {
         host: String,
+        /// The join token of a server not yet in this pool (`peer token`
+        /// on it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
+    /// This server's join token (`peer token`).
+    PeerToken,
     PeerDetach {
         host: String,
         /// Detach it even though it holds bricks (they stay in their
@@ -111,9 +118,18 @@ pub enum Request {
     /// and becomes a pool of one.
     Leave,
     /// Asked of a server being probed by the pool's leader `me`: it
-    /// forgets its own state and waits to receive the pool's.
+    /// forgets its own state and waits to receive the pool's. Sent by a
+    /// prober without a credential of the joining server's pool, over a
+    /// connection pinned by its join token: `secret` is the token's
+    /// secret, `ca` and `ca_key` the pool's authority (docs/security.md).
     PeerJoin {
         me: Peer,
+        #[serde(default)]
+        secret: String,
+        #[serde(default)]
+        ca: String,
+        #[serde(default)]
+        ca_key: String,
     },
     /// A peer's daemon is alive; answered `Liveness`.
     Heartbeat {
@@ -520,19 +536,42 @@ pub async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
+/// Opens a connection to a daemon: TCP, then TLS with this process's
+/// credential, or pinned by a join token (`pin`) to a server that is not
+/// in the pool yet.
+async fn open(addr: &str, pin: Option<Vec<u8>>) -> Result<tls::Stream, String> {
+    let go = async {
+        let tcp = TcpStream::connect(addr).await?;
+        let _ = tcp.set_nodelay(true);
+        match pin {
+            None => tls::connect(tcp).await,
+            Some(pin) => tls::connect_pinned(tcp, pin).await,
+        }
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, go).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(format!("cannot reach the management daemon at {addr}: {e}")),
+        Err(_) => Err(format!(
+            "cannot reach the management daemon at {addr}: no answer within {CONNECT_TIMEOUT:?}"
+        )),
+    }
+}
+
 /// Sends one request to a daemon and waits for its answer.
 pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
+    call_via(addr, req, None).await
+}
+
+/// Sends one request to a server not in the pool yet, reached through
+/// the pin of its join token.
+pub async fn call_pinned(addr: &str, req: &Request, pin: Vec<u8>) -> Result<Response, String> {
+    call_via(addr, req, Some(pin)).await
+}
+
+async fn call_via(addr: &str, req: &Request, pin: Option<Vec<u8>>) -> Result<Response, String> {
     let go = async {
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("cannot reach the management daemon at {addr}: {e}")),
-            Err(_) => {
-                return Err(format!(
-                    "cannot reach the management daemon at {addr}: no answer within {CONNECT_TIMEOUT:?}"
-                ))
-            }
-        };
-        let (rd, mut wr) = stream.into_split();
+        let stream = open(addr, pin).await?;
+        let (rd, mut wr) = tokio::io::split(stream);
         let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
         line.push(b'\n');
         wr.write_all(&line).await.map_err(|e| e.to_string())?;
@@ -557,8 +596,8 @@ pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
 pub struct Channel {
     addr: String,
     conn: Option<(
-        BufReader<tokio::net::tcp::OwnedReadHalf>,
-        tokio::net::tcp::OwnedWriteHalf,
+        BufReader<tokio::io::ReadHalf<tls::Stream>>,
+        tokio::io::WriteHalf<tls::Stream>,
     )>,
 }
 
@@ -600,17 +639,10 @@ impl Channel {
 
     async fn exchange(&mut self, req: &Request) -> Result<Response, ChannelError> {
         if self.conn.is_none() {
-            let s =
-                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr)).await {
-                    Ok(s) => s,
-                    Err(_) => Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no answer within {CONNECT_TIMEOUT:?}"),
-                    )),
-                }
-                .map_err(|e| ChannelError::Unreachable(format!("{}: {e}", self.addr)))?;
-            let _ = s.set_nodelay(true);
-            let (rd, wr) = s.into_split();
+            let s = open(&self.addr, None)
+                .await
+                .map_err(ChannelError::Unreachable)?;
+            let (rd, wr) = tokio::io::split(s);
             self.conn = Some((BufReader::new(rd), wr));
         }
         let (rd, wr) = self.conn.as_mut().expect("connected");

@@ -74,6 +74,9 @@ pub struct BrickSpec {
     /// The volume's key (`Volume::key`; empty for older volumes), handed
     /// to the brick in a file only root reads.
     pub key: String,
+    /// The server's credential (`mgmt::authority`), which the brick
+    /// serves and connects with.
+    pub credential: PathBuf,
 }
 
 impl BrickSpec {
@@ -330,6 +333,8 @@ fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString
         spec.pid_file().into(),
         "--log-file".into(),
         log.into(),
+        "--credential".into(),
+        spec.credential.clone().into(),
     ];
     if spec.arbiter {
         a.push("--arbiter".into());
@@ -457,6 +462,7 @@ mod tests {
             mgmt: "127.0.0.1:1".into(),
             logs: run.to_path_buf(),
             run: run.to_path_buf(),
+            credential: run.join("server.pem"),
             port: None,
             key: String::new(),
         }

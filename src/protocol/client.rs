@@ -10,6 +10,7 @@
 //! heard for the ping timeout. While the brick is down every call fails at
 //! once with ENOTCONN, which the replicate translator above expects.
 
+use super::tls;
 use super::wire::{self, Msg};
 use crate::core::options::{Kind, Spec};
 use crate::core::{Ctx, Event, Fop, FsError, FsResult, Link, Reply, Xlator};
@@ -174,12 +175,16 @@ impl Shared {
     }
 }
 
-async fn connect_once(sh: &Shared, failed: u32) -> std::io::Result<TcpStream> {
+async fn connect_once(sh: &Shared, failed: u32) -> std::io::Result<tls::Stream> {
     let addr = (sh.resolve)(failed).await?;
-    let mut stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+    let open = async {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        tls::connect(tcp).await
+    };
+    let mut stream = tokio::time::timeout(Duration::from_secs(5), open)
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-    stream.set_nodelay(true)?;
     wire::write_frame(
         &mut stream,
         &Msg::Hello {
@@ -253,10 +258,10 @@ async fn keep_connected(
 /// task for the caller to stop.
 async fn run_connection(
     sh: &Arc<Shared>,
-    stream: TcpStream,
+    stream: tls::Stream,
     alive: &mut tokio::sync::watch::Receiver<()>,
 ) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = tokio::io::split(stream);
     // Buffered, so that one read system call takes in many answers.
     let mut rd = tokio::io::BufReader::with_capacity(256 << 10, rd);
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);

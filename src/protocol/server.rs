@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify};
 
 pub async fn serve(
@@ -27,19 +27,26 @@ pub async fn serve(
     key: Option<String>,
 ) -> std::io::Result<()> {
     let key: Option<Arc<str>> = key.map(Into::into);
+    let acceptor = super::tls::acceptor(super::tls::Clients::Pool)?;
     let next_conn = Arc::new(AtomicU64::new(1));
     let what = format!("brick {brick}");
     admit::accept_loop(listener, &what, admit::CAPS, |stream, peer| {
         let _ = stream.set_nodelay(true);
-        let (stack, brick, id, auth, key) = (
+        let (stack, brick, id, auth, key, acceptor) = (
             stack.clone(),
             brick.clone(),
             next_conn.fetch_add(1, Ordering::Relaxed),
             auth.clone(),
             key.clone(),
+            acceptor.clone(),
         );
         async move {
-            match serve_conn(stream, peer, stack, brick, id, auth, key).await {
+            let served = async {
+                let (stream, role) =
+                    admit::first_message("TLS handshake", acceptor.accept(stream)).await?;
+                serve_conn(stream, role, peer, stack, brick, id, auth, key).await
+            };
+            match served.await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
                 Err(e) => tracing::warn!(%peer, "connection ended: {e}"),
             }
@@ -49,8 +56,10 @@ pub async fn serve(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn serve_conn(
-    stream: TcpStream,
+    stream: super::tls::Stream,
+    role: Option<super::tls::Role>,
     peer: SocketAddr,
     stack: Arc<Stack>,
     brick: String,
@@ -58,14 +67,15 @@ async fn serve_conn(
     mut auth: watch::Receiver<Rules>,
     key: Option<Arc<str>>,
 ) -> std::io::Result<()> {
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = tokio::io::split(stream);
     // The handshake: small, and soon, or the connection ends. A client
     // waits for the answer before it sends more, so nothing is read ahead.
     let hello = admit::first_message(
         "handshake",
         wire::read_frame_within(&mut rd, wire::MAX_HELLO),
     );
-    // The pool's own clients (with the volume's key) pass the auth rules.
+    // The pool's own clients (a server's certificate, or the volume's key)
+    // pass the auth rules.
     let internal;
     match hello.await? {
         Some(Msg::Hello {
@@ -74,7 +84,8 @@ async fn serve_conn(
             brick: want,
             key: given,
         }) if magic == wire::MAGIC && version == wire::VERSION && want == brick => {
-            internal = key.is_some() && given.as_deref() == key.as_deref();
+            internal = role == Some(super::tls::Role::Server)
+                || (key.is_some() && given.as_deref() == key.as_deref());
             let rules = auth.borrow_and_update().clone();
             let refused = match internal {
                 true => None,

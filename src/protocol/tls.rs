@@ -202,6 +202,12 @@ impl Context {
     }
 }
 
+/// A client configuration for `cred`, for callers that run TLS
+/// themselves (tests that speak the brick protocol by hand).
+pub fn client_config(cred: &Credential) -> Result<Arc<ClientConfig>, String> {
+    Ok(Context::new(cred)?.client)
+}
+
 static CONTEXT: RwLock<Option<Arc<Context>>> = RwLock::new(None);
 
 /// Makes `cred` this process's credential, for every connection from now

@@ -191,8 +191,20 @@ impl Cluster {
         format!("{}:{PORT}", self.ip)
     }
 
+    /// This server's administrator credential, which its CLI and mounts use.
+    pub fn credential(&self) -> PathBuf {
+        self.path("state/tls/admin.pem")
+    }
+
+    /// Adds `other` to this server's pool, with `other`'s join token.
+    pub fn probe(&self, other: &Cluster) -> String {
+        let token = other.ok(&["peer", "token"]);
+        self.ok(&["peer", "probe", &other.ip, "--token", token.trim()])
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(BIN)
+            .env("MORTAR_CREDENTIAL", self.credential())
             .arg("--server")
             .arg(self.server())
             .args(args)
@@ -301,6 +313,7 @@ impl Cluster {
             .arg(&dir)
             .arg("--log-file")
             .arg(self.path("client.log"))
+            .env("MORTAR_CREDENTIAL", self.credential())
             .args(options.iter().flat_map(|o| ["-o", o]))
             .envs(env.iter().copied())
             .output()
@@ -646,9 +659,21 @@ pub fn hello_frame(brick: &str) -> Vec<u8> {
     .to_vec()
 }
 
+/// A connection to a server of the pool, TLS run by hand.
+pub type Tls = rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>;
+
+/// Connects to `addr` with the credential in `file`, as the pool's clients
+/// do (the handshake happens with the first read or write).
+pub fn tls_connect(addr: &str, file: &Path) -> Tls {
+    let cred = mortar::protocol::tls::Credential::load(file).unwrap();
+    let cfg = mortar::protocol::tls::client_config(&cred).unwrap();
+    let name = mortar::protocol::tls::SERVER_NAME.try_into().unwrap();
+    let conn = rustls::ClientConnection::new(cfg, name).unwrap();
+    rustls::StreamOwned::new(conn, std::net::TcpStream::connect(addr).unwrap())
+}
+
 /// Reads one message a brick sent, by hand.
-pub fn read_msg(s: &mut std::net::TcpStream) -> mortar::protocol::wire::Msg {
-    use std::io::Read;
+pub fn read_msg(s: &mut impl std::io::Read) -> mortar::protocol::wire::Msg {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).unwrap();
     let mut body = vec![0u8; u32::from_be_bytes(len) as usize];

@@ -71,6 +71,7 @@ impl Daemon {
                     run: self.cfg.state_dir.join("run"),
                     port: brick.port,
                     key: key.clone(),
+                    credential: crate::mgmt::authority::server_credential(&self.cfg.state_dir),
                 };
                 tracing::debug!(brick = %path, "starting brick");
                 let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));

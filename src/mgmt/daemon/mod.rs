@@ -35,6 +35,8 @@ use super::supervise::{supervise, BrickInfo, BrickSpec};
 use super::volgen;
 use crate::cluster::replicate::options::SELF_HEAL_DAEMON;
 use crate::heal::Healer;
+use crate::mgmt::authority;
+use crate::protocol::tls;
 use crate::storage::posix::VOLUME_ID_XATTR;
 use bricks::BrickProc;
 use follow::Seen;
@@ -47,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub struct Config {
@@ -126,6 +128,10 @@ impl Daemon {
         // into the log once this server leads its pool of one.
         let legacy = std::mem::take(&mut identity.volumes);
         identity.peers = Default::default();
+        // Its certificates, made at the first start (a pool of its own).
+        let cred = crate::mgmt::authority::ensure(&cfg.state_dir, &cfg.host)
+            .map_err(anyhow::Error::msg)?;
+        tls::install(&cred).map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
@@ -190,8 +196,18 @@ impl Daemon {
         use crate::protocol::admit;
         admit::accept_loop(listener, "management", admit::CAPS, |stream, peer| {
             let d = self.clone();
+            // Taken per connection: a server that joins a pool changes it.
+            let acceptor = tls::acceptor(tls::Clients::Anyone);
             async move {
-                match d.serve(stream).await {
+                let served = async {
+                    let (stream, role) =
+                        admit::first_message("TLS handshake", acceptor?.accept(stream)).await?;
+                    d.serve(stream, role).await
+                };
+                match served.await {
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        tracing::warn!(%peer, "management connection refused: {e}")
+                    }
                     // A peer that broke the rules (too long, too slow).
                     Err(e)
                         if matches!(
@@ -312,25 +328,39 @@ impl Daemon {
         }
     }
 
-    pub(super) async fn serve(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
+    /// Answers the requests of one connection; `role`: what its
+    /// certificate says of the client (None: it showed none, and may only
+    /// join the pool).
+    pub(super) async fn serve(
+        self: Arc<Self>,
+        stream: tls::Stream,
+        role: Option<tls::Role>,
+    ) -> std::io::Result<()> {
         use crate::mgmt::rpc::{read_line_within, LINE_TIMEOUT, MAX_LINE};
-        let (rd, mut wr) = stream.into_split();
+        let (rd, mut wr) = tokio::io::split(stream);
         let mut rd = BufReader::new(rd);
         // The first request comes soon after the connection, or it ends.
+        // A client without a certificate may only ask to join: a line of
+        // a few KiB.
+        let limit = if role.is_some() { MAX_LINE } else { 64 << 10 };
         let mut next = crate::protocol::admit::first_message(
             "request",
-            read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT),
+            read_line_within(&mut rd, limit, LINE_TIMEOUT),
         )
         .await?;
         while let Some(line) = next {
             let resp = match serde_json::from_str::<Request>(&line) {
+                Ok(req @ Request::PeerJoin { .. }) => self.clone().handle(req).await,
+                Ok(_) if role.is_none() => err(
+                    "refused: this request needs a credential of the pool (see docs/security.md)",
+                ),
                 Ok(req) => self.clone().handle(req).await,
                 Err(e) => err(format!("malformed request: {e}")),
             };
             let mut out = serde_json::to_vec(&resp)?;
             out.push(b'\n');
             wr.write_all(&out).await?;
-            next = read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT).await?;
+            next = read_line_within(&mut rd, limit, LINE_TIMEOUT).await?;
         }
         Ok(())
     }
@@ -630,24 +660,54 @@ impl Daemon {
                     Err(e) => err(e),
                 }
             }
-            Request::PeerJoin { me } => {
+            Request::PeerJoin {
+                me,
+                secret,
+                ca,
+                ca_key,
+            } => {
                 let _g = self.op_lock.lock().await;
+                if !authority::secret_matches(&self.cfg.state_dir, &secret) {
+                    tracing::warn!(prober = %me.host, "refused to join a pool: wrong join token");
+                    return err(format!(
+                        "{} refused to join: the join token is not its own (run `mortar peer token` on it)",
+                        self.me.host
+                    ));
+                }
                 if let Err(e) = self.may_join(&me) {
                     return err(e);
+                }
+                match authority::adopt(&self.cfg.state_dir, &self.cfg.host, &ca, &ca_key)
+                    .and_then(|cred| tls::install(&cred))
+                {
+                    Ok(()) => {}
+                    Err(e) => return err(format!("cannot take the pool's certificates: {e}")),
                 }
                 if let Err(e) = self.consensus.reset(false).await {
                     return err(format!("cannot reset the local state: {e}"));
                 }
                 self.refresh();
-                tracing::info!(leader = %me.host, "joining a pool");
+                tracing::info!(leader = %me.host, "joining a pool: took its certificate authority");
                 Response::Joined {
                     me: self.me.clone(),
                 }
             }
+            Request::PeerToken => match authority::join_token(&self.cfg.state_dir) {
+                Ok(t) => Response::Ok(t),
+                Err(e) => err(e),
+            },
             Request::Leave => {
                 let _g = self.op_lock.lock().await;
                 match self.consensus.reset(true).await {
                     Ok(()) => {
+                        // A pool of one again, with an authority of its own.
+                        if let Err(e) = authority::renew(&self.cfg.state_dir, &self.cfg.host)
+                            .and_then(|cred| tls::install(&cred))
+                        {
+                            tracing::error!(
+                                "cannot make new certificates after leaving the pool: {e}"
+                            );
+                        }
                         tracing::info!("detached from the pool: a pool of one again");
                         self.refresh();
                         Response::Ok(String::new())

@@ -58,10 +58,14 @@ impl Daemon {
     /// Requests that change the cluster state; called under `op_lock`.
     pub(super) async fn change(self: &Arc<Self>, req: Request) -> Result<String, String> {
         match req {
-            Request::PeerProbe { host } => {
+            Request::PeerProbe { host, token } => {
                 if self.is_local(&host).await {
                     return Ok("Probe on localhost not needed".into());
                 }
+                let token = token
+                    .as_deref()
+                    .map(crate::mgmt::authority::parse_token)
+                    .transpose()?;
                 let known = self
                     .state
                     .lock()
@@ -72,10 +76,15 @@ impl Daemon {
                     .cloned();
                 if let Some(old) = &known {
                     // A member that answers with another identity lost its
-                    // state (a wiped state directory): it is replaced.
+                    // state (a wiped state directory, and with it the
+                    // pool's certificates): it is replaced once it shows
+                    // its new join token.
                     match rpc::call(&old.mgmt, &Request::PeerList).await {
                         Ok(Response::Peers { me, .. }) if me.uuid != old.uuid => {
                             tracing::warn!(peer = %host, old = %old.uuid, new = %me.uuid, "the server came back with a new identity: replacing it");
+                        }
+                        Err(_) if token.is_some() => {
+                            tracing::warn!(peer = %host, old = %old.uuid, "the server is no longer of the pool and shows a join token: replacing it");
                         }
                         _ => {
                             return Ok(format!(
@@ -85,13 +94,24 @@ impl Daemon {
                         }
                     }
                 }
+                let Some((pin, secret)) = token else {
+                    return Err(format!(
+                        "{host} is not in this pool: it joins with its join token. Run `mortar peer token` on {host}, \
+                         then here `mortar peer probe {host} --token TOKEN`"
+                    ));
+                };
+                let (ca, ca_key) = crate::mgmt::authority::pool_ca(&self.cfg.state_dir)?;
                 let addr = rpc::mgmt_addr(&host, self.cfg.listen.port());
                 let t0 = std::time::Instant::now();
-                let resp = rpc::call(
+                let resp = rpc::call_pinned(
                     &addr,
                     &Request::PeerJoin {
                         me: self.me.clone(),
+                        secret,
+                        ca,
+                        ca_key,
                     },
+                    pin,
                 )
                 .await
                 .map_err(|e| format!("Probe returned with {e}"))?;

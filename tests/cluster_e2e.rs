@@ -355,7 +355,7 @@ fn a_leader_killed_with_a_change_on_its_disk_leaves_one_state() {
 /// Sends one line to `c`'s management port and reads the answer.
 fn send_line(c: &Cluster, line: &[u8]) -> String {
     use std::io::{BufRead, Write};
-    let mut s = std::net::TcpStream::connect(c.server()).unwrap();
+    let mut s = common::tls_connect(&c.server(), &c.credential());
     s.write_all(line).unwrap();
     s.write_all(b"\n").unwrap();
     let mut answer = String::new();

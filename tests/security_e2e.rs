@@ -123,3 +123,136 @@ fn the_pools_own_clients_pass_auth_allow_and_the_key_stays_private() {
     }
     assert!(!ok("ps -eo args").contains(key.trim()));
 }
+
+/// Sends one request line on `s` and reads the answer (None: the
+/// connection ended without one).
+fn ask_line(s: &mut (impl std::io::Read + Write), line: &str) -> Option<String> {
+    use std::io::BufRead;
+    s.write_all(format!("{line}\n").as_bytes()).ok()?;
+    let mut answer = String::new();
+    match std::io::BufReader::new(s).read_line(&mut answer) {
+        Ok(n) if n > 0 => Some(answer),
+        _ => None,
+    }
+}
+
+/// The issue's first attack: a JSON line that stops and deletes a volume,
+/// sent by whoever reaches the daemon. Without TLS, without a certificate,
+/// with another pool's, or with a wrong join token: refused, and the
+/// volume and its data are as they were.
+#[test]
+fn management_requests_need_a_credential_of_the_pool() {
+    let c = Cluster::start();
+    let bricks = c.volume("mv", 1, &["m1"]);
+    let m = c.mount("mv");
+    std::fs::write(m.p("f"), "kept\n").unwrap();
+    let before = c.state();
+    let stop = r#"{"VolumeStop":{"name":"mv"}}"#;
+    let delete = r#"{"VolumeDelete":{"name":"mv"}}"#;
+
+    // In the clear: the daemon speaks only TLS (its answer is an alert).
+    let mut s = std::net::TcpStream::connect(c.server()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let answer = ask_line(&mut s, stop);
+    assert!(
+        answer.as_deref().is_none_or(|a| !a.contains('{')),
+        "{answer:?}"
+    );
+
+    // TLS without a certificate: only a join may be asked.
+    let cred = mortar::protocol::tls::Credential::load(&c.credential()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cred.ca.clone()).unwrap();
+    let anonymous = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(
+        std::sync::Arc::new(anonymous),
+        mortar::protocol::tls::SERVER_NAME.try_into().unwrap(),
+    )
+    .unwrap();
+    let mut s = rustls::StreamOwned::new(conn, std::net::TcpStream::connect(c.server()).unwrap());
+    for line in [stop, delete] {
+        let answer = ask_line(&mut s, line).expect("an answer");
+        assert!(
+            answer.contains("needs a credential of the pool"),
+            "{answer}"
+        );
+    }
+    // ... with the right join token only (and this one is wrong).
+    let join = serde_json::json!({"PeerJoin": {
+        "me": {"uuid": "00000000-0000-0000-0000-000000000001", "host": "10.9.9.9", "mgmt": "10.9.9.9:24107"},
+        "secret": "00000000000000000000000000000000", "ca": "", "ca_key": ""}});
+    let answer = ask_line(&mut s, &join.to_string()).expect("an answer");
+    assert!(answer.contains("join token is not its own"), "{answer}");
+
+    // Another pool's administrator.
+    let other = Cluster::start();
+    let mut s = tls_connect(&c.server(), &other.credential());
+    assert_eq!(ask_line(&mut s, delete), None);
+    let o = std::process::Command::new(BIN)
+        .args(["--server", &c.server(), "--credential"])
+        .arg(other.credential())
+        .args(["volume", "stop", "mv"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("different pools"), "{e}");
+    // The CLI without a readable credential says what it needs.
+    let o = std::process::Command::new(BIN)
+        .args(["--server", &c.server(), "--credential", "/nonexistent"])
+        .args(["volume", "info"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("cannot read the credential"),
+        "{e}"
+    );
+
+    // Nothing changed; the mount reads on.
+    assert_eq!(c.state(), before);
+    assert_eq!(std::fs::read_to_string(m.p("f")).unwrap(), "kept\n");
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("f")).unwrap(),
+        "kept\n"
+    );
+}
+
+/// Credentials are files only root reads, and a mount without one says so.
+#[test]
+fn credentials_are_private_and_a_mount_needs_one() {
+    let c = Cluster::start();
+    c.volume("cv", 1, &["c1"]);
+    for f in ["ca.key", "server.pem", "admin.pem", "join-token"] {
+        let p = c.path(&format!("state/tls/{f}"));
+        assert_eq!(
+            ok(&format!("stat -c %a {}", p.display())).trim(),
+            "600",
+            "{f}"
+        );
+    }
+    let why = c
+        .try_mount("cv", &[], &["credential=/nonexistent/admin.pem"])
+        .err()
+        .expect("refused");
+    assert!(
+        why.contains("cannot read the credential /nonexistent/admin.pem"),
+        "{why}"
+    );
+    // Another pool's credential: the mount fails and says why.
+    let other = Cluster::start();
+    let why = c
+        .try_mount(
+            "cv",
+            &[],
+            &[&format!("credential={}", other.credential().display())],
+        )
+        .err()
+        .expect("refused");
+    assert!(why.contains("different pools"), "{why}");
+}

@@ -125,12 +125,12 @@ fn remount(a: &MountArgs, kernel: &kmount::KernelOptions) -> anyhow::Result<()> 
 /// Starts the mount in the background and waits until it is in place.
 pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
     parse_source(&a.source)?;
-    // Read now, so that a missing credential is said here, not in a log.
-    crate::protocol::tls::Credential::load(&a.credential()).map_err(anyhow::Error::msg)?;
     let kernel = kmount::parse(&a.options);
     if kernel.remount {
         return remount(a, &kernel);
     }
+    // Read now, so that a missing credential is said here, not in a log.
+    crate::protocol::tls::Credential::load(&a.credential()).map_err(anyhow::Error::msg)?;
     if !a.dir.is_dir() {
         anyhow::bail!(
             "mount point {} does not exist or is not a directory",

@@ -320,7 +320,7 @@ fn a_leader_killed_with_a_change_on_its_disk_leaves_one_state() {
     cs[0].crash_daemon();
     cs[0].start_daemon_env(&[("FAILPOINTS", "raft-leader-appended=1*off->panic")]);
     for c in &cs[1..] {
-        cs[0].probe(&c);
+        cs[0].probe(c);
     }
     let brick = cs[0].brick("k1");
     cs[0].ok(&["volume", "create", "kv", &brick, "force"]);
@@ -434,7 +434,7 @@ fn servers_whose_clocks_differ_keep_one_state() {
         c.start_daemon();
     }
     for c in &cs[1..] {
-        cs[0].probe(&c);
+        cs[0].probe(c);
     }
     let brick = cs[1].brick("t1");
     cs[2].ok(&["volume", "create", "tv", &brick, "force"]);

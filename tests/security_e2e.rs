@@ -256,3 +256,58 @@ fn credentials_are_private_and_a_mount_needs_one() {
         .expect("refused");
     assert!(why.contains("different pools"), "{why}");
 }
+
+/// `server.ssl off`: the volume's clients speak to its bricks in the
+/// clear, and a brick takes a client without a credential; on again, the
+/// clients in the clear are cut off and the mount comes back over TLS.
+#[test]
+fn server_ssl_off_lets_clients_in_the_clear_and_on_cuts_them_off() {
+    let c = Cluster::start();
+    let bricks = c.volume("sv", 1, &["s1"]);
+    let addr = brick_addr(&c, "sv", 0);
+    let brick = bricks[0].display().to_string();
+    let plain = || {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        s.write_all(&hello_frame(&brick)).unwrap();
+        s
+    };
+    // On (the default): a handshake in the clear gets no answer.
+    let mut s = plain();
+    let mut buf = [0u8; 64];
+    assert!(matches!(
+        std::io::Read::read(&mut s, &mut buf),
+        Ok(0) | Err(_)
+    ));
+
+    c.ok(&["volume", "set", "sv", "server.ssl", "off"]);
+    let m = c.mount("sv");
+    std::fs::write(m.p("f"), "clear\n").unwrap();
+    wait_for(
+        "a brick that takes the clear",
+        Duration::from_secs(20),
+        || matches!(read_msg(&mut plain()), Msg::Welcome { .. }),
+    );
+    let mut kept = plain();
+    assert!(matches!(read_msg(&mut kept), Msg::Welcome { .. }));
+
+    c.ok(&["volume", "set", "sv", "server.ssl", "on"]);
+    // The connection in the clear is closed; the mount reconnects over TLS.
+    kept.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    assert!(matches!(
+        std::io::Read::read(&mut kept, &mut buf),
+        Ok(0) | Err(_)
+    ));
+    wait_for("the mount over TLS", Duration::from_secs(30), || {
+        std::fs::write(m.p("g"), "tls\n").is_ok()
+    });
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("f")).unwrap(),
+        "clear\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("g")).unwrap(),
+        "tls\n"
+    );
+}

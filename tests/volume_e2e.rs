@@ -358,10 +358,11 @@ fn mount_dot_mortar_works_as_mount8_calls_it() {
     let dir = c.path("helper-mnt");
     std::fs::create_dir_all(&dir).unwrap();
     ok(&format!(
-        "{} {}:/mh {} -o rw,port={PORT}",
+        "{} {}:/mh {} -o rw,port={PORT},credential={}",
         helper.display(),
         c.ip,
-        dir.display()
+        dir.display(),
+        c.credential().display()
     ));
     assert!(is_mounted(&dir));
     ok(&format!(

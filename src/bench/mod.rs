@@ -22,7 +22,8 @@ pub struct BenchArgs {
     pub cmd: Option<BenchCmd>,
     /// Baselines measured beside mortar: local, glusterfs, bindfs (a
     /// pass-through FUSE file system over the local disk: the ceiling of
-    /// one FUSE hop; `apt-get install bindfs`), comma-separated.
+    /// one FUSE hop; `apt-get install bindfs`), mortar-plain (mortar with
+    /// server.ssl off: what TLS costs), comma-separated.
     #[arg(long, default_value = "local", value_delimiter = ',')]
     pub against: Vec<String>,
     /// Also measure these mounted directories (other file systems).
@@ -260,7 +261,7 @@ impl Run<'_> {
         ] {
             self.bar
                 .set_message(format!("replication: mortar {}", shape.label()));
-            let t = target::mortar(base, shape, "mortar-replication")?;
+            let t = target::mortar(base, shape, "mortar-replication", 2, &[])?;
             let mut run_one = || -> anyhow::Result<()> {
                 for _ in 0..self.args_reps() {
                     for w in ["seed-smallfile", "streams"] {
@@ -301,6 +302,8 @@ impl Run<'_> {
                     sets: n,
                 },
                 "mortar-scale",
+                2,
+                &[],
             )?;
             let x = Some(n as f64);
             let mut run_one = || -> anyhow::Result<()> {
@@ -418,9 +421,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
     }
     for b in &a.against {
-        if !["local", "glusterfs", "bindfs"].contains(&b.as_str()) {
+        if !["local", "glusterfs", "bindfs", "mortar-plain"].contains(&b.as_str()) {
             anyhow::bail!(
-                "unknown baseline {b}: use local, glusterfs, bindfs, or --target DIR for any directory"
+                "unknown baseline {b}: use local, glusterfs, bindfs, mortar-plain, or --target DIR for any directory"
             );
         }
     }
@@ -452,7 +455,20 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
         if !a.no_mortar {
             eprintln!("setting up a mortar {} volume ...", shape.label());
-            targets.push(target::mortar(&base, shape, "mortar")?);
+            targets.push(target::mortar(&base, shape, "mortar", 0, &[])?);
+        }
+        if a.against.iter().any(|b| b == "mortar-plain") {
+            eprintln!(
+                "setting up a mortar {} volume without TLS ...",
+                shape.label()
+            );
+            targets.push(target::mortar(
+                &base,
+                shape,
+                "mortar-plain",
+                1,
+                &[("server.ssl", "off")],
+            )?);
         }
         if a.against.iter().any(|b| b == "glusterfs") {
             eprintln!("setting up a GlusterFS {} volume ...", shape.label());

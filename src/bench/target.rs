@@ -190,12 +190,22 @@ async fn ask(addr: &str, req: Request) -> anyhow::Result<()> {
     }
 }
 
-/// Starts a private daemon, creates and starts a volume, mounts it.
-pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
+/// Starts a private daemon, creates and starts a volume with `options`
+/// set, mounts it. `name` is the target's (and its directory's); each
+/// has a daemon of its own, the first on `BENCH_MGMT_PORT`, the next
+/// below it.
+pub fn mortar(
+    base: &Path,
+    shape: Shape,
+    name: &str,
+    nth: u16,
+    options: &[(&str, &str)],
+) -> anyhow::Result<Target> {
     let root = base.join(name);
     std::fs::create_dir_all(&root)?;
     let log = std::fs::File::create(root.join("daemon.log"))?;
-    let addr = format!("127.0.0.1:{BENCH_MGMT_PORT}");
+    let port = BENCH_MGMT_PORT - nth;
+    let addr = format!("127.0.0.1:{port}");
     // Another daemon there would be measured (and changed) in its place.
     if let Err(e) = std::net::TcpListener::bind(&addr) {
         bail!("the benchmark's own daemon needs {addr}, which is taken ({e}): stop what listens there (`ss -ltnp`)");
@@ -225,7 +235,7 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
         let _ = daemon.wait();
     }));
     let t = Target {
-        name: "mortar".into(),
+        name: name.into(),
         dir: PathBuf::new(),
         mnt: None,
         teardown,
@@ -265,6 +275,17 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
             force: true,
         };
         ask(&addr, create).await?;
+        for (key, value) in options {
+            ask(
+                &addr,
+                Request::VolumeSet {
+                    name: vol.clone(),
+                    key: key.to_string(),
+                    value: value.to_string(),
+                },
+            )
+            .await?;
+        }
         ask(
             &addr,
             Request::VolumeStart {
@@ -283,7 +304,7 @@ pub fn mortar(base: &Path, shape: Shape, name: &str) -> anyhow::Result<Target> {
     let args = MountArgs {
         source: format!("127.0.0.1:/{vol}"),
         dir: mnt.clone(),
-        port: BENCH_MGMT_PORT,
+        port,
         foreground: false,
         log: Some(root.join("client.log")),
         options: vec![format!("credential={}", credential.display())],

@@ -208,10 +208,14 @@ pub static TABLE: &[Row] = &[
         side: Side::Brick,
         place: Place::Brick,
         enabled_by: None,
-        options: &[&crate::protocol::auth::AUTH_ALLOW, &crate::protocol::auth::AUTH_REJECT],
+        options: &[
+            &crate::protocol::auth::AUTH_ALLOW,
+            &crate::protocol::auth::AUTH_REJECT,
+            &crate::protocol::auth::SERVER_SSL,
+        ],
         build: None,
         brick: None,
-        about: "the brick's server: which clients it serves (by address)",
+        about: "the brick's server: which clients it serves (by address), and whether in the clear",
     },
     Row {
         kind: "mgmt/server-quorum",

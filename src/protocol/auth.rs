@@ -22,11 +22,20 @@ pub static AUTH_REJECT: Spec = Spec {
     help: "Clients the volume's bricks refuse even if auth.allow names them, in the same form; none for no one.",
 };
 
+pub static SERVER_SSL: Spec = Spec {
+    key: "server.ssl",
+    kind: Kind::Bool,
+    default: "on",
+    help: "TLS with the pool's certificates on the connections of the volume's clients to its bricks. off: mounts, self-heal and rebalance speak to the bricks in the clear, and a brick also takes clients without a credential (auth.allow still applies): only for a network where every machine is trusted. Management connections stay TLS.",
+};
+
 /// The rules in force.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rules {
     allow: Patterns,
     reject: Patterns,
+    /// `server.ssl`: a client in the clear is refused.
+    pub tls: bool,
 }
 
 impl Default for Rules {
@@ -47,6 +56,7 @@ impl Rules {
         Rules {
             allow: get(&AUTH_ALLOW),
             reject: get(&AUTH_REJECT),
+            tls: SERVER_SSL.bool(o),
         }
     }
 

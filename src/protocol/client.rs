@@ -52,6 +52,8 @@ struct Shared {
     resolve: Resolver,
     /// Milliseconds; changed by `reconfigure`.
     ping_timeout_ms: AtomicU64,
+    /// `server.ssl`: whether the next connection is TLS.
+    tls: AtomicBool,
     up: AtomicBool,
     /// Bumped every time the brick goes down; a call that raced with the
     /// drop sees the change and fails instead of waiting forever.
@@ -95,6 +97,7 @@ impl ProtocolClient {
             key,
             resolve,
             ping_timeout_ms: AtomicU64::new(ping_timeout.as_millis() as u64),
+            tls: AtomicBool::new(true),
             up: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
@@ -175,12 +178,16 @@ impl Shared {
     }
 }
 
-async fn connect_once(sh: &Shared, failed: u32) -> std::io::Result<tls::Stream> {
+async fn connect_once(sh: &Shared, failed: u32) -> std::io::Result<tls::Conn> {
     let addr = (sh.resolve)(failed).await?;
     let open = async {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
-        tls::connect(tcp).await
+        if sh.tls.load(Ordering::Relaxed) {
+            Ok(tls::Conn::Tls(Box::new(tls::connect(tcp).await?)))
+        } else {
+            Ok::<_, std::io::Error>(tls::Conn::Plain(tcp))
+        }
     };
     let mut stream = tokio::time::timeout(Duration::from_secs(5), open)
         .await
@@ -258,7 +265,7 @@ async fn keep_connected(
 /// task for the caller to stop.
 async fn run_connection(
     sh: &Arc<Shared>,
-    stream: tls::Stream,
+    stream: tls::Conn,
     alive: &mut tokio::sync::watch::Receiver<()>,
 ) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
     let (rd, wr) = tokio::io::split(stream);
@@ -363,6 +370,10 @@ impl Xlator for ProtocolClient {
             .swap(secs * 1000, Ordering::Relaxed);
         if old != secs * 1000 {
             tracing::info!(client = %self.shared.name, "network.ping-timeout is now {secs}s");
+        }
+        let tls = crate::protocol::auth::SERVER_SSL.bool(options);
+        if self.shared.tls.swap(tls, Ordering::Relaxed) != tls {
+            tracing::info!(client = %self.shared.name, "server.ssl is now {}", if tls { "on" } else { "off" });
         }
     }
 

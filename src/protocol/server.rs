@@ -8,6 +8,7 @@
 
 use super::admit;
 use super::auth::Rules;
+use super::tls;
 use super::wire::{self, Msg};
 use crate::brick::{Conn, Notice, Stack};
 use crate::storage::posix::FdTable;
@@ -27,7 +28,7 @@ pub async fn serve(
     key: Option<String>,
 ) -> std::io::Result<()> {
     let key: Option<Arc<str>> = key.map(Into::into);
-    let acceptor = super::tls::acceptor(super::tls::Clients::Pool)?;
+    let acceptor = tls::acceptor(tls::Clients::Pool)?;
     let next_conn = Arc::new(AtomicU64::new(1));
     let what = format!("brick {brick}");
     admit::accept_loop(listener, &what, admit::CAPS, |stream, peer| {
@@ -42,9 +43,26 @@ pub async fn serve(
         );
         async move {
             let served = async {
-                let (stream, role) =
-                    admit::first_message("TLS handshake", acceptor.accept(stream)).await?;
-                serve_conn(stream, role, peer, stack, brick, id, auth, key).await
+                let (conn, role) = admit::first_message("TLS handshake", async {
+                    // TLS, or (where `server.ssl` is off) the clear.
+                    let mut first = [0u8; 1];
+                    if stream.peek(&mut first).await? == 0 {
+                        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+                    }
+                    if first[0] == tls::TLS_HANDSHAKE {
+                        let (s, role) = acceptor.accept(stream).await?;
+                        Ok((tls::Conn::Tls(Box::new(s)), role))
+                    } else if !auth.borrow().tls {
+                        Ok((tls::Conn::Plain(stream), None))
+                    } else {
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::PermissionDenied,
+                            "a client in the clear, and server.ssl is on",
+                        ))
+                    }
+                })
+                .await?;
+                serve_conn(conn, role, peer, stack, brick, id, auth, key).await
             };
             match served.await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
@@ -58,8 +76,8 @@ pub async fn serve(
 
 #[allow(clippy::too_many_arguments)]
 async fn serve_conn(
-    stream: super::tls::Stream,
-    role: Option<super::tls::Role>,
+    stream: tls::Conn,
+    role: Option<tls::Role>,
     peer: SocketAddr,
     stack: Arc<Stack>,
     brick: String,
@@ -67,6 +85,7 @@ async fn serve_conn(
     mut auth: watch::Receiver<Rules>,
     key: Option<Arc<str>>,
 ) -> std::io::Result<()> {
+    let plain = stream.is_plain();
     let (mut rd, mut wr) = tokio::io::split(stream);
     // The handshake: small, and soon, or the connection ends. A client
     // waits for the answer before it sends more, so nothing is read ahead.
@@ -84,7 +103,7 @@ async fn serve_conn(
             brick: want,
             key: given,
         }) if magic == wire::MAGIC && version == wire::VERSION && want == brick => {
-            internal = role == Some(super::tls::Role::Server)
+            internal = role == Some(tls::Role::Server)
                 || (key.is_some() && given.as_deref() == key.as_deref());
             let rules = auth.borrow_and_update().clone();
             let refused = match internal {
@@ -165,9 +184,14 @@ async fn serve_conn(
                 "closed by the brick: a lock revoked or a recall not answered",
             )),
             // The volume's auth rules changed: is this client still allowed?
-            Ok(()) = auth.changed(), if !internal => {
+            Ok(()) = auth.changed(), if !internal || plain => {
                 let rules = auth.borrow_and_update().clone();
-                match rules.refuses(peer.ip()).await {
+                let refused = match (plain && rules.tls, internal) {
+                    (true, _) => Some("server.ssl is on, and this client is in the clear".to_string()),
+                    (false, true) => None,
+                    (false, false) => rules.refuses(peer.ip()).await,
+                };
+                match refused {
                     Some(reason) => {
                         tracing::warn!(%peer, "client disconnected: {reason}");
                         break Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason));

@@ -54,7 +54,7 @@ impl Net {
         let net = Net::new(n);
         let a = &net.hosts[0];
         for h in &net.hosts[1..] {
-            a.probe(&h);
+            a.probe(h);
         }
         for h in &net.hosts {
             super::wait_for(

@@ -311,3 +311,107 @@ fn server_ssl_off_lets_clients_in_the_clear_and_on_cuts_them_off() {
         "tls\n"
     );
 }
+
+/// A volume's client credential (`volume credentials`): it mounts its
+/// volume and no other, asks the daemon for nothing else, a read-only one
+/// reads but changes nothing, and a revoked one is cut off.
+#[test]
+fn client_credentials_mount_their_volume_only_and_are_revoked() {
+    let c = Cluster::start();
+    let bricks = c.volume("cr", 1, &["r1"]);
+    c.volume("other", 1, &["o1"]);
+    let admin = c.mount("cr");
+    std::fs::write(admin.p("f"), "data\n").unwrap();
+
+    let rw = c.path("rw.pem");
+    c.ok(&[
+        "volume",
+        "credentials",
+        "cr",
+        "create",
+        "laptop",
+        "--out",
+        rw.to_str().unwrap(),
+    ]);
+    assert_eq!(ok(&format!("stat -c %a {}", rw.display())).trim(), "600");
+    let ro = c.ok(&["volume", "credentials", "cr", "create", "reader", "ro"]);
+    assert!(ro.contains("BEGIN PRIVATE KEY"), "{ro}");
+    let ro_file = c.path("ro.pem");
+    std::fs::write(&ro_file, &ro).unwrap();
+    // Names are unique, and the list shows them without their keys.
+    c.refused(
+        &["volume", "credentials", "cr", "create", "laptop"],
+        "already has a credential named laptop",
+        &c.state(),
+    );
+    let list = c.ok(&["volume", "credentials", "cr", "list"]);
+    assert!(
+        list.contains("laptop") && list.contains("reader") && list.contains(" ro "),
+        "{list}"
+    );
+    assert!(!list.contains("PRIVATE"), "{list}");
+
+    let with = |f: &std::path::Path| format!("credential={}", f.display());
+    // Read-write: reads and writes its volume.
+    let m = c.try_mount("cr", &[], &[&with(&rw)]).expect("mounts");
+    assert_eq!(std::fs::read_to_string(m.p("f")).unwrap(), "data\n");
+    std::fs::write(m.p("g"), "from laptop\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("g")).unwrap(),
+        "from laptop\n"
+    );
+    // Not another volume, and nothing else of the daemon.
+    let why = c
+        .try_mount("other", &[], &[&with(&rw)])
+        .err()
+        .expect("refused");
+    assert!(why.contains("not one of volume other's"), "{why}");
+    let o = std::process::Command::new(BIN)
+        .args(["--server", &c.server(), "--credential"])
+        .arg(&rw)
+        .args(["volume", "delete", "cr"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("may only mount it"),
+        "{e}"
+    );
+
+    // Read-only: reads; every change fails with EROFS and changes nothing.
+    let r = c.try_mount("cr", &[], &[&with(&ro_file)]).expect("mounts");
+    assert_eq!(std::fs::read_to_string(r.p("f")).unwrap(), "data\n");
+    for cmd in [
+        format!("echo x > {}", r.p("new")),
+        format!("echo x >> {}", r.p("f")),
+        format!("rm {}", r.p("f")),
+        format!("mkdir {}", r.p("d")),
+        format!("chmod 600 {}", r.p("f")),
+        format!("mv {} {}", r.p("f"), r.p("moved")),
+    ] {
+        let o = sh(&cmd);
+        assert!(!o.status.success(), "{cmd} succeeded");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("Read-only file system"), "{cmd}: {e}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("f")).unwrap(),
+        "data\n"
+    );
+    assert!(!bricks[0].join("new").exists() && !bricks[0].join("d").exists());
+
+    // Revoked: cut off within seconds; a new mount is refused.
+    c.ok(&["volume", "credentials", "cr", "revoke", "laptop"]);
+    wait_for(
+        "the revoked mount to be cut off",
+        Duration::from_secs(20),
+        || std::fs::read_to_string(m.p("f")).is_err(),
+    );
+    assert!(c.try_mount("cr", &[], &[&with(&rw)]).is_err());
+    // The others go on.
+    assert_eq!(std::fs::read_to_string(r.p("f")).unwrap(), "data\n");
+    assert_eq!(
+        std::fs::read_to_string(admin.p("g")).unwrap(),
+        "from laptop\n"
+    );
+}

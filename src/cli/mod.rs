@@ -171,6 +171,14 @@ pub enum VolumeCmd {
     Get { name: String, key: String },
     /// Reset one option or all of them to the default.
     Reset { name: String, key: Option<String> },
+    /// Client credentials of a volume: a holder may mount this volume and
+    /// nothing else (`mount -o credential=FILE`); read-only ones may not
+    /// change it (docs/security.md).
+    Credentials {
+        name: String,
+        #[command(subcommand)]
+        op: CredentialCmd,
+    },
     /// Self-heal: volume heal NAME [full | info [summary|split-brain] |
     /// statistics | split-brain (bigger-file|latest-mtime) FILE |
     /// split-brain source-brick HOST:/PATH [FILE]].
@@ -185,6 +193,23 @@ pub enum VolumeCmd {
         #[arg(long, requires = "wait")]
         timeout: Option<u64>,
     },
+}
+
+#[derive(Subcommand)]
+pub enum CredentialCmd {
+    /// Issue a credential: credentials VOL create NAME [ro|rw] [--out FILE].
+    Create {
+        cred: String,
+        #[arg(value_parser = ["ro", "rw"])]
+        access: Option<String>,
+        /// Write it to this new file (mode 0600) instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// The volume's credentials: names, access, when issued, fingerprints.
+    List,
+    /// Revoke a credential: the bricks close its connections within seconds.
+    Revoke { cred: String },
 }
 
 #[derive(Subcommand)]
@@ -682,6 +707,66 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     heal::wait(&server, &name, timeout).await?;
                 }
                 Ok(())
+            }
+            VolumeCmd::Credentials { name, op } => {
+                let what = "volume credentials";
+                let (op, out_file) = match op {
+                    CredentialCmd::Create { cred, access, out } => (
+                        rpc::CredentialOp::Create {
+                            name: cred,
+                            read_only: access.as_deref() == Some("ro"),
+                        },
+                        out,
+                    ),
+                    CredentialCmd::List => (rpc::CredentialOp::List, None),
+                    CredentialCmd::Revoke { cred } => {
+                        (rpc::CredentialOp::Revoke { name: cred }, None)
+                    }
+                };
+                let create = matches!(op, rpc::CredentialOp::Create { .. });
+                let r = ask(
+                    &server,
+                    Request::VolumeCredentials {
+                        name: name.clone(),
+                        op,
+                    },
+                )
+                .await?;
+                match r {
+                    Response::Credentials(list) => {
+                        if out.json {
+                            println!("{}", serde_json::to_string_pretty(&list)?);
+                        } else {
+                            print!("{}", format::credentials(&list));
+                        }
+                        Ok(())
+                    }
+                    Response::Ok(pem) if create => match out_file {
+                        Some(f) => {
+                            use std::io::Write;
+                            use std::os::unix::fs::OpenOptionsExt;
+                            std::fs::OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .mode(0o600)
+                                .open(&f)
+                                .and_then(|mut file| file.write_all(pem.as_bytes()))
+                                .map_err(|e| {
+                                    fail(what, &name, &format!("cannot write {}: {e}", f.display()))
+                                })?;
+                            out.done(
+                                what,
+                                &name,
+                                Response::Ok(format!("credential written to {}", f.display())),
+                            )
+                        }
+                        None => {
+                            print!("{pem}");
+                            Ok(())
+                        }
+                    },
+                    r => out.done(what, &name, r),
+                }
             }
             VolumeCmd::Reset { name, key } => {
                 let r = ask(

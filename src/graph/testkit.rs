@@ -51,6 +51,7 @@ pub fn desc_over(sets: usize, replica: usize) -> VolDesc {
             .map(|s| (s.key.to_string(), s.default.to_string()))
             .collect(),
         top: XlDesc::new("cluster/distribute", "t-dht".into(), below),
+        clients: Vec::new(),
     }
 }
 

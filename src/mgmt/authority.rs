@@ -11,7 +11,7 @@
 //! - `join-token`: the secret of this server's join token, while it is
 //!   not yet in a pool of several (a new one after every join).
 
-use crate::protocol::tls::{self, Credential, ADMIN_NAME, SERVER_NAME};
+use crate::protocol::tls::{self, hex, Credential, ADMIN_NAME, SERVER_NAME};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SerialNumber,
@@ -41,10 +41,6 @@ fn this_year() -> i32 {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     1970 + (secs / 31_556_952) as i32
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -374,8 +370,8 @@ mod tests {
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     use tokio::io::AsyncWriteExt;
-                    if let Ok((mut s, role)) = acceptor.accept(tcp).await {
-                        let _ = s.write_all(role.unwrap().as_str().as_bytes()).await;
+                    if let Ok((mut s, peer)) = acceptor.accept(tcp).await {
+                        let _ = s.write_all(peer.unwrap().role.as_str().as_bytes()).await;
                         let _ = s.shutdown().await;
                     }
                 });

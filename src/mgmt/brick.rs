@@ -364,7 +364,8 @@ fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {
 /// While the daemon cannot be reached the last known values stay.
 async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables>) {
     rpc::follow_volume(&[mgmt], &volume, None, None, true, |d| {
-        let t = Tunables::from_options(&d.options);
+        let mut t = Tunables::from_options(&d.options);
+        t.auth = crate::protocol::auth::Rules::from_desc(&d);
         if tx.send_if_modified(|old| std::mem::replace(old, t.clone()) != t) {
             tracing::info!(?t, "volume options applied");
         }

@@ -5,7 +5,9 @@
 //! the same on every server, applied in log order everywhere. (Who the
 //! servers are is Raft's own membership, not a command.)
 
-use super::state::{Brick, ClusterState, Task, TaskKind, TaskRow, TaskStatus, VolStatus, Volume};
+use super::state::{
+    Brick, ClusterState, IssuedCredential, Task, TaskKind, TaskRow, TaskStatus, VolStatus, Volume,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +114,16 @@ pub enum Command {
         brick: Brick,
         down: bool,
     },
+    /// A client credential issued for the volume (its name is new).
+    AddCredential {
+        volume: String,
+        credential: IssuedCredential,
+    },
+    /// A client credential revoked: the bricks close its connections.
+    RevokeCredential {
+        volume: String,
+        name: String,
+    },
 }
 
 impl Command {
@@ -135,6 +147,8 @@ impl Command {
             Command::LowerReplica { .. } => "LowerReplica",
             Command::ReplaceBrick { .. } => "ReplaceBrick",
             Command::ResetBrick { .. } => "ResetBrick",
+            Command::AddCredential { .. } => "AddCredential",
+            Command::RevokeCredential { .. } => "RevokeCredential",
         }
     }
 
@@ -182,6 +196,34 @@ impl Command {
                 volume(st, name)?;
                 let v = st.volumes.get_mut(name).unwrap();
                 v.options.extend(options.iter().cloned());
+                v.version += 1;
+            }
+            Command::AddCredential {
+                volume: name,
+                credential,
+            } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                if v.credentials.iter().any(|c| c.name == credential.name) {
+                    return Err(format!(
+                        "Volume {name} already has a credential named {}",
+                        credential.name
+                    ));
+                }
+                v.credentials.push(credential.clone());
+                v.version += 1;
+            }
+            Command::RevokeCredential {
+                volume: name,
+                name: cred,
+            } => {
+                volume(st, name)?;
+                let v = st.volumes.get_mut(name).unwrap();
+                let before = v.credentials.len();
+                v.credentials.retain(|c| &c.name != cred);
+                if v.credentials.len() == before {
+                    return Err(format!("Volume {name} has no credential named {cred}"));
+                }
                 v.version += 1;
             }
             Command::ResetOptions { volume: name, key } => {

@@ -74,6 +74,11 @@ pub enum Request {
         name: String,
         key: Option<String>,
     },
+    /// `volume credentials NAME create|list|revoke`.
+    VolumeCredentials {
+        name: String,
+        op: CredentialOp,
+    },
     /// The client stack's description, fetched at mount time.
     GetVolDesc {
         name: String,
@@ -313,8 +318,23 @@ pub struct ClientSeen {
     pub seen_secs_ago: u64,
 }
 
+/// What `volume credentials` does.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum CredentialOp {
+    /// Issue a client credential named `name`; the answer is its PEM.
+    Create {
+        name: String,
+        read_only: bool,
+    },
+    List,
+    Revoke {
+        name: String,
+    },
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Response {
+    Credentials(Vec<super::state::IssuedCredential>),
     Ok(String),
     Err(String),
     Peers {

@@ -123,6 +123,23 @@ pub struct Volume {
     /// for volumes made before it: their bricks apply the rules to all.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key: String,
+    /// The client credentials issued for this volume (`volume credentials
+    /// VOL create NAME`): a client holding one may mount this volume, and
+    /// only this one. Revoked by removal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<IssuedCredential>,
+}
+
+/// A client credential of a volume as the pool keeps it: its name and the
+/// SHA-256 of its certificate (the key stays with whoever was given it).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IssuedCredential {
+    pub name: String,
+    pub fingerprint: String,
+    /// The bricks refuse its changes (EROFS).
+    pub read_only: bool,
+    /// When it was issued (seconds since 1970).
+    pub issued: u64,
 }
 
 impl Volume {
@@ -566,6 +583,7 @@ impl Volume {
             draining: Vec::new(),
             resetting: Vec::new(),
             key: String::new(),
+            credentials: Vec::new(),
         }
     }
 

@@ -74,6 +74,11 @@ pub fn options_only(vol: &Volume) -> VolDesc {
         version: vol.version,
         options: in_force(&vol.options),
         top: XlDesc::new("", String::new(), vec![]),
+        clients: vol
+            .credentials
+            .iter()
+            .map(|c| (c.fingerprint.clone(), c.read_only))
+            .collect(),
     }
 }
 
@@ -90,6 +95,8 @@ pub fn generate_sets(
     keep: &dyn Fn(&[Brick]) -> bool,
 ) -> Option<VolDesc> {
     let mut desc = options_only(vol);
+    // Which credentials a volume has is the bricks' business only.
+    desc.clients.clear();
     let options = &desc.options;
     let leaf = one_row(Place::Brick, options);
     let peers: HashMap<&str, &str> = state
@@ -203,6 +210,7 @@ mod tests {
             draining: Vec::new(),
             resetting: Vec::new(),
             key: String::new(),
+            credentials: Vec::new(),
         }
     }
 

@@ -36,6 +36,8 @@ pub struct Rules {
     reject: Patterns,
     /// `server.ssl`: a client in the clear is refused.
     pub tls: bool,
+    /// The volume's client credentials: fingerprint (hex) → read-only.
+    pub clients: std::collections::BTreeMap<String, bool>,
 }
 
 impl Default for Rules {
@@ -57,7 +59,23 @@ impl Rules {
             allow: get(&AUTH_ALLOW),
             reject: get(&AUTH_REJECT),
             tls: SERVER_SSL.bool(o),
+            clients: Default::default(),
         }
+    }
+
+    /// The rules of a volume's description (options and credentials).
+    pub fn from_desc(d: &crate::graph::VolDesc) -> Rules {
+        Rules {
+            clients: d.clients.iter().cloned().collect(),
+            ..Rules::from_options(&d.options)
+        }
+    }
+
+    /// Whether a client credential is one of the volume's: Some(read-only).
+    pub fn credential(&self, fingerprint: &[u8; 32]) -> Option<bool> {
+        self.clients
+            .get(&crate::protocol::tls::hex(fingerprint))
+            .copied()
     }
 
     /// Why a client at `ip` may not connect, if it may not. Host names in

@@ -43,15 +43,15 @@ pub async fn serve(
         );
         async move {
             let served = async {
-                let (conn, role) = admit::first_message("TLS handshake", async {
+                let (conn, who) = admit::first_message("TLS handshake", async {
                     // TLS, or (where `server.ssl` is off) the clear.
                     let mut first = [0u8; 1];
                     if stream.peek(&mut first).await? == 0 {
                         return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
                     }
                     if first[0] == tls::TLS_HANDSHAKE {
-                        let (s, role) = acceptor.accept(stream).await?;
-                        Ok((tls::Conn::Tls(Box::new(s)), role))
+                        let (s, who) = acceptor.accept(stream).await?;
+                        Ok((tls::Conn::Tls(Box::new(s)), who))
                     } else if !auth.borrow().tls {
                         Ok((tls::Conn::Plain(stream), None))
                     } else {
@@ -62,7 +62,7 @@ pub async fn serve(
                     }
                 })
                 .await?;
-                serve_conn(conn, role, peer, stack, brick, id, auth, key).await
+                serve_conn(conn, who, peer, stack, brick, id, auth, key).await
             };
             match served.await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
@@ -77,7 +77,7 @@ pub async fn serve(
 #[allow(clippy::too_many_arguments)]
 async fn serve_conn(
     stream: tls::Conn,
-    role: Option<tls::Role>,
+    who: Option<tls::Peer>,
     peer: SocketAddr,
     stack: Arc<Stack>,
     brick: String,
@@ -96,6 +96,8 @@ async fn serve_conn(
     // The pool's own clients (a server's certificate, or the volume's key)
     // pass the auth rules.
     let internal;
+    // A read-only credential: every change is refused.
+    let mut read_only;
     match hello.await? {
         Some(Msg::Hello {
             magic,
@@ -103,16 +105,15 @@ async fn serve_conn(
             brick: want,
             key: given,
         }) if magic == wire::MAGIC && version == wire::VERSION && want == brick => {
-            internal = role == Some(tls::Role::Server)
+            internal = who.is_some_and(|w| w.role == tls::Role::Server)
                 || (key.is_some() && given.as_deref() == key.as_deref());
             let rules = auth.borrow_and_update().clone();
-            let refused = match internal {
-                true => None,
-                false => rules.refuses(peer.ip()).await,
-            };
-            if let Some(reason) = refused {
-                tracing::warn!(%peer, "client refused: {reason}");
-                return Err(refuse(&mut wr, reason).await);
+            match admits(&rules, who, plain, internal, peer.ip()).await {
+                Ok(ro) => read_only = ro,
+                Err(reason) => {
+                    tracing::warn!(%peer, "client refused: {reason}");
+                    return Err(refuse(&mut wr, reason).await);
+                }
             }
             wire::write_frame(
                 &mut wr,
@@ -186,17 +187,15 @@ async fn serve_conn(
             // The volume's auth rules changed: is this client still allowed?
             Ok(()) = auth.changed(), if !internal || plain => {
                 let rules = auth.borrow_and_update().clone();
-                let refused = match (plain && rules.tls, internal) {
-                    (true, _) => Some("server.ssl is on, and this client is in the clear".to_string()),
-                    (false, true) => None,
-                    (false, false) => rules.refuses(peer.ip()).await,
-                };
-                match refused {
-                    Some(reason) => {
+                match admits(&rules, who, plain, internal, peer.ip()).await {
+                    Err(reason) => {
                         tracing::warn!(%peer, "client disconnected: {reason}");
                         break Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason));
                     }
-                    None => continue,
+                    Ok(ro) => {
+                        read_only = ro;
+                        continue;
+                    }
                 }
             }
         };
@@ -206,6 +205,11 @@ async fn serve_conn(
             Err(e) => break Err(e),
         };
         match msg {
+            Msg::Call { id, fop, .. } if read_only && changes(&fop) => {
+                let e =
+                    crate::core::FsError::new(libc::EROFS, "this client's credential is read-only");
+                answer(&tx, id, fop.name(), Err(e)).await;
+            }
             Msg::Call { id, cx, fop } => {
                 let name = fop.name();
                 let (top, conn, tx2) = (top.clone(), conn.clone(), tx.clone());
@@ -239,6 +243,43 @@ async fn serve_conn(
     // may hold a sender for a while): the client must see it close.
     writer.abort();
     result
+}
+
+/// Whether the volume's rules let a connection in: Ok(whether it is
+/// read-only), or why not. `who`: its certificate (None: in the clear);
+/// `internal`: one of the pool's own clients.
+async fn admits(
+    rules: &Rules,
+    who: Option<tls::Peer>,
+    plain: bool,
+    internal: bool,
+    ip: std::net::IpAddr,
+) -> Result<bool, String> {
+    if plain && rules.tls {
+        return Err("server.ssl is on, and this client is in the clear".into());
+    }
+    if internal {
+        return Ok(false);
+    }
+    let read_only = match who {
+        Some(w) if w.role == tls::Role::Client => rules.credential(&w.fingerprint).ok_or(
+            "the client's credential is not one of this volume's (revoked, or another volume's)",
+        )?,
+        _ => false,
+    };
+    match rules.refuses(ip).await {
+        Some(reason) => Err(reason),
+        None => Ok(read_only),
+    }
+}
+
+/// What a read-only client may not ask: a change, or an open for writing.
+fn changes(fop: &crate::core::Fop) -> bool {
+    use crate::core::Fop;
+    fop.is_modifying()
+        || matches!(fop, Fop::Clear { .. })
+        || matches!(fop, Fop::Open { flags, .. }
+            if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0)
 }
 
 /// Refuses a handshake: tells the client why, and returns the error that

@@ -29,6 +29,10 @@ use tokio::net::TcpStream;
 pub const SERVER_NAME: &str = "server.mortar";
 /// The name of an administrator's certificate.
 pub const ADMIN_NAME: &str = "admin.mortar";
+/// The name of a volume's client credential (`volume credentials`): which
+/// volume, and whether read-only, the pool's state says by its
+/// fingerprint.
+pub const CLIENT_NAME: &str = "client.mortar";
 
 /// Where the CLI and mounts on a server find its administrator credential,
 /// unless told otherwise (`--credential`, `MORTAR_CREDENTIAL`).
@@ -123,6 +127,9 @@ pub enum Role {
     Server,
     /// An administrator: the CLI, a mount on a server.
     Admin,
+    /// A client of one volume (`volume credentials VOL create NAME`): it
+    /// may mount that volume and nothing else.
+    Client,
 }
 
 impl Role {
@@ -130,8 +137,23 @@ impl Role {
         match self {
             Role::Server => "server",
             Role::Admin => "admin",
+            Role::Client => "client",
         }
     }
+}
+
+/// Who is at the other end of a connection, by its certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub role: Role,
+    /// SHA-256 of its certificate: how the pool's state names a client
+    /// credential.
+    pub fingerprint: [u8; 32],
+}
+
+/// A fingerprint as the pool's state and the CLI write it.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The role a certificate (already verified to be the pool's) is valid for.
@@ -146,6 +168,8 @@ pub fn role_of(cert: &CertificateDer<'_>) -> Option<Role> {
         Some(Role::Server)
     } else if valid(ADMIN_NAME) {
         Some(Role::Admin)
+    } else if valid(CLIENT_NAME) {
+        Some(Role::Client)
     } else {
         None
     }
@@ -410,26 +434,31 @@ pub fn acceptor(clients: Clients) -> io::Result<Acceptor> {
 }
 
 impl Acceptor {
-    /// Completes TLS on an accepted connection; returns the client's role
+    /// Completes TLS on an accepted connection; returns who the client is
     /// (None: no certificate, with `Clients::Anyone`).
-    pub async fn accept(&self, tcp: TcpStream) -> io::Result<(Stream, Option<Role>)> {
+    pub async fn accept(&self, tcp: TcpStream) -> io::Result<(Stream, Option<Peer>)> {
         let s = tokio_rustls::TlsAcceptor::from(self.cfg.clone())
             .accept(tcp)
             .await
             .map_err(|e| handshake_error("with a client", e))?;
-        let role = s
+        let peer = s
             .get_ref()
             .1
             .peer_certificates()
             .and_then(|c| c.first())
-            .and_then(role_of);
-        if self.clients == Clients::Pool && role.is_none() {
+            .and_then(|c| {
+                Some(Peer {
+                    role: role_of(c)?,
+                    fingerprint: fingerprint(c),
+                })
+            });
+        if self.clients == Clients::Pool && peer.is_none() {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "the client's certificate is the pool's but names no role",
             ));
         }
-        Ok((Stream::Server(s), role))
+        Ok((Stream::Server(s), peer))
     }
 }
 

@@ -200,9 +200,9 @@ impl Daemon {
             let acceptor = tls::acceptor(tls::Clients::Anyone);
             async move {
                 let served = async {
-                    let (stream, role) =
+                    let (stream, who) =
                         admit::first_message("TLS handshake", acceptor?.accept(stream)).await?;
-                    d.serve(stream, role).await
+                    d.serve(stream, who).await
                 };
                 match served.await {
                     Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -328,21 +328,20 @@ impl Daemon {
         }
     }
 
-    /// Answers the requests of one connection; `role`: what its
+    /// Answers the requests of one connection; `who`: what its
     /// certificate says of the client (None: it showed none, and may only
     /// join the pool).
     pub(super) async fn serve(
         self: Arc<Self>,
         stream: tls::Stream,
-        role: Option<tls::Role>,
+        who: Option<tls::Peer>,
     ) -> std::io::Result<()> {
         use crate::mgmt::rpc::{read_line_within, LINE_TIMEOUT, MAX_LINE};
         let (rd, mut wr) = tokio::io::split(stream);
         let mut rd = BufReader::new(rd);
-        // The first request comes soon after the connection, or it ends.
         // A client without a certificate may only ask to join: a line of
         // a few KiB.
-        let limit = if role.is_some() { MAX_LINE } else { 64 << 10 };
+        let limit = if who.is_some() { MAX_LINE } else { 64 << 10 };
         let mut next = crate::protocol::admit::first_message(
             "request",
             read_line_within(&mut rd, limit, LINE_TIMEOUT),
@@ -350,11 +349,13 @@ impl Daemon {
         .await?;
         while let Some(line) = next {
             let resp = match serde_json::from_str::<Request>(&line) {
-                Ok(req @ Request::PeerJoin { .. }) => self.clone().handle(req).await,
-                Ok(_) if role.is_none() => err(
-                    "refused: this request needs a credential of the pool (see docs/security.md)",
-                ),
-                Ok(req) => self.clone().handle(req).await,
+                Ok(req) => match self.permits(who, &req) {
+                    Ok(()) => self.clone().handle(req).await,
+                    Err(why) => {
+                        tracing::warn!(role = ?who.map(|w| w.role), request = ?std::mem::discriminant(&req), "request refused: {why}");
+                        err(format!("refused: {why}"))
+                    }
+                },
                 Err(e) => err(format!("malformed request: {e}")),
             };
             let mut out = serde_json::to_vec(&resp)?;
@@ -363,6 +364,48 @@ impl Daemon {
             next = read_line_within(&mut rd, limit, LINE_TIMEOUT).await?;
         }
         Ok(())
+    }
+
+    /// Who may ask what (docs/security.md): a server anything; an
+    /// administrator anything but the messages between servers; a
+    /// volume's client credential that volume's description and its
+    /// bricks' ports; a client without a certificate only to join.
+    fn permits(&self, who: Option<tls::Peer>, req: &Request) -> Result<(), String> {
+        let Some(who) = who else {
+            return match req {
+                Request::PeerJoin { .. } => Ok(()),
+                _ => {
+                    Err("this request needs a credential of the pool (see docs/security.md)".into())
+                }
+            };
+        };
+        match who.role {
+            tls::Role::Server => Ok(()),
+            tls::Role::Admin => match req {
+                Request::Raft(_)
+                | Request::Heartbeat { .. }
+                | Request::Leave
+                | Request::Leader(_)
+                | Request::ReadIndex => Err("only the pool's servers send this".into()),
+                _ => Ok(()),
+            },
+            tls::Role::Client => {
+                let volume = match req {
+                    Request::GetVolDesc { name } | Request::WatchVolDesc { name, .. } => name,
+                    Request::Fresh(inner) => return self.permits(Some(who), inner),
+                    Request::Portmap { .. } => return Ok(()),
+                    _ => return Err("a volume's client credential may only mount it".into()),
+                };
+                let fp = tls::hex(&who.fingerprint);
+                let st = self.state.lock().unwrap();
+                match st.volumes.get(volume) {
+                    Some(v) if v.credentials.iter().any(|c| c.fingerprint == fp) => Ok(()),
+                    _ => Err(format!(
+                        "this credential is not one of volume {volume}'s (revoked, or another volume's)"
+                    )),
+                }
+            }
+        }
     }
 
     /// Whether `host` names this server. Asked for every brick of every
@@ -542,6 +585,13 @@ impl Daemon {
                 self.seen(&from);
                 self.heard_table()
             }
+            Request::VolumeCredentials {
+                name,
+                op: rpc::CredentialOp::List,
+            } => match self.volume(&name) {
+                Ok(v) => Response::Credentials(v.credentials.clone()),
+                Err(e) => err(e),
+            },
             Request::VolumeInfo { name } => {
                 let st = self.state.lock().unwrap();
                 match name {

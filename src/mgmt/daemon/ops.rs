@@ -288,6 +288,58 @@ impl Daemon {
                 .await?;
                 Ok(String::new())
             }
+            Request::VolumeCredentials { name, op } => match op {
+                rpc::CredentialOp::Create {
+                    name: cred,
+                    read_only,
+                } => {
+                    let v = self.volume(&name)?;
+                    if !valid_volname(&cred) {
+                        return Err(format!(
+                            "{cred:?} is not a credential name: letters, digits, - and _, at most 64"
+                        ));
+                    }
+                    if v.credentials.iter().any(|c| c.name == cred) {
+                        return Err(format!(
+                            "Volume {name} already has a credential named {cred}"
+                        ));
+                    }
+                    use crate::protocol::tls;
+                    let pem = crate::mgmt::authority::issue(
+                        &self.cfg.state_dir,
+                        tls::CLIENT_NAME,
+                        &format!("client {cred} of volume {name}"),
+                    )?;
+                    let issued = tls::Credential::from_pem(pem.as_bytes())?;
+                    let credential = crate::mgmt::state::IssuedCredential {
+                        name: cred.clone(),
+                        fingerprint: tls::hex(&tls::fingerprint(&issued.cert)),
+                        read_only,
+                        issued: std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_secs())
+                            .unwrap_or(0),
+                    };
+                    self.execute(Command::AddCredential {
+                        volume: name.clone(),
+                        credential,
+                    })
+                    .await?;
+                    tracing::info!(volume = %name, credential = %cred, read_only, "client credential issued");
+                    Ok(pem)
+                }
+                rpc::CredentialOp::Revoke { name: cred } => {
+                    self.volume(&name)?;
+                    self.execute(Command::RevokeCredential {
+                        volume: name.clone(),
+                        name: cred.clone(),
+                    })
+                    .await?;
+                    tracing::info!(volume = %name, credential = %cred, "client credential revoked");
+                    Ok(String::new())
+                }
+                rpc::CredentialOp::List => Err("not a change".into()),
+            },
             Request::VolumeReset { name, key } => {
                 self.volume(&name)?;
                 if let Some(k) = &key {
@@ -434,6 +486,7 @@ impl Daemon {
                 uuid::Uuid::new_v4().simple(),
                 uuid::Uuid::new_v4().simple()
             ),
+            credentials: Vec::new(),
         };
         self.execute(Command::AddVolume(vol)).await?;
         Ok("please start the volume to access data".into())

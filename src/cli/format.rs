@@ -149,6 +149,31 @@ pub fn clients(name: &str, clients: &[crate::mgmt::rpc::ClientSeen]) -> String {
     out
 }
 
+/// `volume credentials VOL list`.
+pub fn credentials(list: &[crate::mgmt::state::IssuedCredential]) -> String {
+    if list.is_empty() {
+        return "No credentials\n".into();
+    }
+    let mut out = format!(
+        "{:<24} {:<6} {:<20} FINGERPRINT (SHA-256)\n",
+        "NAME", "ACCESS", "ISSUED"
+    );
+    for c in list {
+        let issued = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(c.issued),
+        )
+        .to_string();
+        out += &format!(
+            "{:<24} {:<6} {:<20} {}\n",
+            c.name,
+            if c.read_only { "ro" } else { "rw" },
+            issued,
+            c.fingerprint
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,29 +225,4 @@ mod tests {
             );
         }
     }
-}
-
-/// `volume credentials VOL list`.
-pub fn credentials(list: &[crate::mgmt::state::IssuedCredential]) -> String {
-    if list.is_empty() {
-        return "No credentials\n".into();
-    }
-    let mut out = format!(
-        "{:<24} {:<6} {:<20} FINGERPRINT (SHA-256)\n",
-        "NAME", "ACCESS", "ISSUED"
-    );
-    for c in list {
-        let issued = humantime::format_rfc3339_seconds(
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs(c.issued),
-        )
-        .to_string();
-        out += &format!(
-            "{:<24} {:<6} {:<20} {}\n",
-            c.name,
-            if c.read_only { "ro" } else { "rw" },
-            issued,
-            c.fingerprint
-        );
-    }
-    out
 }

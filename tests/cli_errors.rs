@@ -407,3 +407,47 @@ fn a_server_cut_off_from_the_pool_majority_stops_its_bricks_until_it_rejoins() {
         state(&a)["online"] == true
     });
 }
+
+/// A brick directory that holds files (or belongs to another volume) is
+/// refused unless the administrator forces it.
+#[test]
+fn a_brick_directory_with_files_is_refused_unless_forced() {
+    let c = Cluster::start();
+    // Off the root partition (a tmpfs), so that only emptiness is checked.
+    let fs = c.path("fs");
+    std::fs::create_dir_all(&fs).unwrap();
+    ok(&format!(
+        "mount -t tmpfs -o size=16m tmpfs {}",
+        fs.display()
+    ));
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = sh(&format!("umount -l {}", self.0.display()));
+        }
+    }
+    let _fs = Unmount(fs.clone());
+    std::fs::create_dir_all(fs.join("used")).unwrap();
+    std::fs::write(fs.join("used/old-file"), "old\n").unwrap();
+    let brick = format!("{}:{}", c.ip, fs.join("used").display());
+    c.refused(
+        &["volume", "create", "nv", &brick],
+        "is not empty (it holds old-file)",
+        &c.state(),
+    );
+    // An empty one (or a new one) is taken without force.
+    let fresh = format!("{}:{}", c.ip, fs.join("new").display());
+    c.ok(&["volume", "create", "nv", &fresh]);
+    // Belonging to another volume is refused even when empty otherwise.
+    c.refused(
+        &["volume", "create", "nv2", &fresh],
+        "already part of a volume",
+        &c.state(),
+    );
+    // Forced, the used directory is taken as it is.
+    c.ok(&["volume", "create", "nv3", &brick, "force"]);
+    assert_eq!(
+        std::fs::read_to_string(fs.join("used/old-file")).unwrap(),
+        "old\n"
+    );
+}

@@ -51,6 +51,26 @@ pub(super) fn check_local_brick(
             path.display()
         ));
     }
+    // Files already there would be served as the volume's without being
+    // its (no identity, no copies elsewhere); a brick comes back to its
+    // own volume with what it holds (`rejoin`).
+    if rejoin.is_none() && !force {
+        let stray = std::fs::read_dir(path).ok().and_then(|mut d| {
+            d.find_map(|e| {
+                let name = e.ok()?.file_name();
+                let name = name.to_string_lossy();
+                (name != crate::storage::posix::META_DIR && name != "lost+found")
+                    .then(|| name.into_owned())
+            })
+        });
+        if let Some(name) = stray {
+            return Err(format!(
+                "The brick {} is not empty (it holds {name}). A brick's directory must be new or empty: \
+                 use another, or 'force' at the end of the command to take it as it is.",
+                path.display()
+            ));
+        }
+    }
     Ok(())
 }
 

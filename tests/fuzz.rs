@@ -337,7 +337,7 @@ fn write_the_corpus() {
         let f = wire::encode(m);
         write("wire", i, &[f.head.as_slice(), &f.payload].concat());
     }
-    let requests = vec![
+    let requests = [
         Request::VolumeInfo {
             name: Some("gv0".into()),
         },

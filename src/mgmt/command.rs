@@ -391,6 +391,40 @@ mod tests {
     }
 
     #[test]
+    fn credentials_are_added_once_and_revoked_by_name() {
+        let mut st = ClusterState::default();
+        Command::AddVolume(vol("a")).apply(&mut st).unwrap();
+        let cred = |name: &str| IssuedCredential {
+            name: name.into(),
+            fingerprint: format!("{name}-fp"),
+            read_only: false,
+            issued: 1,
+        };
+        let add = |name: &str| Command::AddCredential {
+            volume: "a".into(),
+            credential: cred(name),
+        };
+        add("laptop").apply(&mut st).unwrap();
+        assert_eq!(st.volumes["a"].version, 2, "bricks see the change");
+        let e = add("laptop").apply(&mut st).unwrap_err();
+        assert!(e.contains("already has a credential named laptop"), "{e}");
+        add("reader").apply(&mut st).unwrap();
+        let revoke = |name: &str| Command::RevokeCredential {
+            volume: "a".into(),
+            name: name.into(),
+        };
+        revoke("laptop").apply(&mut st).unwrap();
+        assert_eq!(st.volumes["a"].credentials, vec![cred("reader")]);
+        assert!(revoke("laptop").apply(&mut st).is_err());
+        assert!(Command::AddCredential {
+            volume: "nope".into(),
+            credential: cred("x"),
+        }
+        .apply(&mut st)
+        .is_err());
+    }
+
+    #[test]
     fn commands_change_the_state_or_leave_it_alone() {
         let mut st = ClusterState::default();
         Command::AddVolume(vol("a")).apply(&mut st).unwrap();

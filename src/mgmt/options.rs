@@ -101,9 +101,10 @@ mod tests {
             .unwrap_err()
             .contains("does not exist"));
         // Options without a translator that reads them are not accepted.
-        for inert in ["performance.quick-read", "server.ssl", "nfs.disable"] {
+        for inert in ["performance.quick-read", "client.ssl", "nfs.disable"] {
             assert!(validate(inert, "on").is_err(), "{inert}");
         }
+        assert_eq!(validate("server.ssl", "no").unwrap(), "off");
         let mut m = BTreeMap::new();
         assert_eq!(effective(&m, "network.ping-timeout"), "42");
         m.insert("network.ping-timeout".into(), "5".into());

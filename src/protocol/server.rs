@@ -309,3 +309,32 @@ async fn answer(
     }
     let _ = tx.send(wire::encode(&Msg::Answer { id, result })).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Fop, Gfid, Name};
+
+    #[test]
+    fn a_read_only_client_may_read_and_open_for_reading_only() {
+        let g = Gfid::ROOT;
+        let open = |flags| Fop::Open { gfid: g, flags };
+        assert!(!changes(&open(libc::O_RDONLY)));
+        assert!(!changes(&Fop::Getattr { gfid: g }));
+        assert!(!changes(&Fop::Lookup {
+            parent: g,
+            name: Name::new("f").unwrap()
+        }));
+        for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC] {
+            assert!(changes(&open(flags)), "{flags:o}");
+        }
+        assert!(changes(&Fop::Unlink {
+            parent: g,
+            name: Name::new("f").unwrap()
+        }));
+        assert!(changes(&Fop::Clear {
+            gfid: g,
+            unblame: 1
+        }));
+    }
+}

@@ -353,9 +353,14 @@ fn a_leader_killed_with_a_change_on_its_disk_leaves_one_state() {
 }
 
 /// Sends one line to `c`'s management port and reads the answer.
+/// Sends one line as another server of the pool would (Raft is theirs).
 fn send_line(c: &Cluster, line: &[u8]) -> String {
+    send_line_as(c, line, &c.path("state/tls/server.pem"))
+}
+
+fn send_line_as(c: &Cluster, line: &[u8], credential: &std::path::Path) -> String {
     use std::io::{BufRead, Write};
-    let mut s = common::tls_connect(&c.server(), &c.credential());
+    let mut s = common::tls_connect(&c.server(), credential);
     s.write_all(line).unwrap();
     s.write_all(b"\n").unwrap();
     let mut answer = String::new();
@@ -390,6 +395,12 @@ fn malformed_or_misaddressed_management_messages_change_nothing() {
         assert!(answer.contains(refused), "{answer}");
     }
     let _ = send_line(&c, &vote(me));
+    // An administrator does not speak for a server.
+    let answer = send_line_as(&c, &vote(me), &c.credential());
+    assert!(
+        answer.contains("only the pool's servers send this"),
+        "{answer}"
+    );
     assert_eq!(c.ok(&["volume", "info", "--json"]), before);
     wait_for("changes commit as before", Duration::from_secs(20), || {
         c.cli(&["volume", "set", "mv", "cluster.quorum-count", "1"])

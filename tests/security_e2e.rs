@@ -400,6 +400,24 @@ fn client_credentials_mount_their_volume_only_and_are_revoked() {
     );
     assert!(!bricks[0].join("new").exists() && !bricks[0].join("d").exists());
 
+    // auth.ssl-allow names the credentials taken: the reader only.
+    c.ok(&["volume", "set", "cr", "auth.ssl-allow", "reader"]);
+    wait_for(
+        "laptop to be cut off by name",
+        Duration::from_secs(20),
+        || std::fs::read_to_string(m.p("f")).is_err(),
+    );
+    let why = c
+        .try_mount("cr", &[], &[&with(&rw)])
+        .err()
+        .expect("refused");
+    assert!(why.contains("not in auth.ssl-allow"), "{why}");
+    assert_eq!(std::fs::read_to_string(r.p("f")).unwrap(), "data\n");
+    c.ok(&["volume", "reset", "cr", "auth.ssl-allow"]);
+    wait_for("laptop to come back", Duration::from_secs(30), || {
+        std::fs::read_to_string(m.p("f")).is_ok()
+    });
+
     // Revoked: cut off within seconds; a new mount is refused.
     c.ok(&["volume", "credentials", "cr", "revoke", "laptop"]);
     wait_for(

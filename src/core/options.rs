@@ -22,6 +22,8 @@ pub enum Kind {
     Percent,
     /// Client addresses, networks and host names (`super::addrs`).
     Addresses,
+    /// Names (letters, digits, `-`, `_`), comma-separated; `*` for any.
+    Names,
 }
 
 #[derive(Debug)]
@@ -84,6 +86,7 @@ impl Spec {
             Kind::Addresses => super::addrs::Patterns::parse(value)
                 .map(|p| p.canonical())
                 .map_err(|e| format!("{}: {e}", bad())),
+            Kind::Names => parse_names(value).ok_or_else(bad),
             Kind::Text if !value.is_empty() => Ok(value.to_string()),
             Kind::Text => Err(bad()),
         }
@@ -139,7 +142,25 @@ fn describe(k: Kind) -> String {
         Kind::Addresses => {
             "addresses, networks (10.0.0.0/8, 10.0.*.*) or host names, comma-separated; * for any, none for no one".into()
         }
+        Kind::Names => "names (letters, digits, - and _), comma-separated; * for any".into(),
     }
+}
+
+/// A list of names as it is kept: trimmed, comma-separated; `*` alone.
+pub fn parse_names(v: &str) -> Option<String> {
+    if v.trim() == "*" {
+        return Some("*".into());
+    }
+    let names: Vec<&str> = v.split(',').map(str::trim).collect();
+    names
+        .iter()
+        .all(|n| {
+            !n.is_empty()
+                && n.len() <= 64
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        })
+        .then(|| names.join(","))
 }
 
 fn parse_percent(v: &str) -> Option<u64> {

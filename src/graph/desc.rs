@@ -58,10 +58,18 @@ pub struct VolDesc {
     /// Every declared option's value in force for this volume.
     pub options: Options,
     pub top: XlDesc,
-    /// The volume's client credentials, by certificate fingerprint, with
-    /// whether each is read-only: what a brick checks a client of the
-    /// `client` role against. Only in the description bricks follow
+    /// The volume's client credentials: what a brick checks a client of
+    /// the `client` role against. Only in the description bricks follow
     /// (`mgmt::volgen::options_only`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub clients: Vec<(String, bool)>,
+    pub clients: Vec<ClientAccess>,
+}
+
+/// One client credential of a volume, as its bricks know it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClientAccess {
+    /// SHA-256 of its certificate, in hex.
+    pub fingerprint: String,
+    pub name: String,
+    pub read_only: bool,
 }

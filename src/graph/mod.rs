@@ -14,7 +14,7 @@ pub mod table;
 pub mod testkit;
 
 pub use build::{Env, Node};
-pub use desc::{VolDesc, XlDesc};
+pub use desc::{ClientAccess, VolDesc, XlDesc};
 
 use crate::core::recalls::RecallLog;
 use crate::core::xlator::Top;

@@ -212,6 +212,7 @@ pub static TABLE: &[Row] = &[
             &crate::protocol::auth::AUTH_ALLOW,
             &crate::protocol::auth::AUTH_REJECT,
             &crate::protocol::auth::SERVER_SSL,
+            &crate::protocol::auth::AUTH_SSL_ALLOW,
         ],
         build: None,
         brick: None,

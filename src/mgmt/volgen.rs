@@ -77,7 +77,11 @@ pub fn options_only(vol: &Volume) -> VolDesc {
         clients: vol
             .credentials
             .iter()
-            .map(|c| (c.fingerprint.clone(), c.read_only))
+            .map(|c| crate::graph::ClientAccess {
+                fingerprint: c.fingerprint.clone(),
+                name: c.name.clone(),
+                read_only: c.read_only,
+            })
             .collect(),
     }
 }

@@ -29,6 +29,13 @@ pub static SERVER_SSL: Spec = Spec {
     help: "TLS with the pool's certificates on the connections of the volume's clients to its bricks. off: mounts, self-heal and rebalance speak to the bricks in the clear, and a brick also takes clients without a credential (auth.allow still applies): only for a network where every machine is trusted. Management connections stay TLS.",
 };
 
+pub static AUTH_SSL_ALLOW: Spec = Spec {
+    key: "auth.ssl-allow",
+    kind: Kind::Names,
+    default: "*",
+    help: "The volume's client credentials (volume credentials VOL create NAME) its bricks take, by name, comma-separated; * for all of them. Administrators and the pool's servers are not concerned.",
+};
+
 /// The rules in force.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rules {
@@ -36,8 +43,11 @@ pub struct Rules {
     reject: Patterns,
     /// `server.ssl`: a client in the clear is refused.
     pub tls: bool,
-    /// The volume's client credentials: fingerprint (hex) → read-only.
-    pub clients: std::collections::BTreeMap<String, bool>,
+    /// The volume's client credentials: fingerprint (hex) → (name,
+    /// read-only).
+    pub clients: std::collections::BTreeMap<String, (String, bool)>,
+    /// `auth.ssl-allow`: the names of those taken (None: all).
+    pub ssl_allow: Option<Vec<String>>,
 }
 
 impl Default for Rules {
@@ -60,22 +70,41 @@ impl Rules {
             reject: get(&AUTH_REJECT),
             tls: SERVER_SSL.bool(o),
             clients: Default::default(),
+            ssl_allow: match AUTH_SSL_ALLOW.str(o) {
+                "*" => None,
+                names => Some(names.split(',').map(str::to_string).collect()),
+            },
         }
     }
 
     /// The rules of a volume's description (options and credentials).
     pub fn from_desc(d: &crate::graph::VolDesc) -> Rules {
         Rules {
-            clients: d.clients.iter().cloned().collect(),
+            clients: d
+                .clients
+                .iter()
+                .map(|c| (c.fingerprint.clone(), (c.name.clone(), c.read_only)))
+                .collect(),
             ..Rules::from_options(&d.options)
         }
     }
 
-    /// Whether a client credential is one of the volume's: Some(read-only).
-    pub fn credential(&self, fingerprint: &[u8; 32]) -> Option<bool> {
-        self.clients
-            .get(&crate::protocol::tls::hex(fingerprint))
-            .copied()
+    /// Whether a client credential may connect: Ok(read-only), or why not.
+    pub fn credential(&self, fingerprint: &[u8; 32]) -> Result<bool, String> {
+        let Some((name, read_only)) = self.clients.get(&crate::protocol::tls::hex(fingerprint))
+        else {
+            return Err(
+                "the client's credential is not one of this volume's (revoked, or another volume's)"
+                    .into(),
+            );
+        };
+        match &self.ssl_allow {
+            Some(names) if !names.contains(name) => Err(format!(
+                "credential {name} is not in auth.ssl-allow ({})",
+                names.join(",")
+            )),
+            _ => Ok(*read_only),
+        }
     }
 
     /// Why a client at `ip` may not connect, if it may not. Host names in

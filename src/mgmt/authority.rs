@@ -159,6 +159,12 @@ impl Authority {
     /// Issues a credential (PEM) valid for `name`: a server's can also
     /// open connections, an administrator's only that.
     pub fn issue(&self, name: &str, label: &str) -> Result<String, String> {
+        let year = this_year();
+        self.issue_for(name, label, year - 1, year + VALID_YEARS)
+    }
+
+    /// `issue`, valid from the start of one year to the start of another.
+    fn issue_for(&self, name: &str, label: &str, from: i32, to: i32) -> Result<String, String> {
         let key = KeyPair::generate().map_err(rc)?;
         let mut p = CertificateParams::new(vec![name.to_string()]).map_err(rc)?;
         let mut dn = DistinguishedName::new();
@@ -176,9 +182,8 @@ impl Authority {
             vec![ExtendedKeyUsagePurpose::ClientAuth]
         };
         p.use_authority_key_identifier_extension = true;
-        let year = this_year();
-        p.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
-        p.not_after = rcgen::date_time_ymd(year + VALID_YEARS, 1, 1);
+        p.not_before = rcgen::date_time_ymd(from, 1, 1);
+        p.not_after = rcgen::date_time_ymd(to, 1, 1);
         let issuer = Self::params(&self.key)?
             .self_signed(&self.key)
             .map_err(rc)?;
@@ -391,6 +396,13 @@ mod tests {
         assert_eq!(ask(addr).await.unwrap(), "admin");
         // Another pool's administrator is refused.
         tls::install_file(&admin_credential(b.path())).unwrap();
+        assert!(ask(addr).await.is_err());
+        // So is this pool's, expired.
+        let expired = Authority::load(a.path())
+            .unwrap()
+            .issue_for(ADMIN_NAME, "expired", 2000, 2001)
+            .unwrap();
+        tls::install(&Credential::from_pem(expired.as_bytes()).unwrap()).unwrap();
         assert!(ask(addr).await.is_err());
     }
 }

@@ -415,18 +415,7 @@ fn a_brick_directory_with_files_is_refused_unless_forced() {
     let c = Cluster::start();
     // Off the root partition (a tmpfs), so that only emptiness is checked.
     let fs = c.path("fs");
-    std::fs::create_dir_all(&fs).unwrap();
-    ok(&format!(
-        "mount -t tmpfs -o size=16m tmpfs {}",
-        fs.display()
-    ));
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = sh(&format!("umount -l {}", self.0.display()));
-        }
-    }
-    let _fs = Unmount(fs.clone());
+    let _fs = SmallFs::new(fs.clone(), "16m");
     std::fs::create_dir_all(fs.join("used")).unwrap();
     std::fs::write(fs.join("used/old-file"), "old\n").unwrap();
     let brick = format!("{}:{}", c.ip, fs.join("used").display());

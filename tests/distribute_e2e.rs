@@ -316,26 +316,6 @@ fn a_rebalance_cut_short_by_a_server_crash_resumes_and_loses_nothing() {
     assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "90");
 }
 
-/// A small file system of its own (tmpfs), unmounted when dropped.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn new(dir: PathBuf, size: &str) -> SmallFs {
-        std::fs::create_dir_all(&dir).unwrap();
-        ok(&format!(
-            "mount -t tmpfs -o size={size} tmpfs {}",
-            dir.display()
-        ));
-        SmallFs(dir)
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = sh(&format!("umount -l {}", self.0.display()));
-    }
-}
-
 #[test]
 fn new_files_go_where_there_is_room_when_their_set_is_full() {
     let c = Cluster::start();

@@ -385,23 +385,10 @@ print('ok')
 fn a_full_disk_gives_enospc_and_loses_nothing() {
     let c = Cluster::start();
     // Three bricks on small file systems of their own.
-    for b in ["s1", "s2", "s3"] {
-        let d = c.path(b);
-        std::fs::create_dir_all(&d).unwrap();
-        ok(&format!("mount -t tmpfs -o size=8m tmpfs {}", d.display()));
-    }
-    struct Unmount(Vec<std::path::PathBuf>);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            for d in &self.0 {
-                let _ = std::process::Command::new("umount")
-                    .arg("-l")
-                    .arg(d)
-                    .status();
-            }
-        }
-    }
-    let _guard = Unmount(["s1", "s2", "s3"].iter().map(|b| c.path(b)).collect());
+    let _small: Vec<SmallFs> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|b| SmallFs::new(c.path(b), "8m"))
+        .collect();
     let bricks = c.volume("full", 3, &["s1/b", "s2/b", "s3/b"]);
     let m = c.mount("full");
     ok(&format!("echo precious > {}", m.p("keep")));

@@ -344,18 +344,7 @@ fn a_healer_that_crashes_before_clearing_blame_heals_again_after_restart() {
 fn a_write_a_full_brick_refuses_is_kept_on_the_others_and_healed_once_there_is_room() {
     let c = Cluster::start();
     let small = c.path("small");
-    std::fs::create_dir_all(&small).unwrap();
-    ok(&format!(
-        "mount -t tmpfs -o size=4m tmpfs {}",
-        small.display()
-    ));
-    struct Unmount(String);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = sh(&format!("umount -l {}", self.0));
-        }
-    }
-    let _guard = Unmount(small.display().to_string());
+    let _small = SmallFs::new(small.clone(), "4m");
     let bricks = c.volume("fv", 3, &["f1", "f2", "small/f3"]);
     let m = c.mount("fv");
     let src = c.path("src");

@@ -160,19 +160,7 @@ fn a_brick_killed_under_unsent_writes_loses_no_synced_write() {
 #[test]
 fn an_error_of_a_write_sent_behind_reaches_the_application() {
     let c = Cluster::start();
-    let d = c.path("small");
-    std::fs::create_dir_all(&d).unwrap();
-    ok(&format!("mount -t tmpfs -o size=4m tmpfs {}", d.display()));
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _guard = Unmount(d.clone());
+    let _small = SmallFs::new(c.path("small"), "4m");
     c.volume("full", 1, &["small/b"]);
     let m = c.mount("full");
     // 16 MiB in 64 KiB writes onto 4 MiB: some call must say ENOSPC, be it

@@ -680,3 +680,24 @@ pub fn read_msg(s: &mut impl std::io::Read) -> mortar::protocol::wire::Msg {
     s.read_exact(&mut body).unwrap();
     mortar::protocol::wire::decode(bytes::Bytes::from(body)).unwrap()
 }
+
+/// A small file system of its own (tmpfs) at `dir`, unmounted when
+/// dropped: a full disk, or a brick off the root partition.
+pub struct SmallFs(pub PathBuf);
+
+impl SmallFs {
+    pub fn new(dir: PathBuf, size: &str) -> SmallFs {
+        std::fs::create_dir_all(&dir).unwrap();
+        ok(&format!(
+            "mount -t tmpfs -o size={size} tmpfs {}",
+            dir.display()
+        ));
+        SmallFs(dir)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = sh(&format!("umount -l {}", self.0.display()));
+    }
+}

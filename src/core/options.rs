@@ -142,8 +142,18 @@ fn describe(k: Kind) -> String {
         Kind::Addresses => {
             "addresses, networks (10.0.0.0/8, 10.0.*.*) or host names, comma-separated; * for any, none for no one".into()
         }
-        Kind::Names => "names (letters, digits, - and _), comma-separated; * for any".into(),
+        Kind::Names => "names (letters, digits, - and _, not starting with -), comma-separated; * for any".into(),
     }
+}
+
+/// A name a user gives a volume or a credential: letters, digits, `-` and
+/// `_`, at most 64, not starting with `-`.
+pub fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !n.starts_with('-')
 }
 
 /// A list of names as it is kept: trimmed, comma-separated; `*` alone.
@@ -152,15 +162,7 @@ pub fn parse_names(v: &str) -> Option<String> {
         return Some("*".into());
     }
     let names: Vec<&str> = v.split(',').map(str::trim).collect();
-    names
-        .iter()
-        .all(|n| {
-            !n.is_empty()
-                && n.len() <= 64
-                && n.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        })
-        .then(|| names.join(","))
+    names.iter().all(|n| valid_name(n)).then(|| names.join(","))
 }
 
 fn parse_percent(v: &str) -> Option<u64> {

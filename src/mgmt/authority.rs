@@ -196,6 +196,15 @@ impl Authority {
         ))
     }
 
+    /// Makes this CA this server's: writes it, issues this server's
+    /// credentials and a new join token from it, and returns the server's
+    /// credential.
+    fn take(&self, state_dir: &Path, host: &str) -> Result<Credential, String> {
+        self.save(state_dir)?;
+        self.issue_local(state_dir, host)?;
+        Credential::load(&server_credential(state_dir))
+    }
+
     /// Issues this server's credentials (server and administrator) and a
     /// new join token secret, and writes them.
     fn issue_local(&self, state_dir: &Path, host: &str) -> Result<(), String> {
@@ -221,31 +230,26 @@ pub fn ensure(state_dir: &Path, host: &str) -> Result<Credential, String> {
     let ready = ["ca.pem", "ca.key", "server.pem", "admin.pem", "join-token"]
         .iter()
         .all(|f| d.join(f).exists());
-    if !ready {
-        let ca = match Authority::load(state_dir) {
-            Ok(ca) => ca,
-            Err(_) => {
-                let ca = Authority::create()?;
-                ca.save(state_dir)?;
-                tracing::info!(
-                    "made a certificate authority for a new pool in {}",
-                    d.display()
-                );
-                ca
-            }
-        };
-        ca.issue_local(state_dir, host)?;
+    if ready {
+        return Credential::load(&server_credential(state_dir));
     }
-    Credential::load(&server_credential(state_dir))
+    let ca = match Authority::load(state_dir) {
+        Ok(ca) => ca,
+        Err(_) => {
+            tracing::info!(
+                "making a certificate authority for a new pool in {}",
+                d.display()
+            );
+            Authority::create()?
+        }
+    };
+    ca.take(state_dir, host)
 }
 
 /// Replaces this server's CA and credentials with new ones (it left its
 /// pool: a pool of one again).
 pub fn renew(state_dir: &Path, host: &str) -> Result<Credential, String> {
-    let ca = Authority::create()?;
-    ca.save(state_dir)?;
-    ca.issue_local(state_dir, host)?;
-    Credential::load(&server_credential(state_dir))
+    Authority::create()?.take(state_dir, host)
 }
 
 /// The pool's CA, to hand to a server that joins.
@@ -267,10 +271,7 @@ pub fn adopt(
     ca_pem: &str,
     ca_key_pem: &str,
 ) -> Result<Credential, String> {
-    let ca = Authority::from_pem(ca_pem, ca_key_pem)?;
-    ca.save(state_dir)?;
-    ca.issue_local(state_dir, host)?;
-    Credential::load(&server_credential(state_dir))
+    Authority::from_pem(ca_pem, ca_key_pem)?.take(state_dir, host)
 }
 
 /// This server's join token: the start of its certificate's SHA-256 (so

@@ -5,10 +5,10 @@
 //! Every process holds one **credential** (a PEM file: its certificate,
 //! the pool CA's certificate, its private key), installed once at start
 //! (`install`) and used for every connection it opens (`connect`) or
-//! accepts (`accept`). A certificate says what its holder is by the name
+//! accepts (`Acceptor`). A certificate says what its holder is by the name
 //! it is valid for: a server of the pool (`server.mortar`: daemons and
-//! bricks) or an administrator (`admin.mortar`: the CLI and mounts on a
-//! server). Clients check that a server's certificate is the pool's and a
+//! bricks), an administrator (`admin.mortar`: the CLI and mounts on a
+//! server) or a volume's client (`client.mortar`). Clients check that a server's certificate is the pool's and a
 //! server's; servers check that a client's is the pool's, and learn its
 //! role from it. Certificates are made by the pool's authority
 //! (`mgmt::authority`).
@@ -190,16 +190,6 @@ pub struct Credential {
     pub key: PrivateKeyDer<'static>,
 }
 
-impl Clone for Credential {
-    fn clone(&self) -> Self {
-        Credential {
-            cert: self.cert.clone(),
-            ca: self.ca.clone(),
-            key: self.key.clone_key(),
-        }
-    }
-}
-
 impl Credential {
     /// Reads a credential from PEM: the holder's certificate first, the
     /// CA's last, and one private key.
@@ -252,7 +242,6 @@ fn tls_err(e: rustls::Error) -> String {
 
 /// The configurations made from the installed credential.
 struct Context {
-    role: Option<Role>,
     client: Arc<ClientConfig>,
     /// Accepts only clients with a certificate of the pool.
     server: Option<Arc<ServerConfig>>,
@@ -264,14 +253,13 @@ struct Context {
 impl Context {
     fn new(cred: &Credential) -> Result<Context, String> {
         let roots = cred.roots()?;
-        let role = cred.role();
         let client = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(tls_err)?
             .with_root_certificates(roots.clone())
             .with_client_auth_cert(vec![cred.cert.clone()], cred.key.clone_key())
             .map_err(|e| format!("the credential's key does not fit its certificate: {e}"))?;
-        let (server, server_open) = if role == Some(Role::Server) {
+        let (server, server_open) = if cred.role() == Some(Role::Server) {
             let make = |open: bool| -> Result<Arc<ServerConfig>, String> {
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
@@ -295,7 +283,6 @@ impl Context {
             (None, None)
         };
         Ok(Context {
-            role,
             client: Arc::new(client),
             server,
             server_open,
@@ -334,11 +321,6 @@ pub fn credential_path(given: Option<&Path>) -> std::path::PathBuf {
             .map(Into::into)
             .unwrap_or_else(|| DEFAULT_CREDENTIAL.into()),
     }
-}
-
-/// The role of this process's own credential.
-pub fn my_role() -> Option<Role> {
-    context().ok().and_then(|c| c.role)
 }
 
 fn context() -> io::Result<Arc<Context>> {

@@ -129,8 +129,7 @@ impl Daemon {
         let legacy = std::mem::take(&mut identity.volumes);
         identity.peers = Default::default();
         // Its certificates, made at the first start (a pool of its own).
-        let cred = crate::mgmt::authority::ensure(&cfg.state_dir, &cfg.host)
-            .map_err(anyhow::Error::msg)?;
+        let cred = authority::ensure(&cfg.state_dir, &cfg.host).map_err(anyhow::Error::msg)?;
         tls::install(&cred).map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(cfg.listen)
             .await

@@ -4,13 +4,7 @@
 
 use super::*;
 
-fn valid_volname(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && n.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        && !n.starts_with('-')
-}
+use crate::core::options::valid_name;
 
 fn nested(a: &str, b: &str) -> bool {
     a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
@@ -314,7 +308,7 @@ impl Daemon {
                     read_only,
                 } => {
                     let v = self.volume(&name)?;
-                    if !valid_volname(&cred) {
+                    if !valid_name(&cred) {
                         return Err(format!(
                             "{cred:?} is not a credential name: letters, digits, - and _, at most 64"
                         ));
@@ -459,7 +453,7 @@ impl Daemon {
         bricks: Vec<String>,
         force: bool,
     ) -> Result<String, String> {
-        if !valid_volname(&name) {
+        if !valid_name(&name) {
             return Err(format!(
                 "Volume name {name} is not valid: use letters, digits, '-' and '_'"
             ));
@@ -652,9 +646,9 @@ mod tests {
 
     #[test]
     fn volume_names_and_nested_bricks_are_judged() {
-        assert!(valid_volname("gv0") && valid_volname("a-b_c"));
+        assert!(valid_name("gv0") && valid_name("a-b_c"));
         for bad in ["", "-x", "a/b", "a b", "ü", &"x".repeat(65)] {
-            assert!(!valid_volname(bad), "{bad:?}");
+            assert!(!valid_name(bad), "{bad:?}");
         }
         assert!(nested("/data/b", "/data/b"));
         assert!(nested("/data/b", "/data/b/sub"));

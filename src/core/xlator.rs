@@ -36,11 +36,21 @@ pub struct Ctx {
     pub pid: u32,
     /// The FUSE request id, for logs.
     pub unique: u64,
+    /// The caller's supplementary groups (none for root).
+    pub groups: Vec<u32>,
+    /// Asked by mortar itself (a translator's own bookkeeping, self-heal,
+    /// rebalance), not on a user's behalf: a brick honours it from the
+    /// pool's servers only (docs/security.md).
+    pub internal: bool,
 }
 
 impl Ctx {
+    /// mortar's own requests, as root.
     pub fn root() -> Ctx {
-        Ctx::default()
+        Ctx {
+            internal: true,
+            ..Ctx::default()
+        }
     }
 }
 

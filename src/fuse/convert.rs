@@ -2,6 +2,7 @@
 //! attributes, times, names, the caller, open flags.
 
 use super::*;
+use std::time::Instant;
 
 pub(super) fn errno(e: &FsError) -> Errno {
     if e.errno == libc::EIO {
@@ -72,17 +73,59 @@ pub(super) fn time_set(t: TimeOrNow) -> TimeSet {
 }
 
 pub(super) fn ctx(req: &Request) -> Ctx {
+    let (uid, gid, pid) = (req.uid(), req.gid(), req.pid());
     Ctx {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
+        uid,
+        gid,
+        pid,
         unique: req.unique().0,
+        // Root passes every permission check: its groups are not needed.
+        groups: if uid == 0 {
+            Vec::new()
+        } else {
+            GROUPS.of(pid, uid, gid)
+        },
+        internal: false,
+    }
+}
+
+/// How long a process's supplementary groups are taken as read: a
+/// process that changes its groups is seen with its new ones within this
+/// (GlusterFS's `gid-timeout`, 300 s by default, is much longer).
+const GROUPS_FRESH: Duration = Duration::from_secs(1);
+
+/// Supplementary groups by process (and its uid and gid, so that a
+/// process that changes its identity is read anew), read from /proc at
+/// most once per `GROUPS_FRESH`.
+struct GroupCache(std::sync::Mutex<std::collections::HashMap<Caller, (Instant, Vec<u32>)>>);
+
+/// A process, with its uid and gid.
+type Caller = (u32, u32, u32);
+
+static GROUPS: std::sync::LazyLock<GroupCache> =
+    std::sync::LazyLock::new(|| GroupCache(Default::default()));
+
+impl GroupCache {
+    fn of(&self, pid: u32, uid: u32, gid: u32) -> Vec<u32> {
+        let key = (pid, uid, gid);
+        if let Some((at, g)) = self.0.lock().unwrap().get(&key) {
+            if at.elapsed() < GROUPS_FRESH {
+                return g.clone();
+            }
+        }
+        let groups = caller_groups(pid);
+        let mut map = self.0.lock().unwrap();
+        if map.len() >= 4096 {
+            map.retain(|_, (at, _)| at.elapsed() < GROUPS_FRESH);
+        }
+        map.insert(key, (Instant::now(), groups.clone()));
+        groups
     }
 }
 
 /// The supplementary groups of process `pid` (from /proc; none if it is
 /// gone).
-pub(super) fn caller_groups(pid: u32) -> Vec<u32> {
+fn caller_groups(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()

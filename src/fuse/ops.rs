@@ -118,7 +118,6 @@ impl MortarFs {
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
         };
         let cx = ctx(req);
-        let groups = caller_groups(req.pid());
         self.spawn(move |g, _| async move {
             let res = async {
                 g.call(&cx, fop).await?;
@@ -126,7 +125,7 @@ impl MortarFs {
                     return Ok(());
                 }
                 let a = g.call(&cx, Fop::Getattr { gfid }).await?.into_attr()?;
-                let in_group = cx.gid == a.gid || groups.contains(&a.gid);
+                let in_group = cx.gid == a.gid || cx.groups.contains(&a.gid);
                 if a.perm & libc::S_ISGID != 0 && !in_group {
                     let set = SetAttr {
                         mode: Some(a.perm & !libc::S_ISGID),

@@ -36,6 +36,56 @@ pub static AUTH_SSL_ALLOW: Spec = Spec {
     help: "The volume's client credentials (volume credentials VOL create NAME) its bricks take, by name, comma-separated; * for all of them. Administrators and the pool's servers are not concerned.",
 };
 
+pub static ROOT_SQUASH: Spec = Spec {
+    key: "server.root-squash",
+    kind: Kind::Bool,
+    default: "off",
+    help: "Requests of root (uid 0) from the volume's mounts run on the bricks as server.anonuid and server.anongid, without supplementary groups: root on a client is no one special in the volume. The pool's own self-heal and rebalance are not concerned.",
+};
+
+pub static ALL_SQUASH: Spec = Spec {
+    key: "server.all-squash",
+    kind: Kind::Bool,
+    default: "off",
+    help: "Every request from the volume's mounts, whoever asks, runs on the bricks as server.anonuid and server.anongid, without supplementary groups.",
+};
+
+pub static ANON_UID: Spec = Spec {
+    key: "server.anonuid",
+    kind: Kind::Int(0, u32::MAX as i64 - 1),
+    default: "65534",
+    help: "The uid that server.root-squash and server.all-squash map requests to.",
+};
+
+pub static ANON_GID: Spec = Spec {
+    key: "server.anongid",
+    kind: Kind::Int(0, u32::MAX as i64 - 1),
+    default: "65534",
+    help: "The gid that server.root-squash and server.all-squash map requests to.",
+};
+
+/// Who a request runs as on a brick, from a connection that is not one of
+/// the pool's servers: the identity it claims (a mount's user), with
+/// `server.root-squash` and `server.all-squash` applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Squash {
+    pub root: bool,
+    pub all: bool,
+    pub anon: (u32, u32),
+}
+
+impl Squash {
+    /// `cx` as a brick runs it. What only the pool's servers may claim
+    /// (`internal`) is dropped.
+    pub fn apply(&self, cx: &mut crate::core::Ctx) {
+        cx.internal = false;
+        if self.all || (self.root && cx.uid == 0) {
+            (cx.uid, cx.gid) = self.anon;
+            cx.groups.clear();
+        }
+    }
+}
+
 /// The rules in force.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rules {
@@ -48,6 +98,8 @@ pub struct Rules {
     pub clients: std::collections::BTreeMap<String, (String, bool)>,
     /// `auth.ssl-allow`: the names of those taken (None: all).
     pub ssl_allow: Option<Vec<String>>,
+    /// `server.root-squash`, `server.all-squash`.
+    pub squash: Squash,
 }
 
 impl Default for Rules {
@@ -73,6 +125,11 @@ impl Rules {
             ssl_allow: match AUTH_SSL_ALLOW.str(o) {
                 "*" => None,
                 names => Some(names.split(',').map(str::to_string).collect()),
+            },
+            squash: Squash {
+                root: ROOT_SQUASH.bool(o),
+                all: ALL_SQUASH.bool(o),
+                anon: (ANON_UID.int(o) as u32, ANON_GID.int(o) as u32),
             },
         }
     }
@@ -150,6 +207,39 @@ mod tests {
         o.insert("auth.allow".into(), allow.into());
         o.insert("auth.reject".into(), reject.into());
         Rules::from_options(&o)
+    }
+
+    #[test]
+    fn squashing_maps_root_or_everyone_and_drops_what_only_servers_may_claim() {
+        let user = |uid| crate::core::Ctx {
+            uid,
+            gid: uid,
+            groups: vec![10, 20],
+            internal: true,
+            ..Default::default()
+        };
+        let squash = |o: &[(&str, &str)]| {
+            let o: Options = o
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let s = Rules::from_options(&o).squash;
+            move |uid| {
+                let mut cx = user(uid);
+                s.apply(&mut cx);
+                assert!(!cx.internal);
+                (cx.uid, cx.gid, cx.groups.len())
+            }
+        };
+        let none = squash(&[]);
+        assert_eq!(none(0), (0, 0, 2));
+        assert_eq!(none(1000), (1000, 1000, 2));
+        let root = squash(&[("server.root-squash", "on"), ("server.anonuid", "99")]);
+        assert_eq!(root(0), (99, 65534, 0));
+        assert_eq!(root(1000), (1000, 1000, 2));
+        let all = squash(&[("server.all-squash", "on"), ("server.anongid", "98")]);
+        assert_eq!(all(0), (65534, 98, 0));
+        assert_eq!(all(1000), (65534, 98, 0));
     }
 
     #[tokio::test]

@@ -98,6 +98,8 @@ async fn serve_conn(
     let internal;
     // A read-only credential: every change is refused.
     let mut read_only;
+    // Who the requests of a client that is not the pool's run as.
+    let mut squash;
     match hello.await? {
         Some(Msg::Hello {
             magic,
@@ -108,6 +110,7 @@ async fn serve_conn(
             internal = who.is_some_and(|w| w.role == tls::Role::Server)
                 || (key.is_some() && given.as_deref() == key.as_deref());
             let rules = auth.borrow_and_update().clone();
+            squash = rules.squash;
             match admits(&rules, who, plain, internal, peer.ip()).await {
                 Ok(ro) => read_only = ro,
                 Err(reason) => {
@@ -187,6 +190,7 @@ async fn serve_conn(
             // The volume's auth rules changed: is this client still allowed?
             Ok(()) = auth.changed(), if !internal || plain => {
                 let rules = auth.borrow_and_update().clone();
+                squash = rules.squash;
                 match admits(&rules, who, plain, internal, peer.ip()).await {
                     Err(reason) => {
                         tracing::warn!(%peer, "client disconnected: {reason}");
@@ -210,7 +214,10 @@ async fn serve_conn(
                     crate::core::FsError::new(libc::EROFS, "this client's credential is read-only");
                 answer(&tx, id, fop.name(), Err(e)).await;
             }
-            Msg::Call { id, cx, fop } => {
+            Msg::Call { id, mut cx, fop } => {
+                if !internal {
+                    squash.apply(&mut cx);
+                }
                 let name = fop.name();
                 let (top, conn, tx2) = (top.clone(), conn.clone(), tx.clone());
                 let mut call = Box::pin(async move { top.call(&conn, &cx, fop).await });

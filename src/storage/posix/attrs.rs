@@ -32,27 +32,39 @@ pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
 }
 
 impl Posix {
-    pub(in crate::storage) fn setattr(&self, gfid: Gfid, set: &SetAttr) -> FsResult<Reply> {
+    /// Changes attributes as the caller `cx` may (the kernel's ownership
+    /// and permission rules).
+    pub(in crate::storage) fn setattr(
+        &self,
+        cx: &Ctx,
+        fds: &FdTable,
+        gfid: Gfid,
+        set: &SetAttr,
+    ) -> FsResult<Reply> {
         let fd = self.resolve(gfid)?;
         let st = rfs::fstat(&*fd)?;
         let kind = FileKind::from_mode(st.st_mode);
         if set.uid.is_some() || set.gid.is_some() {
-            rfs::chownat(
-                &*fd,
-                "",
-                set.uid.map(rfs::Uid::from_raw),
-                set.gid.map(rfs::Gid::from_raw),
-                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            )?;
+            as_caller(cx, || {
+                Ok(rfs::chownat(
+                    &*fd,
+                    "",
+                    set.uid.map(rfs::Uid::from_raw),
+                    set.gid.map(rfs::Gid::from_raw),
+                    AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+                )?)
+            })?;
         }
         if let Some(mode) = set.mode {
             if kind != FileKind::Symlink {
-                rfs::chmodat(
-                    rfs::CWD,
-                    proc_path(&*fd),
-                    Mode::from_raw_mode(mode & 0o7777),
-                    AtFlags::empty(),
-                )?;
+                as_caller(cx, || {
+                    Ok(rfs::chmodat(
+                        rfs::CWD,
+                        proc_path(&*fd),
+                        Mode::from_raw_mode(mode & 0o7777),
+                        AtFlags::empty(),
+                    )?)
+                })?;
             }
         }
         if let Some(size) = set.size {
@@ -63,10 +75,21 @@ impl Posix {
                     libc::EINVAL
                 }));
             }
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(proc_path(&*fd))?;
-            f.set_len(size)?;
+            let opened = as_caller(cx, || {
+                Ok(std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(proc_path(&*fd))?)
+            });
+            match opened {
+                Ok(f) => f.set_len(size)?,
+                // ftruncate of a descriptor open for writing, whatever the
+                // mode says now, as a local process may.
+                Err(e) if e.is(libc::EACCES) => match fds.writable(gfid) {
+                    Some(h) => as_file(&h).set_len(size)?,
+                    None => return Err(e),
+                },
+                Err(e) => return Err(e),
+            }
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let ts = |t: Option<TimeSet>| match t {
@@ -87,7 +110,9 @@ impl Posix {
                 last_access: ts(set.atime),
                 last_modification: ts(set.mtime),
             };
-            rfs::utimensat(&*fd, "", &times, AtFlags::EMPTY_PATH)?;
+            as_caller(cx, || {
+                Ok(rfs::utimensat(&*fd, "", &times, AtFlags::EMPTY_PATH)?)
+            })?;
         }
         Ok(Reply::Attr(self.stat_gfid(gfid)?))
     }
@@ -108,10 +133,34 @@ impl Posix {
         if name.starts_with(INTERNAL_XATTR_PREFIX) && !is_distribute_xattr(name) {
             return Err(FsError::new(libc::EPERM, "reserved xattr name"));
         }
-        if name.starts_with("trusted.") && cx.uid != 0 {
+        // Distribute's are a mount's own bookkeeping, asked as root, and
+        // also by a mount whose root is squashed (`server.root-squash`).
+        if name.starts_with("trusted.") && cx.uid != 0 && !is_distribute_xattr(name) {
             return Err(FsError::errno(libc::EPERM));
         }
         Ok(())
+    }
+
+    /// Changes an xattr of the object open at `fd` as the caller `cx` may.
+    /// Distribute's (`trusted.`, which the kernel lets anyone with the
+    /// brick's capabilities change) only where the caller may write.
+    pub(in crate::storage) fn change_xattr_as(
+        cx: &Ctx,
+        fd: BorrowedFd<'_>,
+        name: &str,
+        change: impl FnOnce() -> FsResult<()>,
+    ) -> FsResult<()> {
+        as_caller(cx, || {
+            if identity::switches(cx) && is_distribute_xattr(name) {
+                rfs::accessat(
+                    rfs::CWD,
+                    proc_path(fd),
+                    rfs::Access::WRITE_OK,
+                    AtFlags::EACCESS,
+                )?;
+            }
+            change()
+        })
     }
 
     pub(in crate::storage) fn statfs(&self) -> FsResult<Reply> {

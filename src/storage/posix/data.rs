@@ -3,23 +3,46 @@
 
 use super::*;
 
+/// The open flags a brick passes on from a client's open. O_DIRECT is
+/// passed on only under `performance.strict-o-direct`: else the brick goes
+/// through its page cache (see docs/semantics.md). Reads never touch atime
+/// (O_NOATIME): copies would differ, depending on which one served the
+/// read (docs/semantics.md).
+const OPEN_KEEP: i32 =
+    libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_TRUNC;
+
+/// Opens with O_NOATIME where the opener may ask it (the object's owner,
+/// or root), else without.
+fn no_atime(
+    flags: OFlags,
+    open: impl Fn(OFlags) -> rustix::io::Result<OwnedFd>,
+) -> rustix::io::Result<OwnedFd> {
+    match open(flags | OFlags::NOATIME) {
+        Err(rustix::io::Errno::PERM) => open(flags),
+        r => r,
+    }
+}
+
 impl Posix {
     pub(in crate::storage) fn open_file(
         &self,
+        cx: &Ctx,
         fds: &FdTable,
         gfid: Gfid,
         flags: i32,
     ) -> FsResult<Reply> {
-        let f = self.open_gfid(gfid, flags)?;
+        let f = self.open_gfid(cx, gfid, flags)?;
         Ok(Reply::Opened {
             fh: fds.insert(Handle::File(f, gfid, Some(self.open.mark(gfid)))),
         })
     }
 
     /// The open file behind `fh`, or for `ANON_FH` the file `gfid` opened
-    /// read-only on the connection's behalf.
+    /// read-only on the connection's behalf (by the caller `cx`, or through
+    /// a handle the connection holds open on it).
     pub(in crate::storage) fn file_for(
         &self,
+        cx: &Ctx,
         fds: &FdTable,
         gfid: Gfid,
         fh: u64,
@@ -30,10 +53,12 @@ impl Posix {
         if let Some(h) = fds.anon.lock().unwrap().get(&gfid) {
             return Ok(h.clone());
         }
-        let f = match self.open_gfid(gfid, libc::O_RDONLY) {
+        let f = match self.open_gfid(cx, gfid, libc::O_RDONLY) {
             Ok(f) => f,
-            // No name left, but open on this connection: read through that.
-            Err(e) if e.is(libc::ESTALE) => {
+            // No name left, or no right to open it now (a file opened, then
+            // its mode changed), but open on this connection: read through
+            // that, as through the descriptor a local process would hold.
+            Err(e) if e.is(libc::ESTALE) || e.is(libc::EACCES) => {
                 return match fds.open_by_gfid(gfid) {
                     Some(h) if matches!(&*h, Handle::File(..)) => Ok(h),
                     _ => Err(e),
@@ -50,15 +75,34 @@ impl Posix {
         Ok(h)
     }
 
-    pub(in crate::storage) fn open_gfid(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
+    /// Opens file `gfid` for `cx`: its right to, as the kernel checks it.
+    pub(in crate::storage) fn open_gfid(&self, cx: &Ctx, gfid: Gfid, flags: i32) -> FsResult<File> {
+        if !identity::switches(cx) {
+            return self.open_gfid_as_brick(gfid, flags);
+        }
+        // The caller cannot search `.mortar/`: the object is reached by the
+        // brick, and opened again through its descriptor by the caller.
+        let fd = self.resolve(gfid)?;
+        let kind = FileKind::from_mode(rfs::fstat(&*fd)?.st_mode);
+        if kind != FileKind::File {
+            return Err(FsError::errno(if kind == FileKind::Dir {
+                libc::EISDIR
+            } else {
+                libc::EINVAL
+            }));
+        }
+        let oflags = self.brick_flags(flags, OPEN_KEEP);
+        let f = as_caller(cx, || {
+            Ok(no_atime(oflags | OFlags::CLOEXEC, |o| {
+                rfs::openat(rfs::CWD, proc_path(&*fd), o, Mode::empty())
+            })?)
+        })?;
+        Ok(File::from(f))
+    }
+
+    fn open_gfid_as_brick(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
         let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
-        // O_DIRECT is passed on only under `performance.strict-o-direct`:
-        // else the brick goes through its page cache (see
-        // docs/semantics.md); O_TRUNC arrives as a setattr. Reads never
-        // touch atime (O_NOATIME): copies would differ, depending on which
-        // one served the read (docs/semantics.md).
-        let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_TRUNC;
-        let oflags = self.brick_flags(flags, keep);
+        let oflags = self.brick_flags(flags, OPEN_KEEP);
         let f = rfs::openat2(
             &self.root,
             rel.as_str(),
@@ -80,13 +124,14 @@ impl Posix {
 
     pub(in crate::storage) fn read(
         &self,
+        cx: &Ctx,
         fds: &FdTable,
         gfid: Gfid,
         fh: u64,
         offset: u64,
         size: u32,
     ) -> FsResult<Reply> {
-        let h = self.file_for(fds, gfid, fh)?;
+        let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
         let mut buf = vec![0u8; size as usize];
         let got = match read_full(f, &mut buf, offset) {
@@ -100,9 +145,11 @@ impl Posix {
                         buf.copy_from_slice(aligned.as_mut());
                         n
                     }
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        read_full(&self.open_gfid(gfid, libc::O_RDONLY)?, &mut buf, offset)?
-                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => read_full(
+                        &self.open_gfid_as_brick(gfid, libc::O_RDONLY)?,
+                        &mut buf,
+                        offset,
+                    )?,
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -114,13 +161,14 @@ impl Posix {
 
     pub(in crate::storage) fn write(
         &self,
+        cx: &Ctx,
         fds: &FdTable,
         gfid: Gfid,
         fh: u64,
         offset: u64,
         data: &[u8],
     ) -> FsResult<Reply> {
-        let h = self.file_for(fds, gfid, fh)?;
+        let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
         // Written in pieces: measured on this project's machines, extending a
         // file by one 1 MiB pwrite costs several times more than by eight of
@@ -140,7 +188,7 @@ impl Posix {
                 aligned.as_mut().copy_from_slice(data);
                 match write_all(f, aligned.as_mut()) {
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        write_all(&self.open_gfid(gfid, libc::O_WRONLY)?, data)?
+                        write_all(&self.open_gfid_as_brick(gfid, libc::O_WRONLY)?, data)?
                     }
                     r => r?,
                 }
@@ -157,9 +205,14 @@ impl Posix {
         Ok(Reply::Written(data.len() as u32, after().ok()))
     }
 
-    pub(in crate::storage) fn opendir(&self, fds: &FdTable, gfid: Gfid) -> FsResult<Reply> {
+    pub(in crate::storage) fn opendir(
+        &self,
+        cx: &Ctx,
+        fds: &FdTable,
+        gfid: Gfid,
+    ) -> FsResult<Reply> {
         let dir = self.resolve_dir(gfid)?;
-        let names = Arc::new(Self::list_dir(&dir, gfid)?);
+        let names = Arc::new(as_caller(cx, || Self::list_dir(&dir, gfid))?);
         let listing = Mutex::new(Listing { names, fresh: true });
         Ok(Reply::Opened {
             fh: fds.insert(Handle::Dir(listing, dir, gfid)),
@@ -172,12 +225,9 @@ impl Posix {
         dir: &OwnedFd,
         gfid: Gfid,
     ) -> FsResult<Vec<(Vec<u8>, FileKind)>> {
-        let fd = rfs::openat(
-            dir,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOATIME,
-            Mode::empty(),
-        )?;
+        let fd = no_atime(OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, |o| {
+            rfs::openat(dir, ".", o, Mode::empty())
+        })?;
         let mut d = rfs::Dir::new(fd)?;
         let mut names = Vec::new();
         while let Some(ent) = d.read() {
@@ -205,6 +255,7 @@ impl Posix {
     /// batch is left (`Reply::Listed`).
     pub(in crate::storage) fn readdir(
         &self,
+        cx: &Ctx,
         fds: &FdTable,
         gfid: Gfid,
         fh: u64,
@@ -219,7 +270,7 @@ impl Posix {
                 ));
             }
             let dir = self.resolve_dir(gfid)?;
-            let names = Arc::new(Self::list_dir(&dir, gfid)?);
+            let names = Arc::new(as_caller(cx, || Self::list_dir(&dir, gfid))?);
             let (out, end) = self.entries(&names, gfid, 0, plus)?;
             let more = (end < names.len()).then(|| {
                 let listing = Mutex::new(Listing {
@@ -264,7 +315,9 @@ impl Posix {
             let end = (at + READDIR_BATCH).min(names.len());
             for (i, (n, kind)) in names.iter().enumerate().take(end).skip(at) {
                 let attr = match (&dir, Name::new(n.clone())) {
-                    (Some(d), Ok(name)) => match self.lookup_at(d, gfid, &name) {
+                    // The listing was the caller's to read; the entries'
+                    // attributes come with it.
+                    (Some(d), Ok(name)) => match self.lookup_at(&Ctx::root(), d, gfid, &name) {
                         Ok((_, a)) => Some(a),
                         // Removed since the listing was taken.
                         Err(e) if e.is(libc::ENOENT) => continue,
@@ -288,6 +341,7 @@ impl Posix {
     /// xxh3 of each `block` bytes of the file from `offset`.
     pub(in crate::storage) fn checksum(
         &self,
+        cx: &Ctx,
         gfid: Gfid,
         offset: u64,
         block: u32,
@@ -296,7 +350,8 @@ impl Posix {
         if block == 0 || block > 4 << 20 || count > 1024 {
             return Err(FsError::inval("checksum block or count out of range"));
         }
-        let f = self.open_gfid(gfid, libc::O_RDONLY)?;
+        // Sums tell of the data: the caller must be able to read it.
+        let f = self.open_gfid(cx, gfid, libc::O_RDONLY)?;
         let mut buf = vec![0u8; block as usize];
         let mut out = Vec::new();
         for i in 0..count as u64 {

@@ -104,6 +104,21 @@ impl FdTable {
         found.or_else(|| self.anon.lock().unwrap().get(&gfid).cloned())
     }
 
+    /// A file of this connection's open for writing under `gfid`.
+    pub(in crate::storage) fn writable(&self, gfid: Gfid) -> Option<Arc<Handle>> {
+        let open = self.map.lock().unwrap();
+        open.values()
+            .find(|h| match &***h {
+                Handle::File(f, g, _) => {
+                    *g == gfid
+                        && rfs::fcntl_getfl(f)
+                            .is_ok_and(|fl| (fl & OFlags::ACCMODE) != OFlags::RDONLY)
+                }
+                Handle::Dir(..) => false,
+            })
+            .cloned()
+    }
+
     /// Whether this connection has `gfid` open.
     pub fn has_open(&self, gfid: Gfid) -> bool {
         self.open_by_gfid(gfid).is_some()

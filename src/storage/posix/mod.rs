@@ -48,6 +48,7 @@ mod attrs;
 mod data;
 mod fds;
 mod handles;
+mod identity;
 mod namespace;
 #[cfg(test)]
 mod tests;
@@ -55,6 +56,7 @@ mod tests;
 pub use attrs::{read_blame, BLAME_XATTR};
 use fds::{as_file, ANON_MAX};
 pub use fds::{FdTable, Handle, Listing, OpenCounts};
+use identity::as_caller;
 
 pub struct Posix {
     path: PathBuf,
@@ -332,7 +334,7 @@ impl Posix {
         match fop {
             Fop::Lookup { parent, name } => {
                 let dir = self.resolve_dir(*parent)?;
-                let (_, attr) = self.lookup_at(&dir, *parent, name)?;
+                let (_, attr) = self.lookup_at(cx, &dir, *parent, name)?;
                 Ok(Reply::Entry(Entry::found(attr)))
             }
             Fop::Getattr { gfid } => match self.stat_gfid(*gfid) {
@@ -343,7 +345,7 @@ impl Posix {
                 },
                 r => r.map(Reply::Attr),
             },
-            Fop::Setattr { gfid, set } => self.setattr(*gfid, set),
+            Fop::Setattr { gfid, set } => self.setattr(cx, fds, *gfid, set),
             Fop::Mknod {
                 parent,
                 name,
@@ -368,20 +370,20 @@ impl Posix {
                 mode,
                 umask,
             } => self.mkdir(cx, *parent, name, *gfid, *mode, *umask),
-            Fop::Unlink { parent, name } => self.unlink(*parent, name),
-            Fop::Rmdir { parent, name } => self.rmdir(*parent, name),
+            Fop::Unlink { parent, name } => self.unlink(cx, *parent, name),
+            Fop::Rmdir { parent, name } => self.rmdir(cx, *parent, name),
             Fop::Rename {
                 parent,
                 name,
                 newparent,
                 newname,
                 flags,
-            } => self.rename(*parent, name, *newparent, newname, *flags),
+            } => self.rename(cx, *parent, name, *newparent, newname, *flags),
             Fop::Link {
                 gfid,
                 newparent,
                 newname,
-            } => self.link(*gfid, *newparent, newname),
+            } => self.link(cx, *gfid, *newparent, newname),
             Fop::Symlink {
                 parent,
                 name,
@@ -393,22 +395,22 @@ impl Posix {
                 let t = rfs::readlinkat(&*fd, "", Vec::new())?;
                 Ok(Reply::Data(bytes::Bytes::from(t.into_bytes())))
             }
-            Fop::Open { gfid, flags } => self.open_file(fds, *gfid, *flags),
+            Fop::Open { gfid, flags } => self.open_file(cx, fds, *gfid, *flags),
             Fop::Read {
                 gfid,
                 fh,
                 offset,
                 size,
-            } => self.read(fds, *gfid, *fh, *offset, *size),
+            } => self.read(cx, fds, *gfid, *fh, *offset, *size),
             Fop::Write {
                 gfid,
                 fh,
                 offset,
                 data,
-            } => self.write(fds, *gfid, *fh, *offset, data),
-            Fop::Flush { gfid, fh } => self.file_for(fds, *gfid, *fh).map(|_| Reply::Ok),
+            } => self.write(cx, fds, *gfid, *fh, *offset, data),
+            Fop::Flush { gfid, fh } => self.file_for(cx, fds, *gfid, *fh).map(|_| Reply::Ok),
             Fop::Fsync { gfid, fh, datasync } => {
-                let h = self.file_for(fds, *gfid, *fh)?;
+                let h = self.file_for(cx, fds, *gfid, *fh)?;
                 if *datasync {
                     rfs::fdatasync(as_file(&h))?;
                 } else {
@@ -427,7 +429,7 @@ impl Posix {
                 offset,
                 len,
             } => {
-                let h = self.file_for(fds, *gfid, *fh)?;
+                let h = self.file_for(cx, fds, *gfid, *fh)?;
                 rfs::fallocate(
                     as_file(&h),
                     rfs::FallocateFlags::from_bits_retain(*mode as u32),
@@ -442,7 +444,7 @@ impl Posix {
                 offset,
                 whence,
             } => {
-                let h = self.file_for(fds, *gfid, *fh)?;
+                let h = self.file_for(cx, fds, *gfid, *fh)?;
                 let pos = match *whence {
                     libc::SEEK_DATA => rfs::SeekFrom::Data(*offset),
                     libc::SEEK_HOLE => rfs::SeekFrom::Hole(*offset),
@@ -450,13 +452,13 @@ impl Posix {
                 };
                 Ok(Reply::Offset(rfs::seek(as_file(&h), pos)?))
             }
-            Fop::Opendir { gfid } => self.opendir(fds, *gfid),
+            Fop::Opendir { gfid } => self.opendir(cx, fds, *gfid),
             Fop::Readdir {
                 gfid,
                 fh,
                 offset,
                 plus,
-            } => self.readdir(fds, *gfid, *fh, *offset, *plus),
+            } => self.readdir(cx, fds, *gfid, *fh, *offset, *plus),
             Fop::Statfs { .. } => self.statfs(),
             Fop::Setxattr {
                 gfid,
@@ -466,12 +468,14 @@ impl Posix {
             } => {
                 Self::check_xattr_change(cx, name)?;
                 let fd = self.resolve(*gfid)?;
-                set_xattr(
-                    &*fd,
-                    name,
-                    value,
-                    rfs::XattrFlags::from_bits_retain(*flags as u32),
-                )?;
+                Self::change_xattr_as(cx, fd.as_fd(), name, || {
+                    set_xattr(
+                        &*fd,
+                        name,
+                        value,
+                        rfs::XattrFlags::from_bits_retain(*flags as u32),
+                    )
+                })?;
                 Ok(Reply::Ok)
             }
             Fop::Getxattr { gfid, name } if name == crate::core::fop::OPEN_COUNT_XATTR => {
@@ -483,9 +487,8 @@ impl Posix {
             Fop::Getxattr { gfid, name } => {
                 Self::check_xattr_name(cx, name)?;
                 let fd = self.resolve(*gfid)?;
-                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(get_xattr(
-                    &*fd, name,
-                )?)))
+                let value = as_caller(cx, || get_xattr(&*fd, name))?;
+                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(value)))
             }
             Fop::Listxattr { gfid } => {
                 let fd = self.resolve(*gfid)?;
@@ -499,7 +502,10 @@ impl Posix {
                     let internal = name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes())
                         && !std::str::from_utf8(name)
                             .is_ok_and(crate::core::fop::is_distribute_xattr);
-                    if !internal {
+                    // As a local file system lists them: `trusted.` names
+                    // to root only.
+                    let hidden = identity::switches(cx) && name.starts_with(b"trusted.");
+                    if !internal && !hidden {
                         out.extend_from_slice(name);
                         out.push(0);
                     }
@@ -509,7 +515,9 @@ impl Posix {
             Fop::Removexattr { gfid, name } => {
                 Self::check_xattr_change(cx, name)?;
                 let fd = self.resolve(*gfid)?;
-                rfs::removexattr(proc_path(&*fd), name.as_str())?;
+                Self::change_xattr_as(cx, fd.as_fd(), name, || {
+                    Ok(rfs::removexattr(proc_path(&*fd), name.as_str())?)
+                })?;
                 Ok(Reply::Ok)
             }
             // Locks and the heal index are translators above (`brick`).
@@ -532,7 +540,7 @@ impl Posix {
                 block,
                 count,
             } => self
-                .checksum(*gfid, *offset, *block, *count)
+                .checksum(cx, *gfid, *offset, *block, *count)
                 .map(Reply::Sums),
         }
     }

@@ -21,6 +21,7 @@ impl Posix {
     /// on the brick directly and has none yet.
     pub(in crate::storage) fn lookup_at(
         &self,
+        cx: &Ctx,
         dir: &OwnedFd,
         parent: Gfid,
         name: &Name,
@@ -28,7 +29,8 @@ impl Posix {
         if hidden(parent, name) {
             return Err(FsError::errno(libc::ENOENT));
         }
-        let fd = open_child(dir, name)?;
+        // Searching the directory is the caller's right to check.
+        let fd = as_caller(cx, || open_child(dir, name))?;
         let st = rfs::fstat(&fd)?;
         let had = read_gfid(&fd)?;
         let gfid = match had {
@@ -162,24 +164,26 @@ impl Posix {
             flags,
             libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC,
         );
-        let made = rfs::openat2(
-            &*dir,
-            name.as_os_str(),
-            oflags
-                | OFlags::CREATE
-                | OFlags::EXCL
-                | OFlags::NOFOLLOW
-                | OFlags::CLOEXEC
-                | OFlags::NOATIME,
-            Mode::from_raw_mode(perm),
-            beneath() | ResolveFlags::NO_SYMLINKS,
-        );
+        let made = as_caller(cx, || {
+            Ok(rfs::openat2(
+                &*dir,
+                name.as_os_str(),
+                oflags
+                    | OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC
+                    | OFlags::NOATIME,
+                Mode::from_raw_mode(perm),
+                beneath() | ResolveFlags::NO_SYMLINKS,
+            )?)
+        });
         let file = match made {
             Ok(f) => f,
-            Err(rustix::io::Errno::EXIST) if flags & libc::O_EXCL == 0 => {
+            Err(e) if e.is(libc::EEXIST) && flags & libc::O_EXCL == 0 => {
                 // Someone else made it first: open theirs, as open(O_CREAT) would.
-                let (_, attr) = self.lookup_at(&dir, parent, name)?;
-                let Reply::Opened { fh } = self.open_file(fds, attr.gfid, flags)? else {
+                let (_, attr) = self.lookup_at(cx, &dir, parent, name)?;
+                let Reply::Opened { fh } = self.open_file(cx, fds, attr.gfid, flags)? else {
                     unreachable!()
                 };
                 return Ok(Reply::Created {
@@ -187,7 +191,7 @@ impl Posix {
                     fh,
                 });
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         let finish = self
             .finish_new(cx, &dir, &file, gfid, perm)
@@ -226,13 +230,15 @@ impl Posix {
         let dir = self.resolve_dir(parent)?;
         let perm = mode & 0o7777 & !effective_umask(&dir, umask);
         let ftype = rfs::FileType::from_raw_mode(mode);
-        rfs::mknodat(
-            &*dir,
-            name.as_os_str(),
-            ftype,
-            Mode::from_raw_mode(perm),
-            rdev,
-        )?;
+        as_caller(cx, || {
+            Ok(rfs::mknodat(
+                &*dir,
+                name.as_os_str(),
+                ftype,
+                Mode::from_raw_mode(perm),
+                rdev,
+            )?)
+        })?;
         if let Some(set) = linkto {
             // Marked before it has a gfid, so that it never answers as an
             // ordinary file with one.
@@ -266,7 +272,13 @@ impl Posix {
         }
         let dir = self.resolve_dir(parent)?;
         let perm = mode & 0o7777 & !effective_umask(&dir, umask);
-        rfs::mkdirat(&*dir, name.as_os_str(), Mode::from_raw_mode(perm))?;
+        as_caller(cx, || {
+            Ok(rfs::mkdirat(
+                &*dir,
+                name.as_os_str(),
+                Mode::from_raw_mode(perm),
+            )?)
+        })?;
         self.adopt_new(cx, &dir, parent, name, gfid, perm, true)
     }
 
@@ -285,38 +297,54 @@ impl Posix {
             return Err(FsError::inval("bad symlink target"));
         }
         let dir = self.resolve_dir(parent)?;
-        rfs::symlinkat(std::ffi::OsStr::from_bytes(target), &*dir, name.as_os_str())?;
+        as_caller(cx, || {
+            Ok(rfs::symlinkat(
+                std::ffi::OsStr::from_bytes(target),
+                &*dir,
+                name.as_os_str(),
+            )?)
+        })?;
         self.adopt_new(cx, &dir, parent, name, gfid, 0o777, false)
     }
 
     /// Removes a non-directory name; drops the gfid handle with the last
     /// name. Answers what the directory and the object are left as.
-    pub(in crate::storage) fn unlink(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
+    pub(in crate::storage) fn unlink(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+    ) -> FsResult<Reply> {
         let dir = self.resolve_dir(parent)?;
-        let (fd, attr) = self.lookup_at(&dir, parent, name)?;
+        let (fd, attr) = self.lookup_at(cx, &dir, parent, name)?;
         if attr.kind == FileKind::Dir {
             return Err(FsError::errno(libc::EISDIR));
         }
-        rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::empty())?;
+        as_caller(cx, || {
+            Ok(rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::empty())?)
+        })?;
         if rfs::fstat(&fd)?.st_nlink <= 1 {
             self.drop_handle(attr.gfid);
         }
         Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
     }
 
-    pub(in crate::storage) fn rmdir(&self, parent: Gfid, name: &Name) -> FsResult<Reply> {
+    pub(in crate::storage) fn rmdir(&self, cx: &Ctx, parent: Gfid, name: &Name) -> FsResult<Reply> {
         let dir = self.resolve_dir(parent)?;
-        let (fd, attr) = self.lookup_at(&dir, parent, name)?;
+        let (fd, attr) = self.lookup_at(cx, &dir, parent, name)?;
         if attr.kind != FileKind::Dir {
             return Err(FsError::errno(libc::ENOTDIR));
         }
-        rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::REMOVEDIR)?;
+        as_caller(cx, || {
+            Ok(rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::REMOVEDIR)?)
+        })?;
         self.drop_handle(attr.gfid);
         Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
     }
 
     pub(in crate::storage) fn rename(
         &self,
+        cx: &Ctx,
         parent: Gfid,
         name: &Name,
         newparent: Gfid,
@@ -336,19 +364,21 @@ impl Posix {
         }
         let dir = self.resolve_dir(parent)?;
         let newdir = self.resolve_dir(newparent)?;
-        let (src_fd, src) = self.lookup_at(&dir, parent, name)?;
-        let dst = match self.lookup_at(&newdir, newparent, newname) {
+        let (src_fd, src) = self.lookup_at(cx, &dir, parent, name)?;
+        let dst = match self.lookup_at(cx, &newdir, newparent, newname) {
             Ok((fd, a)) => Some((fd, a)),
             Err(e) if e.is(libc::ENOENT) => None,
             Err(e) => return Err(e),
         };
-        rfs::renameat_with(
-            &*dir,
-            name.as_os_str(),
-            &*newdir,
-            newname.as_os_str(),
-            rfs::RenameFlags::from_bits_retain(flags),
-        )?;
+        as_caller(cx, || {
+            Ok(rfs::renameat_with(
+                &*dir,
+                name.as_os_str(),
+                &*newdir,
+                newname.as_os_str(),
+                rfs::RenameFlags::from_bits_retain(flags),
+            )?)
+        })?;
         let exchanged = flags & libc::RENAME_EXCHANGE != 0;
         if src.kind == FileKind::Dir {
             // Crash window: renamed, its handle not updated yet.
@@ -380,6 +410,7 @@ impl Posix {
 
     pub(in crate::storage) fn link(
         &self,
+        cx: &Ctx,
         gfid: Gfid,
         newparent: Gfid,
         newname: &Name,
@@ -392,14 +423,29 @@ impl Posix {
         if FileKind::from_mode(rfs::fstat(&*obj)?.st_mode) == FileKind::Dir {
             return Err(FsError::errno(libc::EPERM));
         }
-        let (idx, file) = self.index_dir(gfid)?;
-        rfs::linkat(
-            &idx,
-            file.as_str(),
-            &*newdir,
-            newname.as_os_str(),
-            AtFlags::empty(),
-        )?;
+        if identity::switches(cx) {
+            // The caller cannot search `.mortar/`: linked through the
+            // object itself, under the rules for hard links a local
+            // caller gets (`fs.protected_hardlinks`).
+            as_caller(cx, || {
+                Ok(rfs::linkat(
+                    rfs::CWD,
+                    proc_path(&*obj),
+                    &*newdir,
+                    newname.as_os_str(),
+                    AtFlags::SYMLINK_FOLLOW,
+                )?)
+            })?;
+        } else {
+            let (idx, file) = self.index_dir(gfid)?;
+            rfs::linkat(
+                &idx,
+                file.as_str(),
+                &*newdir,
+                newname.as_os_str(),
+                AtFlags::empty(),
+            )?;
+        }
         Ok(Reply::Entry(Entry {
             attr: full_attr(obj.as_fd(), gfid)?,
             parent: full_attr(newdir.as_fd(), newparent).ok(),

@@ -31,6 +31,13 @@ pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
     }
 }
 
+/// Whether mode `new` is `old` with some of its set-id bits cleared and
+/// nothing else changed.
+fn only_clears_set_id(old: u32, new: u32) -> bool {
+    let (old, new) = (old & 0o7777, new & 0o7777);
+    new != old && new & !old == 0 && (old & !new) & !0o6000 == 0
+}
+
 impl Posix {
     /// Changes attributes as the caller `cx` may (the kernel's ownership
     /// and permission rules).
@@ -57,14 +64,37 @@ impl Posix {
         }
         if let Some(mode) = set.mode {
             if kind != FileKind::Symlink {
-                as_caller(cx, || {
+                let chmod = || {
                     Ok(rfs::chmodat(
                         rfs::CWD,
                         proc_path(&*fd),
                         Mode::from_raw_mode(mode & 0o7777),
                         AtFlags::empty(),
                     )?)
-                })?;
+                };
+                match as_caller(cx, chmod) {
+                    // A write by someone other than the owner clears the
+                    // file's set-id bits: the kernel asks it of a FUSE file
+                    // system as a change of mode, by the writer. Whoever may
+                    // write the file may have that done.
+                    Err(e)
+                        if e.is(libc::EPERM)
+                            && kind == FileKind::File
+                            && only_clears_set_id(st.st_mode, mode)
+                            && as_caller(cx, || {
+                                Ok(rfs::accessat(
+                                    rfs::CWD,
+                                    proc_path(&*fd),
+                                    rfs::Access::WRITE_OK,
+                                    AtFlags::EACCESS,
+                                )?)
+                            })
+                            .is_ok() =>
+                    {
+                        chmod()?
+                    }
+                    r => r?,
+                }
             }
         }
         if let Some(size) = set.size {

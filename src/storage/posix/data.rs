@@ -225,8 +225,10 @@ impl Posix {
         dir: &OwnedFd,
         gfid: Gfid,
     ) -> FsResult<Vec<(Vec<u8>, FileKind)>> {
+        // Through the descriptor, not as "." inside it: listing takes the
+        // right to read a directory, not to search it.
         let fd = no_atime(OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, |o| {
-            rfs::openat(dir, ".", o, Mode::empty())
+            rfs::openat(rfs::CWD, proc_path(dir), o, Mode::empty())
         })?;
         let mut d = rfs::Dir::new(fd)?;
         let mut names = Vec::new();

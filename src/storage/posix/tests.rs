@@ -997,6 +997,19 @@ fn a_caller_gets_what_the_kernel_grants_it_and_no_more() {
     assert_eq!(setattr(&alice, public, chown.clone()), libc::EPERM);
     assert_eq!(setattr(&alice, hers, chmod), 0, "the owner may");
     assert_eq!(setattr(&bob, hers, chown), libc::EPERM);
+    // Clearing the set-id bits of a file she may write is what her write
+    // does (the kernel asks it as a change of mode); nothing else.
+    let setuid = b.create_as(&root, tmp, "setuid", 0o6777).unwrap();
+    b.chmod(setuid, 0o6777);
+    let mode = |m| SetAttr {
+        mode: Some(m),
+        ..Default::default()
+    };
+    assert_eq!(setattr(&alice, setuid, mode(0o6666)), libc::EPERM);
+    assert_eq!(setattr(&alice, setuid, mode(0o2777)), 0);
+    assert_eq!(setattr(&alice, setuid, mode(0o0777)), 0);
+    assert_eq!(setattr(&alice, setuid, mode(0o0776)), libc::EPERM);
+    assert_eq!(setattr(&alice, public, mode(0o0644)), libc::EPERM);
     let setxattr = b.call_as(
         &alice,
         Fop::Setxattr {

@@ -198,13 +198,40 @@ pub async fn read_frame_within<R: AsyncRead + Unpin>(
     }
     let len = len as usize;
     let mut body = vec![0u8; len.min(FIRST_ALLOCATION)];
-    r.read_exact(&mut body).await?;
+    fill(r, &mut body).await?;
     while body.len() < len {
         let at = body.len();
         body.resize(len.min(2 * at), 0);
-        r.read_exact(&mut body[at..]).await?;
+        fill(r, &mut body[at..]).await?;
     }
     decode(Bytes::from(body)).map(Some)
+}
+
+/// How long the rest of a begun frame may go without a byte arriving: a
+/// peer that announces a frame and then trickles or stops costs its
+/// connection, not a buffer held for ever.
+pub const FRAME_STALL: std::time::Duration = std::time::Duration::from_secs(45);
+
+/// Fills `buf` from `r`, as long as bytes keep coming (`FRAME_STALL`).
+async fn fill<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match tokio::time::timeout(FRAME_STALL, r.read(&mut buf[at..])).await {
+            Ok(Ok(0)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(Ok(n)) => at += n,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "a frame begun, then no byte of it for {} s",
+                        FRAME_STALL.as_secs()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, msg: &Msg) -> std::io::Result<()> {
@@ -238,6 +265,33 @@ pub async fn pump<W: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
     use crate::core::{Gfid, Name};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_begun_and_left_unfinished_ends_its_connection() {
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        // Announces 1 KiB, sends ten bytes of it, then nothing.
+        client.write_all(&1024u32.to_be_bytes()).await.unwrap();
+        client.write_all(&[0u8; 10]).await.unwrap();
+        let t = tokio::time::Instant::now();
+        let e = read_frame(&mut server).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(t.elapsed() >= FRAME_STALL, "{:?}", t.elapsed());
+        // A slow peer that keeps sending is waited for.
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        let msg = encode(&Msg::Ping { id: 9 }).to_vec();
+        let slow = tokio::spawn(async move {
+            for b in msg {
+                tokio::time::sleep(FRAME_STALL / 2).await;
+                client.write_all(&[b]).await.unwrap();
+            }
+            client
+        });
+        assert!(matches!(
+            read_frame(&mut server).await.unwrap(),
+            Some(Msg::Ping { id: 9 })
+        ));
+        drop(slow.await);
+    }
 
     #[tokio::test]
     async fn frames_round_trip() {

@@ -574,6 +574,43 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
     assert!(!o.status.success());
     assert!(!bricks[0].join("team/no").exists());
 
+    // A credential bound to an identity: its mount's root is that user,
+    // and so is whatever its holder claims by hand.
+    let bound = c.path("bound.pem");
+    c.fails(&["volume", "credentials", "id", "create", "x", "--as", "abc"]);
+    c.ok(&[
+        "volume",
+        "credentials",
+        "id",
+        "create",
+        "bound",
+        "--as",
+        "1234:1235",
+        "--out",
+        bound.to_str().unwrap(),
+    ]);
+    let list = c.ok(&["volume", "credentials", "id", "list"]);
+    assert!(
+        list.contains("1234:1235") && list.contains("claimed"),
+        "{list}"
+    );
+    let b = c
+        .try_mount("id", &[], &[&format!("credential={}", bound.display())])
+        .expect("mounts");
+    std::fs::write(b.p("open/bound"), "x").unwrap();
+    assert_eq!(owner(&bricks[0].join("open/bound")), (1234, 1235));
+    let e = sh(&format!("cat {}", b.p("secret")));
+    assert!(String::from_utf8_lossy(&e.stderr).contains("Permission denied"));
+    let mut h = tls_connect(&addr, &bound);
+    h.write_all(&hello_frame(&bricks[0].display().to_string()))
+        .unwrap();
+    assert!(matches!(read_msg(&mut h), Msg::Welcome { .. }));
+    assert_eq!(
+        ask(&mut h, 1, who(0, true), read(anon)).unwrap_err(),
+        libc::EACCES
+    );
+    drop((h, b));
+
     // server.root-squash: root of the mounts is nobody (for the connection
     // made by hand too, whatever it claims).
     c.ok(&["volume", "set", "id", "server.root-squash", "on"]);

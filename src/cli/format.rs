@@ -155,18 +155,23 @@ pub fn credentials(list: &[crate::mgmt::state::IssuedCredential]) -> String {
         return "No credentials\n".into();
     }
     let mut out = format!(
-        "{:<24} {:<6} {:<20} FINGERPRINT (SHA-256)\n",
-        "NAME", "ACCESS", "ISSUED"
+        "{:<24} {:<6} {:<12} {:<20} FINGERPRINT (SHA-256)\n",
+        "NAME", "ACCESS", "RUNS AS", "ISSUED"
     );
     for c in list {
         let issued = humantime::format_rfc3339_seconds(
             std::time::UNIX_EPOCH + std::time::Duration::from_secs(c.issued),
         )
         .to_string();
+        let runs_as = match c.identity {
+            Some((u, g)) => format!("{u}:{g}"),
+            None => "claimed".into(),
+        };
         out += &format!(
-            "{:<24} {:<6} {:<20} {}\n",
+            "{:<24} {:<6} {:<12} {:<20} {}\n",
             c.name,
             if c.read_only { "ro" } else { "rw" },
+            runs_as,
             issued,
             c.fingerprint
         );

@@ -195,13 +195,33 @@ pub enum VolumeCmd {
     },
 }
 
+/// `UID` or `UID:GID`, numbers.
+fn parse_identity(s: &str) -> Result<(u32, u32), String> {
+    let num = |n: &str| {
+        n.parse::<u32>()
+            .ok()
+            .filter(|&n| n != u32::MAX)
+            .ok_or_else(|| format!("{n:?} is not a uid or gid (a number)"))
+    };
+    match s.split_once(':') {
+        Some((u, g)) => Ok((num(u)?, num(g)?)),
+        None => num(s).map(|u| (u, u)),
+    }
+}
+
 #[derive(Subcommand)]
 pub enum CredentialCmd {
-    /// Issue a credential: credentials VOL create NAME [ro|rw] [--out FILE].
+    /// Issue a credential: credentials VOL create NAME [ro|rw] [--as
+    /// UID[:GID]] [--out FILE].
     Create {
         cred: String,
         #[arg(value_parser = ["ro", "rw"])]
         access: Option<String>,
+        /// Every request of its holder runs on the bricks as this uid (and
+        /// gid, the same number if not given), whatever the holder claims:
+        /// for a client not trusted with its users' identities.
+        #[arg(long = "as", value_name = "UID[:GID]", value_parser = parse_identity)]
+        as_user: Option<(u32, u32)>,
         /// Write it to this new file (mode 0600) instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -711,10 +731,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             VolumeCmd::Credentials { name, op } => {
                 let what = "volume credentials";
                 let (op, out_file) = match op {
-                    CredentialCmd::Create { cred, access, out } => (
+                    CredentialCmd::Create {
+                        cred,
+                        access,
+                        as_user,
+                        out,
+                    } => (
                         rpc::CredentialOp::Create {
                             name: cred,
                             read_only: access.as_deref() == Some("ro"),
+                            identity: as_user,
                         },
                         out,
                     ),

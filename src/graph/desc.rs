@@ -72,4 +72,8 @@ pub struct ClientAccess {
     pub fingerprint: String,
     pub name: String,
     pub read_only: bool,
+    /// Every request of its holder runs as this uid and gid, whatever it
+    /// claims (None: as claimed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<(u32, u32)>,
 }

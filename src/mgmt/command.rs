@@ -398,6 +398,7 @@ mod tests {
             name: name.into(),
             fingerprint: format!("{name}-fp"),
             read_only: false,
+            identity: None,
             issued: 1,
         };
         let add = |name: &str| Command::AddCredential {

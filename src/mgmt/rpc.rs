@@ -325,6 +325,9 @@ pub enum CredentialOp {
     Create {
         name: String,
         read_only: bool,
+        /// Bound to this uid and gid (None: its requests run as claimed).
+        #[serde(default)]
+        identity: Option<(u32, u32)>,
     },
     List,
     Revoke {

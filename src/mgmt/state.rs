@@ -138,6 +138,10 @@ pub struct IssuedCredential {
     pub fingerprint: String,
     /// The bricks refuse its changes (EROFS).
     pub read_only: bool,
+    /// Every request of its holder runs as this uid and gid, whatever it
+    /// claims (None: as claimed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<(u32, u32)>,
     /// When it was issued (seconds since 1970).
     pub issued: u64,
 }

@@ -81,6 +81,7 @@ pub fn options_only(vol: &Volume) -> VolDesc {
                 fingerprint: c.fingerprint.clone(),
                 name: c.name.clone(),
                 read_only: c.read_only,
+                identity: c.identity,
             })
             .collect(),
     }

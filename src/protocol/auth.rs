@@ -75,15 +75,30 @@ pub struct Squash {
 }
 
 impl Squash {
-    /// `cx` as a brick runs it. What only the pool's servers may claim
+    /// `cx` as a brick runs it, from a client whose credential binds it to
+    /// `bound` (if it does). What only the pool's servers may claim
     /// (`internal`) is dropped.
-    pub fn apply(&self, cx: &mut crate::core::Ctx) {
+    pub fn apply(&self, cx: &mut crate::core::Ctx, bound: Option<(u32, u32)>) {
         cx.internal = false;
+        if let Some((uid, gid)) = bound {
+            (cx.uid, cx.gid) = (uid, gid);
+            cx.groups.clear();
+        }
         if self.all || (self.root && cx.uid == 0) {
             (cx.uid, cx.gid) = self.anon;
             cx.groups.clear();
         }
     }
+}
+
+/// What a client credential is granted.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Grant {
+    pub name: String,
+    /// Its changes are refused (EROFS).
+    pub read_only: bool,
+    /// Its requests run as this uid and gid, whatever they claim.
+    pub identity: Option<(u32, u32)>,
 }
 
 /// The rules in force.
@@ -93,9 +108,8 @@ pub struct Rules {
     reject: Patterns,
     /// `server.ssl`: a client in the clear is refused.
     pub tls: bool,
-    /// The volume's client credentials: fingerprint (hex) → (name,
-    /// read-only).
-    pub clients: std::collections::BTreeMap<String, (String, bool)>,
+    /// The volume's client credentials, by fingerprint (hex).
+    pub clients: std::collections::BTreeMap<String, Grant>,
     /// `auth.ssl-allow`: the names of those taken (None: all).
     pub ssl_allow: Option<Vec<String>>,
     /// `server.root-squash`, `server.all-squash`.
@@ -140,27 +154,35 @@ impl Rules {
             clients: d
                 .clients
                 .iter()
-                .map(|c| (c.fingerprint.clone(), (c.name.clone(), c.read_only)))
+                .map(|c| {
+                    let grant = Grant {
+                        name: c.name.clone(),
+                        read_only: c.read_only,
+                        identity: c.identity,
+                    };
+                    (c.fingerprint.clone(), grant)
+                })
                 .collect(),
             ..Rules::from_options(&d.options)
         }
     }
 
-    /// Whether a client credential may connect: Ok(read-only), or why not.
-    pub fn credential(&self, fingerprint: &[u8; 32]) -> Result<bool, String> {
-        let Some((name, read_only)) = self.clients.get(&crate::protocol::tls::hex(fingerprint))
-        else {
+    /// Whether a client credential may connect: Ok(what it is granted),
+    /// or why not.
+    pub fn credential(&self, fingerprint: &[u8; 32]) -> Result<Grant, String> {
+        let Some(grant) = self.clients.get(&crate::protocol::tls::hex(fingerprint)) else {
             return Err(
                 "the client's credential is not one of this volume's (revoked, or another volume's)"
                     .into(),
             );
         };
         match &self.ssl_allow {
-            Some(names) if !names.contains(name) => Err(format!(
-                "credential {name} is not in auth.ssl-allow ({})",
+            Some(names) if !names.contains(&grant.name) => Err(format!(
+                "credential {} is not in auth.ssl-allow ({})",
+                grant.name,
                 names.join(",")
             )),
-            _ => Ok(*read_only),
+            _ => Ok(grant.clone()),
         }
     }
 
@@ -226,7 +248,7 @@ mod tests {
             let s = Rules::from_options(&o).squash;
             move |uid| {
                 let mut cx = user(uid);
-                s.apply(&mut cx);
+                s.apply(&mut cx, None);
                 assert!(!cx.internal);
                 (cx.uid, cx.gid, cx.groups.len())
             }
@@ -240,6 +262,24 @@ mod tests {
         let all = squash(&[("server.all-squash", "on"), ("server.anongid", "98")]);
         assert_eq!(all(0), (65534, 98, 0));
         assert_eq!(all(1000), (65534, 98, 0));
+        // A credential bound to an identity: that, whatever is claimed
+        // (and root is still squashed).
+        let bound = |s: Squash, id| {
+            let mut cx = user(0);
+            s.apply(&mut cx, Some(id));
+            (cx.uid, cx.gid, cx.groups.len())
+        };
+        let plain = Squash::default();
+        assert_eq!(bound(plain, (1000, 100)), (1000, 100, 0));
+        let root = Squash {
+            root: true,
+            ..plain
+        };
+        assert_eq!(
+            bound(root, (0, 0)).0,
+            root.anon.0,
+            "a credential bound to root is squashed"
+        );
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 //! of its own.
 
 use super::admit;
-use super::auth::Rules;
+use super::auth::{Grant, Rules};
 use super::tls;
 use super::wire::{self, Msg};
 use crate::brick::{Conn, Notice, Stack};
@@ -96,9 +96,9 @@ async fn serve_conn(
     // The pool's own clients (a server's certificate, or the volume's key)
     // pass the auth rules.
     let internal;
-    // A read-only credential: every change is refused.
-    let mut read_only;
-    // Who the requests of a client that is not the pool's run as.
+    // What a client credential is granted (read-only, an identity); who the
+    // requests of a client that is not the pool's run as.
+    let mut grant;
     let mut squash;
     match hello.await? {
         Some(Msg::Hello {
@@ -112,7 +112,7 @@ async fn serve_conn(
             let rules = auth.borrow_and_update().clone();
             squash = rules.squash;
             match admits(&rules, who, plain, internal, peer.ip()).await {
-                Ok(ro) => read_only = ro,
+                Ok(g) => grant = g,
                 Err(reason) => {
                     tracing::warn!(%peer, "client refused: {reason}");
                     return Err(refuse(&mut wr, reason).await);
@@ -196,8 +196,8 @@ async fn serve_conn(
                         tracing::warn!(%peer, "client disconnected: {reason}");
                         break Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason));
                     }
-                    Ok(ro) => {
-                        read_only = ro;
+                    Ok(g) => {
+                        grant = g;
                         continue;
                     }
                 }
@@ -209,14 +209,14 @@ async fn serve_conn(
             Err(e) => break Err(e),
         };
         match msg {
-            Msg::Call { id, fop, .. } if read_only && changes(&fop) => {
+            Msg::Call { id, fop, .. } if grant.read_only && changes(&fop) => {
                 let e =
                     crate::core::FsError::new(libc::EROFS, "this client's credential is read-only");
                 answer(&tx, id, fop.name(), Err(e)).await;
             }
             Msg::Call { id, mut cx, fop } => {
                 if !internal {
-                    squash.apply(&mut cx);
+                    squash.apply(&mut cx, grant.identity);
                 }
                 let name = fop.name();
                 let (top, conn, tx2) = (top.clone(), conn.clone(), tx.clone());
@@ -252,8 +252,8 @@ async fn serve_conn(
     result
 }
 
-/// Whether the volume's rules let a connection in: Ok(whether it is
-/// read-only), or why not. `who`: its certificate (None: in the clear);
+/// Whether the volume's rules let a connection in: Ok(what its credential
+/// is granted), or why not. `who`: its certificate (None: in the clear);
 /// `internal`: one of the pool's own clients.
 async fn admits(
     rules: &Rules,
@@ -261,20 +261,20 @@ async fn admits(
     plain: bool,
     internal: bool,
     ip: std::net::IpAddr,
-) -> Result<bool, String> {
+) -> Result<Grant, String> {
     if plain && rules.tls {
         return Err("server.ssl is on, and this client is in the clear".into());
     }
     if internal {
-        return Ok(false);
+        return Ok(Grant::default());
     }
-    let read_only = match who {
+    let grant = match who {
         Some(w) if w.role == tls::Role::Client => rules.credential(&w.fingerprint)?,
-        _ => false,
+        _ => Grant::default(),
     };
     match rules.refuses(ip).await {
         Some(reason) => Err(reason),
-        None => Ok(read_only),
+        None => Ok(grant),
     }
 }
 

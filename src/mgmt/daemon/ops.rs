@@ -306,6 +306,7 @@ impl Daemon {
                 rpc::CredentialOp::Create {
                     name: cred,
                     read_only,
+                    identity,
                 } => {
                     let v = self.volume(&name)?;
                     if !valid_name(&cred) {
@@ -329,6 +330,7 @@ impl Daemon {
                         name: cred.clone(),
                         fingerprint: tls::hex(&tls::fingerprint(&issued.cert)),
                         read_only,
+                        identity,
                         issued: std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .map(|d| d.as_secs())
@@ -339,7 +341,7 @@ impl Daemon {
                         credential,
                     })
                     .await?;
-                    tracing::info!(volume = %name, credential = %cred, read_only, "client credential issued");
+                    tracing::info!(volume = %name, credential = %cred, read_only, ?identity, "client credential issued");
                     Ok(pem)
                 }
                 rpc::CredentialOp::Revoke { name: cred } => {

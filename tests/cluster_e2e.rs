@@ -314,11 +314,20 @@ fn a_brick_whose_port_is_taken_listens_on_another_and_the_state_follows() {
 #[test]
 fn a_leader_killed_with_a_change_on_its_disk_leaves_one_state() {
     // The first server, which formed the pool and leads it, dies at the
-    // second change it appends: after writing it to its own log, before
-    // it is committed.
+    // second change of a volume it appends (after the two joiners'
+    // certificates are on record): after writing it to its own log,
+    // before it is committed.
     let mut cs: Vec<Cluster> = (0..3).map(|_| Cluster::start()).collect();
+    wait_for(
+        "its certificates on record",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(cs[0].path("daemon.log"))
+                .is_ok_and(|l| l.contains("certificates are on record"))
+        },
+    );
     cs[0].crash_daemon();
-    cs[0].start_daemon_env(&[("FAILPOINTS", "raft-leader-appended=1*off->panic")]);
+    cs[0].start_daemon_env(&[("FAILPOINTS", "raft-leader-appended=3*off->panic")]);
     for c in &cs[1..] {
         cs[0].probe(c);
     }

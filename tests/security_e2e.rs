@@ -663,3 +663,93 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
         std::fs::read_to_string(m.p("secret")).is_ok_and(|s| s == "root only\n")
     });
 }
+
+/// What the daemon at `c` answers `pool list` sent with the credential in
+/// `file`: Ok, or the error shown.
+fn pool_list_with(c: &Cluster, file: &std::path::Path) -> Result<(), String> {
+    let o = std::process::Command::new(BIN)
+        .args(["--server", &c.server(), "--credential"])
+        .arg(file)
+        .args(["pool", "list"])
+        .output()
+        .unwrap();
+    match o.status.success() {
+        true => Ok(()),
+        false => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+    }
+}
+
+/// What a brick answers a handshake made with the credential in `file`.
+fn brick_handshake_with(addr: &str, brick: &str, file: &std::path::Path) -> Msg {
+    let mut s = tls_connect(addr, file);
+    s.write_all(&hello_frame(brick)).unwrap();
+    read_msg(&mut s)
+}
+
+#[test]
+fn a_detached_servers_certificates_and_any_it_makes_after_are_refused() {
+    let a = Cluster::start();
+    let b = Cluster::start();
+    a.probe(&b);
+    let bricks = a.volume("dv", 1, &["d1"]);
+    let brick = bricks[0].display().to_string();
+    let addr = brick_addr(&a, "dv", 0);
+    // What b has while it is of the pool: its credentials, and the pool's
+    // CA with its key (every server holds it).
+    let kept = a.path("kept");
+    std::fs::create_dir_all(kept.join("tls")).unwrap();
+    for f in ["server.pem", "admin.pem", "ca.pem", "ca.key"] {
+        std::fs::copy(b.path("state/tls").join(f), kept.join("tls").join(f)).unwrap();
+    }
+    let (server, admin) = (kept.join("tls/server.pem"), kept.join("tls/admin.pem"));
+    pool_list_with(&a, &server).expect("a member's server certificate is taken");
+    pool_list_with(&a, &admin).expect("a member's administrator certificate is taken");
+    wait_for(
+        "the brick to know b's certificates",
+        Duration::from_secs(20),
+        || {
+            matches!(
+                brick_handshake_with(&addr, &brick, &server),
+                Msg::Welcome { .. }
+            )
+        },
+    );
+
+    a.ok(&["peer", "detach", &b.ip]);
+    // Its certificates, and one it makes with the CA's key it kept, are
+    // refused by the daemon and by the brick.
+    let forged = kept.join("forged.pem");
+    let pem = mortar::mgmt::authority::issue(
+        &kept,
+        mortar::protocol::tls::SERVER_NAME,
+        "made after leaving",
+    )
+    .unwrap();
+    std::fs::write(&forged, pem).unwrap();
+    for cred in [&server, &admin, &forged] {
+        let e = pool_list_with(&a, cred).expect_err("refused");
+        assert!(
+            e.contains("not one the pool takes"),
+            "{}: {e}",
+            cred.display()
+        );
+    }
+    wait_for(
+        "the brick to refuse b's certificates",
+        Duration::from_secs(20),
+        || {
+            [&server, &admin, &forged].iter().all(|c| {
+                matches!(brick_handshake_with(&addr, &brick, c),
+                Msg::Refused { reason } if reason.contains("not one the pool takes"))
+            })
+        },
+    );
+    // The pool's own go on.
+    pool_list_with(&a, &a.credential()).expect("the pool's administrator");
+    let m = a.mount("dv");
+    std::fs::write(m.p("after"), "still served\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(bricks[0].join("after")).unwrap(),
+        "still served\n"
+    );
+}

@@ -63,6 +63,12 @@ pub struct VolDesc {
     /// (`mgmt::volgen::options_only`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clients: Vec<ClientAccess>,
+    /// The certificates (SHA-256, hex) of the pool's servers and their
+    /// administrators: the only ones of those roles a brick takes (empty:
+    /// any of the pool's CA, in a pool that has not recorded them yet).
+    /// Only in the description bricks follow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool: Vec<String>,
 }
 
 /// One client credential of a volume, as its bricks know it.

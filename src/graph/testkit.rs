@@ -52,6 +52,7 @@ pub fn desc_over(sets: usize, replica: usize) -> VolDesc {
             .collect(),
         top: XlDesc::new("cluster/distribute", "t-dht".into(), below),
         clients: Vec::new(),
+        pool: Vec::new(),
     }
 }
 

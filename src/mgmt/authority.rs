@@ -252,6 +252,15 @@ pub fn renew(state_dir: &Path, host: &str) -> Result<Credential, String> {
     Authority::create()?.take(state_dir, host)
 }
 
+/// The certificates this server presents (its own and its
+/// administrator's), as the pool records them: SHA-256, hex.
+pub fn fingerprints(state_dir: &Path) -> Result<Vec<String>, String> {
+    [server_credential(state_dir), admin_credential(state_dir)]
+        .iter()
+        .map(|f| Credential::load(f).map(|c| tls::hex(&tls::fingerprint(&c.cert))))
+        .collect()
+}
+
 /// The pool's CA, to hand to a server that joins.
 pub fn pool_ca(state_dir: &Path) -> Result<(String, String), String> {
     Ok(Authority::load(state_dir)?.to_pem())

@@ -124,6 +124,12 @@ pub enum Command {
         volume: String,
         name: String,
     },
+    /// The certificates server `uuid` presents (none: it left the pool).
+    /// Every volume's bricks learn the pool's new list.
+    SetCerts {
+        uuid: String,
+        certs: Vec<String>,
+    },
 }
 
 impl Command {
@@ -149,6 +155,7 @@ impl Command {
             Command::ResetBrick { .. } => "ResetBrick",
             Command::AddCredential { .. } => "AddCredential",
             Command::RevokeCredential { .. } => "RevokeCredential",
+            Command::SetCerts { .. } => "SetCerts",
         }
     }
 
@@ -197,6 +204,16 @@ impl Command {
                 let v = st.volumes.get_mut(name).unwrap();
                 v.options.extend(options.iter().cloned());
                 v.version += 1;
+            }
+            Command::SetCerts { uuid, certs } => {
+                if certs.is_empty() {
+                    st.certs.remove(uuid);
+                } else {
+                    st.certs.insert(uuid.clone(), certs.clone());
+                }
+                for v in st.volumes.values_mut() {
+                    v.version += 1;
+                }
             }
             Command::AddCredential {
                 volume: name,

@@ -166,6 +166,12 @@ pub enum Request {
     LocalStatus {
         volume: String,
     },
+    /// The certificates (SHA-256, hex) server `uuid` presents now: a
+    /// change, passed to the leader; sent by the server itself.
+    RegisterCerts {
+        uuid: String,
+        certs: Vec<String>,
+    },
     /// A brick's host found it listening on another port than the state
     /// says: a change, passed to the leader.
     BrickPort {
@@ -353,6 +359,9 @@ pub enum Response {
     Port(u16),
     Joined {
         me: Peer,
+        /// The certificates it presents from now on (SHA-256, hex).
+        #[serde(default)]
+        certs: Vec<String>,
     },
     Bricks(Vec<BrickStatus>),
     Heal(HealReport),

@@ -631,9 +631,30 @@ pub struct ClusterState {
     /// Shared between versions of the view while the servers are the same.
     pub peers: std::sync::Arc<Vec<Peer>>,
     pub volumes: BTreeMap<String, Volume>,
+    /// The certificates each server presents (SHA-256, hex: its own and
+    /// its administrator's), by uuid (docs/security.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub certs: BTreeMap<String, Vec<String>>,
 }
 
 impl ClusterState {
+    /// The server and administrator certificates the pool takes: its
+    /// members' own, so that one a detached server keeps, or makes with the
+    /// CA's key it still has, is refused. None (any certificate of the
+    /// pool's CA is taken) while a member has none on record: a pool from
+    /// before they were recorded, until each has started once.
+    pub fn pool_certs(&self) -> Option<std::collections::BTreeSet<String>> {
+        // (`peers` are the others; `uuid` is this server.)
+        if self.uuid.is_empty() {
+            return None;
+        }
+        let mut out = std::collections::BTreeSet::new();
+        for uuid in self.peers.iter().map(|p| &p.uuid).chain([&self.uuid]) {
+            out.extend(self.certs.get(uuid)?.iter().cloned());
+        }
+        Some(out)
+    }
+
     /// Gives each of `bricks` that has none the lowest port from
     /// `BRICK_PORT_BASE` that no other brick of its host has: a brick keeps
     /// its port across restarts, and clients need not ask for it.

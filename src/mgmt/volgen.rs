@@ -67,7 +67,7 @@ pub fn generate(
 
 /// The volume's options in force, its graph left empty: all a brick
 /// needs to follow its volume.
-pub fn options_only(vol: &Volume) -> VolDesc {
+pub fn options_only(state: &ClusterState, vol: &Volume) -> VolDesc {
     VolDesc {
         volume: vol.name.clone(),
         id: vol.id.clone(),
@@ -84,6 +84,10 @@ pub fn options_only(vol: &Volume) -> VolDesc {
                 identity: c.identity,
             })
             .collect(),
+        pool: state
+            .pool_certs()
+            .map(|c| c.into_iter().collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -99,9 +103,11 @@ pub fn generate_sets(
     port: u16,
     keep: &dyn Fn(&[Brick]) -> bool,
 ) -> Option<VolDesc> {
-    let mut desc = options_only(vol);
-    // Which credentials a volume has is the bricks' business only.
+    let mut desc = options_only(state, vol);
+    // Which credentials a volume and the pool have is the bricks' business
+    // only.
     desc.clients.clear();
+    desc.pool.clear();
     let options = &desc.options;
     let leaf = one_row(Place::Brick, options);
     let peers: HashMap<&str, &str> = state

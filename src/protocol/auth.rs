@@ -114,6 +114,9 @@ pub struct Rules {
     pub ssl_allow: Option<Vec<String>>,
     /// `server.root-squash`, `server.all-squash`.
     pub squash: Squash,
+    /// The pool's server and administrator certificates (SHA-256, hex):
+    /// the only ones of those roles taken (empty: any of the pool's CA).
+    pub pool: std::collections::BTreeSet<String>,
 }
 
 impl Default for Rules {
@@ -145,6 +148,7 @@ impl Rules {
                 all: ALL_SQUASH.bool(o),
                 anon: (ANON_UID.int(o) as u32, ANON_GID.int(o) as u32),
             },
+            pool: Default::default(),
         }
     }
 
@@ -163,6 +167,7 @@ impl Rules {
                     (c.fingerprint.clone(), grant)
                 })
                 .collect(),
+            pool: d.pool.iter().cloned().collect(),
             ..Rules::from_options(&d.options)
         }
     }

@@ -188,7 +188,7 @@ async fn serve_conn(
                 "closed by the brick: a lock revoked or a recall not answered",
             )),
             // The volume's auth rules changed: is this client still allowed?
-            Ok(()) = auth.changed(), if !internal || plain => {
+            Ok(()) = auth.changed() => {
                 let rules = auth.borrow_and_update().clone();
                 squash = rules.squash;
                 match admits(&rules, who, plain, internal, peer.ip()).await {
@@ -264,6 +264,15 @@ async fn admits(
 ) -> Result<Grant, String> {
     if plain && rules.tls {
         return Err("server.ssl is on, and this client is in the clear".into());
+    }
+    if let Some(w) = &who {
+        let pooled = matches!(w.role, tls::Role::Server | tls::Role::Admin);
+        if pooled && !rules.pool.is_empty() && !rules.pool.contains(&tls::hex(&w.fingerprint)) {
+            return Err(
+                "its certificate is not one the pool takes (its server left the pool, or it was made after)"
+                    .into(),
+            );
+        }
     }
     if internal {
         return Ok(Grant::default());

@@ -99,7 +99,7 @@ impl Daemon {
             Err(e) => return err(e),
         };
         if options_only {
-            return Response::VolDesc(volgen::options_only(&st.volumes[name]));
+            return Response::VolDesc(volgen::options_only(&st, &st.volumes[name]));
         }
         match self.desc(name) {
             Some(d) => Response::VolDesc((*d).clone()),

@@ -442,3 +442,43 @@ impl Daemon {
         }
     }
 }
+
+impl Daemon {
+    /// Keeps this server's certificates on record in the pool's state
+    /// (`ClusterState::certs`): at its first start, after it joined or left
+    /// a pool, and once after an upgrade from before they were recorded.
+    /// The pool takes no other server or administrator certificate.
+    pub(super) async fn register_certs(self: Arc<Self>) {
+        let mut state = self.changed.subscribe();
+        loop {
+            let mine = match authority::fingerprints(&self.cfg.state_dir) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!("cannot read this server's certificates: {e}");
+                    return;
+                }
+            };
+            let recorded = {
+                let st = self.state.lock().unwrap();
+                st.certs.get(&st.uuid) == Some(&mine)
+            };
+            if !recorded {
+                let req = Request::RegisterCerts {
+                    uuid: self.me.uuid.clone(),
+                    certs: mine,
+                };
+                match self.clone().change_anywhere(req).await {
+                    Ok(_) => tracing::info!("this server's certificates are on record in the pool"),
+                    Err(e) => {
+                        tracing::warn!("this server's certificates are not on record yet: {e}");
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        continue;
+                    }
+                }
+            }
+            if state.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}

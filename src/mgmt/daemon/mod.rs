@@ -175,6 +175,7 @@ impl Daemon {
         tokio::spawn(d.clone().heartbeats());
         tokio::spawn(d.clone().follow_state());
         tokio::spawn(d.clone().report_ports());
+        tokio::spawn(d.clone().register_certs());
         tokio::spawn(d.clone().resume_tasks());
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), id = d.consensus.id(), "management daemon started");
         let d2 = d.clone();
@@ -285,6 +286,7 @@ impl Daemon {
                 uuid: st.uuid.clone(),
                 peers,
                 volumes: a.state.volumes.clone(),
+                certs: a.state.certs.clone(),
             });
         }
         self.changed.send_modify(|n| *n += 1);
@@ -378,6 +380,15 @@ impl Daemon {
                 }
             };
         };
+        if matches!(who.role, tls::Role::Server | tls::Role::Admin) {
+            let pool = self.state.lock().unwrap().pool_certs();
+            if pool.is_some_and(|p| !p.contains(&tls::hex(&who.fingerprint))) {
+                return Err(
+                    "this certificate is not one the pool takes (its server left the pool, or it was made after)"
+                        .into(),
+                );
+            }
+        }
         match who.role {
             tls::Role::Server => Ok(()),
             tls::Role::Admin => match req {
@@ -385,6 +396,7 @@ impl Daemon {
                 | Request::Heartbeat { .. }
                 | Request::Leave
                 | Request::Leader(_)
+                | Request::RegisterCerts { .. }
                 | Request::ReadIndex => Err("only the pool's servers send this".into()),
                 _ => Ok(()),
             },
@@ -739,6 +751,7 @@ impl Daemon {
                 tracing::info!(leader = %me.host, "joining a pool: took its certificate authority");
                 Response::Joined {
                     me: self.me.clone(),
+                    certs: authority::fingerprints(&self.cfg.state_dir).unwrap_or_default(),
                 }
             }
             Request::PeerToken => match authority::join_token(&self.cfg.state_dir) {

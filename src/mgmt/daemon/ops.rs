@@ -129,8 +129,8 @@ impl Daemon {
                 )
                 .await
                 .map_err(|e| format!("Probe returned with {e}"))?;
-                let me = match resp {
-                    Response::Joined { me } => me,
+                let (me, certs) = match resp {
+                    Response::Joined { me, certs } => (me, certs),
                     Response::Err(e) => return Err(format!("Probe refused: {e}")),
                     other => {
                         return Err(format!("Probe returned with unexpected answer {other:?}"))
@@ -144,6 +144,13 @@ impl Daemon {
                 if let Some(old) = known {
                     self.remove_member(&old).await?;
                 }
+                // Its certificates are the pool's before it is a member:
+                // the pool never takes any certificate of its CA meanwhile.
+                self.execute(Command::SetCerts {
+                    uuid: peer.uuid.clone(),
+                    certs,
+                })
+                .await?;
                 let joined = t0.elapsed().as_millis();
                 self.consensus
                     .add_learner(peer)
@@ -367,6 +374,14 @@ impl Daemon {
                     .await?;
                 Ok(String::new())
             }
+            Request::RegisterCerts { uuid, certs } => {
+                // (Asked again by a server that looked before the state
+                // reached it: nothing to change, nothing written.)
+                if self.state.lock().unwrap().certs.get(&uuid) != Some(&certs) {
+                    self.execute(Command::SetCerts { uuid, certs }).await?;
+                }
+                Ok(String::new())
+            }
             Request::BrickPort {
                 volume,
                 host,
@@ -443,6 +458,17 @@ impl Daemon {
             .await
             .map_err(|e| format!("{} could not be taken out of the pool: {e}", peer.host))?;
         self.refresh();
+        // Its certificates are no longer taken (the daemons here stopped
+        // taking them with the membership; this tells the bricks).
+        if let Err(e) = self
+            .execute(Command::SetCerts {
+                uuid: peer.uuid.clone(),
+                certs: Vec::new(),
+            })
+            .await
+        {
+            tracing::warn!(peer = %peer.host, "its certificates are still on record: {e}");
+        }
         Ok(())
     }
 

@@ -664,19 +664,23 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
     });
 }
 
-/// What the daemon at `c` answers `pool list` sent with the credential in
-/// `file`: Ok, or the error shown.
-fn pool_list_with(c: &Cluster, file: &std::path::Path) -> Result<(), String> {
+/// What the daemon at `c` answers the CLI's `args` sent with the
+/// credential in `file`: its output, or the error shown.
+fn cli_with(c: &Cluster, file: &std::path::Path, args: &[&str]) -> Result<String, String> {
     let o = std::process::Command::new(BIN)
         .args(["--server", &c.server(), "--credential"])
         .arg(file)
-        .args(["pool", "list"])
+        .args(args)
         .output()
         .unwrap();
     match o.status.success() {
-        true => Ok(()),
+        true => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
         false => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
     }
+}
+
+fn pool_list_with(c: &Cluster, file: &std::path::Path) -> Result<String, String> {
+    cli_with(c, file, &["pool", "list"])
 }
 
 /// What a brick answers a handshake made with the credential in `file`.
@@ -752,4 +756,66 @@ fn a_detached_servers_certificates_and_any_it_makes_after_are_refused() {
         std::fs::read_to_string(bricks[0].join("after")).unwrap(),
         "still served\n"
     );
+}
+
+#[test]
+fn administrator_credentials_read_only_or_not_and_revoked() {
+    let c = Cluster::start();
+    c.volume("pc", 1, &["p1"]);
+    let (ro, rw) = (c.path("watcher.pem"), c.path("ops.pem"));
+    for (name, access, file) in [("watcher", "ro", &ro), ("ops", "rw", &rw)] {
+        c.ok(&[
+            "pool",
+            "credentials",
+            "create",
+            name,
+            access,
+            "--out",
+            file.to_str().unwrap(),
+        ]);
+        assert_eq!(ok(&format!("stat -c %a {}", file.display())).trim(), "600");
+    }
+    c.fails(&["pool", "credentials", "create", "x", "--as", "1000"]);
+    let list = c.ok(&["pool", "credentials", "list"]);
+    assert!(list.contains("watcher") && list.contains("ops"), "{list}");
+
+    // Read-only: looks, changes nothing, mounts nothing.
+    let info = cli_with(&c, &ro, &["volume", "info", "pc"]).expect("info");
+    assert!(info.contains("pc"), "{info}");
+    cli_with(&c, &ro, &["volume", "status", "pc"]).expect("status");
+    cli_with(&c, &ro, &["pool", "credentials", "list"]).expect("list");
+    for change in [
+        &["volume", "set", "pc", "performance.io-cache", "off"][..],
+        &["peer", "token"],
+        &["pool", "credentials", "create", "more"],
+        &["volume", "credentials", "pc", "create", "laptop"],
+    ] {
+        let e = cli_with(&c, &ro, change).expect_err("refused");
+        assert!(e.contains("may not change"), "{change:?}: {e}");
+    }
+    assert!(!c
+        .ok(&["volume", "get", "pc", "performance.io-cache"])
+        .contains("off"));
+    let why = c
+        .try_mount("pc", &[], &[&format!("credential={}", ro.display())])
+        .err()
+        .expect("refused");
+    assert!(why.contains("does not mount"), "{why}");
+
+    // Read-write: an administrator's.
+    cli_with(
+        &c,
+        &rw,
+        &["volume", "set", "pc", "performance.io-cache", "off"],
+    )
+    .expect("set");
+
+    // Revoked: refused from then on.
+    c.ok(&["pool", "credentials", "revoke", "watcher"]);
+    c.ok(&["pool", "credentials", "revoke", "ops"]);
+    let e = cli_with(&c, &ro, &["volume", "info", "pc"]).expect_err("revoked");
+    assert!(e.contains("not one of the pool's"), "{e}");
+    let e = cli_with(&c, &rw, &["volume", "info", "pc"]).expect_err("revoked");
+    assert!(e.contains("not one the pool takes"), "{e}");
+    c.ok(&["volume", "info", "pc"]);
 }

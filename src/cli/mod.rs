@@ -195,6 +195,70 @@ pub enum VolumeCmd {
     },
 }
 
+/// `volume credentials` and `pool credentials`: issues (to standard
+/// output or a new file of mode 0600), lists or revokes, asking with
+/// `request`.
+async fn credentials(
+    server: &Server,
+    out: &Out,
+    what: &str,
+    name: &str,
+    op: CredentialCmd,
+    request: impl Fn(rpc::CredentialOp) -> Request,
+) -> anyhow::Result<()> {
+    let (op, out_file) = match op {
+        CredentialCmd::Create {
+            cred,
+            access,
+            as_user,
+            out,
+        } => (
+            rpc::CredentialOp::Create {
+                name: cred,
+                read_only: access.as_deref() == Some("ro"),
+                identity: as_user,
+            },
+            out,
+        ),
+        CredentialCmd::List => (rpc::CredentialOp::List, None),
+        CredentialCmd::Revoke { cred } => (rpc::CredentialOp::Revoke { name: cred }, None),
+    };
+    let create = matches!(op, rpc::CredentialOp::Create { .. });
+    match ask(server, request(op)).await? {
+        Response::Credentials(list) => {
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                print!("{}", format::credentials(&list));
+            }
+            Ok(())
+        }
+        Response::Ok(pem) if create => match out_file {
+            Some(f) => {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&f)
+                    .and_then(|mut file| file.write_all(pem.as_bytes()))
+                    .map_err(|e| fail(what, name, &format!("cannot write {}: {e}", f.display())))?;
+                out.done(
+                    what,
+                    name,
+                    Response::Ok(format!("credential written to {}", f.display())),
+                )
+            }
+            None => {
+                print!("{pem}");
+                Ok(())
+            }
+        },
+        r => out.done(what, name, r),
+    }
+}
+
 /// `UID` or `UID:GID`, numbers.
 fn parse_identity(s: &str) -> Result<(u32, u32), String> {
     let num = |n: &str| {
@@ -261,6 +325,13 @@ pub enum PeerCmd {
 pub enum PoolCmd {
     /// List the servers of the pool, this one included.
     List,
+    /// Administrator credentials, for the CLI away from the servers: rw may
+    /// do anything an administrator may, ro only look (info, status,
+    /// lists, heal info); neither mounts (docs/security.md).
+    Credentials {
+        #[command(subcommand)]
+        op: CredentialCmd,
+    },
 }
 
 #[derive(Args)]
@@ -729,70 +800,13 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             VolumeCmd::Credentials { name, op } => {
-                let what = "volume credentials";
-                let (op, out_file) = match op {
-                    CredentialCmd::Create {
-                        cred,
-                        access,
-                        as_user,
-                        out,
-                    } => (
-                        rpc::CredentialOp::Create {
-                            name: cred,
-                            read_only: access.as_deref() == Some("ro"),
-                            identity: as_user,
-                        },
-                        out,
-                    ),
-                    CredentialCmd::List => (rpc::CredentialOp::List, None),
-                    CredentialCmd::Revoke { cred } => {
-                        (rpc::CredentialOp::Revoke { name: cred }, None)
-                    }
-                };
-                let create = matches!(op, rpc::CredentialOp::Create { .. });
-                let r = ask(
-                    &server,
+                credentials(&server, &out, "volume credentials", &name, op, |op| {
                     Request::VolumeCredentials {
                         name: name.clone(),
                         op,
-                    },
-                )
-                .await?;
-                match r {
-                    Response::Credentials(list) => {
-                        if out.json {
-                            println!("{}", serde_json::to_string_pretty(&list)?);
-                        } else {
-                            print!("{}", format::credentials(&list));
-                        }
-                        Ok(())
                     }
-                    Response::Ok(pem) if create => match out_file {
-                        Some(f) => {
-                            use std::io::Write;
-                            use std::os::unix::fs::OpenOptionsExt;
-                            std::fs::OpenOptions::new()
-                                .write(true)
-                                .create_new(true)
-                                .mode(0o600)
-                                .open(&f)
-                                .and_then(|mut file| file.write_all(pem.as_bytes()))
-                                .map_err(|e| {
-                                    fail(what, &name, &format!("cannot write {}: {e}", f.display()))
-                                })?;
-                            out.done(
-                                what,
-                                &name,
-                                Response::Ok(format!("credential written to {}", f.display())),
-                            )
-                        }
-                        None => {
-                            print!("{pem}");
-                            Ok(())
-                        }
-                    },
-                    r => out.done(what, &name, r),
-                }
+                })
+                .await
             }
             VolumeCmd::Reset { name, key } => {
                 let r = ask(
@@ -983,6 +997,12 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 other => Err(fail("peer status", "", &format!("{other:?}"))),
             },
         },
+        Cmd::Pool(PoolCmd::Credentials { op }) => {
+            credentials(&server, &out, "pool credentials", "", op, |op| {
+                Request::PoolCredentials { op }
+            })
+            .await
+        }
         Cmd::Pool(PoolCmd::List) => match ask(&server, Request::PeerList).await? {
             Response::Peers { me, states, .. } => {
                 if out.json {

@@ -124,6 +124,12 @@ pub enum Command {
         volume: String,
         name: String,
     },
+    /// An administrator credential issued (its name is new).
+    AddOperator(IssuedCredential),
+    /// An administrator credential revoked.
+    RevokeOperator {
+        name: String,
+    },
     /// The certificates server `uuid` presents (none: it left the pool).
     /// Every volume's bricks learn the pool's new list.
     SetCerts {
@@ -156,6 +162,8 @@ impl Command {
             Command::AddCredential { .. } => "AddCredential",
             Command::RevokeCredential { .. } => "RevokeCredential",
             Command::SetCerts { .. } => "SetCerts",
+            Command::AddOperator(_) => "AddOperator",
+            Command::RevokeOperator { .. } => "RevokeOperator",
         }
     }
 
@@ -204,6 +212,28 @@ impl Command {
                 let v = st.volumes.get_mut(name).unwrap();
                 v.options.extend(options.iter().cloned());
                 v.version += 1;
+            }
+            Command::AddOperator(credential) => {
+                if st.operators.iter().any(|c| c.name == credential.name) {
+                    return Err(format!(
+                        "The pool already has a credential named {}",
+                        credential.name
+                    ));
+                }
+                st.operators.push(credential.clone());
+                for v in st.volumes.values_mut() {
+                    v.version += 1;
+                }
+            }
+            Command::RevokeOperator { name } => {
+                let before = st.operators.len();
+                st.operators.retain(|c| &c.name != name);
+                if st.operators.len() == before {
+                    return Err(format!("The pool has no credential named {name}"));
+                }
+                for v in st.volumes.values_mut() {
+                    v.version += 1;
+                }
             }
             Command::SetCerts { uuid, certs } => {
                 if certs.is_empty() {

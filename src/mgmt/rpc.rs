@@ -166,6 +166,11 @@ pub enum Request {
     LocalStatus {
         volume: String,
     },
+    /// `pool credentials create|list|revoke`: administrator credentials
+    /// (read-only ones too) issued for use away from the servers.
+    PoolCredentials {
+        op: CredentialOp,
+    },
     /// The certificates (SHA-256, hex) server `uuid` presents now: a
     /// change, passed to the leader; sent by the server itself.
     RegisterCerts {
@@ -339,6 +344,29 @@ pub enum CredentialOp {
     Revoke {
         name: String,
     },
+}
+
+impl Request {
+    /// Whether it only asks (what a read-only administrator may send).
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            Request::PeerList
+            | Request::VolumeInfo { .. }
+            | Request::VolumeStatus { .. }
+            | Request::VolumeClients { .. }
+            | Request::GetVolDesc { .. }
+            | Request::Portmap { .. } => true,
+            Request::VolumeCredentials { op, .. } | Request::PoolCredentials { op } => {
+                matches!(op, CredentialOp::List)
+            }
+            Request::Heal { op, .. } => matches!(
+                op,
+                HealOp::Info | HealOp::InfoSummary | HealOp::InfoSplitBrain | HealOp::Statistics
+            ),
+            Request::Fresh(inner) => inner.is_read_only(),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -709,6 +737,39 @@ pub fn mgmt_addr(host: &str, port: u16) -> String {
 #[cfg(test)]
 mod line_tests {
     use super::*;
+
+    #[test]
+    fn a_read_only_administrator_may_ask_and_not_change() {
+        let name = || "v".to_string();
+        let looks = [
+            Request::PeerList,
+            Request::VolumeInfo { name: None },
+            Request::VolumeStatus { name: Some(name()) },
+            Request::PoolCredentials {
+                op: CredentialOp::List,
+            },
+            Request::Heal {
+                name: name(),
+                op: HealOp::InfoSummary,
+            },
+            Request::Fresh(Box::new(Request::VolumeInfo { name: None })),
+        ];
+        let changes = [
+            Request::PeerToken,
+            Request::VolumeStop { name: name() },
+            Request::Heal {
+                name: name(),
+                op: HealOp::Full,
+            },
+            Request::PoolCredentials {
+                op: CredentialOp::Revoke { name: name() },
+            },
+            Request::Fresh(Box::new(Request::VolumeDelete { name: name() })),
+            Request::Leave,
+        ];
+        assert!(looks.iter().all(Request::is_read_only));
+        assert!(!changes.iter().any(Request::is_read_only));
+    }
 
     #[tokio::test]
     async fn lines_are_read_within_their_limit_and_time() {

@@ -635,6 +635,10 @@ pub struct ClusterState {
     /// its administrator's), by uuid (docs/security.md).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub certs: BTreeMap<String, Vec<String>>,
+    /// Administrator credentials issued for use away from the servers
+    /// (`pool credentials`; read-only ones too). Revoked by removal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operators: Vec<IssuedCredential>,
 }
 
 impl ClusterState {
@@ -652,7 +656,21 @@ impl ClusterState {
         for uuid in self.peers.iter().map(|p| &p.uuid).chain([&self.uuid]) {
             out.extend(self.certs.get(uuid)?.iter().cloned());
         }
+        out.extend(
+            self.operators
+                .iter()
+                .filter(|o| !o.read_only)
+                .map(|o| o.fingerprint.clone()),
+        );
         Some(out)
+    }
+
+    /// Whether a read-only administrator's certificate is one the pool
+    /// issued and did not revoke.
+    pub fn is_reader(&self, fingerprint: &str) -> bool {
+        self.operators
+            .iter()
+            .any(|o| o.read_only && o.fingerprint == fingerprint)
     }
 
     /// Gives each of `bricks` that has none the lowest port from

@@ -266,6 +266,9 @@ async fn admits(
         return Err("server.ssl is on, and this client is in the clear".into());
     }
     if let Some(w) = &who {
+        if w.role == tls::Role::Reader {
+            return Err("a read-only administrator credential does not mount".into());
+        }
         let pooled = matches!(w.role, tls::Role::Server | tls::Role::Admin);
         if pooled && !rules.pool.is_empty() && !rules.pool.contains(&tls::hex(&w.fingerprint)) {
             return Err(

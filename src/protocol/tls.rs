@@ -29,6 +29,9 @@ use tokio::net::TcpStream;
 pub const SERVER_NAME: &str = "server.mortar";
 /// The name of an administrator's certificate.
 pub const ADMIN_NAME: &str = "admin.mortar";
+/// The name of a read-only administrator's certificate (`pool credentials
+/// create NAME ro`): it may look, not change.
+pub const READER_NAME: &str = "reader.mortar";
 /// The name of a volume's client credential (`volume credentials`): which
 /// volume, and whether read-only, the pool's state says by its
 /// fingerprint.
@@ -130,6 +133,9 @@ pub enum Role {
     /// A client of one volume (`volume credentials VOL create NAME`): it
     /// may mount that volume and nothing else.
     Client,
+    /// A read-only administrator (`pool credentials create NAME ro`): it
+    /// may ask what the CLI shows, change nothing, mount nothing.
+    Reader,
 }
 
 impl Role {
@@ -138,6 +144,7 @@ impl Role {
             Role::Server => "server",
             Role::Admin => "admin",
             Role::Client => "client",
+            Role::Reader => "reader",
         }
     }
 }
@@ -170,6 +177,8 @@ pub fn role_of(cert: &CertificateDer<'_>) -> Option<Role> {
         Some(Role::Admin)
     } else if valid(CLIENT_NAME) {
         Some(Role::Client)
+    } else if valid(READER_NAME) {
+        Some(Role::Reader)
     } else {
         None
     }

@@ -287,6 +287,7 @@ impl Daemon {
                 peers,
                 volumes: a.state.volumes.clone(),
                 certs: a.state.certs.clone(),
+                operators: a.state.operators.clone(),
             });
         }
         self.changed.send_modify(|n| *n += 1);
@@ -390,6 +391,20 @@ impl Daemon {
             }
         }
         match who.role {
+            tls::Role::Reader => {
+                let fp = tls::hex(&who.fingerprint);
+                if !self.state.lock().unwrap().is_reader(&fp) {
+                    return Err(
+                        "this read-only credential is not one of the pool's (revoked?)".into(),
+                    );
+                }
+                match req.is_read_only() {
+                    true => Ok(()),
+                    false => {
+                        Err("a read-only administrator credential may not change anything".into())
+                    }
+                }
+            }
             tls::Role::Server => Ok(()),
             tls::Role::Admin => match req {
                 Request::Raft(_)
@@ -596,6 +611,9 @@ impl Daemon {
                 self.seen(&from);
                 self.heard_table()
             }
+            Request::PoolCredentials {
+                op: rpc::CredentialOp::List,
+            } => Response::Credentials(self.state.lock().unwrap().operators.clone()),
             Request::VolumeCredentials {
                 name,
                 op: rpc::CredentialOp::List,

@@ -374,6 +374,63 @@ impl Daemon {
                     .await?;
                 Ok(String::new())
             }
+            Request::PoolCredentials { op } => match op {
+                rpc::CredentialOp::Create {
+                    name,
+                    read_only,
+                    identity,
+                } => {
+                    if identity.is_some() {
+                        return Err("--as is for a volume's client credentials".into());
+                    }
+                    if !valid_name(&name) {
+                        return Err(format!(
+                            "{name:?} is not a credential name: letters, digits, - and _, at most 64"
+                        ));
+                    }
+                    if self
+                        .state
+                        .lock()
+                        .unwrap()
+                        .operators
+                        .iter()
+                        .any(|c| c.name == name)
+                    {
+                        return Err(format!("The pool already has a credential named {name}"));
+                    }
+                    use crate::protocol::tls;
+                    let (role, what) = match read_only {
+                        true => (tls::READER_NAME, "read-only administrator"),
+                        false => (tls::ADMIN_NAME, "administrator"),
+                    };
+                    let pem = crate::mgmt::authority::issue(
+                        &self.cfg.state_dir,
+                        role,
+                        &format!("{what} {name}"),
+                    )?;
+                    let issued = tls::Credential::from_pem(pem.as_bytes())?;
+                    self.execute(Command::AddOperator(crate::mgmt::state::IssuedCredential {
+                        name: name.clone(),
+                        fingerprint: tls::hex(&tls::fingerprint(&issued.cert)),
+                        read_only,
+                        identity: None,
+                        issued: std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_secs())
+                            .unwrap_or(0),
+                    }))
+                    .await?;
+                    tracing::info!(credential = %name, read_only, "administrator credential issued");
+                    Ok(pem)
+                }
+                rpc::CredentialOp::Revoke { name } => {
+                    self.execute(Command::RevokeOperator { name: name.clone() })
+                        .await?;
+                    tracing::info!(credential = %name, "administrator credential revoked");
+                    Ok(String::new())
+                }
+                rpc::CredentialOp::List => Err("not a change".into()),
+            },
             Request::RegisterCerts { uuid, certs } => {
                 // (Asked again by a server that looked before the state
                 // reached it: nothing to change, nothing written.)

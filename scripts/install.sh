@@ -15,4 +15,12 @@ ln -sf /usr/local/sbin/mortar /sbin/mount.mortar
 # mount.fuse.mortar.
 ln -sf /usr/local/sbin/mortar /sbin/mount.fuse.mortar
 mkdir -p /var/log/mortar /var/lib/mortar
-echo "installed /usr/local/sbin/mortar, /usr/local/sbin/mortar-brick, /sbin/mount.mortar and /sbin/mount.fuse.mortar"
+# The daemon's unit: restarted after a crash, its bricks running on.
+install -D -m 0644 packaging/systemd/mortar.service /etc/systemd/system/mortar.service
+echo "installed /usr/local/sbin/mortar, /usr/local/sbin/mortar-brick, /sbin/mount.mortar, /sbin/mount.fuse.mortar and /etc/systemd/system/mortar.service"
+if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+    echo "start the daemon with: systemctl enable --now mortar"
+else
+    echo "systemd does not run here: start the daemon with: mortar daemon &"
+fi

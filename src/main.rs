@@ -75,6 +75,11 @@ fn main() -> ExitCode {
                     state_dir: a.state_dir.clone(),
                 })
                 .await
+                .inspect_err(|e| {
+                    // Its bricks run on; a supervisor (the systemd unit)
+                    // starts it again, and it adopts them.
+                    tracing::error!("the management daemon exits: {e:#}")
+                })
             })
         }
         Cmd::Brick(ref a) => mortar::mgmt::brick::main(a),

@@ -221,9 +221,7 @@ impl Command {
                     ));
                 }
                 st.operators.push(credential.clone());
-                for v in st.volumes.values_mut() {
-                    v.version += 1;
-                }
+                st.pool_changed();
             }
             Command::RevokeOperator { name } => {
                 let before = st.operators.len();
@@ -231,9 +229,7 @@ impl Command {
                 if st.operators.len() == before {
                     return Err(format!("The pool has no credential named {name}"));
                 }
-                for v in st.volumes.values_mut() {
-                    v.version += 1;
-                }
+                st.pool_changed();
             }
             Command::SetCerts { uuid, certs } => {
                 if certs.is_empty() {
@@ -241,9 +237,7 @@ impl Command {
                 } else {
                     st.certs.insert(uuid.clone(), certs.clone());
                 }
-                for v in st.volumes.values_mut() {
-                    v.version += 1;
-                }
+                st.pool_changed();
             }
             Command::AddCredential {
                 volume: name,

@@ -665,6 +665,15 @@ impl ClusterState {
         Some(out)
     }
 
+    /// The pool's certificates or administrator credentials changed: every
+    /// volume's version moves on, so that its bricks (which follow their
+    /// volume) learn the new list.
+    pub fn pool_changed(&mut self) {
+        for v in self.volumes.values_mut() {
+            v.version += 1;
+        }
+    }
+
     /// Whether a read-only administrator's certificate is one the pool
     /// issued and did not revoke.
     pub fn is_reader(&self, fingerprint: &str) -> bool {

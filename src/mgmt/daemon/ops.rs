@@ -316,33 +316,18 @@ impl Daemon {
                     identity,
                 } => {
                     let v = self.volume(&name)?;
-                    if !valid_name(&cred) {
-                        return Err(format!(
-                            "{cred:?} is not a credential name: letters, digits, - and _, at most 64"
-                        ));
-                    }
                     if v.credentials.iter().any(|c| c.name == cred) {
                         return Err(format!(
                             "Volume {name} already has a credential named {cred}"
                         ));
                     }
-                    use crate::protocol::tls;
-                    let pem = crate::mgmt::authority::issue(
-                        &self.cfg.state_dir,
-                        tls::CLIENT_NAME,
+                    let (pem, credential) = self.issue_credential(
+                        &cred,
+                        crate::protocol::tls::CLIENT_NAME,
                         &format!("client {cred} of volume {name}"),
-                    )?;
-                    let issued = tls::Credential::from_pem(pem.as_bytes())?;
-                    let credential = crate::mgmt::state::IssuedCredential {
-                        name: cred.clone(),
-                        fingerprint: tls::hex(&tls::fingerprint(&issued.cert)),
                         read_only,
                         identity,
-                        issued: std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs())
-                            .unwrap_or(0),
-                    };
+                    )?;
                     self.execute(Command::AddCredential {
                         volume: name.clone(),
                         credential,
@@ -383,11 +368,6 @@ impl Daemon {
                     if identity.is_some() {
                         return Err("--as is for a volume's client credentials".into());
                     }
-                    if !valid_name(&name) {
-                        return Err(format!(
-                            "{name:?} is not a credential name: letters, digits, - and _, at most 64"
-                        ));
-                    }
                     if self
                         .state
                         .lock()
@@ -403,23 +383,14 @@ impl Daemon {
                         true => (tls::READER_NAME, "read-only administrator"),
                         false => (tls::ADMIN_NAME, "administrator"),
                     };
-                    let pem = crate::mgmt::authority::issue(
-                        &self.cfg.state_dir,
+                    let (pem, credential) = self.issue_credential(
+                        &name,
                         role,
                         &format!("{what} {name}"),
-                    )?;
-                    let issued = tls::Credential::from_pem(pem.as_bytes())?;
-                    self.execute(Command::AddOperator(crate::mgmt::state::IssuedCredential {
-                        name: name.clone(),
-                        fingerprint: tls::hex(&tls::fingerprint(&issued.cert)),
                         read_only,
-                        identity: None,
-                        issued: std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs())
-                            .unwrap_or(0),
-                    }))
-                    .await?;
+                        None,
+                    )?;
+                    self.execute(Command::AddOperator(credential)).await?;
                     tracing::info!(credential = %name, read_only, "administrator credential issued");
                     Ok(pem)
                 }
@@ -499,6 +470,38 @@ impl Daemon {
 
     /// Takes a server out of the pool's membership (a voter gives its
     /// vote to another server first).
+    /// Issues a credential named `name` (checked) for `role` from this
+    /// server's CA: its PEM, for the caller only, and what the pool's
+    /// state keeps of it.
+    fn issue_credential(
+        &self,
+        name: &str,
+        role: &str,
+        label: &str,
+        read_only: bool,
+        identity: Option<(u32, u32)>,
+    ) -> Result<(String, crate::mgmt::state::IssuedCredential), String> {
+        use crate::protocol::tls;
+        if !valid_name(name) {
+            return Err(format!(
+                "{name:?} is not a credential name: letters, digits, - and _, at most 64"
+            ));
+        }
+        let pem = crate::mgmt::authority::issue(&self.cfg.state_dir, role, label)?;
+        let issued = tls::Credential::from_pem(pem.as_bytes())?;
+        let record = crate::mgmt::state::IssuedCredential {
+            name: name.to_string(),
+            fingerprint: tls::hex(&tls::fingerprint(&issued.cert)),
+            read_only,
+            identity,
+            issued: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        };
+        Ok((pem, record))
+    }
+
     async fn remove_member(&self, peer: &Peer) -> Result<(), String> {
         let id = consensus::node_id(&peer.uuid);
         if self.consensus.roles().0.contains(&id) {

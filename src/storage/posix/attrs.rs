@@ -81,15 +81,7 @@ impl Posix {
                         if e.is(libc::EPERM)
                             && kind == FileKind::File
                             && only_clears_set_id(st.st_mode, mode)
-                            && as_caller(cx, || {
-                                Ok(rfs::accessat(
-                                    rfs::CWD,
-                                    proc_path(&*fd),
-                                    rfs::Access::WRITE_OK,
-                                    AtFlags::EACCESS,
-                                )?)
-                            })
-                            .is_ok() =>
+                            && as_caller(cx, || may_write(fd.as_fd())).is_ok() =>
                     {
                         chmod()?
                     }
@@ -98,13 +90,7 @@ impl Posix {
             }
         }
         if let Some(size) = set.size {
-            if kind != FileKind::File {
-                return Err(FsError::errno(if kind == FileKind::Dir {
-                    libc::EISDIR
-                } else {
-                    libc::EINVAL
-                }));
-            }
+            must_be_file(kind)?;
             let opened = as_caller(cx, || {
                 Ok(std::fs::OpenOptions::new()
                     .write(true)
@@ -182,12 +168,7 @@ impl Posix {
     ) -> FsResult<()> {
         as_caller(cx, || {
             if identity::switches(cx) && is_distribute_xattr(name) {
-                rfs::accessat(
-                    rfs::CWD,
-                    proc_path(fd),
-                    rfs::Access::WRITE_OK,
-                    AtFlags::EACCESS,
-                )?;
+                may_write(fd)?;
             }
             change()
         })

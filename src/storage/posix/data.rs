@@ -83,14 +83,7 @@ impl Posix {
         // The caller cannot search `.mortar/`: the object is reached by the
         // brick, and opened again through its descriptor by the caller.
         let fd = self.resolve(gfid)?;
-        let kind = FileKind::from_mode(rfs::fstat(&*fd)?.st_mode);
-        if kind != FileKind::File {
-            return Err(FsError::errno(if kind == FileKind::Dir {
-                libc::EISDIR
-            } else {
-                libc::EINVAL
-            }));
-        }
+        must_be_file(FileKind::from_mode(rfs::fstat(&*fd)?.st_mode))?;
         let oflags = self.brick_flags(flags, OPEN_KEEP);
         let f = as_caller(cx, || {
             Ok(no_atime(oflags | OFlags::CLOEXEC, |o| {

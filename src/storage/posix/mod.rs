@@ -179,6 +179,27 @@ fn unnamed(fds: &[(BorrowedFd<'_>, Gfid)]) -> Reply {
         .map_or(Reply::Ok, Reply::Unnamed)
 }
 
+/// EISDIR for a directory, EINVAL for anything else not a file: what
+/// opening or truncating it as a file answers.
+fn must_be_file(kind: FileKind) -> FsResult<()> {
+    match kind {
+        FileKind::File => Ok(()),
+        FileKind::Dir => Err(FsError::errno(libc::EISDIR)),
+        _ => Err(FsError::errno(libc::EINVAL)),
+    }
+}
+
+/// Whether the thread's identity may write the object open at `fd` (its
+/// mode and ACLs, as the kernel checks them).
+fn may_write(fd: BorrowedFd<'_>) -> FsResult<()> {
+    Ok(rfs::accessat(
+        rfs::CWD,
+        proc_path(fd),
+        rfs::Access::WRITE_OK,
+        AtFlags::EACCESS,
+    )?)
+}
+
 fn hidden(parent: Gfid, name: &Name) -> bool {
     parent == Gfid::ROOT && name.as_bytes() == META_DIR.as_bytes()
 }

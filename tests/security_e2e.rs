@@ -10,9 +10,7 @@ use std::time::Duration;
 /// A handshake sent by hand, with the server's administrator credential:
 /// what the brick answers.
 fn handshake(c: &Cluster, addr: &str, brick: &str) -> Msg {
-    let mut s = tls_connect(addr, &c.credential());
-    s.write_all(&hello_frame(brick)).unwrap();
-    read_msg(&mut s)
+    brick_handshake_with(addr, brick, &c.credential())
 }
 
 #[test]
@@ -514,13 +512,14 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
     let addr = brick_addr(&c, "id", 0);
     // (Made again for each step: a client by hand answers no recalls, and
     // the brick closes it when the mount changes what it looked at.)
-    let connect = || {
-        let mut s = tls_connect(&addr, &cred);
+    let connect_as = |cred: &std::path::Path| {
+        let mut s = tls_connect(&addr, cred);
         s.write_all(&hello_frame(&bricks[0].display().to_string()))
             .unwrap();
         assert!(matches!(read_msg(&mut s), Msg::Welcome { .. }));
         s
     };
+    let connect = || connect_as(&cred);
     let mut s = connect();
     let who = |uid: u32, internal: bool| Ctx {
         uid,
@@ -601,10 +600,7 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
     assert_eq!(owner(&bricks[0].join("open/bound")), (1234, 1235));
     let e = sh(&format!("cat {}", b.p("secret")));
     assert!(String::from_utf8_lossy(&e.stderr).contains("Permission denied"));
-    let mut h = tls_connect(&addr, &bound);
-    h.write_all(&hello_frame(&bricks[0].display().to_string()))
-        .unwrap();
-    assert!(matches!(read_msg(&mut h), Msg::Welcome { .. }));
+    let mut h = connect_as(&bound);
     assert_eq!(
         ask(&mut h, 1, who(0, true), read(anon)).unwrap_err(),
         libc::EACCES

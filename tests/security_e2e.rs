@@ -815,3 +815,158 @@ fn administrator_credentials_read_only_or_not_and_revoked() {
     assert!(e.contains("not one the pool takes"), "{e}");
     c.ok(&["volume", "info", "pc"]);
 }
+
+/// Kills brick `i` of `vol` and waits until its daemon started it again:
+/// every client's connection to it is new after.
+fn restart_brick(c: &Cluster, vol: &str, i: usize) {
+    let pid = brick_pid(c, vol, i);
+    ok(&format!("kill -9 {pid}"));
+    wait_brick_restarted(c, vol, i, pid);
+}
+
+/// Waits until a file written through `dir` reaches `brick`: the mount
+/// is connected to it again.
+fn wait_reaches(dir: &str, brick: &std::path::Path, what: &str) {
+    let mut n = 0;
+    wait_for(what, Duration::from_secs(30), || {
+        n += 1;
+        let name = format!("probe-{n}");
+        std::fs::write(format!("{dir}/{name}"), "x").is_ok() && brick.join(&name).exists()
+    });
+}
+
+#[test]
+fn certificates_rotate_while_mounts_go_on() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let a = Cluster::start();
+    let b = Cluster::start();
+    a.probe(&b);
+    let bricks = a.volume("rv", 2, &["r1", "r2"]);
+    let brick = bricks[0].display().to_string();
+    let addr = brick_addr(&a, "rv", 0);
+    let m = a.mount("rv");
+    let laptop = a.path("laptop.pem");
+    a.ok(&[
+        "volume",
+        "credentials",
+        "rv",
+        "create",
+        "laptop",
+        "--out",
+        laptop.to_str().unwrap(),
+    ]);
+    let with = |f: &std::path::Path| format!("credential={}", f.display());
+    let lm = a.try_mount("rv", &[], &[&with(&laptop)]).expect("mounts");
+    // Copies of what the servers and the laptop hold now.
+    let old = a.path("old");
+    std::fs::create_dir_all(&old).unwrap();
+    let keep = |from: std::path::PathBuf, name: &str| {
+        let to = old.join(name);
+        std::fs::copy(from, &to).unwrap();
+        to
+    };
+    let a_admin = keep(a.path("state/tls/admin.pem"), "a-admin.pem");
+    let a_server = keep(a.path("state/tls/server.pem"), "a-server.pem");
+    let b_server = keep(b.path("state/tls/server.pem"), "b-server.pem");
+    let old_laptop = keep(laptop.clone(), "laptop.pem");
+
+    // Both servers rotate while a program writes through the mount.
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, dir) = (stop.clone(), m.p(""));
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::write(format!("{dir}/w{n}"), n.to_string())
+                    .map_err(|e| format!("w{n}: {e}"))?;
+                n += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok::<usize, String>(n)
+        })
+    };
+    let said = a.ok(&["pool", "rotate-certs"]);
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap().expect("every write succeeded");
+    assert!(written > 10, "{written} writes");
+    for host in [&a.ip, &b.ip] {
+        assert!(
+            said.contains(&format!("{host}: certificates rotated")),
+            "{said}"
+        );
+    }
+    for (f, was) in [
+        (a.path("state/tls/admin.pem"), &a_admin),
+        (b.path("state/tls/server.pem"), &b_server),
+    ] {
+        assert_ne!(std::fs::read(&f).unwrap(), std::fs::read(was).unwrap());
+        assert_eq!(ok(&format!("stat -c %a {}", f.display())).trim(), "600");
+    }
+
+    // The old certificates: no new connection, to a daemon or a brick.
+    for cred in [&a_admin, &a_server, &b_server] {
+        let e = pool_list_with(&a, cred).expect_err("retired");
+        assert!(e.contains("not one the pool takes"), "{e}");
+    }
+    wait_for(
+        "the brick to refuse the retired certificate",
+        Duration::from_secs(20),
+        || {
+            matches!(brick_handshake_with(&addr, &brick, &a_admin),
+                Msg::Refused { reason } if reason.contains("replaced by a rotation"))
+        },
+    );
+    // The pool goes on with the new ones: a change through b reaches the
+    // leader, a new mount works.
+    b.ok(&["volume", "set", "rv", "performance.io-cache", "off"]);
+    assert!(a
+        .ok(&["volume", "get", "rv", "performance.io-cache"])
+        .contains("off"));
+    let fresh = a.mount("rv");
+    assert_eq!(std::fs::read_to_string(fresh.p("w0")).unwrap(), "0");
+    // The mount's connections opened before went on; new ones (its brick
+    // restarted) are made with the new credential its file holds.
+    restart_brick(&a, "rv", 0);
+    wait_reaches(
+        &m.p(""),
+        &bricks[0],
+        "the mount to reconnect with its new credential",
+    );
+
+    // A client credential rotated: the file replaced in place, the mount
+    // using it goes on and takes it for its next connection; the old one
+    // mounts no more.
+    a.ok(&[
+        "volume",
+        "credentials",
+        "rv",
+        "rotate",
+        "laptop",
+        "--out",
+        laptop.to_str().unwrap(),
+    ]);
+    assert_ne!(
+        std::fs::read(&laptop).unwrap(),
+        std::fs::read(&old_laptop).unwrap()
+    );
+    assert_eq!(
+        ok(&format!("stat -c %a {}", laptop.display())).trim(),
+        "600"
+    );
+    std::fs::write(lm.p("from-laptop"), "still\n").unwrap();
+    let why = a
+        .try_mount("rv", &[], &[&with(&old_laptop)])
+        .err()
+        .expect("refused");
+    assert!(why.contains("not one of volume rv's"), "{why}");
+    a.try_mount("rv", &[], &[&with(&laptop)])
+        .expect("the new one mounts");
+    restart_brick(&a, "rv", 0);
+    wait_reaches(
+        &lm.p(""),
+        &bricks[0],
+        "the laptop to reconnect with its new credential",
+    );
+    let list = a.ok(&["volume", "credentials", "rv", "list"]);
+    assert!(list.contains("laptop"), "{list}");
+}

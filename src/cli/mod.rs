@@ -222,8 +222,12 @@ async fn credentials(
         ),
         CredentialCmd::List => (rpc::CredentialOp::List, None),
         CredentialCmd::Revoke { cred } => (rpc::CredentialOp::Revoke { name: cred }, None),
+        CredentialCmd::Rotate { cred, out } => (rpc::CredentialOp::Rotate { name: cred }, out),
     };
-    let create = matches!(op, rpc::CredentialOp::Create { .. });
+    // A rotated credential's file is replaced (a mount that uses it takes
+    // the new one for its next connection); a new one's is new.
+    let replace = matches!(op, rpc::CredentialOp::Rotate { .. });
+    let create = replace || matches!(op, rpc::CredentialOp::Create { .. });
     match ask(server, request(op)).await? {
         Response::Credentials(list) => {
             if out.json {
@@ -235,14 +239,7 @@ async fn credentials(
         }
         Response::Ok(pem) if create => match out_file {
             Some(f) => {
-                use std::io::Write;
-                use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&f)
-                    .and_then(|mut file| file.write_all(pem.as_bytes()))
+                write_credential(&f, &pem, replace)
                     .map_err(|e| fail(what, name, &format!("cannot write {}: {e}", f.display())))?;
                 out.done(
                     what,
@@ -257,6 +254,34 @@ async fn credentials(
         },
         r => out.done(what, name, r),
     }
+}
+
+/// Writes a credential to a file of mode 0600: a new one, or (`replace`)
+/// one put in place of `f` at once, so that a process watching `f` reads
+/// the old credential or the new, whole.
+fn write_credential(f: &std::path::Path, pem: &str, replace: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let target = if replace {
+        let mut name = f.file_name().unwrap_or_default().to_os_string();
+        name.push(".new");
+        let tmp = f.with_file_name(name);
+        let _ = std::fs::remove_file(&tmp);
+        tmp
+    } else {
+        f.to_path_buf()
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&target)?;
+    file.write_all(pem.as_bytes())?;
+    file.sync_all()?;
+    if replace {
+        std::fs::rename(&target, f)?;
+    }
+    Ok(())
 }
 
 /// `UID` or `UID:GID`, numbers.
@@ -294,6 +319,18 @@ pub enum CredentialCmd {
     List,
     /// Revoke a credential: the bricks close its connections within seconds.
     Revoke { cred: String },
+    /// Issue a credential again, for the same access: a new key and
+    /// certificate. The one it replaces is retired: connections opened
+    /// with it go on, no new one is taken. A mount reads its credential
+    /// file again before each new connection: replace the file (--out does)
+    /// and it takes the new one.
+    Rotate {
+        cred: String,
+        /// Write it to this file (mode 0600), replacing the file at once if
+        /// there is one, instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -332,6 +369,11 @@ pub enum PoolCmd {
         #[command(subcommand)]
         op: CredentialCmd,
     },
+    /// Give every server of the pool (or HOST only) new certificates from
+    /// the pool's CA: its daemon's and bricks', and its local administrator
+    /// credential. New ones are put on record, then used; the old ones are
+    /// retired (no new connection is taken with them; those open go on).
+    RotateCerts { host: Option<String> },
 }
 
 #[derive(Args)]
@@ -1002,6 +1044,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 Request::PoolCredentials { op }
             })
             .await
+        }
+        Cmd::Pool(PoolCmd::RotateCerts { host }) => {
+            let r = ask(&server, Request::RotateCerts { host: host.clone() }).await?;
+            out.done("pool rotate-certs", host.as_deref().unwrap_or(""), r)
         }
         Cmd::Pool(PoolCmd::List) => match ask(&server, Request::PeerList).await? {
             Response::Peers { me, states, .. } => {

@@ -69,6 +69,11 @@ pub struct VolDesc {
     /// Only in the description bricks follow.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pool: Vec<String>,
+    /// Certificates of the pool's servers and administrators that a
+    /// rotation replaced: a brick keeps the connections opened with them,
+    /// and takes no new one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
 }
 
 /// One client credential of a volume, as its bricks know it.
@@ -82,4 +87,8 @@ pub struct ClientAccess {
     /// claims (None: as claimed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<(u32, u32)>,
+    /// A certificate its rotation replaced: the connections opened with
+    /// it go on, no new one is taken.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retired: bool,
 }

@@ -53,6 +53,7 @@ pub fn desc_over(sets: usize, replica: usize) -> VolDesc {
         top: XlDesc::new("cluster/distribute", "t-dht".into(), below),
         clients: Vec::new(),
         pool: Vec::new(),
+        retired: Vec::new(),
     }
 }
 

@@ -208,19 +208,52 @@ impl Authority {
     /// Issues this server's credentials (server and administrator) and a
     /// new join token secret, and writes them.
     fn issue_local(&self, state_dir: &Path, host: &str) -> Result<(), String> {
-        let d = dir(state_dir);
+        self.issue_own(host)?.save(state_dir)?;
         write_secret(
-            &d.join("server.pem"),
-            self.issue(SERVER_NAME, &format!("server {host}"))?
-                .as_bytes(),
-        )?;
-        write_secret(
-            &d.join("admin.pem"),
-            self.issue(ADMIN_NAME, &format!("administrator on {host}"))?
-                .as_bytes(),
-        )?;
-        write_secret(&d.join("join-token"), hex(&random(16)).as_bytes())
+            &dir(state_dir).join("join-token"),
+            hex(&random(16)).as_bytes(),
+        )
     }
+
+    /// New credentials for this server, not written yet.
+    fn issue_own(&self, host: &str) -> Result<OwnCredentials, String> {
+        Ok(OwnCredentials {
+            server: self.issue(SERVER_NAME, &format!("server {host}"))?,
+            admin: self.issue(ADMIN_NAME, &format!("administrator on {host}"))?,
+        })
+    }
+}
+
+/// A server's two credentials (PEM): its own, its administrator's.
+pub struct OwnCredentials {
+    server: String,
+    admin: String,
+}
+
+impl OwnCredentials {
+    /// Their certificates as the pool records them (as `fingerprints`).
+    pub fn fingerprints(&self) -> Result<Vec<String>, String> {
+        [&self.server, &self.admin]
+            .iter()
+            .map(|pem| {
+                Credential::from_pem(pem.as_bytes()).map(|c| tls::hex(&tls::fingerprint(&c.cert)))
+            })
+            .collect()
+    }
+
+    /// Writes them in place of the server's (each file replaced at once:
+    /// a process watching it reads the old or the new, whole).
+    pub fn save(&self, state_dir: &Path) -> Result<(), String> {
+        write_secret(&server_credential(state_dir), self.server.as_bytes())?;
+        write_secret(&admin_credential(state_dir), self.admin.as_bytes())
+    }
+}
+
+/// New credentials for this server from the pool's CA, for a rotation:
+/// written by the caller (`OwnCredentials::save`) once the pool has them
+/// on record.
+pub fn issue_own(state_dir: &Path, host: &str) -> Result<OwnCredentials, String> {
+    Authority::load(state_dir)?.issue_own(host)
 }
 
 /// Makes this server's CA and credentials if it has none (its first
@@ -386,7 +419,10 @@ mod tests {
                 tokio::spawn(async move {
                     use tokio::io::AsyncWriteExt;
                     if let Ok((mut s, peer)) = acceptor.accept(tcp).await {
-                        let _ = s.write_all(peer.unwrap().role.as_str().as_bytes()).await;
+                        let peer = peer.unwrap();
+                        let said =
+                            format!("{} {}", peer.role.as_str(), tls::hex(&peer.fingerprint));
+                        let _ = s.write_all(said.as_bytes()).await;
                         let _ = s.shutdown().await;
                     }
                 });
@@ -398,7 +434,15 @@ mod tests {
             let mut s = tls::connect(tcp).await?;
             let mut out = String::new();
             s.read_to_string(&mut out).await?;
-            Ok(out)
+            Ok(out.split(' ').next().unwrap_or_default().to_string())
+        }
+        async fn fingerprint_seen(addr: std::net::SocketAddr) -> String {
+            use tokio::io::AsyncReadExt;
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut s = tls::connect(tcp).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out.split(' ').nth(1).unwrap().to_string()
         }
         // The server's own credential is a client too.
         assert_eq!(ask(addr).await.unwrap(), "server");
@@ -414,5 +458,30 @@ mod tests {
             .unwrap();
         tls::install(&Credential::from_pem(expired.as_bytes()).unwrap()).unwrap();
         assert!(ask(addr).await.is_err());
+
+        // A credential file written anew (a rotation) is read again for
+        // the next connection; one that cannot be used is not.
+        let ca = Authority::load(a.path()).unwrap();
+        let file = a.path().join("mine.pem");
+        let write = |pem: &str| {
+            std::fs::write(file.with_extension("new"), pem).unwrap();
+            std::fs::rename(file.with_extension("new"), &file).unwrap();
+        };
+        let fp = |pem: &str| {
+            tls::hex(&tls::fingerprint(
+                &Credential::from_pem(pem.as_bytes()).unwrap().cert,
+            ))
+        };
+        let first = ca.issue(ADMIN_NAME, "first").unwrap();
+        write(&first);
+        tls::install_file(&file).unwrap();
+        assert_eq!(fingerprint_seen(addr).await, fp(&first));
+        let second = ca.issue(ADMIN_NAME, "second").unwrap();
+        write(&second);
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        assert_eq!(fingerprint_seen(addr).await, fp(&second));
+        write("not a credential");
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        assert_eq!(fingerprint_seen(addr).await, fp(&second));
     }
 }

@@ -135,6 +135,19 @@ pub enum Command {
     SetCerts {
         uuid: String,
         certs: Vec<String>,
+        /// A rotation's end: those it had on record and now lacks are
+        /// retired (its connections opened with them go on).
+        #[serde(default)]
+        retire: bool,
+    },
+    /// A credential issued again (`credentials rotate`): a new certificate
+    /// for the same name and grant; the one it replaces is retired. On
+    /// `volume`'s client credentials, or the pool's administrators' if None.
+    RotateCredential {
+        volume: Option<String>,
+        name: String,
+        fingerprint: String,
+        issued: u64,
     },
 }
 
@@ -162,6 +175,7 @@ impl Command {
             Command::AddCredential { .. } => "AddCredential",
             Command::RevokeCredential { .. } => "RevokeCredential",
             Command::SetCerts { .. } => "SetCerts",
+            Command::RotateCredential { .. } => "RotateCredential",
             Command::AddOperator(_) => "AddOperator",
             Command::RevokeOperator { .. } => "RevokeOperator",
         }
@@ -231,13 +245,54 @@ impl Command {
                 }
                 st.pool_changed();
             }
-            Command::SetCerts { uuid, certs } => {
-                if certs.is_empty() {
-                    st.certs.remove(uuid);
+            Command::SetCerts {
+                uuid,
+                certs,
+                retire,
+            } => {
+                let before = if certs.is_empty() {
+                    st.retired.remove(uuid);
+                    st.certs.remove(uuid)
                 } else {
-                    st.certs.insert(uuid.clone(), certs.clone());
+                    st.certs.insert(uuid.clone(), certs.clone())
+                };
+                if *retire {
+                    let gone: Vec<String> = before
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|c| !certs.contains(c))
+                        .collect();
+                    if !gone.is_empty() {
+                        st.retired.insert(uuid.clone(), gone);
+                    }
                 }
                 st.pool_changed();
+            }
+            Command::RotateCredential {
+                volume: name,
+                name: cred,
+                fingerprint,
+                issued,
+            } => {
+                let list = match name {
+                    Some(name) => {
+                        volume(st, name)?;
+                        &mut st.volumes.get_mut(name).unwrap().credentials
+                    }
+                    None => &mut st.operators,
+                };
+                let Some(c) = list.iter_mut().find(|c| &c.name == cred) else {
+                    return Err(match name {
+                        Some(name) => format!("Volume {name} has no credential named {cred}"),
+                        None => format!("The pool has no credential named {cred}"),
+                    });
+                };
+                c.retired = vec![std::mem::replace(&mut c.fingerprint, fingerprint.clone())];
+                c.issued = *issued;
+                match name {
+                    Some(name) => st.volumes.get_mut(name).unwrap().version += 1,
+                    None => st.pool_changed(),
+                }
             }
             Command::AddCredential {
                 volume: name,
@@ -432,6 +487,73 @@ mod tests {
     }
 
     #[test]
+    fn rotations_retire_what_they_replace_and_a_departure_forgets_it() {
+        let mut st = ClusterState::default();
+        Command::AddVolume(vol("a")).apply(&mut st).unwrap();
+        let set = |certs: &[&str], retire| Command::SetCerts {
+            uuid: "s1".into(),
+            certs: certs.iter().map(|c| c.to_string()).collect(),
+            retire,
+        };
+        set(&["old1", "old2"], false).apply(&mut st).unwrap();
+        // A rotation: the new ones beside the old, then the old retired.
+        set(&["old1", "old2", "new1", "new2"], false)
+            .apply(&mut st)
+            .unwrap();
+        assert!(st.retired.is_empty());
+        set(&["new1", "new2"], true).apply(&mut st).unwrap();
+        assert_eq!(st.certs["s1"], ["new1", "new2"]);
+        assert_eq!(st.retired["s1"], ["old1", "old2"]);
+        assert_eq!(st.volumes["a"].version, 4, "bricks see each change");
+        // Leaving the pool forgets both.
+        set(&[], false).apply(&mut st).unwrap();
+        assert!(st.certs.is_empty() && st.retired.is_empty());
+
+        let cred = IssuedCredential {
+            name: "laptop".into(),
+            fingerprint: "fp1".into(),
+            read_only: true,
+            identity: Some((7, 7)),
+            issued: 1,
+            retired: Vec::new(),
+        };
+        Command::AddCredential {
+            volume: "a".into(),
+            credential: cred.clone(),
+        }
+        .apply(&mut st)
+        .unwrap();
+        Command::AddOperator(cred).apply(&mut st).unwrap();
+        for volume in [Some("a".to_string()), None] {
+            let rotate = |fp: &str| Command::RotateCredential {
+                volume: volume.clone(),
+                name: "laptop".into(),
+                fingerprint: fp.into(),
+                issued: 2,
+            };
+            rotate("fp2").apply(&mut st).unwrap();
+            rotate("fp3").apply(&mut st).unwrap();
+            let c = match &volume {
+                Some(v) => &st.volumes[v].credentials[0],
+                None => &st.operators[0],
+            };
+            // Only the last one replaced is kept; the grant is the same.
+            assert_eq!(
+                (c.fingerprint.as_str(), &c.retired[..]),
+                ("fp3", &["fp2".to_string()][..])
+            );
+            assert!(c.read_only && c.identity == Some((7, 7)) && c.issued == 2);
+            let missing = Command::RotateCredential {
+                volume: volume.clone(),
+                name: "nobody".into(),
+                fingerprint: "x".into(),
+                issued: 3,
+            };
+            assert!(missing.apply(&mut st).is_err());
+        }
+    }
+
+    #[test]
     fn credentials_are_added_once_and_revoked_by_name() {
         let mut st = ClusterState::default();
         Command::AddVolume(vol("a")).apply(&mut st).unwrap();
@@ -441,6 +563,7 @@ mod tests {
             read_only: false,
             identity: None,
             issued: 1,
+            retired: Vec::new(),
         };
         let add = |name: &str| Command::AddCredential {
             volume: "a".into(),

@@ -171,11 +171,23 @@ pub enum Request {
     PoolCredentials {
         op: CredentialOp,
     },
+    /// Every server of the pool, or the one on `host`, issues itself new
+    /// certificates (`pool rotate-certs`); the answer says which did.
+    RotateCerts {
+        host: Option<String>,
+    },
+    /// This server issues itself new certificates: sent by the server
+    /// that was asked `RotateCerts`.
+    RotateOwnCerts,
     /// The certificates (SHA-256, hex) server `uuid` presents now: a
     /// change, passed to the leader; sent by the server itself.
     RegisterCerts {
         uuid: String,
         certs: Vec<String>,
+        /// The end of a rotation: those on record no longer named are
+        /// retired (`Command::SetCerts`).
+        #[serde(default)]
+        retire: bool,
     },
     /// A brick's host found it listening on another port than the state
     /// says: a change, passed to the leader.
@@ -342,6 +354,11 @@ pub enum CredentialOp {
     },
     List,
     Revoke {
+        name: String,
+    },
+    /// Issue credential `name` again: a new certificate for the same
+    /// grant; the answer is its PEM. The old one is retired.
+    Rotate {
         name: String,
     },
 }

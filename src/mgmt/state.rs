@@ -144,6 +144,10 @@ pub struct IssuedCredential {
     pub identity: Option<(u32, u32)>,
     /// When it was issued (seconds since 1970).
     pub issued: u64,
+    /// The certificate its last rotation replaced (`credentials rotate`):
+    /// connections opened with it go on, no new one is taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
 }
 
 impl Volume {
@@ -639,6 +643,11 @@ pub struct ClusterState {
     /// (`pool credentials`; read-only ones too). Revoked by removal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub operators: Vec<IssuedCredential>,
+    /// The certificates each server's last rotation replaced (`pool
+    /// rotate-certs`), by uuid: connections opened with them go on, no new
+    /// one is taken.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retired: BTreeMap<String, Vec<String>>,
 }
 
 impl ClusterState {
@@ -663,6 +672,23 @@ impl ClusterState {
                 .map(|o| o.fingerprint.clone()),
         );
         Some(out)
+    }
+
+    /// The server and administrator certificates rotations replaced: the
+    /// members' and the administrator credentials'.
+    pub fn retired_certs(&self) -> std::collections::BTreeSet<String> {
+        let members = self.peers.iter().map(|p| &p.uuid).chain([&self.uuid]);
+        members
+            .filter_map(|uuid| self.retired.get(uuid))
+            .flatten()
+            .chain(
+                self.operators
+                    .iter()
+                    .filter(|o| !o.read_only)
+                    .flat_map(|o| &o.retired),
+            )
+            .cloned()
+            .collect()
     }
 
     /// The pool's certificates or administrator credentials changed: every

@@ -77,17 +77,23 @@ pub fn options_only(state: &ClusterState, vol: &Volume) -> VolDesc {
         clients: vol
             .credentials
             .iter()
-            .map(|c| crate::graph::ClientAccess {
-                fingerprint: c.fingerprint.clone(),
-                name: c.name.clone(),
-                read_only: c.read_only,
-                identity: c.identity,
+            .flat_map(|c| {
+                let access = |fingerprint: &String, retired| crate::graph::ClientAccess {
+                    fingerprint: fingerprint.clone(),
+                    name: c.name.clone(),
+                    read_only: c.read_only,
+                    identity: c.identity,
+                    retired,
+                };
+                std::iter::once(access(&c.fingerprint, false))
+                    .chain(c.retired.iter().map(move |fp| access(fp, true)))
             })
             .collect(),
         pool: state
             .pool_certs()
             .map(|c| c.into_iter().collect())
             .unwrap_or_default(),
+        retired: state.retired_certs().into_iter().collect(),
     }
 }
 
@@ -108,6 +114,7 @@ pub fn generate_sets(
     // only.
     desc.clients.clear();
     desc.pool.clear();
+    desc.retired.clear();
     let options = &desc.options;
     let leaf = one_row(Place::Brick, options);
     let peers: HashMap<&str, &str> = state

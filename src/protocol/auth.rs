@@ -99,6 +99,9 @@ pub struct Grant {
     pub read_only: bool,
     /// Its requests run as this uid and gid, whatever they claim.
     pub identity: Option<(u32, u32)>,
+    /// A certificate the credential's rotation replaced: its connections
+    /// go on, no new one is taken.
+    pub retired: bool,
 }
 
 /// The rules in force.
@@ -117,6 +120,9 @@ pub struct Rules {
     /// The pool's server and administrator certificates (SHA-256, hex):
     /// the only ones of those roles taken (empty: any of the pool's CA).
     pub pool: std::collections::BTreeSet<String>,
+    /// Those of the pool's certificates that a rotation replaced: the
+    /// connections opened with them go on.
+    pub retired: std::collections::BTreeSet<String>,
 }
 
 impl Default for Rules {
@@ -149,6 +155,7 @@ impl Rules {
                 anon: (ANON_UID.int(o) as u32, ANON_GID.int(o) as u32),
             },
             pool: Default::default(),
+            retired: Default::default(),
         }
     }
 
@@ -163,24 +170,32 @@ impl Rules {
                         name: c.name.clone(),
                         read_only: c.read_only,
                         identity: c.identity,
+                        retired: c.retired,
                     };
                     (c.fingerprint.clone(), grant)
                 })
                 .collect(),
             pool: d.pool.iter().cloned().collect(),
+            retired: d.retired.iter().cloned().collect(),
             ..Rules::from_options(&d.options)
         }
     }
 
-    /// Whether a client credential may connect: Ok(what it is granted),
-    /// or why not.
-    pub fn credential(&self, fingerprint: &[u8; 32]) -> Result<Grant, String> {
+    /// Whether a client credential may connect (`open`: may go on with a
+    /// connection it opened before): Ok(what it is granted), or why not.
+    pub fn credential(&self, fingerprint: &[u8; 32], open: bool) -> Result<Grant, String> {
         let Some(grant) = self.clients.get(&crate::protocol::tls::hex(fingerprint)) else {
             return Err(
                 "the client's credential is not one of this volume's (revoked, or another volume's)"
                     .into(),
             );
         };
+        if grant.retired && !open {
+            return Err(format!(
+                "the client's credential {} was rotated: this certificate is the one replaced (the holder needs the new file)",
+                grant.name
+            ));
+        }
         match &self.ssl_allow {
             Some(names) if !names.contains(&grant.name) => Err(format!(
                 "credential {} is not in auth.ssl-allow ({})",
@@ -234,6 +249,26 @@ mod tests {
         o.insert("auth.allow".into(), allow.into());
         o.insert("auth.reject".into(), reject.into());
         Rules::from_options(&o)
+    }
+
+    #[test]
+    fn a_rotated_credential_keeps_its_connections_and_gets_no_new_one() {
+        let mut r = Rules::default();
+        let grant = |retired| Grant {
+            name: "laptop".into(),
+            read_only: true,
+            identity: None,
+            retired,
+        };
+        r.clients
+            .insert(crate::protocol::tls::hex(&[1; 32]), grant(false));
+        r.clients
+            .insert(crate::protocol::tls::hex(&[2; 32]), grant(true));
+        assert!(r.credential(&[1; 32], false).is_ok());
+        assert!(r.credential(&[2; 32], true).unwrap().read_only);
+        let refused = r.credential(&[2; 32], false).unwrap_err();
+        assert!(refused.contains("rotated"), "{refused}");
+        assert!(r.credential(&[3; 32], true).is_err());
     }
 
     #[test]

@@ -111,7 +111,7 @@ async fn serve_conn(
                 || (key.is_some() && given.as_deref() == key.as_deref());
             let rules = auth.borrow_and_update().clone();
             squash = rules.squash;
-            match admits(&rules, who, plain, internal, peer.ip()).await {
+            match admits(&rules, who, plain, internal, peer.ip(), false).await {
                 Ok(g) => grant = g,
                 Err(reason) => {
                     tracing::warn!(%peer, "client refused: {reason}");
@@ -191,7 +191,7 @@ async fn serve_conn(
             Ok(()) = auth.changed() => {
                 let rules = auth.borrow_and_update().clone();
                 squash = rules.squash;
-                match admits(&rules, who, plain, internal, peer.ip()).await {
+                match admits(&rules, who, plain, internal, peer.ip(), true).await {
                     Err(reason) => {
                         tracing::warn!(%peer, "client disconnected: {reason}");
                         break Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason));
@@ -254,13 +254,16 @@ async fn serve_conn(
 
 /// Whether the volume's rules let a connection in: Ok(what its credential
 /// is granted), or why not. `who`: its certificate (None: in the clear);
-/// `internal`: one of the pool's own clients.
+/// `internal`: one of the pool's own clients; `open`: a connection that
+/// was let in before (the rules changed), which a certificate replaced by
+/// a rotation may keep.
 async fn admits(
     rules: &Rules,
     who: Option<tls::Peer>,
     plain: bool,
     internal: bool,
     ip: std::net::IpAddr,
+    open: bool,
 ) -> Result<Grant, String> {
     if plain && rules.tls {
         return Err("server.ssl is on, and this client is in the clear".into());
@@ -270,18 +273,23 @@ async fn admits(
             return Err("a read-only administrator credential does not mount".into());
         }
         let pooled = matches!(w.role, tls::Role::Server | tls::Role::Admin);
-        if pooled && !rules.pool.is_empty() && !rules.pool.contains(&tls::hex(&w.fingerprint)) {
-            return Err(
+        let fp = tls::hex(&w.fingerprint);
+        let retired = rules.retired.contains(&fp);
+        let taken = rules.pool.is_empty() || rules.pool.contains(&fp) || (open && retired);
+        if pooled && !taken {
+            return Err(if retired {
+                "its certificate was replaced by a rotation (its holder takes the new one for its next connection)"
+            } else {
                 "its certificate is not one the pool takes (its server left the pool, or it was made after)"
-                    .into(),
-            );
+            }
+            .into());
         }
     }
     if internal {
         return Ok(Grant::default());
     }
     let grant = match who {
-        Some(w) if w.role == tls::Role::Client => rules.credential(&w.fingerprint)?,
+        Some(w) if w.role == tls::Role::Client => rules.credential(&w.fingerprint, open)?,
         _ => Grant::default(),
     };
     match rules.refuses(ip).await {

@@ -20,8 +20,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 use std::io;
-use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 /// The name every server certificate is valid for: clients check it
@@ -307,17 +308,81 @@ pub fn client_config(cred: &Credential) -> Result<Arc<ClientConfig>, String> {
 
 static CONTEXT: RwLock<Option<Arc<Context>>> = RwLock::new(None);
 
+/// The credential file installed, watched for a new credential in it.
+static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
+
+/// How often a credential file is looked at again, at most: before a
+/// connection is opened or accepted, not more than once in this time.
+const RECHECK: Duration = Duration::from_secs(1);
+
+struct Watched {
+    path: PathBuf,
+    stamp: Option<Stamp>,
+    checked: Instant,
+}
+
+/// What tells that a file was replaced or written: its inode (a rename
+/// over it), its size and its modification time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp(u64, u64, i64, i64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp(m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
 /// Makes `cred` this process's credential, for every connection from now
-/// on (a daemon that joins a pool installs its new one).
+/// on. No file is watched.
 pub fn install(cred: &Credential) -> Result<(), String> {
     let ctx = Context::new(cred)?;
+    *WATCHED.lock().unwrap() = None;
     *CONTEXT.write().unwrap() = Some(Arc::new(ctx));
     Ok(())
 }
 
-/// Installs the credential at `path`.
+/// Installs the credential at `path`, and watches it: a new credential
+/// written there (a rotation, docs/security.md) is used for the
+/// connections opened or accepted after, within a second; those open go
+/// on.
 pub fn install_file(path: &Path) -> Result<(), String> {
-    install(&Credential::load(path)?)
+    let mut watched = WATCHED.lock().unwrap();
+    let before = stamp(path);
+    let ctx = Context::new(&Credential::load(path)?)?;
+    *CONTEXT.write().unwrap() = Some(Arc::new(ctx));
+    *watched = Some(Watched {
+        path: path.to_path_buf(),
+        stamp: before,
+        checked: Instant::now(),
+    });
+    Ok(())
+}
+
+/// Takes the watched credential file's new contents, if it has any. A
+/// file that cannot be used (half written by hand, another pool's key)
+/// leaves the credential in use as it is, with a warning.
+fn reload_if_changed() {
+    let mut guard = WATCHED.lock().unwrap();
+    let Some(w) = guard.as_mut() else { return };
+    if w.checked.elapsed() < RECHECK {
+        return;
+    }
+    w.checked = Instant::now();
+    let now = stamp(&w.path);
+    if now == w.stamp || now.is_none() {
+        return;
+    }
+    w.stamp = now;
+    match Credential::load(&w.path).and_then(|c| Context::new(&c)) {
+        Ok(ctx) => {
+            *CONTEXT.write().unwrap() = Some(Arc::new(ctx));
+            tracing::info!(credential = %w.path.display(), "the credential file changed: new connections use the new one");
+        }
+        Err(e) => tracing::warn!(
+            credential = %w.path.display(),
+            "the credential file changed but cannot be used; the one read before stays in use: {e}"
+        ),
+    }
 }
 
 /// The credential file a client uses: `given`, else `$MORTAR_CREDENTIAL`,
@@ -333,6 +398,7 @@ pub fn credential_path(given: Option<&Path>) -> std::path::PathBuf {
 }
 
 fn context() -> io::Result<Arc<Context>> {
+    reload_if_changed();
     CONTEXT.read().unwrap().clone().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -406,29 +472,41 @@ pub enum Clients {
     Anyone,
 }
 
-/// The TLS side of a server's port, as configured when it was made.
+/// The TLS side of a server's port: the process's server credential at
+/// each connection (a new one written to its file is taken,
+/// `install_file`), or the one it was made with while the process holds
+/// none (a test that is also a client).
 #[derive(Clone)]
 pub struct Acceptor {
-    cfg: Arc<ServerConfig>,
     clients: Clients,
+    made_with: Arc<ServerConfig>,
 }
 
-/// The acceptor for this process's credential now.
+/// The acceptor of a server's port; fails if this process holds no
+/// server credential.
 pub fn acceptor(clients: Clients) -> io::Result<Acceptor> {
-    let ctx = context()?;
-    let cfg = match clients {
-        Clients::Pool => ctx.server.clone(),
-        Clients::Anyone => ctx.server_open.clone(),
-    }
-    .ok_or_else(|| io::Error::other("this process holds no server credential"))?;
-    Ok(Acceptor { cfg, clients })
+    let made_with = Acceptor::config(clients)?
+        .ok_or_else(|| io::Error::other("this process holds no server credential"))?;
+    Ok(Acceptor { clients, made_with })
 }
 
 impl Acceptor {
+    fn config(clients: Clients) -> io::Result<Option<Arc<ServerConfig>>> {
+        let ctx = context()?;
+        Ok(match clients {
+            Clients::Pool => ctx.server.clone(),
+            Clients::Anyone => ctx.server_open.clone(),
+        })
+    }
+
     /// Completes TLS on an accepted connection; returns who the client is
     /// (None: no certificate, with `Clients::Anyone`).
     pub async fn accept(&self, tcp: TcpStream) -> io::Result<(Stream, Option<Peer>)> {
-        let s = tokio_rustls::TlsAcceptor::from(self.cfg.clone())
+        let cfg = Acceptor::config(self.clients)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| self.made_with.clone());
+        let s = tokio_rustls::TlsAcceptor::from(cfg)
             .accept(tcp)
             .await
             .map_err(|e| handshake_error("with a client", e))?;

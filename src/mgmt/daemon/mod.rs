@@ -15,10 +15,12 @@
 //!
 //! Layout: `mod.rs` the API (requests in, answers out) and the view of the
 //! state; `ops` the operations that validate and produce commands;
-//! `members` liveness, voters and server quorum; `bricks` supervision;
+//! `members` liveness, voters and server quorum; `certs` this server's
+//! certificates on record and their rotation; `bricks` supervision;
 //! `heal` the self-heal daemons; `follow` volume descriptions for clients.
 
 mod bricks;
+mod certs;
 mod follow;
 mod heal;
 mod members;
@@ -80,6 +82,8 @@ pub struct Daemon {
     /// Told whenever a brick here comes up, goes down or goes offline.
     bricks_changed: Arc<tokio::sync::Notify>,
     op_lock: tokio::sync::Mutex<()>,
+    /// One rotation of this server's certificates at a time.
+    rotate_lock: tokio::sync::Mutex<()>,
     /// One `reconcile` at a time, each from the view as it is then.
     reconcile_lock: tokio::sync::Mutex<()>,
     /// One change of voters at a time (`balance`: a probe's and the
@@ -129,8 +133,9 @@ impl Daemon {
         let legacy = std::mem::take(&mut identity.volumes);
         identity.peers = Default::default();
         // Its certificates, made at the first start (a pool of its own).
-        let cred = authority::ensure(&cfg.state_dir, &cfg.host).map_err(anyhow::Error::msg)?;
-        tls::install(&cred).map_err(anyhow::Error::msg)?;
+        authority::ensure(&cfg.state_dir, &cfg.host).map_err(anyhow::Error::msg)?;
+        tls::install_file(&authority::server_credential(&cfg.state_dir))
+            .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
@@ -152,6 +157,7 @@ impl Daemon {
             bricks: Mutex::new(HashMap::new()),
             bricks_changed: Default::default(),
             op_lock: tokio::sync::Mutex::new(()),
+            rotate_lock: tokio::sync::Mutex::new(()),
             reconcile_lock: tokio::sync::Mutex::new(()),
             balance_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
@@ -288,6 +294,7 @@ impl Daemon {
                 volumes: a.state.volumes.clone(),
                 certs: a.state.certs.clone(),
                 operators: a.state.operators.clone(),
+                retired: a.state.retired.clone(),
             });
         }
         self.changed.send_modify(|n| *n += 1);
@@ -355,7 +362,14 @@ impl Daemon {
                     Ok(()) => self.clone().handle(req).await,
                     Err(why) => {
                         tracing::warn!(role = ?who.map(|w| w.role), request = ?std::mem::discriminant(&req), "request refused: {why}");
-                        err(format!("refused: {why}"))
+                        // Answered, and the connection closed: a client
+                        // that keeps one open (a mount following its
+                        // volume, Raft) opens another, with the
+                        // credential its file holds now.
+                        let mut out = serde_json::to_vec(&err(format!("refused: {why}")))?;
+                        out.push(b'\n');
+                        wr.write_all(&out).await?;
+                        return Ok(());
                     }
                 },
                 Err(e) => err(format!("malformed request: {e}")),
@@ -412,6 +426,7 @@ impl Daemon {
                 | Request::Leave
                 | Request::Leader(_)
                 | Request::RegisterCerts { .. }
+                | Request::RotateOwnCerts
                 | Request::ReadIndex => Err("only the pool's servers send this".into()),
                 _ => Ok(()),
             },
@@ -757,7 +772,7 @@ impl Daemon {
                     return err(e);
                 }
                 match authority::adopt(&self.cfg.state_dir, &self.cfg.host, &ca, &ca_key)
-                    .and_then(|cred| tls::install(&cred))
+                    .and_then(|_| self.install_credential())
                 {
                     Ok(()) => {}
                     Err(e) => return err(format!("cannot take the pool's certificates: {e}")),
@@ -782,7 +797,7 @@ impl Daemon {
                     Ok(()) => {
                         // A pool of one again, with an authority of its own.
                         if let Err(e) = authority::renew(&self.cfg.state_dir, &self.cfg.host)
-                            .and_then(|cred| tls::install(&cred))
+                            .and_then(|_| self.install_credential())
                         {
                             tracing::error!(
                                 "cannot make new certificates after leaving the pool: {e}"
@@ -810,6 +825,11 @@ impl Daemon {
             },
             Request::ReadIndex => match self.consensus.read_index().await {
                 Ok(i) => Response::Index(i),
+                Err(e) => err(e),
+            },
+            Request::RotateCerts { host } => self.clone().rotate_pool(host).await,
+            Request::RotateOwnCerts => match self.clone().rotate_own().await {
+                Ok(s) => Response::Ok(s),
                 Err(e) => err(e),
             },
             Request::Fresh(req) => {

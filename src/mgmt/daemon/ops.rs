@@ -149,6 +149,7 @@ impl Daemon {
                 self.execute(Command::SetCerts {
                     uuid: peer.uuid.clone(),
                     certs,
+                    retire: false,
                 })
                 .await?;
                 let joined = t0.elapsed().as_millis();
@@ -346,6 +347,9 @@ impl Daemon {
                     tracing::info!(volume = %name, credential = %cred, "client credential revoked");
                     Ok(String::new())
                 }
+                rpc::CredentialOp::Rotate { name: cred } => {
+                    self.rotate_credential(Some(name), cred).await
+                }
                 rpc::CredentialOp::List => Err("not a change".into()),
             },
             Request::VolumeReset { name, key } => {
@@ -400,13 +404,23 @@ impl Daemon {
                     tracing::info!(credential = %name, "administrator credential revoked");
                     Ok(String::new())
                 }
+                rpc::CredentialOp::Rotate { name } => self.rotate_credential(None, name).await,
                 rpc::CredentialOp::List => Err("not a change".into()),
             },
-            Request::RegisterCerts { uuid, certs } => {
+            Request::RegisterCerts {
+                uuid,
+                certs,
+                retire,
+            } => {
                 // (Asked again by a server that looked before the state
                 // reached it: nothing to change, nothing written.)
                 if self.state.lock().unwrap().certs.get(&uuid) != Some(&certs) {
-                    self.execute(Command::SetCerts { uuid, certs }).await?;
+                    self.execute(Command::SetCerts {
+                        uuid,
+                        certs,
+                        retire,
+                    })
+                    .await?;
                 }
                 Ok(String::new())
             }
@@ -498,8 +512,45 @@ impl Daemon {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            retired: Vec::new(),
         };
         Ok((pem, record))
+    }
+
+    /// `credentials rotate`: issues credential `cred` of `volume` (of the
+    /// pool's administrators if None) again, for the same grant, and
+    /// retires the certificate it replaces. Returns the new one's PEM.
+    async fn rotate_credential(
+        self: &Arc<Self>,
+        volume: Option<String>,
+        cred: String,
+    ) -> Result<String, String> {
+        use crate::protocol::tls;
+        let old = match &volume {
+            Some(v) => self.volume(v)?.credentials,
+            None => self.state.lock().unwrap().operators.clone(),
+        }
+        .into_iter()
+        .find(|c| c.name == cred)
+        .ok_or_else(|| match &volume {
+            Some(v) => format!("Volume {v} has no credential named {cred}"),
+            None => format!("The pool has no credential named {cred}"),
+        })?;
+        let (role, label) = match (&volume, old.read_only) {
+            (Some(v), _) => (tls::CLIENT_NAME, format!("client {cred} of volume {v}")),
+            (None, true) => (tls::READER_NAME, format!("read-only administrator {cred}")),
+            (None, false) => (tls::ADMIN_NAME, format!("administrator {cred}")),
+        };
+        let (pem, new) = self.issue_credential(&cred, role, &label, old.read_only, old.identity)?;
+        self.execute(Command::RotateCredential {
+            volume: volume.clone(),
+            name: cred.clone(),
+            fingerprint: new.fingerprint,
+            issued: new.issued,
+        })
+        .await?;
+        tracing::info!(volume = ?volume, credential = %cred, "credential rotated: the certificate it replaces is retired");
+        Ok(pem)
     }
 
     async fn remove_member(&self, peer: &Peer) -> Result<(), String> {
@@ -524,6 +575,7 @@ impl Daemon {
             .execute(Command::SetCerts {
                 uuid: peer.uuid.clone(),
                 certs: Vec::new(),
+                retire: false,
             })
             .await
         {

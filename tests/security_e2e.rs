@@ -168,24 +168,30 @@ fn management_requests_need_a_credential_of_the_pool() {
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let conn = rustls::ClientConnection::new(
-        std::sync::Arc::new(anonymous),
-        mortar::protocol::tls::SERVER_NAME.try_into().unwrap(),
-    )
-    .unwrap();
-    let mut s = rustls::StreamOwned::new(conn, std::net::TcpStream::connect(c.server()).unwrap());
+    let anonymous = std::sync::Arc::new(anonymous);
+    let connect = || {
+        let conn = rustls::ClientConnection::new(
+            anonymous.clone(),
+            mortar::protocol::tls::SERVER_NAME.try_into().unwrap(),
+        )
+        .unwrap();
+        rustls::StreamOwned::new(conn, std::net::TcpStream::connect(c.server()).unwrap())
+    };
     for line in [stop, delete] {
+        // (A refusal closes the connection.)
+        let mut s = connect();
         let answer = ask_line(&mut s, line).expect("an answer");
         assert!(
             answer.contains("needs a credential of the pool"),
             "{answer}"
         );
+        assert_eq!(ask_line(&mut s, line), None, "closed after a refusal");
     }
     // ... with the right join token only (and this one is wrong).
     let join = serde_json::json!({"PeerJoin": {
         "me": {"uuid": "00000000-0000-0000-0000-000000000001", "host": "10.9.9.9", "mgmt": "10.9.9.9:24107"},
         "secret": "00000000000000000000000000000000", "ca": "", "ca_key": ""}});
-    let answer = ask_line(&mut s, &join.to_string()).expect("an answer");
+    let answer = ask_line(&mut connect(), &join.to_string()).expect("an answer");
     assert!(answer.contains("join token is not its own"), "{answer}");
 
     // Another pool's administrator.
@@ -806,6 +812,22 @@ fn administrator_credentials_read_only_or_not_and_revoked() {
     )
     .expect("set");
 
+    // Rotated: the new one works, the old one no more.
+    let old = c.path("ops-old.pem");
+    std::fs::copy(&rw, &old).unwrap();
+    c.ok(&[
+        "pool",
+        "credentials",
+        "rotate",
+        "ops",
+        "--out",
+        rw.to_str().unwrap(),
+    ]);
+    cli_with(&c, &rw, &["volume", "info", "pc"]).expect("the new one");
+    let e = cli_with(&c, &old, &["volume", "info", "pc"]).expect_err("retired");
+    assert!(e.contains("not one the pool takes"), "{e}");
+    c.fails(&["pool", "credentials", "rotate", "nobody"]);
+
     // Revoked: refused from then on.
     c.ok(&["pool", "credentials", "revoke", "watcher"]);
     c.ok(&["pool", "credentials", "revoke", "ops"]);
@@ -969,4 +991,17 @@ fn certificates_rotate_while_mounts_go_on() {
     );
     let list = a.ok(&["volume", "credentials", "rv", "list"]);
     assert!(list.contains("laptop"), "{list}");
+
+    // No rotation while a server is away: it could not follow the pool
+    // when it came back.
+    let mut b = b;
+    b.kill_daemon();
+    wait_for(
+        "a rotation to be refused with b away",
+        Duration::from_secs(30),
+        || {
+            let o = a.cli(&["pool", "rotate-certs"]);
+            !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("not connected")
+        },
+    );
 }

@@ -76,9 +76,23 @@ impl Daemon {
             st.peers.iter().cloned().chain([self.me.clone()]).collect()
         };
         let targets: Vec<Peer> = match &host {
-            None => members,
-            Some(h) => members.into_iter().filter(|p| &p.host == h).collect(),
+            None => members.clone(),
+            Some(h) => members.iter().filter(|p| &p.host == h).cloned().collect(),
         };
+        // A server away while another's certificates change would refuse
+        // that one's messages when it came back (its state would not have
+        // them on record yet), and could not catch up with the pool.
+        let away: Vec<&str> = members
+            .iter()
+            .filter(|p| p.uuid != self.me.uuid && self.silent_for(&p.uuid) >= members::GONE)
+            .map(|p| p.host.as_str())
+            .collect();
+        if !away.is_empty() {
+            return err(format!(
+                "{} not connected: every server of the pool must be up for a rotation (bring it back, or detach it first)",
+                away.join(", ")
+            ));
+        }
         if targets.is_empty() {
             return err(format!(
                 "{} is not a server of the pool (see `mortar pool list`)",

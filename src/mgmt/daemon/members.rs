@@ -229,7 +229,7 @@ impl Daemon {
 
     /// How long peer `uuid` has been silent (since this daemon came to
     /// know it, if it never heard from it).
-    fn silent_for(&self, uuid: &str) -> Duration {
+    pub(super) fn silent_for(&self, uuid: &str) -> Duration {
         self.liveness.lock().unwrap().silent(uuid)
     }
 

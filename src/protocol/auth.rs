@@ -192,7 +192,7 @@ impl Rules {
         };
         if grant.retired && !open {
             return Err(format!(
-                "the client's credential {} was rotated: this certificate is the one replaced (the holder needs the new file)",
+                "the client's credential {}: a rotation replaced this certificate (its holder needs the new file)",
                 grant.name
             ));
         }
@@ -267,7 +267,7 @@ mod tests {
         assert!(r.credential(&[1; 32], false).is_ok());
         assert!(r.credential(&[2; 32], true).unwrap().read_only);
         let refused = r.credential(&[2; 32], false).unwrap_err();
-        assert!(refused.contains("rotated"), "{refused}");
+        assert!(refused.contains("a rotation replaced"), "{refused}");
         assert!(r.credential(&[3; 32], true).is_err());
     }
 

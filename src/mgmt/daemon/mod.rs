@@ -396,12 +396,15 @@ impl Daemon {
             };
         };
         if matches!(who.role, tls::Role::Server | tls::Role::Admin) {
-            let pool = self.state.lock().unwrap().pool_certs();
-            if pool.is_some_and(|p| !p.contains(&tls::hex(&who.fingerprint))) {
-                return Err(
+            let fp = tls::hex(&who.fingerprint);
+            let st = self.state.lock().unwrap();
+            if st.pool_certs().is_some_and(|p| !p.contains(&fp)) {
+                return Err(if st.retired_certs().contains(&fp) {
+                    "this certificate is not one the pool takes: a rotation replaced it (use the new credential)"
+                } else {
                     "this certificate is not one the pool takes (its server left the pool, or it was made after)"
-                        .into(),
-                );
+                }
+                .into());
             }
         }
         match who.role {
@@ -441,6 +444,9 @@ impl Daemon {
                 let st = self.state.lock().unwrap();
                 match st.volumes.get(volume) {
                     Some(v) if v.credentials.iter().any(|c| c.fingerprint == fp) => Ok(()),
+                    Some(v) if v.credentials.iter().any(|c| c.retired.contains(&fp)) => Err(format!(
+                        "this credential is not one of volume {volume}'s: a rotation replaced it (its holder needs the new file)"
+                    )),
                     _ => Err(format!(
                         "this credential is not one of volume {volume}'s (revoked, or another volume's)"
                     )),

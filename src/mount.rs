@@ -222,6 +222,7 @@ async fn watch_volume(mgmts: Vec<String>, mut current: VolDesc, active: Arc<Acti
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         tracing::info!(volume = %desc.volume, version = desc.version, "volume description changed: {}", changed.join(", "));
+        crate::protocol::tls::set_record(Some(&desc.pool));
         if desc.top == current.top {
             active.graph().reconfigure(&desc.options);
         } else {
@@ -283,6 +284,8 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         }
         Err(anyhow::anyhow!("{}", why.join("; ")))
     })?;
+    // The bricks must be servers on the pool's record.
+    crate::protocol::tls::set_record(Some(&desc.pool));
     let graph = rt.block_on(async { Graph::build(&desc, &rpc::graph_env()) })?;
     let up = rt.block_on(graph.wait_up(Duration::from_secs(10)));
     tracing::info!(volume = %vol, bricks_up = up, bricks = graph.leaves().count(), "volume graph ready");

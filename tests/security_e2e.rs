@@ -758,6 +758,62 @@ fn a_detached_servers_certificates_and_any_it_makes_after_are_refused() {
         std::fs::read_to_string(bricks[0].join("after")).unwrap(),
         "still served\n"
     );
+
+    // Nor can it pose as the pool to a client that knows the record: with
+    // a's daemon and brick gone, a server holding the forged certificate
+    // listens on the brick's port; the mount reconnecting there refuses it.
+    let mut a = a;
+    a.kill_daemon();
+    let mut listener = None;
+    wait_for(
+        "the brick's port to be free",
+        Duration::from_secs(20),
+        || {
+            listener = std::net::TcpListener::bind(&addr).ok();
+            listener.is_some()
+        },
+    );
+    let listener = listener.unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let poke = m.p("after");
+    std::thread::spawn(move || {
+        for _ in 0..20 {
+            let _ = std::fs::metadata(&poke);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    let (tried, served) = std::thread::spawn(move || {
+        use mortar::protocol::tls;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tls::install(&tls::Credential::load(&forged).unwrap()).unwrap();
+            let acceptor = tls::acceptor(tls::Clients::Anyone).unwrap();
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            let (mut tried, mut served) = (0, 0);
+            while tried < 2 {
+                let Ok(Ok((tcp, _))) =
+                    tokio::time::timeout(Duration::from_secs(30), l.accept()).await
+                else {
+                    break;
+                };
+                tried += 1;
+                served += acceptor.accept(tcp).await.is_ok() as usize;
+            }
+            (tried, served)
+        })
+    })
+    .join()
+    .unwrap();
+    assert!(tried > 0, "the mount never tried the brick's port again");
+    assert_eq!(
+        served, 0,
+        "a handshake with the forged certificate completed"
+    );
+    let log = std::fs::read_to_string(a.path("client.log")).unwrap();
+    assert!(log.contains("not on the pool's record"), "{log}");
 }
 
 #[test]

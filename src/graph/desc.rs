@@ -64,9 +64,9 @@ pub struct VolDesc {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clients: Vec<ClientAccess>,
     /// The certificates (SHA-256, hex) of the pool's servers and their
-    /// administrators: the only ones of those roles a brick takes (empty:
-    /// any of the pool's CA, in a pool that has not recorded them yet).
-    /// Only in the description bricks follow.
+    /// administrators: the only ones of those roles a brick takes, and the
+    /// only servers a mount takes (empty: any of the pool's CA, in a pool
+    /// that has not recorded them yet).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pool: Vec<String>,
     /// Certificates of the pool's servers and administrators that a

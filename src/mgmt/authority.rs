@@ -483,5 +483,21 @@ mod tests {
         write("not a credential");
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
         assert_eq!(fingerprint_seen(addr).await, fp(&second));
+
+        // With the pool's record known, a server must be on it: one that
+        // left the pool is refused though its certificate is the CA's.
+        let server_fp = tls::hex(&tls::fingerprint(&server.cert));
+        tls::set_record(Some(&[fp(&first)]));
+        let e = ask(addr).await.unwrap_err().to_string();
+        assert!(e.contains("not on the pool's record"), "{e}");
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            tls::connect_any_of_ca(tcp).await.is_ok(),
+            "the CA's check only"
+        );
+        tls::set_record(Some(&[fp(&first), server_fp]));
+        assert_eq!(ask(addr).await.unwrap(), "admin");
+        tls::set_record(None);
+        assert_eq!(ask(addr).await.unwrap(), "admin");
     }
 }

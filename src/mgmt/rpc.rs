@@ -454,7 +454,16 @@ pub async fn follow_volume(
 ) {
     // One connection to each daemon, kept open from one question to the
     // next (a brick's start used to open two).
-    let mut channels: Vec<Channel> = mgmts.iter().map(|m| Channel::new(m)).collect();
+    // Any daemon of the pool's CA: what it hands includes the record that
+    // the connections to the bricks are checked against, which a client
+    // that missed a rotation must be able to learn again.
+    let mut channels: Vec<Channel> = mgmts
+        .iter()
+        .map(|m| Channel {
+            trust: Trust::Ca,
+            ..Channel::new(m)
+        })
+        .collect();
     let mut at = 0;
     let mut failed = 0;
     loop {
@@ -613,16 +622,29 @@ pub async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
+/// Which daemon a connection takes.
+#[derive(Clone, Debug)]
+enum Trust {
+    /// A server of the pool on its record, if this process knows it
+    /// (`tls::connect`).
+    Record,
+    /// Any server of the pool's CA (`tls::connect_any_of_ca`).
+    Ca,
+    /// The server of a join token's pin, not in the pool yet.
+    Pin(Vec<u8>),
+}
+
 /// Opens a connection to a daemon: TCP, then TLS with this process's
-/// credential, or pinned by a join token (`pin`) to a server that is not
-/// in the pool yet.
-async fn open(addr: &str, pin: Option<Vec<u8>>) -> Result<tls::Stream, String> {
+/// credential, or pinned by a join token to a server that is not in the
+/// pool yet.
+async fn open(addr: &str, trust: Trust) -> Result<tls::Stream, String> {
     let go = async {
         let tcp = TcpStream::connect(addr).await?;
         let _ = tcp.set_nodelay(true);
-        match pin {
-            None => tls::connect(tcp).await,
-            Some(pin) => tls::connect_pinned(tcp, pin).await,
+        match trust {
+            Trust::Record => tls::connect(tcp).await,
+            Trust::Ca => tls::connect_any_of_ca(tcp).await,
+            Trust::Pin(pin) => tls::connect_pinned(tcp, pin).await,
         }
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, go).await {
@@ -636,18 +658,24 @@ async fn open(addr: &str, pin: Option<Vec<u8>>) -> Result<tls::Stream, String> {
 
 /// Sends one request to a daemon and waits for its answer.
 pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
-    call_via(addr, req, None).await
+    call_via(addr, req, Trust::Record).await
+}
+
+/// `call` to any server of the pool's CA, on record or not: to tell a
+/// server that it left the pool (which took it off the record).
+pub async fn call_any_of_ca(addr: &str, req: &Request) -> Result<Response, String> {
+    call_via(addr, req, Trust::Ca).await
 }
 
 /// Sends one request to a server not in the pool yet, reached through
 /// the pin of its join token.
 pub async fn call_pinned(addr: &str, req: &Request, pin: Vec<u8>) -> Result<Response, String> {
-    call_via(addr, req, Some(pin)).await
+    call_via(addr, req, Trust::Pin(pin)).await
 }
 
-async fn call_via(addr: &str, req: &Request, pin: Option<Vec<u8>>) -> Result<Response, String> {
+async fn call_via(addr: &str, req: &Request, trust: Trust) -> Result<Response, String> {
     let go = async {
-        let stream = open(addr, pin).await?;
+        let stream = open(addr, trust).await?;
         let (rd, mut wr) = tokio::io::split(stream);
         let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
         line.push(b'\n');
@@ -672,6 +700,7 @@ async fn call_via(addr: &str, req: &Request, pin: Option<Vec<u8>>) -> Result<Res
 /// opened again after an error.
 pub struct Channel {
     addr: String,
+    trust: Trust,
     conn: Option<(
         BufReader<tokio::io::ReadHalf<tls::Stream>>,
         tokio::io::WriteHalf<tls::Stream>,
@@ -691,6 +720,7 @@ impl Channel {
     pub fn new(addr: &str) -> Channel {
         Channel {
             addr: addr.to_string(),
+            trust: Trust::Record,
             conn: None,
         }
     }
@@ -716,7 +746,7 @@ impl Channel {
 
     async fn exchange(&mut self, req: &Request) -> Result<Response, ChannelError> {
         if self.conn.is_none() {
-            let s = open(&self.addr, None)
+            let s = open(&self.addr, self.trust.clone())
                 .await
                 .map_err(ChannelError::Unreachable)?;
             let (rd, wr) = tokio::io::split(s);

@@ -110,10 +110,10 @@ pub fn generate_sets(
     keep: &dyn Fn(&[Brick]) -> bool,
 ) -> Option<VolDesc> {
     let mut desc = options_only(state, vol);
-    // Which credentials a volume and the pool have is the bricks' business
-    // only.
+    // Which credentials a volume has is the bricks' business only; the
+    // pool's certificates on record (not secret) are the servers a client
+    // takes.
     desc.clients.clear();
-    desc.pool.clear();
     desc.retired.clear();
     let options = &desc.options;
     let leaf = one_row(Place::Brick, options);

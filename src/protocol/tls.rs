@@ -3,14 +3,16 @@
 //! the Raft messages between daemons (docs/security.md).
 //!
 //! Every process holds one **credential** (a PEM file: its certificate,
-//! the pool CA's certificate, its private key), installed once at start
-//! (`install`) and used for every connection it opens (`connect`) or
-//! accepts (`Acceptor`). A certificate says what its holder is by the name
-//! it is valid for: a server of the pool (`server.mortar`: daemons and
-//! bricks), an administrator (`admin.mortar`: the CLI and mounts on a
-//! server) or a volume's client (`client.mortar`). Clients check that a server's certificate is the pool's and a
-//! server's; servers check that a client's is the pool's, and learn its
-//! role from it. Certificates are made by the pool's authority
+//! the pool CA's certificate, its private key), installed at start
+//! (`install_file`, read again when the file changes) and used for every
+//! connection it opens (`connect`) or accepts (`Acceptor`). A certificate
+//! says what its holder is by the name it is valid for: a server of the
+//! pool (`server.mortar`: daemons and bricks), an administrator
+//! (`admin.mortar`: the CLI and mounts on a server) or a volume's client
+//! (`client.mortar`). Clients check that a server's certificate is the
+//! pool's, a server's, and on the pool's record once they know it
+//! (`set_record`); servers check that a client's is the pool's, and learn
+//! its role from it. Certificates are made by the pool's authority
 //! (`mgmt::authority`).
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -252,7 +254,11 @@ fn tls_err(e: rustls::Error) -> String {
 
 /// The configurations made from the installed credential.
 struct Context {
+    /// Takes a server whose certificate is on the pool's record, if this
+    /// process knows it (`set_record`), else any of the pool's CA.
     client: Arc<ClientConfig>,
+    /// Takes any server certificate of the pool's CA.
+    client_ca: Arc<ClientConfig>,
     /// Accepts only clients with a certificate of the pool.
     server: Option<Arc<ServerConfig>>,
     /// Also accepts clients without a certificate (the daemon's port,
@@ -263,12 +269,28 @@ struct Context {
 impl Context {
     fn new(cred: &Credential) -> Result<Context, String> {
         let roots = cred.roots()?;
-        let client = ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(tls_err)?
-            .with_root_certificates(roots.clone())
-            .with_client_auth_cert(vec![cred.cert.clone()], cred.key.clone_key())
-            .map_err(|e| format!("the credential's key does not fit its certificate: {e}"))?;
+        let webpki =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+                .build()
+                .map_err(|e| e.to_string())?;
+        let client = |verifier: Arc<dyn ServerCertVerifier>| {
+            ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .map_err(tls_err)?
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_client_auth_cert(vec![cred.cert.clone()], cred.key.clone_key())
+                .map(|mut c| {
+                    // Every handshake checks the server against the record
+                    // as it is then (a resumed session would skip it); a
+                    // connection lives long, a full handshake is cheap.
+                    c.resumption = rustls::client::Resumption::disabled();
+                    Arc::new(c)
+                })
+                .map_err(|e| format!("the credential's key does not fit its certificate: {e}"))
+        };
+        let client_ca = client(webpki.clone())?;
+        let client = client(Arc::new(OnRecord { pool: webpki }))?;
         let (server, server_open) = if cred.role() == Some(Role::Server) {
             let make = |open: bool| -> Result<Arc<ServerConfig>, String> {
                 let verifier =
@@ -293,7 +315,8 @@ impl Context {
             (None, None)
         };
         Ok(Context {
-            client: Arc::new(client),
+            client,
+            client_ca,
             server,
             server_open,
         })
@@ -433,11 +456,27 @@ fn handshake_error(side: &str, e: io::Error) -> io::Error {
 }
 
 /// Opens TLS on a new connection to a server of the pool, with this
-/// process's credential.
+/// process's credential: a server whose certificate is on the pool's
+/// record, if this process knows it.
 pub async fn connect(tcp: TcpStream) -> io::Result<Stream> {
+    connect_with(tcp, |ctx| ctx.client.clone()).await
+}
+
+/// `connect`, taking any server certificate of the pool's CA: for what
+/// gives a client the record (a mount's volume description), so that one
+/// that missed a rotation learns the new one; and to tell a server that
+/// it left the pool.
+pub async fn connect_any_of_ca(tcp: TcpStream) -> io::Result<Stream> {
+    connect_with(tcp, |ctx| ctx.client_ca.clone()).await
+}
+
+async fn connect_with(
+    tcp: TcpStream,
+    config: impl Fn(&Context) -> Arc<ClientConfig>,
+) -> io::Result<Stream> {
     let ctx = context()?;
     let name = ServerName::try_from(SERVER_NAME).expect("a valid name");
-    tokio_rustls::TlsConnector::from(ctx.client.clone())
+    tokio_rustls::TlsConnector::from(config(&ctx))
         .connect(name, tcp)
         .await
         .map(Stream::Client)
@@ -528,6 +567,88 @@ impl Acceptor {
             ));
         }
         Ok((Stream::Server(s), peer))
+    }
+}
+
+/// The server certificates this process takes (SHA-256): those on the
+/// pool's record, once it knows them (the daemon from the pool's state, a
+/// mount from its volume's description); None: any of the pool's CA.
+static RECORD: RwLock<Option<Arc<std::collections::BTreeSet<[u8; 32]>>>> = RwLock::new(None);
+
+/// Sets the record of the pool's certificates (hex SHA-256s, as the
+/// pool's state keeps them) that servers must be on; None or an empty
+/// list: none is known (any server of the pool's CA is taken).
+pub fn set_record(certs: Option<&[String]>) {
+    let parsed = certs
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            c.iter()
+                .filter_map(|h| {
+                    let bytes: Vec<u8> = (0..h.len() / 2)
+                        .map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
+                        .collect::<Option<_>>()?;
+                    bytes.try_into().ok()
+                })
+                .collect()
+        })
+        .map(Arc::new);
+    *RECORD.write().unwrap() = parsed;
+}
+
+/// A server verifier for the pool: the CA's checks, then the record's (a
+/// server that left the pool keeps the CA's key, and could make itself
+/// certificates the CA's checks alone would take).
+#[derive(Debug)]
+struct OnRecord {
+    pool: Arc<rustls::client::WebPkiServerVerifier>,
+}
+
+impl ServerCertVerifier for OnRecord {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let ok = self.pool.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )?;
+        let record = RECORD.read().unwrap().clone();
+        match record {
+            Some(r) if !r.contains(&fingerprint(end_entity)) => Err(rustls::Error::General(
+                "the server's certificate is not on the pool's record (a server that left the pool?)"
+                    .into(),
+            )),
+            _ => Ok(ok),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.pool.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.pool.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.pool.supported_verify_schemes()
     }
 }
 

@@ -296,6 +296,9 @@ impl Daemon {
                 operators: a.state.operators.clone(),
                 retired: a.state.retired.clone(),
             });
+            // The servers this daemon connects to must be on the record.
+            let record: Option<Vec<String>> = st.pool_certs().map(|c| c.into_iter().collect());
+            tls::set_record(record.as_deref());
         }
         self.changed.send_modify(|n| *n += 1);
     }

@@ -184,7 +184,8 @@ impl Daemon {
                     ));
                 }
                 self.remove_member(&peer).await?;
-                if let Err(e) = rpc::call(&peer.mgmt, &Request::Leave).await {
+                // (Off the record now: reached as any server of the CA.)
+                if let Err(e) = rpc::call_any_of_ca(&peer.mgmt, &Request::Leave).await {
                     tracing::warn!(peer = %host, "detached, but not told so: {e}");
                 }
                 Ok(String::new())

@@ -38,7 +38,12 @@ fn main() -> ExitCode {
     // that are (or start) one, or mount: refused rather than ignored.
     let serves = matches!(
         cli.cmd,
-        Cmd::Daemon(_) | Cmd::Brick(_) | Cmd::Mount(_) | Cmd::Bench(_)
+        Cmd::Daemon(_)
+            | Cmd::Brick(_)
+            | Cmd::Mount(_)
+            | Cmd::Bench(_)
+            | Cmd::Man { .. }
+            | Cmd::Completions { .. }
     );
     if serves
         && (cli.server != DEFAULT_SERVER || cli.json || cli.up_to_date || cli.credential.is_some())
@@ -100,6 +105,9 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Bench(a) => mortar::bench::run(a),
+        Cmd::Man { ref out } => mortar::cli::manual::write_pages(out)
+            .map(|pages| println!("{} manual pages written to {}", pages.len(), out.display())),
+        Cmd::Completions { shell } => mortar::cli::manual::print_completions(shell),
         _ => {
             // A command whose reader goes away (`mortar ... | head -1`)
             // ends quietly, as Unix tools do, instead of panicking on

@@ -4,6 +4,7 @@
 
 pub mod format;
 mod heal;
+pub mod manual;
 mod rebalance;
 
 use crate::mgmt::rpc::{self, Request, Response};
@@ -52,7 +53,8 @@ pub enum Cmd {
     /// Manage the trusted storage pool.
     #[command(subcommand)]
     Peer(PeerCmd),
-    /// Show the trusted storage pool.
+    /// The trusted storage pool: its servers, administrator credentials
+    /// and certificates.
     #[command(subcommand)]
     Pool(PoolCmd),
     /// Run the management daemon (one per server).
@@ -64,6 +66,18 @@ pub enum Cmd {
     /// Serve one brick (started by the daemon).
     #[command(hide = true)]
     Brick(BrickArgs),
+    /// Write the manual pages, one per command (mortar.1,
+    /// mortar-volume.1, mortar-volume-create.1, ...), to DIR.
+    Man {
+        /// Where to write them (created if missing), e.g.
+        /// /usr/local/share/man/man1.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Print the shell completion script for SHELL (bash, zsh, fish,
+    /// elvish, powershell), e.g. `mortar completions bash >
+    /// /usr/share/bash-completion/completions/mortar`.
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -1067,7 +1081,12 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             }
             other => Err(fail("pool list", "", &format!("{other:?}"))),
         },
-        Cmd::Daemon(_) | Cmd::Mount(_) | Cmd::Brick(_) | Cmd::Bench(_) => {
+        Cmd::Daemon(_)
+        | Cmd::Mount(_)
+        | Cmd::Brick(_)
+        | Cmd::Bench(_)
+        | Cmd::Man { .. }
+        | Cmd::Completions { .. } => {
             unreachable!("handled in main")
         }
     }

@@ -43,16 +43,6 @@ fn this_year() -> i32 {
     1970 + (secs / 31_556_952) as i32
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 fn random(n: usize) -> Vec<u8> {
     use ring::rand::SecureRandom;
     let mut b = vec![0u8; n];
@@ -235,9 +225,7 @@ impl OwnCredentials {
     pub fn fingerprints(&self) -> Result<Vec<String>, String> {
         [&self.server, &self.admin]
             .iter()
-            .map(|pem| {
-                Credential::from_pem(pem.as_bytes()).map(|c| tls::hex(&tls::fingerprint(&c.cert)))
-            })
+            .map(|pem| Credential::from_pem(pem.as_bytes()).map(|c| c.fingerprint_hex()))
             .collect()
     }
 
@@ -290,7 +278,7 @@ pub fn renew(state_dir: &Path, host: &str) -> Result<Credential, String> {
 pub fn fingerprints(state_dir: &Path) -> Result<Vec<String>, String> {
     [server_credential(state_dir), admin_credential(state_dir)]
         .iter()
-        .map(|f| Credential::load(f).map(|c| tls::hex(&tls::fingerprint(&c.cert))))
+        .map(|f| Credential::load(f).map(|c| c.fingerprint_hex()))
         .collect()
 }
 
@@ -335,8 +323,8 @@ pub fn parse_token(token: &str) -> Result<(Vec<u8>, String), String> {
         )
     };
     let (pin, secret) = token.trim().split_once('-').ok_or_else(bad)?;
-    let pin = unhex(pin).filter(|p| p.len() == 16).ok_or_else(bad)?;
-    if unhex(secret).is_none_or(|s| s.len() != 16) {
+    let pin = tls::unhex(pin).filter(|p| p.len() == 16).ok_or_else(bad)?;
+    if tls::unhex(secret).is_none_or(|s| s.len() != 16) {
         return Err(bad());
     }
     Ok((pin, secret.to_string()))
@@ -486,7 +474,7 @@ mod tests {
 
         // With the pool's record known, a server must be on it: one that
         // left the pool is refused though its certificate is the CA's.
-        let server_fp = tls::hex(&tls::fingerprint(&server.cert));
+        let server_fp = server.fingerprint_hex();
         tls::set_record(Some(&[fp(&first)]));
         let e = ask(addr).await.unwrap_err().to_string();
         assert!(e.contains("not on the pool's record"), "{e}");

@@ -166,6 +166,17 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes of a hex string (None: not hex).
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// The role a certificate (already verified to be the pool's) is valid for.
 pub fn role_of(cert: &CertificateDer<'_>) -> Option<Role> {
     let ee = webpki::EndEntityCert::try_from(cert).ok()?;
@@ -233,6 +244,12 @@ impl Credential {
 
     pub fn role(&self) -> Option<Role> {
         role_of(&self.cert)
+    }
+
+    /// The SHA-256 of its certificate, in hex: how the pool's state and
+    /// the CLI name it.
+    pub fn fingerprint_hex(&self) -> String {
+        hex(&fingerprint(&self.cert))
     }
 
     fn roots(&self) -> Result<Arc<RootCertStore>, String> {
@@ -581,16 +598,7 @@ static RECORD: RwLock<Option<Arc<std::collections::BTreeSet<[u8; 32]>>>> = RwLoc
 pub fn set_record(certs: Option<&[String]>) {
     let parsed = certs
         .filter(|c| !c.is_empty())
-        .map(|c| {
-            c.iter()
-                .filter_map(|h| {
-                    let bytes: Vec<u8> = (0..h.len() / 2)
-                        .map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
-                        .collect::<Option<_>>()?;
-                    bytes.try_into().ok()
-                })
-                .collect()
-        })
+        .map(|c| c.iter().filter_map(|h| unhex(h)?.try_into().ok()).collect())
         .map(Arc::new);
     *RECORD.write().unwrap() = parsed;
 }

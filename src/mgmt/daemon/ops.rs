@@ -506,7 +506,7 @@ impl Daemon {
         let issued = tls::Credential::from_pem(pem.as_bytes())?;
         let record = crate::mgmt::state::IssuedCredential {
             name: name.to_string(),
-            fingerprint: tls::hex(&tls::fingerprint(&issued.cert)),
+            fingerprint: issued.fingerprint_hex(),
             read_only,
             identity,
             issued: std::time::SystemTime::now()

@@ -15,6 +15,7 @@ pub mod features;
 pub mod fuse;
 pub mod graph;
 pub mod heal;
+pub mod metrics;
 pub mod mgmt;
 pub mod mount;
 pub mod performance;

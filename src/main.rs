@@ -74,10 +74,22 @@ fn main() -> ExitCode {
                         .to_string_lossy()
                         .into_owned()
                 });
+                let metrics =
+                    match a.metrics.as_deref() {
+                        None => Some(std::net::SocketAddr::new(
+                            listen.ip(),
+                            mortar::mgmt::DEFAULT_METRICS_PORT,
+                        )),
+                        Some("off") => None,
+                        Some(m) => Some(m.parse().map_err(|e| {
+                            anyhow::anyhow!("--metrics {m}: {e} (ADDR:PORT or off)")
+                        })?),
+                    };
                 mortar::mgmt::daemon::Daemon::run(mortar::mgmt::daemon::Config {
                     listen,
                     host,
                     state_dir: a.state_dir.clone(),
+                    metrics,
                 })
                 .await
                 .inspect_err(|e| {

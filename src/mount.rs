@@ -66,6 +66,20 @@ impl MountArgs {
         crate::protocol::tls::credential_path(given.as_deref())
     }
 
+    /// Where the client serves its Prometheus metrics: `-o metrics=ADDR`
+    /// (off by default).
+    pub fn metrics(&self) -> anyhow::Result<Option<std::net::SocketAddr>> {
+        self.options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .find_map(|o| o.strip_prefix("metrics="))
+            .map(|a| {
+                a.parse()
+                    .map_err(|e| anyhow::anyhow!("metrics={a}: {e} (give IP:PORT)"))
+            })
+            .transpose()
+    }
+
     /// The management daemons to ask for the volume, in order: the source's
     /// host, then `-o backup-volfile-servers=H1:H2` (GlusterFS's spelling).
     pub fn mgmt_servers(&self, host: &str) -> Vec<String> {
@@ -240,6 +254,40 @@ async fn watch_volume(mgmts: Vec<String>, mut current: VolDesc, active: Arc<Acti
     }
 }
 
+/// Serves the client's metrics at `addr`; which bricks it is connected to
+/// is read from the graph in use when scraped.
+fn client_metrics(
+    rt: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    vol: &str,
+    active: &Arc<Active>,
+) -> anyhow::Result<()> {
+    let weak = Arc::downgrade(active);
+    let volume = vol.to_string();
+    crate::metrics::on_scrape(move |m| {
+        let Some(active) = weak.upgrade() else { return };
+        let graph = active.graph();
+        m.brick_up.clear();
+        for n in graph.leaves() {
+            let host = n.params.get("host").map(String::as_str).unwrap_or("");
+            let brick = n.params.get("brick").map(String::as_str).unwrap_or("");
+            m.brick_up
+                .get_or_create(&crate::metrics::BrickLabels {
+                    volume: volume.clone(),
+                    brick: format!("{host}:{brick}"),
+                })
+                .set(n.child.is_up() as i64);
+        }
+    });
+    let registry = crate::metrics::registry(
+        crate::metrics::Role::Client,
+        vec![("volume".to_string(), vol.to_string())],
+    );
+    rt.block_on(crate::metrics::serve::serve(addr, registry))
+        .map_err(|e| anyhow::anyhow!("metrics={addr}: cannot listen: {e}"))?;
+    Ok(())
+}
+
 /// Serves the mount in this process until it is unmounted.
 pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     let (host, vol) = parse_source(&a.source)?;
@@ -293,6 +341,9 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         anyhow::bail!("no brick of volume {vol} could be reached");
     }
     let active = Active::new(graph);
+    if let Some(addr) = a.metrics()? {
+        client_metrics(&rt, addr, &vol, &active)?;
+    }
     // Before the mount: after it, a look at the path waits for this
     // process's own session.
     let dir = a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone());

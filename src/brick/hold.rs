@@ -298,6 +298,7 @@ mod tests {
             arbiter: false,
             revoke_after: Arc::new(|| None),
             lease_terms: Arc::new(Default::default),
+            profiling: Arc::new(|| false),
         };
         let x = build(&env, Some(below)).unwrap().unwrap();
         (d, x)

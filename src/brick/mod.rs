@@ -11,6 +11,7 @@
 //! | `features/locks` | `locks.rs` | object locks, contention notices, revocation (`storage::locks`) |
 //! | `features/hold` | `hold.rs` | files a rebalance is moving: others' changes refused until they have moved |
 //! | `features/leases` | `leases.rs` | which clients cache what; recalled before another client's change |
+//! | `debug/profile` | `../debug/profile.rs` | metrics, `volume profile` and `volume top` of every fop |
 //!
 //! A translator handles the fops it is about and passes every other one to
 //! the one below unchanged; the stack tells every translator of each
@@ -97,6 +98,8 @@ pub struct BrickEnv {
     pub revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
     /// The terms of the leases it grants now (`features/leases`).
     pub lease_terms: Arc<dyn Fn() -> leases::Terms + Send + Sync>,
+    /// Whether `volume profile` is on (`diagnostics.latency-measurement`).
+    pub profiling: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 /// Builds one translator over `below` (None for the bottom one); None if it
@@ -166,6 +169,7 @@ mod tests {
             arbiter,
             revoke_after: Arc::new(|| None),
             lease_terms: Arc::new(Default::default),
+            profiling: Arc::new(|| false),
         };
         assert_eq!(
             Stack::build(&env(false)).unwrap().kinds(),
@@ -174,7 +178,8 @@ mod tests {
                 "features/index",
                 "features/locks",
                 "features/hold",
-                "features/leases"
+                "features/leases",
+                "debug/profile"
             ]
         );
         assert_eq!(
@@ -185,7 +190,8 @@ mod tests {
                 "features/index",
                 "features/locks",
                 "features/hold",
-                "features/leases"
+                "features/leases",
+                "debug/profile"
             ]
         );
     }

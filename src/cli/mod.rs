@@ -5,6 +5,7 @@
 pub mod format;
 mod heal;
 pub mod manual;
+mod profile;
 mod rebalance;
 
 use crate::mgmt::rpc::{self, Request, Response};
@@ -192,6 +193,29 @@ pub enum VolumeCmd {
         name: String,
         #[command(subcommand)]
         op: CredentialCmd,
+    },
+    /// Profile every brick's fops: volume profile NAME start | info
+    /// [incremental] | stop. `info` shows, per brick, each fop's calls
+    /// and latency, reads and writes by size and the data moved, since
+    /// `start` and since the last `info`.
+    Profile {
+        name: String,
+        #[arg(value_parser = ["start", "info", "stop"])]
+        op: String,
+        #[arg(value_parser = ["incremental"])]
+        incremental: Option<String>,
+    },
+    /// The files most opened, read or written on each brick, or with the
+    /// highest read or write throughput: volume top NAME
+    /// open|read|write|read-perf|write-perf [brick HOST:/PATH]
+    /// [list-cnt N].
+    Top {
+        name: String,
+        #[arg(value_parser = ["open", "read", "write", "read-perf", "write-perf"])]
+        what: String,
+        /// brick HOST:/PATH and/or list-cnt N (at most 100; 10 if not given).
+        #[arg(num_args = 0..=4)]
+        args: Vec<String>,
     },
     /// Self-heal: volume heal NAME [full | info [summary|split-brain] |
     /// statistics | split-brain (bigger-file|latest-mtime) FILE |
@@ -401,6 +425,11 @@ pub struct DaemonArgs {
     /// Where the cluster state and logs are kept.
     #[arg(long, default_value = "/var/lib/mortar")]
     pub state_dir: PathBuf,
+    /// Serve Prometheus metrics at this address, or `off`; the bricks it
+    /// starts serve theirs on its IP at their own port + 1000. Default:
+    /// the --listen address's IP, port 24108.
+    #[arg(long, value_name = "ADDR|off")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -416,7 +445,9 @@ pub struct MountCmd {
     #[arg(long, short = 'f')]
     pub foreground: bool,
     /// Mount options (as mount -o): ro, nosuid, nodev, noexec, sync, dirsync,
-    /// noatime, remount, port=N, log-file=PATH.
+    /// noatime, remount, port=N, log-file=PATH, credential=PATH,
+    /// backup-volfile-servers=H1:H2, metrics=ADDR (serve the client's
+    /// Prometheus metrics there; off by default).
     #[arg(short = 'o')]
     pub options: Vec<String>,
     /// Log file of the background client.
@@ -458,6 +489,10 @@ pub struct BrickArgs {
     /// The server's credential, which the brick serves and connects with.
     #[arg(long)]
     pub credential: PathBuf,
+    /// Serve Prometheus metrics on this address, at the brick's port +
+    /// 1000 (a free port when that one is taken).
+    #[arg(long, value_name = "IP")]
+    pub metrics: Option<std::net::IpAddr>,
 }
 
 pub struct CreateArgs {
@@ -827,6 +862,14 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 )
                 .await?;
                 out.done("volume set", "", r)
+            }
+            VolumeCmd::Profile {
+                name,
+                op,
+                incremental,
+            } => profile::profile(&server, out.json, &name, &op, incremental.is_some()).await,
+            VolumeCmd::Top { name, what, args } => {
+                profile::top(&server, out.json, &name, &what, &args).await
             }
             VolumeCmd::Heal {
                 name,

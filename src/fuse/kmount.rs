@@ -41,6 +41,7 @@ fn is_ours(o: &str) -> bool {
         || o.starts_with("port=")
         || o.starts_with("backup-volfile-servers=")
         || o.starts_with("credential=")
+        || o.starts_with("metrics=")
 }
 
 /// Parses `-o` lists (each comma-separated). Only root mounts, so the

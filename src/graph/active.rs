@@ -207,19 +207,28 @@ impl Xlator for Active {
     fn cached(&self, cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
         // Not while a switch is under way (the old graph settling).
         let _gate = self.gate.try_read().ok()?;
-        match fop.fh() {
+        let started = std::time::Instant::now();
+        let answer = match fop.fh() {
             Some(_) => None,
             None => self.graph().top().xl.cached(cx, fop),
+        };
+        if let Some(a) = &answer {
+            crate::metrics::fop_done(fop.name(), started, a);
         }
+        answer
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        // Every fop of the mount passes here once: the client's metrics.
+        let (name, started) = (fop.name(), std::time::Instant::now());
         let gate = self.gate.read().await;
         // A write keeps the gate until it is answered (accepted by the
         // graph's write-behind); anything else lets go once it picked its
         // graph, which `route` does before its first wait.
         let _held = matches!(fop, Fop::Write { .. }).then_some(gate);
-        self.route(cx, fop).await
+        let result = self.route(cx, fop).await;
+        crate::metrics::fop_done(name, started, &result);
+        result
     }
 
     fn requests(&self) -> u64 {

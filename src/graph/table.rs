@@ -204,6 +204,16 @@ pub static TABLE: &[Row] = &[
         about: "which clients cache which objects and names; recalled before another client's change",
     },
     Row {
+        kind: "debug/profile",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[&crate::debug::profile::LATENCY_MEASUREMENT],
+        build: None,
+        brick: Some(crate::debug::profile::build),
+        about: "every fop counted (metrics, volume top) and, while profiling, timed (volume profile)",
+    },
+    Row {
         kind: "protocol/server",
         side: Side::Brick,
         place: Place::Brick,

@@ -191,6 +191,15 @@ impl Healer {
     }
 
     fn count(&self, o: &FsResult<Outcome>, gfid: Gfid) {
+        let m = crate::metrics::get();
+        let labels = crate::metrics::VolumeLabels {
+            volume: self.volume.clone(),
+        };
+        match o {
+            Ok(o) if o.healed > 0 => m.healed.get_or_create(&labels).inc_by(o.healed as u64),
+            Err(_) => m.heal_failed.get_or_create(&labels).inc(),
+            Ok(_) => 0,
+        };
         let mut cur = self.current.lock().unwrap();
         let Some(c) = cur.as_mut() else { return };
         match o {
@@ -244,6 +253,14 @@ impl Healer {
                 else {
                     continue;
                 };
+                // (BATCH at most: a larger backlog shows as BATCH.)
+                crate::metrics::get()
+                    .heal_pending
+                    .get_or_create(&crate::metrics::BrickLabels {
+                        volume: self.volume.clone(),
+                        brick: brick.label.clone(),
+                    })
+                    .set(gfids.len() as i64);
                 let todo: Vec<Gfid> = gfids
                     .into_iter()
                     .filter(|g| seen.insert(*g) && !self.split.lock().unwrap().contains(g))

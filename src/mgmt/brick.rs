@@ -41,7 +41,12 @@ pub struct BrickConfig {
     pub key_file: Option<PathBuf>,
     /// The server's credential (TLS).
     pub credential: PathBuf,
+    /// Where to serve metrics (at the brick's port + `METRICS_PORT_OFFSET`).
+    pub metrics: Option<IpAddr>,
 }
+
+/// A brick serves its metrics at its own port plus this.
+pub const METRICS_PORT_OFFSET: u16 = 1000;
 
 /// The volume options a brick applies itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +61,8 @@ pub struct Tunables {
     pub strict_o_direct: bool,
     /// `auth.allow` and `auth.reject`.
     pub auth: crate::protocol::auth::Rules,
+    /// `diagnostics.latency-measurement` (`volume profile`).
+    pub profiling: bool,
 }
 
 impl Tunables {
@@ -70,6 +77,7 @@ impl Tunables {
             leases: crate::brick::leases::Terms::from_options(o),
             strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
             auth: crate::protocol::auth::Rules::from_options(o),
+            profiling: crate::debug::profile::LATENCY_MEASUREMENT.bool(o),
         }
     }
 }
@@ -207,6 +215,7 @@ pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
         port: a.port,
         key_file: a.key_file.clone(),
         credential: a.credential.clone(),
+        metrics: a.metrics,
     }))
 }
 
@@ -241,6 +250,10 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
             let t = tunables.clone();
             move || t.borrow().leases
         }),
+        profiling: Arc::new({
+            let t = tunables.clone();
+            move || t.borrow().profiling
+        }),
     };
     let stack = match crate::brick::Stack::build(&env) {
         Ok(s) => Arc::new(s),
@@ -268,6 +281,9 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     let _ = writeln!(out, "LISTENING {port}");
     let _ = out.flush();
     tracing::info!(brick = %path.display(), port, arbiter = cfg.arbiter, "brick serving");
+    if let Some(ip) = cfg.metrics {
+        serve_metrics(ip, port, &cfg, posix.clone()).await;
+    }
 
     if let (Some(vol), Some(mgmt)) = (cfg.volume.clone(), cfg.mgmt.clone()) {
         tokio::spawn(follow_options(vol, mgmt, tunables_tx));
@@ -311,6 +327,32 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     };
     server::serve(listener, stack, path.display().to_string(), auth, key).await?;
     Ok(())
+}
+
+/// Serves the brick's metrics at `port` + `METRICS_PORT_OFFSET` on `ip`
+/// (any free port when that one is taken), its disk's figures read when
+/// scraped.
+async fn serve_metrics(ip: IpAddr, port: u16, cfg: &BrickConfig, posix: Arc<Posix>) {
+    use crate::metrics::{serve, Role};
+    crate::metrics::on_scrape(move |m| {
+        if let Ok(s) = rustix::fs::statvfs(posix.path()) {
+            let frsize = s.f_frsize.max(1);
+            m.disk_bytes.set((s.f_blocks * frsize) as i64);
+            m.disk_free_bytes.set((s.f_bavail * frsize) as i64);
+            m.inodes.set(s.f_files as i64);
+            m.inodes_free.set(s.f_favail as i64);
+        }
+    });
+    let labels = vec![
+        ("volume".to_string(), cfg.volume.clone().unwrap_or_default()),
+        ("brick".to_string(), cfg.path.display().to_string()),
+    ];
+    let registry = || crate::metrics::registry(Role::Brick, labels.clone());
+    let wanted = SocketAddr::new(ip, port.saturating_add(METRICS_PORT_OFFSET));
+    if let Err(e) = serve::serve(wanted, registry()).await {
+        tracing::warn!(%wanted, "metrics: cannot listen ({e}); taking a free port");
+        serve::start(Some(SocketAddr::new(ip, 0)), Role::Brick, labels.clone()).await;
+    }
 }
 
 /// Binds `wanted`, or when it is taken (or none is given) the first free

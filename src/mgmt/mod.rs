@@ -17,3 +17,6 @@ pub mod volgen;
 pub const DEFAULT_MGMT_PORT: u16 = 24107;
 /// First port tried for brick servers.
 pub const BRICK_PORT_BASE: u16 = 24300;
+/// Default port of the daemon's Prometheus metrics (on its IP); each brick
+/// serves its own at its port + `brick::METRICS_PORT_OFFSET`.
+pub const DEFAULT_METRICS_PORT: u16 = 24108;

@@ -207,6 +207,16 @@ pub enum Request {
         name: String,
         op: HealOp,
     },
+    /// `volume profile NAME start|stop|info [incremental]`.
+    VolumeProfile {
+        name: String,
+        op: ProfileOp,
+    },
+    /// `volume top NAME …`: every brick's (or one brick's) top lists.
+    VolumeTop {
+        name: String,
+        brick: Option<String>,
+    },
     /// `volume rebalance NAME [fix-layout] start | stop`: a change, on the
     /// leader (which runs the rebalance).
     VolumeRebalance {
@@ -268,6 +278,25 @@ pub enum RebalanceOp {
         migrate: bool,
     },
     Stop,
+}
+
+/// What `volume profile` asks for.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ProfileOp {
+    Start,
+    Stop,
+    /// Each brick's figures since the start and since the last `info`
+    /// (`incremental`: only the latter).
+    Info,
+}
+
+/// One brick's answer to `volume profile info` or `volume top`: its
+/// report, or why there is none.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BrickReport<T> {
+    pub brick: String,
+    pub report: Option<T>,
+    pub error: Option<String>,
 }
 
 /// What `volume heal` asks for.
@@ -376,6 +405,11 @@ impl Request {
             Request::VolumeCredentials { op, .. } | Request::PoolCredentials { op } => {
                 matches!(op, CredentialOp::List)
             }
+            Request::VolumeTop { .. }
+            | Request::VolumeProfile {
+                op: ProfileOp::Info,
+                ..
+            } => true,
             Request::Heal { op, .. } => matches!(
                 op,
                 HealOp::Info | HealOp::InfoSummary | HealOp::InfoSplitBrain | HealOp::Statistics
@@ -410,6 +444,8 @@ pub enum Response {
     },
     Bricks(Vec<BrickStatus>),
     Heal(HealReport),
+    Profile(Vec<BrickReport<crate::debug::profile::ProfileReport>>),
+    Top(Vec<BrickReport<crate::debug::profile::TopReport>>),
     Clients(Vec<ClientSeen>),
     /// A Raft answer (`consensus::network::Reply`).
     Raft(Box<serde_json::value::RawValue>),

@@ -77,6 +77,8 @@ pub struct BrickSpec {
     /// The server's credential (`mgmt::authority`), which the brick
     /// serves and connects with.
     pub credential: PathBuf,
+    /// Where the brick serves its metrics (at its port + 1000).
+    pub metrics: Option<IpAddr>,
 }
 
 impl BrickSpec {
@@ -345,6 +347,9 @@ fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString
     if let Some(p) = spec.port {
         a.extend(["--port".into(), p.to_string().into()]);
     }
+    if let Some(ip) = spec.metrics {
+        a.extend(["--metrics".into(), ip.to_string().into()]);
+    }
     a
 }
 
@@ -465,6 +470,7 @@ mod tests {
             credential: run.join("server.pem"),
             port: None,
             key: String::new(),
+            metrics: None,
         }
     }
 

@@ -131,6 +131,16 @@ pub struct IoCache {
 }
 
 impl IoCache {
+    /// Counts an answer from the cache (hit) or not (miss), here and in
+    /// the process's metrics.
+    fn counted(&self, hit: bool) {
+        match hit {
+            true => self.hits.fetch_add(1, Ordering::Relaxed),
+            false => self.misses.fetch_add(1, Ordering::Relaxed),
+        };
+        crate::metrics::cache("io-cache", hit);
+    }
+
     pub fn new(name: String, child: Child) -> IoCache {
         IoCache {
             name,
@@ -282,10 +292,10 @@ impl IoCache {
             unreachable!()
         };
         if let Some(data) = self.hit(gfid, fh, offset, size) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
+            self.counted(true);
             return Ok(Reply::Data(data));
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
+        self.counted(false);
         let mark = self.mark();
         let res = self.child.call(cx, fop).await;
         if let Ok(Reply::Data(d)) = &res {

@@ -252,6 +252,10 @@ impl Rebalancer {
         self.progress.lock().unwrap().skipped_draining > 0
     }
 
+    pub fn volume(&self) -> &str {
+        &self.volume
+    }
+
     pub fn progress(&self) -> Progress {
         let mut p = self.progress.lock().unwrap().clone();
         p.secs = self.started.elapsed().as_secs();

@@ -72,6 +72,7 @@ impl Daemon {
                     port: brick.port,
                     key: key.clone(),
                     credential: crate::mgmt::authority::server_credential(&self.cfg.state_dir),
+                    metrics: self.cfg.metrics.map(|a| a.ip()),
                 };
                 tracing::debug!(brick = %path, "starting brick");
                 let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));

@@ -24,7 +24,9 @@ mod certs;
 mod follow;
 mod heal;
 mod members;
+mod metrics;
 mod ops;
+mod profile;
 mod rebalance;
 mod replace;
 
@@ -58,6 +60,9 @@ pub struct Config {
     pub listen: SocketAddr,
     pub host: String,
     pub state_dir: PathBuf,
+    /// Where to serve Prometheus metrics (None: not at all); the bricks
+    /// this daemon starts serve theirs on its IP.
+    pub metrics: Option<SocketAddr>,
 }
 
 pub struct Daemon {
@@ -183,6 +188,7 @@ impl Daemon {
         tokio::spawn(d.clone().report_ports());
         tokio::spawn(d.clone().register_certs());
         tokio::spawn(d.clone().resume_tasks());
+        d.serve_metrics().await;
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), id = d.consensus.id(), "management daemon started");
         let d2 = d.clone();
         tokio::spawn(async move {
@@ -745,6 +751,11 @@ impl Daemon {
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,
+            Request::VolumeProfile {
+                name,
+                op: rpc::ProfileOp::Info,
+            } => self.profile_info(&name).await,
+            Request::VolumeTop { name, brick } => self.top(&name, brick).await,
             Request::BricksRun {
                 volume,
                 force,

@@ -290,6 +290,7 @@ impl Daemon {
                 self.execute(Command::RemoveVolume { volume: name }).await?;
                 Ok(String::new())
             }
+            Request::VolumeProfile { name, op } => self.profile_switch(name, op).await,
             Request::VolumeSet { name, key, value } if key == "group" => {
                 self.volume(&name)?;
                 let options = options::group(&value)?;

@@ -141,6 +141,16 @@ pub struct MdCache {
 }
 
 impl MdCache {
+    /// Counts an answer from the cache (hit) or not (miss), here and in
+    /// the process's metrics.
+    fn counted(&self, hit: bool) {
+        match hit {
+            true => self.hits.fetch_add(1, Ordering::Relaxed),
+            false => self.misses.fetch_add(1, Ordering::Relaxed),
+        };
+        crate::metrics::cache("md-cache", hit);
+    }
+
     pub fn new(name: String, child: Child) -> Arc<MdCache> {
         Arc::new_cyclic(|me| MdCache {
             behind: Arc::default(),
@@ -676,7 +686,7 @@ impl Xlator for MdCache {
             }
             _ => return None,
         };
-        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.counted(true);
         Some(hit)
     }
 
@@ -687,17 +697,17 @@ impl Xlator for MdCache {
         match fop {
             Fop::Getattr { gfid } => {
                 if let Some(a) = self.cached_attr(gfid) {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    self.counted(true);
                     return Ok(Reply::Attr(a));
                 }
-                self.misses.fetch_add(1, Ordering::Relaxed);
+                self.counted(false);
                 let mark = self.mark();
                 let res = self.down(cx, fop).await;
                 self.keep_attrs(&res, mark);
                 res
             }
             Fop::Lookup { parent, ref name } if self.missing(parent, name.as_bytes()) => {
-                self.hits.fetch_add(1, Ordering::Relaxed);
+                self.counted(true);
                 Err(FsError::errno(libc::ENOENT))
             }
             Fop::Lookup { parent, ref name } => {
@@ -705,10 +715,10 @@ impl Xlator for MdCache {
                 // asks again after it dropped its own names (memory
                 // pressure, `drop_caches`, a forgotten inode).
                 if let Some(a) = self.found(parent, name.as_bytes()) {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    self.counted(true);
                     return Ok(Reply::Entry(crate::core::Entry::found(a)));
                 }
-                self.misses.fetch_add(1, Ordering::Relaxed);
+                self.counted(false);
                 let name = name.clone();
                 let mark = self.mark();
                 let res = self.down(cx, fop).await;
@@ -726,10 +736,10 @@ impl Xlator for MdCache {
             }
             Fop::Getxattr { gfid, ref name } if !virtual_name(name) => {
                 if let Some(a) = self.cached_xattr(gfid, Some(name)) {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    self.counted(true);
                     return a.map(Reply::Xattr).map_err(FsError::errno);
                 }
-                self.misses.fetch_add(1, Ordering::Relaxed);
+                self.counted(false);
                 let name = name.clone();
                 let mark = self.mark();
                 let res = self.down(cx, fop).await;
@@ -744,10 +754,10 @@ impl Xlator for MdCache {
             }
             Fop::Listxattr { gfid } => {
                 if let Some(Ok(v)) = self.cached_xattr(gfid, None) {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    self.counted(true);
                     return Ok(Reply::Xattr(v));
                 }
-                self.misses.fetch_add(1, Ordering::Relaxed);
+                self.counted(false);
                 let mark = self.mark();
                 let res = self.down(cx, fop).await;
                 if let Ok(Reply::Xattr(v)) = &res {

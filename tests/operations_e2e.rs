@@ -1,0 +1,252 @@
+//! Watching a running volume: the Prometheus metrics of bricks, clients
+//! and the daemon, `volume profile` and `volume top`.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// The body of `GET /metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
+/// The sum of the samples of `metric` whose labels contain every one of
+/// `labels` (`key="value"`).
+fn value(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once('{').unwrap_or((l.split(' ').next()?, ""));
+            (name == metric && labels.iter().all(|want| rest.contains(want)))
+                .then(|| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+#[test]
+fn the_metrics_of_a_brick_a_client_and_the_daemon_move_with_a_write() {
+    let c = Cluster::start();
+    c.volume("mv", 3, &["b1", "b2", "b3"]);
+    let client_addr = format!("{}:24120", c.ip);
+    let m = c.mount_with("mv", &[], &[&format!("metrics={client_addr}")]);
+    let brick_port = brick_addr(&c, "mv", 0)
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u16>()
+        .unwrap();
+    let brick_metrics = format!("{}:{}", c.ip, brick_port + 1000);
+    let daemon_metrics = format!("{}:24108", c.ip);
+
+    let brick_before = scrape(&brick_metrics);
+    let client_before = scrape(&client_addr);
+    ok(&format!(
+        "dd if=/dev/urandom of={} bs=64k count=32 conv=fsync status=none",
+        m.p("f")
+    ));
+    let brick = scrape(&brick_metrics);
+    let client = scrape(&client_addr);
+    let moved = |after: &str, before: &str, metric: &str, labels: &[&str]| {
+        value(after, metric, labels) - value(before, metric, labels)
+    };
+    // The brick saw the writes, their bytes and the fsync.
+    assert!(
+        moved(
+            &brick,
+            &brick_before,
+            "mortar_fops_total",
+            &["fop=\"write\""]
+        ) >= 1.0,
+        "{brick}"
+    );
+    assert!(
+        moved(&brick, &brick_before, "mortar_written_bytes_total", &[]) >= (2 << 20) as f64,
+        "{brick}"
+    );
+    assert!(value(&brick, "mortar_fops_total", &["fop=\"fsync\""]) >= 1.0);
+    assert!(
+        value(
+            &brick,
+            "mortar_fop_duration_seconds_count",
+            &["fop=\"write\""]
+        ) >= 1.0
+    );
+    assert!(
+        value(&brick, "mortar_clients", &["role=\"brick\""]) >= 1.0,
+        "{brick}"
+    );
+    assert!(
+        value(&brick, "mortar_brick_disk_free_bytes", &[]) > 0.0,
+        "{brick}"
+    );
+    // So did the client, which is connected to all three bricks.
+    assert!(
+        moved(&client, &client_before, "mortar_written_bytes_total", &[]) >= (2 << 20) as f64,
+        "{client}"
+    );
+    assert!(
+        moved(
+            &client,
+            &client_before,
+            "mortar_fops_total",
+            &["fop=\"create\""]
+        ) >= 1.0
+    );
+    assert_eq!(
+        value(&client, "mortar_brick_up", &["volume=\"mv\""]),
+        3.0,
+        "{client}"
+    );
+    // An error is counted by its errno.
+    let _ = sh(&format!("stat {}", m.p("missing")));
+    let client = scrape(&client_addr);
+    assert!(
+        value(&client, "mortar_fop_errors_total", &["errno=\"ENOENT\""]) >= 1.0,
+        "{client}"
+    );
+    // The daemon: its bricks up, the quorum held, no peer lost.
+    let daemon = scrape(&daemon_metrics);
+    assert_eq!(
+        value(&daemon, "mortar_brick_up", &["volume=\"mv\""]),
+        3.0,
+        "{daemon}"
+    );
+    assert_eq!(value(&daemon, "mortar_server_quorum", &[]), 1.0, "{daemon}");
+    assert_eq!(
+        value(&daemon, "mortar_peers", &["state=\"disconnected\""]),
+        0.0
+    );
+    assert!(value(&daemon, "mortar_process_resident_memory_bytes", &[]) > 0.0);
+    // A killed brick shows down at the client until it is back.
+    let pid = brick_pid(&c, "mv", 1);
+    ok(&format!("kill -9 {pid}"));
+    wait_for(
+        "the client to see the brick down",
+        Duration::from_secs(10),
+        || value(&scrape(&client_addr), "mortar_brick_up", &["volume=\"mv\""]) < 3.0,
+    );
+    wait_for("the brick back", Duration::from_secs(30), || {
+        value(&scrape(&client_addr), "mortar_brick_up", &["volume=\"mv\""]) == 3.0
+    });
+    // Anything but /metrics is not found.
+    let mut s = std::net::TcpStream::connect(&brick_metrics).unwrap();
+    write!(s, "GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    m.unmount();
+}
+
+#[test]
+fn volume_profile_and_top_show_what_reached_the_bricks() {
+    let c = Cluster::start();
+    let bricks = c.volume("pv", 3, &["b1", "b2", "b3"]);
+    let m = c.mount("pv");
+    let not_started = c.fails(&["volume", "profile", "pv", "info"]);
+    assert!(
+        not_started.contains("Profile on Volume pv is not started"),
+        "{not_started}"
+    );
+    let started = c.ok(&["volume", "profile", "pv", "start"]);
+    assert!(
+        started.contains("Starting volume profile on pv has been successful"),
+        "{started}"
+    );
+    let again = c.fails(&["volume", "profile", "pv", "start"]);
+    assert!(again.contains("already started"), "{again}");
+    // The bricks apply the option as they follow the volume.
+    std::thread::sleep(Duration::from_secs(4));
+    ok(&format!("mkdir {}", m.p("d")));
+    for (name, kib) in [("d/big", 512), ("d/small", 8)] {
+        ok(&format!(
+            "dd if=/dev/zero of={} bs=4k count={} conv=fsync status=none",
+            m.p(name),
+            kib / 4
+        ));
+    }
+    ok(&format!("cat {} > /dev/null", m.p("d/small")));
+
+    let text = c.ok(&["volume", "profile", "pv", "info"]);
+    for b in &bricks {
+        assert!(
+            text.contains(&format!("Brick: {}:{}", c.ip, b.display())),
+            "{text}"
+        );
+    }
+    for want in [
+        "Cumulative Stats:",
+        "Interval 0 Stats:",
+        "WRITE",
+        "CREATE",
+        "FSYNC",
+        "4Kb+",
+        "Data Written:",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&c.ok(&["--json", "volume", "profile", "pv", "info"])).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 3);
+    for b in json.as_array().unwrap() {
+        let r = &b["report"];
+        // Every replica got every write: 128 + 2 blocks of 4 KiB at least
+        // (the mount may join them).
+        assert!(
+            r["cumulative"]["fops"]["write"]["calls"].as_u64().unwrap() >= 1,
+            "{b}"
+        );
+        assert!(
+            r["cumulative"]["written_bytes"].as_u64().unwrap() >= 520 * 1024,
+            "{b}"
+        );
+        // Nothing happened since the last info.
+        assert!(r["interval"]["fops"].get("write").is_none(), "{b}");
+    }
+    let inc = c.ok(&["volume", "profile", "pv", "info", "incremental"]);
+    assert!(
+        !inc.contains("Cumulative Stats:") && inc.contains("Interval 2 Stats:"),
+        "{inc}"
+    );
+
+    // Top: the file written most comes first, by path.
+    let top = c.ok(&["volume", "top", "pv", "write", "list-cnt", "1"]);
+    assert!(top.contains("/d/big") && !top.contains("/d/small"), "{top}");
+    let one = c.ok(&["volume", "top", "pv", "open", "brick", &c.brick("b2")]);
+    assert_eq!(one.matches("Brick:").count(), 1, "{one}");
+    assert!(
+        one.contains("Current open fds: ") && one.contains("/d/small"),
+        "{one}"
+    );
+    let perf = c.ok(&["--json", "volume", "top", "pv", "write-perf"]);
+    let perf: serde_json::Value = serde_json::from_str(&perf).unwrap();
+    assert!(
+        perf[0]["report"]["entries"][0]["value"].as_f64().unwrap() > 0.0,
+        "{perf}"
+    );
+    let bad = c.fails(&["volume", "top", "pv", "open", "brick", "nowhere:/x"]);
+    assert!(bad.contains("not a brick of volume pv"), "{bad}");
+    let bad = c.fails(&["volume", "top", "pv", "open", "list-cnt", "1000"]);
+    assert!(bad.contains("list-cnt"), "{bad}");
+
+    let stopped = c.ok(&["volume", "profile", "pv", "stop"]);
+    assert!(
+        stopped.contains("Stopping volume profile on pv has been successful"),
+        "{stopped}"
+    );
+    assert!(c
+        .fails(&["volume", "profile", "pv", "info"])
+        .contains("not started"));
+    m.unmount();
+}

@@ -344,6 +344,20 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     if let Some(addr) = a.metrics()? {
         client_metrics(&rt, addr, &vol, &active)?;
     }
+    {
+        let weak = Arc::downgrade(&active);
+        crate::debug::statedump::section("graph", move || {
+            weak.upgrade().map(|a| a.describe()).unwrap_or_default()
+        });
+        let weak = Arc::downgrade(&active);
+        crate::debug::statedump::section("handles", move || {
+            weak.upgrade()
+                .map(|a| format!("open={}\nswitches={}\n", a.open_handles(), a.switches()))
+                .unwrap_or_default()
+        });
+        let what = format!("client {vol} {}", a.dir.display());
+        rt.block_on(async move { crate::debug::statedump::on_signal(what) });
+    }
     // Before the mount: after it, a look at the path waits for this
     // process's own session.
     let dir = a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone());

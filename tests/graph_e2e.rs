@@ -79,7 +79,8 @@ fn read_only_reaches_a_mounted_client_at_once_and_open_files_survive_it() {
     wait_for("the client listed", Duration::from_secs(10), || {
         let v: serde_json::Value =
             serde_json::from_str(&c.ok(&["--json", "volume", "status", "ro", "clients"])).unwrap();
-        v.as_array()
+        v["mounts"]
+            .as_array()
             .unwrap()
             .iter()
             .any(|x| x["client"]["mount"] == m.dir.display().to_string() && x["version"] == version)

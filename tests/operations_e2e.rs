@@ -250,3 +250,108 @@ fn volume_profile_and_top_show_what_reached_the_bricks() {
         .contains("not started"));
     m.unmount();
 }
+
+#[test]
+fn volume_status_details_and_statedumps_show_each_brick_process() {
+    let c = Cluster::start();
+    c.volume("sv", 3, &["b1", "b2", "b3"]);
+    let dumps = c.path("dumps");
+    let m = c.mount_env("sv", &[("MORTAR_DUMP_DIR", dumps.to_str().unwrap())]);
+    ok(&format!("echo hello > {}", m.p("f")));
+    // A file held open for writing: one open file on every replica.
+    let mut holder = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("exec 3>>{}; sleep 60", m.p("f")))
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the open file on the bricks",
+        Duration::from_secs(10),
+        || {
+            c.ok(&["volume", "status", "sv", "inode"])
+                .matches("Open files        : 1")
+                .count()
+                == 3
+        },
+    );
+
+    let detail = c.ok(&["volume", "status", "sv", "detail"]);
+    for want in [
+        "File System",
+        "Total Disk Space",
+        "Disk Space Free",
+        "Inode Count",
+        "Free Inodes",
+    ] {
+        assert_eq!(detail.matches(want).count(), 3, "{want}: {detail}");
+    }
+    let mem = c.ok(&["volume", "status", "sv", "mem"]);
+    assert_eq!(mem.matches("Resident memory").count(), 3, "{mem}");
+    let fd = c.ok(&["volume", "status", "sv", "fd"]);
+    assert_eq!(fd.matches("Brick : ").count(), 3, "{fd}");
+    let json: serde_json::Value =
+        serde_json::from_str(&c.ok(&["--json", "volume", "status", "sv", "fd"])).unwrap();
+    for b in json.as_array().unwrap() {
+        let open: u64 = b["report"]["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["open_fds"].as_u64().unwrap())
+            .sum();
+        assert!(open >= 1, "{b}");
+    }
+    let clients = c.ok(&["volume", "status", "sv", "clients"]);
+    assert!(clients.contains("BytesWritten"), "{clients}");
+    let json: serde_json::Value =
+        serde_json::from_str(&c.ok(&["--json", "volume", "status", "sv", "clients"])).unwrap();
+    let written: u64 = json["bricks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b["clients"].as_array().unwrap().iter())
+        .map(|c| c["written_bytes"].as_u64().unwrap())
+        .sum();
+    assert!(written >= 3 * 6, "{json}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
+    // A dump of every brick, collected on the server asked.
+    let out = c.ok(&["volume", "statedump", "sv"]);
+    let files: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(": ").map(|(_, f)| f))
+        .collect();
+    assert_eq!(files.len(), 3, "{out}");
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{f}: {e}"));
+        for want in [
+            "[process]",
+            "[brick]",
+            "[translators]",
+            "features/locks",
+            "features/leases",
+            "[connections]",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+    }
+    // Any process writes its own on SIGUSR1: here the client.
+    let pid = client_pid(&m.dir);
+    ok(&format!("kill -USR1 {pid}"));
+    wait_for("the client's dump", Duration::from_secs(10), || {
+        std::fs::read_dir(&dumps).is_ok_and(|mut d| d.next().is_some())
+    });
+    let dump = std::fs::read_dir(&dumps)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::thread::sleep(Duration::from_millis(200));
+    let text = std::fs::read_to_string(&dump).unwrap();
+    assert!(
+        text.contains("[graph]") && text.contains("cluster/replicate"),
+        "{text}"
+    );
+    m.unmount();
+}

@@ -454,6 +454,19 @@ fn told_in(res: &FsResult<Reply>, out: &mut Vec<Gfid>) {
 
 #[async_trait]
 impl BrickXlator for Leases {
+    fn dump(&self) -> Vec<String> {
+        let (mut objects, mut leases, mut claims) = (0, 0, 0);
+        for shard in &self.shards {
+            let s = shard.lock().unwrap();
+            objects += s.holders.len();
+            leases += s.holders.values().map(Vec::len).sum::<usize>();
+            claims += s.claims.len();
+        }
+        vec![format!(
+            "objects under lease: {objects}, leases: {leases}, directories claimed: {claims}"
+        )]
+    }
+
     async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let terms = (self.terms)();
         let Some(lease) = terms.lease else {

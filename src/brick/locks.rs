@@ -97,6 +97,10 @@ impl Locks {
 
 #[async_trait]
 impl BrickXlator for Locks {
+    fn dump(&self) -> Vec<String> {
+        self.locks.dump()
+    }
+
     async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         match fop {
             Fop::Lock { gfid, wait, .. } => match self.locks.acquire(conn.id, gfid, wait) {

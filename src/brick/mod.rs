@@ -88,6 +88,10 @@ pub trait BrickXlator: Send + Sync {
     fn disconnect(&self, _conn: &Conn) {}
     /// The client answered recall `id` (`Notice::Recall`).
     fn recalled(&self, _conn: &Conn, _id: u64) {}
+    /// What it holds, one line per item, for a statedump.
+    fn dump(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What the brick process gives the factories.
@@ -134,6 +138,19 @@ impl Stack {
     /// The translators' kinds, bottom to top.
     pub fn kinds(&self) -> Vec<&'static str> {
         self.layers.iter().map(|(k, _)| *k).collect()
+    }
+
+    /// Every translator and what it holds, top down, for a statedump.
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        for (kind, x) in self.layers.iter().rev() {
+            out.push_str(kind);
+            out.push('\n');
+            for line in x.dump() {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        out
     }
 
     pub fn connect(&self, conn: &Arc<Conn>) {

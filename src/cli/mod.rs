@@ -5,7 +5,7 @@
 pub mod format;
 mod heal;
 pub mod manual;
-mod profile;
+mod observe;
 mod rebalance;
 
 use crate::mgmt::rpc::{self, Request, Response};
@@ -167,12 +167,21 @@ pub enum VolumeCmd {
     /// Show volume definitions.
     Info { name: Option<String> },
     /// Show bricks, ports, pids and whether they are online; with
-    /// `clients`, the mounted clients and the graph version each runs.
+    /// `clients`, the mounted clients (the graph version each runs) and
+    /// each brick's connections with the bytes they moved; `detail`, each
+    /// brick's file system, space and inodes; `mem`, each brick process's
+    /// memory; `inode`, the files open on each brick; `fd`, each
+    /// connection's open handles.
     Status {
         name: Option<String>,
-        #[arg(value_parser = ["clients"])]
+        #[arg(value_parser = ["clients", "detail", "mem", "inode", "fd"])]
         what: Option<String>,
     },
+    /// Write a dump of every brick process's state (translators, locks,
+    /// leases, connections, open files) for a bug report, into the state
+    /// directory of the server asked; `kill -USR1 PID` makes any mortar
+    /// process (a client too) write its own into /var/run/mortar.
+    Statedump { name: String },
     /// List volume names.
     List,
     /// Set an option: volume set NAME KEY VALUE; or a bundle of them:
@@ -867,9 +876,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 name,
                 op,
                 incremental,
-            } => profile::profile(&server, out.json, &name, &op, incremental.is_some()).await,
+            } => observe::profile(&server, out.json, &name, &op, incremental.is_some()).await,
             VolumeCmd::Top { name, what, args } => {
-                profile::top(&server, out.json, &name, &what, &args).await
+                observe::top(&server, out.json, &name, &what, &args).await
             }
             VolumeCmd::Heal {
                 name,
@@ -1003,6 +1012,20 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     &format!("unexpected answer {other:?}"),
                 )),
             },
+            VolumeCmd::Statedump { name } => {
+                let r = ask(&server, Request::VolumeStatedump { name: name.clone() }).await?;
+                match r {
+                    Response::Ok(files) if !out.json => {
+                        println!("Volume statedump successful. Dumps written:\n{files}");
+                        Ok(())
+                    }
+                    r => out.done("volume statedump", &name, r),
+                }
+            }
+            VolumeCmd::Status {
+                name: Some(name),
+                what: Some(what),
+            } if what != "clients" => observe::status(&server, out.json, &name, &what).await,
             VolumeCmd::Status {
                 name: Some(name),
                 what: Some(_),
@@ -1016,10 +1039,23 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             .await?
             {
                 Response::Clients(c) => {
+                    // And each brick's own connections.
+                    let bricks =
+                        match ask(&server, Request::VolumeBrickDetails { name: name.clone() })
+                            .await?
+                        {
+                            Response::BrickDetails(b) => b,
+                            _ => Vec::new(),
+                        };
                     if out.json {
-                        println!("{}", serde_json::to_string_pretty(&c)?);
+                        let json = serde_json::json!({
+                            "mounts": c,
+                            "bricks": observe::brick_clients_json(&bricks),
+                        });
+                        println!("{}", serde_json::to_string_pretty(&json)?);
                     } else {
                         print!("{}", format::clients(&name, &c));
+                        print!("{}", observe::brick_clients(&bricks));
                     }
                     Ok(())
                 }

@@ -14,14 +14,16 @@
 //! `TopReport`. Per-file figures are kept for `MAX_FILES` files at most and
 //! names for `MAX_NAMES`; a file whose name is not known is shown by gfid.
 
-use crate::brick::{BrickEnv, BrickXlator, Conn};
+use super::status::{BrickDetail, ClientConn, STATEDUMP_XATTR, STATUS_XATTR};
+use crate::brick::{BrickEnv, BrickXlator, Conn, ConnId};
 use crate::core::options::{Kind, Spec};
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Name, Reply};
+use crate::storage::posix::Posix;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub static LATENCY_MEASUREMENT: Spec = Spec {
@@ -176,8 +178,16 @@ struct Top {
     max_open_at: u64,
 }
 
+/// One connection, as `volume status … clients|fd` shows it.
+struct ConnStat {
+    conn: Weak<Conn>,
+    shown: ClientConn,
+}
+
 pub struct Profile {
     below: Arc<dyn BrickXlator>,
+    posix: Arc<Posix>,
+    conns: Mutex<HashMap<ConnId, ConnStat>>,
     on: Arc<dyn Fn() -> bool + Send + Sync>,
     was_on: AtomicBool,
     profile: Mutex<(Running, Running, u64)>,
@@ -189,7 +199,16 @@ pub fn build(
     below: Option<Arc<dyn BrickXlator>>,
 ) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
     let below = below.ok_or_else(|| anyhow::anyhow!("the profile needs a translator below"))?;
-    Ok(Some(Arc::new(Profile::new(below, env.profiling.clone()))))
+    let p = Arc::new(Profile::new(
+        below,
+        env.posix.clone(),
+        env.profiling.clone(),
+    ));
+    let weak = Arc::downgrade(&p);
+    super::statedump::section("connections", move || {
+        weak.upgrade().map(|p| p.dump_conns()).unwrap_or_default()
+    });
+    Ok(Some(p))
 }
 
 fn now_secs() -> u64 {
@@ -200,9 +219,15 @@ fn now_secs() -> u64 {
 }
 
 impl Profile {
-    pub fn new(below: Arc<dyn BrickXlator>, on: Arc<dyn Fn() -> bool + Send + Sync>) -> Profile {
+    pub fn new(
+        below: Arc<dyn BrickXlator>,
+        posix: Arc<Posix>,
+        on: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) -> Profile {
         Profile {
             below,
+            posix,
+            conns: Mutex::new(HashMap::new()),
             on,
             was_on: AtomicBool::new(false),
             profile: Mutex::new((Running::new(), Running::new(), 0)),
@@ -390,13 +415,61 @@ impl Profile {
         }
     }
 
+    fn clients(&self) -> Vec<ClientConn> {
+        let conns = self.conns.lock().unwrap();
+        let mut v: Vec<ClientConn> = conns
+            .values()
+            .map(|c| ClientConn {
+                open_fds: c.conn.upgrade().map_or(0, |c| c.fds.len() as u64),
+                ..c.shown.clone()
+            })
+            .collect();
+        v.sort_by(|a, b| a.peer.cmp(&b.peer));
+        v
+    }
+
+    fn detail(&self) -> BrickDetail {
+        let (open_objects, open_handles) = self.posix.open_objects();
+        BrickDetail {
+            pid: std::process::id(),
+            disk: super::status::disk_of(self.posix.path()),
+            memory: super::status::memory(),
+            clients: self.clients(),
+            open_objects,
+            open_handles,
+        }
+    }
+
+    fn dump_conns(&self) -> String {
+        let mut out = String::new();
+        for c in self.clients() {
+            out.push_str(&format!(
+                "client={} since={} fops={} read_bytes={} written_bytes={} open_fds={}\n",
+                c.peer, c.since, c.fops, c.read_bytes, c.written_bytes, c.open_fds
+            ));
+        }
+        let top = self.top_report();
+        out.push_str(&format!(
+            "open_fds={} max_open_fds={}\n",
+            top.open_fds, top.max_open_fds
+        ));
+        out
+    }
+
     fn report(&self, cx: &Ctx, name: &str) -> FsResult<Reply> {
         if cx.uid != 0 {
             return Err(FsError::new(libc::EPERM, "the brick's profile is root's"));
         }
         let json = match name {
             PROFILE_XATTR => serde_json::to_vec(&self.profile_report()),
-            _ => serde_json::to_vec(&self.top_report()),
+            TOP_XATTR => serde_json::to_vec(&self.top_report()),
+            STATUS_XATTR => serde_json::to_vec(&self.detail()),
+            _ => {
+                let what = format!("brick {}", self.posix.path().display());
+                return Ok(Reply::Xattr(
+                    super::statedump::render(&what).into_bytes().into(),
+                ));
+            }
         }
         .map_err(|e| FsError::new(libc::EIO, format!("cannot encode: {e}")))?;
         Ok(Reply::Xattr(json.into()))
@@ -407,7 +480,8 @@ impl Profile {
 impl BrickXlator for Profile {
     async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         if let Fop::Getxattr { gfid, name } = &fop {
-            if *gfid == Gfid::ROOT && (name == PROFILE_XATTR || name == TOP_XATTR) {
+            let ours = [PROFILE_XATTR, TOP_XATTR, STATUS_XATTR, STATEDUMP_XATTR];
+            if *gfid == Gfid::ROOT && ours.contains(&name.as_str()) {
                 return self.report(cx, name);
             }
         }
@@ -435,6 +509,14 @@ impl BrickXlator for Profile {
         let result = self.below.call(conn, cx, fop).await;
         let us = started.elapsed().as_secs_f64() * 1e6;
         crate::metrics::fop_done(name, started, &result);
+        if let Some(c) = self.conns.lock().unwrap().get_mut(&conn.id) {
+            c.shown.fops += 1;
+            match &result {
+                Ok(Reply::Data(d)) if name == "read" => c.shown.read_bytes += d.len() as u64,
+                Ok(Reply::Written(n, _)) => c.shown.written_bytes += *n as u64,
+                _ => {}
+            }
+        }
         if let Some(f) = &kept {
             self.note_top(f, us, &result);
         }
@@ -452,12 +534,34 @@ impl BrickXlator for Profile {
     }
 
     // (The stack tells every translator of connections itself.)
-    fn connect(&self, _conn: &Arc<Conn>) {
+    fn connect(&self, conn: &Arc<Conn>) {
         crate::metrics::get().clients.inc();
+        self.conns.lock().unwrap().insert(
+            conn.id,
+            ConnStat {
+                conn: Arc::downgrade(conn),
+                shown: ClientConn {
+                    peer: conn.peer.clone(),
+                    since: now_secs(),
+                    ..Default::default()
+                },
+            },
+        );
     }
 
-    fn disconnect(&self, _conn: &Conn) {
+    fn disconnect(&self, conn: &Conn) {
         crate::metrics::get().clients.dec();
+        self.conns.lock().unwrap().remove(&conn.id);
+    }
+
+    fn dump(&self) -> Vec<String> {
+        let top = self.top.lock().unwrap();
+        vec![format!(
+            "files counted for top: {}, names known: {}, profiling: {}",
+            top.files.len(),
+            top.names.len(),
+            self.was_on.load(Ordering::Relaxed)
+        )]
     }
 }
 

@@ -284,6 +284,7 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     if let Some(ip) = cfg.metrics {
         serve_metrics(ip, port, &cfg, posix.clone()).await;
     }
+    statedump_sections(&cfg, port, &stack);
 
     if let (Some(vol), Some(mgmt)) = (cfg.volume.clone(), cfg.mgmt.clone()) {
         tokio::spawn(follow_options(vol, mgmt, tunables_tx));
@@ -327,6 +328,24 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     };
     server::serve(listener, stack, path.display().to_string(), auth, key).await?;
     Ok(())
+}
+
+/// What this brick's statedumps hold beside its translators' own
+/// sections, and the dump written on SIGUSR1.
+fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::Stack>) {
+    use crate::debug::statedump;
+    let about = format!(
+        "path={}\nvolume={}\nport={port}\narbiter={}\n",
+        cfg.path.display(),
+        cfg.volume.as_deref().unwrap_or(""),
+        cfg.arbiter
+    );
+    statedump::section("brick", move || about.clone());
+    let weak = Arc::downgrade(stack);
+    statedump::section("translators", move || {
+        weak.upgrade().map(|s| s.dump()).unwrap_or_default()
+    });
+    statedump::on_signal(format!("brick {}", cfg.path.display()));
 }
 
 /// Serves the brick's metrics at `port` + `METRICS_PORT_OFFSET` on `ip`

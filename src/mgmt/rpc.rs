@@ -212,6 +212,16 @@ pub enum Request {
         name: String,
         op: ProfileOp,
     },
+    /// `volume status NAME detail|clients|mem|inode|fd`: every brick's
+    /// process, file system and connections.
+    VolumeBrickDetails {
+        name: String,
+    },
+    /// `volume statedump NAME`: every brick's dump, written on the daemon
+    /// asked.
+    VolumeStatedump {
+        name: String,
+    },
     /// `volume top NAME …`: every brick's (or one brick's) top lists.
     VolumeTop {
         name: String,
@@ -406,6 +416,7 @@ impl Request {
                 matches!(op, CredentialOp::List)
             }
             Request::VolumeTop { .. }
+            | Request::VolumeBrickDetails { .. }
             | Request::VolumeProfile {
                 op: ProfileOp::Info,
                 ..
@@ -446,6 +457,7 @@ pub enum Response {
     Heal(HealReport),
     Profile(Vec<BrickReport<crate::debug::profile::ProfileReport>>),
     Top(Vec<BrickReport<crate::debug::profile::TopReport>>),
+    BrickDetails(Vec<BrickReport<crate::debug::status::BrickDetail>>),
     Clients(Vec<ClientSeen>),
     /// A Raft answer (`consensus::network::Reply`).
     Raft(Box<serde_json::value::RawValue>),

@@ -44,6 +44,20 @@ pub enum Acquire {
 }
 
 impl LockTable {
+    /// For a statedump: each lock held, its owner and how many wait.
+    pub fn dump(&self) -> Vec<String> {
+        let held = self.held.lock().unwrap();
+        let mut out = vec![format!("locks held: {}", held.len())];
+        out.extend(held.iter().take(100).map(|(g, h)| {
+            format!(
+                "lock {g}: owner conn {}, {} waiting",
+                h.owner,
+                h.waiters.len()
+            )
+        }));
+        out
+    }
+
     pub fn acquire(&self, conn: ConnId, gfid: Gfid, wait: bool) -> Acquire {
         let mut held = self.held.lock().unwrap();
         let Some(h) = held.get_mut(&gfid) else {

@@ -24,11 +24,11 @@ mod certs;
 mod follow;
 mod heal;
 mod members;
-mod metrics;
+mod observe;
 mod ops;
-mod profile;
 mod rebalance;
 mod replace;
+mod reports;
 
 use super::command::Command;
 use super::consensus::{self, Consensus, WriteError};
@@ -189,6 +189,7 @@ impl Daemon {
         tokio::spawn(d.clone().register_certs());
         tokio::spawn(d.clone().resume_tasks());
         d.serve_metrics().await;
+        d.statedump_sections();
         tracing::info!(listen = %d.cfg.listen, host = %d.cfg.host, state = %d.cfg.state_dir.display(), id = d.consensus.id(), "management daemon started");
         let d2 = d.clone();
         tokio::spawn(async move {
@@ -756,6 +757,8 @@ impl Daemon {
                 op: rpc::ProfileOp::Info,
             } => self.profile_info(&name).await,
             Request::VolumeTop { name, brick } => self.top(&name, brick).await,
+            Request::VolumeBrickDetails { name } => self.brick_details(&name).await,
+            Request::VolumeStatedump { name } => self.statedump(&name).await,
             Request::BricksRun {
                 volume,
                 force,

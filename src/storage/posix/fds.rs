@@ -17,6 +17,11 @@ impl OpenCounts {
             counts: self.clone(),
         }
     }
+    /// Files open, and the handles on them.
+    pub(in crate::storage) fn totals(&self) -> (u64, u64) {
+        let m = self.0.lock().unwrap();
+        (m.len() as u64, m.values().map(|&n| n as u64).sum())
+    }
     pub(in crate::storage) fn of(&self, gfid: Gfid) -> u32 {
         self.0.lock().unwrap().get(&gfid).copied().unwrap_or(0)
     }

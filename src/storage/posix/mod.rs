@@ -344,6 +344,11 @@ impl Posix {
         self.open.of(gfid)
     }
 
+    /// How many files clients hold open here, and the handles on them.
+    pub fn open_objects(&self) -> (u64, u64) {
+        self.open.totals()
+    }
+
     /// Who to tell when an object's last name goes (one listener).
     pub fn on_forget(&self, f: Box<dyn Fn(Gfid) + Send + Sync>) {
         let _ = self.forget.set(f);

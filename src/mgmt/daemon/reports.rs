@@ -1,14 +1,18 @@
-//! `volume profile` and `volume top`: start and stop are changes of the
+//! What the daemon asks of every brick of a volume: `volume profile`,
+//! `volume top`, `volume status NAME detail|clients|mem|inode|fd` and
+//! `volume statedump`. Profile start and stop are changes of the
 //! volume's options (`diagnostics.latency-measurement`, read by every
 //! brick's `debug/profile`, and `diagnostics.count-fop-hits`, which stacks
 //! `debug/io-stats` on the clients, as GlusterFS's profile does); `info`
-//! and `top` ask each brick for its report over a client graph of the
-//! whole volume, as the pool's own client (the volume's key).
+//! and the others ask each brick for its report (a virtual xattr of its
+//! root, `debug/profile`) over a client graph of the whole volume, as the
+//! pool's own client (the volume's key).
 
 use super::{err, Daemon};
 use crate::core::{Ctx, Fop, Gfid, Reply};
 use crate::debug::io_stats::COUNT_FOP_HITS;
 use crate::debug::profile::{LATENCY_MEASUREMENT, PROFILE_XATTR, TOP_XATTR};
+use crate::debug::status::{STATEDUMP_XATTR, STATUS_XATTR};
 use crate::graph::Graph;
 use crate::mgmt::command::Command;
 use crate::mgmt::rpc::{self, BrickReport, ProfileOp, Response};
@@ -75,6 +79,45 @@ impl Daemon {
         }
     }
 
+    /// `volume status NAME detail|clients|mem|inode|fd`: every brick's.
+    pub(super) async fn brick_details(&self, name: &str) -> Response {
+        match self.ask_bricks(name, None, STATUS_XATTR).await {
+            Ok(r) => Response::BrickDetails(r),
+            Err(e) => err(e),
+        }
+    }
+
+    /// `volume statedump NAME`: every brick's dump, written into this
+    /// daemon's state directory; answers where.
+    pub(super) async fn statedump(&self, name: &str) -> Response {
+        let dumps = match self.ask_bricks_raw(name, None, STATEDUMP_XATTR).await {
+            Ok(d) => d,
+            Err(e) => return err(e),
+        };
+        let dir = self.cfg.state_dir.join("dumps");
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return err(format!("cannot make {}: {e}", dir.display()));
+        }
+        let mut lines = Vec::new();
+        for (brick, dump) in dumps {
+            match dump {
+                Ok(text) => {
+                    let file = dir.join(crate::debug::statedump::file_name(
+                        &format!("{name} {brick}"),
+                        None,
+                    ));
+                    match std::fs::write(&file, text) {
+                        Ok(()) => lines.push(format!("{brick}: {}", file.display())),
+                        Err(e) => lines.push(format!("{brick}: not written: {e}")),
+                    }
+                }
+                Err(e) => lines.push(format!("{brick}: no dump: {e}")),
+            }
+        }
+        tracing::info!(volume = %name, "statedumps written to {}", dir.display());
+        Response::Ok(lines.join("\n"))
+    }
+
     /// Reads the virtual xattr `what` of each brick's root (or of brick
     /// `only`, HOST:/PATH), as JSON of a `T`.
     async fn ask_bricks<T: serde::de::DeserializeOwned>(
@@ -83,6 +126,35 @@ impl Daemon {
         only: Option<&str>,
         what: &str,
     ) -> Result<Vec<BrickReport<T>>, String> {
+        let answers = self.ask_bricks_raw(name, only, what).await?;
+        Ok(answers
+            .into_iter()
+            .map(|(brick, answer)| {
+                let parsed = answer.and_then(|json| {
+                    serde_json::from_slice(&json)
+                        .map_err(|e| format!("the brick's answer does not parse: {e}"))
+                });
+                let (report, error) = match parsed {
+                    Ok(r) => (Some(r), None),
+                    Err(e) => (None, Some(e)),
+                };
+                BrickReport {
+                    brick,
+                    report,
+                    error,
+                }
+            })
+            .collect())
+    }
+
+    /// Reads the virtual xattr `what` of each brick's root (or of brick
+    /// `only`): (brick, its value or why there is none).
+    async fn ask_bricks_raw(
+        &self,
+        name: &str,
+        only: Option<&str>,
+        what: &str,
+    ) -> Result<Vec<(String, Result<Vec<u8>, String>)>, String> {
         let v = self.volume(name)?;
         if v.status != VolStatus::Started {
             return Err(format!("Volume {name} is not started"));
@@ -113,21 +185,12 @@ impl Daemon {
             let answer = match n.child.is_up() {
                 false => Err("the brick is not connected".to_string()),
                 true => match n.child.call(&Ctx::root(), fop).await {
-                    Ok(Reply::Xattr(json)) => serde_json::from_slice(&json)
-                        .map_err(|e| format!("the brick's answer does not parse: {e}")),
+                    Ok(Reply::Xattr(value)) => Ok(value.into_vec()),
                     Ok(other) => Err(format!("unexpected answer {other:?}")),
                     Err(e) => Err(e.to_string()),
                 },
             };
-            let (report, error) = match answer {
-                Ok(r) => (Some(r), None),
-                Err(e) => (None, Some(e)),
-            };
-            out.push(BrickReport {
-                brick,
-                report,
-                error,
-            });
+            out.push((brick, answer));
         }
         graph.fini().await;
         Ok(out)

@@ -1,8 +1,10 @@
-//! `volume profile` and `volume top`, printed as GlusterFS prints them
-//! (or as JSON with `--json`).
+//! What operators watch: `volume profile`, `volume top` and `volume
+//! status NAME clients|detail|mem|inode|fd`, printed as GlusterFS prints
+//! them (or as JSON with `--json`).
 
 use super::{ask, fail, Server};
 use crate::debug::profile::{FopStat, Interval, ProfileReport, TopEntry, TopReport, TOP_LIST};
+use crate::debug::status::{human, BrickDetail};
 use crate::mgmt::rpc::{BrickReport, ProfileOp, Request, Response};
 use std::fmt::Write;
 
@@ -76,6 +78,166 @@ pub(super) async fn top(
         Response::Err(e) => Err(fail(what, name, &e)),
         other => Err(fail(what, name, &format!("unexpected answer {other:?}"))),
     }
+}
+
+/// `volume status NAME detail|mem|inode|fd`.
+pub(super) async fn status(
+    server: &Server,
+    json: bool,
+    name: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    let fails = |e: &str| fail("volume status", name, e);
+    let details = match ask(
+        server,
+        Request::VolumeBrickDetails {
+            name: name.to_string(),
+        },
+    )
+    .await?
+    {
+        Response::BrickDetails(d) => d,
+        Response::Err(e) => return Err(fails(&e)),
+        other => return Err(fails(&format!("unexpected answer {other:?}"))),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&details)?);
+        return Ok(());
+    }
+    // Ports and whether each brick is online, as plain status shows them.
+    let ports = match ask(
+        server,
+        Request::VolumeStatus {
+            name: Some(name.to_string()),
+        },
+    )
+    .await?
+    {
+        Response::Status(st) => st.into_iter().flat_map(|(_, b)| b).collect(),
+        _ => Vec::new(),
+    };
+    print!("{}", show_status(name, what, &details, &ports));
+    Ok(())
+}
+
+fn show_status(
+    name: &str,
+    what: &str,
+    details: &[BrickReport<BrickDetail>],
+    ports: &[crate::mgmt::rpc::BrickStatus],
+) -> String {
+    let rule = "-".repeat(78);
+    let title = match what {
+        "mem" => format!("Memory status for volume : {name}"),
+        "inode" => format!("Inode tables for volume {name}"),
+        "fd" => format!("FD tables for volume {name}"),
+        _ => format!("Status of volume: {name}"),
+    };
+    let mut out = format!("{title}\n{rule}\n");
+    for b in details {
+        let Some(d) = &b.report else {
+            let _ = writeln!(out, "Brick                : Brick {}", b.brick);
+            let _ = writeln!(
+                out,
+                "Online               : N ({})\n{rule}",
+                b.error.as_deref().unwrap_or("?")
+            );
+            continue;
+        };
+        match what {
+            "detail" => {
+                let port = ports.iter().find(|p| p.brick == b.brick);
+                let rows = [
+                    ("Brick", format!("Brick {}", b.brick)),
+                    (
+                        "TCP Port",
+                        port.and_then(|p| p.port)
+                            .map_or("N/A".into(), |p| p.to_string()),
+                    ),
+                    ("Online", "Y".into()),
+                    ("Pid", d.pid.to_string()),
+                    ("File System", d.disk.fs_type.clone()),
+                    ("Device", d.disk.device.clone()),
+                    ("Mount Options", d.disk.mount_options.clone()),
+                    ("Block Size", d.disk.block_size.to_string()),
+                    ("Disk Space Free", human(d.disk.free)),
+                    ("Total Disk Space", human(d.disk.size)),
+                    ("Inode Count", d.disk.inodes.to_string()),
+                    ("Free Inodes", d.disk.inodes_free.to_string()),
+                ];
+                for (k, v) in rows {
+                    let _ = writeln!(out, "{k:<21}: {v}");
+                }
+            }
+            "mem" => {
+                let _ = writeln!(out, "Brick : {}", b.brick);
+                let _ = writeln!(out, "Pid               : {}", d.pid);
+                let _ = writeln!(out, "Resident memory   : {}", human(d.memory.resident));
+                let _ = writeln!(out, "Peak resident     : {}", human(d.memory.peak_resident));
+                let _ = writeln!(out, "Virtual size      : {}", human(d.memory.virtual_size));
+                let _ = writeln!(out, "Threads           : {}", d.memory.threads);
+            }
+            "inode" => {
+                let _ = writeln!(out, "Brick : {}", b.brick);
+                let _ = writeln!(out, "Open files        : {}", d.open_objects);
+                let _ = writeln!(out, "Handles on them   : {}", d.open_handles);
+            }
+            _ => {
+                let _ = writeln!(out, "Brick : {}", b.brick);
+                let _ = writeln!(out, "Connection {:<40} {:>10}", "", "open fds");
+                for (i, c) in d.clients.iter().enumerate() {
+                    let _ = writeln!(out, "{:<10} {:<40} {:>10}", i + 1, c.peer, c.open_fds);
+                }
+            }
+        }
+        let _ = writeln!(out, "{rule}");
+    }
+    out
+}
+
+/// Each brick's connections, for `volume status NAME clients`.
+pub(super) fn brick_clients(details: &[BrickReport<BrickDetail>]) -> String {
+    let mut out = String::new();
+    for b in details {
+        let _ = writeln!(out, "Brick : {}", b.brick);
+        let Some(d) = &b.report else {
+            let _ = writeln!(out, "(no answer: {})", b.error.as_deref().unwrap_or("?"));
+            continue;
+        };
+        let _ = writeln!(out, "Clients connected : {}", d.clients.len());
+        let _ = writeln!(
+            out,
+            "{:<32} {:>14} {:>14} {:>10}",
+            "Hostname", "BytesRead", "BytesWritten", "Fops"
+        );
+        let _ = writeln!(
+            out,
+            "{:<32} {:>14} {:>14} {:>10}",
+            "--------", "---------", "------------", "----"
+        );
+        for c in &d.clients {
+            let _ = writeln!(
+                out,
+                "{:<32} {:>14} {:>14} {:>10}",
+                c.peer, c.read_bytes, c.written_bytes, c.fops
+            );
+        }
+        let _ = writeln!(out, "{}", "-".repeat(78));
+    }
+    out
+}
+
+pub(super) fn brick_clients_json(details: &[BrickReport<BrickDetail>]) -> serde_json::Value {
+    details
+        .iter()
+        .map(|b| {
+            serde_json::json!({
+                "brick": b.brick,
+                "clients": b.report.as_ref().map(|d| &d.clients),
+                "error": b.error,
+            })
+        })
+        .collect()
 }
 
 /// `[brick HOST:/PATH] [list-cnt N]`, in either order.

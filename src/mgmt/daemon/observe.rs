@@ -1,6 +1,8 @@
-//! The daemon's metrics, read when scraped (`crate::metrics::on_scrape`):
-//! its bricks, the pool's servers as it hears them, server quorum, the
-//! rebalances it runs. (Its self-heal daemon counts heals as it goes.)
+//! The daemon as operators watch it. Its metrics, read when scraped
+//! (`crate::metrics::on_scrape`): its bricks, the pool's servers as it
+//! hears them, server quorum, the rebalances it runs (its self-heal
+//! daemon counts heals as it goes). Its statedump: peers, volumes, its
+//! bricks.
 
 use super::members::GONE;
 use super::Daemon;
@@ -19,6 +21,63 @@ impl Daemon {
         });
         let labels = vec![("host".to_string(), self.cfg.host.clone())];
         crate::metrics::serve::start(Some(addr), crate::metrics::Role::Daemon, labels).await;
+    }
+
+    /// The sections of this daemon's statedump (`kill -USR1`).
+    pub(super) fn statedump_sections(self: &Arc<Self>) {
+        use crate::debug::statedump::section;
+        let weak: Weak<Daemon> = Arc::downgrade(self);
+        section("peers", move || {
+            let Some(d) = weak.upgrade() else {
+                return String::new();
+            };
+            let st = d.state.lock().unwrap().clone();
+            let mut out = format!("me={} {} {}\n", d.me.uuid, d.me.host, d.me.mgmt);
+            for p in st.peers.iter() {
+                out.push_str(&format!(
+                    "peer={} {} {} silent_ms={}\n",
+                    p.uuid,
+                    p.host,
+                    p.mgmt,
+                    d.silent_for(&p.uuid).as_millis()
+                ));
+            }
+            out
+        });
+        let weak: Weak<Daemon> = Arc::downgrade(self);
+        section("volumes", move || {
+            let Some(d) = weak.upgrade() else {
+                return String::new();
+            };
+            let mut out = String::new();
+            for v in d.volumes() {
+                out.push_str(&format!(
+                    "volume={} status={:?} replica={} bricks={} options={}\n",
+                    v.name,
+                    v.status,
+                    v.replica,
+                    v.bricks.len(),
+                    v.options.len()
+                ));
+            }
+            out
+        });
+        let weak: Weak<Daemon> = Arc::downgrade(self);
+        section("bricks", move || {
+            let Some(d) = weak.upgrade() else {
+                return String::new();
+            };
+            let mut out = String::new();
+            for (path, (proc, info)) in d.bricks.lock().unwrap().iter() {
+                let st = info.get();
+                out.push_str(&format!(
+                    "brick={path} volume={} pid={:?} port={:?} offline={:?}\n",
+                    proc.volume, st.pid, st.port, st.offline
+                ));
+            }
+            out
+        });
+        crate::debug::statedump::on_signal(format!("daemon {}", self.cfg.host));
     }
 
     fn fill_metrics(&self, m: &Metrics) {

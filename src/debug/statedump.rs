@@ -1,0 +1,135 @@
+//! Statedumps: a readable dump of a process's state for a bug report, as
+//! GlusterFS writes them. Each process registers sections (a brick its
+//! translators, connections and open files; a client its graph and
+//! caches; the daemon its peers, volumes and bricks); `render` writes
+//! them under a header. A dump is written to a file on SIGUSR1
+//! (`kill -USR1 PID`, any mortar process), into `dump_dir()`, and
+//! `volume statedump NAME` collects every brick's into the daemon's
+//! state directory.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+type Section = Box<dyn Fn() -> String + Send + Sync>;
+
+static SECTIONS: Mutex<Vec<(String, Section)>> = Mutex::new(Vec::new());
+
+/// Adds a section, `f` called at every dump.
+pub fn section(title: &str, f: impl Fn() -> String + Send + Sync + 'static) {
+    SECTIONS
+        .lock()
+        .unwrap()
+        .push((title.to_string(), Box::new(f)));
+}
+
+/// The dump of this process (`what` names it: "brick HOST:/PATH").
+pub fn render(what: &str) -> String {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    let m = super::status::memory();
+    let mut out = format!(
+        "DUMP-START-TIME: {now}\n\n[process]\nwhat={what}\npid={}\nversion={}\nresident={}\npeak_resident={}\nthreads={}\n\n",
+        std::process::id(),
+        env!("CARGO_PKG_VERSION"),
+        m.resident,
+        m.peak_resident,
+        m.threads
+    );
+    for (title, f) in SECTIONS.lock().unwrap().iter() {
+        out.push_str(&format!("[{title}]\n"));
+        let body = f();
+        out.push_str(&body);
+        if !body.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "DUMP-END-TIME: {}\n",
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+    ));
+    out
+}
+
+/// Where dumps asked by signal go: `$MORTAR_DUMP_DIR`, else
+/// /var/run/mortar.
+pub fn dump_dir() -> PathBuf {
+    std::env::var_os("MORTAR_DUMP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/run/mortar"))
+}
+
+/// A dump file's name: `<what>.<pid>.dump.<unix seconds>` (without the
+/// pid when not given), `what` made a file name (slashes and colons to
+/// dashes).
+pub fn file_name(what: &str, pid: Option<u32>) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let what: String = what
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let pid = pid.map(|p| format!(".{p}")).unwrap_or_default();
+    format!("{}{pid}.dump.{secs}", what.trim_matches('-'))
+}
+
+/// Writes this process's dump into `dump_dir()`; answers its path.
+pub fn write(what: &str) -> std::io::Result<PathBuf> {
+    let dir = dump_dir();
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(file_name(what, Some(std::process::id())));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    f.write_all(render(what).as_bytes())?;
+    Ok(path)
+}
+
+/// Writes a dump at every SIGUSR1, from a task of its own (call within a
+/// tokio runtime).
+pub fn on_signal(what: String) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+        tracing::warn!("statedumps by signal are off: cannot catch SIGUSR1");
+        return;
+    };
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            match write(&what) {
+                Ok(p) => tracing::info!(file = %p.display(), "statedump written"),
+                Err(e) => tracing::warn!("statedump not written to {}: {e}", dump_dir().display()),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dump_holds_every_section_under_a_header() {
+        section("test-section", || "key=value".into());
+        let text = render("test HOST:/brick");
+        assert!(text.starts_with("DUMP-START-TIME: "), "{text}");
+        assert!(
+            text.contains("[process]\nwhat=test HOST:/brick\npid="),
+            "{text}"
+        );
+        assert!(text.contains("[test-section]\nkey=value\n"), "{text}");
+        assert!(text.ends_with('\n') && text.contains("DUMP-END-TIME: "));
+        let name = file_name("brick h:/data/b1", Some(42));
+        assert!(name.starts_with("brick-h--data-b1.42.dump."), "{name}");
+    }
+}

@@ -129,6 +129,32 @@ fn the_metrics_of_a_brick_a_client_and_the_daemon_move_with_a_write() {
         0.0
     );
     assert!(value(&daemon, "mortar_process_resident_memory_bytes", &[]) > 0.0);
+    // Every metric the alert rules and the dashboard use exists.
+    let all = format!("{brick}{client}{daemon}");
+    for file in [
+        "packaging/prometheus/mortar-rules.yml",
+        "packaging/grafana/mortar-dashboard.json",
+    ] {
+        let text =
+            std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let mut names: Vec<&str> = text
+            .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+            .filter(|w| w.starts_with("mortar_"))
+            .collect();
+        names.sort();
+        names.dedup();
+        assert!(names.len() >= 8, "{file}: {names:?}");
+        for name in names {
+            let base = ["_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            assert!(
+                all.contains(&format!("# TYPE {base} ")),
+                "{file} uses {name}, which no process serves"
+            );
+        }
+    }
     // A killed brick shows down at the client until it is back.
     let pid = brick_pid(&c, "mv", 1);
     ok(&format!("kill -9 {pid}"));

@@ -4,33 +4,47 @@
 mod common;
 use common::*;
 
-/// The unit parses cleanly (`systemd-analyze verify`, which needs no
-/// running systemd), with the daemon this build made.
+/// The units parse cleanly (`systemd-analyze verify`, which needs no
+/// running systemd), with the daemon this build made: the daemon's, the
+/// target that groups it, and the example mount unit.
 #[test]
-fn the_daemons_systemd_unit_is_valid() {
+fn the_systemd_units_are_valid() {
     if sh("command -v systemd-analyze").status.code() != Some(0) {
         eprintln!("systemd-analyze not installed: skipped");
         return;
     }
-    let unit = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/packaging/systemd/mortar.service"
-    ))
-    .unwrap();
+    let read = |name: &str| {
+        std::fs::read_to_string(format!(
+            "{}/packaging/systemd/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let unit = read("mortar.service");
     for want in [
         "Restart=on-failure",
         "KillMode=process",
         "Before=remote-fs-pre.target",
+        "PartOf=mortar.target",
     ] {
         assert!(unit.contains(want), "{want}");
     }
+    let mount = read("mnt-gv0.mount");
+    assert!(
+        mount.contains("Type=mortar") && mount.contains("_netdev"),
+        "{mount}"
+    );
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("mortar.service");
-    std::fs::write(&file, unit.replace("/usr/local/sbin/mortar", BIN)).unwrap();
-    let o = sh(&format!("systemd-analyze verify {} 2>&1", file.display()));
+    let mut files = Vec::new();
+    for name in ["mortar.service", "mortar.target", "mnt-gv0.mount"] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, read(name).replace("/usr/local/sbin/mortar", BIN)).unwrap();
+        files.push(file.display().to_string());
+    }
+    let o = sh(&format!("systemd-analyze verify {} 2>&1", files.join(" ")));
     let said = String::from_utf8_lossy(&o.stdout);
     assert!(
-        o.status.success() && !said.contains("mortar.service"),
+        o.status.success() && !said.contains("mortar.") && !said.contains("mnt-gv0"),
         "{said}"
     );
 }

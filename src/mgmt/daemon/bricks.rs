@@ -10,7 +10,7 @@ const BRICKS_SETTLE: Duration = Duration::from_secs(5);
 pub(super) struct BrickProc {
     pub(super) volume: String,
     /// The brick's host, as the volume names it.
-    host: String,
+    pub(super) host: String,
     stop: watch::Sender<bool>,
     done: Option<tokio::task::JoinHandle<()>>,
 }

@@ -6,7 +6,7 @@
 
 use super::members::GONE;
 use super::Daemon;
-use crate::metrics::{BrickLabels, Metrics, PeerLabels, StateLabels};
+use crate::metrics::{BrickLabels, Metrics, PeerLabels, StateLabels, VolumeLabels};
 use std::sync::{Arc, Weak};
 
 impl Daemon {
@@ -85,12 +85,19 @@ impl Daemon {
         for (path, (proc, info)) in self.bricks.lock().unwrap().iter() {
             let st = info.get();
             let up = st.port.is_some() && st.offline.is_none();
-            m.brick_up
-                .get_or_create(&BrickLabels {
-                    volume: proc.volume.clone(),
-                    brick: format!("{}:{path}", self.cfg.host),
-                })
-                .set(up as i64);
+            let labels = BrickLabels {
+                volume: proc.volume.clone(),
+                brick: format!("{}:{path}", proc.host),
+            };
+            m.brick_up.get_or_create(&labels).set(up as i64);
+            // Heal figures from the start, at zero until the self-heal
+            // daemon finds work, so that alerts on them have a series.
+            m.heal_pending.get_or_create(&labels);
+            let volume = VolumeLabels {
+                volume: proc.volume.clone(),
+            };
+            m.healed.get_or_create(&volume);
+            m.heal_failed.get_or_create(&volume);
         }
         let peers: Vec<String> = {
             let st = self.state.lock().unwrap();

@@ -92,12 +92,12 @@ impl Daemon {
             m.brick_up.get_or_create(&labels).set(up as i64);
             // Heal figures from the start, at zero until the self-heal
             // daemon finds work, so that alerts on them have a series.
-            m.heal_pending.get_or_create(&labels);
+            let _ = m.heal_pending.get_or_create(&labels);
             let volume = VolumeLabels {
                 volume: proc.volume.clone(),
             };
-            m.healed.get_or_create(&volume);
-            m.heal_failed.get_or_create(&volume);
+            let _ = m.healed.get_or_create(&volume);
+            let _ = m.heal_failed.get_or_create(&volume);
         }
         let peers: Vec<String> = {
             let st = self.state.lock().unwrap();

@@ -19,4 +19,5 @@ done
 "$target/release/mortar" completions bash > "$extra/mortar.bash"
 # The assets name target/deb-extra: point it at the target directory used.
 [ "$target" = target ] || { mkdir -p target && rm -rf target/deb-extra && cp -r "$extra" target/deb-extra; }
-cargo deb --no-build --locked "$@"
+# Stripped: the release profile keeps line tables for backtraces (debug = 1).
+cargo deb --no-build --locked --strip "$@"

@@ -381,3 +381,47 @@ fn volume_status_details_and_statedumps_show_each_brick_process() {
     );
     m.unmount();
 }
+
+/// Stops the try-out pool however the test ends.
+struct TryPool(std::path::PathBuf);
+
+impl Drop for TryPool {
+    fn drop(&mut self) {
+        let _ = sh(&format!(
+            "{}/scripts/try-cluster.sh stop {}",
+            env!("CARGO_MANIFEST_DIR"),
+            self.0.display()
+        ));
+    }
+}
+
+#[test]
+fn the_try_out_script_starts_a_pool_of_three_servers_and_stops_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = TryPool(tmp.path().join("try"));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/try-cluster.sh");
+    let d = pool.0.display().to_string();
+    let out = ok(&format!("MORTAR={BIN} {script} start {d}"));
+    assert!(out.contains("holds volume 'try'"), "{out}");
+    ok(&format!("echo hello > {d}/mnt/f"));
+    for i in 1..=3 {
+        let copy = std::fs::read_to_string(format!("{d}/s{i}/brick/f")).unwrap();
+        assert_eq!(copy, "hello\n", "server {i}");
+    }
+    let info = ok(&format!(
+        "{BIN} --server 10.77.0.2 --credential {d}/s2/state/tls/admin.pem volume info try"
+    ));
+    assert!(
+        info.contains("1 x 3 = 3") && info.contains("10.77.0.3:"),
+        "{info}"
+    );
+    let again = sh(&format!("MORTAR={BIN} {script} start {d}"));
+    assert!(!again.status.success(), "a second start must refuse");
+    let out = ok(&format!("{script} stop {d}"));
+    assert!(out.contains("stopped"), "{out}");
+    assert!(
+        !sh("ip link show mtry0").status.success(),
+        "the bridge is left"
+    );
+    assert!(!pool.0.exists());
+}

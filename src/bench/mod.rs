@@ -4,6 +4,7 @@
 //! report with the reference's tables, one table per workload, plots and raw
 //! JSON (`mortar bench compare A B` compares two runs).
 
+pub mod charts;
 pub mod report;
 pub mod results;
 pub mod stats;
@@ -101,6 +102,13 @@ pub struct BenchArgs {
 pub enum BenchCmd {
     /// Compare two runs' results.json, metric by metric.
     Compare { a: PathBuf, b: PathBuf },
+    /// Draw a run's report (report.md and its charts) again from its
+    /// results.json, into OUT (default: the run's own directory).
+    Report {
+        run: PathBuf,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 const META: &[&str] = &["replication", "scale"];
@@ -401,6 +409,18 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         print!("{}", report::compare(&load(pa)?, &load(pb)?));
         return Ok(());
     }
+    if let Some(BenchCmd::Report { run, out }) = &a.cmd {
+        let f = run.join("results.json");
+        let results: Results = serde_json::from_slice(
+            &std::fs::read(&f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+        )?;
+        let dir = out.clone().unwrap_or_else(|| run.clone());
+        std::fs::create_dir_all(&dir)?;
+        let plots = charts::draw(&results, &dir)?;
+        std::fs::write(dir.join("report.md"), report::markdown(&results, &plots))?;
+        println!("report: {}", dir.join("report.md").display());
+        return Ok(());
+    }
     let mut wl: Vec<String> = if a.workloads.iter().any(|w| w == "all") {
         workloads::ALL
             .iter()
@@ -559,7 +579,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     run.bar.finish_with_message("done");
 
     std::fs::create_dir_all(&report_dir)?;
-    let plots = report::plots(&run.results, &report_dir)?;
+    let plots = charts::draw(&run.results, &report_dir)?;
     std::fs::write(
         report_dir.join("results.json"),
         serde_json::to_vec_pretty(&run.results)?,

@@ -5,10 +5,9 @@
 use super::results::Results;
 use super::stats::{fmt, paired_ratio, summarize};
 use std::fmt::Write;
-use std::path::Path;
 
 /// The targets ratios are taken against, when present.
-const BASELINES: &[&str] = &["local", "glusterfs", "bindfs"];
+pub const BASELINES: &[&str] = &["local", "glusterfs", "bindfs"];
 
 fn med(r: &Results, w: &str, metric: &str, t: &str) -> Option<f64> {
     summarize(&r.get(w, metric, None, t)?.samples).map(|s| s.median)
@@ -174,184 +173,71 @@ pub fn workload_tables(r: &Results) -> String {
     s
 }
 
-/// Draws the reference's two tables as bar charts: one group of bars per
-/// metric, one bar per target (medians).
-fn seed_bars(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    for (w, unit) in [("seed-smallfile", "ops/s"), ("seed-largefile", "MB/s")] {
-        let metrics: Vec<String> = r
-            .rows(w)
-            .into_iter()
-            .filter(|(_, x, _, _)| x.is_none())
-            .map(|(m, ..)| m)
-            .collect();
-        if metrics.is_empty() {
+/// Where a figure measures a cache rather than the disk: an O_DIRECT
+/// figure above the local disk's own (the bricks, or the file system
+/// under a FUSE pass-through, read and write through their page cache:
+/// O_DIRECT binds the client only), and every O_DIRECT figure of a target
+/// that is known to ignore it on the server side.
+pub fn cache_notes(r: &Results) -> Vec<String> {
+    let mut notes = Vec::new();
+    for metric in ["direct read", "direct write"] {
+        let Some(local) = med(r, "seed-largefile", metric, "local") else {
             continue;
-        }
-        let value = |m: &str, t: &str| {
-            r.get(w, m, None, t)
-                .and_then(|x| summarize(&x.samples))
-                .map(|s| s.median)
         };
-        let ymax = metrics
-            .iter()
-            .flat_map(|m| r.targets.iter().filter_map(move |t| value(m, t)))
-            .fold(0.0, f64::max)
-            * 1.15
-            + 1e-9;
-        let name = format!("{w}.svg");
-        let path = dir.join(&name);
-        {
-            let root = SVGBackend::new(&path, (720, 420)).into_drawing_area();
-            root.fill(&WHITE)?;
-            let n = metrics.len() as f64;
-            let mut chart = ChartBuilder::on(&root)
-                .caption(format!("{w} ({unit}, median)"), ("sans-serif", 20))
-                .margin(12)
-                .x_label_area_size(36)
-                .y_label_area_size(60)
-                .build_cartesian_2d(0.0..n, 0.0..ymax)?;
-            let labels = metrics.clone();
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(metrics.len() * 2 + 1)
-                .x_label_formatter(&move |x| {
-                    let i = x.floor() as usize;
-                    if (x.fract() - 0.5).abs() < 0.01 && i < labels.len() {
-                        labels[i].clone()
-                    } else {
-                        String::new()
-                    }
-                })
-                .y_desc(unit)
-                .draw()?;
-            let k = r.targets.len().max(1) as f64;
-            let width = 0.8 / k;
-            for (j, t) in r.targets.iter().enumerate() {
-                let color = Palette99::pick(j).mix(0.9);
-                let bars: Vec<_> = metrics
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, m)| {
-                        let v = value(m, t)?;
-                        let x0 = i as f64 + 0.1 + j as f64 * width;
-                        Some(Rectangle::new(
-                            [(x0, 0.0), (x0 + width * 0.9, v)],
-                            color.filled(),
-                        ))
-                    })
-                    .collect();
-                chart
-                    .draw_series(bars)?
-                    .label(t.as_str())
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                    });
-            }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()?;
-            root.present()?;
-        }
-        files.push(name);
-    }
-    Ok(())
-}
-
-/// Draws the reference tables as bars, and one SVG per swept metric: one
-/// line per target, log-scaled x.
-pub fn plots(r: &Results, dir: &Path) -> anyhow::Result<Vec<String>> {
-    use plotters::prelude::*;
-    let mut files = Vec::new();
-    seed_bars(r, dir, &mut files)?;
-    for w in r.workloads() {
-        let metrics: Vec<(String, String)> = {
-            let mut v: Vec<(String, String)> = Vec::new();
-            for (m, x, unit, _) in r.rows(&w) {
-                if x.is_some() && !v.iter().any(|(k, _)| *k == m) {
-                    v.push((m, unit));
-                }
-            }
-            v
-        };
-        for (metric, unit) in metrics {
-            let series: Vec<(String, Vec<(f64, f64)>)> = r
-                .targets
-                .iter()
-                .map(|t| {
-                    let mut pts: Vec<(f64, f64)> = r
-                        .measurements
-                        .iter()
-                        .filter(|m| {
-                            m.workload == w && m.metric == metric && &m.target == t && m.x.is_some()
-                        })
-                        .filter_map(|m| Some((m.x?, summarize(&m.samples)?.median)))
-                        .collect();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    (t.clone(), pts)
-                })
-                .filter(|(_, p)| !p.is_empty())
-                .collect();
-            if series.is_empty() {
+        for t in r.targets.iter().filter(|t| t.as_str() != "local") {
+            let Some(v) = med(r, "seed-largefile", metric, t) else {
                 continue;
+            };
+            if v > local * 1.05 {
+                notes.push(format!(
+                    "seed-largefile {metric}, {t}: {} MB/s, above the local disk's {} MB/s with O_DIRECT. \
+                     O_DIRECT binds the client only: {}, so this figure is the page cache under it, not the disk.",
+                    fmt(v),
+                    fmt(local),
+                    match t.as_str() {
+                        "glusterfs" => "GlusterFS's bricks open files without it unless performance.strict-o-direct is on",
+                        "bindfs" => "bindfs opens the files below it without it",
+                        _ => "mortar's bricks open files without it unless performance.strict-o-direct is on",
+                    }
+                ));
             }
-            let xs = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
-            let (xmin, xmax) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
-            let ymax = series
-                .iter()
-                .flat_map(|(_, p)| p.iter().map(|q| q.1))
-                .fold(0.0, f64::max)
-                * 1.1
-                + 1e-9;
-            let name: String = format!("{w}-{metric}")
-                .split(|c: char| !c.is_ascii_alphanumeric() && c != '+')
-                .filter(|p| !p.is_empty())
-                .collect::<Vec<_>>()
-                .join("-")
-                + ".svg";
-            let path = dir.join(&name);
-            {
-                let root = SVGBackend::new(&path, (720, 420)).into_drawing_area();
-                root.fill(&WHITE)?;
-                let mut chart = ChartBuilder::on(&root)
-                    .caption(format!("{w}: {metric} ({unit})"), ("sans-serif", 20))
-                    .margin(12)
-                    .x_label_area_size(36)
-                    .y_label_area_size(60)
-                    .build_cartesian_2d(
-                        (xmin.max(1.0)..xmax.max(xmin + 1.0)).log_scale(),
-                        0.0..ymax,
-                    )?;
-                chart
-                    .configure_mesh()
-                    .x_desc(if w.contains("size") { "bytes" } else { "x" })
-                    .y_desc(unit.as_str())
-                    .x_label_formatter(&|x| x_label(&w, *x))
-                    .draw()?;
-                for (i, (t, pts)) in series.iter().enumerate() {
-                    let color = Palette99::pick(i).mix(0.9);
-                    chart
-                        .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                        .label(t.as_str())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                        });
-                    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
-                }
-                chart
-                    .configure_series_labels()
-                    .background_style(WHITE.mix(0.8))
-                    .border_style(BLACK)
-                    .draw()?;
-                root.present()?;
-            }
-            files.push(name);
         }
     }
-    Ok(files)
+    let direct: Vec<&str> = ["mortar", "glusterfs"]
+        .into_iter()
+        .filter(|t| med(r, "seed-largefile", "direct read", t).is_some())
+        .collect();
+    if !direct.is_empty() {
+        notes.push(format!(
+            "seed-largefile direct write and read, {}: O_DIRECT binds the client only. The bricks open files \
+             without it (unless performance.strict-o-direct is on, which this run leaves off), so a direct \
+             write lands in the bricks' page cache and a direct read of the file just written is served from \
+             the bricks' memory: these figures measure the network and the bricks' page cache, not the disk.",
+            direct.join(", ")
+        ));
+    }
+    if r.measurements
+        .iter()
+        .any(|m| m.metric.contains("cached") && !m.metric.contains("uncached"))
+    {
+        notes.push(
+            "\"cached\" reads read files just written or read, from the client's caches (the kernel's page cache, \
+             mortar's io-cache): they measure the cache, on purpose; \"uncached\" ones drop the kernel's caches first."
+                .into(),
+        );
+    }
+    if r.measurements
+        .iter()
+        .any(|m| m.target == "mortar" && m.metric.contains("uncached"))
+    {
+        notes.push(
+            "mortar's \"uncached\" reads: dropping the kernel's caches does not empty mortar's io-cache \
+             (small files' data kept in the client process under the bricks' leases), so small files this \
+             mount wrote or read may still come from memory; files above 1 MiB (io-cache's limit per file) do not."
+                .into(),
+        );
+    }
+    notes
 }
 
 /// The Markdown report.
@@ -373,9 +259,22 @@ pub fn markdown(r: &Results, plots: &[String]) -> String {
          in a rotating order, and ratios are medians of pairwise ratios (above 1: the first target is better).\n"
     );
     let _ = writeln!(s, "## The reference tables\n\n{}", seed_tables(r));
+    let notes = cache_notes(r);
+    if !notes.is_empty() {
+        let _ = writeln!(s, "## Figures bound by a cache\n");
+        for n in notes {
+            let _ = writeln!(s, "- {n}");
+        }
+        let _ = writeln!(s);
+    }
     let _ = writeln!(s, "## Workloads\n\n{}", workload_tables(r));
     if !plots.is_empty() {
-        let _ = writeln!(s, "## Plots\n");
+        let _ = writeln!(
+            s,
+            "## Plots\n\nFirst the summary: for each workload and metric, mortar's figure over each baseline's \
+             (paired medians; above 1, mortar is better). Then the reference tables, one panel per metric \
+             on its own axis (a log axis where the targets differ by more than 20 times), and the sweeps.\n"
+        );
         for p in plots {
             let _ = writeln!(s, "![{p}]({p})\n");
         }
@@ -468,6 +367,22 @@ mod tests {
     }
 
     #[test]
+    fn figures_above_the_disk_with_o_direct_are_called_cache_bound() {
+        let notes = cache_notes(&sample());
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("direct read, mortar: 2000 MB/s, above the local disk's 1100")),
+            "{notes:?}"
+        );
+        assert!(!notes.iter().any(|n| n.contains("direct read, glusterfs: ")));
+        assert!(notes
+            .iter()
+            .any(|n| n.contains("mortar, glusterfs: O_DIRECT binds the client only")));
+        assert!(markdown(&sample(), &[]).contains("## Figures bound by a cache"));
+    }
+
+    #[test]
     fn seed_tables_have_a_row_per_target() {
         let t = seed_tables(&sample());
         assert!(t.contains(
@@ -491,10 +406,11 @@ mod tests {
     #[test]
     fn plots_are_drawn_for_sweeps() {
         let d = tempfile::tempdir().unwrap();
-        let files = plots(&sample(), d.path()).unwrap();
+        let files = super::super::charts::draw(&sample(), d.path()).unwrap();
         assert_eq!(
             files,
             vec![
+                "ratios.svg",
                 "seed-smallfile.svg",
                 "seed-largefile.svg",
                 "block-size-write.svg"
@@ -504,8 +420,15 @@ mod tests {
             (human_bytes(4096), human_bytes(10000), human_bytes(1 << 30)),
             ("4K".into(), "9.8K".into(), "1G".into())
         );
-        let svg = std::fs::read_to_string(d.path().join(&files[2])).unwrap();
+        let svg = std::fs::read_to_string(d.path().join(&files[3])).unwrap();
         assert!(svg.contains("<svg") && svg.contains("mortar"));
+        // Named axes and plain ticks.
+        assert!(
+            svg.contains("block size (bytes)") && !svg.contains(".0<"),
+            "{svg}"
+        );
+        let ratios = std::fs::read_to_string(d.path().join(&files[0])).unwrap();
+        assert!(ratios.contains("mortar / local"), "{ratios}");
     }
 
     #[test]

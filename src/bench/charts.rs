@@ -230,13 +230,13 @@ fn short(t: &str) -> String {
 fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()> {
     for w in r.workloads() {
         let (x_desc, is_size) = sweep_axis(&w);
-        let mut metrics: Vec<(String, String)> = Vec::new();
-        for (m, x, unit, _) in r.rows(&w) {
-            if x.is_some() && !metrics.iter().any(|(k, _)| *k == m) {
-                metrics.push((m, unit));
+        let mut metrics: Vec<(String, String, bool)> = Vec::new();
+        for (m, x, unit, hib) in r.rows(&w) {
+            if x.is_some() && !metrics.iter().any(|(k, _, _)| *k == m) {
+                metrics.push((m, unit, hib));
             }
         }
-        for (metric, unit) in metrics {
+        for (metric, unit, hib) in metrics {
             let mut targets: Vec<String> = r.targets.clone();
             for m in r.measurements.iter().filter(|m| m.workload == w) {
                 if !targets.contains(&m.target) {
@@ -290,7 +290,10 @@ fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()
                 root.fill(&WHITE)?;
                 let mut b = ChartBuilder::on(&root);
                 b.caption(
-                    format!("{w}: {metric} ({unit}, median; higher is better)"),
+                    format!(
+                        "{w}: {metric} ({unit}, median; {} is better)",
+                        if hib { "higher" } else { "lower" }
+                    ),
                     ("sans-serif", 18),
                 )
                 .margin(14)

@@ -218,9 +218,54 @@ fn request_count(t: &Target) -> Option<u64> {
 
 struct Run<'a> {
     args: &'a BenchArgs,
+    /// Where the report goes (and a failed run's logs).
+    report_dir: PathBuf,
     params: Params,
     results: Results,
     bar: indicatif::ProgressBar,
+}
+
+/// What a failed run leaves for its post-mortem, before its teardown
+/// removes it: every log under `base` (the daemons', bricks' and clients')
+/// in `report_dir/failed-logs/`, and the figures measured so far in
+/// `report_dir/results.json`.
+fn keep_failed(base: &Path, report_dir: &Path, results: &Results, error: &anyhow::Error) {
+    fn logs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let (p, name) = (e.path(), e.file_name());
+            // Not into mounts, bricks or workloads' files.
+            let skip = ["mnt", "bricks", "work", "scratch", "local"];
+            match e.file_type() {
+                Ok(t) if t.is_dir() && depth < 6 && !skip.iter().any(|s| name == *s) => {
+                    logs(&p, depth + 1, out)
+                }
+                Ok(t) if t.is_file() && p.extension().is_some_and(|x| x == "log") => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    let into = report_dir.join("failed-logs");
+    if std::fs::create_dir_all(&into).is_err() {
+        return;
+    }
+    let mut found = Vec::new();
+    logs(base, 0, &mut found);
+    for f in &found {
+        let rel = f.strip_prefix(base).unwrap_or(f).display().to_string();
+        let _ = std::fs::copy(f, into.join(rel.replace('/', "-")));
+    }
+    let _ = std::fs::write(into.join("error.txt"), format!("{error:#}\n"));
+    if let Ok(json) = serde_json::to_vec_pretty(results) {
+        let _ = std::fs::write(report_dir.join("results.json"), json);
+    }
+    eprintln!(
+        "the run failed: {error:#}; its logs ({} files) and the figures measured so far are in {}",
+        found.len(),
+        report_dir.display()
+    );
 }
 
 impl Run<'_> {
@@ -290,6 +335,9 @@ impl Run<'_> {
                 Ok(())
             };
             let r = run_one();
+            if let Err(e) = &r {
+                keep_failed(base, &self.report_dir, &self.results, e);
+            }
             t.close();
             r?;
             self.bar.inc(1);
@@ -368,6 +416,9 @@ impl Run<'_> {
                 Ok(())
             };
             let r = run_one();
+            if let Err(e) = &r {
+                keep_failed(base, &self.report_dir, &self.results, e);
+            }
             t.close();
             r?;
             self.bar.inc(1);
@@ -528,6 +579,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     );
     let mut run = Run {
         args: &a,
+        report_dir: report_dir.clone(),
         params: p.clone(),
         results: Results {
             command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -566,6 +618,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })();
+    if let Err(e) = &measured {
+        keep_failed(&base, &report_dir, &run.results, e);
+    }
     for t in targets {
         t.close();
     }

@@ -248,9 +248,8 @@ pub fn on_scrape(f: impl Fn(&Metrics) + Send + Sync + 'static) {
 /// in Prometheus's text format.
 pub fn render(registry: &Registry) -> String {
     let m = get();
-    if let Some(rss) = resident_bytes() {
-        m.resident_bytes.set(rss as i64);
-    }
+    m.resident_bytes
+        .set(crate::debug::status::memory().resident as i64);
     for hook in HOOKS.lock().unwrap().iter() {
         hook(m);
     }
@@ -385,15 +384,6 @@ pub fn registry(role: Role, labels: Vec<(String, String)>) -> Registry {
         }
     }
     r
-}
-
-/// This process's resident memory, from /proc/self/statm.
-pub fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf only reads a system value.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    Some(pages * page)
 }
 
 #[cfg(test)]

@@ -354,13 +354,14 @@ fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::St
 async fn serve_metrics(ip: IpAddr, port: u16, cfg: &BrickConfig, posix: Arc<Posix>) {
     use crate::metrics::{serve, Role};
     crate::metrics::on_scrape(move |m| {
-        if let Ok(s) = rustix::fs::statvfs(posix.path()) {
-            let frsize = s.f_frsize.max(1);
-            m.disk_bytes.set((s.f_blocks * frsize) as i64);
-            m.disk_free_bytes.set((s.f_bavail * frsize) as i64);
-            m.inodes.set(s.f_files as i64);
-            m.inodes_free.set(s.f_favail as i64);
+        let d = crate::debug::status::disk_of(posix.path());
+        if d.size == 0 {
+            return; // statvfs failed: the last figures stay
         }
+        m.disk_bytes.set(d.size as i64);
+        m.disk_free_bytes.set(d.free as i64);
+        m.inodes.set(d.inodes as i64);
+        m.inodes_free.set(d.inodes_free as i64);
     });
     let labels = vec![
         ("volume".to_string(), cfg.volume.clone().unwrap_or_default()),

@@ -84,6 +84,8 @@ struct State {
     fds: HashMap<u64, (u64, Gfid)>,
     next_fh: u64,
     locks: HashMap<Gfid, u64>,
+    /// Connections waiting for a lock, served in arrival order.
+    queue: HashMap<Gfid, std::collections::VecDeque<u64>>,
     sessions: HashMap<Gfid, HashSet<u64>>,
     index: HashSet<Gfid>,
     conns: HashMap<u64, Arc<Link>>,
@@ -91,6 +93,16 @@ struct State {
     calls: u64,
     /// Scripted failures: fop name → (errno, how many more times).
     inject: HashMap<&'static str, (i32, usize)>,
+    /// Writes that landed while their connection did not hold the lock.
+    unlocked_writes: u64,
+    /// Writes in flight (with `write_jitter`): object and byte range.
+    writing: Vec<(Gfid, u64, u64)>,
+    /// Writes that arrived while another write of some of their bytes was
+    /// in flight: they may land in either order.
+    overlapping_writes: u64,
+    /// Writes wait up to this long before they are applied (a disk whose
+    /// latency varies): requests sent together may land in any order.
+    write_jitter: std::time::Duration,
 }
 
 pub struct MemBrick {
@@ -231,6 +243,26 @@ impl MemBrick {
 
     /// Makes the next `times` calls of `fop` (its name, `Fop::name`) fail
     /// with `errno` before they change anything: a scripted brick.
+    /// Makes each write wait a random time up to `max` before it is
+    /// applied (`State::write_jitter`).
+    pub fn set_write_jitter(&self, max: std::time::Duration) {
+        self.state.lock().unwrap().write_jitter = max;
+    }
+
+    /// How many writes landed while their connection did not hold the
+    /// file's lock (replicate sends none: each would be a write that may
+    /// meet another client's on the copies in a different order).
+    pub fn unlocked_writes(&self) -> u64 {
+        self.state.lock().unwrap().unlocked_writes
+    }
+
+    /// How many writes arrived while another write of some of their bytes
+    /// was in flight (with `set_write_jitter`): such writes may land in
+    /// different orders on different copies.
+    pub fn overlapping_writes(&self) -> u64 {
+        self.state.lock().unwrap().overlapping_writes
+    }
+
     pub fn inject(&self, fop: &'static str, errno: i32, times: usize) {
         self.state
             .lock()
@@ -526,6 +558,9 @@ impl MemBrick {
                 data,
             } => {
                 let g = Self::handle(st, conn, gfid, fh)?;
+                if st.locks.get(&g) != Some(&conn) {
+                    st.unlocked_writes += 1;
+                }
                 let o = Self::obj(st, g)?;
                 let end = offset as usize + data.len();
                 if o.data.len() < end {
@@ -670,7 +705,13 @@ impl MemBrick {
             }
             Fop::Lock { gfid, mark, .. } => {
                 // Reached only once the lock is this connection's.
-                Self::obj(st, gfid)?;
+                if let Err(e) = Self::obj(st, gfid) {
+                    if st.locks.get(&gfid) == Some(&conn) {
+                        st.locks.remove(&gfid);
+                    }
+                    self.unlocked.notify_waiters();
+                    return Err(e);
+                }
                 st.locks.insert(gfid, conn);
                 if let Some(blame) = mark {
                     st.sessions.entry(gfid).or_default().insert(conn);
@@ -722,6 +763,27 @@ impl MemBrick {
     }
 }
 
+/// A lock request's place in the queue, left when it is granted or given up.
+struct Queued<'a> {
+    brick: &'a MemBrick,
+    conn: u64,
+    gfid: Gfid,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let mut st = self.brick.state.lock().unwrap();
+        if let Some(q) = st.queue.get_mut(&self.gfid) {
+            q.retain(|&c| c != self.conn);
+            if q.is_empty() {
+                st.queue.remove(&self.gfid);
+            }
+        }
+        drop(st);
+        self.brick.unlocked.notify_waiters();
+    }
+}
+
 /// A connection that ends closes its handles and gives up its locks; its
 /// change sessions end unsettled (their objects stay in the index).
 impl Drop for MemConn {
@@ -753,22 +815,71 @@ impl Xlator for MemConn {
     }
 
     async fn call(&self, _cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        if let Fop::Write {
+            gfid,
+            offset,
+            ref data,
+            ..
+        } = fop
+        {
+            let max = self.brick.state.lock().unwrap().write_jitter;
+            if !max.is_zero() {
+                let range = (gfid, offset, offset + data.len() as u64);
+                {
+                    let mut st = self.brick.state.lock().unwrap();
+                    if st
+                        .writing
+                        .iter()
+                        .any(|&(g, s, e)| g == gfid && s < range.2 && range.1 < e)
+                    {
+                        st.overlapping_writes += 1;
+                    }
+                    st.writing.push(range);
+                }
+                let us = fastrand::u64(0..=max.as_micros() as u64);
+                tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+                let r = self.brick.serve(self.id, fop);
+                let mut st = self.brick.state.lock().unwrap();
+                if let Some(i) = st.writing.iter().position(|w| *w == range) {
+                    st.writing.swap_remove(i);
+                }
+                return r;
+            }
+        }
         if let Fop::Lock { gfid, wait, .. } = fop {
+            // Queued (when waiting) until granted or given up.
+            let _queued = Queued {
+                brick: &self.brick,
+                conn: self.id,
+                gfid,
+            };
             loop {
                 let waiting = self.brick.unlocked.notified();
                 let holder = {
-                    let st = self.brick.state.lock().unwrap();
+                    let mut st = self.brick.state.lock().unwrap();
                     if st.down {
                         return Err(FsError::notconn(format!("{} is down", self.brick.name)));
                     }
-                    st.locks
-                        .get(&gfid)
-                        .copied()
-                        .filter(|&h| h != self.id)
-                        .and_then(|h| st.conns.get(&h).cloned())
+                    let held = st.locks.get(&gfid).copied().filter(|&h| h != self.id);
+                    let q = st.queue.entry(gfid).or_default();
+                    let first = q.front().is_none_or(|&c| c == self.id);
+                    if held.is_none() && first {
+                        // Granted, in the same breath as the check.
+                        q.retain(|&c| c != self.id);
+                        st.locks.insert(gfid, self.id);
+                        None
+                    } else {
+                        if wait && !q.contains(&self.id) {
+                            q.push_back(self.id);
+                        }
+                        let owner = held.or_else(|| q.front().copied());
+                        Some(owner.and_then(|h| st.conns.get(&h).cloned()))
+                    }
                 };
                 let Some(holder) = holder else { break };
-                holder.emit(Event::Contention(gfid));
+                if let Some(h) = holder {
+                    h.emit(Event::Contention(gfid));
+                }
                 if !wait {
                     return Err(err(libc::EAGAIN));
                 }

@@ -81,6 +81,15 @@ impl Replicate {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
         let objs = txn_objects(&fop);
+        // A truncation changes the bytes from the new size on.
+        let _claim = match fop {
+            Fop::Setattr {
+                gfid,
+                set: SetAttr { size: Some(s), .. },
+                ..
+            } => Some(self.txns.claim(gfid, s, u64::MAX).await),
+            _ => None,
+        };
         let (tickets, targets) = self.begin(&objs, &up).await?;
         let data = matches!(
             fop,
@@ -109,6 +118,17 @@ impl Replicate {
     pub(super) async fn change_handles(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
         let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
+        let appending = matches!(fhs.how, How::File(f) if f & libc::O_APPEND != 0);
+        let (start, end) = match fop {
+            // An append lands at whatever end each copy has.
+            _ if appending => (0, u64::MAX),
+            Fop::Write {
+                offset, ref data, ..
+            } => (offset, offset.saturating_add(data.len() as u64)),
+            Fop::Fallocate { offset, len, .. } => (offset, offset.saturating_add(len)),
+            _ => (0, u64::MAX),
+        };
+        let _claim = self.txns.claim(gfid, start, end).await;
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
         if let Err(e) = self.good_target(cx, gfid, &targets, true).await {
             self.finish(tickets, &[], false).await;
@@ -188,9 +208,9 @@ impl Replicate {
         }
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let blame = txn::missed_by(self.children.len(), &targets);
-        let (res, locked) = self.with_lock_behind(cx, &fop, gfid, &targets, blame).await;
+        let send = self.with_lock_behind(cx, &fop, gfid, &targets, blame);
+        let res = self.txns.lock_behind(gfid, blame, &epochs, send).await;
         self.finish(tickets, &res, merged_ok(&res)).await;
-        self.txns.adopt(gfid, &locked, blame, &epochs).await;
         // The new file's copies blame those it was not made on: what the
         // bricks recorded, this client knows too, so that it never reads a
         // copy that is missing.

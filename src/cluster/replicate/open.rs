@@ -189,7 +189,7 @@ impl Replicate {
     }
 
     /// Opens `fop` on `up` with a lock on the file behind it on each; the
-    /// locks granted are kept for the changes to come (`Txns::adopt`).
+    /// locks granted are kept for the changes to come (`Txns::lock_behind`).
     async fn open_and_lock(
         &self,
         cx: &Ctx,
@@ -199,9 +199,8 @@ impl Replicate {
     ) -> Vec<(usize, FsResult<Reply>)> {
         let gfid = fop.gfid();
         let blame = txn::missed_by(self.children.len(), up);
-        let (res, locked) = self.with_lock_behind(cx, fop, gfid, up, blame).await;
-        self.txns.adopt(gfid, &locked, blame, epochs).await;
-        res
+        let send = self.with_lock_behind(cx, fop, gfid, up, blame);
+        self.txns.lock_behind(gfid, blame, epochs, send).await
     }
 
     /// Sends `fop` to each of `targets` with a lock on `gfid` right behind

@@ -63,6 +63,12 @@ struct Txn {
     /// Per child: the child's epoch when its lock was granted.
     held: tokio::sync::Mutex<Held>,
     inflight: AtomicUsize,
+    /// Told when the last change in flight ends.
+    drained: tokio::sync::Notify,
+    /// Byte ranges that data changes in flight (`Claim`) are changing.
+    claimed: Mutex<Vec<(u64, u64)>>,
+    /// Told when a claim ends.
+    unclaimed: tokio::sync::Notify,
     contended: AtomicBool,
     /// Milliseconds since `Txns::start` of the last use.
     last_used: AtomicU64,
@@ -85,6 +91,27 @@ pub struct Ticket {
 impl Ticket {
     pub fn gfid(&self) -> Gfid {
         self.gfid
+    }
+}
+
+/// The bytes `start..end` of a file, which a data change of this client
+/// is changing: another of this client's changes of bytes among them waits
+/// until this one is answered (`Txns::claim`), so that each copy takes
+/// overlapping changes in one order, whatever order requests sent together
+/// are carried out in on each brick.
+pub struct Claim {
+    txn: Arc<Txn>,
+    range: (u64, u64),
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut claimed = self.txn.claimed.lock().unwrap();
+        if let Some(i) = claimed.iter().position(|r| *r == self.range) {
+            claimed.swap_remove(i);
+        }
+        drop(claimed);
+        self.txn.unclaimed.notify_waiters();
     }
 }
 
@@ -218,11 +245,35 @@ impl Txns {
                         blamed: 0,
                     }),
                     inflight: AtomicUsize::new(0),
+                    drained: tokio::sync::Notify::new(),
+                    claimed: Mutex::new(Vec::new()),
+                    unclaimed: tokio::sync::Notify::new(),
                     contended: AtomicBool::new(false),
                     last_used: AtomicU64::new(0),
                 })
             })
             .clone()
+    }
+
+    /// Claims bytes `start..end` of `gfid` for a data change, once no other
+    /// change of this client in flight claims any of them (`Claim`).
+    pub async fn claim(&self, gfid: Gfid, start: u64, end: u64) -> Claim {
+        let txn = self.txn(gfid);
+        loop {
+            let unclaimed = txn.unclaimed.notified();
+            {
+                let mut claimed = txn.claimed.lock().unwrap();
+                if !claimed.iter().any(|&(s, e)| s < end && start < e) {
+                    claimed.push((start, end));
+                    break;
+                }
+            }
+            unclaimed.await;
+        }
+        Claim {
+            txn,
+            range: (start, end),
+        }
     }
 
     /// Starts a change of `gfid` on `targets` (the replicas it can reach):
@@ -231,7 +282,25 @@ impl Txns {
     pub async fn begin(self: &Arc<Self>, gfid: Gfid, targets: &[usize]) -> FsResult<Ticket> {
         self.check_quorum(targets)?;
         let txn = self.txn(gfid);
-        let mut held = txn.held.lock().await;
+        let mut held = loop {
+            let drained = txn.drained.notified();
+            let held = txn.held.lock().await;
+            let kept = targets
+                .iter()
+                .all(|&i| held.on[i] == Some(self.children[i].epoch()));
+            if txn.inflight.load(Ordering::Acquire) == 0
+                || (kept && !txn.contended.load(Ordering::Acquire))
+            {
+                break held;
+            }
+            // The lock must be let go of (another client waits for it) or
+            // taken again (a replica came back), and changes of ours are
+            // still on their way to the bricks: it may only go once they
+            // are done, else another client's changes and ours could meet
+            // the copies in different orders.
+            drop(held);
+            drained.await;
+        };
         let n = self.children.len();
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         if txn.contended.swap(false, Ordering::AcqRel) {
@@ -368,9 +437,11 @@ impl Txns {
     fn end(self: &Arc<Self>, ticket: Ticket) {
         let txn = ticket.txn;
         txn.last_used.store(self.now(), Ordering::Relaxed);
-        if txn.inflight.fetch_sub(1, Ordering::AcqRel) == 1 && txn.contended.load(Ordering::Acquire)
-        {
-            self.release_soon(ticket.gfid, txn);
+        if txn.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            txn.drained.notify_waiters();
+            if txn.contended.load(Ordering::Acquire) {
+                self.release_soon(ticket.gfid, txn);
+            }
         }
     }
 
@@ -380,18 +451,30 @@ impl Txns {
         self.map.lock().unwrap().contains_key(&gfid)
     }
 
-    /// Records locks a creating call or an open for writing took
-    /// (`Fop::Lock` sent right behind it), so the first writes need no
-    /// round trip. Locks another client held are simply not among them:
-    /// the first change takes the rest in replica order (`begin`).
-    pub async fn adopt(&self, gfid: Gfid, locked: &[usize], blame: u32, epochs: &[u64]) {
+    /// Takes locks right behind a creating call or an open for writing
+    /// (`send`: the call with a `Fop::Lock` on the same connections, giving
+    /// back where the lock was granted) and keeps them for the changes to
+    /// come, so the first writes need no round trip. Locks another client
+    /// held are simply not among them: the first change takes the rest in
+    /// replica order (`begin`). `send` runs in this object's order with
+    /// this client's other lockings and releases of it, so that no release
+    /// of ours still on its way undoes the lock it takes.
+    pub async fn lock_behind<T>(
+        &self,
+        gfid: Gfid,
+        blame: u32,
+        epochs: &[u64],
+        send: impl std::future::Future<Output = (T, Vec<usize>)>,
+    ) -> T {
         let txn = self.txn(gfid);
         let mut held = txn.held.lock().await;
-        for &i in locked {
+        let (out, locked) = send.await;
+        for &i in &locked {
             held.on[i] = Some(epochs[i]);
         }
         held.blamed = blame;
         txn.last_used.store(self.now(), Ordering::Relaxed);
+        out
     }
 
     /// A brick says another client waits for `gfid`.
@@ -432,32 +515,33 @@ impl Txns {
     }
 
     /// Releases every lock idle for `IDLE`, one batched request per brick.
+    /// An object stays known while its locks are being released, so that a
+    /// new change or open of it waits for the release before locking again
+    /// (a lock request may overtake an earlier release on its way).
     async fn sweep_once(&self) {
         let now = self.now();
-        let idle: Vec<(Gfid, Arc<Txn>)> = {
-            let mut map = self.map.lock().unwrap();
-            let ids: Vec<Gfid> = map
-                .iter()
-                .filter(|(_, t)| {
-                    Arc::strong_count(t) == 1
-                        && t.inflight.load(Ordering::Acquire) == 0
-                        && now.saturating_sub(t.last_used.load(Ordering::Relaxed))
-                            >= IDLE.as_millis() as u64
-                })
-                .map(|(g, _)| *g)
-                .collect();
-            ids.into_iter()
-                .filter_map(|g| map.remove(&g).map(|t| (g, t)))
-                .collect()
-        };
+        let idle: Vec<(Gfid, Arc<Txn>)> = self
+            .map
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, t)| {
+                Arc::strong_count(t) == 1
+                    && t.inflight.load(Ordering::Acquire) == 0
+                    && now.saturating_sub(t.last_used.load(Ordering::Relaxed))
+                        >= IDLE.as_millis() as u64
+            })
+            .map(|(g, t)| (*g, t.clone()))
+            .collect();
         if idle.is_empty() {
             return;
         }
+        let mut guards: Vec<_> = idle
+            .iter()
+            .filter_map(|(g, t)| t.held.try_lock().ok().map(|h| (*g, t, h)))
+            .collect();
         let mut per_child: Vec<Vec<Gfid>> = vec![Vec::new(); self.children.len()];
-        for (g, t) in &idle {
-            let Ok(held) = t.held.try_lock() else {
-                continue;
-            };
+        for (g, _, held) in &guards {
             for (i, h) in held.on.iter().enumerate() {
                 if *h == Some(self.children[i].epoch()) {
                     per_child[i].push(*g);
@@ -471,6 +555,19 @@ impl Txns {
             gfids: per_child[i].clone(),
         })
         .await;
+        for (_, _, held) in &mut guards {
+            held.on.iter_mut().for_each(|h| *h = None);
+            held.blamed = 0;
+        }
+        // Forgotten only if nobody took it up meanwhile (the map's and
+        // `idle`'s references are the only ones).
+        let mut map = self.map.lock().unwrap();
+        for (g, t, held) in guards {
+            drop(held);
+            if Arc::strong_count(t) == 2 && map.get(&g).is_some_and(|m| Arc::ptr_eq(m, t)) {
+                map.remove(&g);
+            }
+        }
     }
 
     /// Releases everything now (unmount).

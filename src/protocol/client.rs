@@ -269,8 +269,9 @@ async fn run_connection(
     alive: &mut tokio::sync::watch::Receiver<()>,
 ) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
     let (rd, wr) = tokio::io::split(stream);
-    // Buffered, so that one read system call takes in many answers.
-    let mut rd = tokio::io::BufReader::with_capacity(256 << 10, rd);
+    // Many answers come in with one read system call; `next` may lose
+    // its race with the ping timer and go on later (`wire::Frames`).
+    let mut rd = wire::Frames::new(rd);
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
     let mut writer = tokio::spawn(wire::pump(wr, rx));
     sh.heard();
@@ -292,7 +293,7 @@ async fn run_connection(
     let mut next_tick = tokio::time::Instant::now() + ping_every(sh);
     let why = loop {
         tokio::select! {
-            frame = wire::read_frame(&mut rd) => match frame {
+            frame = rd.next() => match frame {
                 Ok(Some(Msg::Answer { id, result })) => {
                     sh.heard();
                     if let Some(waiter) = sh.pending.lock().unwrap().remove(&id) {

@@ -152,8 +152,9 @@ async fn serve_conn(
         }
     }
 
-    // Buffered, so that one read system call takes in many requests.
-    let mut rd = tokio::io::BufReader::with_capacity(256 << 10, rd);
+    // Many requests come in with one read system call; `next` may lose its
+    // race with a change of the auth rules and go on later (`wire::Frames`).
+    let mut rd = wire::Frames::new(rd);
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
     let writer = tokio::spawn(wire::pump(wr, rx));
     let closing = Arc::new(Notify::new());
@@ -183,7 +184,7 @@ async fn serve_conn(
     let top = stack.top();
     let result = loop {
         let read = tokio::select! {
-            r = wire::read_frame(&mut rd) => r,
+            r = rd.next() => r,
             _ = closing.notified() => break Err(std::io::Error::other(
                 "closed by the brick: a lock revoked or a recall not answered",
             )),

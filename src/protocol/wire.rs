@@ -234,6 +234,88 @@ async fn fill<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8]) -> std::io::Resul
     Ok(())
 }
 
+/// Frame bodies cut from a connection's bytes: a frame's bytes stay in
+/// the reader's buffer until the whole frame is there, so that a reader
+/// may be interrupted between any two of its reads and go on later.
+struct Cut;
+
+impl tokio_util::codec::Decoder for Cut {
+    type Item = Msg;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut bytes::BytesMut) -> std::io::Result<Option<Msg>> {
+        let Some(len) = src.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes(len.try_into().unwrap());
+        if len > MAX_FRAME {
+            return Err(invalid(format!(
+                "frame of {len} bytes exceeds the limit of {MAX_FRAME}"
+            )));
+        }
+        let whole = 4 + len as usize;
+        if src.len() < whole {
+            // Room for the rest, at most doubling what has come: a frame
+            // announced large costs memory only as its bytes arrive.
+            let rest = whole - src.len();
+            src.reserve(rest.min(src.len().max(FIRST_ALLOCATION)));
+            return Ok(None);
+        }
+        let mut frame = src.split_to(whole);
+        let body = frame.split_off(4);
+        decode(body.freeze()).map(Some)
+    }
+}
+
+/// The frames arriving on a connection once its handshake is done.
+/// Unlike `read_frame`, `next` may be given up (a branch of a `select!`
+/// that lost, a timer that fired) and called again without losing a byte:
+/// a reader that dropped half a frame would take the rest of its bytes
+/// for the next frame's length. Many frames come in with one read system
+/// call (the buffer starts at 256 KiB); a frame begun whose bytes stop
+/// coming for `FRAME_STALL` ends the connection.
+pub struct Frames<R> {
+    framed: tokio_util::codec::FramedRead<R, Cut>,
+    /// When the buffer was last seen to grow (or be empty), and its length.
+    progress: (tokio::time::Instant, usize),
+}
+
+impl<R: AsyncRead + Unpin> Frames<R> {
+    pub fn new(r: R) -> Frames<R> {
+        Frames {
+            framed: tokio_util::codec::FramedRead::with_capacity(r, Cut, 256 << 10),
+            progress: (tokio::time::Instant::now(), 0),
+        }
+    }
+
+    /// The next frame; `Ok(None)` at a clean end of stream.
+    pub async fn next(&mut self) -> std::io::Result<Option<Msg>> {
+        use futures_util::StreamExt;
+        loop {
+            let deadline = self.progress.0 + FRAME_STALL;
+            match tokio::time::timeout_at(deadline, self.framed.next()).await {
+                Ok(frame) => {
+                    self.progress = (tokio::time::Instant::now(), self.framed.read_buffer().len());
+                    return frame.transpose();
+                }
+                Err(_) => {
+                    let len = self.framed.read_buffer().len();
+                    if len != 0 && len == self.progress.1 {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "a frame begun, then no byte of it for {} s",
+                                FRAME_STALL.as_secs()
+                            ),
+                        ));
+                    }
+                    self.progress = (tokio::time::Instant::now(), len);
+                }
+            }
+        }
+    }
+}
+
 pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, msg: &Msg) -> std::io::Result<()> {
     let f = encode(msg);
     w.write_all(&f.head).await?;
@@ -291,6 +373,82 @@ mod tests {
             Some(Msg::Ping { id: 9 })
         ));
         drop(slow.await);
+    }
+
+    /// A reader given up between two reads (a timer fired in its
+    /// `select!`) goes on where it was: the bytes of a frame half read are
+    /// kept, and the next frame is read whole.
+    #[tokio::test]
+    async fn frames_survive_a_reader_given_up_halfway() {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let mut frames = Frames::new(server);
+        let data = Bytes::from(vec![5u8; 300_000]);
+        let msg = Msg::Answer {
+            id: 1,
+            result: Ok(Reply::Data(data.clone())),
+        };
+        let bytes = encode(&msg).to_vec();
+        let (first, rest) = bytes.split_at(100_000);
+        client.write_all(first).await.unwrap();
+        for _ in 0..3 {
+            let r = tokio::time::timeout(std::time::Duration::from_millis(20), frames.next());
+            assert!(r.await.is_err(), "a frame half sent is not read");
+        }
+        client.write_all(rest).await.unwrap();
+        client
+            .write_all(&encode(&Msg::Pong { id: 2 }).to_vec())
+            .await
+            .unwrap();
+        match frames.next().await.unwrap() {
+            Some(Msg::Answer {
+                id: 1,
+                result: Ok(Reply::Data(d)),
+            }) => assert_eq!(d, data),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            frames.next().await.unwrap(),
+            Some(Msg::Pong { id: 2 })
+        ));
+        drop(client);
+        assert!(frames.next().await.unwrap().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn frames_begun_and_left_unfinished_end_their_connection() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut frames = Frames::new(server);
+        client.write_all(&1024u32.to_be_bytes()).await.unwrap();
+        client.write_all(&[0u8; 10]).await.unwrap();
+        let t = tokio::time::Instant::now();
+        let e = frames.next().await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(t.elapsed() >= FRAME_STALL, "{:?}", t.elapsed());
+        // A slow peer that keeps sending is waited for; an idle one too.
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut frames = Frames::new(server);
+        let msg = encode(&Msg::Ping { id: 9 }).to_vec();
+        let slow = tokio::spawn(async move {
+            tokio::time::sleep(FRAME_STALL * 3).await;
+            for b in msg {
+                tokio::time::sleep(FRAME_STALL / 2).await;
+                client.write_all(&[b]).await.unwrap();
+            }
+            client
+        });
+        assert!(matches!(
+            frames.next().await.unwrap(),
+            Some(Msg::Ping { id: 9 })
+        ));
+        drop(slow.await);
+        // Hostile lengths are refused as by `read_frame`.
+        let huge = (MAX_FRAME + 1).to_be_bytes();
+        let mut frames = Frames::new(&huge[..]);
+        assert!(frames.next().await.is_err());
+        // A stream that ends inside a frame is an error, not a clean end.
+        let bytes = encode(&Msg::Pong { id: 1 }).to_vec();
+        let mut frames = Frames::new(&bytes[..bytes.len() - 1]);
+        assert!(frames.next().await.is_err());
     }
 
     #[tokio::test]

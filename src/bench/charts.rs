@@ -272,12 +272,17 @@ fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()
                 v
             };
             let (xmin, xmax) = (xs[0], xs[xs.len() - 1]);
-            let ymax = series
-                .iter()
-                .flat_map(|(_, p)| p.iter().map(|q| q.1))
-                .fold(0.0, f64::max)
-                * 1.15
-                + 1e-9;
+            let ys = || series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1));
+            let ytop = ys().fold(0.0, f64::max);
+            let ymax = ytop * 1.15 + 1e-9;
+            // A log axis where one target's figures would flatten another's.
+            let ylow = ys().filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
+            let log_y = ylow.is_finite() && ytop / ylow > LOG_SPREAD;
+            let y_desc = match log_y {
+                true => format!("{unit} (log)"),
+                false => unit.clone(),
+            };
+            let log_range = (ylow / 1.5..ytop * 1.5).log_scale();
             let name: String = format!("{w}-{metric}")
                 .split(|c: char| !c.is_ascii_alphanumeric() && c != '+')
                 .filter(|p| !p.is_empty())
@@ -310,7 +315,7 @@ fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()
                         chart
                             .configure_mesh()
                             .x_desc(x_desc)
-                            .y_desc(unit.as_str())
+                            .y_desc(y_desc.as_str())
                             .x_label_formatter($fmt)
                             .y_label_formatter(&|v| plain(*v))
                             .draw()?;
@@ -338,28 +343,40 @@ fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()
                             .draw()?;
                     }};
                 }
-                if is_size {
-                    let c = b.build_cartesian_2d(
-                        (xmin * 0.8..xmax * 1.25)
-                            .log_scale()
-                            .with_key_points(xs.clone()),
-                        0.0..ymax,
-                    )?;
-                    draw!(c, |x: f64| x, &at_points);
-                } else {
-                    // Counts: evenly spaced integers, a tick at each.
-                    let (lo, hi) = (xmin.floor() as i32, xmax.ceil() as i32);
-                    let ticks: Vec<i32> = (lo..=hi).collect();
-                    let c =
-                        b.build_cartesian_2d((lo - 1..hi + 1).with_key_points(ticks), 0.0..ymax)?;
-                    let fmt = |x: &i32| {
-                        if xs.contains(&(*x as f64)) {
-                            x.to_string()
-                        } else {
-                            String::new()
-                        }
-                    };
-                    draw!(c, |x: f64| x.round() as i32, &fmt);
+                let size_x = || {
+                    (xmin * 0.8..xmax * 1.25)
+                        .log_scale()
+                        .with_key_points(xs.clone())
+                };
+                // Counts: evenly spaced integers, a tick at each measured one.
+                let (lo, hi) = (xmin.floor() as i32, xmax.ceil() as i32);
+                let count_x =
+                    || (lo - 1..hi + 1).with_key_points(xs.iter().map(|x| *x as i32).collect());
+                let count_fmt = |x: &i32| {
+                    if xs.contains(&(*x as f64)) {
+                        x.to_string()
+                    } else {
+                        String::new()
+                    }
+                };
+                let count_at = |x: f64| x.round() as i32;
+                match (is_size, log_y) {
+                    (true, true) => {
+                        let c = b.build_cartesian_2d(size_x(), log_range)?;
+                        draw!(c, |x: f64| x, &at_points);
+                    }
+                    (true, false) => {
+                        let c = b.build_cartesian_2d(size_x(), 0.0..ymax)?;
+                        draw!(c, |x: f64| x, &at_points);
+                    }
+                    (false, true) => {
+                        let c = b.build_cartesian_2d(count_x(), log_range)?;
+                        draw!(c, count_at, &count_fmt);
+                    }
+                    (false, false) => {
+                        let c = b.build_cartesian_2d(count_x(), 0.0..ymax)?;
+                        draw!(c, count_at, &count_fmt);
+                    }
                 }
                 root.present()?;
             }
@@ -536,5 +553,34 @@ mod tests {
         assert!(sweep_axis("block-size").1);
         assert_eq!(sweep_label(true, 4096.0), "4K");
         assert_eq!(sweep_label(false, 3.0), "3");
+    }
+
+    /// A sweep whose targets differ by more than `LOG_SPREAD` times gets a
+    /// log axis (the local disk would flatten the others); a close one
+    /// keeps a linear axis from zero.
+    #[test]
+    fn sweeps_far_apart_get_a_log_axis() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Results::default();
+        for (bs, local, mortar) in [(4096.0, 600.0, 20.0), (65536.0, 1600.0, 190.0)] {
+            for (t, v) in [("local", local), ("mortar", mortar)] {
+                let m = |metric| crate::bench::results::Metric {
+                    workload: "block-size",
+                    metric,
+                    unit: "MB/s",
+                    higher_is_better: true,
+                    x: Some(bs),
+                };
+                r.add(m("write"), t, v);
+                r.add(m("read"), t, v.min(300.0) + 100.0);
+            }
+        }
+        let files = draw(&r, dir.path()).unwrap();
+        let svg = |name: &str| {
+            assert!(files.iter().any(|f| f == name), "{files:?}");
+            std::fs::read_to_string(dir.path().join(name)).unwrap()
+        };
+        assert!(svg("block-size-write.svg").contains("MB/s (log)"));
+        assert!(!svg("block-size-read.svg").contains("(log)"));
     }
 }

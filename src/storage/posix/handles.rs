@@ -87,8 +87,25 @@ impl Posix {
         name: &Name,
     ) -> FsResult<()> {
         let (idx, file) = self.index_dir(gfid)?;
-        match rfs::linkat(dir, name.as_os_str(), &idx, file.as_str(), AtFlags::empty()) {
+        match rfs::linkat(
+            &dir,
+            name.as_os_str(),
+            &idx,
+            file.as_str(),
+            AtFlags::empty(),
+        ) {
             Ok(()) => Ok(()),
+            // A lookup of the new name (a rebalance's crawl, another
+            // client) between the object's making and this link found its
+            // gfid without a handle and repaired it: the handle is ours.
+            Err(rustix::io::Errno::EXIST)
+                if same_inode(
+                    rfs::statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW),
+                    rfs::statat(&idx, file.as_str(), AtFlags::SYMLINK_NOFOLLOW),
+                ) =>
+            {
+                Ok(())
+            }
             Err(rustix::io::Errno::EXIST) => Err(FsError::new(
                 libc::EEXIST,
                 format!("gfid {gfid} names another object of this brick"),
@@ -286,4 +303,9 @@ impl Posix {
     pub(in crate::storage) fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
         full_attr(self.resolve(gfid)?.as_fd(), gfid)
     }
+}
+
+/// Whether two stats succeeded and name one inode.
+fn same_inode(a: rustix::io::Result<rfs::Stat>, b: rustix::io::Result<rfs::Stat>) -> bool {
+    matches!((a, b), (Ok(a), Ok(b)) if a.st_dev == b.st_dev && a.st_ino == b.st_ino)
 }

@@ -102,6 +102,14 @@ impl FileKind {
     }
 }
 
+/// A blame bit that names no replica: this copy took a change whose outcome
+/// is unknown (the change reached no quorum, or only copies that had missed
+/// earlier changes, and the application was told it failed). It blames
+/// nobody, so the copy is no source of its own accord; it keeps the object
+/// in the heal index until heal has compared every copy
+/// (docs/replication.md).
+pub const UNSETTLED: u32 = 1 << 31;
+
 /// Attributes of one object as a brick reports them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attr {
@@ -121,7 +129,7 @@ pub struct Attr {
     pub ctime: (i64, u32),
     /// Replica positions this copy knows to have missed changes (its
     /// `trusted.mortar.blame` xattr; see docs/replication.md). Zero when
-    /// nothing is pending.
+    /// nothing is pending. Bit `UNSETTLED` is no replica: see there.
     pub blame: u32,
     /// For a distribute pointer (docs/distribute.md): the stable id of the
     /// replica set holding the file this name stands for. A brick reports

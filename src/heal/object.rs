@@ -11,7 +11,7 @@
 //! metadata (owner, mode, times, xattrs), and the blame is cleared.
 
 use crate::cluster::replicate::bits;
-use crate::core::fop::{FileKind, TimeSet, ANON_FH};
+use crate::core::fop::{FileKind, TimeSet, ANON_FH, UNSETTLED};
 use crate::core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -206,7 +206,8 @@ impl Set {
             return false;
         };
         let blamed = copies.iter().fold(0, |b, (_, a)| b | a.blame);
-        !copies.is_empty()
+        // With a copy away, that copy may be the good one.
+        copies.len() == self.bricks.len()
             && copies[0].1.kind != FileKind::Dir
             && copies.iter().all(|(i, _)| blamed & (1 << i) != 0)
     }
@@ -267,7 +268,9 @@ impl Set {
             return Ok((out, vec![]));
         }
         let kind = copies[0].1.kind;
-        let blamed = copies.iter().fold(0, |b, (_, a)| b | a.blame);
+        let marks = copies.iter().fold(0, |b, (_, a)| b | a.blame);
+        // A change of unknown outcome blames nobody (`UNSETTLED`).
+        let blamed = marks & !UNSETTLED;
         let mut sources: Vec<usize> = copies
             .iter()
             .filter(|(i, _)| blamed & (1 << i) == 0)
@@ -279,6 +282,11 @@ impl Set {
                 return Err(FsError::new(libc::ENOENT, "the chosen source has no copy"));
             }
             sources = vec![f];
+        } else if sources.is_empty() && locked.len() < self.bricks.len() {
+            // Every copy up is blamed, and a copy away may be the good one
+            // (it went away with a change in flight): wait for it.
+            out.deferred = true;
+            return Ok((out, vec![]));
         } else if sources.is_empty() && kind != FileKind::Dir {
             match pick_by_policy(&self.data_copies(&copies), policy) {
                 Some(s) => {
@@ -381,9 +389,19 @@ impl Set {
         // The blame of a sink that was not reached (down, or without the
         // object yet: its directory's heal makes it) stays.
         let reached = bits(&healed) | (bits(&everyone) & !bits(&sinks));
+        // A change of unknown outcome is settled once every copy was
+        // compared: a copy away may hold what the others lack.
+        let mut settled = 0;
+        if marks & UNSETTLED != 0 {
+            if locked.len() == self.bricks.len() && reached & bits(&sinks) == bits(&sinks) {
+                settled = UNSETTLED;
+            } else {
+                out.deferred = true;
+            }
+        }
         // Crash window: the sinks are healed, the blame is not cleared yet.
         fail::fail_point!("heal-before-clear");
-        self.clear(gfid, locked, blamed & reached).await;
+        self.clear(gfid, locked, (blamed & reached) | settled).await;
         if blamed & !reached != 0 {
             out.deferred = true;
         }

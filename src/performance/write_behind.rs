@@ -230,6 +230,14 @@ impl WriteBehind {
         self.take_error(gfid)
     }
 
+    /// The error of a write sent behind, left to be taken.
+    fn peek_error(&self, gfid: Gfid) -> FsResult<()> {
+        let e = self
+            .file(gfid)
+            .and_then(|f| f.state.lock().unwrap().error.clone());
+        e.map_or(Ok(()), Err)
+    }
+
     async fn write(self: &Arc<Self>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let Fop::Write {
             gfid,
@@ -492,12 +500,23 @@ impl Xlator for Arc<WriteBehind> {
             }
             // What must see every write accepted before it, and reports
             // what failed.
-            Fop::Fsync { gfid, .. } | Fop::Flush { gfid, .. } => {
+            Fop::Fsync { gfid, .. } => {
                 self.drain(gfid).await?;
+                self.child.call(cx, fop).await
+            }
+            // Every close of the file sends one, a forked process's
+            // close-on-exec too: it reports the error and leaves it for
+            // the fsync (as a local file system's close leaves it), which
+            // it must not steal from.
+            Fop::Flush { gfid, .. } => {
+                self.settle_file(gfid).await;
+                self.peek_error(gfid)?;
                 self.child.call(cx, fop).await
             }
             Fop::Release { gfid, fh } => {
                 self.settle_file(gfid).await;
+                // The last close: nobody is left to report it to.
+                let _ = self.take_error(gfid);
                 self.write_through.lock().unwrap().remove(&fh);
                 self.appending.lock().unwrap().remove(&fh);
                 self.child.call(cx, fop).await
@@ -641,6 +660,37 @@ mod tests {
         let e = wb.call(&cx, fsync.clone()).await.unwrap_err();
         assert!(e.is(libc::ENOSPC));
         wb.call(&cx, fsync).await.unwrap();
+        assert!(wb.files.lock().unwrap().is_empty(), "nothing kept");
+    }
+
+    /// A forked process's close-on-exec flushes the file too: the error
+    /// is the application's fsync's to report as well (the rolling-restart
+    /// test saw a flush take it, and the fsync answer success).
+    #[tokio::test]
+    async fn a_flush_reports_an_error_and_leaves_it_for_the_fsync() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        disk.fail.store(true, Ordering::Relaxed);
+        disk.gate.add_permits(1000);
+        wb.call(&cx, write(f, 0, b"lost")).await.unwrap();
+        let flush = Fop::Flush { gfid: f, fh: 1 };
+        let fsync = Fop::Fsync {
+            gfid: f,
+            fh: 1,
+            datasync: false,
+        };
+        assert!(wb
+            .call(&cx, flush.clone())
+            .await
+            .unwrap_err()
+            .is(libc::ENOSPC));
+        assert!(wb
+            .call(&cx, fsync.clone())
+            .await
+            .unwrap_err()
+            .is(libc::ENOSPC));
+        wb.call(&cx, fsync).await.unwrap();
+        wb.call(&cx, flush).await.unwrap();
         assert!(wb.files.lock().unwrap().is_empty(), "nothing kept");
     }
 

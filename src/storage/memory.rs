@@ -103,6 +103,9 @@ struct State {
     /// Writes wait up to this long before they are applied (a disk whose
     /// latency varies): requests sent together may land in any order.
     write_jitter: std::time::Duration,
+    /// The next call of this fop ends the brick: applied first when true
+    /// (`MemBrick::die_on`).
+    die: Option<(&'static str, bool)>,
 }
 
 pub struct MemBrick {
@@ -163,6 +166,7 @@ impl MemBrick {
                 return;
             }
             st.down = down;
+            st.die = None;
             if down {
                 st.fds.clear();
                 st.locks.clear();
@@ -261,6 +265,13 @@ impl MemBrick {
     /// different orders on different copies.
     pub fn overlapping_writes(&self) -> u64 {
         self.state.lock().unwrap().overlapping_writes
+    }
+
+    /// Makes the next call of `fop` the brick's last: it is applied (when
+    /// `applied`) or not, then the brick goes down and the call is
+    /// answered ENOTCONN, as a brick killed with the change in flight.
+    pub fn die_on(&self, fop: &'static str, applied: bool) {
+        self.state.lock().unwrap().die = Some((fop, applied));
     }
 
     pub fn inject(&self, fop: &'static str, errno: i32, times: usize) {
@@ -758,7 +769,25 @@ impl MemBrick {
                 let p = Self::obj(st, gfid)?.parent;
                 entry(st.objs.get(&p).ok_or(err(libc::ESTALE))?.attr(p))
             }
-            Fop::Checksum { .. } | Fop::Resolve { .. } => Err(err(libc::EOPNOTSUPP)),
+            Fop::Checksum {
+                gfid,
+                offset,
+                block,
+                count,
+            } => {
+                // What posix answers: a sum per block, up to the end.
+                let data = &Self::obj(st, gfid)?.data;
+                let sums = (0..count as u64)
+                    .map(|i| offset + i * block as u64)
+                    .take_while(|&at| at < data.len() as u64)
+                    .map(|at| {
+                        let end = (at + block as u64).min(data.len() as u64);
+                        xxhash_rust::xxh3::xxh3_64(&data[at as usize..end as usize])
+                    })
+                    .collect();
+                Ok(Reply::Sums(sums))
+            }
+            Fop::Resolve { .. } => Err(err(libc::EOPNOTSUPP)),
         }
     }
 }
@@ -815,6 +844,26 @@ impl Xlator for MemConn {
     }
 
     async fn call(&self, _cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let die = {
+            let mut st = self.brick.state.lock().unwrap();
+            match st.die {
+                Some((name, applied)) if name == fop.name() && !st.down => {
+                    st.die = None;
+                    Some(applied)
+                }
+                _ => None,
+            }
+        };
+        if let Some(applied) = die {
+            if applied {
+                let _ = self.brick.serve(self.id, fop);
+            }
+            self.brick.set_down(true);
+            return Err(FsError::notconn(format!(
+                "{} died with the call in flight",
+                self.brick.name
+            )));
+        }
         if let Fop::Write {
             gfid,
             offset,

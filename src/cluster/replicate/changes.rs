@@ -23,7 +23,7 @@ impl Replicate {
                     tickets.push(t);
                 }
                 Err(e) => {
-                    self.finish(tickets, &[], false).await;
+                    self.finish(tickets, &[], false, false).await;
                     return Err(e);
                 }
             }
@@ -42,12 +42,14 @@ impl Replicate {
 
     /// Ends the transactions of a change whose answers are `res`; `told_ok`:
     /// whether the application is told the change succeeded (which copies
-    /// are wrong depends on it).
+    /// are wrong depends on it); `lost`: the change may not be acknowledged
+    /// (`lost`), the copies that took it are the wrong ones.
     pub(super) async fn finish(
         &self,
         tickets: Vec<txn::Ticket>,
         res: &[(usize, FsResult<Reply>)],
         told_ok: bool,
+        lost: bool,
     ) {
         if !res.is_empty() {
             // Crash window: the change reached the bricks, what the copies
@@ -66,11 +68,66 @@ impl Replicate {
             let stale = self.stale_copies(gfid);
             let stale_applied =
                 !told_ok && applied != 0 && applied & !stale == 0 && refused & !stale != 0;
-            let failed = self.txns.finish(t, res, stale_applied).await;
+            let failed = self.txns.finish(t, res, lost || stale_applied).await;
             if failed != 0 {
                 self.learn(gfid, failed, false);
             }
         }
+    }
+
+    /// Whether a change the copies answered `res` must not be acknowledged
+    /// (the error to answer): with a quorum, the copies that took it must
+    /// make one (else a later quorum could miss it), and must include a
+    /// good copy of each object it changed, one with data for a data
+    /// change (else no copy would hold everything the application was told
+    /// is safe: the good copy that went away with the change in flight
+    /// lacks this one, the copies that took it lack earlier ones). What
+    /// this client knows of the copies may predate a heal: it asks the
+    /// copies up again before it judges a change lost.
+    pub(super) async fn lost(
+        &self,
+        cx: &Ctx,
+        objs: &[Gfid],
+        res: &[(usize, FsResult<Reply>)],
+        data: bool,
+    ) -> Option<FsError> {
+        let quorum = self.txns.quorum();
+        let took = txn::succeeded(res);
+        if quorum == Quorum::None || took.is_empty() {
+            return None;
+        }
+        if !quorum.met(&took, self.children.len()) {
+            return Some(FsError::new(
+                libc::EROFS,
+                format!(
+                    "{}: quorum lost while the change was in flight (it reached {} of {} replicas); change refused",
+                    self.name,
+                    took.len(),
+                    self.children.len()
+                ),
+            ));
+        }
+        let good = |g: Gfid| {
+            let bad = self.stale_copies(g);
+            took.iter()
+                .any(|&i| bad & (1 << i) == 0 && !(data && Some(i) == self.arbiter))
+        };
+        for &g in objs {
+            if good(g) {
+                continue;
+            }
+            self.refresh(cx, g).await;
+            if !good(g) {
+                return Some(FsError::new(
+                    libc::EIO,
+                    format!(
+                        "{}: {g}: the change reached only copies that missed earlier changes (the good copy went away with it in flight); change refused",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        None
     }
 
     /// A change of names or metadata, to every replica up, as a transaction
@@ -90,7 +147,6 @@ impl Replicate {
             } => Some(self.txns.claim(gfid, s, u64::MAX).await),
             _ => None,
         };
-        let (tickets, targets) = self.begin(&objs, &up).await?;
         let data = matches!(
             fop,
             Fop::Setattr {
@@ -98,19 +154,30 @@ impl Replicate {
                 ..
             }
         );
+        // Before the locks, which record the blame of the copies away.
+        for &g in &objs {
+            self.good_target(cx, g, &up, data).await?;
+        }
+        let (tickets, targets) = self.begin(&objs, &up).await?;
         for &g in &objs {
             if let Err(e) = self.good_target(cx, g, &targets, data).await {
-                self.finish(tickets, &[], false).await;
+                self.finish(tickets, &[], false, false).await;
                 return Err(e);
             }
         }
         let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
-        self.finish(tickets, &res, merged_ok(&res)).await;
+        let lost = self.lost(cx, &objs, &res, data).await;
+        self.finish(tickets, &res, merged_ok(&res), lost.is_some())
+            .await;
         if let Fop::Mknod { gfid, .. } | Fop::Mkdir { gfid, .. } | Fop::Symlink { gfid, .. } = &fop
         {
             self.learn_new(*gfid, &res);
         }
-        Ok(self.pick(fop.gfid(), merge(res)?))
+        let ok = merge(res)?;
+        match lost {
+            Some(e) => Err(e),
+            None => Ok(self.pick(fop.gfid(), ok)),
+        }
     }
 
     /// A change through an open file (write, fallocate), to every replica
@@ -129,17 +196,24 @@ impl Replicate {
             _ => (0, u64::MAX),
         };
         let _claim = self.txns.claim(gfid, start, end).await;
+        self.good_target(cx, gfid, &live, true).await?;
         let (tickets, targets) = self.begin(&[gfid], &live).await?;
         if let Err(e) = self.good_target(cx, gfid, &targets, true).await {
-            self.finish(tickets, &[], false).await;
+            self.finish(tickets, &[], false, false).await;
             return Err(e);
         }
         let res = self
             .fan_out(cx, &targets, |i| Some(fop.clone().with_fh(fhs.fh(i))))
             .await;
         let judged = self.merge_data(gfid, res.clone());
-        self.finish(tickets, &res, judged.is_ok()).await;
-        Ok(self.pick(gfid, judged?))
+        let lost = self.lost(cx, &[gfid], &res, true).await;
+        self.finish(tickets, &res, judged.is_ok(), lost.is_some())
+            .await;
+        let ok = judged?;
+        match lost {
+            Some(e) => Err(e),
+            None => Ok(self.pick(gfid, ok)),
+        }
     }
 
     /// Judges the answers to a data change (write, fallocate) like `merge`,
@@ -201,22 +275,29 @@ impl Replicate {
         if up.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
+        self.good_target(cx, parent, &up, false).await?;
         let (tickets, targets) = self.begin(&[parent], &up).await?;
         if let Err(e) = self.good_target(cx, parent, &targets, false).await {
-            self.finish(tickets, &[], false).await;
+            self.finish(tickets, &[], false, false).await;
             return Err(e);
         }
         let epochs: Vec<u64> = self.children.iter().map(|c| c.epoch()).collect();
         let blame = txn::missed_by(self.children.len(), &targets);
         let send = self.with_lock_behind(cx, &fop, gfid, &targets, blame);
         let res = self.txns.lock_behind(gfid, blame, &epochs, send).await;
-        self.finish(tickets, &res, merged_ok(&res)).await;
+        let lost = self.lost(cx, &[parent], &res, false).await;
+        self.finish(tickets, &res, merged_ok(&res), lost.is_some())
+            .await;
         // The new file's copies blame those it was not made on: what the
         // bricks recorded, this client knows too, so that it never reads a
         // copy that is missing.
         self.learn_new(gfid, &res);
         let fhs = Open::from_answers(How::File(flags), self.children.len(), &res, &epochs);
-        match merge(res) {
+        let merged = match lost {
+            Some(e) => Err(e),
+            None => merge(res),
+        };
+        match merged {
             Ok(ok) => {
                 let Reply::Created { entry, .. } = self.pick(gfid, ok) else {
                     return Err(FsError::new(libc::EIO, "create answered without an entry"));

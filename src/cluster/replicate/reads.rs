@@ -60,15 +60,19 @@ impl Replicate {
         let up = self.up();
         let res = self.fan_out(cx, &up, |_| Some(Fop::Getattr { gfid })).await;
         let mut blame = 0;
-        let mut any = false;
+        let mut answers = 0;
         for (_, r) in res {
             if let Ok(Reply::Attr(a)) = r {
                 blame |= a.blame;
-                any = true;
+                answers += 1;
             }
         }
-        if any {
-            self.learn(gfid, blame, true);
+        // What fewer copies than `answers_needed` say replaces nothing: the
+        // only record of a copy's staleness may be on a copy away (the one
+        // good copy, down), and forgetting it would let a change reach
+        // stale copies only and have them blame the good one.
+        if answers > 0 {
+            self.learn(gfid, blame, answers >= self.txns.answers_needed());
         }
     }
 
@@ -76,6 +80,8 @@ impl Replicate {
     /// of their blames (a fresh lookup replaces what was known, a change
     /// that some replica missed adds to it).
     pub(super) fn learn(&self, gfid: Gfid, blame: u32, replace: bool) {
+        // A copy's mark of a change of unknown outcome blames nobody.
+        let blame = blame & !crate::core::fop::UNSETTLED;
         let mut bad = self.bad.lock().unwrap();
         let b = if replace {
             blame
@@ -512,7 +518,9 @@ impl Replicate {
                 b | 1 << i
             }
         });
-        self.learn(gfid, blame, true);
+        // Fewer answers than that may lack the only record of a stale copy
+        // (on a copy away): they add to what is known.
+        self.learn(gfid, blame, answered >= needed);
         let idx: Vec<usize> = found.iter().map(|(i, _)| *i).collect();
         let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
         let pos = found.iter().position(|(i, _)| *i == want).unwrap_or(0);

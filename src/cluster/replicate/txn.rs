@@ -19,6 +19,7 @@
 //! 5. **Settle**, later and batched: the lock is released and the change
 //!    session closed; an object that blames nobody leaves the heal index.
 
+use crate::core::fop::UNSETTLED;
 use crate::core::{Child, Fop, FsError, FsResult, Gfid, Reply};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -394,13 +395,17 @@ impl Txns {
 
     /// Finishes a change: the replicas of the ticket whose result failed are
     /// blamed on those that succeeded, before the caller answers. Returns
-    /// the blame recorded.
+    /// the blame recorded. `undone`: the change must not stand (the
+    /// application is told it failed, and the copies that took it are the
+    /// wrong ones: `Replicate::finish`); the copies that refused it blame
+    /// those, and those mark themselves `UNSETTLED`, blaming nobody (a
+    /// copy that went away with the change in flight may hold everything
+    /// else: blaming it would leave no good copy).
     pub async fn finish(
         self: &Arc<Self>,
         ticket: Ticket,
         results: &[(usize, FsResult<Reply>)],
-        // Set only when some live replica refused the change.
-        stale_applied: bool,
+        undone: bool,
     ) -> u32 {
         let ok = succeeded(results);
         if ok.is_empty() {
@@ -408,14 +413,15 @@ impl Txns {
             self.end(ticket);
             return 0;
         }
-        // Only stale copies applied a change the good ones refused: the
-        // copies that refused it (not those merely down) blame them.
-        if stale_applied {
+        if undone {
             let wrong = bits(&ok);
-            tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, wrong, "a change refused by some replicas was applied by others; recording those for heal");
+            tracing::warn!(xlator = %self.name, gfid = %ticket.gfid, wrong, "a change that must not stand was applied by some replicas; recording those for heal");
             let gfid = ticket.gfid;
-            self.each(&refused(results), |_| lock_fop(gfid, false, wrong))
-                .await;
+            let refusers = refused(results);
+            tokio::join!(
+                self.each(&refusers, |_| lock_fop(gfid, false, wrong)),
+                self.each(&ok, |_| lock_fop(gfid, false, UNSETTLED)),
+            );
             self.end(ticket);
             return wrong;
         }

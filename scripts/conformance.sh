@@ -20,6 +20,9 @@ ROOT=$PWD
 SUITES=${SUITES:-$ROOT/../shared/suites}
 [ -e "$SUITES/pjdfstest.tar.gz" ] || SUITES=/work/shared/suites
 WORK=${WORK:-$(mktemp -d /tmp/mortar-conformance.XXXXXX)}
+# mktemp makes it 0700: xfstests' tests that run as an unprivileged user
+# (193, 314, 317, 318, 355, 597, 598, 680, 688) must reach the mounts below.
+chmod 0755 "$WORK"
 WHICH=all
 KEEP=0
 for a in "$@"; do

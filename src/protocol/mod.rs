@@ -3,6 +3,7 @@
 //! client translator that talks to one brick (`client`).
 pub mod admit;
 pub mod auth;
+pub mod budget;
 pub mod client;
 pub mod server;
 pub mod tls;

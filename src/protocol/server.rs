@@ -154,6 +154,8 @@ async fn serve_conn(
 
     // Many requests come in with one read system call; `next` may lose its
     // race with a change of the auth rules and go on later (`wire::Frames`).
+    // Large frames are read within the process's budget (`budget`).
+    let rd = super::budget::Metered::new(rd, super::budget::process_budget());
     let mut rd = wire::Frames::new(rd);
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
     let writer = tokio::spawn(wire::pump(wr, rx));

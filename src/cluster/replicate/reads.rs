@@ -70,9 +70,14 @@ impl Replicate {
         // What fewer copies than `answers_needed` say replaces nothing: the
         // only record of a copy's staleness may be on a copy away (the one
         // good copy, down), and forgetting it would let a change reach
-        // stale copies only and have them blame the good one.
+        // stale copies only and have them blame the good one. (Without a
+        // quorum the user chose availability: the copies up are believed.)
         if answers > 0 {
-            self.learn(gfid, blame, answers >= self.txns.answers_needed());
+            self.learn(
+                gfid,
+                blame,
+                answers >= self.txns.answers_needed() || self.txns.quorum() == Quorum::None,
+            );
         }
     }
 
@@ -519,8 +524,13 @@ impl Replicate {
             }
         });
         // Fewer answers than that may lack the only record of a stale copy
-        // (on a copy away): they add to what is known.
-        self.learn(gfid, blame, answered >= needed);
+        // (on a copy away): they add to what is known. (Without a quorum
+        // the user chose availability: the copies up are believed.)
+        self.learn(
+            gfid,
+            blame,
+            answered >= needed || self.txns.quorum() == Quorum::None,
+        );
         let idx: Vec<usize> = found.iter().map(|(i, _)| *i).collect();
         let want = self.attr_child(gfid, &idx).unwrap_or(idx[0]);
         let pos = found.iter().position(|(i, _)| *i == want).unwrap_or(0);

@@ -45,72 +45,158 @@ pub async fn first_message<T>(
 pub struct Caps {
     pub total: usize,
     pub per_address: usize,
+    /// Connections of one address still in their handshake: past it, the
+    /// oldest of them makes room for the new one.
+    pub pending_per_address: usize,
 }
 
 /// A brick's or daemon's caps: far more than any honest pool needs (a
 /// mount holds one connection per brick; a daemon a few per peer), far
-/// fewer than the file descriptors the process may open.
+/// fewer than the file descriptors the process may open. A handshake takes
+/// milliseconds, so 64 at once from one address is a flood: the newest
+/// connections are the ones served, and a flood of idle ones cannot lock
+/// out the CLI, local mounts or clients reconnecting.
 pub const CAPS: Caps = Caps {
     total: 4096,
     per_address: 1024,
+    pending_per_address: 64,
 };
+
+/// A connection still in its handshake.
+struct Pending {
+    id: u64,
+    ip: IpAddr,
+    evict: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Default)]
+struct Open {
+    total: usize,
+    per_address: HashMap<IpAddr, usize>,
+    /// Oldest first.
+    pending: std::collections::VecDeque<Pending>,
+    next_id: u64,
+}
+
+impl Open {
+    /// Ends the handshake wait of the oldest pending connection `which`
+    /// picks; whether there was one.
+    fn evict_oldest(&mut self, which: impl Fn(&Pending) -> bool) -> bool {
+        match self.pending.iter().position(which) {
+            Some(i) => {
+                let p = self.pending.remove(i).unwrap();
+                p.evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 /// The connections open, per address.
 pub struct Admission {
     caps: Caps,
-    open: Mutex<(usize, HashMap<IpAddr, usize>)>,
+    open: Mutex<Open>,
 }
 
 /// One admitted connection; dropping it gives the place back.
 pub struct Ticket {
     admission: Arc<Admission>,
     ip: IpAddr,
+    id: u64,
+    evict: Arc<tokio::sync::Notify>,
 }
 
 impl Admission {
     pub fn new(caps: Caps) -> Arc<Admission> {
         Arc::new(Admission {
             caps,
-            open: Mutex::new((0, HashMap::new())),
+            open: Mutex::new(Open::default()),
         })
     }
 
-    /// A place for a connection from `ip`, or why there is none.
+    /// A place for a connection from `ip`, or why there is none. Where
+    /// connections still in their handshake fill a cap, the oldest of them
+    /// gives its place up (it is closed) and the new one is admitted.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Ticket, String> {
         let mut open = self.open.lock().unwrap();
-        if open.0 >= self.caps.total {
-            return Err(format!("{} connections open, the most allowed", open.0));
+        let pending_here = open.pending.iter().filter(|p| p.ip == ip).count();
+        let mut made_room = false;
+        if pending_here >= self.caps.pending_per_address {
+            made_room = open.evict_oldest(|p| p.ip == ip);
         }
-        let mine = open.1.entry(ip).or_insert(0);
-        if *mine >= self.caps.per_address {
+        if open.total >= self.caps.total && !made_room && !open.evict_oldest(|_| true) {
+            return Err(format!("{} connections open, the most allowed", open.total));
+        }
+        let mine = open.per_address.get(&ip).copied().unwrap_or(0);
+        if mine >= self.caps.per_address && !made_room {
             return Err(format!(
                 "{mine} connections open from {ip}, the most allowed from one address"
             ));
         }
-        *mine += 1;
-        open.0 += 1;
+        *open.per_address.entry(ip).or_insert(0) += 1;
+        open.total += 1;
+        open.next_id += 1;
+        let (id, evict) = (open.next_id, Arc::new(tokio::sync::Notify::new()));
+        open.pending.push_back(Pending {
+            id,
+            ip,
+            evict: evict.clone(),
+        });
         Ok(Ticket {
             admission: self.clone(),
             ip,
+            id,
+            evict,
         })
     }
 
     /// Connections open in all.
     pub fn open(&self) -> usize {
-        self.open.lock().unwrap().0
+        self.open.lock().unwrap().total
+    }
+
+    fn handshake_done(&self, id: u64) {
+        self.open.lock().unwrap().pending.retain(|p| p.id != id);
+    }
+}
+
+impl Ticket {
+    /// Reads the connection's first message (`what` names it) within
+    /// `HANDSHAKE_TIMEOUT`, unless newer connections need its place first
+    /// (`Caps::pending_per_address`); once read, the connection is no
+    /// longer pending.
+    pub async fn handshake<T>(
+        &self,
+        what: &str,
+        read: impl Future<Output = std::io::Result<T>>,
+    ) -> std::io::Result<T> {
+        let r = tokio::select! {
+            r = first_message(what, read) => r,
+            _ = self.evict.notified() => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no {what} yet, and newer connections from the address needed the place"),
+            )),
+        };
+        if r.is_ok() {
+            self.admission.handshake_done(self.id);
+        }
+        r
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut open = self.admission.open.lock().unwrap();
-        open.0 -= 1;
-        if let Some(n) = open.1.get_mut(&self.ip) {
+        open.total -= 1;
+        if let Some(n) = open.per_address.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                open.1.remove(&self.ip);
+                open.per_address.remove(&self.ip);
             }
         }
+        let id = self.id;
+        open.pending.retain(|p| p.id != id);
     }
 }
 
@@ -141,11 +227,11 @@ impl Throttle {
 }
 
 /// Accepts connections for ever, serving each admitted one in a task of
-/// its own (`serve`), the ticket held until it ends. `what` names the
-/// server in log lines.
+/// its own (`serve`, which reads the handshake through the ticket), the
+/// ticket held until it ends. `what` names the server in log lines.
 pub async fn accept_loop<F, Fut>(listener: TcpListener, what: &str, caps: Caps, serve: F)
 where
-    F: Fn(TcpStream, SocketAddr) -> Fut,
+    F: Fn(TcpStream, SocketAddr, Arc<Ticket>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let admission = Admission::new(caps);
@@ -154,11 +240,8 @@ where
         match listener.accept().await {
             Ok((stream, peer)) => match admission.admit(peer.ip()) {
                 Ok(ticket) => {
-                    let task = serve(stream, peer);
-                    tokio::spawn(async move {
-                        task.await;
-                        drop(ticket);
-                    });
+                    let task = serve(stream, peer, Arc::new(ticket));
+                    tokio::spawn(task);
                 }
                 Err(why) => {
                     drop(stream);
@@ -181,22 +264,74 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn connections_are_capped_in_all_and_per_address() {
+    async fn done(t: &Ticket) {
+        t.handshake("hello", async { Ok(()) }).await.unwrap();
+    }
+
+    fn evicted(t: &Ticket) -> bool {
+        use futures_util::FutureExt;
+        t.evict.notified().now_or_never().is_some()
+    }
+
+    #[tokio::test]
+    async fn connections_are_capped_in_all_and_per_address() {
         let a = Admission::new(Caps {
             total: 3,
             per_address: 2,
+            pending_per_address: 8,
         });
         let (x, y): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let t1 = a.admit(x).unwrap();
-        let _t2 = a.admit(x).unwrap();
+        let t2 = a.admit(x).unwrap();
+        done(&t1).await;
+        done(&t2).await;
         assert!(a.admit(x).err().unwrap().contains("from 10.0.0.1"));
-        let _t3 = a.admit(y).unwrap();
+        let t3 = a.admit(y).unwrap();
+        done(&t3).await;
         assert!(a.admit(y).err().unwrap().contains("3 connections open"));
         drop(t1);
         assert_eq!(a.open(), 2);
         let _t4 = a.admit(x).unwrap();
         assert_eq!(a.open(), 3);
+    }
+
+    /// The faults issue: 1,024 connections pending their handshake from
+    /// 127.0.0.1 refused every new one from there (the CLI, local mounts)
+    /// for up to 10 s at a time.
+    #[tokio::test]
+    async fn connections_in_their_handshake_give_their_place_to_newer_ones() {
+        let a = Admission::new(Caps {
+            total: 100,
+            per_address: 50,
+            pending_per_address: 4,
+        });
+        let x: IpAddr = "127.0.0.1".parse().unwrap();
+        let served = a.admit(x).unwrap();
+        done(&served).await;
+        let flood: Vec<Ticket> = (0..20).map(|_| a.admit(x).unwrap()).collect();
+        // The oldest pending ones were closed to make room; the newest four
+        // wait for their handshake; the one served is never touched.
+        assert!(flood[..16].iter().all(evicted));
+        assert!(!flood[16..].iter().any(evicted));
+        assert!(!evicted(&served));
+        // An evicted connection's handshake ends at once.
+        let t = a.admit(x).unwrap();
+        let _more: Vec<Ticket> = (0..4).map(|_| a.admit(x).unwrap()).collect();
+        let e = t
+            .handshake("hello", std::future::pending::<std::io::Result<()>>())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("newer connections"), "{e}");
+        // Full in all: the oldest pending connection makes room.
+        let a = Admission::new(Caps {
+            total: 2,
+            per_address: 2,
+            pending_per_address: 2,
+        });
+        let old = a.admit("10.0.0.1".parse().unwrap()).unwrap();
+        let _newer = a.admit("10.0.0.2".parse().unwrap()).unwrap();
+        assert!(a.admit("10.0.0.3".parse().unwrap()).is_ok());
+        assert!(evicted(&old));
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub async fn serve(
     let acceptor = tls::acceptor(tls::Clients::Pool)?;
     let next_conn = Arc::new(AtomicU64::new(1));
     let what = format!("brick {brick}");
-    admit::accept_loop(listener, &what, admit::CAPS, |stream, peer| {
+    admit::accept_loop(listener, &what, admit::CAPS, |stream, peer, ticket| {
         let _ = stream.set_nodelay(true);
         let (stack, brick, id, auth, key, acceptor) = (
             stack.clone(),
@@ -43,31 +43,33 @@ pub async fn serve(
         );
         async move {
             let served = async {
-                let (conn, who) = admit::first_message("TLS handshake", async {
-                    // TLS, or (where `server.ssl` is off) the clear.
-                    let mut first = [0u8; 1];
-                    if stream.peek(&mut first).await? == 0 {
-                        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-                    }
-                    if first[0] == tls::TLS_HANDSHAKE {
-                        let (s, who) = acceptor.accept(stream).await?;
-                        Ok((tls::Conn::Tls(Box::new(s)), who))
-                    } else if !auth.borrow().tls {
-                        Ok((tls::Conn::Plain(stream), None))
-                    } else {
-                        Err(std::io::Error::new(
-                            std::io::ErrorKind::PermissionDenied,
-                            "a client in the clear, and server.ssl is on",
-                        ))
-                    }
-                })
-                .await?;
+                let (conn, who) = ticket
+                    .handshake("TLS handshake", async {
+                        // TLS, or (where `server.ssl` is off) the clear.
+                        let mut first = [0u8; 1];
+                        if stream.peek(&mut first).await? == 0 {
+                            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+                        }
+                        if first[0] == tls::TLS_HANDSHAKE {
+                            let (s, who) = acceptor.accept(stream).await?;
+                            Ok((tls::Conn::Tls(Box::new(s)), who))
+                        } else if !auth.borrow().tls {
+                            Ok((tls::Conn::Plain(stream), None))
+                        } else {
+                            Err(std::io::Error::new(
+                                std::io::ErrorKind::PermissionDenied,
+                                "a client in the clear, and server.ssl is on",
+                            ))
+                        }
+                    })
+                    .await?;
                 serve_conn(conn, who, peer, stack, brick, id, auth, key).await
             };
             match served.await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
                 Err(e) => tracing::warn!(%peer, "connection ended: {e}"),
             }
+            drop(ticket);
         }
     })
     .await;

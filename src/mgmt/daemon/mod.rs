@@ -207,34 +207,40 @@ impl Daemon {
 
     async fn accept(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
         use crate::protocol::admit;
-        admit::accept_loop(listener, "management", admit::CAPS, |stream, peer| {
-            let d = self.clone();
-            // Taken per connection: a server that joins a pool changes it.
-            let acceptor = tls::acceptor(tls::Clients::Anyone);
-            async move {
-                let served = async {
-                    let (stream, who) =
-                        admit::first_message("TLS handshake", acceptor?.accept(stream)).await?;
-                    d.serve(stream, who).await
-                };
-                match served.await {
-                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                        tracing::warn!(%peer, "management connection refused: {e}")
+        admit::accept_loop(
+            listener,
+            "management",
+            admit::CAPS,
+            |stream, peer, ticket| {
+                let d = self.clone();
+                // Taken per connection: a server that joins a pool changes it.
+                let acceptor = tls::acceptor(tls::Clients::Anyone);
+                async move {
+                    let served = async {
+                        let (stream, who) = ticket
+                            .handshake("TLS handshake", acceptor?.accept(stream))
+                            .await?;
+                        d.serve(stream, who).await
+                    };
+                    match served.await {
+                        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                            tracing::warn!(%peer, "management connection refused: {e}")
+                        }
+                        // A peer that broke the rules (too long, too slow).
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::InvalidData | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            tracing::warn!(%peer, "management connection closed: {e}")
+                        }
+                        Err(e) => tracing::debug!(%peer, "rpc connection: {e}"),
+                        Ok(()) => {}
                     }
-                    // A peer that broke the rules (too long, too slow).
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::InvalidData | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        tracing::warn!(%peer, "management connection closed: {e}")
-                    }
-                    Err(e) => tracing::debug!(%peer, "rpc connection: {e}"),
-                    Ok(()) => {}
                 }
-            }
-        })
+            },
+        )
         .await;
         Ok(())
     }

@@ -45,21 +45,17 @@ pub async fn first_message<T>(
 pub struct Caps {
     pub total: usize,
     pub per_address: usize,
-    /// Connections of one address still in their handshake: past it, the
-    /// oldest of them makes room for the new one.
-    pub pending_per_address: usize,
 }
 
 /// A brick's or daemon's caps: far more than any honest pool needs (a
 /// mount holds one connection per brick; a daemon a few per peer), far
-/// fewer than the file descriptors the process may open. A handshake takes
-/// milliseconds, so 64 at once from one address is a flood: the newest
-/// connections are the ones served, and a flood of idle ones cannot lock
-/// out the CLI, local mounts or clients reconnecting.
+/// fewer than the file descriptors the process may open. Where a cap is
+/// full, the oldest connection still in its handshake makes room for the
+/// new one: a flood of idle connections cannot lock out the CLI, local
+/// mounts or clients reconnecting (a handshake takes milliseconds).
 pub const CAPS: Caps = Caps {
     total: 4096,
     per_address: 1024,
-    pending_per_address: 64,
 };
 
 /// A connection still in its handshake.
@@ -115,24 +111,20 @@ impl Admission {
         })
     }
 
-    /// A place for a connection from `ip`, or why there is none. Where
-    /// connections still in their handshake fill a cap, the oldest of them
-    /// gives its place up (it is closed) and the new one is admitted.
+    /// A place for a connection from `ip`, or why there is none. Where a
+    /// cap is full, the oldest connection still in its handshake that
+    /// counts against it gives its place up (it is closed) and the new one
+    /// is admitted; only handshakes done fill a cap for good.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Ticket, String> {
         let mut open = self.open.lock().unwrap();
-        let pending_here = open.pending.iter().filter(|p| p.ip == ip).count();
-        let mut made_room = false;
-        if pending_here >= self.caps.pending_per_address {
-            made_room = open.evict_oldest(|p| p.ip == ip);
-        }
-        if open.total >= self.caps.total && !made_room && !open.evict_oldest(|_| true) {
-            return Err(format!("{} connections open, the most allowed", open.total));
-        }
         let mine = open.per_address.get(&ip).copied().unwrap_or(0);
-        if mine >= self.caps.per_address && !made_room {
+        if mine >= self.caps.per_address && !open.evict_oldest(|p| p.ip == ip) {
             return Err(format!(
                 "{mine} connections open from {ip}, the most allowed from one address"
             ));
+        }
+        if open.total >= self.caps.total && !open.evict_oldest(|_| true) {
+            return Err(format!("{} connections open, the most allowed", open.total));
         }
         *open.per_address.entry(ip).or_insert(0) += 1;
         open.total += 1;
@@ -164,8 +156,7 @@ impl Admission {
 impl Ticket {
     /// Reads the connection's first message (`what` names it) within
     /// `HANDSHAKE_TIMEOUT`, unless newer connections need its place first
-    /// (`Caps::pending_per_address`); once read, the connection is no
-    /// longer pending.
+    /// (`Admission::admit`); once read, the connection holds its place.
     pub async fn handshake<T>(
         &self,
         what: &str,
@@ -175,7 +166,7 @@ impl Ticket {
             r = first_message(what, read) => r,
             _ = self.evict.notified() => Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("no {what} yet, and newer connections from the address needed the place"),
+                format!("no {what} yet, and a newer connection needed the place"),
             )),
         };
         if r.is_ok() {
@@ -278,7 +269,6 @@ mod tests {
         let a = Admission::new(Caps {
             total: 3,
             per_address: 2,
-            pending_per_address: 8,
         });
         let (x, y): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let t1 = a.admit(x).unwrap();
@@ -302,15 +292,15 @@ mod tests {
     async fn connections_in_their_handshake_give_their_place_to_newer_ones() {
         let a = Admission::new(Caps {
             total: 100,
-            per_address: 50,
-            pending_per_address: 4,
+            per_address: 5,
         });
         let x: IpAddr = "127.0.0.1".parse().unwrap();
         let served = a.admit(x).unwrap();
         done(&served).await;
+        // Four places left: a flood of twenty takes them in turn, the
+        // oldest pending one closed for each newcomer; the one served is
+        // never touched.
         let flood: Vec<Ticket> = (0..20).map(|_| a.admit(x).unwrap()).collect();
-        // The oldest pending ones were closed to make room; the newest four
-        // wait for their handshake; the one served is never touched.
         assert!(flood[..16].iter().all(evicted));
         assert!(!flood[16..].iter().any(evicted));
         assert!(!evicted(&served));
@@ -321,12 +311,11 @@ mod tests {
             .handshake("hello", std::future::pending::<std::io::Result<()>>())
             .await
             .unwrap_err();
-        assert!(e.to_string().contains("newer connections"), "{e}");
+        assert!(e.to_string().contains("newer connection"), "{e}");
         // Full in all: the oldest pending connection makes room.
         let a = Admission::new(Caps {
             total: 2,
             per_address: 2,
-            pending_per_address: 2,
         });
         let old = a.admit("10.0.0.1".parse().unwrap()).unwrap();
         let _newer = a.admit("10.0.0.2".parse().unwrap()).unwrap();

@@ -257,13 +257,18 @@ fn check_no_silent_divergence(r: &Rig, model: &Model, seed: u64) {
     }
 }
 
-#[tokio::test]
-async fn random_changes_with_bricks_going_down_match_the_model() {
+/// `count` seeds for a model test, from `MORTAR_MODEL_SEED` (1 unless set).
+fn model_seeds(count: u64) -> std::ops::Range<u64> {
     let base = std::env::var("MORTAR_MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    for seed in base..base + 20 {
+    base..base + count
+}
+
+#[tokio::test]
+async fn random_changes_with_bricks_going_down_match_the_model() {
+    for seed in model_seeds(20) {
         model_run(seed).await;
     }
 }
@@ -473,11 +478,7 @@ async fn rolling_run(seed: u64) {
 
 #[tokio::test]
 async fn a_rolling_restart_without_heal_never_ends_in_split_brain() {
-    let base = std::env::var("MORTAR_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    for seed in base..base + 30 {
+    for seed in model_seeds(30) {
         rolling_run(seed).await;
     }
 }

@@ -218,11 +218,11 @@ impl Throttle {
 }
 
 /// Accepts connections for ever, serving each admitted one in a task of
-/// its own (`serve`, which reads the handshake through the ticket), the
-/// ticket held until it ends. `what` names the server in log lines.
+/// its own (`serve`, which reads the handshake through the ticket and
+/// holds it until it ends). `what` names the server in log lines.
 pub async fn accept_loop<F, Fut>(listener: TcpListener, what: &str, caps: Caps, serve: F)
 where
-    F: Fn(TcpStream, SocketAddr, Arc<Ticket>) -> Fut,
+    F: Fn(TcpStream, SocketAddr, Ticket) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let admission = Admission::new(caps);
@@ -231,8 +231,7 @@ where
         match listener.accept().await {
             Ok((stream, peer)) => match admission.admit(peer.ip()) {
                 Ok(ticket) => {
-                    let task = serve(stream, peer, Arc::new(ticket));
-                    tokio::spawn(task);
+                    tokio::spawn(serve(stream, peer, ticket));
                 }
                 Err(why) => {
                     drop(stream);

@@ -495,10 +495,9 @@ fn listings_cost_one_request_and_see_every_name_once() {
         "cd {} && seq -f 'a-rather-long-file-name-to-fill-pages-%04g' 1 1300 | xargs touch",
         m.p("big")
     ));
-    // The new files' locks are let go of in the background once idle
-    // (half a second): not part of the listing.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let before = requests(&m);
+    // The new files' locks are let go of in the background once idle:
+    // not part of the listing.
+    let before = requests_when_idle(&m);
     assert_eq!(ok(&format!("ls {}", m.p("small"))).lines().count(), 5);
     // One readdirplus (of the attribute copy) and the blame probes of the
     // two other copies; no opendir, no second readdir, no releasedir.

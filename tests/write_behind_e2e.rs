@@ -52,8 +52,7 @@ fn small_writes_leave_the_mount_as_few_large_requests() {
     drop(f);
     // The bricks told the attributes with the last write: a stat now
     // asks nothing (close's own requests are let end first).
-    std::thread::sleep(Duration::from_millis(200));
-    let before = requests(&m);
+    let before = requests_when_idle(&m);
     assert_eq!(std::fs::metadata(m.p("f")).unwrap().len(), 4 << 20);
     assert_eq!(
         requests(&m) - before,

@@ -575,6 +575,24 @@ pub fn client_pid(dir: &Path) -> u32 {
     panic!("no client process for {want}");
 }
 
+/// The calls a mount has sent once it has gone quiet: nothing sent for
+/// a second. A change's locks are let go of in the background once idle
+/// (half a second, looked for every 200 ms): a count taken right after a
+/// change would catch them whenever the machine is slow.
+pub fn requests_when_idle(m: &Mount) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = requests(m);
+    let mut since = Instant::now();
+    while since.elapsed() < Duration::from_secs(1) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = requests(m);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last
+}
+
 /// Requests the mount at `m` has sent to bricks so far.
 pub fn requests(m: &Mount) -> u64 {
     ok(&format!(

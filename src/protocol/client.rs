@@ -317,7 +317,11 @@ async fn run_connection(
                 Ok(Some(Msg::Notice { kind, gfid })) => {
                     sh.heard();
                     match (kind.as_str(), gfid) {
-                        ("contention", Some(g)) => sh.link.emit(Event::Contention(g)),
+                        (wire::NOTICE_CONTENTION, Some(g)) => sh.link.emit(Event::Contention(g)),
+                        (wire::NOTICE_RULES, _) => {
+                            tracing::info!(client = %sh.name, "the brick changed this client's identity or rights: caches dropped");
+                            sh.link.emit(Event::LeasesLost);
+                        }
                         _ => tracing::debug!(client = %sh.name, "ignoring notice {kind}"),
                     }
                 }

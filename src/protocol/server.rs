@@ -171,7 +171,7 @@ async fn serve_conn(
             Box::new(move |n| {
                 let msg = match n {
                     Notice::Contention(g) => Msg::Notice {
-                        kind: "contention".into(),
+                        kind: wire::NOTICE_CONTENTION.into(),
                         gfid: Some(g),
                     },
                     Notice::Recall { id, gfid, name } => Msg::Recall { id, gfid, name },
@@ -195,14 +195,20 @@ async fn serve_conn(
             // The volume's auth rules changed: is this client still allowed?
             Ok(()) = auth.changed() => {
                 let rules = auth.borrow_and_update().clone();
-                squash = rules.squash;
                 match admits(&rules, who, plain, internal, peer.ip(), true).await {
                     Err(reason) => {
                         tracing::warn!(%peer, "client disconnected: {reason}");
                         break Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason));
                     }
                     Ok(g) => {
-                        grant = g;
+                        // What the client caches was answered to the
+                        // identity and rights it had: with others, it may
+                        // not be what the brick would answer now.
+                        if rules.squash != squash || g.identity != grant.identity || g.read_only != grant.read_only {
+                            tracing::info!(%peer, "the client's identity or rights changed: its caches dropped");
+                            let _ = tx.try_send(wire::encode(&Msg::Notice { kind: wire::NOTICE_RULES.into(), gfid: None }));
+                        }
+                        (squash, grant) = (rules.squash, g);
                         continue;
                     }
                 }

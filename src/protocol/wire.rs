@@ -24,6 +24,12 @@ pub const VERSION: u32 = 8;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 
+/// Notice: another client waits for a lock on `gfid` that this one holds.
+pub const NOTICE_CONTENTION: &str = "contention";
+/// Notice: the identity or rights the brick gives this client changed
+/// (`server.root-squash`, a credential's grant): drop every cache.
+pub const NOTICE_RULES: &str = "rules";
+
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Msg {
     /// Client → brick, first message: who we are and which brick we want.
@@ -61,8 +67,8 @@ pub enum Msg {
     Pong {
         id: u64,
     },
-    /// Brick → client, unasked: a notice (cache invalidation, lock contention).
-    /// Reserved in version 1; clients ignore kinds they do not know.
+    /// Brick → client, unasked: a notice of kind `NOTICE_*`. Clients
+    /// ignore kinds they do not know.
     Notice {
         kind: String,
         gfid: Option<crate::core::Gfid>,

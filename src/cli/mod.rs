@@ -495,9 +495,10 @@ pub struct BrickArgs {
     /// (self-heal, rebalance) give to pass auth.allow and auth.reject.
     #[arg(long)]
     pub key_file: Option<PathBuf>,
-    /// The server's credential, which the brick serves and connects with.
+    /// The server's credential, which the brick serves and connects with
+    /// (not `--credential`: that one is the CLI's, for talking to a daemon).
     #[arg(long)]
-    pub credential: PathBuf,
+    pub server_credential: PathBuf,
     /// Serve Prometheus metrics on this address, at the brick's port +
     /// 1000 (a free port when that one is taken).
     #[arg(long, value_name = "IP")]

@@ -214,7 +214,7 @@ pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
         pid_file: a.pid_file.clone(),
         port: a.port,
         key_file: a.key_file.clone(),
-        credential: a.credential.clone(),
+        credential: a.server_credential.clone(),
         metrics: a.metrics,
     }))
 }

@@ -335,7 +335,7 @@ fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString
         spec.pid_file().into(),
         "--log-file".into(),
         log.into(),
-        "--credential".into(),
+        "--server-credential".into(),
         spec.credential.clone().into(),
     ];
     if spec.arbiter {
@@ -472,6 +472,28 @@ mod tests {
             key: String::new(),
             metrics: None,
         }
+    }
+
+    /// `mortar brick` (where no mortar-brick is installed beside) takes
+    /// the arguments the daemon gives, and none of them is one the
+    /// program refuses for a brick (the CLI's `--credential` was).
+    #[test]
+    fn mortar_brick_takes_the_daemons_arguments() {
+        use clap::Parser;
+        let t = tempfile::tempdir().unwrap();
+        let spec = spec_for(Path::new("/data/b1"), t.path());
+        let args = brick_args(&spec, &t.path().join("log"));
+        let cli = crate::cli::Cli::try_parse_from(
+            ["mortar".into(), std::ffi::OsString::from("brick")]
+                .into_iter()
+                .chain(args),
+        )
+        .unwrap();
+        assert!(cli.credential.is_none());
+        let crate::cli::Cmd::Brick(b) = cli.cmd else {
+            panic!("not a brick")
+        };
+        assert_eq!(b.server_credential, spec.credential);
     }
 
     #[test]

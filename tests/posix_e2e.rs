@@ -476,6 +476,47 @@ fn o_direct_reaches_the_bricks_under_strict_o_direct() {
     );
 }
 
+/// Reads `count` entries of `dir` through libc, noting each one's
+/// `telldir` position, then goes back to every position (`seekdir`) in a
+/// scattered order and reads the same entry there.
+fn positions_hold(dir: &str, count: usize) {
+    use std::ffi::{CStr, CString};
+    let path = CString::new(dir).unwrap();
+    // SAFETY: `d` is a stream opened here, used and closed only here; each
+    // entry's name is copied before the next readdir.
+    unsafe {
+        let d = libc::opendir(path.as_ptr());
+        assert!(!d.is_null(), "opendir {dir}");
+        // Its name, inode number and type, as t_readdir_3 compares them.
+        let name = |e: *mut libc::dirent| {
+            let n = CStr::from_ptr((*e).d_name.as_ptr()).to_string_lossy();
+            format!("{n} {} {}", (*e).d_ino, (*e).d_type)
+        };
+        let mut seen = Vec::new();
+        // `count` entries, not to the end: the kernel keeps a listing
+        // read to its end (FOPEN_CACHE_DIR) and would answer the seeks.
+        for _ in 0..count {
+            let pos = libc::telldir(d);
+            let e = libc::readdir(d);
+            assert!(!e.is_null(), "{dir} ended early");
+            seen.push((pos, name(e)));
+            // As xfstests' t_readdir_3: each entry read through a seek to
+            // where the last one ended (so each is a readdir of its own).
+            libc::seekdir(d, libc::telldir(d));
+        }
+        // A prime stride visits every position once, far from the last.
+        let n = seen.len();
+        for k in 0..n {
+            let (pos, want) = &seen[(k * 7919) % n];
+            libc::seekdir(d, *pos);
+            let e = libc::readdir(d);
+            assert!(!e.is_null(), "nothing at position {pos}");
+            assert_eq!(&name(e), want, "at position {pos}");
+        }
+        libc::closedir(d);
+    }
+}
+
 /// Directories are listed without being opened on a brick: a small one
 /// costs one readdir, a large one is read through a brick handle for the
 /// rest, and every name is seen once either way; a directory removed
@@ -515,6 +556,14 @@ fn listings_cost_one_request_and_see_every_name_once() {
         names.dedup();
         assert_eq!((all, names.len()), (1300, 1300), "{cmd}");
     }
+    // Each position telldir gave leads back to its name (seekdir; what
+    // NFS cookies need), also back into batches read before; in a
+    // directory just filled, as xfstests' generic/676 does.
+    ok(&format!(
+        "mkdir {0} && cd {0} && seq -f 'name-%04g' 1 1300 | xargs touch",
+        m.p("seek")
+    ));
+    positions_hold(&m.p("seek"), 1300);
     // Removed while open: still listed (empty) and stat'ed.
     ok(&format!("mkdir {}", m.p("gone")));
     let out = ok(&format!(

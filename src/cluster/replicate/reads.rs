@@ -203,8 +203,42 @@ impl Replicate {
 pub(super) struct Listed {
     child: usize,
     epoch: u64,
-    batch: Vec<DirEntry>,
+    /// Batches by the offset each was read from: one answers that offset
+    /// and later ones up to its end (the kernel takes a batch in several
+    /// readdirs; `seekdir` comes back to one). The latest `KEPT_BATCHES`.
+    batches: std::collections::BTreeMap<u64, Vec<DirEntry>>,
     more: Option<u64>,
+}
+
+/// How many batches of a listing a handle keeps (512 entries each).
+const KEPT_BATCHES: usize = 8;
+
+impl Listed {
+    /// The entries after `offset` of the batch that holds it.
+    fn after(&self, offset: u64) -> Vec<DirEntry> {
+        match self.batches.range(..=offset).next_back() {
+            Some((_, batch)) => batch.iter().filter(|e| e.next > offset).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn keep(&mut self, from: u64, batch: Vec<DirEntry>) {
+        // Batches read again from another offset overlap: the newest wins.
+        let end = batch.last().map_or(from, |e| e.next);
+        self.batches.retain(|&f, _| f < from || f >= end);
+        self.batches.insert(from, batch);
+        while self.batches.len() > KEPT_BATCHES {
+            // The one farthest from where the reader is now.
+            let first = *self.batches.keys().next().unwrap();
+            let last = *self.batches.keys().next_back().unwrap();
+            let drop = if from.abs_diff(first) >= from.abs_diff(last) {
+                first
+            } else {
+                last
+            };
+            self.batches.remove(&drop);
+        }
+    }
 }
 
 impl Replicate {
@@ -314,9 +348,10 @@ impl Replicate {
 
     /// Readdir of a directory not opened (`How::DirBehind`): offset 0 lists
     /// it on the attribute child without a handle (`Reply::Listed`); later
-    /// offsets are served from that batch (the kernel takes a batch in
-    /// several readdirs), then through the child's handle for the rest,
-    /// or are the end.
+    /// offsets are served from the batches kept (`Listed`), else through
+    /// the child's handle, whose listing holds every offset, or are the
+    /// end. An offset names the same entry for as long as the handle
+    /// lives (`seekdir`, NFS cookies).
     async fn readdir_behind(
         &self,
         cx: &Ctx,
@@ -325,15 +360,8 @@ impl Replicate {
         offset: u64,
         plus: bool,
     ) -> FsResult<Reply> {
-        let from_batch = |l: &Listed| -> Vec<DirEntry> {
-            l.batch
-                .iter()
-                .filter(|e| e.next > offset)
-                .cloned()
-                .collect()
-        };
         let known = self.listings.lock().unwrap().get(&fh).map(|l| {
-            let rest = from_batch(l);
+            let rest = l.after(offset);
             let live = self.children[l.child].is_up() && self.children[l.child].epoch() == l.epoch;
             (rest, l.more, l.child, live)
         });
@@ -373,7 +401,7 @@ impl Replicate {
             Reply::Entries(ents) => {
                 let mut ls = self.listings.lock().unwrap();
                 if let Some(l) = ls.get_mut(&fh) {
-                    l.batch = ents.clone();
+                    l.keep(offset, ents.clone());
                 }
                 return Ok(Reply::Entries(ents));
             }
@@ -382,7 +410,7 @@ impl Replicate {
         let new = Listed {
             child: i,
             epoch,
-            batch: ents.clone(),
+            batches: [(0, ents.clone())].into(),
             more,
         };
         let old = self.listings.lock().unwrap().insert(fh, new);

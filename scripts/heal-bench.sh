@@ -5,12 +5,13 @@
 # asked; the time from its return until `heal info` shows nothing pending is
 # the heal time.
 #
-# Usage: scripts/heal-bench.sh        (env: MORTAR=path/to/mortar DIR=/var/tmp/mortar-heal FILES=10000 MIB=1024)
+# Usage: scripts/heal-bench.sh        (env: MORTAR=path/to/mortar DIR=/var/tmp/mortar-heal FILES=10000 MIB=1024 PER_DIR=1000)
 set -euo pipefail
 B=${MORTAR:-mortar}
 D=${DIR:-/var/tmp/mortar-heal}
 FILES=${FILES:-10000}
 MIB=${MIB:-1024}
+PER_DIR=${PER_DIR:-1000}
 IP=127.0.0.9
 P=24175
 S="--server $IP:$P"
@@ -35,15 +36,15 @@ sleep 1
 BRICK=$("$B" $S --json volume status hb | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["bricks"][2]["pid"])')
 kill -STOP "$BRICK"
 echo "brick 3 frozen; writing $FILES files, $MIB MiB in all ..."
-python3 - "$D/mnt" "$FILES" "$MIB" <<'PY'
+python3 - "$D/mnt" "$FILES" "$MIB" "$PER_DIR" <<'PY'
 import os, sys, time
-root, n, mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root, n, mib, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 size = mib * 1048576 // n
 block = os.urandom(1 << 20)
 t = time.time()
 for i in range(n):
-    d = os.path.join(root, f"d{i // 1000}")
-    if i % 1000 == 0:
+    d = os.path.join(root, f"d{i // per}")
+    if i % per == 0:
         os.makedirs(d, exist_ok=True)
     if size < len(block):
         off = (i * 4096) % (len(block) - size)

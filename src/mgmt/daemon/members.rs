@@ -233,6 +233,23 @@ impl Daemon {
         self.liveness.lock().unwrap().silent(uuid)
     }
 
+    /// Whether this server hears from no majority of the voters (itself
+    /// counted): cut off by a partition, or most voters are down. No
+    /// leader can commit a change it passes on then, and none will be
+    /// elected on its side: it refuses at once instead of waiting out
+    /// `ELECTION_WAIT`.
+    pub(super) fn cut_off(&self) -> bool {
+        let (voters, _) = self.consensus.roles();
+        let me = self.consensus.id();
+        let reached = self
+            .consensus
+            .members()
+            .iter()
+            .filter(|(id, p)| voters.contains(id) && (*id == me || self.silent_for(&p.uuid) < GONE))
+            .count();
+        !voters.is_empty() && reached * 2 <= voters.len()
+    }
+
     /// The voters this server cannot reach, named for a refusal.
     pub(super) fn unreachable_voters(&self) -> String {
         let (voters, _) = self.consensus.roles();

@@ -906,7 +906,20 @@ impl Daemon {
                 return self.change_here(req).await;
             }
             let waited = tokio::time::Instant::now() > deadline;
+            // No leader reached, and none to be elected on this side.
+            let cut_off = || {
+                self.cut_off().then(|| {
+                    format!(
+                        "{} cannot reach a majority of the pool's voters: no change was made. {}",
+                        self.me.host,
+                        self.unreachable_voters()
+                    )
+                })
+            };
             let Some((_, leader)) = self.consensus.leader() else {
+                if let Some(e) = cut_off() {
+                    return Err(e);
+                }
                 if waited {
                     return Err(format!(
                         "{} knows no leader of the pool (no election won within {} s: this server is cut off, or most voters are down): no change was made. {}",
@@ -929,7 +942,10 @@ impl Daemon {
                 }
                 Ok(Response::Err(e)) => return Err(e),
                 Ok(other) => return Err(format!("unexpected answer {other:?}")),
-                Err(_) if !waited => tokio::time::sleep(Duration::from_millis(300)).await,
+                Err(_) if !waited => match cut_off() {
+                    Some(e) => return Err(e),
+                    None => tokio::time::sleep(Duration::from_millis(300)).await,
+                },
                 Err(e) => {
                     return Err(format!(
                         "cannot reach the leader of the pool ({}): {e}; no change was made. {}",

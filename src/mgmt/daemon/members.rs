@@ -233,38 +233,37 @@ impl Daemon {
         self.liveness.lock().unwrap().silent(uuid)
     }
 
+    /// The voters' hosts, and those of them this server has not heard
+    /// from for `GONE` (never itself).
+    fn voters_heard(&self) -> (Vec<String>, Vec<String>) {
+        let (voters, _) = self.consensus.roles();
+        let me = self.consensus.id();
+        let (mut all, mut gone) = (Vec::new(), Vec::new());
+        for (id, p) in self.consensus.members() {
+            if !voters.contains(&id) {
+                continue;
+            }
+            if id != me && self.silent_for(&p.uuid) >= GONE {
+                gone.push(p.host.clone());
+            }
+            all.push(p.host);
+        }
+        (all, gone)
+    }
+
     /// Whether this server hears from no majority of the voters (itself
     /// counted): cut off by a partition, or most voters are down. No
     /// leader can commit a change it passes on then, and none will be
     /// elected on its side: it refuses at once instead of waiting out
     /// `ELECTION_WAIT`.
     pub(super) fn cut_off(&self) -> bool {
-        let (voters, _) = self.consensus.roles();
-        let me = self.consensus.id();
-        let reached = self
-            .consensus
-            .members()
-            .iter()
-            .filter(|(id, p)| voters.contains(id) && (*id == me || self.silent_for(&p.uuid) < GONE))
-            .count();
-        !voters.is_empty() && reached * 2 <= voters.len()
+        let (all, gone) = self.voters_heard();
+        !all.is_empty() && (all.len() - gone.len()) * 2 <= all.len()
     }
 
     /// The voters this server cannot reach, named for a refusal.
     pub(super) fn unreachable_voters(&self) -> String {
-        let (voters, _) = self.consensus.roles();
-        let me = self.consensus.id();
-        let members = self.consensus.members();
-        let gone: Vec<String> = members
-            .iter()
-            .filter(|(id, p)| *id != me && voters.contains(id) && self.silent_for(&p.uuid) >= GONE)
-            .map(|(_, p)| p.host.clone())
-            .collect();
-        let all: Vec<String> = members
-            .iter()
-            .filter(|(id, _)| voters.contains(id))
-            .map(|(_, p)| p.host.clone())
-            .collect();
+        let (all, gone) = self.voters_heard();
         if gone.is_empty() {
             format!("Voters: {}.", all.join(", "))
         } else {

@@ -4,6 +4,7 @@
 
 mod common;
 use common::*;
+use std::path::PathBuf;
 use std::time::Duration;
 
 const HEAL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -27,7 +28,8 @@ fn changes_made_while_a_brick_was_frozen_are_healed() {
          for f in a b c d e; do echo old-$f > {d}/keep/$f; done && \
          echo bye > {d}/gone/deep/x && \
          head -c 3000000 /dev/urandom > {d}/big && \
-         echo same > {d}/renamed-from && ln {d}/keep/a {d}/keep/a-link"
+         echo same > {d}/renamed-from && ln {d}/keep/a {d}/keep/a-link && \
+         echo start > {d}/grows"
     ));
     assert_bricks_identical(&bricks);
     wait_healed(&c, "hv", HEAL_TIMEOUT);
@@ -47,7 +49,9 @@ fn changes_made_while_a_brick_was_frozen_are_healed() {
          ln -s ../big {d}/fresh/link && \
          setfattr -n user.colour -v blue {d}/keep/d && \
          mv {d}/renamed-from {d}/keep/sub/renamed-to && \
-         rm {d}/keep/a-link && echo recreated-with-other-content > {d}/keep/a-link"
+         rm {d}/keep/a-link && echo recreated-with-other-content > {d}/keep/a-link && \
+         truncate -s 48M {d}/grows && echo end >> {d}/grows && \
+         truncate -s 64M {d}/fresh/sparse && echo tail >> {d}/fresh/sparse"
     ));
     // The frozen copy is never read: what the application wrote comes back.
     assert_eq!(ok(&format!("cat {d}/keep/a")), "new-a\n");
@@ -60,6 +64,17 @@ fn changes_made_while_a_brick_was_frozen_are_healed() {
         "recreated-with-other-content\n"
     );
     assert!(!bricks[2].join("gone").exists());
+    // Holes stay holes: a healed copy takes no more room than the source.
+    for f in ["grows", "fresh/sparse"] {
+        use std::os::unix::fs::MetadataExt;
+        let used = |b: &PathBuf| std::fs::metadata(b.join(f)).unwrap().blocks() * 512;
+        assert!(
+            used(&bricks[2]) <= used(&bricks[0]).max(1 << 20),
+            "{f}: {} bytes on the healed brick, {} on the source",
+            used(&bricks[2]),
+            used(&bricks[0])
+        );
+    }
     // Heal statistics say what was done.
     let stats = c.ok(&["volume", "heal", "hv", "statistics"]);
     assert!(stats.contains("Type of crawl: INDEX"), "{stats}");

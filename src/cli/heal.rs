@@ -68,6 +68,7 @@ pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
             }
         }
         HealOp::InfoSplitBrain => print_entries(rep, "Number of entries in split-brain"),
+        HealOp::Progress => print_entries(rep, "Number of entries"),
         HealOp::Statistics => {
             println!("Gathering crawl statistics on volume {name} has been successful");
             println!("------------------------------------------------");
@@ -137,7 +138,7 @@ pub async fn wait(server: &super::Server, name: &str, timeout: Option<u64>) -> a
     loop {
         let req = Request::Heal {
             name: name.to_string(),
-            op: HealOp::Info,
+            op: HealOp::Progress,
         };
         let rep = match super::ask(server, req).await? {
             Response::Heal(r) => r,
@@ -149,7 +150,12 @@ pub async fn wait(server: &super::Server, name: &str, timeout: Option<u64>) -> a
         most = most.max(n);
         bar.set_length(most as u64);
         bar.set_position((most - n) as u64);
-        bar.set_message(format!("{n} pending, {down} brick(s) down"));
+        let split: std::collections::HashSet<&String> =
+            rep.bricks.iter().flat_map(|b| &b.split_brain).collect();
+        bar.set_message(format!(
+            "{n} pending ({} in split-brain), {down} brick(s) down",
+            split.len()
+        ));
         if n == 0 {
             bar.finish_with_message("nothing pending".to_string());
             return Ok(());

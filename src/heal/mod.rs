@@ -11,11 +11,14 @@
 pub mod object;
 
 use crate::cluster::replicate::options::FAVORITE_CHILD_POLICY;
+use crate::core::fop::FileKind;
 use crate::core::{Ctx, Fop, FsResult, Gfid, Reply};
 use crate::graph::{Env, Graph, VolDesc};
+use futures_util::future::BoxFuture;
 use object::{Brick, Outcome, Policy, Set};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,8 +29,16 @@ const INTERVAL: Duration = Duration::from_secs(3);
 const REACH_SET: Duration = Duration::from_secs(3);
 /// Index entries taken per brick per pass.
 const BATCH: u32 = 4096;
+/// Objects whose kind is asked at once before an index pass heals them.
+const CLASSIFIED_AT_ONCE: usize = 32;
+/// Objects judged at once for `heal VOL info` (each reads every copy).
+const JUDGED_AT_ONCE: usize = 32;
 /// Crawls kept for `heal VOL statistics`.
 const KEEP_CRAWLS: usize = 32;
+/// Every this many passes, objects parked while a brick was away are
+/// looked at again even if no brick came or went (a sink that failed for
+/// another reason, a full disk made room).
+const RECHECK_PARKED: u64 = 20;
 
 /// One pass over the index (or the whole volume), for `statistics`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -70,6 +81,9 @@ pub struct Healer {
     /// `cluster.favorite-child-policy` (`reconfigure`).
     policy: Mutex<Policy>,
     wake: tokio::sync::Notify,
+    /// Set by `trigger`: the next pass looks at parked objects too.
+    asked: std::sync::atomic::AtomicBool,
+    passes: std::sync::atomic::AtomicU64,
     crawls: Mutex<VecDeque<Crawl>>,
     current: Mutex<Option<Crawl>>,
     split: Mutex<HashSet<Gfid>>,
@@ -138,6 +152,8 @@ impl Healer {
                 bricks,
                 arbiter,
                 busy: Default::default(),
+                fresh: Default::default(),
+                parked: Default::default(),
             });
         }
         let policy = Policy::parse(FAVORITE_CHILD_POLICY.str(&desc.options));
@@ -147,6 +163,8 @@ impl Healer {
             local,
             policy: Mutex::new(policy),
             wake: tokio::sync::Notify::new(),
+            asked: Default::default(),
+            passes: Default::default(),
             crawls: Mutex::new(VecDeque::new()),
             current: Mutex::new(None),
             split: Mutex::new(HashSet::new()),
@@ -171,6 +189,7 @@ impl Healer {
 
     /// Heals what is pending now, without waiting for the next pass.
     pub fn trigger(&self) {
+        self.asked.store(true, Ordering::SeqCst);
         self.wake.notify_one();
     }
 
@@ -237,10 +256,16 @@ impl Healer {
 
     /// One pass over the index of this server's bricks.
     pub async fn index_pass(&self) {
-        let policy = *self.policy.lock().unwrap();
+        let pass = self.passes.fetch_add(1, Ordering::SeqCst);
+        let recheck =
+            self.asked.swap(false, Ordering::SeqCst) || pass.is_multiple_of(RECHECK_PARKED);
         let mut worked = false;
         for (si, set) in self.sets.iter().enumerate() {
+            set.fresh.lock().unwrap().clear();
+            // What the set's bricks here list, each object once, with the
+            // brick that listed it.
             let mut seen = HashSet::new();
+            let mut listed: Vec<(Gfid, usize)> = Vec::new();
             for &b in &self.local[si] {
                 let brick = &set.bricks[b];
                 if !brick.x.is_up() {
@@ -261,38 +286,101 @@ impl Healer {
                         brick: brick.label.clone(),
                     })
                     .set(gfids.len() as i64);
-                let todo: Vec<Gfid> = gfids
-                    .into_iter()
-                    .filter(|g| seen.insert(*g) && !self.split.lock().unwrap().contains(g))
-                    .collect();
-                if todo.is_empty() {
-                    continue;
+                for g in gfids {
+                    if seen.insert(g) && !self.split.lock().unwrap().contains(&g) {
+                        listed.push((g, b));
+                    }
                 }
-                // The other bricks of the set, connected now if not yet.
-                self.graph
-                    .wait_leaves(
-                        |n| set.bricks.iter().any(|b| Arc::ptr_eq(&b.x.xl, &n.child.xl)),
-                        REACH_SET,
-                    )
-                    .await;
+            }
+            if listed.is_empty() {
+                set.parked.lock().unwrap().clear();
+                continue;
+            }
+            // The other bricks of the set, connected now if not yet.
+            self.graph
+                .wait_leaves(
+                    |n| set.bricks.iter().any(|b| Arc::ptr_eq(&b.x.xl, &n.child.xl)),
+                    REACH_SET,
+                )
+                .await;
+            let mask = set.up_mask();
+            let todo: Vec<(Gfid, usize)> = {
+                let parked = set.parked.lock().unwrap();
+                listed
+                    .into_iter()
+                    .filter(|(g, _)| recheck || parked.get(g) != Some(&mask))
+                    .collect()
+            };
+            if !todo.is_empty() {
                 if !worked {
                     self.begin_crawl("INDEX");
                     worked = true;
                 }
-                use futures_util::stream::{self, StreamExt};
-                let mut done = stream::iter(todo)
-                    .map(|g| async move { (g, set.heal(g, policy).await) })
-                    .buffer_unordered(object::PARALLEL);
-                while let Some((g, r)) = done.next().await {
-                    if let Err(e) = &r {
-                        tracing::warn!(volume = %self.volume, set = %set.name, gfid = %g, "heal failed: {e}");
-                    }
-                    self.count(&r, g);
-                }
+                self.heal_listed(set, todo, mask).await;
             }
+            // Forget what left the index by other ways.
+            set.parked.lock().unwrap().retain(|g, _| seen.contains(g));
         }
         if worked {
             self.end_crawl(true);
+        }
+    }
+
+    /// Heals the objects an index pass found pending in `set` (each with
+    /// the brick that listed it): directories first, since the heal of one
+    /// makes its new children on the sinks and heals them, which the pass
+    /// then skips (`fresh`); a file healed before its directory would be
+    /// locked and read for nothing, its sink having no copy yet.
+    async fn heal_listed(&self, set: &Set, todo: Vec<(Gfid, usize)>, mask: u32) {
+        let policy = *self.policy.lock().unwrap();
+        let all = (1u32 << set.bricks.len()) - 1;
+        let kinds = todo
+            .into_iter()
+            .map(|(g, b)| -> BoxFuture<'_, (Gfid, bool)> {
+                Box::pin(async move {
+                    let r = set.bricks[b]
+                        .x
+                        .call(&Ctx::root(), Fop::Getattr { gfid: g })
+                        .await;
+                    (
+                        g,
+                        matches!(r, Ok(Reply::Attr(a)) if a.kind == FileKind::Dir),
+                    )
+                })
+            })
+            .collect();
+        let kinds = object::at_once(kinds, CLASSIFIED_AT_ONCE).await;
+        let (dirs, files): (Vec<_>, Vec<_>) = kinds.into_iter().partition(|(_, d)| *d);
+        for phase in [dirs, files] {
+            let heals = phase
+                .into_iter()
+                .map(
+                    |(g, _)| -> BoxFuture<'_, (Gfid, Option<FsResult<Outcome>>)> {
+                        Box::pin(async move {
+                            // Healed meanwhile as its directory's new child.
+                            if set.fresh.lock().unwrap().contains(&g) {
+                                return (g, None);
+                            }
+                            (g, Some(set.heal(g, policy).await))
+                        })
+                    },
+                )
+                .collect();
+            for (g, r) in object::at_once(heals, object::PARALLEL).await {
+                let Some(r) = r else { continue };
+                match &r {
+                    Err(e) => {
+                        tracing::warn!(volume = %self.volume, set = %set.name, gfid = %g, "heal failed: {e}")
+                    }
+                    Ok(o) if o.deferred && mask != all => {
+                        set.parked.lock().unwrap().insert(g, mask);
+                    }
+                    Ok(_) => {
+                        set.parked.lock().unwrap().remove(&g);
+                    }
+                }
+                self.count(&r, g);
+            }
         }
     }
 
@@ -333,8 +421,17 @@ impl Healer {
 
     /// What is pending, per brick (every brick of the volume).
     pub async fn info(&self, split_only: bool) -> Vec<BrickHeal> {
-        self.scan()
-            .await
+        Self::report(self.scan(true).await, split_only)
+    }
+
+    /// What is pending, per brick, with split-brain as this healer last
+    /// found it (no copy is read).
+    pub async fn progress(&self) -> Vec<BrickHeal> {
+        Self::report(self.scan(false).await, false)
+    }
+
+    fn report(scans: Vec<BrickScan>, split_only: bool) -> Vec<BrickHeal> {
+        scans
             .into_iter()
             .map(|b| {
                 let split_brain: Vec<String> = b.split.iter().copied().map(show).collect();
@@ -353,35 +450,46 @@ impl Healer {
     }
 
     /// Every brick's heal index, and which of its objects are in
-    /// split-brain (each object judged once per replica set).
-    async fn scan(&self) -> Vec<BrickScan> {
+    /// split-brain: each object judged once per replica set (`judge`, some
+    /// at once), or as the passes of this healer found it.
+    async fn scan(&self, judge: bool) -> Vec<BrickScan> {
+        use futures_util::stream::{self, StreamExt};
         let mut out = Vec::new();
         for set in &self.sets {
-            let mut split: HashSet<Gfid> = HashSet::new();
-            let mut judged: HashSet<Gfid> = HashSet::new();
-            for b in &set.bricks {
-                let mut scan = BrickScan {
+            let lists = futures_util::future::join_all(set.bricks.iter().map(|b| async move {
+                if !b.x.is_up() {
+                    return None;
+                }
+                match b.x.call(&Ctx::root(), Fop::Pending { max: u32::MAX }).await {
+                    Ok(Reply::Gfids(gfids)) => Some(gfids),
+                    _ => Some(vec![]),
+                }
+            }))
+            .await;
+            let all: HashSet<Gfid> = lists.iter().flatten().flatten().copied().collect();
+            let split: HashSet<Gfid> = if judge {
+                stream::iter(all)
+                    .map(|g| async move { set.is_split_brain(g).await.then_some(g) })
+                    .buffer_unordered(JUDGED_AT_ONCE)
+                    .filter_map(|g| async move { g })
+                    .collect()
+                    .await
+            } else {
+                let known = self.split.lock().unwrap();
+                all.into_iter().filter(|g| known.contains(g)).collect()
+            };
+            for (b, list) in set.bricks.iter().zip(lists) {
+                let pending = list.unwrap_or_default();
+                out.push(BrickScan {
                     brick: b.label.clone(),
                     connected: b.x.is_up(),
-                    pending: Vec::new(),
-                    split: Vec::new(),
-                };
-                if scan.connected {
-                    if let Ok(Reply::Gfids(gfids)) =
-                        b.x.call(&Ctx::root(), Fop::Pending { max: u32::MAX }).await
-                    {
-                        for g in gfids {
-                            if judged.insert(g) && set.is_split_brain(g).await {
-                                split.insert(g);
-                            }
-                            if split.contains(&g) {
-                                scan.split.push(g);
-                            }
-                            scan.pending.push(g);
-                        }
-                    }
-                }
-                out.push(scan);
+                    split: pending
+                        .iter()
+                        .copied()
+                        .filter(|g| split.contains(g))
+                        .collect(),
+                    pending,
+                });
             }
         }
         out
@@ -406,7 +514,7 @@ impl Healer {
             Some(g) => vec![g],
             None => {
                 let all: HashSet<Gfid> = self
-                    .scan()
+                    .scan(true)
                     .await
                     .into_iter()
                     .flat_map(|b| b.split)
@@ -548,5 +656,34 @@ mod tests {
         assert_eq!(up(&all), [false, false, false]);
         all.wait_up(Duration::from_secs(3)).await;
         assert_eq!(up(&all), [true, true, true]);
+    }
+
+    #[tokio::test]
+    async fn what_waits_for_a_brick_is_looked_at_again_once_a_brick_comes_or_goes_or_when_asked() {
+        let r = rig(1, 3);
+        let f = r.create(Gfid::ROOT, "f", b"old").await.unwrap();
+        r.bricks[2].set_down(true);
+        r.write(f, 0, b"new").await.unwrap();
+        r.graph.fini().await;
+        let (desc, env) = (desc_over(1, 3), env_over(&r.bricks));
+        let h = Healer::new(&desc, |host| host == "h0", &env).unwrap();
+        // The first pass finds the sink away and leaves the file.
+        h.index_pass().await;
+        assert!(r.bricks[0].pending().contains(&f));
+        // Later passes ask the index, and nothing of the file.
+        let before = r.bricks[0].calls();
+        h.index_pass().await;
+        h.index_pass().await;
+        assert_eq!(r.bricks[0].calls() - before, 2, "one Pending per pass");
+        // Asked for a heal, the healer looks again.
+        let before = r.bricks[0].calls();
+        h.trigger();
+        h.index_pass().await;
+        assert!(r.bricks[0].calls() - before > 2);
+        // The sink back, the next pass heals the file.
+        r.bricks[2].set_down(false);
+        h.index_pass().await;
+        assert!(r.bricks[0].pending().is_empty(), "healed");
+        assert!(h.sets[0].parked.lock().unwrap().is_empty());
     }
 }

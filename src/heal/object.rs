@@ -13,7 +13,8 @@
 use crate::cluster::replicate::bits;
 use crate::core::fop::{FileKind, TimeSet, ANON_FH, UNSETTLED};
 use crate::core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr};
-use std::collections::HashMap;
+use futures_util::future::BoxFuture;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// Bytes compared per checksum and copied per write.
@@ -40,6 +41,15 @@ pub struct Set {
     /// (an index pass, a full crawl, a directory's new children) must be
     /// kept from healing one object twice at once.
     pub busy: Busy,
+    /// Objects a directory's heal made on a sink since the index pass of
+    /// this set began, and heals next as its children: the pass does not
+    /// heal them a second time.
+    pub fresh: Mutex<HashSet<Gfid>>,
+    /// Objects left for later while a brick of the set was away, with the
+    /// bricks that were up then (`up_mask`): index passes skip them until
+    /// that changes, instead of locking and reading every copy of every
+    /// one of them every few seconds.
+    pub parked: Mutex<HashMap<Gfid, u32>>,
 }
 
 /// Per-object exclusion among the tasks of one healer.
@@ -150,6 +160,11 @@ async fn get_xattr(b: &Brick, gfid: Gfid, name: &str) -> FsResult<Reply> {
 }
 
 impl Set {
+    /// The bricks connected now, one bit each.
+    pub fn up_mask(&self) -> u32 {
+        bits(&self.up())
+    }
+
     fn up(&self) -> Vec<usize> {
         (0..self.bricks.len())
             .filter(|&i| self.bricks[i].x.is_up())
@@ -171,16 +186,23 @@ impl Set {
         got
     }
 
+    /// Sends `fop` to each brick of `idx` at once; answers in `idx` order.
+    async fn each(&self, idx: &[usize], fop: Fop) -> Vec<(usize, FsResult<Reply>)> {
+        let calls = idx.iter().map(|&i| {
+            let fop = fop.clone();
+            async move { (i, call(&self.bricks[i], &root(), fop).await) }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
     async fn unlock(&self, gfid: Gfid, idx: &[usize]) {
-        for &i in idx {
-            let _ = call(&self.bricks[i], &root(), Fop::Unlock { gfids: vec![gfid] }).await;
-        }
+        self.each(idx, Fop::Unlock { gfids: vec![gfid] }).await;
     }
 
     async fn stat(&self, gfid: Gfid, idx: &[usize]) -> FsResult<Vec<(usize, Attr)>> {
         let mut out = Vec::new();
-        for &i in idx {
-            match call(&self.bricks[i], &root(), Fop::Getattr { gfid }).await {
+        for (i, r) in self.each(idx, Fop::Getattr { gfid }).await {
+            match r {
                 Ok(Reply::Attr(a)) => out.push((i, a)),
                 Ok(_) => {}
                 Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT) => {}
@@ -339,6 +361,7 @@ impl Set {
         };
         let mut children = Vec::new();
         let mut healed = Vec::new();
+        let mut relocked = false;
         for &sink in &sinks {
             let sink_attr = copies.iter().find(|(i, _)| *i == sink).unwrap().1.clone();
             if sink_attr.kind != kind {
@@ -346,6 +369,7 @@ impl Set {
                 continue;
             }
             let r = async {
+                let mut size = None;
                 match kind {
                     FileKind::Dir => {
                         let from = if conservative { &everyone } else { &sources };
@@ -355,14 +379,20 @@ impl Set {
                     }
                     // An arbiter gets no data.
                     FileKind::File if Some(sink) != self.arbiter => {
-                        out.bytes += self.heal_data(gfid, src, sink, &src_attr, locked).await?;
+                        let pair = (src, sink);
+                        let (bytes, let_go) = self
+                            .heal_data(gfid, pair, &src_attr, sink_attr.size, locked)
+                            .await?;
+                        out.bytes += bytes;
+                        relocked |= let_go;
+                        size = Some(src_attr.size);
                     }
                     _ => {}
                 }
                 if sink == src {
                     return Ok(());
                 }
-                self.heal_meta(gfid, src, &src_attr, sink).await
+                self.heal_meta(gfid, (src, sink), &src_attr, size).await
             }
             .await;
             match r {
@@ -378,7 +408,7 @@ impl Set {
         // chunks: its changes may have missed the sink again, so nothing is
         // cleared and the next pass looks again. (A directory's lock is held
         // throughout, and a name merge changes the source itself.)
-        if kind == FileKind::File {
+        if relocked {
             let now = self.stat(gfid, &[src]).await?;
             if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
                 out.deferred = true;
@@ -409,47 +439,47 @@ impl Set {
     }
 
     async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
-        for &i in idx {
-            let _ = call(&self.bricks[i], &root(), Fop::Clear { gfid, unblame }).await;
-        }
+        self.each(idx, Fop::Clear { gfid, unblame }).await;
     }
 
     /// Copies the blocks of `src` whose checksums differ on `sink`, chunk
-    /// by chunk, and trims the sink to the source's size.
+    /// by chunk (an empty sink is not asked for its sums, and gets no
+    /// blocks of zeros: they are holes once its size is set, as on the
+    /// source). The sink's size is set by `heal_meta`. Answers the bytes
+    /// copied and whether the lock was let go between chunks.
     async fn heal_data(
         &self,
         gfid: Gfid,
-        src: usize,
-        sink: usize,
+        (src, sink): (usize, usize),
         a: &Attr,
+        sink_size: u64,
         locked: &[usize],
-    ) -> FsResult<u64> {
+    ) -> FsResult<(u64, bool)> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
-        let Reply::Opened { fh } = call(
-            k,
-            &root(),
-            Fop::Open {
-                gfid,
-                flags: libc::O_WRONLY,
-            },
-        )
-        .await?
-        else {
-            return Err(FsError::new(libc::EIO, "open answered without a handle"));
-        };
         let mut copied = 0u64;
+        let mut relocked = false;
+        let mut fh = None;
         let mut off = 0u64;
         let res: FsResult<()> = async {
             while off < a.size {
-                let (Reply::Sums(want), Reply::Sums(have)) =
-                    (sums(s, gfid, off).await?, sums(k, gfid, off).await?)
-                else {
-                    return Err(FsError::new(libc::EIO, "checksum answered without sums"));
+                let blocks = (a.size - off)
+                    .div_ceil(BLOCK as u64)
+                    .min(CHUNK_BLOCKS as u64);
+                // Which blocks differ: all of them on an empty sink.
+                let differ: Vec<bool> = if sink_size == 0 {
+                    vec![true; blocks as usize]
+                } else {
+                    let (want, have) =
+                        futures_util::future::join(sums(s, gfid, off), sums(k, gfid, off)).await;
+                    let (Reply::Sums(want), Reply::Sums(have)) = (want?, have?) else {
+                        return Err(FsError::new(libc::EIO, "checksum answered without sums"));
+                    };
+                    want.iter()
+                        .enumerate()
+                        .map(|(n, w)| have.get(n) != Some(w))
+                        .collect()
                 };
-                for (n, w) in want.iter().enumerate() {
-                    if have.get(n) == Some(w) {
-                        continue;
-                    }
+                for (n, _) in differ.iter().enumerate().filter(|(_, d)| **d) {
                     let at = off + n as u64 * BLOCK as u64;
                     let Reply::Data(data) = call(
                         s,
@@ -465,13 +495,32 @@ impl Set {
                     else {
                         return Err(FsError::new(libc::EIO, "read answered without data"));
                     };
+                    if at >= sink_size && data.iter().all(|&b| b == 0) {
+                        continue;
+                    }
+                    let h = match fh {
+                        Some(h) => h,
+                        None => {
+                            let open = Fop::Open {
+                                gfid,
+                                flags: libc::O_WRONLY,
+                            };
+                            let Reply::Opened { fh: h } = call(k, &root(), open).await? else {
+                                return Err(FsError::new(
+                                    libc::EIO,
+                                    "open answered without a handle",
+                                ));
+                            };
+                            *fh.insert(h)
+                        }
+                    };
                     copied += data.len() as u64;
                     call(
                         k,
                         &root(),
                         Fop::Write {
                             gfid,
-                            fh,
+                            fh: h,
                             offset: at,
                             data,
                         },
@@ -479,11 +528,12 @@ impl Set {
                     .await?;
                 }
                 off += BLOCK as u64 * CHUNK_BLOCKS as u64;
-                if want.len() < CHUNK_BLOCKS as usize {
+                if off >= a.size {
                     break;
                 }
                 // Let an application waiting for the file have a turn.
                 self.unlock(gfid, locked).await;
+                relocked = true;
                 if self.lock(gfid, locked).await.len() != locked.len() {
                     return Err(FsError::notconn("a replica went away during heal"));
                 }
@@ -491,32 +541,37 @@ impl Set {
             Ok(())
         }
         .await;
-        let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
-        res?;
-        let set = SetAttr {
-            size: Some(a.size),
-            ..Default::default()
-        };
-        call(k, &root(), Fop::Setattr { gfid, set }).await?;
-        Ok(copied)
+        if let Some(fh) = fh {
+            let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
+        }
+        res.map(|_| (copied, relocked))
     }
 
-    /// Owner, mode, times and xattrs of `sink` made those of `src`.
-    async fn heal_meta(&self, gfid: Gfid, src: usize, a: &Attr, sink: usize) -> FsResult<()> {
+    /// Owner, mode, times and xattrs of `sink` made those of `src`, and
+    /// its `size` if given (a file whose data was healed).
+    async fn heal_meta(
+        &self,
+        gfid: Gfid,
+        (src, sink): (usize, usize),
+        a: &Attr,
+        size: Option<u64>,
+    ) -> FsResult<()> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
         let symlink = a.kind == FileKind::Symlink;
         let set = SetAttr {
             mode: (!symlink).then_some(a.perm),
             uid: Some(a.uid),
             gid: Some(a.gid),
-            size: None,
+            size,
             atime: (!symlink).then_some(TimeSet::At(a.atime.0, a.atime.1)),
             mtime: (!symlink).then_some(TimeSet::At(a.mtime.0, a.mtime.1)),
         };
         if symlink {
             return Ok(());
         }
-        let (want, have) = (xattr_names(s, gfid).await?, xattr_names(k, gfid).await?);
+        let (want, have) =
+            futures_util::future::join(xattr_names(s, gfid), xattr_names(k, gfid)).await;
+        let (want, have) = (want?, have?);
         for n in &want {
             let Reply::Xattr(v) = get_xattr(s, gfid, n).await? else {
                 continue;
@@ -547,7 +602,8 @@ impl Set {
             )
             .await?;
         }
-        // Times last: healing data and names changes them.
+        // Size and times last: healing data and names changes the times
+        // (the brick sets the size before the times).
         call(k, &root(), Fop::Setattr { gfid, set }).await?;
         Ok(())
     }
@@ -621,6 +677,9 @@ impl Set {
                 changed += 1;
             }
         }
+        // The names to make, by object: the names of one object (hard
+        // links) are made one after the other, the objects several at once.
+        let mut missing: HashMap<Gfid, NamesToMake> = HashMap::new();
         for (n, (src, a)) in &want {
             match have.get(n) {
                 Some(h) if h.gfid == a.gfid => continue,
@@ -630,9 +689,25 @@ impl Set {
                 }
                 _ => {}
             }
-            self.make(*src, sink, dir, n, a).await?;
-            made.push(a.gfid);
-            changed += 1;
+            missing.entry(a.gfid).or_default().push((n, *src, a));
+        }
+        // Healed as this directory's children right after: the index pass
+        // under way leaves them alone.
+        self.fresh.lock().unwrap().extend(missing.keys());
+        let makes = missing
+            .into_iter()
+            .map(|(gfid, names)| -> BoxFuture<'_, _> {
+                Box::pin(async move {
+                    for &(n, src, a) in &names {
+                        self.make(src, sink, dir, n, a).await?;
+                    }
+                    Ok::<_, FsError>((gfid, names.len() as u64))
+                })
+            });
+        for r in at_once(makes.collect(), PARALLEL).await {
+            let (gfid, names) = r?;
+            made.push(gfid);
+            changed += names;
         }
         Ok((changed, made))
     }
@@ -673,14 +748,6 @@ impl Set {
                 mode: perm,
                 umask: 0,
             },
-            FileKind::File => Fop::Create {
-                parent: dir,
-                name,
-                gfid,
-                mode: perm,
-                umask: 0,
-                flags: libc::O_WRONLY | libc::O_EXCL,
-            },
             FileKind::Symlink => {
                 let Reply::Data(t) =
                     call(&self.bricks[src], &root(), Fop::Readlink { gfid }).await?
@@ -704,9 +771,8 @@ impl Set {
                 linkto: None,
             },
         };
-        if let Reply::Created { fh, .. } = call(k, &cx, fop).await? {
-            let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
-        }
+        // (A file too is made by mknod: no handle to let go after.)
+        call(k, &cx, fop).await?;
         // The new copy is as stale as can be until healed: say so on the
         // source, so that it is healed even if this heal stops here.
         let src_b = &self.bricks[src];
@@ -735,6 +801,23 @@ impl Set {
         }
         Ok(())
     }
+}
+
+/// The names of one object a sink lacks: each with the brick it is copied
+/// from and the object's attributes there.
+type NamesToMake<'a> = Vec<(&'a [u8], usize, &'a Attr)>;
+
+/// Runs `futs`, `n` at a time; answers their outputs in the order they end.
+pub(crate) async fn at_once<T>(futs: Vec<BoxFuture<'_, T>>, n: usize) -> Vec<T> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let mut todo = futs.into_iter();
+    let mut running: FuturesUnordered<_> = todo.by_ref().take(n.max(1)).collect();
+    let mut out = Vec::new();
+    while let Some(t) = running.next().await {
+        out.push(t);
+        running.extend(todo.next());
+    }
+    out
 }
 
 /// The copy a split-brain policy chooses, if it decides.

@@ -319,6 +319,10 @@ pub enum HealOp {
     Info,
     InfoSummary,
     InfoSplitBrain,
+    /// What is pending, with split-brain as the healers last found it
+    /// instead of judged again (`volume heal VOL --wait`'s progress: every
+    /// judgment reads every copy of every entry).
+    Progress,
     Statistics,
     /// Resolve split-brain: `how` is bigger-file, latest-mtime or
     /// source-brick (with `source`); `file` a path in the volume.
@@ -423,7 +427,11 @@ impl Request {
             } => true,
             Request::Heal { op, .. } => matches!(
                 op,
-                HealOp::Info | HealOp::InfoSummary | HealOp::InfoSplitBrain | HealOp::Statistics
+                HealOp::Info
+                    | HealOp::InfoSummary
+                    | HealOp::InfoSplitBrain
+                    | HealOp::Progress
+                    | HealOp::Statistics
             ),
             Request::Fresh(inner) => inner.is_read_only(),
             _ => false,

@@ -330,6 +330,7 @@ impl Daemon {
             HealOp::Info
                 | HealOp::InfoSummary
                 | HealOp::InfoSplitBrain
+                | HealOp::Progress
                 | HealOp::SplitBrain { .. }
                 | HealOp::Full
         );
@@ -358,6 +359,7 @@ impl Daemon {
             }
             HealOp::Info | HealOp::InfoSummary => rep.bricks = healer.info(false).await,
             HealOp::InfoSplitBrain => rep.bricks = healer.info(true).await,
+            HealOp::Progress => rep.bricks = healer.progress().await,
             HealOp::Statistics => rep.crawls = healer.statistics(),
             HealOp::SplitBrain { how, file, source } => {
                 let gfid = match &file {

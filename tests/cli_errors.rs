@@ -206,7 +206,7 @@ fn options_are_set_read_and_reset() {
     c.ok(&["volume", "reset", "opt", "network.ping-timeout"]);
     assert!(c
         .ok(&["volume", "get", "opt", "network.ping-timeout"])
-        .contains("42"));
+        .contains("10"));
     c.ok(&["volume", "reset", "opt"]);
     assert!(c
         .ok(&["volume", "info", "opt"])

@@ -106,7 +106,7 @@ mod tests {
         }
         assert_eq!(validate("server.ssl", "no").unwrap(), "off");
         let mut m = BTreeMap::new();
-        assert_eq!(effective(&m, "network.ping-timeout"), "42");
+        assert_eq!(effective(&m, "network.ping-timeout"), "10");
         m.insert("network.ping-timeout".into(), "5".into());
         assert_eq!(in_force(&m)["network.ping-timeout"], "5");
         assert_eq!(in_force(&m).len(), all().len());

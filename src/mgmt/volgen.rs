@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(set.children[2].param("brick"), Some("/b5"));
         assert_eq!(set.children[2].param("port"), Some("49157"));
         assert_eq!(set.children[2].param("mgmt"), Some("h:24107"));
-        assert_eq!(d.options["network.ping-timeout"], "42");
+        assert_eq!(d.options["network.ping-timeout"], "10");
         // Only the sets asked for, named as in the whole.
         let part = generate_sets(&st, &volume(3, 6, 1), "h", "h:24107", 24107, &|b| {
             b.iter().any(|b| b.path == "/b4")

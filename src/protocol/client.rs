@@ -38,12 +38,18 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub static PING_TIMEOUT: Spec = Spec {
     key: "network.ping-timeout",
     kind: Kind::Int(1, 1800),
-    default: "42",
-    help:
-        "Seconds without an answer after which a brick with requests outstanding is declared down.",
+    // GlusterFS's default is 42. Here a brick answers pings on the task
+    // that reads its connection, apart from the disk: under full load on
+    // two cores the slowest answer seen was 0.4 s (docs/protocol.md).
+    default: "10",
+    help: "Seconds without an answer after which a brick with requests outstanding is declared down (and a client that does not answer a brick's recall is disconnected).",
 };
 
 type Pending = Mutex<HashMap<u64, oneshot::Sender<FsResult<Reply>>>>;
+
+/// A ping answered slower than this is logged (each new slowest one): how
+/// long a live brick can take tells how short `network.ping-timeout` can be.
+const SLOW_PONG: Duration = Duration::from_millis(500);
 
 struct Shared {
     name: String,
@@ -90,7 +96,7 @@ impl ProtocolClient {
         resolve: Resolver,
         link: Arc<Link>,
     ) -> Self {
-        let ping_timeout = Duration::from_secs(PING_TIMEOUT.default.parse().unwrap_or(42));
+        let ping_timeout = Duration::from_secs(PING_TIMEOUT.default.parse().unwrap_or(10));
         let shared = Arc::new(Shared {
             name,
             brick,
@@ -291,6 +297,9 @@ async fn run_connection(
         (sh.ping_timeout() / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
     };
     let mut next_tick = tokio::time::Instant::now() + ping_every(sh);
+    // The ping whose answer is being timed, and the slowest answer yet.
+    let mut timed: Option<(u64, tokio::time::Instant)> = None;
+    let mut slowest = SLOW_PONG;
     let why = loop {
         tokio::select! {
             frame = rd.next() => match frame {
@@ -300,7 +309,17 @@ async fn run_connection(
                         let _ = waiter.send(result);
                     }
                 }
-                Ok(Some(Msg::Pong { .. })) => sh.heard(),
+                Ok(Some(Msg::Pong { id })) => {
+                    sh.heard();
+                    if let Some((_, sent)) = timed.filter(|(t, _)| *t == id) {
+                        timed = None;
+                        let took = sent.elapsed();
+                        if took > slowest {
+                            slowest = took;
+                            tracing::warn!(client = %sh.name, brick = %sh.brick, "the brick took {took:?} to answer a ping, the slowest yet (network.ping-timeout is {:?})", sh.ping_timeout());
+                        }
+                    }
+                }
                 Ok(Some(Msg::Recall { id, gfid, name })) => {
                     sh.heard();
                     tracing::debug!(client = %sh.name, %gfid, ?name, id, "recall");
@@ -337,6 +356,7 @@ async fn run_connection(
                 }
                 let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
                 let _ = tx.try_send(wire::encode(&Msg::Ping { id }));
+                timed.get_or_insert((id, tokio::time::Instant::now()));
             }
             _ = alive.changed() => break "the client let go of the brick".into(),
             res = &mut writer => {

@@ -361,7 +361,6 @@ impl Set {
         };
         let mut children = Vec::new();
         let mut healed = Vec::new();
-        let mut relocked = false;
         for &sink in &sinks {
             let sink_attr = copies.iter().find(|(i, _)| *i == sink).unwrap().1.clone();
             if sink_attr.kind != kind {
@@ -369,7 +368,6 @@ impl Set {
                 continue;
             }
             let r = async {
-                let mut size = None;
                 match kind {
                     FileKind::Dir => {
                         let from = if conservative { &everyone } else { &sources };
@@ -380,19 +378,16 @@ impl Set {
                     // An arbiter gets no data.
                     FileKind::File if Some(sink) != self.arbiter => {
                         let pair = (src, sink);
-                        let (bytes, let_go) = self
+                        out.bytes += self
                             .heal_data(gfid, pair, &src_attr, sink_attr.size, locked)
                             .await?;
-                        out.bytes += bytes;
-                        relocked |= let_go;
-                        size = Some(src_attr.size);
                     }
                     _ => {}
                 }
                 if sink == src {
                     return Ok(());
                 }
-                self.heal_meta(gfid, (src, sink), &src_attr, size).await
+                self.heal_meta(gfid, (src, sink), &src_attr).await
             }
             .await;
             match r {
@@ -404,11 +399,13 @@ impl Set {
             }
         }
         out.healed = healed.len() as u32;
-        // A file's source changed while the lock was let go between data
-        // chunks: its changes may have missed the sink again, so nothing is
-        // cleared and the next pass looks again. (A directory's lock is held
-        // throughout, and a name merge changes the source itself.)
-        if relocked {
+        // A file's source changed while the heal ran (the lock was let go
+        // between data chunks, or a client wrote without it: a brick that
+        // restarted holds no lock of a session opened before): its changes
+        // may have missed the sink again, so nothing is cleared and the
+        // next pass looks again. (A directory's lock is held throughout,
+        // and a name merge changes the source itself.)
+        if kind == FileKind::File {
             let now = self.stat(gfid, &[src]).await?;
             if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
                 out.deferred = true;
@@ -445,8 +442,8 @@ impl Set {
     /// Copies the blocks of `src` whose checksums differ on `sink`, chunk
     /// by chunk (an empty sink is not asked for its sums, and gets no
     /// blocks of zeros: they are holes once its size is set, as on the
-    /// source). The sink's size is set by `heal_meta`. Answers the bytes
-    /// copied and whether the lock was let go between chunks.
+    /// source), and sets the sink's size to the source's. Answers the bytes
+    /// copied.
     async fn heal_data(
         &self,
         gfid: Gfid,
@@ -454,10 +451,9 @@ impl Set {
         a: &Attr,
         sink_size: u64,
         locked: &[usize],
-    ) -> FsResult<(u64, bool)> {
+    ) -> FsResult<u64> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
         let mut copied = 0u64;
-        let mut relocked = false;
         let mut fh = None;
         let mut off = 0u64;
         let res: FsResult<()> = async {
@@ -533,7 +529,6 @@ impl Set {
                 }
                 // Let an application waiting for the file have a turn.
                 self.unlock(gfid, locked).await;
-                relocked = true;
                 if self.lock(gfid, locked).await.len() != locked.len() {
                     return Err(FsError::notconn("a replica went away during heal"));
                 }
@@ -544,25 +539,24 @@ impl Set {
         if let Some(fh) = fh {
             let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
         }
-        res.map(|_| (copied, relocked))
+        res?;
+        let set = SetAttr {
+            size: Some(a.size),
+            ..Default::default()
+        };
+        call(k, &root(), Fop::Setattr { gfid, set }).await?;
+        Ok(copied)
     }
 
-    /// Owner, mode, times and xattrs of `sink` made those of `src`, and
-    /// its `size` if given (a file whose data was healed).
-    async fn heal_meta(
-        &self,
-        gfid: Gfid,
-        (src, sink): (usize, usize),
-        a: &Attr,
-        size: Option<u64>,
-    ) -> FsResult<()> {
+    /// Owner, mode, times and xattrs of `sink` made those of `src`.
+    async fn heal_meta(&self, gfid: Gfid, (src, sink): (usize, usize), a: &Attr) -> FsResult<()> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
         let symlink = a.kind == FileKind::Symlink;
         let set = SetAttr {
             mode: (!symlink).then_some(a.perm),
             uid: Some(a.uid),
             gid: Some(a.gid),
-            size,
+            size: None,
             atime: (!symlink).then_some(TimeSet::At(a.atime.0, a.atime.1)),
             mtime: (!symlink).then_some(TimeSet::At(a.mtime.0, a.mtime.1)),
         };
@@ -602,8 +596,7 @@ impl Set {
             )
             .await?;
         }
-        // Size and times last: healing data and names changes the times
-        // (the brick sets the size before the times).
+        // Times last: healing data and names changes them.
         call(k, &root(), Fop::Setattr { gfid, set }).await?;
         Ok(())
     }

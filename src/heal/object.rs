@@ -400,8 +400,8 @@ impl Set {
         }
         out.healed = healed.len() as u32;
         // A file's source changed while the heal ran (the lock was let go
-        // between data chunks, or a client wrote without it: a brick that
-        // restarted holds no lock of a session opened before): its changes
+        // between data chunks, or a client wrote without it, as a rolling
+        // restart suggests: docs/replication.md, Limits): its changes
         // may have missed the sink again, so nothing is cleared and the
         // next pass looks again. (A directory's lock is held throughout,
         // and a name merge changes the source itself.)

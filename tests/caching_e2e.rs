@@ -236,7 +236,7 @@ fn what_a_mount_wrote_it_reads_back_from_memory_until_another_mount_changes_it()
     ok(&format!("truncate -s 1 {}", m1.p("f")));
     assert_eq!(cat(&m1), "Q");
     // Turned off, a read back asks a brick.
-    set_options(&c, "iv", &[("performance.io-cache", "off")]);
+    set_options_seen_by(&c, "iv", &[("performance.io-cache", "off")], &m1);
     fs::write(m1.p("g"), &data).unwrap();
     let before = requests(&m1);
     assert_eq!(ok(&format!("cat {}", m1.p("g"))), data);

@@ -9,22 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn graph_of(m: &Mount) -> String {
-    ok(&format!(
-        "getfattr --only-values -n trusted.mortar.client.graph {}",
-        m.dir.display()
-    ))
-}
-
-fn switches(m: &Mount) -> u64 {
-    let g = graph_of(m);
-    g.lines()
-        .find_map(|l| l.strip_prefix("switches "))
-        .and_then(|l| l.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no switch count in {g}"))
-}
-
 /// Resident memory (KiB) and open descriptors of a process.
 fn footprint(pid: u32) -> (u64, usize) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

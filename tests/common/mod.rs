@@ -604,6 +604,37 @@ pub fn requests(m: &Mount) -> u64 {
     .unwrap()
 }
 
+/// The translator graph a mount runs, as it describes it.
+pub fn graph_of(m: &Mount) -> String {
+    ok(&format!(
+        "getfattr --only-values -n trusted.mortar.client.graph {}",
+        m.dir.display()
+    ))
+}
+
+/// How many times a mount has switched to a new graph.
+pub fn switches(m: &Mount) -> u64 {
+    let g = graph_of(m);
+    g.lines()
+        .find_map(|l| l.strip_prefix("switches "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no switch count in {g}"))
+}
+
+/// Sets options of a volume that is mounted, and waits until the mount
+/// runs the graph they make: `volume set` answers once the change is on
+/// record, and mounts switch to the new graph a moment later.
+pub fn set_options_seen_by(c: &Cluster, vol: &str, opts: &[(&str, &str)], m: &Mount) {
+    let before = switches(m);
+    set_options(c, vol, opts);
+    wait_for(
+        "the mount to switch graphs",
+        Duration::from_secs(10),
+        || switches(m) > before,
+    );
+}
+
 /// The directory holding the conformance suites' snapshots (pjdfstest,
 /// xfstests), if there is one. They live beside the repository
 /// (`../shared/suites`) in the workplace; MORTAR_SUITES names another place.

@@ -149,6 +149,29 @@ const HELD_WAIT: std::time::Duration =
 const HELD_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 const HELD_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// Where a client waiting for a file a rebalance moves stands.
+struct Waiting {
+    /// The pause before asking again while the file is held.
+    pause: std::time::Duration,
+    /// Whether the file was found where it was, and not held: sent there
+    /// once more (a move given up leaves it there), not again.
+    retried_unheld: bool,
+}
+
+impl Waiting {
+    fn new() -> Self {
+        Waiting {
+            pause: HELD_PAUSE,
+            retried_unheld: false,
+        }
+    }
+
+    async fn pause(&mut self) {
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(HELD_PAUSE_MAX);
+    }
+}
+
 /// Bounded caches: cleared when full, refilled by asking again.
 fn remember<V>(map: &Mutex<HashMap<Gfid, V>>, max: usize, k: Gfid, v: V) {
     let mut m = map.lock().unwrap();
@@ -671,7 +694,7 @@ impl Distribute {
     async fn on_file(&self, cx: &Ctx, fop: Fop, mut i: usize) -> (usize, FsResult<Reply>) {
         let gfid = fop.gfid();
         let deadline = tokio::time::Instant::now() + HELD_WAIT;
-        let mut pause = HELD_PAUSE;
+        let mut waiting = Waiting::new();
         loop {
             let e = match self.children[i].call(cx, fop.clone()).await {
                 Err(e) if e.is(libc::ESTALE) => e,
@@ -680,7 +703,7 @@ impl Distribute {
             if tokio::time::Instant::now() > deadline {
                 return (i, Err(e));
             }
-            match self.relocate(cx, gfid, i, &mut pause).await {
+            match self.relocate(cx, gfid, i, &mut waiting).await {
                 Some(j) => i = j,
                 None => return (i, Err(e)),
             }
@@ -696,7 +719,7 @@ impl Distribute {
         cx: &Ctx,
         gfid: Gfid,
         i: usize,
-        pause: &mut std::time::Duration,
+        waiting: &mut Waiting,
     ) -> Option<usize> {
         self.placed.lock().unwrap().remove(&gfid);
         match self.locate(cx, gfid).await {
@@ -710,15 +733,20 @@ impl Distribute {
                     name: crate::core::fop::HOLD_XATTR.into(),
                 };
                 if self.children[i].call(&Ctx::root(), asked).await.is_err() {
-                    // Not held (any more): moved meanwhile, or gone.
+                    // Not held (any more): moved meanwhile, gone, or the
+                    // move was given up and the file is still here (tried
+                    // there once more).
                     self.placed.lock().unwrap().remove(&gfid);
                     return match self.locate(cx, gfid).await {
                         Ok(Some(j)) if j != i => Some(j),
+                        Ok(Some(_)) if !waiting.retried_unheld => {
+                            waiting.retried_unheld = true;
+                            Some(i)
+                        }
                         _ => None,
                     };
                 }
-                tokio::time::sleep(*pause).await;
-                *pause = (*pause * 2).min(HELD_PAUSE_MAX);
+                waiting.pause().await;
                 Some(i)
             }
             _ => None,
@@ -731,7 +759,7 @@ impl Distribute {
     /// with, and sends the operation again, for up to `HELD_WAIT`.
     async fn on_open_file(&self, cx: &Ctx, f: &OpenFile, fop: Fop) -> FsResult<Reply> {
         let deadline = tokio::time::Instant::now() + HELD_WAIT;
-        let mut pause = HELD_PAUSE;
+        let mut waiting = Waiting::new();
         loop {
             let (i, fh) = *f.at.lock().unwrap();
             if let Fop::Write { data, .. } = &fop {
@@ -752,7 +780,8 @@ impl Distribute {
             if tokio::time::Instant::now() > deadline {
                 return Err(e);
             }
-            let Some(j) = self.relocate(cx, f.gfid, i, &mut pause).await else {
+            let Some(j) = self.relocate(cx, f.gfid, i, &mut waiting).await else {
+                tracing::info!(xlator = %self.name, gfid = %f.gfid, at = i, "an open file answered ESTALE and is neither held nor elsewhere: ESTALE");
                 return Err(e);
             };
             if j == i || moved_meanwhile() {

@@ -9,7 +9,20 @@
 # connections kept open, so segments count them), and the daemons' memory
 # and CPU.
 #
+# With NETNS=1 each server is a host of its own: a network namespace
+# with one address (10.77.x.y/16) on a bridge, as the servers of a real
+# pool are. All namespaces share the host's neighbour (ARP) table, which
+# the kernel keeps near 1,024 entries by default: from about 30 servers
+# the drill raises net.ipv4.neigh.default.gc_thresh1/2/3 (a pool of N
+# servers that all talk to each other needs about N*N entries).
+#
+# Every command must succeed, and none may take more than LIMIT ms (none
+# by default); the daemons' logs must hold no malformed message. The
+# script exits non-zero otherwise.
+#
 # Usage: scripts/scale-drill.sh       (env: MORTAR=path/to/mortar N=12 DIR=/var/tmp/mortar-scale
+#                                          NETNS=1: one network namespace per server;
+#                                          LIMIT=ms: fail on any command slower than this;
 #                                          SETTLE=2: seconds between commands;
 #                                          REPEAT=K: stop and start the volume K more times;
 #                                          KEEP=1: leave the servers running at the end)
@@ -18,22 +31,69 @@ B=${MORTAR:-mortar}
 N=${N:-12}
 D=${DIR:-/var/tmp/mortar-scale}
 P=24177
+NETNS=${NETNS:-0}
 (( N % 3 == 0 )) || { echo "N must be a multiple of 3" >&2; exit 1; }
+(( NETNS == 0 || N < 250 * 250 )) || { echo "N too large" >&2; exit 1; }
 
-ip() { echo "127.0.$(( 100 + $1 / 250 )).$(( 1 + $1 % 250 ))"; }
+BR=mdrill0
+if (( NETNS )); then
+    ip() { echo "10.77.$(( $1 / 250 )).$(( 1 + $1 % 250 ))"; }
+    ns() { echo "mdrill$1"; }
+    # Runs a command as host $1 sees the network.
+    on() { local h=$1; shift; nsenter --net="/run/netns/$(ns "$h")" "$@"; }
+else
+    ip() { echo "127.0.$(( 100 + $1 / 250 )).$(( 1 + $1 % 250 ))"; }
+    on() { shift; "$@"; }
+fi
 cleanup() {
     umount -l "$D/mnt" 2>/dev/null || true
     pkill -f "state-dir $D/" 2>/dev/null || true
+    pkill -f "mortar[- ]brick .*$D/" 2>/dev/null || true
+    if (( NETNS )); then
+        for n in $(command ip netns list | awk '/^mdrill[0-9]/ {print $1}'); do
+            command ip netns del "$n" 2>/dev/null || true
+        done
+        command ip link del "$BR" 2>/dev/null || true
+    fi
 }
 trap cleanup EXIT
 cleanup
 rm -rf "$D" && mkdir -p "$D/mnt"
 
+if (( NETNS )); then
+    for k in 1 2 3; do
+        want=$(( N * N * k ))
+        have=$(sysctl -n net.ipv4.neigh.default.gc_thresh$k)
+        (( have >= want )) || sysctl -qw net.ipv4.neigh.default.gc_thresh$k=$want
+    done
+    command ip link add "$BR" type bridge
+    command ip addr add 10.77.255.254/16 dev "$BR"
+    command ip link set "$BR" up
+    for i in $(seq 0 $(( N - 1 ))); do
+        command ip netns add "$(ns "$i")"
+        command ip link add "${BR}v$i" type veth peer name eth0 netns "$(ns "$i")"
+        command ip link set "${BR}v$i" master "$BR" up
+        on "$i" sh -c "ip addr add $(ip "$i")/16 dev eth0 && ip link set eth0 up && ip link set lo up"
+    done
+fi
+
 ms() { date +%s%N | cut -c1-13; }
-# TCP connections accepted on this machine so far.
-msgs() { awk '/^Tcp:/ { if (h) { print $6; exit } h = 1 }' /proc/net/snmp; }
-# TCP segments received on this machine so far.
-segs() { awk '/^Tcp:/ { if (h) { print $11; exit } h = 1 }' /proc/net/snmp; }
+# A column of the kernel's TCP counters, summed over this machine's
+# network namespaces that take part: the root one (the CLI, the mount),
+# and with NETNS=1 each server's (read through its daemon's /proc entry).
+tcp_sum() {
+    local files=(/proc/net/snmp)
+    if (( NETNS )); then
+        for pid in $(pgrep -f "mortar daemon .*state-dir $D/"); do
+            files+=("/proc/$pid/net/snmp")
+        done
+    fi
+    cat "${files[@]}" 2>/dev/null | awk -v c="$1" '/^Tcp:/ { if (h) { n += $c; h = 0 } else h = 1 } END { print n + 0 }'
+}
+# TCP connections accepted so far.
+msgs() { tcp_sum 6; }
+# TCP segments received so far.
+segs() { tcp_sum 11; }
 timed() {
     local what=$1; shift
     local m0 s0 t0
@@ -42,12 +102,17 @@ timed() {
     sleep "${SETTLE:-2}"
     m0=$(msgs); s0=$(segs); t0=$(ms)
     "$@" >/dev/null
-    echo "$what: $(( $(ms) - t0 )) ms, $(( $(msgs) - m0 )) connections, $(( $(segs) - s0 )) segments"
+    local took=$(( $(ms) - t0 ))
+    echo "$what: $took ms, $(( $(msgs) - m0 )) connections, $(( $(segs) - s0 )) segments"
+    if [ -n "${LIMIT:-}" ] && (( took > LIMIT )); then
+        echo "FAILED: $what took $took ms, more than LIMIT=$LIMIT ms" >&2
+        exit 1
+    fi
 }
 
 for i in $(seq 0 $(( N - 1 ))); do
     mkdir -p "$D/s$i/brick"
-    "$B" daemon --listen "$(ip "$i"):$P" --host "$(ip "$i")" --state-dir "$D/s$i/state" \
+    on "$i" "$B" daemon --listen "$(ip "$i"):$P" --host "$(ip "$i")" --state-dir "$D/s$i/state" \
         >"$D/s$i/daemon.log" 2>&1 &
 done
 for i in $(seq 0 $(( N - 1 ))); do
@@ -111,6 +176,13 @@ for r in $(seq "${REPEAT:-0}"); do
     "$B" $S volume stop sc >/dev/null
     timed "volume start again ($r)" "$B" $S volume start sc
 done
+bad=$(cat "$D"/s*/daemon.log "$D"/s*/state/logs/*.log 2>/dev/null | grep -c "malformed" || true)
+if (( bad > 0 )); then
+    echo "FAILED: $bad malformed messages in the daemons' logs, the first:" >&2
+    grep -h -m1 "malformed" "$D"/s*/daemon.log "$D"/s*/state/logs/*.log 2>/dev/null | head -1 >&2
+    exit 1
+fi
+echo "no malformed message in any log"
 if [ "${KEEP:-0}" = 1 ]; then
     trap - EXIT
     echo "servers left running; to stop them: umount -l $D/mnt; pkill -f 'state-dir $D/'"

@@ -678,6 +678,17 @@ pub async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
+/// Writes one whole line and flushes it: TLS keeps what the socket did
+/// not take at once (a large message) until the next write or flush, and
+/// the other side would wait for the line's end.
+pub async fn send_line<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    line: &[u8],
+) -> std::io::Result<()> {
+    w.write_all(line).await?;
+    w.flush().await
+}
+
 /// Which daemon a connection takes.
 #[derive(Clone, Debug)]
 enum Trust {
@@ -735,15 +746,14 @@ async fn call_via(addr: &str, req: &Request, trust: Trust) -> Result<Response, S
         let (rd, mut wr) = tokio::io::split(stream);
         let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
         line.push(b'\n');
-        wr.write_all(&line).await.map_err(|e| e.to_string())?;
+        send_line(&mut wr, &line)
+            .await
+            .map_err(|e| format!("cannot send to the management daemon at {addr}: {e}"))?;
         let mut rd = BufReader::new(rd);
-        let mut answer = String::new();
-        rd.read_line(&mut answer).await.map_err(|e| e.to_string())?;
-        if answer.is_empty() {
-            return Err(format!(
-                "the management daemon at {addr} closed the connection"
-            ));
-        }
+        let answer = read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT)
+            .await
+            .map_err(|e| format!("no answer from the management daemon at {addr}: {e}"))?
+            .ok_or_else(|| format!("the management daemon at {addr} closed the connection"))?;
         serde_json::from_str(&answer).map_err(|e| format!("bad answer from {addr}: {e}"))
     };
     tokio::time::timeout(Duration::from_secs(120), go)
@@ -801,30 +811,52 @@ impl Channel {
     }
 
     async fn exchange(&mut self, req: &Request) -> Result<Response, ChannelError> {
-        if self.conn.is_none() {
-            let s = open(&self.addr, self.trust.clone())
+        let (addr, trust) = (self.addr.clone(), self.trust.clone());
+        let connect = async move {
+            let s = open(&addr, trust)
                 .await
                 .map_err(ChannelError::Unreachable)?;
             let (rd, wr) = tokio::io::split(s);
-            self.conn = Some((BufReader::new(rd), wr));
-        }
-        let (rd, wr) = self.conn.as_mut().expect("connected");
-        let failed = |e: String| ChannelError::Failed(e);
-        let mut line = serde_json::to_vec(req).map_err(|e| failed(e.to_string()))?;
-        line.push(b'\n');
-        wr.write_all(&line)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        let mut answer = String::new();
-        rd.read_line(&mut answer)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        if answer.is_empty() {
-            return Err(failed(format!("{} closed the connection", self.addr)));
-        }
-        serde_json::from_str(&answer)
-            .map_err(|e| failed(format!("bad answer from {}: {e}", self.addr)))
+            Ok((BufReader::new(rd), wr))
+        };
+        exchange_on(&mut self.conn, connect, req, &self.addr).await
     }
+}
+
+/// One request and its answer on the connection in `slot` (opened by
+/// `connect` if there is none). The connection is taken out of the slot
+/// for the exchange and put back only once the answer is read whole: an
+/// exchange given up half way (a timeout here or in Raft, which drops
+/// the future anywhere) closes it, so that no later request follows half
+/// a line, and no later answer is an earlier request's.
+async fn exchange_on<R, W>(
+    slot: &mut Option<(R, W)>,
+    connect: impl std::future::Future<Output = Result<(R, W), ChannelError>>,
+    req: &Request,
+    addr: &str,
+) -> Result<Response, ChannelError>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let failed = |e: String| ChannelError::Failed(e);
+    let mut line = serde_json::to_vec(req).map_err(|e| failed(e.to_string()))?;
+    line.push(b'\n');
+    let (mut rd, mut wr) = match slot.take() {
+        Some(c) => c,
+        None => connect.await?,
+    };
+    send_line(&mut wr, &line)
+        .await
+        .map_err(|e| failed(format!("cannot send to {addr}: {e}")))?;
+    let answer = read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT)
+        .await
+        .map_err(|e| failed(format!("no answer from {addr}: {e}")))?
+        .ok_or_else(|| failed(format!("{addr} closed the connection")))?;
+    let answer = serde_json::from_str(&answer)
+        .map_err(|e| failed(format!("bad answer from {addr}: {e}")))?;
+    *slot = Some((rd, wr));
+    Ok(answer)
 }
 
 /// The management address for a host name: `host` with the default port
@@ -891,6 +923,80 @@ mod line_tests {
         assert_eq!(line(&mut r).await.unwrap().unwrap(), "12345678");
         let e = line(&mut r).await.unwrap_err();
         assert!(e.to_string().contains("longer than 8"), "{e}");
+    }
+
+    /// A daemon on one end of an in-memory pipe: answers each request
+    /// line with an error naming the volume it asked about, after a pause
+    /// if the volume is `slow`.
+    fn daemon() -> (
+        BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+        tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    ) {
+        let (ours, theirs) = tokio::io::duplex(1 << 10);
+        tokio::spawn(async move {
+            let (rd, mut wr) = tokio::io::split(theirs);
+            let mut rd = BufReader::new(rd);
+            while let Ok(Some(line)) = read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT).await {
+                let Ok(Request::VolumeInfo { name: Some(n) }) = serde_json::from_str(&line) else {
+                    return;
+                };
+                if n == "slow" {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                let mut out =
+                    serde_json::to_vec(&Response::Err(format!("{} {n}", line.len()))).unwrap();
+                out.push(b'\n');
+                if send_line(&mut wr, &out).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let (rd, wr) = tokio::io::split(ours);
+        (BufReader::new(rd), wr)
+    }
+
+    fn info(name: &str) -> Request {
+        Request::VolumeInfo {
+            name: Some(name.into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_given_up_on_is_never_taken_for_the_next_one() {
+        let mut slot = None;
+        let connect = || async { Ok(daemon()) };
+        let r = exchange_on(&mut slot, connect(), &info("a"), "d").await;
+        assert!(matches!(r, Ok(Response::Err(e)) if e.ends_with(" a")));
+        assert!(slot.is_some(), "kept for the next request");
+        // Given up before its answer came: that connection is closed.
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(50),
+            exchange_on(&mut slot, connect(), &info("slow"), "d"),
+        )
+        .await;
+        assert!(gave_up.is_err());
+        assert!(slot.is_none(), "a connection left mid-exchange is closed");
+        // The next request gets its own answer, not the slow one's.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let r = exchange_on(&mut slot, connect(), &info("b"), "d").await;
+        assert!(
+            matches!(&r, Ok(Response::Err(e)) if e.ends_with(" b")),
+            "{r:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn lines_far_larger_than_the_pipe_arrive_whole() {
+        let mut slot = None;
+        let big = "x".repeat(4 << 20);
+        let want = serde_json::to_vec(&info(&big)).unwrap().len();
+        for _ in 0..3 {
+            let r = exchange_on(&mut slot, async { Ok(daemon()) }, &info(&big), "d").await;
+            let Ok(Response::Err(e)) = r else {
+                panic!("{r:?}")
+            };
+            assert_eq!(e.split(' ').next().unwrap(), want.to_string());
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -361,17 +361,34 @@ impl Daemon {
         stream: tls::Stream,
         who: Option<tls::Peer>,
     ) -> std::io::Result<()> {
-        use crate::mgmt::rpc::{read_line_within, LINE_TIMEOUT, MAX_LINE};
+        use crate::mgmt::rpc::{read_line_within, send_line, LINE_TIMEOUT, MAX_LINE};
         let (rd, mut wr) = tokio::io::split(stream);
         let mut rd = BufReader::new(rd);
         // A client without a certificate may only ask to join: a line of
         // a few KiB.
         let limit = if who.is_some() { MAX_LINE } else { 64 << 10 };
-        let mut next = crate::protocol::admit::first_message(
+        // A request that does not arrive whole (too slow, too long, not
+        // text) is answered with why, and the connection closed: the
+        // caller says what went wrong, not that the connection ended.
+        async fn give_up<W: tokio::io::AsyncWrite + Unpin>(
+            wr: &mut W,
+            e: std::io::Error,
+        ) -> std::io::Result<()> {
+            let mut out = serde_json::to_vec(&err(format!("request not read: {e}")))?;
+            out.push(b'\n');
+            let _ = send_line(wr, &out).await;
+            let _ = wr.shutdown().await;
+            Err(e)
+        }
+        let first = crate::protocol::admit::first_message(
             "request",
             read_line_within(&mut rd, limit, LINE_TIMEOUT),
         )
-        .await?;
+        .await;
+        let mut next = match first {
+            Ok(n) => n,
+            Err(e) => return give_up(&mut wr, e).await,
+        };
         while let Some(line) = next {
             let resp = match serde_json::from_str::<Request>(&line) {
                 Ok(req) => match self.permits(who, &req) {
@@ -384,16 +401,19 @@ impl Daemon {
                         // credential its file holds now.
                         let mut out = serde_json::to_vec(&err(format!("refused: {why}")))?;
                         out.push(b'\n');
-                        wr.write_all(&out).await?;
-                        return Ok(());
+                        send_line(&mut wr, &out).await?;
+                        return wr.shutdown().await;
                     }
                 },
                 Err(e) => err(format!("malformed request: {e}")),
             };
             let mut out = serde_json::to_vec(&resp)?;
             out.push(b'\n');
-            wr.write_all(&out).await?;
-            next = read_line_within(&mut rd, limit, LINE_TIMEOUT).await?;
+            send_line(&mut wr, &out).await?;
+            next = match read_line_within(&mut rd, limit, LINE_TIMEOUT).await {
+                Ok(n) => n,
+                Err(e) => return give_up(&mut wr, e).await,
+            };
         }
         Ok(())
     }

@@ -170,6 +170,15 @@ d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar[- ]brick .*--pat
 d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar[- ]brick .*--path $D/")
 hz=$(getconf CLK_TCK)
 echo "idle CPU: daemons $(( (d1 - d0) * 100 / hz / 5 ))% of a core, bricks $(( (b1 - b0) * 100 / hz / 5 ))% of a core"
+# Connections each host holds open at rest (its daemon's and brick's, and
+# with NETNS=0 all hosts' together): established TCP sockets in its
+# network namespace, both ends counted where both are in it.
+if (( NETNS )); then
+    conns=$(for pid in $(pgrep -f "mortar daemon .*state-dir $D/"); do
+        cat /proc/"$pid"/net/tcp /proc/"$pid"/net/tcp6 2>/dev/null | awk '$4 == "01"' | wc -l
+    done | sort -n)
+    echo "connections per host at rest: least $(echo "$conns" | head -1), median $(echo "$conns" | sed -n "$(( (N + 1) / 2 ))p"), most $(echo "$conns" | tail -1)"
+fi
 # The same volume stopped and started again, REPEAT times: its bricks
 # known to the pool and made on disk, the pool no longer young.
 for r in $(seq "${REPEAT:-0}"); do

@@ -603,6 +603,16 @@ pub fn set_record(certs: Option<&[String]>) {
     *RECORD.write().unwrap() = parsed;
 }
 
+/// Whether a certificate (its SHA-256) is on the record; None while no
+/// record is known.
+pub fn on_record(fingerprint: &[u8; 32]) -> Option<bool> {
+    RECORD
+        .read()
+        .unwrap()
+        .as_ref()
+        .map(|r| r.contains(fingerprint))
+}
+
 /// A server verifier for the pool: the CA's checks, then the record's (a
 /// server that left the pool keeps the CA's key, and could make itself
 /// certificates the CA's checks alone would take).

@@ -431,7 +431,12 @@ impl Daemon {
                 }
             };
         };
-        if matches!(who.role, tls::Role::Server | tls::Role::Admin) {
+        if matches!(who.role, tls::Role::Server | tls::Role::Admin)
+            // (A certificate on the record this daemon keeps from the
+            // pool's state, a set, is taken at once: this check is made of
+            // every request, heartbeats too; the rest look at the state.)
+            && tls::on_record(&who.fingerprint) != Some(true)
+        {
             let fp = tls::hex(&who.fingerprint);
             let st = self.state.lock().unwrap();
             if st.pool_certs().is_some_and(|p| !p.contains(&fp)) {
@@ -576,9 +581,15 @@ impl Daemon {
         if self.is_local(host).await {
             return Box::pin(self.clone().handle(req)).await;
         }
-        match self.peer_mgmt(host) {
-            Some(addr) => rpc::call(&addr, &req).await.unwrap_or_else(Response::Err),
-            None => err(format!("Host {host} is not in 'Peer in Cluster' state")),
+        let Some(addr) = self.peer_mgmt(host) else {
+            return err(format!("Host {host} is not in 'Peer in Cluster' state"));
+        };
+        match tokio::time::timeout(HOST_ANSWER, rpc::call(&addr, &req)).await {
+            Ok(r) => r.unwrap_or_else(Response::Err),
+            Err(_) => err(format!(
+                "{host} did not answer within {} s",
+                HOST_ANSWER.as_secs()
+            )),
         }
     }
 
@@ -1029,6 +1040,10 @@ impl Daemon {
 }
 
 const NOT_LEADER: &str = "not the leader of the pool";
+/// How long a host may take to answer a request of `on_host` (each
+/// answers within `BRICKS_SETTLE` when all is well): a change waiting on
+/// a host that does not answer holds the change lock no longer.
+const HOST_ANSWER: Duration = Duration::from_secs(30);
 /// How many hosts `on_hosts` asks at once.
 const HOSTS_AT_ONCE: usize = 64;
 /// How many hosts `on_hosts` asks at once to start bricks: each answers

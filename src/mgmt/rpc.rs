@@ -678,14 +678,16 @@ pub async fn read_line_within<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
-/// Writes one whole line and flushes it: TLS keeps what the socket did
-/// not take at once (a large message) until the next write or flush, and
-/// the other side would wait for the line's end.
-pub async fn send_line<W: tokio::io::AsyncWrite + Unpin>(
+/// Writes `msg` as one JSON line and flushes it: TLS keeps what the
+/// socket did not take at once (a large message) until the next write or
+/// flush, and the other side would wait for the line's end.
+pub async fn send_json<W: tokio::io::AsyncWrite + Unpin>(
     w: &mut W,
-    line: &[u8],
+    msg: &impl Serialize,
 ) -> std::io::Result<()> {
-    w.write_all(line).await?;
+    let mut line = serde_json::to_vec(msg)?;
+    line.push(b'\n');
+    w.write_all(&line).await?;
     w.flush().await
 }
 
@@ -744,9 +746,7 @@ async fn call_via(addr: &str, req: &Request, trust: Trust) -> Result<Response, S
     let go = async {
         let stream = open(addr, trust).await?;
         let (rd, mut wr) = tokio::io::split(stream);
-        let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
-        line.push(b'\n');
-        send_line(&mut wr, &line)
+        send_json(&mut wr, req)
             .await
             .map_err(|e| format!("cannot send to the management daemon at {addr}: {e}"))?;
         let mut rd = BufReader::new(rd);
@@ -840,13 +840,11 @@ where
     W: tokio::io::AsyncWrite + Unpin,
 {
     let failed = |e: String| ChannelError::Failed(e);
-    let mut line = serde_json::to_vec(req).map_err(|e| failed(e.to_string()))?;
-    line.push(b'\n');
     let (mut rd, mut wr) = match slot.take() {
         Some(c) => c,
         None => connect.await?,
     };
-    send_line(&mut wr, &line)
+    send_json(&mut wr, req)
         .await
         .map_err(|e| failed(format!("cannot send to {addr}: {e}")))?;
     let answer = read_line_within(&mut rd, MAX_LINE, LINE_TIMEOUT)
@@ -943,10 +941,8 @@ mod line_tests {
                 if n == "slow" {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
-                let mut out =
-                    serde_json::to_vec(&Response::Err(format!("{} {n}", line.len()))).unwrap();
-                out.push(b'\n');
-                if send_line(&mut wr, &out).await.is_err() {
+                let answer = Response::Err(format!("{} {n}", line.len()));
+                if send_json(&mut wr, &answer).await.is_err() {
                     return;
                 }
             }

@@ -361,7 +361,7 @@ impl Daemon {
         stream: tls::Stream,
         who: Option<tls::Peer>,
     ) -> std::io::Result<()> {
-        use crate::mgmt::rpc::{read_line_within, send_line, LINE_TIMEOUT, MAX_LINE};
+        use crate::mgmt::rpc::{read_line_within, send_json, LINE_TIMEOUT, MAX_LINE};
         let (rd, mut wr) = tokio::io::split(stream);
         let mut rd = BufReader::new(rd);
         // A client without a certificate may only ask to join: a line of
@@ -374,9 +374,7 @@ impl Daemon {
             wr: &mut W,
             e: std::io::Error,
         ) -> std::io::Result<()> {
-            let mut out = serde_json::to_vec(&err(format!("request not read: {e}")))?;
-            out.push(b'\n');
-            let _ = send_line(wr, &out).await;
+            let _ = send_json(wr, &err(format!("request not read: {e}"))).await;
             let _ = wr.shutdown().await;
             Err(e)
         }
@@ -399,17 +397,13 @@ impl Daemon {
                         // that keeps one open (a mount following its
                         // volume, Raft) opens another, with the
                         // credential its file holds now.
-                        let mut out = serde_json::to_vec(&err(format!("refused: {why}")))?;
-                        out.push(b'\n');
-                        send_line(&mut wr, &out).await?;
+                        send_json(&mut wr, &err(format!("refused: {why}"))).await?;
                         return wr.shutdown().await;
                     }
                 },
                 Err(e) => err(format!("malformed request: {e}")),
             };
-            let mut out = serde_json::to_vec(&resp)?;
-            out.push(b'\n');
-            send_line(&mut wr, &out).await?;
+            send_json(&mut wr, &resp).await?;
             next = match read_line_within(&mut rd, limit, LINE_TIMEOUT).await {
                 Ok(n) => n,
                 Err(e) => return give_up(&mut wr, e).await,

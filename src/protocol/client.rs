@@ -96,7 +96,8 @@ impl ProtocolClient {
         resolve: Resolver,
         link: Arc<Link>,
     ) -> Self {
-        let ping_timeout = Duration::from_secs(PING_TIMEOUT.default.parse().unwrap_or(10));
+        let ping_timeout =
+            Duration::from_secs(PING_TIMEOUT.default.parse().expect("a number of seconds"));
         let shared = Arc::new(Shared {
             name,
             brick,

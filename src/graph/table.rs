@@ -114,7 +114,7 @@ pub static TABLE: &[Row] = &[
         options: &[&crate::performance::write_behind::WINDOW_SIZE],
         build: Some(super::build::write_behind),
         brick: None,
-        about: "writes answered from memory and sent behind, in order, joined; errors at the next write, fsync or close",
+        about: "writes answered from memory and sent behind, in order, joined; errors at the next fsync or close",
     },
     Row {
         kind: "features/read-only",

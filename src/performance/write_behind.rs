@@ -1,10 +1,17 @@
 //! `performance/write-behind`: a write is answered from the mount's memory
 //! and sent to the bricks behind the application's back, as a local file
 //! system's page cache does. The application sees an error of a write sent
-//! behind at its next write, fsync or close of that file, as it would from
-//! a local file system; `fsync` and `close` wait until every write before
-//! them has landed, so fsync still means durable on every replica that is
-//! up, and another mount sees the data after close (close-to-open).
+//! behind at its next fsync or close of that file, as it would from a local
+//! file system; `fsync` and `close` wait until every write before them has
+//! landed, so fsync still means durable on every replica that is up, and
+//! another mount sees the data after close (close-to-open).
+//!
+//! **Never at a write.** The kernel sends one `write(2)` as several
+//! requests when it starts inside a page the kernel does not hold (one per
+//! page). An error answered to a later request becomes a short write that
+//! hides the earlier part's failure, and the application's write of the
+//! rest then succeeds: an append acknowledged by write and fsync lost its
+//! first bytes that way in the rolling-restart test.
 //!
 //! **Order.** Writes of one file are queued in the order they came. They
 //! are sent from the head of the queue, several at once
@@ -48,7 +55,7 @@ pub static WRITE_BEHIND: Spec = Spec {
     key: "performance.write-behind",
     kind: Kind::Bool,
     default: "on",
-    help: "Answers writes from the mount's memory and sends them to the bricks in order, joined into large requests; an error is reported at the file's next write, fsync or close, and fsync and close wait until every write has landed (GlusterFS's write-behind).",
+    help: "Answers writes from the mount's memory and sends them to the bricks in order, joined into large requests; an error is reported at the file's next fsync or close, and fsync and close wait until every write has landed (GlusterFS's write-behind).",
 };
 
 pub static WINDOW_SIZE: Spec = Spec {
@@ -249,7 +256,8 @@ impl WriteBehind {
             unreachable!()
         };
         if self.write_through.lock().unwrap().contains(&fh) {
-            self.drain(gfid).await?;
+            // (An error of the writes behind is left for fsync or close.)
+            self.settle_file(gfid).await;
             let fop = Fop::Write {
                 gfid,
                 fh,
@@ -277,15 +285,6 @@ impl WriteBehind {
             let mut files = self.files.lock().unwrap();
             let f = files.entry(gfid).or_insert_with(File::new).clone();
             let mut s = f.state.lock().unwrap();
-            if let Some(e) = s.error.take() {
-                let idle = s.idle();
-                drop(s);
-                if idle {
-                    files.remove(&gfid);
-                }
-                self.room.add_permits(charge as usize);
-                return Err(e);
-            }
             let seq = self.accepted.fetch_add(1, Ordering::AcqRel) + 1;
             let q = Queued {
                 seq,
@@ -395,7 +394,7 @@ impl WriteBehind {
                     %gfid,
                     offset = first.offset,
                     len,
-                    "a write sent behind failed (reported at the file's next write, fsync or close): {e}"
+                    "a write sent behind failed (reported at the file's next fsync or close): {e}"
                 );
                 s.error.get_or_insert(e);
             }
@@ -661,6 +660,27 @@ mod tests {
         assert!(e.is(libc::ENOSPC));
         wb.call(&cx, fsync).await.unwrap();
         assert!(wb.files.lock().unwrap().is_empty(), "nothing kept");
+    }
+
+    /// A write that failed behind is reported by fsync, never by the next
+    /// write: that may be the rest of the same write(2), which the kernel
+    /// would then answer short, hiding the failed first part.
+    #[tokio::test]
+    async fn an_error_is_not_reported_by_the_next_write() {
+        let (disk, wb) = rig();
+        let (f, cx) = (Gfid::random(), Ctx::root());
+        disk.fail.store(true, Ordering::Relaxed);
+        disk.gate.add_permits(1000);
+        wb.call(&cx, write(f, 0, b"first")).await.unwrap();
+        settled(&wb).await;
+        disk.fail.store(false, Ordering::Relaxed);
+        wb.call(&cx, write(f, 5, b" part")).await.unwrap();
+        let fsync = Fop::Fsync {
+            gfid: f,
+            fh: 1,
+            datasync: false,
+        };
+        assert!(wb.call(&cx, fsync).await.unwrap_err().is(libc::ENOSPC));
     }
 
     /// A forked process's close-on-exec flushes the file too: the error

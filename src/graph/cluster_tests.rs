@@ -374,6 +374,36 @@ async fn a_good_copy_dying_with_a_write_in_flight_leaves_no_split_brain() {
     }
 }
 
+/// A write that reached one copy only (the others died or were down with
+/// it in flight) fails with EROFS, and that copy marks itself `UNSETTLED`;
+/// the copy that died with it holds every acknowledged write and nothing
+/// else. Heal makes the unsettled copy equal to that clean one. Before, it
+/// took both as sources, healed neither from the other and cleared the
+/// mark: the copies differed silently, and appends (which land at each
+/// copy's own end) went on to different offsets.
+#[tokio::test]
+async fn a_copy_that_took_a_failed_write_is_healed_from_a_clean_one() {
+    let r = rig(1, 3);
+    let f = r.create(Gfid::ROOT, "f", b"").await.unwrap();
+    let fh = open_for_writing(&r, f).await;
+    write_at(&r, f, fh, 0, b"aaaa").await.unwrap();
+    r.bricks[0].set_down(true);
+    write_at(&r, f, fh, 4, b"bbbb").await.unwrap();
+    r.bricks[1].die_on("write", false);
+    assert_eq!(errno(write_at(&r, f, fh, 8, b"cccc").await), libc::EROFS);
+    r.call(Fop::Release { gfid: f, fh }).await.unwrap();
+    r.graph.fini().await;
+    assert_eq!(r.bricks[2].blame(f), UNSETTLED | 1 << 0);
+    assert_eq!(r.bricks[1].blame(f), 1 << 0);
+    r.bricks[0].set_down(false);
+    r.bricks[1].set_down(false);
+    assert!(heal_until_settled(&r, 5).await, "heal never settled");
+    for (i, b) in r.bricks.iter().enumerate() {
+        assert_eq!(b.content(&["f"]).unwrap().1, b"aaaabbbb", "brick {i}");
+        assert_eq!(b.blame(f), 0, "brick {i}");
+    }
+}
+
 /// A rolling restart that waits for no heal, at random: a writer adds
 /// records through one handle while one brick at a time goes down (often
 /// with a write in flight, which it took or did not) and comes back, and

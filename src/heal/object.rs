@@ -293,11 +293,29 @@ impl Set {
         let marks = copies.iter().fold(0, |b, (_, a)| b | a.blame);
         // A change of unknown outcome blames nobody (`UNSETTLED`).
         let blamed = marks & !UNSETTLED;
-        let mut sources: Vec<usize> = copies
+        let unblamed: Vec<usize> = copies
             .iter()
             .filter(|(i, _)| blamed & (1 << i) == 0)
             .map(|(i, _)| *i)
             .collect();
+        // A copy that took such a change is a source only when no copy
+        // without one is: else it is made equal to one, which drops the
+        // change (the application was told it failed). Taking it as a
+        // source beside a clean copy left the two different, and clearing
+        // its mark then hid that.
+        let clean: Vec<usize> = unblamed
+            .iter()
+            .copied()
+            .filter(|&i| {
+                copies
+                    .iter()
+                    .any(|(c, a)| *c == i && a.blame & UNSETTLED == 0)
+            })
+            .collect();
+        // (File data comes from a copy holding data, never the arbiter.)
+        let holds_data = |i: &usize| kind != FileKind::File || Some(*i) != self.arbiter;
+        let unsure = !clean.iter().any(holds_data);
+        let mut sources = if unsure { unblamed } else { clean };
         let conservative = forced.is_none() && (blamed == 0 || sources.is_empty());
         if let Some(f) = forced {
             if !copies.iter().any(|(i, _)| *i == f) {
@@ -320,13 +338,23 @@ impl Set {
                     return Ok((out, vec![]));
                 }
             }
-        } else if blamed == 0 || sources.is_empty() {
+        } else if blamed == 0
+            || sources.is_empty()
+            || (unsure && sources.len() > 1 && kind == FileKind::File)
+        {
             // Only unsettled changes (or a directory whose copies blame each
-            // other): every copy is a valid outcome; take the fullest.
+            // other): every source is a valid outcome; take the fullest, and
+            // make the others equal to it (sources that each took a change
+            // of unknown outcome may differ).
+            let pool: Vec<(usize, Attr)> = copies
+                .iter()
+                .filter(|(i, _)| sources.is_empty() || sources.contains(i))
+                .cloned()
+                .collect();
             let candidates = if kind == FileKind::File {
-                self.data_copies(&copies)
+                self.data_copies(&pool)
             } else {
-                copies.clone()
+                pool
             };
             let Some(first) = candidates.first() else {
                 out.deferred = true;

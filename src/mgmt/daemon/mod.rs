@@ -1034,7 +1034,7 @@ impl Daemon {
 }
 
 const NOT_LEADER: &str = "not the leader of the pool";
-/// How long a host may take to answer a request of `on_host` (each
+/// How long a host may take to answer a request of `on_host` or a probe (each
 /// answers within `BRICKS_SETTLE` when all is well): a change waiting on
 /// a host that does not answer holds the change lock no longer.
 const HOST_ANSWER: Duration = Duration::from_secs(30);

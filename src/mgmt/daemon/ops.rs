@@ -93,7 +93,14 @@ impl Daemon {
                     // state (a wiped state directory, and with it the
                     // pool's certificates): it is replaced once it shows
                     // its new join token.
-                    match rpc::call(&old.mgmt, &Request::PeerList).await {
+                    let asked =
+                        tokio::time::timeout(HOST_ANSWER, rpc::call(&old.mgmt, &Request::PeerList));
+                    match asked.await.unwrap_or_else(|_| {
+                        Err(format!(
+                            "{host} did not answer within {} s",
+                            HOST_ANSWER.as_secs()
+                        ))
+                    }) {
                         Ok(Response::Peers { me, .. }) if me.uuid != old.uuid => {
                             tracing::warn!(peer = %host, old = %old.uuid, new = %me.uuid, "the server came back with a new identity: replacing it");
                         }
@@ -117,18 +124,23 @@ impl Daemon {
                 let (ca, ca_key) = crate::mgmt::authority::pool_ca(&self.cfg.state_dir)?;
                 let addr = rpc::mgmt_addr(&host, self.cfg.listen.port());
                 let t0 = std::time::Instant::now();
-                let resp = rpc::call_pinned(
-                    &addr,
-                    &Request::PeerJoin {
-                        me: self.me.clone(),
-                        secret,
-                        ca,
-                        ca_key,
-                    },
-                    pin,
-                )
-                .await
-                .map_err(|e| format!("Probe returned with {e}"))?;
+                // Under the change lock: bounded, as every call to a host.
+                let req = Request::PeerJoin {
+                    me: self.me.clone(),
+                    secret,
+                    ca,
+                    ca_key,
+                };
+                let join = rpc::call_pinned(&addr, &req, pin);
+                let resp = tokio::time::timeout(HOST_ANSWER, join)
+                    .await
+                    .map_err(|_| {
+                        format!(
+                            "Probe returned with {host} did not answer within {} s",
+                            HOST_ANSWER.as_secs()
+                        )
+                    })?
+                    .map_err(|e| format!("Probe returned with {e}"))?;
                 let (me, certs) = match resp {
                     Response::Joined { me, certs } => (me, certs),
                     Response::Err(e) => return Err(format!("Probe refused: {e}")),

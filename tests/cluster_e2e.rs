@@ -376,6 +376,40 @@ fn a_leader_killed_with_a_change_on_its_disk_leaves_one_state() {
     assert!(has(&cs[dead], "kv", "cluster.read-hash-mode", "2"));
 }
 
+/// A leader whose daemon dies (its host stays up) is replaced without
+/// waiting out Raft's election timeout: a voter that hears nothing from it
+/// finds its port refusing connections and calls an election at once.
+#[test]
+fn a_dead_leaders_voters_elect_another_at_once() {
+    let mut cs: Vec<Cluster> = (0..3).map(|_| Cluster::start()).collect();
+    for c in &cs[1..] {
+        cs[0].probe(c);
+    }
+    cs[0].ok(&["volume", "create", "ev", &cs[0].brick("e1"), "force"]);
+    // The first server formed the pool and leads it.
+    cs[0].crash_daemon();
+    let t0 = std::time::Instant::now();
+    wait_for("a change commits again", Duration::from_secs(30), || {
+        cs[1]
+            .cli(&["volume", "set", "ev", "cluster.read-hash-mode", "2"])
+            .status
+            .success()
+    });
+    eprintln!(
+        "a change committed {:?} after the leader died",
+        t0.elapsed()
+    );
+    let called = cs[1..].iter().any(|c| {
+        std::fs::read_to_string(c.path("daemon.log"))
+            .is_ok_and(|l| l.contains("calling an election now"))
+    });
+    assert!(
+        called,
+        "no voter called an election on finding the leader gone"
+    );
+    cs[0].start_daemon();
+}
+
 /// Sends one line to `c`'s management port and reads the answer.
 /// Sends one line as another server of the pool would (Raft is theirs).
 fn send_line(c: &Cluster, line: &[u8]) -> String {

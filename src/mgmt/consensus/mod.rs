@@ -125,6 +125,83 @@ fn config(id: NodeId) -> Arc<Config> {
     Arc::new(c.validate().expect("a valid raft config"))
 }
 
+/// A voter that has heard nothing from the leader for this long (plus up
+/// to `LEADER_LATE_SPREAD`, by id) looks whether the leader's daemon is
+/// gone: a heartbeat comes every second.
+const LEADER_LATE: Duration = Duration::from_millis(1100);
+const LEADER_LATE_SPREAD: u64 = 300;
+
+/// Calls an election at once when the leader's daemon is gone: a voter
+/// whose leader is late and whose management port refuses connections
+/// (its host is up, its daemon is not) does not wait out Raft's election
+/// timeout (3 to 6 s), during which no change commits. A leader that is
+/// only slow, or a host that does not answer at all, is left to the
+/// timeout. A voter refuses its vote while it heard from the leader
+/// within the election timeout, unless it is a candidate itself: so each
+/// voter that finds the leader gone asks for votes, and asks again (at a
+/// higher term) every `ELECT_AGAIN` while nobody leads; the first to ask
+/// again is granted the votes of the others, which became candidates.
+/// Voters are late by different amounts (`LEADER_LATE_SPREAD`).
+async fn watch_leader(c: std::sync::Weak<Consensus>) {
+    const ELECT_AGAIN: Duration = Duration::from_millis(300);
+    const TRIES: u32 = 6;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    // The leader found gone, the elections called since and the next.
+    let mut gone: Option<(Peer, u32, std::time::Instant)> = None;
+    loop {
+        tick.tick().await;
+        let Some(c) = c.upgrade() else { return };
+        let raft = c.raft();
+        let (leader, votes) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            let leader = m
+                .current_leader
+                .filter(|l| *l != c.id)
+                .and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+            let votes = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == c.id)
+                && m.state != ServerState::Leader;
+            (leader, votes)
+        };
+        let late = LEADER_LATE + Duration::from_millis(c.id % LEADER_LATE_SPREAD);
+        let quiet = c.appended.lock().unwrap().elapsed();
+        if !votes || quiet < late {
+            gone = None;
+            continue;
+        }
+        let (peer, tries) = match (&gone, leader) {
+            (Some((p, n, next)), _) => {
+                if *n >= TRIES || std::time::Instant::now() < *next {
+                    continue;
+                }
+                (p.clone(), *n)
+            }
+            (None, Some(l)) => (l, 0),
+            (None, None) => continue,
+        };
+        let probe = tokio::net::TcpStream::connect(&peer.mgmt);
+        match tokio::time::timeout(Duration::from_millis(300), probe).await {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                if tries == 0 {
+                    tracing::info!(leader = %peer.host, quiet_ms = quiet.as_millis(), "the leader's daemon is gone (its management port refuses connections): calling an election now");
+                }
+                let _ = raft.trigger().elect().await;
+                let next = std::time::Instant::now() + ELECT_AGAIN;
+                gone = Some((peer, tries + 1, next));
+            }
+            // Up but late, or its host does not answer: Raft's timeout.
+            _ => {
+                gone = None;
+                *c.appended.lock().unwrap() = std::time::Instant::now();
+            }
+        }
+    }
+}
+
 /// How long a change may take to commit before the CLI is told it was not.
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A leader that has not heard from a majority of voters for this long,
@@ -149,6 +226,8 @@ pub struct Consensus {
     id: NodeId,
     raft: Mutex<(Raft, machine::Machine)>,
     changed: watch::Sender<u64>,
+    /// When this server last took entries or a heartbeat from a leader.
+    appended: Mutex<std::time::Instant>,
 }
 
 async fn open(
@@ -182,9 +261,21 @@ impl Consensus {
             id,
             raft: Mutex::new(pair),
             changed,
+            appended: Mutex::new(std::time::Instant::now()),
         });
         c.alone_if_new().await?;
+        tokio::spawn(watch_leader(Arc::downgrade(&c)));
         Ok(c)
+    }
+
+    /// Hands a Raft message from a peer to the local Raft (`network::serve`),
+    /// noting when a leader's entries or heartbeat were taken.
+    pub async fn receive(&self, e: network::Envelope) -> Result<network::Reply, String> {
+        let reply = network::serve(&self.raft(), self.id, e).await?;
+        if let network::Reply::Append(Ok(_)) = &reply {
+            *self.appended.lock().unwrap() = std::time::Instant::now();
+        }
+        Ok(reply)
     }
 
     async fn alone_if_new(&self) -> anyhow::Result<()> {

@@ -865,16 +865,13 @@ impl Daemon {
                 }
             }
             Request::Raft(m) => match serde_json::from_str(m.get()) {
-                Ok(m) => {
-                    let raft = self.consensus.raft();
-                    match consensus::network::serve(&raft, self.consensus.id(), m).await {
-                        Ok(reply) => match serde_json::value::to_raw_value(&reply) {
-                            Ok(v) => Response::Raft(v),
-                            Err(e) => err(e.to_string()),
-                        },
-                        Err(e) => err(e),
-                    }
-                }
+                Ok(m) => match self.consensus.receive(m).await {
+                    Ok(reply) => match serde_json::value::to_raw_value(&reply) {
+                        Ok(v) => Response::Raft(v),
+                        Err(e) => err(e.to_string()),
+                    },
+                    Err(e) => err(e),
+                },
                 Err(e) => err(format!("malformed raft message: {e}")),
             },
             Request::ReadIndex => match self.consensus.read_index().await {

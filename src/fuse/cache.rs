@@ -50,6 +50,10 @@ pub struct Invalidator {
     /// Whether the kernel takes `NOTIFY_INC_EPOCH`: without it, names
     /// cannot all be dropped at once, so they are cached only briefly.
     epochs: AtomicBool,
+    /// Whether a `Job::All` waits in the queue: another is not queued
+    /// behind it. (A volume of 300 bricks stopped and started queued one
+    /// per brick connection, each dropping every inode: 0.5 s of CPU.)
+    all_queued: Arc<AtomicBool>,
 }
 
 impl Invalidator {
@@ -58,6 +62,7 @@ impl Invalidator {
             inodes,
             tx: Mutex::new(None),
             epochs: AtomicBool::new(false),
+            all_queued: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -88,10 +93,15 @@ impl Invalidator {
                 }
             })
             .expect("cannot start the kernel invalidation thread");
+        let all_queued = self.all_queued.clone();
         std::thread::Builder::new()
             .name("mortar-inval".into())
             .spawn(move || {
                 for (job, done) in rx {
+                    if let Job::All = job {
+                        // What comes after this point is dropped by it.
+                        all_queued.store(false, Ordering::Release);
+                    }
                     let slow = run(&notifier, &device, &inodes, job);
                     if let Some(d) = done {
                         let _ = d.send(());
@@ -108,9 +118,20 @@ impl Invalidator {
     }
 
     fn send(&self, job: Job) -> Option<oneshot::Receiver<()>> {
+        let all = matches!(job, Job::All);
+        if all && self.all_queued.swap(true, Ordering::AcqRel) {
+            // One waits in the queue: it drops this too.
+            return None;
+        }
         let (tx, rx) = oneshot::channel();
         let g = self.tx.lock().unwrap();
-        g.as_ref()?.send((job, Some(tx))).ok()?;
+        let sent = g.as_ref().is_some_and(|q| q.send((job, Some(tx))).is_ok());
+        if !sent {
+            if all {
+                self.all_queued.store(false, Ordering::Release);
+            }
+            return None;
+        }
         Some(rx)
     }
 

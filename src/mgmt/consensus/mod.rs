@@ -145,11 +145,13 @@ const LEADER_LATE_SPREAD: u64 = 300;
 async fn watch_leader(c: std::sync::Weak<Consensus>) {
     const ELECT_AGAIN: Duration = Duration::from_millis(300);
     const TRIES: u32 = 6;
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
     // The leader found gone, the elections called since and the next.
     let mut gone: Option<(Peer, u32, std::time::Instant)> = None;
+    // A learner (most servers of a large pool) looks seldom: it may
+    // become a voter.
+    let mut wait = Duration::from_millis(200);
     loop {
-        tick.tick().await;
+        tokio::time::sleep(wait).await;
         let Some(c) = c.upgrade() else { return };
         let raft = c.raft();
         let (leader, votes) = {
@@ -169,6 +171,7 @@ async fn watch_leader(c: std::sync::Weak<Consensus>) {
         };
         let late = LEADER_LATE + Duration::from_millis(c.id % LEADER_LATE_SPREAD);
         let quiet = c.appended.lock().unwrap().elapsed();
+        wait = Duration::from_millis(if votes { 200 } else { 1000 });
         if !votes || quiet < late {
             gone = None;
             continue;

@@ -297,6 +297,17 @@ async fn write_at(r: &Rig, gfid: Gfid, fh: u64, offset: usize, data: &[u8]) -> F
     .map(|_| ())
 }
 
+/// A file written "aaaa", then "bbbb" while brick 0 was down (it stays
+/// down): its handle open for writing.
+async fn written_while_brick_0_was_down(r: &Rig) -> (Gfid, u64) {
+    let f = r.create(Gfid::ROOT, "f", b"").await.unwrap();
+    let fh = open_for_writing(r, f).await;
+    write_at(r, f, fh, 0, b"aaaa").await.unwrap();
+    r.bricks[0].set_down(true);
+    write_at(r, f, fh, 4, b"bbbb").await.unwrap();
+    (f, fh)
+}
+
 /// What the self-heal daemon does, with the real healer over the rig's
 /// bricks: index passes until no brick has anything pending (or gives up
 /// after `passes`). Returns whether it got there.
@@ -335,11 +346,7 @@ async fn heal_until_settled(r: &Rig, passes: usize) -> bool {
 async fn a_good_copy_dying_with_a_write_in_flight_leaves_no_split_brain() {
     for applied in [false, true] {
         let r = rig(1, 3);
-        let f = r.create(Gfid::ROOT, "f", b"").await.unwrap();
-        let fh = open_for_writing(&r, f).await;
-        write_at(&r, f, fh, 0, b"aaaa").await.unwrap();
-        r.bricks[0].set_down(true);
-        write_at(&r, f, fh, 4, b"bbbb").await.unwrap();
+        let (f, fh) = written_while_brick_0_was_down(&r).await;
         r.bricks[0].set_down(false);
         r.bricks[1].set_down(true);
         write_at(&r, f, fh, 8, b"cccc").await.unwrap();
@@ -384,11 +391,7 @@ async fn a_good_copy_dying_with_a_write_in_flight_leaves_no_split_brain() {
 #[tokio::test]
 async fn a_copy_that_took_a_failed_write_is_healed_from_a_clean_one() {
     let r = rig(1, 3);
-    let f = r.create(Gfid::ROOT, "f", b"").await.unwrap();
-    let fh = open_for_writing(&r, f).await;
-    write_at(&r, f, fh, 0, b"aaaa").await.unwrap();
-    r.bricks[0].set_down(true);
-    write_at(&r, f, fh, 4, b"bbbb").await.unwrap();
+    let (f, fh) = written_while_brick_0_was_down(&r).await;
     r.bricks[1].die_on("write", false);
     assert_eq!(errno(write_at(&r, f, fh, 8, b"cccc").await), libc::EROFS);
     r.call(Fop::Release { gfid: f, fh }).await.unwrap();

@@ -303,14 +303,10 @@ impl Set {
         // change (the application was told it failed). Taking it as a
         // source beside a clean copy left the two different, and clearing
         // its mark then hid that.
-        let clean: Vec<usize> = unblamed
+        let clean: Vec<usize> = copies
             .iter()
-            .copied()
-            .filter(|&i| {
-                copies
-                    .iter()
-                    .any(|(c, a)| *c == i && a.blame & UNSETTLED == 0)
-            })
+            .filter(|(i, a)| blamed & (1 << i) == 0 && a.blame & UNSETTLED == 0)
+            .map(|(i, _)| *i)
             .collect();
         // (File data comes from a copy holding data, never the arbiter.)
         let holds_data = |i: &usize| kind != FileKind::File || Some(*i) != self.arbiter;

@@ -606,6 +606,14 @@ mod tests {
         }
     }
 
+    fn fsync(gfid: Gfid) -> Fop {
+        Fop::Fsync {
+            gfid,
+            fh: 1,
+            datasync: false,
+        }
+    }
+
     async fn settled(wb: &Arc<WriteBehind>) {
         tokio::time::timeout(Duration::from_secs(5), wb.settle())
             .await
@@ -651,14 +659,9 @@ mod tests {
         disk.fail.store(true, Ordering::Relaxed);
         disk.gate.add_permits(1000);
         wb.call(&cx, write(f, 0, b"lost")).await.unwrap();
-        let fsync = Fop::Fsync {
-            gfid: f,
-            fh: 1,
-            datasync: false,
-        };
-        let e = wb.call(&cx, fsync.clone()).await.unwrap_err();
+        let e = wb.call(&cx, fsync(f)).await.unwrap_err();
         assert!(e.is(libc::ENOSPC));
-        wb.call(&cx, fsync).await.unwrap();
+        wb.call(&cx, fsync(f)).await.unwrap();
         assert!(wb.files.lock().unwrap().is_empty(), "nothing kept");
     }
 
@@ -675,12 +678,7 @@ mod tests {
         settled(&wb).await;
         disk.fail.store(false, Ordering::Relaxed);
         wb.call(&cx, write(f, 5, b" part")).await.unwrap();
-        let fsync = Fop::Fsync {
-            gfid: f,
-            fh: 1,
-            datasync: false,
-        };
-        assert!(wb.call(&cx, fsync).await.unwrap_err().is(libc::ENOSPC));
+        assert!(wb.call(&cx, fsync(f)).await.unwrap_err().is(libc::ENOSPC));
     }
 
     /// A forked process's close-on-exec flushes the file too: the error
@@ -694,22 +692,13 @@ mod tests {
         disk.gate.add_permits(1000);
         wb.call(&cx, write(f, 0, b"lost")).await.unwrap();
         let flush = Fop::Flush { gfid: f, fh: 1 };
-        let fsync = Fop::Fsync {
-            gfid: f,
-            fh: 1,
-            datasync: false,
-        };
         assert!(wb
             .call(&cx, flush.clone())
             .await
             .unwrap_err()
             .is(libc::ENOSPC));
-        assert!(wb
-            .call(&cx, fsync.clone())
-            .await
-            .unwrap_err()
-            .is(libc::ENOSPC));
-        wb.call(&cx, fsync).await.unwrap();
+        assert!(wb.call(&cx, fsync(f)).await.unwrap_err().is(libc::ENOSPC));
+        wb.call(&cx, fsync(f)).await.unwrap();
         wb.call(&cx, flush).await.unwrap();
         assert!(wb.files.lock().unwrap().is_empty(), "nothing kept");
     }

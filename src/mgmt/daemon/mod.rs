@@ -578,13 +578,9 @@ impl Daemon {
         let Some(addr) = self.peer_mgmt(host) else {
             return err(format!("Host {host} is not in 'Peer in Cluster' state"));
         };
-        match tokio::time::timeout(HOST_ANSWER, rpc::call(&addr, &req)).await {
-            Ok(r) => r.unwrap_or_else(Response::Err),
-            Err(_) => err(format!(
-                "{host} did not answer within {} s",
-                HOST_ANSWER.as_secs()
-            )),
-        }
+        answered_within(host, rpc::call(&addr, &req))
+            .await
+            .unwrap_or_else(Response::Err)
     }
 
     /// Commits a command (on the leader), then brings the view and, when
@@ -1035,6 +1031,21 @@ const NOT_LEADER: &str = "not the leader of the pool";
 /// answers within `BRICKS_SETTLE` when all is well): a change waiting on
 /// a host that does not answer holds the change lock no longer.
 const HOST_ANSWER: Duration = Duration::from_secs(30);
+
+/// `call` to `host`, given up after `HOST_ANSWER` with a message naming it.
+async fn answered_within<T>(
+    host: &str,
+    call: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::time::timeout(HOST_ANSWER, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "{host} did not answer within {} s",
+                HOST_ANSWER.as_secs()
+            ))
+        })
+}
 /// How many hosts `on_hosts` asks at once.
 const HOSTS_AT_ONCE: usize = 64;
 /// How many hosts `on_hosts` asks at once to start bricks: each answers

@@ -93,14 +93,7 @@ impl Daemon {
                     // state (a wiped state directory, and with it the
                     // pool's certificates): it is replaced once it shows
                     // its new join token.
-                    let asked =
-                        tokio::time::timeout(HOST_ANSWER, rpc::call(&old.mgmt, &Request::PeerList));
-                    match asked.await.unwrap_or_else(|_| {
-                        Err(format!(
-                            "{host} did not answer within {} s",
-                            HOST_ANSWER.as_secs()
-                        ))
-                    }) {
+                    match answered_within(&host, rpc::call(&old.mgmt, &Request::PeerList)).await {
                         Ok(Response::Peers { me, .. }) if me.uuid != old.uuid => {
                             tracing::warn!(peer = %host, old = %old.uuid, new = %me.uuid, "the server came back with a new identity: replacing it");
                         }
@@ -131,15 +124,8 @@ impl Daemon {
                     ca,
                     ca_key,
                 };
-                let join = rpc::call_pinned(&addr, &req, pin);
-                let resp = tokio::time::timeout(HOST_ANSWER, join)
+                let resp = answered_within(&host, rpc::call_pinned(&addr, &req, pin))
                     .await
-                    .map_err(|_| {
-                        format!(
-                            "Probe returned with {host} did not answer within {} s",
-                            HOST_ANSWER.as_secs()
-                        )
-                    })?
                     .map_err(|e| format!("Probe returned with {e}"))?;
                 let (me, certs) = match resp {
                     Response::Joined { me, certs } => (me, certs),

@@ -503,6 +503,11 @@ pub struct BrickArgs {
     /// 1000 (a free port when that one is taken).
     #[arg(long, value_name = "IP")]
     pub metrics: Option<std::net::IpAddr>,
+    /// Take the volume's options from standard input, one JSON line each
+    /// time they change, as the daemon that starts the brick writes them;
+    /// once the input ends (that daemon went away), ask --mgmt instead.
+    #[arg(long)]
+    pub options_on_stdin: bool,
 }
 
 pub struct CreateArgs {

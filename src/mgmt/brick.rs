@@ -43,6 +43,8 @@ pub struct BrickConfig {
     pub credential: PathBuf,
     /// Where to serve metrics (at the brick's port + `METRICS_PORT_OFFSET`).
     pub metrics: Option<IpAddr>,
+    /// The volume's options arrive on standard input (`options_from`).
+    pub options_on_stdin: bool,
 }
 
 /// A brick serves its metrics at its own port plus this.
@@ -216,6 +218,7 @@ pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
         key_file: a.key_file.clone(),
         credential: a.server_credential.clone(),
         metrics: a.metrics,
+        options_on_stdin: a.options_on_stdin,
     }))
 }
 
@@ -239,6 +242,21 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
         go_offline(&format!("cannot take the server's credential: {e}"));
     }
     let (tunables_tx, tunables) = watch::channel(Tunables::from_options(&Default::default()));
+    // Options from the daemon's pipe are in force before the brick serves
+    // (a second at most: a brick does not wait long for them).
+    let tunables_tx = match cfg.options_on_stdin {
+        true => {
+            let first = options_from(
+                std::io::stdin(),
+                cfg.volume.clone(),
+                cfg.mgmt.clone(),
+                tunables_tx,
+            );
+            let _ = tokio::time::timeout(OPTIONS_FIRST, first).await;
+            None
+        }
+        false => Some(tunables_tx),
+    };
     let env = crate::brick::BrickEnv {
         posix: posix.clone(),
         arbiter: cfg.arbiter,
@@ -286,8 +304,8 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     }
     statedump_sections(&cfg, port, &stack);
 
-    if let (Some(vol), Some(mgmt)) = (cfg.volume.clone(), cfg.mgmt.clone()) {
-        tokio::spawn(follow_options(vol, mgmt, tunables_tx));
+    if let (Some(vol), Some(mgmt), Some(tx)) = (cfg.volume.clone(), cfg.mgmt.clone(), tunables_tx) {
+        tokio::spawn(follow_options(vol, mgmt, tx));
     }
     tokio::spawn(health_checks(posix.clone(), tunables.clone()));
     tokio::spawn({
@@ -425,14 +443,71 @@ fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {
 /// Keeps `tx` at the volume's options, asking the daemon every few seconds.
 /// While the daemon cannot be reached the last known values stay.
 async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables>) {
-    rpc::follow_volume(&[mgmt], &volume, None, None, true, |d| {
-        let mut t = Tunables::from_options(&d.options);
-        t.auth = crate::protocol::auth::Rules::from_desc(&d);
-        if tx.send_if_modified(|old| std::mem::replace(old, t.clone()) != t) {
-            tracing::info!(?t, "volume options applied");
+    rpc::follow_volume(&[mgmt], &volume, None, None, true, |d| apply(&tx, &d)).await
+}
+
+/// Puts the options of the volume's description `d` in force.
+fn apply(tx: &watch::Sender<Tunables>, d: &crate::graph::VolDesc) {
+    let mut t = Tunables::from_options(&d.options);
+    t.auth = crate::protocol::auth::Rules::from_desc(d);
+    let mut applied = false;
+    tx.send_if_modified(|old| {
+        applied = *old != t;
+        if applied {
+            *old = t;
         }
-    })
-    .await
+        applied
+    });
+    if applied {
+        tracing::info!(t = ?*tx.borrow(), "volume options applied");
+    }
+}
+
+/// How long a brick waits for its first options on its input before it
+/// serves with the defaults.
+const OPTIONS_FIRST: Duration = Duration::from_secs(1);
+
+/// Takes the volume's options from `input`, as the daemon that started
+/// the brick writes them there (one description, `volgen::options_only`,
+/// per line, each time they change): a brick of a server opens no
+/// connection of its own to its daemon (at 300 servers, 300 TLS
+/// handshakes in each `volume start`). Once the input ends, the daemon
+/// went away (a brick outlives it): the options are followed at `mgmt`,
+/// the daemon that adopts the brick. The answer is ready once the first
+/// options are in force.
+fn options_from(
+    input: impl std::io::Read + Send + 'static,
+    volume: Option<String>,
+    mgmt: Option<String>,
+    tx: watch::Sender<Tunables>,
+) -> tokio::sync::oneshot::Receiver<()> {
+    use std::io::BufRead;
+    let rt = tokio::runtime::Handle::current();
+    let (first, taken) = tokio::sync::oneshot::channel();
+    let read = move || {
+        let mut first = Some(first);
+        for line in std::io::BufReader::new(input).lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<crate::graph::VolDesc>(&line) {
+                Ok(d) => apply(&tx, &d),
+                Err(e) => tracing::warn!("options from the daemon not taken: {e}"),
+            }
+            if let Some(f) = first.take() {
+                let _ = f.send(());
+            }
+        }
+        if let (Some(volume), Some(mgmt)) = (volume, mgmt) {
+            tracing::info!(%mgmt, "the daemon that started this brick went away: its options are followed at the management address");
+            rt.spawn(follow_options(volume, mgmt, tx));
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("mortar-options".into())
+        .spawn(read)
+    {
+        tracing::warn!("cannot read the volume's options from the daemon: {e}");
+    }
+    taken
 }
 
 /// Runs the health check at the configured interval; a failure takes the
@@ -487,6 +562,62 @@ mod tests {
         let t = Tunables::from_options(&o);
         assert_eq!(t.health_check, None);
         assert_eq!(t.lock_revocation, Some(Duration::from_secs(5)));
+    }
+
+    /// The options-only description of a volume whose health check runs
+    /// every `secs`, as its daemon writes it to a brick.
+    fn options_line(secs: &str) -> String {
+        let mut options = crate::core::Options::new();
+        options.insert("storage.health-check-interval".into(), secs.into());
+        let d = crate::graph::VolDesc {
+            volume: "v".into(),
+            id: "id".into(),
+            version: 1,
+            options,
+            top: crate::graph::XlDesc::new("", String::new(), vec![]),
+            clients: vec![],
+            pool: vec!["ab".repeat(32)],
+            retired: vec![],
+        };
+        serde_json::to_string(&d).unwrap() + "\n"
+    }
+
+    #[tokio::test]
+    async fn options_on_the_input_are_in_force_from_the_first_line_on() {
+        use std::io::Write;
+        let (tx, mut rx) = watch::channel(Tunables::from_options(&Default::default()));
+        let (input, mut daemon) = std::io::pipe().unwrap();
+        let first = options_from(input, None, None, tx);
+        daemon.write_all(options_line("7").as_bytes()).unwrap();
+        // The first line is in force once `first` answers.
+        first.await.unwrap();
+        assert_eq!(
+            rx.borrow_and_update().health_check,
+            Some(Duration::from_secs(7))
+        );
+        assert!(
+            rx.borrow().auth.pool.len() == 1,
+            "the pool's record comes too"
+        );
+        // A bad line is passed over; the next one is taken.
+        let more = format!("not json\n{}", options_line("9"));
+        daemon.write_all(more.as_bytes()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), rx.changed())
+            .await
+            .expect("the next line is taken")
+            .unwrap();
+        assert_eq!(rx.borrow().health_check, Some(Duration::from_secs(9)));
+    }
+
+    #[tokio::test]
+    async fn an_input_that_ends_at_once_leaves_the_defaults() {
+        let (tx, rx) = watch::channel(Tunables::from_options(&Default::default()));
+        let first = options_from(std::io::empty(), None, None, tx);
+        assert!(
+            first.await.is_err(),
+            "no options came: the brick does not wait"
+        );
+        assert_eq!(rx.borrow().health_check, Some(Duration::from_secs(30)));
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use super::state::{
     Brick, ClusterState, IssuedCredential, Task, TaskKind, TaskRow, TaskStatus, VolStatus, Volume,
 };
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -195,7 +196,8 @@ impl Command {
                 if st.volumes.contains_key(&v.name) {
                     return Err(format!("Volume {} already exists", v.name));
                 }
-                st.volumes.insert(v.name.clone(), v.clone());
+                st.volumes
+                    .insert(v.name.clone(), std::sync::Arc::new(v.clone()));
             }
             Command::RemoveVolume { volume: name } => {
                 volume(st, name)?;
@@ -206,7 +208,7 @@ impl Command {
                 status,
             } => {
                 volume(st, name)?;
-                st.volumes.get_mut(name).unwrap().status = *status;
+                st.volume_mut(name).unwrap().status = *status;
             }
             Command::SetOption {
                 volume: name,
@@ -214,7 +216,7 @@ impl Command {
                 value,
             } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 v.options.insert(key.clone(), value.clone());
                 v.version += 1;
             }
@@ -223,7 +225,7 @@ impl Command {
                 options,
             } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 v.options.extend(options.iter().cloned());
                 v.version += 1;
             }
@@ -251,10 +253,10 @@ impl Command {
                 retire,
             } => {
                 let before = if certs.is_empty() {
-                    st.retired.remove(uuid);
-                    st.certs.remove(uuid)
+                    Arc::make_mut(&mut st.retired).remove(uuid);
+                    Arc::make_mut(&mut st.certs).remove(uuid)
                 } else {
-                    st.certs.insert(uuid.clone(), certs.clone())
+                    Arc::make_mut(&mut st.certs).insert(uuid.clone(), certs.clone())
                 };
                 if *retire {
                     let gone: Vec<String> = before
@@ -263,7 +265,7 @@ impl Command {
                         .filter(|c| !certs.contains(c))
                         .collect();
                     if !gone.is_empty() {
-                        st.retired.insert(uuid.clone(), gone);
+                        Arc::make_mut(&mut st.retired).insert(uuid.clone(), gone);
                     }
                 }
                 st.pool_changed();
@@ -277,7 +279,7 @@ impl Command {
                 let list = match name {
                     Some(name) => {
                         volume(st, name)?;
-                        &mut st.volumes.get_mut(name).unwrap().credentials
+                        &mut st.volume_mut(name).unwrap().credentials
                     }
                     None => &mut st.operators,
                 };
@@ -290,7 +292,7 @@ impl Command {
                 c.retired = vec![std::mem::replace(&mut c.fingerprint, fingerprint.clone())];
                 c.issued = *issued;
                 match name {
-                    Some(name) => st.volumes.get_mut(name).unwrap().version += 1,
+                    Some(name) => st.volume_mut(name).unwrap().version += 1,
                     None => st.pool_changed(),
                 }
             }
@@ -299,7 +301,7 @@ impl Command {
                 credential,
             } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 if v.credentials.iter().any(|c| c.name == credential.name) {
                     return Err(format!(
                         "Volume {name} already has a credential named {}",
@@ -314,7 +316,7 @@ impl Command {
                 name: cred,
             } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 let before = v.credentials.len();
                 v.credentials.retain(|c| &c.name != cred);
                 if v.credentials.len() == before {
@@ -324,7 +326,7 @@ impl Command {
             }
             Command::ResetOptions { volume: name, key } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 match key {
                     Some(k) => {
                         v.options.remove(k);
@@ -344,7 +346,7 @@ impl Command {
                     .brick_mut(name, host, path)
                     .ok_or_else(|| format!("Volume {name} has no brick {host}:{path}"))?;
                 b.port = Some(*port);
-                st.volumes.get_mut(name).unwrap().version += 1;
+                st.volume_mut(name).unwrap().version += 1;
             }
             Command::AddBricks {
                 volume: name,
@@ -352,12 +354,12 @@ impl Command {
                 bricks,
             } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 v.add_bricks(*replica, bricks)?;
             }
             Command::SetDraining { volume: name, sets } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 if sets.iter().any(|s| !v.set_ids().contains(s)) {
                     return Err(format!("volume {name} has no such replica set"));
                 }
@@ -369,11 +371,11 @@ impl Command {
             }
             Command::RaiseLayoutCommit { volume: name } => {
                 volume(st, name)?;
-                st.volumes.get_mut(name).unwrap().raise_layout_commit();
+                st.volume_mut(name).unwrap().raise_layout_commit();
             }
             Command::RemoveSets { volume: name, sets } => {
                 volume(st, name)?;
-                st.volumes.get_mut(name).unwrap().remove_sets(sets)?;
+                st.volume_mut(name).unwrap().remove_sets(sets)?;
             }
             Command::LowerReplica {
                 volume: name,
@@ -381,8 +383,7 @@ impl Command {
                 bricks,
             } => {
                 volume(st, name)?;
-                st.volumes
-                    .get_mut(name)
+                st.volume_mut(name)
                     .unwrap()
                     .lower_replica(*replica, bricks)?;
             }
@@ -392,7 +393,7 @@ impl Command {
                 to,
             } => {
                 volume(st, name)?;
-                st.volumes.get_mut(name).unwrap().replace_brick(from, to)?;
+                st.volume_mut(name).unwrap().replace_brick(from, to)?;
             }
             Command::ResetBrick {
                 volume: name,
@@ -400,14 +401,11 @@ impl Command {
                 down,
             } => {
                 volume(st, name)?;
-                st.volumes
-                    .get_mut(name)
-                    .unwrap()
-                    .reset_brick(brick, *down)?;
+                st.volume_mut(name).unwrap().reset_brick(brick, *down)?;
             }
             Command::SetTask { volume: name, task } => {
                 volume(st, name)?;
-                let tasks = &mut st.volumes.get_mut(name).unwrap().tasks;
+                let tasks = &mut st.volume_mut(name).unwrap().tasks;
                 let same = |t: &Task| t.id == task.id;
                 match tasks
                     .iter()
@@ -424,7 +422,7 @@ impl Command {
                 row,
             } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 let t = v
                     .tasks
                     .iter_mut()
@@ -457,7 +455,7 @@ impl Command {
             }
             Command::StopTask { volume: name, task } => {
                 volume(st, name)?;
-                let v = st.volumes.get_mut(name).unwrap();
+                let v = st.volume_mut(name).unwrap();
                 let t = v
                     .tasks
                     .iter_mut()

@@ -634,11 +634,15 @@ pub struct ClusterState {
     pub uuid: String,
     /// Shared between versions of the view while the servers are the same.
     pub peers: std::sync::Arc<Vec<Peer>>,
-    pub volumes: BTreeMap<String, Volume>,
+    /// Shared between versions of the state: a change copies only the
+    /// volume it changes (a volume of 300 bricks was copied on every
+    /// change, twice, on every server).
+    pub volumes: BTreeMap<String, std::sync::Arc<Volume>>,
     /// The certificates each server presents (SHA-256, hex: its own and
     /// its administrator's), by uuid (docs/security.md).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub certs: BTreeMap<String, Vec<String>>,
+    /// (Shared between versions of the state while it does not change.)
+    #[serde(default, skip_serializing_if = "none")]
+    pub certs: std::sync::Arc<BTreeMap<String, Vec<String>>>,
     /// Administrator credentials issued for use away from the servers
     /// (`pool credentials`; read-only ones too). Revoked by removal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -646,8 +650,12 @@ pub struct ClusterState {
     /// The certificates each server's last rotation replaced (`pool
     /// rotate-certs`), by uuid: connections opened with them go on, no new
     /// one is taken.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub retired: BTreeMap<String, Vec<String>>,
+    #[serde(default, skip_serializing_if = "none")]
+    pub retired: std::sync::Arc<BTreeMap<String, Vec<String>>>,
+}
+
+fn none(m: &std::sync::Arc<BTreeMap<String, Vec<String>>>) -> bool {
+    m.is_empty()
 }
 
 impl ClusterState {
@@ -696,8 +704,14 @@ impl ClusterState {
     /// volume) learn the new list.
     pub fn pool_changed(&mut self) {
         for v in self.volumes.values_mut() {
-            v.version += 1;
+            std::sync::Arc::make_mut(v).version += 1;
         }
+    }
+
+    /// Volume `name`, to change (copied first if another version of the
+    /// state shares it).
+    pub fn volume_mut(&mut self, name: &str) -> Option<&mut Volume> {
+        self.volumes.get_mut(name).map(std::sync::Arc::make_mut)
     }
 
     /// Whether a read-only administrator's certificate is one the pool
@@ -731,8 +745,7 @@ impl ClusterState {
 
     /// The brick `host:path` of `volume`.
     pub fn brick_mut(&mut self, volume: &str, host: &str, path: &str) -> Option<&mut Brick> {
-        self.volumes
-            .get_mut(volume)?
+        self.volume_mut(volume)?
             .bricks
             .iter_mut()
             .find(|b| b.host == host && b.path == path)
@@ -854,7 +867,7 @@ mod tests {
         let mut st = ClusterState::default();
         let mut v = Volume::sample("a");
         v.bricks[0].port = Some(crate::mgmt::BRICK_PORT_BASE);
-        st.volumes.insert("a".into(), v);
+        st.volumes.insert("a".into(), std::sync::Arc::new(v));
         let mut new: Vec<Brick> = ["h:/c", "g:/c", "h:/d"]
             .iter()
             .map(|b| Brick::parse(b).unwrap())

@@ -79,6 +79,43 @@ pub struct BrickSpec {
     pub credential: PathBuf,
     /// Where the brick serves its metrics (at its port + 1000).
     pub metrics: Option<IpAddr>,
+    /// The volume's options, which the brick is given on its standard
+    /// input (None: it asks the daemon at `mgmt` for them).
+    pub options: Option<OptionsFeed>,
+}
+
+/// The options of a brick's volume as the daemon has them, looked at
+/// again each time `changed` moves: `next(&mut sent)` is what to write to
+/// the brick (`volgen::options_only`, one JSON line) when the volume is
+/// at another version than `sent` (which it then names), else None.
+pub struct OptionsFeed {
+    pub next: NextOptions,
+    pub changed: watch::Receiver<u64>,
+}
+
+/// A version of a volume's options: its id and `Volume::version`.
+pub type OptionsVersion = (String, u64);
+/// `OptionsFeed::next`.
+pub type NextOptions = Box<dyn Fn(&mut Option<OptionsVersion>) -> Option<String> + Send + Sync>;
+
+/// Writes the brick's options on its standard input each time they
+/// change, until the brick's input closes.
+async fn feed_options(mut input: tokio::process::ChildStdin, feed: &OptionsFeed) {
+    use tokio::io::AsyncWriteExt;
+    let mut changed = feed.changed.clone();
+    let mut sent = None;
+    loop {
+        changed.borrow_and_update();
+        if let Some(mut line) = (feed.next)(&mut sent) {
+            line.push('\n');
+            if input.write_all(line.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        if changed.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 impl BrickSpec {
@@ -104,6 +141,11 @@ impl BrickSpec {
         if self.key.is_empty() {
             return Ok(());
         }
+        // One written by an earlier start is kept (writing it anew at
+        // every start was a tenth of a daemon's part in `volume start`).
+        if self.key_is_written() {
+            return Ok(());
+        }
         let _ = std::fs::remove_file(self.key_file());
         std::fs::OpenOptions::new()
             .write(true)
@@ -111,6 +153,20 @@ impl BrickSpec {
             .mode(0o600)
             .open(self.key_file())?
             .write_all(self.key.as_bytes())
+    }
+}
+
+impl BrickSpec {
+    /// Whether the key file holds the key, and only its owner (this
+    /// process's user) may read it.
+    fn key_is_written(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let file = self.key_file();
+        std::fs::symlink_metadata(&file).is_ok_and(|m| {
+            m.is_file()
+                && m.mode() & 0o777 == 0o600
+                && m.uid() == rustix::process::geteuid().as_raw()
+        }) && std::fs::read(&file).is_ok_and(|k| k == self.key.as_bytes())
     }
 }
 
@@ -218,7 +274,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             return;
         }
         let handed = match take_standby() {
-            Some(c) => hand_over(c, &args).await,
+            Some(c) => hand_over(c, &args, spec.options.is_some()).await,
             None => None,
         };
         let mut child = match handed {
@@ -227,7 +283,10 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
                 let mut cmd = tokio::process::Command::new(&exe);
                 cmd.args(first)
                     .args(&args)
-                    .stdin(Stdio::null())
+                    .stdin(match spec.options {
+                        Some(_) => Stdio::piped(),
+                        None => Stdio::null(),
+                    })
                     .stdout(Stdio::piped())
                     // Its own process group: a signal to the daemon's group
                     // (a terminal's ^C) does not reach the bricks.
@@ -264,6 +323,15 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             }
         };
         let pid = child.id();
+        let input = child.stdin.take();
+        let feeding = async {
+            if let (Some(input), Some(feed)) = (input, spec.options.as_ref()) {
+                feed_options(input, feed).await
+            }
+            // (Ended when the brick's input closes: the brick is going.)
+            std::future::pending::<()>().await
+        };
+        tokio::pin!(feeding);
         let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
         // Its standard output says LISTENING or OFFLINE, now or later.
         let (said, bp) = (info.clone(), brick.clone());
@@ -288,6 +356,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             }
         });
         tokio::select! {
+            _ = &mut feeding => unreachable!(),
             status = child.wait() => {
                 let _ = reader.await;
                 info.set(|i| {
@@ -350,6 +419,9 @@ fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString
     if let Some(ip) = spec.metrics {
         a.extend(["--metrics".into(), ip.to_string().into()]);
     }
+    if spec.options.is_some() {
+        a.push("--options-on-stdin".into());
+    }
     a
 }
 
@@ -403,18 +475,22 @@ fn take_standby() -> Option<tokio::process::Child> {
 }
 
 /// Gives the standby program `c` the brick's arguments; None if it
-/// cannot take them (it died, or an argument is not text).
+/// cannot take them (it died, or an argument is not text). With `more`,
+/// its input stays open for the options that follow.
 async fn hand_over(
     mut c: tokio::process::Child,
     args: &[std::ffi::OsString],
+    more: bool,
 ) -> Option<tokio::process::Child> {
     use tokio::io::AsyncWriteExt;
     let text: Option<Vec<&str>> = args.iter().map(|a| a.to_str()).collect();
     let mut line = serde_json::to_vec(&text?).ok()?;
     line.push(b'\n');
-    // Its input closes here: it reads one line.
     let mut input = c.stdin.take()?;
     input.write_all(&line).await.ok()?;
+    if more {
+        c.stdin = Some(input);
+    }
     Some(c)
 }
 
@@ -471,6 +547,7 @@ mod tests {
             port: None,
             key: String::new(),
             metrics: None,
+            options: None,
         }
     }
 
@@ -494,6 +571,77 @@ mod tests {
             panic!("not a brick")
         };
         assert_eq!(b.server_credential, spec.credential);
+    }
+
+    /// The daemon writes a brick its options once, and again each time
+    /// they change (not each time the daemon's view does), until the
+    /// brick's input closes.
+    #[tokio::test]
+    async fn a_brick_is_written_its_options_when_they_change() {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("input");
+        let mut brick = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("cat > {}", out.display()))
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (moved, changed) = watch::channel(0u64);
+        // The volume's options and their version (None: not started).
+        let options = Arc::new(Mutex::new(Some(("a".to_string(), 1))));
+        let feed = OptionsFeed {
+            next: Box::new({
+                let o = options.clone();
+                move |sent| {
+                    let (line, version) = o.lock().unwrap().clone()?;
+                    let now = Some(("id".to_string(), version));
+                    (*sent != now).then(|| {
+                        *sent = now;
+                        line
+                    })
+                }
+            }),
+            changed,
+        };
+        let input = brick.stdin.take().unwrap();
+        let feeding = tokio::spawn(async move { feed_options(input, &feed).await });
+        let settle = || tokio::time::sleep(Duration::from_millis(100));
+        settle().await;
+        moved.send_modify(|n| *n += 1);
+        settle().await;
+        *options.lock().unwrap() = None;
+        moved.send_modify(|n| *n += 1);
+        settle().await;
+        *options.lock().unwrap() = Some(("b".into(), 2));
+        moved.send_modify(|n| *n += 1);
+        settle().await;
+        drop(moved);
+        tokio::time::timeout(Duration::from_secs(5), feeding)
+            .await
+            .expect("the feed ends with the daemon's view")
+            .unwrap();
+        brick.wait().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "a\nb\n");
+    }
+
+    #[test]
+    fn the_key_file_is_kept_while_it_holds_the_key_for_its_owner_alone() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let t = tempfile::tempdir().unwrap();
+        let mut spec = spec_for(Path::new("/data/b1"), t.path());
+        spec.key = "k1".into();
+        let file = spec.key_file();
+        let meta = || std::fs::metadata(&file).unwrap();
+        spec.write_key().unwrap();
+        let first = meta().ino();
+        spec.write_key().unwrap();
+        assert_eq!(meta().ino(), first, "kept as it was");
+        spec.key = "k2".into();
+        spec.write_key().unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "k2");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        spec.write_key().unwrap();
+        assert_eq!(meta().mode() & 0o777, 0o600, "made private again");
     }
 
     #[test]

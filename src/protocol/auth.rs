@@ -105,7 +105,7 @@ pub struct Grant {
 }
 
 /// The rules in force.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Rules {
     allow: Patterns,
     reject: Patterns,
@@ -123,6 +123,29 @@ pub struct Rules {
     /// Those of the pool's certificates that a rotation replaced: the
     /// connections opened with them go on.
     pub retired: std::collections::BTreeSet<String>,
+}
+
+/// What a log line says of the rules: the lists of certificates by their
+/// length (at 300 servers the pool's is 300 fingerprints).
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("allow", &self.allow)
+            .field("reject", &self.reject)
+            .field("tls", &self.tls)
+            .field(
+                "clients",
+                &self.clients.values().map(|g| &g.name).collect::<Vec<_>>(),
+            )
+            .field("ssl_allow", &self.ssl_allow)
+            .field("squash", &self.squash)
+            .field("pool", &format_args!("{} certificates", self.pool.len()))
+            .field(
+                "retired",
+                &format_args!("{} certificates", self.retired.len()),
+            )
+            .finish()
+    }
 }
 
 impl Default for Rules {

@@ -73,6 +73,7 @@ impl Daemon {
                     key: key.clone(),
                     credential: crate::mgmt::authority::server_credential(&self.cfg.state_dir),
                     metrics: self.cfg.metrics.map(|a| a.ip()),
+                    options: Some(self.options_feed(&vol)),
                 };
                 tracing::debug!(brick = %path, "starting brick");
                 let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));
@@ -94,6 +95,30 @@ impl Daemon {
             let _ = h.await;
         }
         self.reconcile_healers(&st).await;
+    }
+
+    /// The options of volume `name` as its bricks here take them: from
+    /// this view, each time it changes.
+    fn options_feed(&self, name: &str) -> OptionsFeed {
+        let (state, name) = (self.state.clone(), name.to_string());
+        OptionsFeed {
+            next: Box::new(move |sent| {
+                let st = state.lock().unwrap().clone();
+                let v = st
+                    .volumes
+                    .get(&name)
+                    .filter(|v| v.status == VolStatus::Started)?;
+                // (Made only when it moved on: 300 servers' certificates
+                // in the pool's record.)
+                let now = Some((v.id.clone(), v.version));
+                if *sent == now {
+                    return None;
+                }
+                *sent = now;
+                serde_json::to_string(&volgen::options_only(&st, v)).ok()
+            }),
+            changed: self.changed.subscribe(),
+        }
     }
 
     /// Keeps the bricks' ports in the cluster state true: a local brick

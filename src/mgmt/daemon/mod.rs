@@ -35,7 +35,7 @@ use super::consensus::{self, Consensus, WriteError};
 use super::options;
 use super::rpc::{self, BrickStatus, HealOp, HealReport, Request, Response};
 use super::state::{Brick, ClusterState, Peer, Store, VolStatus, Volume};
-use super::supervise::{supervise, BrickInfo, BrickSpec};
+use super::supervise::{supervise, BrickInfo, BrickSpec, OptionsFeed};
 use super::volgen;
 use crate::cluster::replicate::options::SELF_HEAL_DAEMON;
 use crate::heal::Healer;
@@ -73,7 +73,10 @@ pub struct Daemon {
     /// The applied state as this server sees it: its peers (the other
     /// members) and the volumes. Made again after every change applied,
     /// and shared: readers take the `Arc`, not a copy.
-    state: Mutex<Arc<ClusterState>>,
+    state: Arc<Mutex<Arc<ClusterState>>>,
+    /// Connections to the other hosts' daemons, kept from one command to
+    /// the next (`on_host`).
+    hosts: rpc::Pool,
     /// The applied state `state` was last made from. Holding it makes the
     /// machine copy rather than change it in place, so that `Arc::ptr_eq`
     /// tells whether anything was applied since.
@@ -154,7 +157,8 @@ impl Daemon {
             cfg,
             me,
             consensus,
-            state: Mutex::new(Arc::new(identity.clone())),
+            state: Arc::new(Mutex::new(Arc::new(identity.clone()))),
+            hosts: rpc::Pool::default(),
             seen: Mutex::new(None),
             descs: Mutex::new(HashMap::new()),
             healer_waits: Mutex::new(HashMap::new()),
@@ -180,7 +184,13 @@ impl Daemon {
         tokio::spawn(crate::mgmt::supervise::keep_standby());
         let accept = tokio::spawn(d.clone().accept(listener));
         if !legacy.is_empty() {
-            d.migrate(legacy).await;
+            d.migrate(
+                legacy
+                    .into_iter()
+                    .map(|(n, v)| (n, Volume::clone(&v)))
+                    .collect(),
+            )
+            .await;
         }
         store.save(&identity)?;
         tokio::spawn(d.clone().heartbeats());
@@ -266,7 +276,7 @@ impl Daemon {
     /// Copies the applied state into the view.
     pub(super) fn refresh(&self) {
         let a = self.consensus.applied();
-        let same_members = {
+        let (same_members, same_certs) = {
             let mut seen = self.seen.lock().unwrap();
             if seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &a)) {
                 return;
@@ -274,8 +284,15 @@ impl Daemon {
             let same = seen
                 .as_ref()
                 .is_some_and(|s| Arc::ptr_eq(&s.membership, &a.membership));
+            // Most changes are to volumes: the record of certificates
+            // (300 servers' at 300) is made again only when what it is
+            // made of changed.
+            let same_certs = same
+                && seen.as_ref().is_some_and(|s| {
+                    s.state.certs == a.state.certs && s.state.operators == a.state.operators
+                });
             *seen = Some(a.clone());
-            same
+            (same, same_certs)
         };
         let me = self.consensus.id();
         {
@@ -310,8 +327,10 @@ impl Daemon {
                 retired: a.state.retired.clone(),
             });
             // The servers this daemon connects to must be on the record.
-            let record: Option<Vec<String>> = st.pool_certs().map(|c| c.into_iter().collect());
-            tls::set_record(record.as_deref());
+            if !same_certs {
+                let record: Option<Vec<String>> = st.pool_certs().map(|c| c.into_iter().collect());
+                tls::set_record(record.as_deref());
+            }
         }
         self.changed.send_modify(|n| *n += 1);
     }
@@ -397,7 +416,7 @@ impl Daemon {
                         // that keeps one open (a mount following its
                         // volume, Raft) opens another, with the
                         // credential its file holds now.
-                        send_json(&mut wr, &err(format!("refused: {why}"))).await?;
+                        send_json(&mut wr, &err(format!("{}{why}", rpc::REFUSED))).await?;
                         return wr.shutdown().await;
                     }
                 },
@@ -578,7 +597,7 @@ impl Daemon {
         let Some(addr) = self.peer_mgmt(host) else {
             return err(format!("Host {host} is not in 'Peer in Cluster' state"));
         };
-        answered_within(host, rpc::call(&addr, &req))
+        answered_within(host, self.hosts.ask(&addr, &req, HOST_ANSWER))
             .await
             .unwrap_or_else(Response::Err)
     }
@@ -635,7 +654,7 @@ impl Daemon {
     }
 
     /// Every volume, as the view has them now.
-    pub(super) fn volumes(&self) -> Vec<Volume> {
+    pub(super) fn volumes(&self) -> Vec<Arc<Volume>> {
         self.state
             .lock()
             .unwrap()
@@ -645,7 +664,7 @@ impl Daemon {
             .collect()
     }
 
-    pub(super) fn volume(&self, name: &str) -> Result<Volume, String> {
+    pub(super) fn volume(&self, name: &str) -> Result<Arc<Volume>, String> {
         self.state
             .lock()
             .unwrap()
@@ -686,11 +705,11 @@ impl Daemon {
                         Some(v) => Response::Volumes(vec![v.public()]),
                         None => err(format!("Volume {n} does not exist")),
                     },
-                    None => Response::Volumes(st.volumes.values().map(Volume::public).collect()),
+                    None => Response::Volumes(st.volumes.values().map(|v| v.public()).collect()),
                 }
             }
             Request::VolumeStatus { name } => {
-                let vols: Vec<Volume> = match name {
+                let vols: Vec<Arc<Volume>> = match name {
                     Some(n) => match self.volume(&n) {
                         Ok(v) if v.status == VolStatus::Started => vec![v],
                         Ok(_) => return err(format!("Volume {n} is not started")),
@@ -1050,7 +1069,7 @@ async fn answered_within<T>(
 const HOSTS_AT_ONCE: usize = 64;
 /// How many hosts `on_hosts` asks at once to start bricks: each answers
 /// once its bricks are up, which takes longer than other requests.
-const WAITING_HOSTS_AT_ONCE: usize = 256;
+const WAITING_HOSTS_AT_ONCE: usize = 512;
 /// How long a change waits for a leader to be elected (Raft's election
 /// timeout is 3 to 6 s, and a split vote takes another round).
 const ELECTION_WAIT: Duration = Duration::from_secs(20);

@@ -527,7 +527,7 @@ impl Daemon {
     ) -> Result<String, String> {
         use crate::protocol::tls;
         let old = match &volume {
-            Some(v) => self.volume(v)?.credentials,
+            Some(v) => self.volume(v)?.credentials.clone(),
             None => self.state.lock().unwrap().operators.clone(),
         }
         .into_iter()
@@ -743,7 +743,7 @@ impl Daemon {
         let mut parsed = self.check_new_bricks(&bricks).await?;
         // Checked here as the command will (so that nothing is prepared
         // for a change that is refused), and again when applied.
-        v.clone().add_bricks(replica, &parsed)?;
+        Volume::clone(&v).add_bricks(replica, &parsed)?;
         self.state.lock().unwrap().assign_ports(&mut parsed);
         self.init_bricks(&parsed, &v.id, force).await?;
         let cmd = Command::AddBricks {

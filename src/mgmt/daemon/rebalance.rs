@@ -194,7 +194,7 @@ impl Daemon {
     /// Takes the sets out of the volume, and the volume's mark off their
     /// bricks so that they can be used again.
     async fn take_out(self: &Arc<Self>, name: &str, sets: Vec<u32>) -> Result<Vec<Brick>, String> {
-        let mut v = self.volume(name)?;
+        let mut v = Volume::clone(&*self.volume(name)?);
         let gone = v.remove_sets(&sets)?;
         self.execute(Command::RemoveSets {
             volume: name.to_string(),

@@ -19,7 +19,7 @@ impl Daemon {
         let from = self.brick_of(&v, &from)?;
         let mut to = self.check_new_bricks(&[to]).await?.remove(0);
         // Checked as the command will be, before anything is prepared.
-        v.clone().replace_brick(&from, &to)?;
+        Volume::clone(&v).replace_brick(&from, &to)?;
         self.holds_nothing_unhealed(&v, &from).await?;
         self.state
             .lock()
@@ -63,7 +63,7 @@ impl Daemon {
             if v.is_resetting(&b) {
                 return Err(format!("{b} was taken down by reset-brick start already"));
             }
-            v.clone().reset_brick(&b, true)?;
+            Volume::clone(&v).reset_brick(&b, true)?;
             self.holds_nothing_unhealed(&v, &b).await?;
             self.execute(Command::ResetBrick {
                 volume: name.clone(),
@@ -76,7 +76,7 @@ impl Daemon {
                 "reset-brick start operation successful: {b} is stopped. Replace or repair its disk, then run 'volume reset-brick {name} {b} {b} commit force'"
             ));
         }
-        v.clone().reset_brick(&b, false)?;
+        Volume::clone(&v).reset_brick(&b, false)?;
         let init = Request::BrickInit {
             brick: b.clone(),
             volume_id: v.id.clone(),
@@ -120,7 +120,7 @@ impl Daemon {
             .map(|b| Brick::parse(b))
             .collect::<Result<_, _>>()?;
         // Checked as the command will be, before the bricks are asked.
-        let mut after = v.clone();
+        let mut after = Volume::clone(&v);
         let gone = after.lower_replica(replica, &parsed)?;
         self.nothing_unhealed(&v).await?;
         self.execute(Command::LowerReplica {

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 )]
 struct Cli {
     #[command(flatten)]
-    brick: mortar::cli::BrickArgs,
+    brick: mortar::mgmt::brick::BrickArgs,
 }
 
 /// Tells the daemon why this brick cannot start, as a brick that goes

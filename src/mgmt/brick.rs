@@ -24,6 +24,53 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// The brick process's command line (`mortar brick`, `mortar-brick`).
+#[derive(clap::Args)]
+pub struct BrickArgs {
+    #[arg(long)]
+    pub path: PathBuf,
+    #[arg(long)]
+    pub ip: std::net::IpAddr,
+    #[arg(long)]
+    pub volume_id: String,
+    /// Keep names and metadata but no file data (an arbiter brick).
+    #[arg(long)]
+    pub arbiter: bool,
+    /// The volume's name, to follow its options (with --mgmt).
+    #[arg(long)]
+    pub volume: Option<String>,
+    /// The management daemon to ask for the volume's options.
+    #[arg(long)]
+    pub mgmt: Option<String>,
+    /// Where to write "<pid> <port>" once serving.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
+    /// The port to listen on; when it is taken, the first free one from
+    /// 24300.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Append the brick's log (its standard error) to this file.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
+    /// The file holding the volume's key, which the pool's own clients
+    /// (self-heal, rebalance) give to pass auth.allow and auth.reject.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// The server's credential, which the brick serves and connects with
+    /// (not `--credential`: that one is the CLI's, for talking to a daemon).
+    #[arg(long)]
+    pub server_credential: PathBuf,
+    /// Serve Prometheus metrics on this address, at the brick's port +
+    /// 1000 (a free port when that one is taken).
+    #[arg(long, value_name = "IP")]
+    pub metrics: Option<std::net::IpAddr>,
+    /// Take the volume's options from standard input, one JSON line each
+    /// time they change, as the daemon that starts the brick writes them;
+    /// once the input ends (that daemon went away), ask --mgmt instead.
+    #[arg(long)]
+    pub options_on_stdin: bool,
+}
+
 /// What a brick needs to know to run.
 pub struct BrickConfig {
     pub path: PathBuf,
@@ -194,7 +241,7 @@ fn log_to(file: &Path) -> std::io::Result<()> {
 /// Runs a brick from its command line's arguments (`mortar brick`, or
 /// the smaller `mortar-brick` binary the daemon starts), its log on
 /// standard error or in `--log-file`.
-pub fn main(a: &crate::cli::BrickArgs) -> anyhow::Result<()> {
+pub fn main(a: &BrickArgs) -> anyhow::Result<()> {
     if let Some(f) = &a.log_file {
         if let Err(e) = log_to(f) {
             eprintln!("cannot log to {}: {e}", f.display());

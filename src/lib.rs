@@ -1,12 +1,15 @@
 //! mortar: a scale-out distributed file system.
 //!
-//! The crate is laid out by concern, dependencies pointing one way:
-//! `core` (operations, ids, errors, the translator trait) ← `storage`
-//! (the brick's posix translator) and `cluster` (replicate, distribute) ←
-//! `protocol` (wire format, brick server, client translator) ← `mgmt`
-//! (state, options, volgen, daemon) ← `graph`, `fuse`, `mount` and `cli`.
+//! The crate is laid out by concern, in layers that only point down
+//! (`tests/layers.rs` checks them; docs/architecture.md draws them):
+//! `core` ← `process` ← `metrics` ← `storage`, `protocol` ← the
+//! translators (`brick`; the client's `cluster`, `performance`,
+//! `features`, `debug`) ← `graph` (the table of every translator kind,
+//! the composition root) ← `heal`, `rebalance` ← `mgmt` ← `fuse` ← the
+//! processes (`brickd`, `mount`) ← `bench` ← `cli`.
 pub mod bench;
 pub mod brick;
+pub mod brickd;
 pub mod cli;
 pub mod cluster;
 pub mod core;

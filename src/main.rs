@@ -99,7 +99,7 @@ fn main() -> ExitCode {
                 })
             })
         }
-        Cmd::Brick(ref a) => mortar::mgmt::brick::main(a),
+        Cmd::Brick(ref a) => mortar::brickd::main(a),
         Cmd::Mount(ref m) => {
             let args = MountArgs {
                 source: m.source.clone(),

@@ -6,8 +6,9 @@
 //! in the background and returns once the mount is in place, as mount(8)
 //! expects of a helper.
 
+use crate::core::desc::VolDesc;
 use crate::fuse::{kmount, MortarFs};
-use crate::graph::{active::Active, Graph, VolDesc};
+use crate::graph::{active::Active, Graph};
 use crate::mgmt::rpc::{self, Request, Response};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -346,17 +347,17 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     }
     {
         let weak = Arc::downgrade(&active);
-        crate::debug::statedump::section("graph", move || {
+        crate::process::statedump::section("graph", move || {
             weak.upgrade().map(|a| a.describe()).unwrap_or_default()
         });
         let weak = Arc::downgrade(&active);
-        crate::debug::statedump::section("handles", move || {
+        crate::process::statedump::section("handles", move || {
             weak.upgrade()
                 .map(|a| format!("open={}\nswitches={}\n", a.open_handles(), a.switches()))
                 .unwrap_or_default()
         });
         let what = format!("client {vol} {}", a.dir.display());
-        rt.block_on(async move { crate::debug::statedump::on_signal(what) });
+        rt.block_on(async move { crate::process::statedump::on_signal(what) });
     }
     // Before the mount: after it, a look at the path waits for this
     // process's own session.

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 )]
 struct Cli {
     #[command(flatten)]
-    brick: mortar::mgmt::brick::BrickArgs,
+    brick: mortar::brickd::BrickArgs,
 }
 
 /// Tells the daemon why this brick cannot start, as a brick that goes
@@ -36,14 +36,14 @@ fn main() -> ExitCode {
     let mut args = std::env::args();
     let program = args.next().unwrap_or_else(|| "mortar-brick".into());
     let cli = if args.next().is_some_and(|a| a == "--standby") {
-        let argv: Vec<String> = match mortar::mgmt::brick::standby_args() {
+        let argv: Vec<String> = match mortar::brickd::standby_args() {
             None => return ExitCode::SUCCESS,
             Some(Err(e)) => return offline(&e),
             Some(Ok(more)) => std::iter::once(program).chain(more).collect(),
         };
         match Cli::try_parse_from(&argv) {
             Ok(c) => {
-                mortar::mgmt::brick::show_command_line(&argv);
+                mortar::brickd::show_command_line(&argv);
                 c
             }
             Err(e) => return offline(&e.to_string()),
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
     } else {
         Cli::parse()
     };
-    match mortar::mgmt::brick::main(&cli.brick) {
+    match mortar::brickd::main(&cli.brick) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e:#}");

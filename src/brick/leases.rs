@@ -34,7 +34,8 @@
 //! directory is asked again after that.
 use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
 use crate::core::fop::HOLD_XATTR;
-use crate::core::options::{Kind, Spec};
+
+use crate::core::terms::Terms;
 use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -42,48 +43,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-pub static CACHE_INVALIDATION: Spec = Spec {
-    key: "features.cache-invalidation",
-    kind: Kind::Bool,
-    default: "on",
-    help: "Bricks note which clients cache which objects and names, and recall them before another client's change is applied; clients then cache names and attributes for features.cache-invalidation-timeout seconds. Off: nothing is recalled and clients cache for 1 second.",
-};
-
-pub static CACHE_INVALIDATION_TIMEOUT: Spec = Spec {
-    key: "features.cache-invalidation-timeout",
-    kind: Kind::Int(1, 3600),
-    default: "600",
-    help: "Seconds a client may cache a name, an object's attributes or a missing name under a lease (the kernel's entry and attribute timeouts).",
-};
-
-/// The terms on which a brick grants leases now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Terms {
-    /// How long a client may cache under a lease (None: no leases).
-    pub lease: Option<Duration>,
-    /// How long a recall waits for a client before disconnecting it.
-    pub recall_timeout: Duration,
-}
-
-impl Terms {
-    pub fn from_options(o: &crate::core::Options) -> Terms {
-        Terms {
-            lease: CACHE_INVALIDATION
-                .bool(o)
-                .then(|| Duration::from_secs(CACHE_INVALIDATION_TIMEOUT.int(o).max(1) as u64)),
-            recall_timeout: Duration::from_secs(
-                crate::protocol::client::PING_TIMEOUT.int(o).max(1) as u64,
-            ),
-        }
-    }
-}
-
-impl Default for Terms {
-    fn default() -> Self {
-        Terms::from_options(&Default::default())
-    }
-}
 
 /// Leases are kept in this many maps (by gfid).
 const SHARDS: usize = 64;

@@ -1,4 +1,5 @@
-//! The brick-side stack. `protocol::server` decodes each request and hands
+//! The brick-side stack. `server` (the brick's end of the protocol) decodes
+//! each request and hands
 //! it, with the connection it came on, to the top of this stack; each
 //! concern is one translator (its row in `graph::table`, side `Brick`),
 //! bottom to top:
@@ -7,11 +8,11 @@
 //! |---|---|---|
 //! | `storage/posix` | `posix.rs` | the brick directory (`storage::posix`); slow fops on the blocking pool |
 //! | `features/arbiter` | `arbiter.rs` | on an arbiter brick: names and metadata, no file data |
-//! | `features/index` | `index.rs` | change sessions, blame and the heal index (`storage::index`) |
-//! | `features/locks` | `locks.rs` | object locks, contention notices, revocation (`storage::locks`) |
+//! | `features/index` | `index/` | change sessions, blame and the heal index (`index/store.rs`) |
+//! | `features/locks` | `locks/` | object locks, contention notices, revocation (`locks/table.rs`) |
 //! | `features/hold` | `hold.rs` | files a rebalance is moving: others' changes refused until they have moved |
 //! | `features/leases` | `leases.rs` | which clients cache what; recalled before another client's change |
-//! | `debug/profile` | `../debug/profile.rs` | metrics, `volume profile` and `volume top` of every fop |
+//! | `debug/profile` | `profile.rs` | metrics, `volume profile` and `volume top` of every fop |
 //!
 //! A translator handles the fops it is about and passes every other one to
 //! the one below unchanged; the stack tells every translator of each
@@ -23,6 +24,8 @@ pub mod index;
 pub mod leases;
 pub mod locks;
 pub mod posix;
+pub mod profile;
+pub mod server;
 
 use crate::core::{Ctx, Fop, FsResult, Gfid, Reply};
 use crate::storage::posix::{FdTable, Posix};
@@ -101,7 +104,7 @@ pub struct BrickEnv {
     /// How long a lock may be kept from a waiter now (None: forever).
     pub revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
     /// The terms of the leases it grants now (`features/leases`).
-    pub lease_terms: Arc<dyn Fn() -> leases::Terms + Send + Sync>,
+    pub lease_terms: Arc<dyn Fn() -> crate::core::terms::Terms + Send + Sync>,
     /// Whether `volume profile` is on (`diagnostics.latency-measurement`).
     pub profiling: Arc<dyn Fn() -> bool + Send + Sync>,
 }
@@ -117,17 +120,20 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Stacks the brick rows of the translator table, in table order.
-    pub fn build(env: &BrickEnv) -> anyhow::Result<Stack> {
+    /// Stacks the translators `kinds` name, bottom to top (the brick rows
+    /// of `graph::table`, in table order).
+    pub fn build(
+        env: &BrickEnv,
+        kinds: impl IntoIterator<Item = (&'static str, BrickFactory)>,
+    ) -> anyhow::Result<Stack> {
         let mut layers: Vec<(&'static str, Arc<dyn BrickXlator>)> = Vec::new();
-        for row in crate::graph::table::TABLE {
-            let Some(make) = row.brick else { continue };
+        for (kind, make) in kinds {
             let below = layers.last().map(|(_, x)| x.clone());
             if let Some(x) = make(env, below)? {
-                layers.push((row.kind, x));
+                layers.push((kind, x));
             }
         }
-        anyhow::ensure!(!layers.is_empty(), "the translator table has no brick rows");
+        anyhow::ensure!(!layers.is_empty(), "a brick stack of no translators");
         Ok(Stack { layers })
     }
 
@@ -170,46 +176,5 @@ impl Stack {
         for (_, x) in self.layers.iter().rev() {
             x.recalled(conn, id);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_stack_follows_the_table_and_the_arbiter_only_where_it_belongs() {
-        let d = tempfile::tempdir().unwrap();
-        let posix = Arc::new(Posix::open(d.path()).unwrap());
-        let env = |arbiter| BrickEnv {
-            posix: posix.clone(),
-            arbiter,
-            revoke_after: Arc::new(|| None),
-            lease_terms: Arc::new(Default::default),
-            profiling: Arc::new(|| false),
-        };
-        assert_eq!(
-            Stack::build(&env(false)).unwrap().kinds(),
-            vec![
-                "storage/posix",
-                "features/index",
-                "features/locks",
-                "features/hold",
-                "features/leases",
-                "debug/profile"
-            ]
-        );
-        assert_eq!(
-            Stack::build(&env(true)).unwrap().kinds(),
-            vec![
-                "storage/posix",
-                "features/arbiter",
-                "features/index",
-                "features/locks",
-                "features/hold",
-                "features/leases",
-                "debug/profile"
-            ]
-        );
     }
 }

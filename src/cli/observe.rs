@@ -3,9 +3,9 @@
 //! them (or as JSON with `--json`).
 
 use super::{ask, fail, Server};
-use crate::debug::profile::{FopStat, Interval, ProfileReport, TopEntry, TopReport, TOP_LIST};
-use crate::debug::status::{human, BrickDetail};
+use crate::brick::profile::{FopStat, Interval, ProfileReport, TopEntry, TopReport, TOP_LIST};
 use crate::mgmt::rpc::{BrickReport, ProfileOp, Request, Response};
+use crate::process::status::{human, BrickDetail};
 use std::fmt::Write;
 
 pub(super) async fn profile(

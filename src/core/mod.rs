@@ -6,11 +6,13 @@
 //! brick storage, FUSE or the management daemon.
 
 pub mod addrs;
+pub mod desc;
 pub mod error;
 pub mod fop;
 pub mod gfid;
 pub mod options;
 pub mod recalls;
+pub mod terms;
 pub mod xlator;
 
 pub use error::{FsError, FsResult};

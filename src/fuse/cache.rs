@@ -75,7 +75,7 @@ impl Invalidator {
         if !ok {
             tracing::info!(
                 "the kernel cannot drop every cached name at once (FUSE_NOTIFY_INC_EPOCH, Linux 6.16); names are cached for {:?}",
-                crate::graph::UNLEASED
+                crate::core::terms::UNLEASED
             );
         }
         let (tx, rx) = mpsc::channel::<(Job, Option<oneshot::Sender<()>>)>();
@@ -294,7 +294,7 @@ impl Lease {
         if self.names {
             t
         } else {
-            t.min(crate::graph::UNLEASED)
+            t.min(crate::core::terms::UNLEASED)
         }
     }
 }

@@ -529,7 +529,7 @@ impl Filesystem for MortarFs {
         // before another client changes a name in it, which drops the
         // kernel's copy (`cache::Invalidator`); a change made here, or a
         // new mtime, drops it too.
-        let flags = match self.graph.graph().cache_time() > crate::graph::UNLEASED {
+        let flags = match self.graph.graph().cache_time() > crate::core::terms::UNLEASED {
             true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
             false => FopenFlags::empty(),
         };

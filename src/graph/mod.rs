@@ -8,14 +8,14 @@ pub mod active;
 pub mod build;
 #[cfg(test)]
 mod cluster_tests;
-pub mod desc;
+pub mod roles;
 pub mod table;
 #[cfg(test)]
 pub mod testkit;
 
 pub use build::{Env, Node};
-pub use desc::{ClientAccess, VolDesc, XlDesc};
 
+use crate::core::desc::VolDesc;
 use crate::core::recalls::RecallLog;
 use crate::core::xlator::Top;
 use crate::core::{Child, Event, Gfid, Options};
@@ -23,18 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long the kernel may cache names and attributes when nothing would
-/// recall them.
-pub const UNLEASED: Duration = Duration::from_secs(1);
-
-/// How long a client may cache a name, attributes or xattrs under these
-/// options: the lease's time when the bricks recall
-/// (`features.cache-invalidation`), else `UNLEASED`.
-pub fn cache_time(options: &Options) -> Duration {
-    crate::brick::leases::Terms::from_options(options)
-        .lease
-        .unwrap_or(UNLEASED)
-}
+use crate::core::terms::{cache_time, UNLEASED};
 
 pub struct Graph {
     /// The volume and the version of its description this graph is built from.
@@ -67,7 +56,7 @@ impl Graph {
         now: impl Fn(&Node) -> bool,
     ) -> anyhow::Result<Graph> {
         let mut nodes = Vec::new();
-        build::build_into(&desc.top, env, &mut nodes)?;
+        build::build_into(&desc.top, env, &table::factory, &mut nodes)?;
         // Deep enough that a burst of recalls does not overtake the
         // mount reading them (it drops every cache when it does).
         let (events, _) = tokio::sync::broadcast::channel(4096);

@@ -5,7 +5,9 @@
 //! and the option registry (`mgmt::options`) is the union of the rows'
 //! options. Adding a translator is its file plus one row here.
 
-use super::build::BuildCtx;
+use super::build::{BuildCtx, Factory};
+use crate::cluster::{distribute::Distribute, replicate::Replicate};
+use crate::core::desc::XlDesc;
 use crate::core::options::Spec;
 use crate::core::{Child, Xlator};
 use std::sync::Arc;
@@ -33,8 +35,6 @@ pub enum Place {
     Above,
 }
 
-pub type Factory = fn(&BuildCtx, Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>>;
-
 pub struct Row {
     pub kind: &'static str,
     pub side: Side,
@@ -56,8 +56,8 @@ pub static TABLE: &[Row] = &[
         side: Side::Client,
         place: Place::Brick,
         enabled_by: None,
-        options: &[&crate::protocol::client::PING_TIMEOUT],
-        build: Some(super::build::protocol_client),
+        options: &[&crate::core::terms::PING_TIMEOUT],
+        build: Some(protocol_client),
         brick: None,
         about: "one connection to one brick; requests in flight in any number",
     },
@@ -67,7 +67,7 @@ pub static TABLE: &[Row] = &[
         place: Place::Set,
         enabled_by: None,
         options: crate::cluster::replicate::options::OPTIONS,
-        build: Some(super::build::replicate),
+        build: Some(replicate),
         brick: None,
         about: "copies every change to each brick of a replica set; reads from one good copy",
     },
@@ -78,11 +78,11 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         // Read by the rebalance, which runs this translator's graph.
         options: &[
-            &crate::cluster::distribute::MIN_FREE_DISK,
-            &crate::rebalance::REBAL_THROTTLE,
-            &crate::rebalance::WEIGHTED_REBALANCE,
+            &crate::cluster::distribute::options::MIN_FREE_DISK,
+            &crate::cluster::distribute::options::REBAL_THROTTLE,
+            &crate::cluster::distribute::options::WEIGHTED_REBALANCE,
         ],
-        build: Some(super::build::distribute),
+        build: Some(distribute),
         brick: None,
         about: "places files on replica sets by the hash of their names",
     },
@@ -92,7 +92,7 @@ pub static TABLE: &[Row] = &[
         place: Place::Above,
         enabled_by: Some(&crate::performance::md_cache::STAT_PREFETCH),
         options: &[&crate::performance::md_cache::ASYNC_DIROPS],
-        build: Some(super::build::md_cache),
+        build: Some(md_cache),
         brick: None,
         about: "objects' xattrs (missing ones too) kept at the mount under the bricks' leases",
     },
@@ -102,7 +102,7 @@ pub static TABLE: &[Row] = &[
         place: Place::Above,
         enabled_by: Some(&crate::performance::io_cache::IO_CACHE),
         options: &[&crate::performance::io_cache::CACHE_SIZE],
-        build: Some(super::build::io_cache),
+        build: Some(io_cache),
         brick: None,
         about: "small files' data this mount wrote or read, kept at the mount under the bricks' leases",
     },
@@ -112,7 +112,7 @@ pub static TABLE: &[Row] = &[
         place: Place::Above,
         enabled_by: Some(&crate::performance::write_behind::WRITE_BEHIND),
         options: &[&crate::performance::write_behind::WINDOW_SIZE],
-        build: Some(super::build::write_behind),
+        build: Some(write_behind),
         brick: None,
         about: "writes answered from memory and sent behind, in order, joined; errors at the next fsync or close",
     },
@@ -122,7 +122,7 @@ pub static TABLE: &[Row] = &[
         place: Place::Above,
         enabled_by: Some(&crate::features::read_only::READ_ONLY),
         options: &[],
-        build: Some(super::build::read_only),
+        build: Some(read_only),
         brick: None,
         about: "refuses every change with EROFS",
     },
@@ -132,7 +132,7 @@ pub static TABLE: &[Row] = &[
         place: Place::Above,
         enabled_by: Some(&crate::debug::io_stats::COUNT_FOP_HITS),
         options: &[],
-        build: Some(super::build::io_stats),
+        build: Some(io_stats),
         brick: None,
         about: "counts fops, errors and latency",
     },
@@ -142,7 +142,7 @@ pub static TABLE: &[Row] = &[
         place: Place::Brick,
         enabled_by: None,
         options: &[
-            &crate::storage::health::HEALTH_CHECK_INTERVAL,
+            &crate::storage::posix::health::HEALTH_CHECK_INTERVAL,
             &crate::storage::posix::STRICT_O_DIRECT,
         ],
         build: None,
@@ -174,7 +174,7 @@ pub static TABLE: &[Row] = &[
         side: Side::Brick,
         place: Place::Brick,
         enabled_by: None,
-        options: &[&crate::storage::locks::REVOCATION_SECS],
+        options: &[&crate::brick::locks::REVOCATION_SECS],
         build: None,
         brick: Some(crate::brick::locks::build),
         about: "object locks for replicate's transactions, with contention notices and revocation",
@@ -196,8 +196,8 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         // The client reads them too: how long the kernel may cache.
         options: &[
-            &crate::brick::leases::CACHE_INVALIDATION,
-            &crate::brick::leases::CACHE_INVALIDATION_TIMEOUT,
+            &crate::core::terms::CACHE_INVALIDATION,
+            &crate::core::terms::CACHE_INVALIDATION_TIMEOUT,
         ],
         build: None,
         brick: Some(crate::brick::leases::build),
@@ -208,9 +208,9 @@ pub static TABLE: &[Row] = &[
         side: Side::Brick,
         place: Place::Brick,
         enabled_by: None,
-        options: &[&crate::debug::profile::LATENCY_MEASUREMENT],
+        options: &[&crate::brick::profile::LATENCY_MEASUREMENT],
         build: None,
-        brick: Some(crate::debug::profile::build),
+        brick: Some(crate::brick::profile::build),
         about: "every fop counted (metrics, volume top) and, while profiling, timed (volume profile)",
     },
     Row {
@@ -238,8 +238,8 @@ pub static TABLE: &[Row] = &[
         place: Place::Brick,
         enabled_by: None,
         options: &[
-            &crate::mgmt::daemon::SERVER_QUORUM_TYPE,
-            &crate::mgmt::daemon::SERVER_QUORUM_RATIO,
+            &crate::graph::roles::SERVER_QUORUM_TYPE,
+            &crate::graph::roles::SERVER_QUORUM_RATIO,
         ],
         build: None,
         brick: None,
@@ -251,11 +251,120 @@ pub fn row(kind: &str) -> Option<&'static Row> {
     TABLE.iter().find(|r| r.kind == kind)
 }
 
+/// How a client builds the translator `d` describes.
+pub fn factory(d: &XlDesc) -> anyhow::Result<Factory> {
+    let row = row(&d.kind)
+        .ok_or_else(|| anyhow::anyhow!("{}: unknown translator kind {}", d.name, d.kind))?;
+    row.build
+        .ok_or_else(|| anyhow::anyhow!("{}: {} is not a client translator", d.name, d.kind))
+}
+
+/// The brick's translators, bottom to top, and how each is built: what
+/// the brick process stacks (`brick::Stack::build`).
+pub fn brick_layers() -> impl Iterator<Item = (&'static str, crate::brick::BrickFactory)> {
+    TABLE.iter().filter_map(|r| Some((r.kind, r.brick?)))
+}
+
 /// Every option any translator declares.
 pub fn all_options() -> impl Iterator<Item = &'static Spec> {
     TABLE
         .iter()
         .flat_map(|r| r.enabled_by.into_iter().chain(r.options.iter().copied()))
+}
+
+fn protocol_client(cx: &BuildCtx, _children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    (cx.env.connect)(cx.desc, cx.link.clone())
+}
+
+fn replicate(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let arbiter = (cx.desc.param("arbiter") == Some("on")).then(|| children.len() - 1);
+    Ok(Arc::new(
+        Replicate::new(cx.desc.name.clone(), children).with_arbiter(arbiter),
+    ))
+}
+
+fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    if children.is_empty() {
+        anyhow::bail!("{}: distribute needs children", cx.desc.name);
+    }
+    // Stable set ids and the layout generation, as volgen writes them;
+    // a description without them (tests) numbers the sets in order.
+    let mut ids = Vec::new();
+    for (i, d) in cx.desc.children.iter().enumerate() {
+        ids.push(match d.param("set-id") {
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|&v| v < 1 << 16)
+                .ok_or_else(|| anyhow::anyhow!("{}: bad set-id {v:?}", d.name))?,
+            None => i as u32,
+        });
+    }
+    let mut seen = ids.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != ids.len() {
+        anyhow::bail!("{}: two sets share an id", cx.desc.name);
+    }
+    let commit = match cx.desc.param("layout-commit") {
+        Some(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{}: bad layout-commit {v:?}", cx.desc.name))?,
+        None => 1,
+    };
+    let draining = cx
+        .desc
+        .children
+        .iter()
+        .map(|d| d.param("draining") == Some("on"))
+        .collect();
+    Ok(Arc::new(
+        Distribute::with_sets(cx.desc.name.clone(), children, ids, commit).with_draining(draining),
+    ))
+}
+
+/// The one child a translator stacked above the volume takes.
+fn only_child(cx: &BuildCtx, mut children: Vec<Child>, what: &str) -> anyhow::Result<Child> {
+    if children.len() != 1 {
+        anyhow::bail!("{}: {what} takes one child", cx.desc.name);
+    }
+    Ok(children.remove(0))
+}
+
+fn read_only(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "read-only")?;
+    let name = cx.desc.name.clone();
+    Ok(Arc::new(crate::features::read_only::ReadOnly::new(
+        name, child,
+    )))
+}
+
+fn md_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "md-cache")?;
+    let name = cx.desc.name.clone();
+    Ok(crate::performance::md_cache::MdCache::new(name, child))
+}
+
+fn io_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "io-cache")?;
+    let name = cx.desc.name.clone();
+    Ok(Arc::new(crate::performance::io_cache::IoCache::new(
+        name, child,
+    )))
+}
+
+fn write_behind(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "write-behind")?;
+    let name = cx.desc.name.clone();
+    Ok(Arc::new(
+        crate::performance::write_behind::WriteBehind::new(name, child),
+    ))
+}
+
+fn io_stats(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "io-stats")?;
+    let name = cx.desc.name.clone();
+    Ok(Arc::new(crate::debug::io_stats::IoStats::new(name, child)))
 }
 
 #[cfg(test)]
@@ -282,5 +391,45 @@ mod tests {
             // (Server rows are roles with options: the daemon reads them;
             // so is the brick's own server, `protocol/server`.)
         }
+    }
+
+    #[test]
+    fn the_stack_follows_the_table_and_the_arbiter_only_where_it_belongs() {
+        let d = tempfile::tempdir().unwrap();
+        let posix = Arc::new(crate::storage::posix::Posix::open(d.path()).unwrap());
+        let env = |arbiter| crate::brick::BrickEnv {
+            posix: posix.clone(),
+            arbiter,
+            revoke_after: Arc::new(|| None),
+            lease_terms: Arc::new(Default::default),
+            profiling: Arc::new(|| false),
+        };
+        assert_eq!(
+            crate::brick::Stack::build(&env(false), brick_layers())
+                .unwrap()
+                .kinds(),
+            vec![
+                "storage/posix",
+                "features/index",
+                "features/locks",
+                "features/hold",
+                "features/leases",
+                "debug/profile"
+            ]
+        );
+        assert_eq!(
+            crate::brick::Stack::build(&env(true), brick_layers())
+                .unwrap()
+                .kinds(),
+            vec![
+                "storage/posix",
+                "features/arbiter",
+                "features/index",
+                "features/locks",
+                "features/hold",
+                "features/leases",
+                "debug/profile"
+            ]
+        );
     }
 }

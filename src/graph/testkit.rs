@@ -2,7 +2,8 @@
 //! factories, same links): the seam where the cluster translators are
 //! unit-tested without root, FUSE or processes.
 
-use super::{Env, Graph, VolDesc, XlDesc};
+use super::{Env, Graph};
+use crate::core::desc::{VolDesc, XlDesc};
 use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
 use crate::storage::memory::MemBrick;
 use std::sync::Arc;
@@ -228,4 +229,53 @@ impl Rig {
         self.call(Fop::Releasedir { gfid: dir, fh }).await?;
         Ok(out)
     }
+}
+
+/// The errno of a result that must be an error.
+pub fn errno<T: std::fmt::Debug>(r: crate::core::FsResult<T>) -> i32 {
+    r.expect_err("expected an error").errno
+}
+
+/// `count` seeds for a model test, from `MORTAR_MODEL_SEED` (1 unless set).
+pub fn model_seeds(count: u64) -> std::ops::Range<u64> {
+    let base = std::env::var("MORTAR_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    base..base + count
+}
+
+/// Opens `gfid` for writing through the rig's graph: one handle kept
+/// across bricks going down and coming back, as an application's fd.
+pub async fn open_for_writing(r: &Rig, gfid: Gfid) -> u64 {
+    r.call(Fop::Open {
+        gfid,
+        flags: libc::O_RDWR,
+    })
+    .await
+    .unwrap()
+    .into_fh()
+    .unwrap()
+}
+
+pub async fn write_at(r: &Rig, gfid: Gfid, fh: u64, offset: usize, data: &[u8]) -> FsResult<()> {
+    r.call(Fop::Write {
+        gfid,
+        fh,
+        offset: offset as u64,
+        data: bytes::Bytes::copy_from_slice(data),
+    })
+    .await
+    .map(|_| ())
+}
+
+/// A file written "aaaa", then "bbbb" while brick 0 was down (it stays
+/// down): its handle open for writing.
+pub async fn written_while_brick_0_was_down(r: &Rig) -> (Gfid, u64) {
+    let f = r.create(Gfid::ROOT, "f", b"").await.unwrap();
+    let fh = open_for_writing(r, f).await;
+    write_at(r, f, fh, 0, b"aaaa").await.unwrap();
+    r.bricks[0].set_down(true);
+    write_at(r, f, fh, 4, b"bbbb").await.unwrap();
+    (f, fh)
 }

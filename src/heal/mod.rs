@@ -11,9 +11,10 @@
 pub mod object;
 
 use crate::cluster::replicate::options::FAVORITE_CHILD_POLICY;
+use crate::core::desc::VolDesc;
 use crate::core::fop::FileKind;
 use crate::core::{Ctx, Fop, FsResult, Gfid, Reply};
-use crate::graph::{Env, Graph, VolDesc};
+use crate::graph::{Env, Graph};
 use futures_util::future::BoxFuture;
 use object::{Brick, Outcome, Policy, Set};
 use serde::{Deserialize, Serialize};
@@ -618,6 +619,8 @@ async fn list_on(b: &Brick, d: Gfid) -> FsResult<Vec<(Gfid, bool)>> {
     Ok(out)
 }
 
+#[cfg(test)]
+mod cluster_tests;
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -249,7 +249,7 @@ pub fn on_scrape(f: impl Fn(&Metrics) + Send + Sync + 'static) {
 pub fn render(registry: &Registry) -> String {
     let m = get();
     m.resident_bytes
-        .set(crate::debug::status::memory().resident as i64);
+        .set(crate::process::status::memory().resident as i64);
     for hook in HOOKS.lock().unwrap().iter() {
         hook(m);
     }

@@ -2,7 +2,6 @@
 //! that keeps it and runs the bricks, the RPC the CLI and clients use to
 //! reach it, and the volume-description generator (`volgen`).
 pub mod authority;
-pub mod brick;
 pub mod command;
 pub mod consensus;
 pub mod daemon;
@@ -18,5 +17,5 @@ pub const DEFAULT_MGMT_PORT: u16 = 24107;
 /// First port tried for brick servers.
 pub const BRICK_PORT_BASE: u16 = 24300;
 /// Default port of the daemon's Prometheus metrics (on its IP); each brick
-/// serves its own at its port + `brick::METRICS_PORT_OFFSET`.
+/// serves its own at its port + `brickd::METRICS_PORT_OFFSET`.
 pub const DEFAULT_METRICS_PORT: u16 = 24108;

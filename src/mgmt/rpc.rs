@@ -3,7 +3,8 @@
 //! and brick ports) and between peers' daemons.
 
 use super::state::{Brick, Peer, Volume};
-use crate::graph::{Env, VolDesc, XlDesc};
+use crate::core::desc::{VolDesc, XlDesc};
+use crate::graph::Env;
 use crate::protocol::client::{ProtocolClient, Resolver};
 use crate::protocol::tls;
 use serde::{Deserialize, Serialize};
@@ -464,9 +465,9 @@ pub enum Response {
     },
     Bricks(Vec<BrickStatus>),
     Heal(HealReport),
-    Profile(Vec<BrickReport<crate::debug::profile::ProfileReport>>),
-    Top(Vec<BrickReport<crate::debug::profile::TopReport>>),
-    BrickDetails(Vec<BrickReport<crate::debug::status::BrickDetail>>),
+    Profile(Vec<BrickReport<crate::brick::profile::ProfileReport>>),
+    Top(Vec<BrickReport<crate::brick::profile::TopReport>>),
+    BrickDetails(Vec<BrickReport<crate::process::status::BrickDetail>>),
     Clients(Vec<ClientSeen>),
     /// A Raft answer (`consensus::network::Reply`).
     Raft(Box<serde_json::value::RawValue>),

@@ -388,7 +388,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
 }
 
 /// The arguments that run the brick of `spec`, logging to `log`.
-fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString> {
+pub fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString> {
     let mut a: Vec<std::ffi::OsString> = vec![
         "--path".into(),
         spec.path.clone().into(),
@@ -549,28 +549,6 @@ mod tests {
             metrics: None,
             options: None,
         }
-    }
-
-    /// `mortar brick` (where no mortar-brick is installed beside) takes
-    /// the arguments the daemon gives, and none of them is one the
-    /// program refuses for a brick (the CLI's `--credential` was).
-    #[test]
-    fn mortar_brick_takes_the_daemons_arguments() {
-        use clap::Parser;
-        let t = tempfile::tempdir().unwrap();
-        let spec = spec_for(Path::new("/data/b1"), t.path());
-        let args = brick_args(&spec, &t.path().join("log"));
-        let cli = crate::cli::Cli::try_parse_from(
-            ["mortar".into(), std::ffi::OsString::from("brick")]
-                .into_iter()
-                .chain(args),
-        )
-        .unwrap();
-        assert!(cli.credential.is_none());
-        let crate::cli::Cmd::Brick(b) = cli.cmd else {
-            panic!("not a brick")
-        };
-        assert_eq!(b.server_credential, spec.credential);
     }
 
     /// The daemon writes a brick its options once, and again each time

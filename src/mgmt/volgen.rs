@@ -7,8 +7,8 @@
 
 use super::options::in_force;
 use super::state::{Brick, ClusterState, Volume};
+use crate::core::desc::{VolDesc, XlDesc};
 use crate::graph::table::{Place, Row, Side, TABLE};
-use crate::graph::{VolDesc, XlDesc};
 use std::collections::HashMap;
 
 /// The management address of a brick's host, as this daemon knows it
@@ -78,7 +78,7 @@ pub fn options_only(state: &ClusterState, vol: &Volume) -> VolDesc {
             .credentials
             .iter()
             .flat_map(|c| {
-                let access = |fingerprint: &String, retired| crate::graph::ClientAccess {
+                let access = |fingerprint: &String, retired| crate::core::desc::ClientAccess {
                     fingerprint: fingerprint.clone(),
                     name: c.name.clone(),
                     read_only: c.read_only,

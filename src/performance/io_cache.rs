@@ -20,7 +20,7 @@
 //!   sent before a recall (of any file) is not kept; nor is a read that
 //!   overlapped a change this mount made (to any file); a write that could
 //!   not be laid over what is kept drops the file. Without leases, data is
-//!   kept for one second (`graph::UNLEASED`).
+//!   kept for one second (`core::terms::UNLEASED`).
 //! - **Bounds.** Files up to `FILE_MAX`, all of them together
 //!   `performance.cache-size`; past that the files kept longest are dropped
 //!   first. Handles opened with `O_DIRECT` are not answered from here.
@@ -148,7 +148,7 @@ impl IoCache {
             kept: Mutex::default(),
             recalls: AtomicU64::new(0),
             touched: AtomicU64::new(0),
-            keep_ms: AtomicU64::new(crate::graph::UNLEASED.as_millis() as u64),
+            keep_ms: AtomicU64::new(crate::core::terms::UNLEASED.as_millis() as u64),
             max_bytes: AtomicU64::new(32 << 20),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -379,7 +379,7 @@ impl Xlator for IoCache {
     }
 
     fn reconfigure(&self, options: &crate::core::Options) {
-        let t = crate::graph::cache_time(options);
+        let t = crate::core::terms::cache_time(options);
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
         self.max_bytes
             .store(CACHE_SIZE.size(options), Ordering::Relaxed);

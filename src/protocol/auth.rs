@@ -183,7 +183,7 @@ impl Rules {
     }
 
     /// The rules of a volume's description (options and credentials).
-    pub fn from_desc(d: &crate::graph::VolDesc) -> Rules {
+    pub fn from_desc(d: &crate::core::desc::VolDesc) -> Rules {
         Rules {
             clients: d
                 .clients

@@ -12,7 +12,7 @@
 
 use super::tls;
 use super::wire::{self, Msg};
-use crate::core::options::{Kind, Spec};
+
 use crate::core::{Ctx, Event, Fop, FsError, FsResult, Link, Reply, Xlator};
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -34,16 +34,7 @@ pub type Resolver = Arc<
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// Read by every protocol client (`reconfigure`).
-pub static PING_TIMEOUT: Spec = Spec {
-    key: "network.ping-timeout",
-    kind: Kind::Int(1, 1800),
-    // GlusterFS's default is 42. Here a brick answers pings on the task
-    // that reads its connection, apart from the disk: under full load on
-    // two cores the slowest answer seen was 0.4 s (docs/protocol.md).
-    default: "10",
-    help: "Seconds without an answer after which a brick with requests outstanding is declared down (and a client that does not answer a brick's recall is disconnected).",
-};
+use crate::core::terms::PING_TIMEOUT;
 
 type Pending = Mutex<HashMap<u64, oneshot::Sender<FsResult<Reply>>>>;
 

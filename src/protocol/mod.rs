@@ -1,10 +1,10 @@
-//! The brick protocol: a framed binary wire format (`wire`), the brick
-//! server that serves a storage translator over it (`server`), and the
-//! client translator that talks to one brick (`client`).
+//! The brick protocol: a framed binary wire format (`wire`) over TLS
+//! (`tls`), who may connect and as whom (`auth`, `admit`), how much a
+//! connection may have in flight (`budget`), and the client translator
+//! that talks to one brick (`client`). The brick's end is `brick::server`.
 pub mod admit;
 pub mod auth;
 pub mod budget;
 pub mod client;
-pub mod server;
 pub mod tls;
 pub mod wire;

@@ -27,32 +27,19 @@
 //! rebalance that stopped (a crash, `stop`) starts again where it was.
 
 use crate::cluster::distribute::make_pointer;
+use crate::cluster::distribute::options::{MIN_FREE_DISK, REBAL_THROTTLE, WEIGHTED_REBALANCE};
 use crate::cluster::layout::{name_hash, Layout};
+use crate::core::desc::VolDesc;
 use crate::core::fop::{HOLD_LEASE, HOLD_XATTR, LAYOUT_XATTR, LINKTO_XATTR};
-use crate::core::options::{Kind, Spec};
 use crate::core::{
     Attr, Child, Ctx, DirEntry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
 };
-use crate::graph::{Env, Graph, VolDesc};
+use crate::graph::{Env, Graph};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-pub static REBAL_THROTTLE: Spec = Spec {
-    key: "cluster.rebal-throttle",
-    kind: Kind::Enum(&["lazy", "normal", "aggressive"]),
-    default: "normal",
-    help: "How hard a rebalance works: lazy moves one file at a time and rests as long as each took; normal moves two at a time; aggressive four.",
-};
-
-pub static WEIGHTED_REBALANCE: Spec = Spec {
-    key: "cluster.weighted-rebalance",
-    kind: Kind::Bool,
-    default: "on",
-    help: "Whether a rebalance or fix-layout gives each replica set a share of every directory's hash space in proportion to its size (the total size of its smallest brick's file system); off: equal shares. New directories take their parent's shares.",
-};
 
 /// Bytes copied per read and write while moving a file.
 const COPY_PIECE: u64 = 1 << 20;
@@ -230,7 +217,7 @@ impl Rebalancer {
             weighted: WEIGHTED_REBALANCE.bool(&desc.options),
             generation,
             migrate,
-            min_free: crate::cluster::distribute::MIN_FREE_DISK.percent(&desc.options),
+            min_free: MIN_FREE_DISK.percent(&desc.options),
             parallel,
             lazy,
             stop: AtomicBool::new(false),

@@ -1,11 +1,7 @@
-//! Brick-side storage translators: `posix` keeps the data in a local
-//! directory, `index` the pending markers and heal index, `locks` the
-//! object locks that order changes from different clients, `health` the
-//! periodic probe that the brick's file system still works; `memory` is a
-//! brick in memory for unit tests of the cluster translators.
-pub mod health;
-pub mod index;
-pub mod locks;
+//! Where a brick keeps its data: `posix` in a local directory (files at
+//! their own path, a gfid index and the heal index beside them under
+//! `.mortar`, and a periodic probe that the file system still works);
+//! `memory` is a brick in memory for unit tests of the cluster translators.
 #[cfg(test)]
 pub mod memory;
 pub mod posix;

@@ -297,8 +297,8 @@ impl Xlator for Replicate {
 
     fn reconfigure(&self, set: &crate::core::Options) {
         self.blames.set_leased(
-            crate::brick::leases::CACHE_INVALIDATION.bool(set),
-            crate::graph::cache_time(set),
+            crate::core::terms::CACHE_INVALIDATION.bool(set),
+            crate::core::terms::cache_time(set),
         );
         self.read_hash_mode.store(
             options::READ_HASH_MODE.int(set) as u8,

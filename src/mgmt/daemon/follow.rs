@@ -68,7 +68,7 @@ impl Daemon {
 
     /// Volume `name`'s client graph description, from the view now
     /// (None: no such volume).
-    pub(super) fn desc(&self, name: &str) -> Option<Arc<crate::graph::VolDesc>> {
+    pub(super) fn desc(&self, name: &str) -> Option<Arc<crate::core::desc::VolDesc>> {
         let st = self.state.lock().unwrap();
         let mut descs = self.descs.lock().unwrap();
         if let Some(d) = descs.get(name) {

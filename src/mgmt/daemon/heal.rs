@@ -20,7 +20,7 @@ pub(super) struct HealerProc {
     /// The description it runs: the volume's sets with a brick here. A
     /// change of options alone reconfigures it; a change of shape builds
     /// it again.
-    desc: crate::graph::VolDesc,
+    desc: crate::core::desc::VolDesc,
     healer: Arc<Healer>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -114,7 +114,7 @@ impl Daemon {
         st: &ClusterState,
         name: &str,
         local: &[String],
-    ) -> Option<crate::graph::VolDesc> {
+    ) -> Option<crate::core::desc::VolDesc> {
         let v = st.volumes.get(name)?;
         let port = self.cfg.listen.port();
         volgen::generate_sets(st, v, &self.me.host, &self.me.mgmt, port, &|bricks| {

@@ -12,6 +12,7 @@
 //! replacing a voter silent for `REPLACE_AFTER` (`balance`).
 
 use super::*;
+use crate::graph::roles::{SERVER_QUORUM_RATIO, SERVER_QUORUM_TYPE};
 use std::time::Instant;
 
 /// How often each peer is sent a heartbeat.
@@ -385,20 +386,6 @@ impl Daemon {
         Ok(())
     }
 }
-
-pub static SERVER_QUORUM_TYPE: crate::core::options::Spec = crate::core::options::Spec {
-    key: "cluster.server-quorum-type",
-    kind: crate::core::options::Kind::Enum(&["none", "server"]),
-    default: "none",
-    help: "server: the bricks of this volume on a server that reaches fewer than cluster.server-quorum-ratio percent of the pool (itself included) stop serving, and start again once it does, so that a cut-off server takes no writes that diverge.",
-};
-
-pub static SERVER_QUORUM_RATIO: crate::core::options::Spec = crate::core::options::Spec {
-    key: "cluster.server-quorum-ratio",
-    kind: crate::core::options::Kind::Int(1, 100),
-    default: "51",
-    help: "Percentage of the pool's servers a server must reach for its bricks to serve, under cluster.server-quorum-type server.",
-};
 
 impl Daemon {
     /// Stops or starts this server's bricks of volumes under server quorum

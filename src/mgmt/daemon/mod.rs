@@ -45,7 +45,7 @@ use crate::storage::posix::VOLUME_ID_XATTR;
 use bricks::BrickProc;
 use follow::Seen;
 use heal::HealerProc;
-pub use members::{SERVER_QUORUM_RATIO, SERVER_QUORUM_TYPE};
+
 use ops::check_local_brick;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -85,7 +85,7 @@ pub struct Daemon {
     /// from `state` when first asked and dropped when it changes: one
     /// generation per change, however many clients, bricks and healers
     /// ask (locked after `state`).
-    descs: Mutex<HashMap<String, Arc<crate::graph::VolDesc>>>,
+    descs: Mutex<HashMap<String, Arc<crate::core::desc::VolDesc>>>,
     bricks: Mutex<HashMap<String, (BrickProc, BrickInfo)>>,
     /// Told whenever a brick here comes up, goes down or goes offline.
     bricks_changed: Arc<tokio::sync::Notify>,

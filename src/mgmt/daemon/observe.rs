@@ -25,7 +25,7 @@ impl Daemon {
 
     /// The sections of this daemon's statedump (`kill -USR1`).
     pub(super) fn statedump_sections(self: &Arc<Self>) {
-        use crate::debug::statedump::section;
+        use crate::process::statedump::section;
         let weak: Weak<Daemon> = Arc::downgrade(self);
         section("peers", move || {
             let Some(d) = weak.upgrade() else {
@@ -77,7 +77,7 @@ impl Daemon {
             }
             out
         });
-        crate::debug::statedump::on_signal(format!("daemon {}", self.cfg.host));
+        crate::process::statedump::on_signal(format!("daemon {}", self.cfg.host));
     }
 
     fn fill_metrics(&self, m: &Metrics) {

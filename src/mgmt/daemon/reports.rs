@@ -9,14 +9,14 @@
 //! pool's own client (the volume's key).
 
 use super::{err, Daemon};
+use crate::brick::profile::{LATENCY_MEASUREMENT, PROFILE_XATTR, TOP_XATTR};
 use crate::core::{Ctx, Fop, Gfid, Reply};
 use crate::debug::io_stats::COUNT_FOP_HITS;
-use crate::debug::profile::{LATENCY_MEASUREMENT, PROFILE_XATTR, TOP_XATTR};
-use crate::debug::status::{STATEDUMP_XATTR, STATUS_XATTR};
 use crate::graph::Graph;
 use crate::mgmt::command::Command;
 use crate::mgmt::rpc::{self, BrickReport, ProfileOp, Response};
 use crate::mgmt::state::VolStatus;
+use crate::process::status::{STATEDUMP_XATTR, STATUS_XATTR};
 use std::time::Duration;
 
 /// How long the bricks are given to connect.
@@ -102,7 +102,7 @@ impl Daemon {
         for (brick, dump) in dumps {
             match dump {
                 Ok(text) => {
-                    let file = dir.join(crate::debug::statedump::file_name(
+                    let file = dir.join(crate::process::statedump::file_name(
                         &format!("{name} {brick}"),
                         None,
                     ));

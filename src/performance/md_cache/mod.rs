@@ -159,7 +159,7 @@ impl MdCache {
             me: me.clone(),
             name,
             child,
-            keep_ms: AtomicU64::new(crate::graph::UNLEASED.as_millis() as u64),
+            keep_ms: AtomicU64::new(crate::core::terms::UNLEASED.as_millis() as u64),
             clock: AtomicU64::new(0),
             changed: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             all_changed: AtomicU64::new(0),
@@ -648,10 +648,10 @@ impl Xlator for MdCache {
     }
 
     fn reconfigure(&self, options: &crate::core::Options) {
-        let t = crate::graph::cache_time(options);
+        let t = crate::core::terms::cache_time(options);
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
         // The bricks claim a directory for its maker only under leases.
-        let ahead = ASYNC_DIROPS.bool(options) && t > crate::graph::UNLEASED;
+        let ahead = ASYNC_DIROPS.bool(options) && t > crate::core::terms::UNLEASED;
         self.ahead_on.store(ahead, Ordering::Relaxed);
     }
 
@@ -1115,7 +1115,7 @@ mod tests {
         // Another client's change, recalled.
         recall(&md, f, None);
         assert_eq!(size(stat().await.unwrap()), 8);
-        tokio::time::sleep(crate::graph::UNLEASED).await;
+        tokio::time::sleep(crate::core::terms::UNLEASED).await;
         assert_eq!(size(stat().await.unwrap()), 9);
     }
 

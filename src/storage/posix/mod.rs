@@ -36,6 +36,10 @@ pub const VOLUME_ID_XATTR: &str = "trusted.mortar.volume-id";
 /// Internal xattrs live under this prefix; clients can neither see nor set them.
 pub const INTERNAL_XATTR_PREFIX: &str = "trusted.mortar.";
 pub const META_DIR: &str = ".mortar";
+/// The heal index: a hard link per object with unsettled changes (`brick::index`).
+pub const PENDING_REL: &str = ".mortar/pending";
+/// The file the health check writes and reads back, in `META_DIR` (`health`).
+pub const HEALTH_PROBE: &str = "health_check";
 const INDEX_REL: &str = ".mortar/gfid";
 /// Entries returned by one readdir call.
 const READDIR_BATCH: usize = 512;
@@ -48,6 +52,7 @@ mod attrs;
 mod data;
 mod fds;
 mod handles;
+pub mod health;
 mod identity;
 mod namespace;
 #[cfg(test)]
@@ -273,7 +278,7 @@ impl Posix {
     /// system, allocating inodes was a tenth of a brick's start.
     pub fn prepare(path: &Path) -> Result<(), String> {
         let p = Posix::open(path).map_err(|e| format!("cannot prepare {}: {e}", path.display()))?;
-        p.meta_dir(crate::storage::index::PENDING_REL)
+        p.meta_dir(PENDING_REL)
             .map_err(|e| format!("cannot prepare {}: {e}", path.display()))?;
         p.health_check()
     }
@@ -291,7 +296,7 @@ impl Posix {
         };
         let (dir, file) = split_handle(Gfid::ROOT);
         let handle = format!("{INDEX_REL}/{dir}/{file}");
-        let probe = format!("{META_DIR}/{}", crate::storage::health::PROBE);
+        let probe = format!("{META_DIR}/{}", HEALTH_PROBE);
         for f in [handle.as_str(), probe.as_str()] {
             let _ = rfs::unlinkat(&root, f, AtFlags::empty());
         }
@@ -301,7 +306,7 @@ impl Posix {
             index_dir.as_str(),
             top.as_str(),
             INDEX_REL,
-            crate::storage::index::PENDING_REL,
+            PENDING_REL,
             META_DIR,
         ] {
             let _ = rfs::unlinkat(&root, d, AtFlags::REMOVEDIR);

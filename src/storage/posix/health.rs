@@ -1,24 +1,22 @@
 //! The brick's health check (GlusterFS's posix health check): a periodic
 //! probe that the brick directory is still there and its file system still
-//! takes writes. A brick that fails it goes offline (`mgmt::brick`), so
+//! takes writes. A brick that fails it goes offline (`brickd`), so
 //! that clients stop sending it requests that can only fail and replicate
 //! carries on with the good copies.
 
-use super::posix::{Posix, META_DIR};
+use super::{Posix, HEALTH_PROBE as PROBE, META_DIR};
 use rustix::fs::{self as rfs, Mode, OFlags, ResolveFlags};
 use std::os::unix::fs::FileExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Inside the brick's hidden directory.
-/// Read by the brick process (`mgmt::brick`), which runs the check.
+/// Read by the brick process (`brickd`), which runs the check.
 pub static HEALTH_CHECK_INTERVAL: crate::core::options::Spec = crate::core::options::Spec {
     key: "storage.health-check-interval",
     kind: crate::core::options::Kind::Int(0, 3600),
     default: "30",
     help: "Seconds between checks that each brick's directory is still there and takes a write, fsync and read back; a brick that fails goes offline, with the reason in volume status, until volume start force. 0 turns the check off.",
 };
-
-pub(super) const PROBE: &str = "health_check";
 
 impl Posix {
     /// Checks that the brick directory is the one opened at start and not

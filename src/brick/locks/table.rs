@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 pub type ConnId = u64;
 
-/// Read by the brick server, which revokes (`protocol::server`).
+/// Read by the brick server, which revokes (`brick::server`).
 pub static REVOCATION_SECS: crate::core::options::Spec = crate::core::options::Spec {
     key: "features.locks-revocation-secs",
     kind: crate::core::options::Kind::Int(0, 3600),

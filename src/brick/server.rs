@@ -6,11 +6,11 @@
 //! has to wait (a lock, a slow fop on the blocking pool) goes on in a task
 //! of its own.
 
-use super::admit;
-use super::auth::{Grant, Rules};
-use super::tls;
-use super::wire::{self, Msg};
 use crate::brick::{Conn, Notice, Stack};
+use crate::protocol::admit;
+use crate::protocol::auth::{Grant, Rules};
+use crate::protocol::tls;
+use crate::protocol::wire::{self, Msg};
 use crate::storage::posix::FdTable;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -157,7 +157,7 @@ async fn serve_conn(
     // Many requests come in with one read system call; `next` may lose its
     // race with a change of the auth rules and go on later (`wire::Frames`).
     // Large frames are read within the process's budget (`budget`).
-    let rd = super::budget::Metered::new(rd, super::budget::process_budget());
+    let rd = crate::protocol::budget::Metered::new(rd, crate::protocol::budget::process_budget());
     let mut rd = wire::Frames::new(rd);
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
     let writer = tokio::spawn(wire::pump(wr, rx));

@@ -23,15 +23,18 @@
 //! id in the top 16 bits) stay valid when the set list changes. Listings
 //! read the sets in id order, directories from the first set only.
 
-use super::layout::{name_hash, Layout};
-use super::replicate::join_all;
-use super::HandleMap;
+pub mod options;
+
+use crate::cluster::layout::{name_hash, Layout};
+use crate::cluster::replicate::join_all;
+use crate::cluster::HandleMap;
 use crate::core::fop::{LAYOUT_XATTR, POINTER_PERM};
 use crate::core::{
     Attr, Child, Ctx, Entry, Event, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, StatFs,
     Xlator,
 };
 use async_trait::async_trait;
+use options::MIN_FREE_DISK;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -45,13 +48,6 @@ const LAYOUTS_MAX: usize = 1 << 16;
 const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long a set's free space is believed while it is far from the limit.
 const SPACE_FRESH: std::time::Duration = std::time::Duration::from_secs(5);
-
-pub static MIN_FREE_DISK: crate::core::options::Spec = crate::core::options::Spec {
-    key: "cluster.min-free-disk",
-    kind: crate::core::options::Kind::Percent,
-    default: "10%",
-    help: "A new file whose name hashes to a replica set with less free space than this share of its size goes to the set of its directory with the most (a pointer is left on its own); 0% turns this off.",
-};
 
 /// A directory's layout as this client uses it.
 #[derive(Debug)]
@@ -333,7 +329,7 @@ impl Distribute {
     /// laid out over (a weighted rebalance's shares pass on to new
     /// directories), else equal ones.
     fn fresh_over(&self, dir: Gfid, on: &[usize], parent: Option<&Layout>) -> Layout {
-        let start = super::layout::start_of(dir);
+        let start = crate::cluster::layout::start_of(dir);
         let over = |i: usize| on.contains(&i) && !self.draining[i];
         let mut weights: Vec<u64> = (0..self.children.len()).map(|i| over(i) as u64).collect();
         if let Some(p) = parent {

@@ -13,8 +13,8 @@
 //! `OFFLINE <reason>` and exits; the daemon shows the reason in
 //! `volume status` and leaves it down until `volume start NAME force`.
 
-use super::rpc;
-use crate::protocol::server;
+use crate::brick::server;
+use crate::mgmt::rpc;
 use crate::storage::posix::{Posix, VOLUME_ID_XATTR};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -105,7 +105,7 @@ pub struct Tunables {
     /// `features.locks-revocation-secs`; None: never.
     pub lock_revocation: Option<Duration>,
     /// `features.cache-invalidation` and its timeout.
-    pub leases: crate::brick::leases::Terms,
+    pub leases: crate::core::terms::Terms,
     /// `performance.strict-o-direct`.
     pub strict_o_direct: bool,
     /// `auth.allow` and `auth.reject`.
@@ -121,12 +121,12 @@ impl Tunables {
             _ => None,
         };
         Tunables {
-            health_check: secs(&crate::storage::health::HEALTH_CHECK_INTERVAL),
-            lock_revocation: secs(&crate::storage::locks::REVOCATION_SECS),
-            leases: crate::brick::leases::Terms::from_options(o),
+            health_check: secs(&crate::storage::posix::health::HEALTH_CHECK_INTERVAL),
+            lock_revocation: secs(&crate::brick::locks::REVOCATION_SECS),
+            leases: crate::core::terms::Terms::from_options(o),
             strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
             auth: crate::protocol::auth::Rules::from_options(o),
-            profiling: crate::debug::profile::LATENCY_MEASUREMENT.bool(o),
+            profiling: crate::brick::profile::LATENCY_MEASUREMENT.bool(o),
         }
     }
 }
@@ -249,7 +249,7 @@ pub fn main(a: &BrickArgs) -> anyhow::Result<()> {
     }
     crate::process::init_logs();
     // One thread serves a brick's quick requests; slow ones go to the
-    // blocking pool (see protocol::server).
+    // blocking pool (see brick::server).
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -320,7 +320,7 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
             move || t.borrow().profiling
         }),
     };
-    let stack = match crate::brick::Stack::build(&env) {
+    let stack = match crate::brick::Stack::build(&env, crate::graph::table::brick_layers()) {
         Ok(s) => Arc::new(s),
         Err(e) => go_offline(&format!("cannot build the brick's translators: {e:#}")),
     };
@@ -398,7 +398,7 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
 /// What this brick's statedumps hold beside its translators' own
 /// sections, and the dump written on SIGUSR1.
 fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::Stack>) {
-    use crate::debug::statedump;
+    use crate::process::statedump;
     let about = format!(
         "path={}\nvolume={}\nport={port}\narbiter={}\n",
         cfg.path.display(),
@@ -419,7 +419,7 @@ fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::St
 async fn serve_metrics(ip: IpAddr, port: u16, cfg: &BrickConfig, posix: Arc<Posix>) {
     use crate::metrics::{serve, Role};
     crate::metrics::on_scrape(move |m| {
-        let d = crate::debug::status::disk_of(posix.path());
+        let d = crate::process::status::disk_of(posix.path());
         if d.size == 0 {
             return; // statvfs failed: the last figures stay
         }
@@ -459,7 +459,7 @@ async fn listen(
             Err(e) => return Err(e),
         }
     }
-    let mut port = super::BRICK_PORT_BASE;
+    let mut port = crate::mgmt::BRICK_PORT_BASE;
     loop {
         match tokio::net::TcpListener::bind(SocketAddr::new(ip, port)).await {
             Ok(l) => return Ok((l, port)),
@@ -494,7 +494,7 @@ async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables
 }
 
 /// Puts the options of the volume's description `d` in force.
-fn apply(tx: &watch::Sender<Tunables>, d: &crate::graph::VolDesc) {
+fn apply(tx: &watch::Sender<Tunables>, d: &crate::core::desc::VolDesc) {
     let mut t = Tunables::from_options(&d.options);
     t.auth = crate::protocol::auth::Rules::from_desc(d);
     let mut applied = false;
@@ -535,7 +535,7 @@ fn options_from(
         let mut first = Some(first);
         for line in std::io::BufReader::new(input).lines() {
             let Ok(line) = line else { break };
-            match serde_json::from_str::<crate::graph::VolDesc>(&line) {
+            match serde_json::from_str::<crate::core::desc::VolDesc>(&line) {
                 Ok(d) => apply(&tx, &d),
                 Err(e) => tracing::warn!("options from the daemon not taken: {e}"),
             }
@@ -616,12 +616,12 @@ mod tests {
     fn options_line(secs: &str) -> String {
         let mut options = crate::core::Options::new();
         options.insert("storage.health-check-interval".into(), secs.into());
-        let d = crate::graph::VolDesc {
+        let d = crate::core::desc::VolDesc {
             volume: "v".into(),
             id: "id".into(),
             version: 1,
             options,
-            top: crate::graph::XlDesc::new("", String::new(), vec![]),
+            top: crate::core::desc::XlDesc::new("", String::new(), vec![]),
             clients: vec![],
             pool: vec!["ab".repeat(32)],
             retired: vec![],

@@ -1,5 +1,5 @@
 //! `features/locks`: object locks that order the changes of different
-//! clients (`storage::locks::LockTable`). A lock is granted at once, or
+//! clients (`table::LockTable`). A lock is granted at once, or
 //! refused with EAGAIN (`wait: false`), or granted once its holder lets
 //! go; whoever holds a lock someone waits for is told so (a contention
 //! notice) and lets go when its changes in flight are done. A holder that
@@ -8,12 +8,14 @@
 //! unfinished change stays in the heal index, and it reconnects when it
 //! runs again. Locks die with their connection.
 
-use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
+use crate::brick::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
-use crate::storage::locks::{Acquire, LockTable};
+mod table;
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
+pub use table::REVOCATION_SECS;
+use table::{Acquire, LockTable};
 
 pub struct Locks {
     locks: LockTable,

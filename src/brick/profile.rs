@@ -14,10 +14,10 @@
 //! `TopReport`. Per-file figures are kept for `MAX_FILES` files at most and
 //! names for `MAX_NAMES`; a file whose name is not known is shown by gfid.
 
-use super::status::{BrickDetail, ClientConn, STATEDUMP_XATTR, STATUS_XATTR};
 use crate::brick::{BrickEnv, BrickXlator, Conn, ConnId};
 use crate::core::options::{Kind, Spec};
 use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Name, Reply};
+use crate::process::status::{BrickDetail, ClientConn, STATEDUMP_XATTR, STATUS_XATTR};
 use crate::storage::posix::Posix;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -205,7 +205,7 @@ pub fn build(
         env.profiling.clone(),
     ));
     let weak = Arc::downgrade(&p);
-    super::statedump::section("connections", move || {
+    crate::process::statedump::section("connections", move || {
         weak.upgrade().map(|p| p.dump_conns()).unwrap_or_default()
     });
     Ok(Some(p))
@@ -432,8 +432,8 @@ impl Profile {
         let (open_objects, open_handles) = self.posix.open_objects();
         BrickDetail {
             pid: std::process::id(),
-            disk: super::status::disk_of(self.posix.path()),
-            memory: super::status::memory(),
+            disk: crate::process::status::disk_of(self.posix.path()),
+            memory: crate::process::status::memory(),
             clients: self.clients(),
             open_objects,
             open_handles,
@@ -467,7 +467,7 @@ impl Profile {
             _ => {
                 let what = format!("brick {}", self.posix.path().display());
                 return Ok(Reply::Xattr(
-                    super::statedump::render(&what).into_bytes().into(),
+                    crate::process::statedump::render(&what).into_bytes().into(),
                 ));
             }
         }

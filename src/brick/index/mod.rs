@@ -1,12 +1,14 @@
 //! `features/index`: change sessions, blame and the heal index
-//! (`storage::index`, docs/replication.md). A lock request with a mark
+//! (`store`, docs/replication.md). A lock request with a mark
 //! opens the connection's session on the object and records the blame; an
 //! unlock settles the sessions; heal clears blame and reads the index. A
 //! connection that ends leaves its sessions unsettled, for heal.
 
-use super::{BrickEnv, BrickXlator, Conn};
+use crate::brick::{BrickEnv, BrickXlator, Conn};
 use crate::core::{Ctx, Fop, FsResult, Reply};
-use crate::storage::index::Index;
+mod store;
+pub use store::{Index, PENDING_BASE};
+
 use async_trait::async_trait;
 use std::sync::Arc;
 

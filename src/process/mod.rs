@@ -1,6 +1,9 @@
 //! What every mortar process sets up first: its log and its fail points;
 //! and what one process knows of another.
 
+pub mod statedump;
+pub mod status;
+
 pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MORTAR_LOG")
         .unwrap_or_else(|_| "info,openraft=warn".into());

@@ -16,14 +16,13 @@
 //! stays and heal compares the copies. Every update runs under the
 //! `sessions` mutex, so the xattr and the index stay in step.
 
-use super::posix::{proc_path, read_blame, set_xattr, Posix, BLAME_XATTR};
 use crate::core::{FsResult, Gfid};
+use crate::storage::posix::{proc_path, read_blame, set_xattr, Posix, BLAME_XATTR, PENDING_REL};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-pub const PENDING_REL: &str = ".mortar/pending";
 /// Every index entry is a hard link to this empty file: adding one to the
 /// index makes a directory entry, not an inode (as GlusterFS's xattrop
 /// index does), which measured several times cheaper.

@@ -1,0 +1,70 @@
+//! The terms clients and bricks share about caching: how long a client may
+//! cache what a brick told it (a lease, `features/leases`), and how long a
+//! brick waits for a client to drop it before disconnecting it. Both sides
+//! read them from the same volume options.
+
+use crate::core::options::{Kind, Spec};
+use crate::core::Options;
+use std::time::Duration;
+
+/// Read by every protocol client (`reconfigure`) and by the leases.
+pub static PING_TIMEOUT: Spec = Spec {
+    key: "network.ping-timeout",
+    kind: Kind::Int(1, 1800),
+    // GlusterFS's default is 42. Here a brick answers pings on the task
+    // that reads its connection, apart from the disk: under full load on
+    // two cores the slowest answer seen was 0.4 s (docs/protocol.md).
+    default: "10",
+    help: "Seconds without an answer after which a brick with requests outstanding is declared down (and a client that does not answer a brick's recall is disconnected).",
+};
+
+pub static CACHE_INVALIDATION: Spec = Spec {
+    key: "features.cache-invalidation",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Bricks note which clients cache which objects and names, and recall them before another client's change is applied; clients then cache names and attributes for features.cache-invalidation-timeout seconds. Off: nothing is recalled and clients cache for 1 second.",
+};
+
+pub static CACHE_INVALIDATION_TIMEOUT: Spec = Spec {
+    key: "features.cache-invalidation-timeout",
+    kind: Kind::Int(1, 3600),
+    default: "600",
+    help: "Seconds a client may cache a name, an object's attributes or a missing name under a lease (the kernel's entry and attribute timeouts).",
+};
+
+/// The terms on which a brick grants leases now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Terms {
+    /// How long a client may cache under a lease (None: no leases).
+    pub lease: Option<Duration>,
+    /// How long a recall waits for a client before disconnecting it.
+    pub recall_timeout: Duration,
+}
+
+impl Terms {
+    pub fn from_options(o: &Options) -> Terms {
+        Terms {
+            lease: CACHE_INVALIDATION
+                .bool(o)
+                .then(|| Duration::from_secs(CACHE_INVALIDATION_TIMEOUT.int(o).max(1) as u64)),
+            recall_timeout: Duration::from_secs(PING_TIMEOUT.int(o).max(1) as u64),
+        }
+    }
+}
+
+impl Default for Terms {
+    fn default() -> Self {
+        Terms::from_options(&Default::default())
+    }
+}
+
+/// How long the kernel may cache names and attributes when nothing would
+/// recall them.
+pub const UNLEASED: Duration = Duration::from_secs(1);
+
+/// How long a client may cache a name, attributes or xattrs under these
+/// options: the lease's time when the bricks recall
+/// (`features.cache-invalidation`), else `UNLEASED`.
+pub fn cache_time(options: &Options) -> Duration {
+    Terms::from_options(options).lease.unwrap_or(UNLEASED)
+}

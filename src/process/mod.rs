@@ -18,9 +18,15 @@ pub fn init_logs() {
 
 /// Fail points (`FAILPOINTS=name=action;…`, crate `fail`): the crash
 /// windows end-to-end tests hit on purpose. A fail point set to `panic`
-/// ends the whole process at once, as a crash there would.
+/// ends the whole process at once, as a crash there would. Only a build
+/// with the feature `failpoints` (the tests') has them; any other says
+/// it ignores `FAILPOINTS`.
 pub fn init_fail_points() -> Option<fail::FailScenario<'static>> {
     std::env::var_os("FAILPOINTS")?;
+    if !cfg!(feature = "failpoints") {
+        eprintln!("FAILPOINTS ignored: this build has no fail points (they are built with the feature `failpoints`, for the tests)");
+        return None;
+    }
     let scenario = fail::FailScenario::setup();
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

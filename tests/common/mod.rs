@@ -91,6 +91,7 @@ impl Cluster {
     /// Starts the daemon with extra environment (`FAILPOINTS`; its bricks
     /// and healers inherit it).
     pub fn start_daemon_env(&mut self, env: &[(&str, &str)]) {
+        need_fail_points(env);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -298,6 +299,7 @@ impl Cluster {
         env: &[(&str, &str)],
         options: &[&str],
     ) -> Result<Mount, String> {
+        need_fail_points(env);
         let dir = self.path(&format!(
             "mnt-{vol}-{}",
             NEXT.fetch_add(1, Ordering::Relaxed)
@@ -749,4 +751,21 @@ impl Drop for SmallFs {
     fn drop(&mut self) {
         let _ = sh(&format!("umount -l {}", self.0.display()));
     }
+}
+
+/// Fails a test that sets `FAILPOINTS` when the programs were built
+/// without them (they are only with the feature `failpoints`).
+pub fn need_fail_points(env: &[(&str, &str)]) {
+    if !env.iter().any(|(k, _)| *k == "FAILPOINTS") {
+        return;
+    }
+    let out = Command::new(BIN)
+        .arg("--version")
+        .env("FAILPOINTS", "none=off")
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("FAILPOINTS ignored"),
+        "this test crashes processes at fail points, and {BIN} has none: run the tests as README.md says (cargo test --features failpoints)"
+    );
 }

@@ -335,6 +335,7 @@ impl Posix {
     /// A fail point of this brick's: `posix-<what>:<brick directory name>`,
     /// so that a test can crash one brick of several that share the
     /// daemon's environment.
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
     pub(in crate::storage) fn fail_point_name(&self, what: &str) -> String {
         let base = self
             .path

@@ -17,7 +17,8 @@ struct Run {
 }
 
 /// Runs one suite from its snapshot, with `env` set for the script;
-/// None when the snapshot is not there (the test is skipped).
+/// None when the snapshot is not there and MORTAR_SKIP_MISSING says to
+/// skip (`common::missing`).
 fn run(suite: &str, env: &str) -> Option<Run> {
     let suites = suites(&format!("{suite}.tar.gz"))?;
     let work = tempfile::Builder::new()

@@ -652,15 +652,40 @@ pub fn suites(file: &str) -> Option<PathBuf> {
         .collect();
     let found = candidates.iter().find(|d| d.join(file).exists()).cloned();
     if found.is_none() {
-        eprintln!("SKIPPED: no {file} in any of {candidates:?}; set MORTAR_SUITES");
+        missing(&format!(
+            "no {file} in any of {candidates:?}: put the conformance suites' snapshots there, or name their directory in MORTAR_SUITES"
+        ));
     }
     found
+}
+
+/// What to do when a tool or suite a test needs is not here: the test
+/// fails with `what` (what is missing and how to get it), unless
+/// MORTAR_SKIP_MISSING is set, when it says it skips and returns.
+pub fn missing(what: &str) {
+    if std::env::var_os("MORTAR_SKIP_MISSING").is_some() {
+        eprintln!("SKIPPED (MORTAR_SKIP_MISSING is set): {what}");
+        return;
+    }
+    panic!("{what} (or set MORTAR_SKIP_MISSING=1 to skip the tests that need it)");
+}
+
+/// Whether `tool` is on the PATH; when it is not, `missing` says which
+/// Debian package has it.
+pub fn have_tool(tool: &str, package: &str) -> bool {
+    if sh(&format!("command -v {tool}")).status.success() {
+        return true;
+    }
+    missing(&format!(
+        "`{tool}` is not installed: apt-get install {package}"
+    ));
+    false
 }
 
 /// xfstests' fsx (the file system exerciser: random reads, writes,
 /// truncates, mapped I/O and fallocates, each checked against a copy kept
 /// in memory), compiled on its own from the xfstests snapshot, without
-/// xfstests' build; None (the test is skipped) without the snapshot.
+/// xfstests' build; None without the snapshot (`missing`).
 pub fn fsx() -> Option<PathBuf> {
     static BUILT: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
     let mut built = BUILT.lock().unwrap();

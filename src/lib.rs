@@ -12,7 +12,8 @@ pub mod brick;
 pub mod brickd;
 pub mod cli;
 pub mod cluster;
-pub mod core;
+/// The lowest layer, its own crate (`crates/core`).
+pub use mortar_core as core;
 pub mod debug;
 pub mod features;
 pub mod fuse;

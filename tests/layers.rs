@@ -191,8 +191,24 @@ struct Edges {
     inner: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
+/// The crates under `crates/`: their sources.
+fn crate_sources() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    out.sort();
+    out
+}
+
 fn edges() -> Edges {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    edges_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+fn edges_in(src: &Path) -> Edges {
+    let src = src.to_path_buf();
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let modules: Vec<Vec<String>> = files.iter().map(|f| module_of(&src, f)).collect();
@@ -288,6 +304,33 @@ fn no_module_loops_inside_a_module() {
                 })
                 .collect();
             found.push(format!("{top}: {}", detail.join(", ")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "modules that name each other in a loop:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Inside each crate below the main one, its modules do not name each
+/// other in a loop either.
+#[test]
+fn no_module_loops_inside_the_layer_crates() {
+    let mut found = Vec::new();
+    for src in crate_sources() {
+        let e = edges_in(&src);
+        let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (from, to) in e.top.keys() {
+            top.entry(from.clone()).or_default().insert(to.clone());
+        }
+        for group in loops(&top) {
+            found.push(format!("{}: {group:?}", src.display()));
+        }
+        for (m, inner) in &e.inner {
+            for group in loops(inner) {
+                found.push(format!("{}: {m}: {group:?}", src.display()));
+            }
         }
     }
     assert!(

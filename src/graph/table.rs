@@ -356,8 +356,8 @@ fn io_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlato
 fn write_behind(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
     let child = only_child(cx, children, "write-behind")?;
     let name = cx.desc.name.clone();
-    Ok(Arc::new(
-        crate::performance::write_behind::WriteBehind::new(name, child),
+    Ok(crate::performance::write_behind::WriteBehind::new(
+        name, child,
     ))
 }
 

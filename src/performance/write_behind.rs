@@ -148,6 +148,8 @@ impl File {
 }
 
 pub struct WriteBehind {
+    /// Itself, for the tasks that send writes behind.
+    me: std::sync::Weak<WriteBehind>,
     name: String,
     child: Child,
     window: AtomicU64,
@@ -171,7 +173,8 @@ fn writes_through(flags: i32) -> bool {
 
 impl WriteBehind {
     pub fn new(name: String, child: Child) -> Arc<WriteBehind> {
-        Arc::new(WriteBehind {
+        Arc::new_cyclic(|me| WriteBehind {
+            me: me.clone(),
             name,
             child,
             window: AtomicU64::new(1 << 20),
@@ -442,7 +445,7 @@ impl WriteBehind {
 }
 
 #[async_trait]
-impl Xlator for Arc<WriteBehind> {
+impl Xlator for WriteBehind {
     fn name(&self) -> String {
         self.name.clone()
     }
@@ -483,7 +486,10 @@ impl Xlator for Arc<WriteBehind> {
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         match fop {
-            Fop::Write { .. } => self.write(cx, fop).await,
+            Fop::Write { .. } => {
+                let me = self.me.upgrade().expect("a translator called is alive");
+                me.write(cx, fop).await
+            }
             Fop::Open { flags, .. } | Fop::Create { flags, .. }
                 if writes_through(flags) || flags & libc::O_APPEND != 0 =>
             {
@@ -552,7 +558,7 @@ mod tests {
     }
 
     #[async_trait]
-    impl Xlator for Arc<Disk> {
+    impl Xlator for Disk {
         fn name(&self) -> String {
             "disk".into()
         }
@@ -593,7 +599,7 @@ mod tests {
             gate: tokio::sync::Semaphore::new(0),
             fail: Default::default(),
         });
-        let wb = WriteBehind::new("wb".into(), Child::standalone(Arc::new(disk.clone())));
+        let wb = WriteBehind::new("wb".into(), Child::standalone(disk.clone()));
         (disk, wb)
     }
 

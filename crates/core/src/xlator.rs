@@ -294,7 +294,7 @@ impl Child {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::FsError;
+    use crate::FsError;
     use std::sync::Mutex;
 
     /// Records what it is notified of; passes on, or swallows, by choice.

@@ -3,8 +3,8 @@
 //! brick waits for a client to drop it before disconnecting it. Both sides
 //! read them from the same volume options.
 
-use crate::core::options::{Kind, Spec};
-use crate::core::Options;
+use crate::options::{Kind, Spec};
+use crate::Options;
 use std::time::Duration;
 
 /// Read by every protocol client (`reconfigure`) and by the leases.

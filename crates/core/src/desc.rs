@@ -1,7 +1,7 @@
 //! A graph as data: what the management daemon generates (`mgmt::volgen`)
 //! and sends to clients, and what `graph::build` turns into translators.
 
-use crate::core::Options;
+use crate::Options;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

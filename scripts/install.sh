@@ -10,6 +10,8 @@ cargo build --release --quiet
 install -m 0755 target/release/mortar /usr/local/sbin/mortar
 # The brick alone, a smaller program the daemon starts for each brick.
 install -m 0755 target/release/mortar-brick /usr/local/sbin/mortar-brick
+# The benchmark, its own program beside mortar (`mortar bench` runs it).
+install -m 0755 target/release/mortar-bench /usr/local/sbin/mortar-bench
 ln -sf /usr/local/sbin/mortar /sbin/mount.mortar
 # A mounted volume's type is fuse.mortar: mount(8) hands `-o remount` to
 # mount.fuse.mortar.
@@ -22,7 +24,7 @@ install -D -m 0644 packaging/systemd/mortar.target /etc/systemd/system/mortar.ta
 /usr/local/sbin/mortar man --out /usr/local/share/man/man1 >/dev/null
 mkdir -p /usr/share/bash-completion/completions
 /usr/local/sbin/mortar completions bash > /usr/share/bash-completion/completions/mortar
-echo "installed /usr/local/sbin/mortar, /usr/local/sbin/mortar-brick, /sbin/mount.mortar, /sbin/mount.fuse.mortar, /etc/systemd/system/mortar.service and mortar.target, the manual pages and bash completion"
+echo "installed /usr/local/sbin/mortar, /usr/local/sbin/mortar-brick, /usr/local/sbin/mortar-bench, /sbin/mount.mortar, /sbin/mount.fuse.mortar, /etc/systemd/system/mortar.service and mortar.target, the manual pages and bash completion"
 if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
     echo "start the daemon with: systemctl enable --now mortar"

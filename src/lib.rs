@@ -7,7 +7,6 @@
 //! `features`, `debug`) ← `graph` (the table of every translator kind,
 //! the composition root) ← `heal`, `rebalance` ← `mgmt` ← `fuse` ← the
 //! processes (`brickd`, `mount`) ← `bench` ← `cli`.
-pub mod bench;
 pub mod brick;
 pub mod brickd;
 pub mod cli;

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
         Cmd::Daemon(_)
             | Cmd::Brick(_)
             | Cmd::Mount(_)
-            | Cmd::Bench(_)
+            | Cmd::Bench { .. }
             | Cmd::Man { .. }
             | Cmd::Completions { .. }
     );
@@ -116,7 +116,7 @@ fn main() -> ExitCode {
                 mount::mount_background(&args)
             }
         }
-        Cmd::Bench(a) => mortar::bench::run(a),
+        Cmd::Bench { ref args } => bench(args),
         Cmd::Man { ref out } => mortar::cli::manual::write_pages(out)
             .map(|pages| println!("{} manual pages written to {}", pages.len(), out.display())),
         Cmd::Completions { shell } => mortar::cli::manual::print_completions(shell),
@@ -138,6 +138,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `mortar bench`: the benchmark is its own program, `mortar-bench`
+/// (the servers' programs carry no plotting); this one becomes it.
+fn bench(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let program = std::env::current_exe()
+        .ok()
+        .map(|me| me.with_file_name("mortar-bench"))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| "mortar-bench".into());
+    let e = std::process::Command::new(&program).args(args).exec();
+    anyhow::bail!(
+        "mortar bench runs {}, which could not start ({e}): build it with `cargo build --release -p mortar-bench` and put it beside mortar",
+        program.display()
+    )
 }
 
 fn run_async<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {

@@ -152,7 +152,7 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
             a.dir.display()
         );
     }
-    let exe = std::env::current_exe()?;
+    let exe = crate::process::mortar_program();
     let log = a.log_path();
     if let Some(p) = log.parent() {
         std::fs::create_dir_all(p)?;

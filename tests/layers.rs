@@ -23,7 +23,6 @@ const LAYERS: &[&[&str]] = &[
     &["fuse"],
     // The processes: a brick, a mount.
     &["brickd", "mount"],
-    &["bench"],
     &["cli"],
 ];
 

@@ -61,8 +61,15 @@ pub enum Cmd {
     Pool(PoolCmd),
     /// Run the management daemon (one per server).
     Daemon(DaemonArgs),
-    /// Benchmark mortar beside the local disk and GlusterFS (see docs/benchmarks.md).
-    Bench(crate::bench::BenchArgs),
+    /// Benchmark mortar beside the local disk and GlusterFS (see
+    /// docs/benchmarks.md): runs the program mortar-bench, found beside
+    /// mortar or on the PATH.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// mortar-bench's arguments (`mortar bench --help` lists them).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Mount a volume: mortar mount HOST:/VOLUME DIR.
     Mount(MountCmd),
     /// Serve one brick (started by the daemon).
@@ -1124,7 +1131,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Cmd::Daemon(_)
         | Cmd::Mount(_)
         | Cmd::Brick(_)
-        | Cmd::Bench(_)
+        | Cmd::Bench { .. }
         | Cmd::Man { .. }
         | Cmd::Completions { .. } => {
             unreachable!("handled in main")

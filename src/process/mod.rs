@@ -4,6 +4,23 @@
 pub mod statedump;
 pub mod status;
 
+/// The `mortar` program, to start a daemon or a mount with: this one when
+/// it is `mortar`, else the one beside it (`mortar-bench` is installed
+/// and built beside it), else `mortar` on the PATH.
+pub fn mortar_program() -> std::path::PathBuf {
+    let me = std::env::current_exe().ok();
+    if let Some(me) = &me {
+        if me.file_name().is_some_and(|n| n == "mortar") {
+            return me.clone();
+        }
+        let beside = me.with_file_name("mortar");
+        if beside.is_file() {
+            return beside;
+        }
+    }
+    "mortar".into()
+}
+
 pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MORTAR_LOG")
         .unwrap_or_else(|_| "info,openraft=warn".into());

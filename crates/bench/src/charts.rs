@@ -564,7 +564,7 @@ mod tests {
         let mut r = Results::default();
         for (bs, local, mortar) in [(4096.0, 600.0, 20.0), (65536.0, 1600.0, 190.0)] {
             for (t, v) in [("local", local), ("mortar", mortar)] {
-                let m = |metric| crate::bench::results::Metric {
+                let m = |metric| crate::results::Metric {
                     workload: "block-size",
                     metric,
                     unit: "MB/s",

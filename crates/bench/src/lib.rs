@@ -212,7 +212,7 @@ fn warm_memory(dir: &Path, mib: u64) -> anyhow::Result<()> {
 fn request_count(t: &Target) -> Option<u64> {
     let mnt = t.mnt.as_ref()?;
     let mut buf = [0u8; 32];
-    let n = rustix::fs::getxattr(mnt, crate::fuse::REQUESTS_XATTR, &mut buf[..]).ok()?;
+    let n = rustix::fs::getxattr(mnt, mortar::fuse::REQUESTS_XATTR, &mut buf[..]).ok()?;
     std::str::from_utf8(&buf[..n]).ok()?.parse().ok()
 }
 

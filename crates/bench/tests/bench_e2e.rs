@@ -3,8 +3,17 @@
 //! local disk, with the report written and two runs compared. No speed is
 //! asserted.
 
-mod common;
-use common::*;
+/// `mortar`, built beside `mortar-bench` (the workspace's `cargo test`
+/// builds both): the tests run the benchmark as users do, `mortar bench`.
+fn mortar() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_BIN_EXE_mortar-bench")).with_file_name("mortar");
+    assert!(
+        p.is_file(),
+        "{} is not built: run the tests from the workspace (cargo test --features failpoints)",
+        p.display()
+    );
+    p
+}
 
 #[test]
 fn bench_runs_every_workload_and_writes_its_report() {
@@ -13,7 +22,7 @@ fn bench_runs_every_workload_and_writes_its_report() {
         .tempdir()
         .unwrap();
     let report = dir.path().join("report");
-    let o = std::process::Command::new(BIN)
+    let o = std::process::Command::new(mortar())
         .args([
             "bench",
             "--quick",
@@ -99,7 +108,7 @@ fn bench_runs_every_workload_and_writes_its_report() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
     // Comparing a run with itself gives ratios of one.
-    let c = std::process::Command::new(BIN)
+    let c = std::process::Command::new(mortar())
         .args(["bench", "compare"])
         .arg(&report)
         .arg(&report)
@@ -116,19 +125,19 @@ fn bench_runs_every_workload_and_writes_its_report() {
 
 #[test]
 fn bench_refuses_what_it_cannot_measure() {
-    let o = std::process::Command::new(BIN)
+    let o = std::process::Command::new(mortar())
         .args(["bench", "--workloads", "nosuch", "--no-mortar"])
         .output()
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown workload nosuch"));
-    let o = std::process::Command::new(BIN)
+    let o = std::process::Command::new(mortar())
         .args(["bench", "--against", "nfs"])
         .output()
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown baseline nfs"));
-    let o = std::process::Command::new(BIN)
+    let o = std::process::Command::new(mortar())
         .args(["bench", "--shape", "lots"])
         .output()
         .unwrap();

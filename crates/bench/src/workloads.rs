@@ -161,7 +161,7 @@ fn seed_smallfile(dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>> {
     let r = t.elapsed().as_secs_f64();
     let mut out = vec![ops("write", p.files, w), ops("read", p.files, r)];
     if p.replay_shell {
-        let script = include_str!("../../scripts/smallfile_bench.sh");
+        let script = include_str!("../../../scripts/smallfile_bench.sh");
         let o = Command::new("bash")
             .arg("-c")
             .arg(script)

@@ -3,9 +3,9 @@
 //! management daemon, so a running one is never touched), a GlusterFS volume
 //! of the same shape through the installed `gluster` CLI, or any directory.
 
-use crate::mgmt::rpc::{self, Request, Response};
-use crate::mount::{self, MountArgs};
 use anyhow::{bail, Context};
+use mortar::mgmt::rpc::{self, Request, Response};
+use mortar::mount::{self, MountArgs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -210,7 +210,7 @@ pub fn mortar(
     if let Err(e) = std::net::TcpListener::bind(&addr) {
         bail!("the benchmark's own daemon needs {addr}, which is taken ({e}): stop what listens there (`ss -ltnp`)");
     }
-    let mut daemon: Child = Command::new(std::env::current_exe()?)
+    let mut daemon: Child = Command::new(mortar::process::mortar_program())
         .args([
             "daemon",
             "--listen",
@@ -246,8 +246,8 @@ pub fn mortar(
     let deadline = Instant::now() + Duration::from_secs(10);
     // The daemon makes its pool's certificates as it starts; the
     // benchmark is its administrator.
-    let credential = crate::mgmt::authority::admin_credential(&root.join("state"));
-    while crate::protocol::tls::install_file(&credential).is_err()
+    let credential = mortar::mgmt::authority::admin_credential(&root.join("state"));
+    while mortar::protocol::tls::install_file(&credential).is_err()
         || rt
             .block_on(rpc::call(&addr, &Request::VolumeInfo { name: None }))
             .is_err()

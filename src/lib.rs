@@ -25,4 +25,5 @@ pub mod performance;
 pub mod process;
 pub mod protocol;
 pub mod rebalance;
-pub mod storage;
+/// Where a brick keeps its data, its own crate (`crates/storage`).
+pub use mortar_storage as storage;

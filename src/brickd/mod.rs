@@ -231,11 +231,7 @@ fn log_to(file: &Path) -> std::io::Result<()> {
         .create(true)
         .append(true)
         .open(file)?;
-    // SAFETY: dup2 takes two descriptors we own and touches no memory.
-    match unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&f), 2) } {
-        -1 => Err(std::io::Error::last_os_error()),
-        _ => Ok(()),
-    }
+    Ok(rustix::stdio::dup2_stderr(&f)?)
 }
 
 /// Runs a brick from its command line's arguments (`mortar brick`, or

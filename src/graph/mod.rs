@@ -8,6 +8,8 @@ pub mod active;
 pub mod build;
 #[cfg(test)]
 mod cluster_tests;
+#[cfg(test)]
+pub mod memory;
 pub mod roles;
 pub mod table;
 #[cfg(test)]

@@ -2,10 +2,10 @@
 //! factories, same links): the seam where the cluster translators are
 //! unit-tested without root, FUSE or processes.
 
+use super::memory::MemBrick;
 use super::{Env, Graph};
 use crate::core::desc::{VolDesc, XlDesc};
 use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
-use crate::storage::memory::MemBrick;
 use std::sync::Arc;
 
 pub struct Rig {

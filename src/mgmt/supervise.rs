@@ -198,23 +198,22 @@ fn alive(pid: u32) -> bool {
     crate::process::stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
 }
 
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill() takes plain integers and touches no memory.
-    unsafe {
-        libc::kill(pid as i32, sig);
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, sig);
     }
 }
 
 /// Stops an adopted brick (not our child: it cannot be waited for).
 async fn stop_adopted(pid: u32) {
-    signal(pid, libc::SIGTERM);
+    signal(pid, rustix::process::Signal::TERM);
     for _ in 0..50 {
         if !alive(pid) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    signal(pid, libc::SIGKILL);
+    signal(pid, rustix::process::Signal::KILL);
 }
 
 /// A brick was stopped as asked: nothing of it is left to adopt.
@@ -374,7 +373,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             }
             _ = stop.changed() => {
                 if let Some(pid) = pid {
-                    signal(pid, libc::SIGTERM);
+                    signal(pid, rustix::process::Signal::TERM);
                 }
                 if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
                     let _ = child.kill().await;

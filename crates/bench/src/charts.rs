@@ -583,4 +583,36 @@ mod tests {
         assert!(svg("block-size-write.svg").contains("MB/s (log)"));
         assert!(!svg("block-size-read.svg").contains("(log)"));
     }
+
+    #[test]
+    fn plots_are_drawn_for_sweeps() {
+        let d = tempfile::tempdir().unwrap();
+        let files = draw(&crate::report::tests::sample(), d.path()).unwrap();
+        assert_eq!(
+            files,
+            vec![
+                "ratios.svg",
+                "seed-smallfile.svg",
+                "seed-largefile.svg",
+                "block-size-write.svg"
+            ]
+        );
+        assert_eq!(
+            (
+                crate::report::human_bytes(4096),
+                crate::report::human_bytes(10000),
+                crate::report::human_bytes(1 << 30)
+            ),
+            ("4K".into(), "9.8K".into(), "1G".into())
+        );
+        let svg = std::fs::read_to_string(d.path().join(&files[3])).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("mortar"));
+        // Named axes and plain ticks.
+        assert!(
+            svg.contains("block size (bytes)") && !svg.contains(".0<"),
+            "{svg}"
+        );
+        let ratios = std::fs::read_to_string(d.path().join(&files[0])).unwrap();
+        assert!(ratios.contains("mortar / local"), "{ratios}");
+    }
 }

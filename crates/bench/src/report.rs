@@ -318,11 +318,12 @@ pub fn compare(a: &Results, b: &Results) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::results::Metric;
     use super::*;
 
-    fn sample() -> Results {
+    /// A run of two targets over the seed workloads and one sweep.
+    pub(crate) fn sample() -> Results {
         let mut r = Results {
             command: "mortar bench".into(),
             params: vec![("files".into(), "2000".into())],
@@ -401,34 +402,6 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("write @ 4K"), "{t}");
-    }
-
-    #[test]
-    fn plots_are_drawn_for_sweeps() {
-        let d = tempfile::tempdir().unwrap();
-        let files = super::super::charts::draw(&sample(), d.path()).unwrap();
-        assert_eq!(
-            files,
-            vec![
-                "ratios.svg",
-                "seed-smallfile.svg",
-                "seed-largefile.svg",
-                "block-size-write.svg"
-            ]
-        );
-        assert_eq!(
-            (human_bytes(4096), human_bytes(10000), human_bytes(1 << 30)),
-            ("4K".into(), "9.8K".into(), "1G".into())
-        );
-        let svg = std::fs::read_to_string(d.path().join(&files[3])).unwrap();
-        assert!(svg.contains("<svg") && svg.contains("mortar"));
-        // Named axes and plain ticks.
-        assert!(
-            svg.contains("block size (bytes)") && !svg.contains(".0<"),
-            "{svg}"
-        );
-        let ratios = std::fs::read_to_string(d.path().join(&files[0])).unwrap();
-        assert!(ratios.contains("mortar / local"), "{ratios}");
     }
 
     #[test]

@@ -230,8 +230,9 @@ pub fn mortar(
     }));
     let pid = daemon.id();
     teardown.push(Box::new(move || {
-        // SAFETY: kill() on the daemon we spawned; it stops its bricks on SIGTERM.
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
         let _ = daemon.wait();
     }));
     let t = Target {

@@ -111,8 +111,7 @@ fn seconds(metric: &str, secs: f64) -> Sample {
 /// Flushes dirty data and empties the page, dentry and inode caches, so that
 /// "uncached" means what it says (root only; reported once otherwise).
 pub fn drop_caches() {
-    // SAFETY: sync() takes no arguments and cannot fail.
-    unsafe { libc::sync() };
+    rustix::fs::sync();
     if fs::write("/proc/sys/vm/drop_caches", "3").is_err() {
         static WARN: std::sync::Once = std::sync::Once::new();
         WARN.call_once(|| {
@@ -149,8 +148,7 @@ fn seed_smallfile(dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>> {
     for i in 1..=p.files {
         fs::write(d.join(format!("file_{i}")), format!("hello_{i}\n"))?;
     }
-    // SAFETY: sync() takes no arguments and cannot fail.
-    unsafe { libc::sync() };
+    rustix::fs::sync();
     let w = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let mut buf = Vec::with_capacity(64);

@@ -1,7 +1,7 @@
 //! Attributes: modes, owners, sizes and times; xattr name rules; statfs.
 
 use super::*;
-use crate::core::fop::{is_distribute_xattr, LINKTO_XATTR, POINTER_PERM};
+use mortar_core::fop::{is_distribute_xattr, LINKTO_XATTR, POINTER_PERM};
 
 /// Replica positions a copy knows to have missed changes it has
 /// (docs/replication.md); reported with the attributes, kept by the index.
@@ -41,7 +41,7 @@ fn only_clears_set_id(old: u32, new: u32) -> bool {
 impl Posix {
     /// Changes attributes as the caller `cx` may (the kernel's ownership
     /// and permission rules).
-    pub(in crate::storage) fn setattr(
+    pub(crate) fn setattr(
         &self,
         cx: &Ctx,
         fds: &FdTable,
@@ -135,8 +135,8 @@ impl Posix {
 
     /// As `check_xattr_name`, for a change: what a brick answers itself is
     /// not stored.
-    pub(in crate::storage) fn check_xattr_change(cx: &Ctx, name: &str) -> FsResult<()> {
-        if name == crate::core::fop::OPEN_COUNT_XATTR {
+    pub(crate) fn check_xattr_change(cx: &Ctx, name: &str) -> FsResult<()> {
+        if name == mortar_core::fop::OPEN_COUNT_XATTR {
             return Err(FsError::new(
                 libc::EPERM,
                 "answered by the brick, not stored",
@@ -145,7 +145,7 @@ impl Posix {
         Self::check_xattr_name(cx, name)
     }
 
-    pub(in crate::storage) fn check_xattr_name(cx: &Ctx, name: &str) -> FsResult<()> {
+    pub(crate) fn check_xattr_name(cx: &Ctx, name: &str) -> FsResult<()> {
         if name.starts_with(INTERNAL_XATTR_PREFIX) && !is_distribute_xattr(name) {
             return Err(FsError::new(libc::EPERM, "reserved xattr name"));
         }
@@ -160,7 +160,7 @@ impl Posix {
     /// Changes an xattr of the object open at `fd` as the caller `cx` may.
     /// Distribute's (`trusted.`, which the kernel lets anyone with the
     /// brick's capabilities change) only where the caller may write.
-    pub(in crate::storage) fn change_xattr_as(
+    pub(crate) fn change_xattr_as(
         cx: &Ctx,
         fd: BorrowedFd<'_>,
         name: &str,
@@ -174,7 +174,7 @@ impl Posix {
         })
     }
 
-    pub(in crate::storage) fn statfs(&self) -> FsResult<Reply> {
+    pub(crate) fn statfs(&self) -> FsResult<Reply> {
         let s = rfs::fstatvfs(&self.root)?;
         Ok(Reply::StatFs(StatFs {
             bsize: s.f_bsize as u32,

@@ -13,7 +13,7 @@
 //! (the C library's wrapper changes every thread of the process). No
 //! await happens between setting and restoring it.
 
-use crate::core::{Ctx, FsError, FsResult};
+use mortar_core::{Ctx, FsError, FsResult};
 use std::sync::OnceLock;
 
 /// The brick's own identity, put back after each call.

@@ -10,7 +10,7 @@ use super::*;
 pub struct OpenCounts(Arc<Mutex<HashMap<Gfid, u32>>>);
 
 impl OpenCounts {
-    pub(in crate::storage) fn mark(&self, gfid: Gfid) -> OpenMark {
+    pub(crate) fn mark(&self, gfid: Gfid) -> OpenMark {
         *self.0.lock().unwrap().entry(gfid).or_default() += 1;
         OpenMark {
             gfid,
@@ -18,11 +18,11 @@ impl OpenCounts {
         }
     }
     /// Files open, and the handles on them.
-    pub(in crate::storage) fn totals(&self) -> (u64, u64) {
+    pub(crate) fn totals(&self) -> (u64, u64) {
         let m = self.0.lock().unwrap();
         (m.len() as u64, m.values().map(|&n| n as u64).sum())
     }
-    pub(in crate::storage) fn of(&self, gfid: Gfid) -> u32 {
+    pub(crate) fn of(&self, gfid: Gfid) -> u32 {
         self.0.lock().unwrap().get(&gfid).copied().unwrap_or(0)
     }
 }
@@ -58,12 +58,12 @@ pub enum Handle {
 }
 
 impl Handle {
-    pub(in crate::storage) fn gfid(&self) -> Gfid {
+    pub(crate) fn gfid(&self) -> Gfid {
         match self {
             Handle::File(_, g, _) | Handle::Dir(_, _, g) => *g,
         }
     }
-    pub(in crate::storage) fn fstat(&self) -> FsResult<rfs::Stat> {
+    pub(crate) fn fstat(&self) -> FsResult<rfs::Stat> {
         Ok(match self {
             Handle::File(f, _, _) => rfs::fstat(f)?,
             Handle::Dir(_, d, _) => rfs::fstat(&**d)?,
@@ -76,33 +76,33 @@ impl Handle {
 /// valid however the directory changes, and a rewound reader sees it anew,
 /// as POSIX wants of `rewinddir`.
 pub struct Listing {
-    pub(in crate::storage) names: Arc<Vec<(Vec<u8>, FileKind)>>,
+    pub(crate) names: Arc<Vec<(Vec<u8>, FileKind)>>,
     /// Not read from offset 0 yet: the listing is as fresh as it gets.
-    pub(in crate::storage) fresh: bool,
+    pub(crate) fresh: bool,
 }
 
 /// Handles issued to one client connection; dropped (closing every file)
 /// when the connection ends.
 #[derive(Default)]
 pub struct FdTable {
-    pub(in crate::storage) next: AtomicU64,
-    pub(in crate::storage) map: Mutex<HashMap<u64, Arc<Handle>>>,
+    pub(crate) next: AtomicU64,
+    pub(crate) map: Mutex<HashMap<u64, Arc<Handle>>>,
     /// Files read through the anonymous handle (`ANON_FH`), by gfid.
-    pub(in crate::storage) anon: Mutex<HashMap<Gfid, Arc<Handle>>>,
+    pub(crate) anon: Mutex<HashMap<Gfid, Arc<Handle>>>,
 }
 
 /// Anonymous files kept open per connection.
-pub(in crate::storage) const ANON_MAX: usize = 1024;
+pub(crate) const ANON_MAX: usize = 1024;
 
 impl FdTable {
-    pub(in crate::storage) fn insert(&self, h: Handle) -> u64 {
+    pub(crate) fn insert(&self, h: Handle) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         self.map.lock().unwrap().insert(fh, Arc::new(h));
         fh
     }
     /// A file or directory of this connection's, open under `gfid`: it
     /// stays reachable after its last name (and so its gfid handle) is gone.
-    pub(in crate::storage) fn open_by_gfid(&self, gfid: Gfid) -> Option<Arc<Handle>> {
+    pub(crate) fn open_by_gfid(&self, gfid: Gfid) -> Option<Arc<Handle>> {
         let open = self.map.lock().unwrap();
         let found = open.values().find(|h| h.gfid() == gfid).cloned();
         drop(open);
@@ -110,7 +110,7 @@ impl FdTable {
     }
 
     /// A file of this connection's open for writing under `gfid`.
-    pub(in crate::storage) fn writable(&self, gfid: Gfid) -> Option<Arc<Handle>> {
+    pub(crate) fn writable(&self, gfid: Gfid) -> Option<Arc<Handle>> {
         let open = self.map.lock().unwrap();
         open.values()
             .find(|h| match &***h {
@@ -129,7 +129,7 @@ impl FdTable {
         self.open_by_gfid(gfid).is_some()
     }
 
-    pub(in crate::storage) fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
+    pub(crate) fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
         self.map
             .lock()
             .unwrap()
@@ -137,14 +137,14 @@ impl FdTable {
             .cloned()
             .ok_or_else(|| FsError::new(libc::EBADF, format!("unknown handle {fh}")))
     }
-    pub(in crate::storage) fn file(&self, fh: u64) -> FsResult<Arc<Handle>> {
+    pub(crate) fn file(&self, fh: u64) -> FsResult<Arc<Handle>> {
         let h = self.get(fh)?;
         match &*h {
             Handle::File(..) => Ok(h),
             Handle::Dir(..) => Err(FsError::errno(libc::EISDIR)),
         }
     }
-    pub(in crate::storage) fn remove(&self, fh: u64) {
+    pub(crate) fn remove(&self, fh: u64) {
         self.map.lock().unwrap().remove(&fh);
     }
     pub fn len(&self) -> usize {
@@ -155,7 +155,7 @@ impl FdTable {
     }
 }
 
-pub(in crate::storage) fn as_file(h: &Handle) -> &File {
+pub(crate) fn as_file(h: &Handle) -> &File {
     match h {
         Handle::File(f, _, _) => f,
         Handle::Dir(..) => unreachable!("checked by FdTable::file"),

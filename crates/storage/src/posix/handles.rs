@@ -4,7 +4,7 @@
 use super::*;
 
 impl Posix {
-    pub(in crate::storage) fn index_dir(&self, gfid: Gfid) -> FsResult<(OwnedFd, String)> {
+    pub(crate) fn index_dir(&self, gfid: Gfid) -> FsResult<(OwnedFd, String)> {
         let (dir, file) = split_handle(gfid);
         let rel = format!("{INDEX_REL}/{dir}");
         let open = |_: ()| {
@@ -32,11 +32,7 @@ impl Posix {
         }
     }
 
-    pub(in crate::storage) fn make_dir_handle_target(
-        &self,
-        gfid: Gfid,
-        target: &[u8],
-    ) -> FsResult<()> {
+    pub(crate) fn make_dir_handle_target(&self, gfid: Gfid, target: &[u8]) -> FsResult<()> {
         let target = std::ffi::OsStr::from_bytes(target);
         let (dir, file) = self.index_dir(gfid)?;
         match rfs::symlinkat(target, &dir, file.as_str()) {
@@ -53,12 +49,7 @@ impl Posix {
         }
     }
 
-    pub(in crate::storage) fn make_dir_handle(
-        &self,
-        gfid: Gfid,
-        parent: Gfid,
-        name: &Name,
-    ) -> FsResult<()> {
+    pub(crate) fn make_dir_handle(&self, gfid: Gfid, parent: Gfid, name: &Name) -> FsResult<()> {
         self.dirs.lock().unwrap().remove(&gfid);
         // Symlink targets are bytes: any name the volume allows fits.
         let mut target = format!("../../{}/", parent.handle_rel()).into_bytes();
@@ -66,12 +57,7 @@ impl Posix {
         self.make_dir_handle_target(gfid, &target)
     }
 
-    pub(in crate::storage) fn make_file_handle(
-        &self,
-        gfid: Gfid,
-        dir: impl AsFd,
-        name: &Name,
-    ) -> FsResult<()> {
+    pub(crate) fn make_file_handle(&self, gfid: Gfid, dir: impl AsFd, name: &Name) -> FsResult<()> {
         match self.make_new_file_handle(gfid, dir, name) {
             Err(e) if e.is(libc::EEXIST) => Ok(()),
             r => r,
@@ -80,7 +66,7 @@ impl Posix {
 
     /// As `make_file_handle` for an object just made, whose gfid must not
     /// name another object of the brick already: EEXIST if it does.
-    pub(in crate::storage) fn make_new_file_handle(
+    pub(crate) fn make_new_file_handle(
         &self,
         gfid: Gfid,
         dir: impl AsFd,
@@ -114,7 +100,7 @@ impl Posix {
         }
     }
 
-    pub(in crate::storage) fn drop_handle(&self, gfid: Gfid) {
+    pub(crate) fn drop_handle(&self, gfid: Gfid) {
         self.dirs.lock().unwrap().remove(&gfid);
         if let Some(f) = self.forget.get() {
             f(gfid);
@@ -125,7 +111,7 @@ impl Posix {
     }
 
     /// Resolves a gfid to an `O_PATH` descriptor of the object.
-    pub(crate) fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+    pub fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
         let cached = self.dirs.lock().unwrap().get(&gfid).cloned();
         if let Some(fd) = cached {
             // A directory removed behind the brick's back stays open here
@@ -157,7 +143,7 @@ impl Posix {
     }
 
     /// Reads a directory handle: the parent's gfid and the directory's name.
-    pub(in crate::storage) fn read_dir_handle(&self, gfid: Gfid) -> FsResult<(Gfid, Name)> {
+    pub(crate) fn read_dir_handle(&self, gfid: Gfid) -> FsResult<(Gfid, Name)> {
         let (idx, file) = self.index_dir(gfid)?;
         let target = rfs::readlinkat(&idx, file.as_str(), Vec::new())?.into_bytes();
         let stale = || FsError::new(libc::ESTALE, format!("bad directory handle for {gfid}"));
@@ -176,7 +162,7 @@ impl Posix {
     /// already open (or the root), then opening each name downwards with
     /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: no depth limit (the kernel
     /// follows at most 40 nested symlinks), and no symlink is ever followed.
-    pub(in crate::storage) fn walk_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+    pub(crate) fn walk_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
         let mut chain: Vec<(Gfid, Name)> = Vec::new();
         let mut cur = gfid;
         let mut base = loop {
@@ -227,7 +213,7 @@ impl Posix {
         Ok(base)
     }
 
-    pub(in crate::storage) fn resolve_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+    pub(crate) fn resolve_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
         let fd = self.resolve(gfid)?;
         let st = rfs::fstat(&*fd)?;
         if FileKind::from_mode(st.st_mode) != FileKind::Dir {
@@ -238,7 +224,7 @@ impl Posix {
 
     /// The object whose gfid starts with the eight bytes of `ino`: its
     /// handle is in the index directory those bytes name.
-    pub(in crate::storage) fn resolve_ino(&self, ino: u64) -> FsResult<Reply> {
+    pub(crate) fn resolve_ino(&self, ino: u64) -> FsResult<Reply> {
         let hex = format!("{ino:016x}");
         let prefix = format!("{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16]);
         let rel = format!("{INDEX_REL}/{}/{}", &hex[0..2], &hex[2..4]);
@@ -278,7 +264,7 @@ impl Posix {
     /// The directory holding directory `gfid`, found through its `..`
     /// (inside the brick for any directory but the root, whose parent is
     /// itself).
-    pub(in crate::storage) fn parent_of(&self, gfid: Gfid) -> FsResult<Reply> {
+    pub(crate) fn parent_of(&self, gfid: Gfid) -> FsResult<Reply> {
         let parent = if gfid == Gfid::ROOT {
             Gfid::ROOT
         } else {
@@ -300,7 +286,7 @@ impl Posix {
             .map(|attr| Reply::Entry(Entry::found(attr)))
     }
 
-    pub(in crate::storage) fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
+    pub(crate) fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
         full_attr(self.resolve(gfid)?.as_fd(), gfid)
     }
 }

@@ -19,7 +19,7 @@ const DEFAULT_ACL_XATTR: &str = "system.posix_acl_default";
 impl Posix {
     /// Looks a name up, giving it a gfid (and a handle) if it was created
     /// on the brick directly and has none yet.
-    pub(in crate::storage) fn lookup_at(
+    pub(crate) fn lookup_at(
         &self,
         cx: &Ctx,
         dir: &OwnedFd,
@@ -70,7 +70,7 @@ impl Posix {
 
     /// Sets gfid, owner and group of a freshly created object; on failure the
     /// caller removes it again, so a half-made object never stays behind.
-    pub(in crate::storage) fn finish_new(
+    pub(crate) fn finish_new(
         &self,
         cx: &Ctx,
         dir: &OwnedFd,
@@ -107,7 +107,7 @@ impl Posix {
 
     /// Gives an object just made under `name` its gfid, owner and handle,
     /// and answers with its entry; on failure removes it again.
-    pub(in crate::storage) fn adopt_new(
+    pub(crate) fn adopt_new(
         &self,
         cx: &Ctx,
         dir: &OwnedFd,
@@ -135,7 +135,7 @@ impl Posix {
         res
     }
 
-    pub(in crate::storage) fn undo_new(dir: &OwnedFd, name: &Name, is_dir: bool) {
+    pub(crate) fn undo_new(dir: &OwnedFd, name: &Name, is_dir: bool) {
         let flags = if is_dir {
             AtFlags::REMOVEDIR
         } else {
@@ -144,7 +144,7 @@ impl Posix {
         let _ = rfs::unlinkat(dir, name.as_os_str(), flags);
     }
 
-    pub(in crate::storage) fn create(
+    pub(crate) fn create(
         &self,
         cx: &Ctx,
         fds: &FdTable,
@@ -215,7 +215,7 @@ impl Posix {
         })
     }
 
-    pub(in crate::storage) fn mknod(
+    pub(crate) fn mknod(
         &self,
         cx: &Ctx,
         parent: Gfid,
@@ -245,7 +245,7 @@ impl Posix {
             let marked = open_child(&*dir, name).and_then(|fd| {
                 set_xattr(
                     &fd,
-                    crate::core::fop::LINKTO_XATTR,
+                    mortar_core::fop::LINKTO_XATTR,
                     &set.to_le_bytes(),
                     rfs::XattrFlags::CREATE,
                 )
@@ -258,7 +258,7 @@ impl Posix {
         self.adopt_new(cx, &dir, parent, name, gfid, perm, false)
     }
 
-    pub(in crate::storage) fn mkdir(
+    pub(crate) fn mkdir(
         &self,
         cx: &Ctx,
         parent: Gfid,
@@ -282,7 +282,7 @@ impl Posix {
         self.adopt_new(cx, &dir, parent, name, gfid, perm, true)
     }
 
-    pub(in crate::storage) fn symlink(
+    pub(crate) fn symlink(
         &self,
         cx: &Ctx,
         parent: Gfid,
@@ -309,12 +309,7 @@ impl Posix {
 
     /// Removes a non-directory name; drops the gfid handle with the last
     /// name. Answers what the directory and the object are left as.
-    pub(in crate::storage) fn unlink(
-        &self,
-        cx: &Ctx,
-        parent: Gfid,
-        name: &Name,
-    ) -> FsResult<Reply> {
+    pub(crate) fn unlink(&self, cx: &Ctx, parent: Gfid, name: &Name) -> FsResult<Reply> {
         let dir = self.resolve_dir(parent)?;
         let (fd, attr) = self.lookup_at(cx, &dir, parent, name)?;
         if attr.kind == FileKind::Dir {
@@ -329,7 +324,7 @@ impl Posix {
         Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
     }
 
-    pub(in crate::storage) fn rmdir(&self, cx: &Ctx, parent: Gfid, name: &Name) -> FsResult<Reply> {
+    pub(crate) fn rmdir(&self, cx: &Ctx, parent: Gfid, name: &Name) -> FsResult<Reply> {
         let dir = self.resolve_dir(parent)?;
         let (fd, attr) = self.lookup_at(cx, &dir, parent, name)?;
         if attr.kind != FileKind::Dir {
@@ -342,7 +337,7 @@ impl Posix {
         Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
     }
 
-    pub(in crate::storage) fn rename(
+    pub(crate) fn rename(
         &self,
         cx: &Ctx,
         parent: Gfid,
@@ -408,7 +403,7 @@ impl Posix {
         Ok(unnamed(&changed))
     }
 
-    pub(in crate::storage) fn link(
+    pub(crate) fn link(
         &self,
         cx: &Ctx,
         gfid: Gfid,

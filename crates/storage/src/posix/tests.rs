@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::fop::{TimeSet, ANON_FH};
+use mortar_core::fop::{TimeSet, ANON_FH};
 
 fn n(s: &str) -> Name {
     Name::new(s.as_bytes().to_vec()).unwrap()
@@ -489,7 +489,7 @@ fn a_prepared_brick_is_taken_back_whole_unless_it_keeps_something() {
 
 #[test]
 fn pointers_and_layouts_are_the_clients_to_keep_and_nothing_else_internal_is() {
-    use crate::core::fop::{LAYOUT_XATTR, LINKTO_XATTR};
+    use mortar_core::fop::{LAYOUT_XATTR, LINKTO_XATTR};
     let b = brick();
     let f = Gfid::random();
     let mk = |name: &str, gfid, linkto| Fop::Mknod {
@@ -568,7 +568,7 @@ fn pointers_and_layouts_are_the_clients_to_keep_and_nothing_else_internal_is() {
 
 #[test]
 fn the_brick_counts_open_files_and_forgets_them_with_their_connection() {
-    use crate::core::fop::OPEN_COUNT_XATTR;
+    use mortar_core::fop::OPEN_COUNT_XATTR;
     let b = brick();
     let f = Gfid::random();
     let Reply::Created { fh, .. } = b

@@ -11,9 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Inside the brick's hidden directory.
 /// Read by the brick process (`brickd`), which runs the check.
-pub static HEALTH_CHECK_INTERVAL: crate::core::options::Spec = crate::core::options::Spec {
+pub static HEALTH_CHECK_INTERVAL: mortar_core::options::Spec = mortar_core::options::Spec {
     key: "storage.health-check-interval",
-    kind: crate::core::options::Kind::Int(0, 3600),
+    kind: mortar_core::options::Kind::Int(0, 3600),
     default: "30",
     help: "Seconds between checks that each brick's directory is still there and takes a write, fsync and read back; a brick that fails goes offline, with the reason in volume status, until volume start force. 0 turns the check off.",
 };

@@ -24,7 +24,7 @@ fn no_atime(
 }
 
 impl Posix {
-    pub(in crate::storage) fn open_file(
+    pub(crate) fn open_file(
         &self,
         cx: &Ctx,
         fds: &FdTable,
@@ -40,7 +40,7 @@ impl Posix {
     /// The open file behind `fh`, or for `ANON_FH` the file `gfid` opened
     /// read-only on the connection's behalf (by the caller `cx`, or through
     /// a handle the connection holds open on it).
-    pub(in crate::storage) fn file_for(
+    pub(crate) fn file_for(
         &self,
         cx: &Ctx,
         fds: &FdTable,
@@ -76,7 +76,7 @@ impl Posix {
     }
 
     /// Opens file `gfid` for `cx`: its right to, as the kernel checks it.
-    pub(in crate::storage) fn open_gfid(&self, cx: &Ctx, gfid: Gfid, flags: i32) -> FsResult<File> {
+    pub(crate) fn open_gfid(&self, cx: &Ctx, gfid: Gfid, flags: i32) -> FsResult<File> {
         if !identity::switches(cx) {
             return self.open_gfid_as_brick(gfid, flags);
         }
@@ -115,7 +115,7 @@ impl Posix {
         Ok(File::from(f))
     }
 
-    pub(in crate::storage) fn read(
+    pub(crate) fn read(
         &self,
         cx: &Ctx,
         fds: &FdTable,
@@ -152,7 +152,7 @@ impl Posix {
         Ok(Reply::Data(bytes::Bytes::from(buf)))
     }
 
-    pub(in crate::storage) fn write(
+    pub(crate) fn write(
         &self,
         cx: &Ctx,
         fds: &FdTable,
@@ -198,12 +198,7 @@ impl Posix {
         Ok(Reply::Written(data.len() as u32, after().ok()))
     }
 
-    pub(in crate::storage) fn opendir(
-        &self,
-        cx: &Ctx,
-        fds: &FdTable,
-        gfid: Gfid,
-    ) -> FsResult<Reply> {
+    pub(crate) fn opendir(&self, cx: &Ctx, fds: &FdTable, gfid: Gfid) -> FsResult<Reply> {
         let dir = self.resolve_dir(gfid)?;
         let names = Arc::new(as_caller(cx, || Self::list_dir(&dir, gfid))?);
         let listing = Mutex::new(Listing { names, fresh: true });
@@ -214,10 +209,7 @@ impl Posix {
 
     /// The names in a directory, with their types (the brick's own
     /// directory left out of the root).
-    pub(in crate::storage) fn list_dir(
-        dir: &OwnedFd,
-        gfid: Gfid,
-    ) -> FsResult<Vec<(Vec<u8>, FileKind)>> {
+    pub(crate) fn list_dir(dir: &OwnedFd, gfid: Gfid) -> FsResult<Vec<(Vec<u8>, FileKind)>> {
         // Through the descriptor, not as "." inside it: listing takes the
         // right to read a directory, not to search it.
         let fd = no_atime(OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, |o| {
@@ -248,7 +240,7 @@ impl Posix {
     /// Entries from `offset` of a directory listing; `ANON_FH` at offset 0
     /// lists the directory without a handle kept, unless more than one
     /// batch is left (`Reply::Listed`).
-    pub(in crate::storage) fn readdir(
+    pub(crate) fn readdir(
         &self,
         cx: &Ctx,
         fds: &FdTable,
@@ -334,7 +326,7 @@ impl Posix {
     }
 
     /// xxh3 of each `block` bytes of the file from `offset`.
-    pub(in crate::storage) fn checksum(
+    pub(crate) fn checksum(
         &self,
         cx: &Ctx,
         gfid: Gfid,

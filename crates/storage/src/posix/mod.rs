@@ -16,8 +16,8 @@
 //! `O_PATH` descriptors; xattrs, modes and times go through
 //! `/proc/self/fd/N`, which names exactly the object the descriptor holds.
 
-use crate::core::fop::{TimeSet, ANON_FH};
-use crate::core::{
+use mortar_core::fop::{TimeSet, ANON_FH};
+use mortar_core::{
     Attr, Ctx, DirEntry, Entry, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr,
     StatFs,
 };
@@ -77,14 +77,14 @@ pub struct Posix {
     direct: std::sync::atomic::AtomicBool,
 }
 
-pub static STRICT_O_DIRECT: crate::core::options::Spec = crate::core::options::Spec {
+pub static STRICT_O_DIRECT: mortar_core::options::Spec = mortar_core::options::Spec {
     key: "performance.strict-o-direct",
-    kind: crate::core::options::Kind::Bool,
+    kind: mortar_core::options::Kind::Bool,
     default: "off",
     help: "Honours O_DIRECT end to end: a brick opens a file opened with O_DIRECT with O_DIRECT too, so that its reads and writes bypass the brick's page cache. Off: the client's page cache is bypassed, the bricks' is not.",
 };
 
-pub(crate) fn proc_path(fd: impl AsFd) -> String {
+pub fn proc_path(fd: impl AsFd) -> String {
     format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
 }
 
@@ -121,12 +121,7 @@ pub(crate) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
     }
 }
 
-pub(crate) fn set_xattr(
-    fd: impl AsFd,
-    name: &str,
-    value: &[u8],
-    flags: rfs::XattrFlags,
-) -> FsResult<()> {
+pub fn set_xattr(fd: impl AsFd, name: &str, value: &[u8], flags: rfs::XattrFlags) -> FsResult<()> {
     Ok(rfs::setxattr(proc_path(fd), name, value, flags)?)
 }
 
@@ -336,7 +331,7 @@ impl Posix {
     /// so that a test can crash one brick of several that share the
     /// daemon's environment.
     #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-    pub(in crate::storage) fn fail_point_name(&self, what: &str) -> String {
+    pub(crate) fn fail_point_name(&self, what: &str) -> String {
         let base = self
             .path
             .file_name()
@@ -510,7 +505,7 @@ impl Posix {
                 })?;
                 Ok(Reply::Ok)
             }
-            Fop::Getxattr { gfid, name } if name == crate::core::fop::OPEN_COUNT_XATTR => {
+            Fop::Getxattr { gfid, name } if name == mortar_core::fop::OPEN_COUNT_XATTR => {
                 Self::check_xattr_name(cx, name)?;
                 self.resolve(*gfid)?;
                 let n = self.open.of(*gfid).to_string();
@@ -533,7 +528,7 @@ impl Posix {
                 for name in buf.split(|&c| c == 0).filter(|n| !n.is_empty()) {
                     let internal = name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes())
                         && !std::str::from_utf8(name)
-                            .is_ok_and(crate::core::fop::is_distribute_xattr);
+                            .is_ok_and(mortar_core::fop::is_distribute_xattr);
                     // As a local file system lists them: `trusted.` names
                     // to root only.
                     let hidden = identity::switches(cx) && name.starts_with(b"trusted.");

@@ -1,7 +1,0 @@
-//! Where a brick keeps its data: `posix` in a local directory (files at
-//! their own path, a gfid index and the heal index beside them under
-//! `.mortar`, and a periodic probe that the file system still works);
-//! `memory` is a brick in memory for unit tests of the cluster translators.
-#[cfg(test)]
-pub mod memory;
-pub mod posix;

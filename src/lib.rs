@@ -23,7 +23,8 @@ pub mod mgmt;
 pub mod mount;
 pub mod performance;
 pub mod process;
-pub mod protocol;
+/// The brick protocol, its own crate (`crates/protocol`).
+pub use mortar_protocol as protocol;
 pub mod rebalance;
 /// Where a brick keeps its data, its own crate (`crates/storage`).
 pub use mortar_storage as storage;

@@ -13,8 +13,8 @@
 use super::tls;
 use super::wire::{self, Msg};
 
-use crate::core::{Ctx, Event, Fop, FsError, FsResult, Link, Reply, Xlator};
 use async_trait::async_trait;
+use mortar_core::{Ctx, Event, Fop, FsError, FsResult, Link, Reply, Xlator};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -34,7 +34,7 @@ pub type Resolver = Arc<
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-use crate::core::terms::PING_TIMEOUT;
+use mortar_core::terms::PING_TIMEOUT;
 
 type Pending = Mutex<HashMap<u64, oneshot::Sender<FsResult<Reply>>>>;
 
@@ -318,7 +318,7 @@ async fn run_connection(
                     // Answered once every translator and subscriber that
                     // got the recall has dropped it (and its cache).
                     let tx = tx.clone();
-                    let ack = crate::core::xlator::Ack::new(move || {
+                    let ack = mortar_core::xlator::Ack::new(move || {
                         if let Err(e) = tx.try_send(wire::encode(&Msg::Recalled { id })) {
                             tracing::debug!(id, "recall not answered: {e}");
                         }
@@ -379,7 +379,7 @@ impl Xlator for ProtocolClient {
         self.shared.sent.load(Ordering::Relaxed)
     }
 
-    fn reconfigure(&self, options: &crate::core::Options) {
+    fn reconfigure(&self, options: &mortar_core::Options) {
         let secs = PING_TIMEOUT.int(options).max(1) as u64;
         let old = self
             .shared
@@ -388,7 +388,7 @@ impl Xlator for ProtocolClient {
         if old != secs * 1000 {
             tracing::info!(client = %self.shared.name, "network.ping-timeout is now {secs}s");
         }
-        let tls = crate::protocol::auth::SERVER_SSL.bool(options);
+        let tls = crate::auth::SERVER_SSL.bool(options);
         if self.shared.tls.swap(tls, Ordering::Relaxed) != tls {
             tracing::info!(client = %self.shared.name, "server.ssl is now {}", if tls { "on" } else { "off" });
         }

@@ -12,9 +12,9 @@
 //! decode as a `Msg`, ends the connection: a hostile or corrupt peer can cost
 //! a connection but never a byte of data.
 
-use crate::core::{Ctx, Fop, FsError, Reply};
 use bincode::Options;
 use bytes::Bytes;
+use mortar_core::{Ctx, Fop, FsError, Reply};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -71,15 +71,15 @@ pub enum Msg {
     /// ignore kinds they do not know.
     Notice {
         kind: String,
-        gfid: Option<crate::core::Gfid>,
+        gfid: Option<mortar_core::Gfid>,
     },
     /// Brick → client: drop what you cache of object `gfid` (`name` None)
     /// or of `name` in directory `gfid`, then answer `Recalled { id }`;
     /// another client's change waits for that (docs/caching.md).
     Recall {
         id: u64,
-        gfid: crate::core::Gfid,
-        name: Option<crate::core::Name>,
+        gfid: mortar_core::Gfid,
+        name: Option<mortar_core::Name>,
     },
     /// Client → brick: recall `id` is done.
     Recalled {
@@ -352,7 +352,7 @@ pub async fn pump<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Gfid, Name};
+    use mortar_core::{Gfid, Name};
 
     #[tokio::test(start_paused = true)]
     async fn a_frame_begun_and_left_unfinished_ends_its_connection() {

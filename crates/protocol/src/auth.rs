@@ -3,9 +3,9 @@
 //! client at its handshake, and checks every connection again when the
 //! volume's rules change, closing those no longer allowed.
 
-use crate::core::addrs::Patterns;
-use crate::core::options::{Kind, Spec};
-use crate::core::Options;
+use mortar_core::addrs::Patterns;
+use mortar_core::options::{Kind, Spec};
+use mortar_core::Options;
 use std::net::IpAddr;
 
 pub static AUTH_ALLOW: Spec = Spec {
@@ -78,7 +78,7 @@ impl Squash {
     /// `cx` as a brick runs it, from a client whose credential binds it to
     /// `bound` (if it does). What only the pool's servers may claim
     /// (`internal`) is dropped.
-    pub fn apply(&self, cx: &mut crate::core::Ctx, bound: Option<(u32, u32)>) {
+    pub fn apply(&self, cx: &mut mortar_core::Ctx, bound: Option<(u32, u32)>) {
         cx.internal = false;
         if let Some((uid, gid)) = bound {
             (cx.uid, cx.gid) = (uid, gid);
@@ -183,7 +183,7 @@ impl Rules {
     }
 
     /// The rules of a volume's description (options and credentials).
-    pub fn from_desc(d: &crate::core::desc::VolDesc) -> Rules {
+    pub fn from_desc(d: &mortar_core::desc::VolDesc) -> Rules {
         Rules {
             clients: d
                 .clients
@@ -207,7 +207,7 @@ impl Rules {
     /// Whether a client credential may connect (`open`: may go on with a
     /// connection it opened before): Ok(what it is granted), or why not.
     pub fn credential(&self, fingerprint: &[u8; 32], open: bool) -> Result<Grant, String> {
-        let Some(grant) = self.clients.get(&crate::protocol::tls::hex(fingerprint)) else {
+        let Some(grant) = self.clients.get(&crate::tls::hex(fingerprint)) else {
             return Err(
                 "the client's credential is not one of this volume's (revoked, or another volume's)"
                     .into(),
@@ -283,10 +283,8 @@ mod tests {
             identity: None,
             retired,
         };
-        r.clients
-            .insert(crate::protocol::tls::hex(&[1; 32]), grant(false));
-        r.clients
-            .insert(crate::protocol::tls::hex(&[2; 32]), grant(true));
+        r.clients.insert(crate::tls::hex(&[1; 32]), grant(false));
+        r.clients.insert(crate::tls::hex(&[2; 32]), grant(true));
         assert!(r.credential(&[1; 32], false).is_ok());
         assert!(r.credential(&[2; 32], true).unwrap().read_only);
         let refused = r.credential(&[2; 32], false).unwrap_err();
@@ -296,7 +294,7 @@ mod tests {
 
     #[test]
     fn squashing_maps_root_or_everyone_and_drops_what_only_servers_may_claim() {
-        let user = |uid| crate::core::Ctx {
+        let user = |uid| mortar_core::Ctx {
             uid,
             gid: uid,
             groups: vec![10, 20],

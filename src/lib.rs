@@ -18,11 +18,13 @@ pub mod features;
 pub mod fuse;
 pub mod graph;
 pub mod heal;
-pub mod metrics;
+/// The metrics of every process, its own crate (`crates/metrics`).
+pub use mortar_metrics as metrics;
 pub mod mgmt;
 pub mod mount;
 pub mod performance;
-pub mod process;
+/// What every process sets up first, its own crate (`crates/process`).
+pub use mortar_process as process;
 /// The brick protocol, its own crate (`crates/protocol`).
 pub use mortar_protocol as protocol;
 pub mod rebalance;

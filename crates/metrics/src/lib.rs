@@ -9,7 +9,7 @@
 
 pub mod serve;
 
-use crate::core::{FsResult, Reply};
+use mortar_core::{FsResult, Reply};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -249,7 +249,7 @@ pub fn on_scrape(f: impl Fn(&Metrics) + Send + Sync + 'static) {
 pub fn render(registry: &Registry) -> String {
     let m = get();
     m.resident_bytes
-        .set(crate::process::status::memory().resident as i64);
+        .set(mortar_process::status::memory().resident as i64);
     for hook in HOOKS.lock().unwrap().iter() {
         hook(m);
     }
@@ -401,7 +401,7 @@ mod tests {
         fop_done(
             "lookup",
             started,
-            &Err(crate::core::FsError::new(libc::ENOENT, "no such name")),
+            &Err(mortar_core::FsError::new(libc::ENOENT, "no such name")),
         );
         let text = render(&registry(
             Role::Brick,

@@ -7,7 +7,8 @@
 //! `features`, `debug`) ← `graph` (the table of every translator kind,
 //! the composition root) ← `heal`, `rebalance` ← `mgmt` ← `fuse` ← the
 //! processes (`brickd`, `mount`) ← `bench` ← `cli`.
-pub mod brick;
+/// The brick's translator stack and server, its own crate (`crates/brick`).
+pub use mortar_brick as brick;
 pub mod brickd;
 pub mod cli;
 pub mod cluster;

@@ -16,8 +16,8 @@
 //! stays and heal compares the copies. Every update runs under the
 //! `sessions` mutex, so the xattr and the index stay in step.
 
-use crate::core::{FsResult, Gfid};
-use crate::storage::posix::{proc_path, read_blame, set_xattr, Posix, BLAME_XATTR, PENDING_REL};
+use mortar_core::{FsResult, Gfid};
+use mortar_storage::posix::{proc_path, read_blame, set_xattr, Posix, BLAME_XATTR, PENDING_REL};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};

@@ -8,8 +8,8 @@
 //! unfinished change stays in the heal index, and it reconnects when it
 //! runs again. Locks die with their connection.
 
-use crate::brick::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
-use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
+use crate::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
+use mortar_core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
 mod table;
 use async_trait::async_trait;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! connection starts waiting, the server tells the owner (a contention
 //! notice) so that it finishes and lets go. Locks die with their connection.
 
-use crate::core::Gfid;
+use mortar_core::Gfid;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use tokio::sync::oneshot;
@@ -13,9 +13,9 @@ use tokio::sync::oneshot;
 pub type ConnId = u64;
 
 /// Read by the brick server, which revokes (`brick::server`).
-pub static REVOCATION_SECS: crate::core::options::Spec = crate::core::options::Spec {
+pub static REVOCATION_SECS: mortar_core::options::Spec = mortar_core::options::Spec {
     key: "features.locks-revocation-secs",
-    kind: crate::core::options::Kind::Int(0, 3600),
+    kind: mortar_core::options::Kind::Int(0, 3600),
     default: "60",
     help: "Seconds a client may keep a lock that another client waits for; after that the brick revokes it by closing the holder's connection (its unfinished change is healed). 0: never.",
 };

@@ -4,8 +4,8 @@
 //! sizes stay 0, and data reads fail: replicate never reads data there.
 
 use super::{BrickEnv, BrickXlator, Conn};
-use crate::core::{Ctx, Fop, FsError, FsResult, Reply};
 use async_trait::async_trait;
+use mortar_core::{Ctx, Fop, FsError, FsResult, Reply};
 use std::sync::Arc;
 
 pub struct Arbiter {

@@ -4,8 +4,8 @@
 //! unlock settles the sessions; heal clears blame and reads the index. A
 //! connection that ends leaves its sessions unsettled, for heal.
 
-use crate::brick::{BrickEnv, BrickXlator, Conn};
-use crate::core::{Ctx, Fop, FsResult, Reply};
+use crate::{BrickEnv, BrickXlator, Conn};
+use mortar_core::{Ctx, Fop, FsResult, Reply};
 mod store;
 pub use store::{Index, PENDING_BASE};
 
@@ -57,7 +57,7 @@ impl BrickXlator for IndexXl {
                 tokio::task::spawn_blocking(move || index.pending(max as usize))
                     .await
                     .unwrap_or_else(|e| {
-                        Err(crate::core::FsError::new(
+                        Err(mortar_core::FsError::new(
                             libc::EIO,
                             format!("index task failed: {e}"),
                         ))

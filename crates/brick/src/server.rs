@@ -1,17 +1,17 @@
 //! The brick server: accepts client connections, checks the handshake,
 //! decodes each `Call` and hands it with its connection to the top of the
-//! brick stack (`crate::brick`), and encodes the answer. Many requests of
+//! brick stack (`crate`), and encodes the answer. Many requests of
 //! one connection are in flight at once and are answered as they finish:
 //! a request the stack answers at once is answered right here, one that
 //! has to wait (a lock, a slow fop on the blocking pool) goes on in a task
 //! of its own.
 
-use crate::brick::{Conn, Notice, Stack};
-use crate::protocol::admit;
-use crate::protocol::auth::{Grant, Rules};
-use crate::protocol::tls;
-use crate::protocol::wire::{self, Msg};
-use crate::storage::posix::FdTable;
+use crate::{Conn, Notice, Stack};
+use mortar_protocol::admit;
+use mortar_protocol::auth::{Grant, Rules};
+use mortar_protocol::tls;
+use mortar_protocol::wire::{self, Msg};
+use mortar_storage::posix::FdTable;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -157,7 +157,7 @@ async fn serve_conn(
     // Many requests come in with one read system call; `next` may lose its
     // race with a change of the auth rules and go on later (`wire::Frames`).
     // Large frames are read within the process's budget (`budget`).
-    let rd = crate::protocol::budget::Metered::new(rd, crate::protocol::budget::process_budget());
+    let rd = mortar_protocol::budget::Metered::new(rd, mortar_protocol::budget::process_budget());
     let mut rd = wire::Frames::new(rd);
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
     let writer = tokio::spawn(wire::pump(wr, rx));
@@ -222,7 +222,7 @@ async fn serve_conn(
         match msg {
             Msg::Call { id, fop, .. } if grant.read_only && changes(&fop) => {
                 let e =
-                    crate::core::FsError::new(libc::EROFS, "this client's credential is read-only");
+                    mortar_core::FsError::new(libc::EROFS, "this client's credential is read-only");
                 answer(&tx, id, fop.name(), Err(e)).await;
             }
             Msg::Call { id, mut cx, fop } => {
@@ -310,8 +310,8 @@ async fn admits(
 }
 
 /// What a read-only client may not ask: a change, or an open for writing.
-fn changes(fop: &crate::core::Fop) -> bool {
-    use crate::core::Fop;
+fn changes(fop: &mortar_core::Fop) -> bool {
+    use mortar_core::Fop;
     fop.is_modifying()
         || matches!(fop, Fop::Clear { .. })
         || matches!(fop, Fop::Open { flags, .. }
@@ -338,7 +338,7 @@ async fn answer(
     tx: &mpsc::Sender<wire::Frame>,
     id: u64,
     name: &'static str,
-    result: crate::core::FsResult<crate::core::Reply>,
+    result: mortar_core::FsResult<mortar_core::Reply>,
 ) {
     if let Err(e) = &result {
         tracing::debug!(fop = name, "failed: {e}");
@@ -349,7 +349,7 @@ async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Fop, Gfid, Name};
+    use mortar_core::{Fop, Gfid, Name};
 
     #[test]
     fn a_read_only_client_may_read_and_open_for_reading_only() {

@@ -19,10 +19,10 @@
 //! where the file is, and waits while it is held (`cluster::distribute`).
 
 use super::{BrickEnv, BrickXlator, Conn, ConnId};
-use crate::core::fop::{HOLD_LEASE, HOLD_XATTR};
-use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
-use crate::storage::posix::Posix;
 use async_trait::async_trait;
+use mortar_core::fop::{HOLD_LEASE, HOLD_XATTR};
+use mortar_core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
+use mortar_storage::posix::Posix;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -278,7 +278,7 @@ impl BrickXlator for HoldXl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::posix::FdTable;
+    use mortar_storage::posix::FdTable;
 
     /// Answers everything: what is refused is refused above it.
     struct Anything;

@@ -6,9 +6,9 @@
 //! quick ones behind them on the same connection.
 
 use super::{BrickEnv, BrickXlator, Conn};
-use crate::core::{Ctx, Fop, FsError, FsResult, Reply};
-use crate::storage::posix::Posix;
 use async_trait::async_trait;
+use mortar_core::{Ctx, Fop, FsError, FsResult, Reply};
+use mortar_storage::posix::Posix;
 use std::sync::Arc;
 
 pub struct PosixXl {

@@ -33,11 +33,11 @@
 //! answered ahead; a lookup or listing whose answer tells of a claimed
 //! directory is asked again after that.
 use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
-use crate::core::fop::HOLD_XATTR;
+use mortar_core::fop::HOLD_XATTR;
 
-use crate::core::terms::Terms;
-use crate::core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
 use async_trait::async_trait;
+use mortar_core::terms::Terms;
+use mortar_core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -515,7 +515,7 @@ impl BrickXlator for Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::posix::FdTable;
+    use mortar_storage::posix::FdTable;
     use std::sync::atomic::AtomicBool;
 
     /// Answers everything at once.

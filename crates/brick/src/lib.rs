@@ -27,9 +27,9 @@ pub mod posix;
 pub mod profile;
 pub mod server;
 
-use crate::core::{Ctx, Fop, FsResult, Gfid, Reply};
-use crate::storage::posix::{FdTable, Posix};
 use async_trait::async_trait;
+use mortar_core::{Ctx, Fop, FsResult, Gfid, Reply};
+use mortar_storage::posix::{FdTable, Posix};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -46,7 +46,7 @@ pub enum Notice {
     Recall {
         id: u64,
         gfid: Gfid,
-        name: Option<crate::core::Name>,
+        name: Option<mortar_core::Name>,
     },
 }
 
@@ -104,7 +104,7 @@ pub struct BrickEnv {
     /// How long a lock may be kept from a waiter now (None: forever).
     pub revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
     /// The terms of the leases it grants now (`features/leases`).
-    pub lease_terms: Arc<dyn Fn() -> crate::core::terms::Terms + Send + Sync>,
+    pub lease_terms: Arc<dyn Fn() -> mortar_core::terms::Terms + Send + Sync>,
     /// Whether `volume profile` is on (`diagnostics.latency-measurement`).
     pub profiling: Arc<dyn Fn() -> bool + Send + Sync>,
 }

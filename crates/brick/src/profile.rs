@@ -1,6 +1,6 @@
 //! `debug/profile`, the top of every brick's stack: each fop that reaches
 //! the brick passes here once. It counts every fop in the process's
-//! Prometheus metrics (`crate::metrics`), always; keeps what
+//! Prometheus metrics (`mortar_metrics`), always; keeps what
 //! `volume top` shows (opens, reads and writes per file, open handles),
 //! always, as GlusterFS's io-stats does; and, while
 //! `diagnostics.latency-measurement` is on (`volume profile VOL start`),
@@ -14,12 +14,12 @@
 //! `TopReport`. Per-file figures are kept for `MAX_FILES` files at most and
 //! names for `MAX_NAMES`; a file whose name is not known is shown by gfid.
 
-use crate::brick::{BrickEnv, BrickXlator, Conn, ConnId};
-use crate::core::options::{Kind, Spec};
-use crate::core::{Ctx, Fop, FsError, FsResult, Gfid, Name, Reply};
-use crate::process::status::{BrickDetail, ClientConn, STATEDUMP_XATTR, STATUS_XATTR};
-use crate::storage::posix::Posix;
+use crate::{BrickEnv, BrickXlator, Conn, ConnId};
 use async_trait::async_trait;
+use mortar_core::options::{Kind, Spec};
+use mortar_core::{Ctx, Fop, FsError, FsResult, Gfid, Name, Reply};
+use mortar_process::status::{BrickDetail, ClientConn, STATEDUMP_XATTR, STATUS_XATTR};
+use mortar_storage::posix::Posix;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -205,7 +205,7 @@ pub fn build(
         env.profiling.clone(),
     ));
     let weak = Arc::downgrade(&p);
-    crate::process::statedump::section("connections", move || {
+    mortar_process::statedump::section("connections", move || {
         weak.upgrade().map(|p| p.dump_conns()).unwrap_or_default()
     });
     Ok(Some(p))
@@ -432,8 +432,8 @@ impl Profile {
         let (open_objects, open_handles) = self.posix.open_objects();
         BrickDetail {
             pid: std::process::id(),
-            disk: crate::process::status::disk_of(self.posix.path()),
-            memory: crate::process::status::memory(),
+            disk: mortar_process::status::disk_of(self.posix.path()),
+            memory: mortar_process::status::memory(),
             clients: self.clients(),
             open_objects,
             open_handles,
@@ -467,7 +467,7 @@ impl Profile {
             _ => {
                 let what = format!("brick {}", self.posix.path().display());
                 return Ok(Reply::Xattr(
-                    crate::process::statedump::render(&what).into_bytes().into(),
+                    mortar_process::statedump::render(&what).into_bytes().into(),
                 ));
             }
         }
@@ -508,7 +508,7 @@ impl BrickXlator for Profile {
         let started = Instant::now();
         let result = self.below.call(conn, cx, fop).await;
         let us = started.elapsed().as_secs_f64() * 1e6;
-        crate::metrics::fop_done(name, started, &result);
+        mortar_metrics::fop_done(name, started, &result);
         if let Some(c) = self.conns.lock().unwrap().get_mut(&conn.id) {
             c.shown.fops += 1;
             match &result {
@@ -535,7 +535,7 @@ impl BrickXlator for Profile {
 
     // (The stack tells every translator of connections itself.)
     fn connect(&self, conn: &Arc<Conn>) {
-        crate::metrics::get().clients.inc();
+        mortar_metrics::get().clients.inc();
         self.conns.lock().unwrap().insert(
             conn.id,
             ConnStat {
@@ -550,7 +550,7 @@ impl BrickXlator for Profile {
     }
 
     fn disconnect(&self, conn: &Conn) {
-        crate::metrics::get().clients.dec();
+        mortar_metrics::get().clients.dec();
         self.conns.lock().unwrap().remove(&conn.id);
     }
 

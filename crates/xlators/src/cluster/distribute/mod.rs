@@ -28,12 +28,12 @@ pub mod options;
 use crate::cluster::layout::{name_hash, Layout};
 use crate::cluster::replicate::join_all;
 use crate::cluster::HandleMap;
-use crate::core::fop::{LAYOUT_XATTR, POINTER_PERM};
-use crate::core::{
+use async_trait::async_trait;
+use mortar_core::fop::{LAYOUT_XATTR, POINTER_PERM};
+use mortar_core::{
     Attr, Child, Ctx, Entry, Event, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, StatFs,
     Xlator,
 };
-use async_trait::async_trait;
 use options::MIN_FREE_DISK;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -139,7 +139,7 @@ impl Handles {
 
 /// How long a client waits for a file a rebalance holds, asking again.
 const HELD_WAIT: std::time::Duration =
-    crate::core::fop::HOLD_LEASE.saturating_add(std::time::Duration::from_secs(10));
+    mortar_core::fop::HOLD_LEASE.saturating_add(std::time::Duration::from_secs(10));
 /// The first pause before asking again about a held file (doubling to
 /// `HELD_PAUSE_MAX`).
 const HELD_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
@@ -182,7 +182,7 @@ fn remember<V>(map: &Mutex<HashMap<Gfid, V>>, max: usize, k: Gfid, v: V) {
 /// one pointer there with as many names (a pointer has the file's gfid,
 /// and a gfid names one object per brick): the name is linked to it, and
 /// the answer is true.
-pub(crate) async fn make_pointer(
+pub async fn make_pointer(
     set: &Child,
     cx: &Ctx,
     (parent, name): (Gfid, &Name),
@@ -395,7 +395,7 @@ impl Distribute {
                     stored = Some(v);
                     break;
                 }
-                Ok(other) => return Err(crate::core::fop::unexpected(other)),
+                Ok(other) => return Err(mortar_core::fop::unexpected(other)),
                 Err(e) if e.is(libc::ENODATA) => {
                     stored = Some(Default::default());
                     break;
@@ -487,7 +487,7 @@ impl Distribute {
                     pointer: None,
                 });
             }
-            (Ok(other), None) => return Err(crate::core::fop::unexpected(other.clone())),
+            (Ok(other), None) => return Err(mortar_core::fop::unexpected(other.clone())),
             (Ok(_), Some(None)) => {
                 tracing::warn!(xlator = %self.name, %parent, name = ?name, "pointer to an unknown set")
             }
@@ -726,7 +726,7 @@ impl Distribute {
             Ok(Some(_)) => {
                 let asked = Fop::Getxattr {
                     gfid,
-                    name: crate::core::fop::HOLD_XATTR.into(),
+                    name: mortar_core::fop::HOLD_XATTR.into(),
                 };
                 if self.children[i].call(&Ctx::root(), asked).await.is_err() {
                     // Not held (any more): moved meanwhile, gone, or the
@@ -835,8 +835,8 @@ impl Distribute {
         }
         let fop = Fop::Setattr {
             gfid: dir,
-            set: crate::core::SetAttr {
-                mtime: Some(crate::core::fop::TimeSet::Now),
+            set: mortar_core::SetAttr {
+                mtime: Some(mortar_core::fop::TimeSet::Now),
                 ..Default::default()
             },
         };
@@ -977,7 +977,7 @@ impl Distribute {
         let (entry, fh) = match rep {
             Reply::Created { entry, fh } if is_create => (entry, Some(fh)),
             Reply::Entry(e) => (e, None),
-            other => return Err(crate::core::fop::unexpected(other)),
+            other => return Err(mortar_core::fop::unexpected(other)),
         };
         if at != h {
             // The name's own set is full: the file lives elsewhere, and a
@@ -1326,7 +1326,7 @@ impl Xlator for Distribute {
         self.name.clone()
     }
 
-    fn reconfigure(&self, set: &crate::core::Options) {
+    fn reconfigure(&self, set: &mortar_core::Options) {
         self.min_free.store(
             MIN_FREE_DISK.percent(set),
             std::sync::atomic::Ordering::Relaxed,

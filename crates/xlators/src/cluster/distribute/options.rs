@@ -2,7 +2,7 @@
 //! distribute translator (`cluster.min-free-disk`) and by the rebalance,
 //! which runs the same translator's graph.
 
-use crate::core::options::{Kind, Spec};
+use mortar_core::options::{Kind, Spec};
 
 pub static MIN_FREE_DISK: Spec = Spec {
     key: "cluster.min-free-disk",

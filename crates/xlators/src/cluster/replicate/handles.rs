@@ -10,8 +10,8 @@
 //! is not asked again until it reconnects. Anonymous handles (open-behind)
 //! are valid on any child that is up and need no re-open.
 
-use crate::core::fop::ANON_FH;
-use crate::core::{Child, FsResult, Reply};
+use mortar_core::fop::ANON_FH;
+use mortar_core::{Child, FsResult, Reply};
 
 /// How a handle was opened: what a re-open repeats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +161,7 @@ impl Open {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Ctx, Event, Fop, FsError, Link, Xlator};
+    use mortar_core::{Ctx, Event, Fop, FsError, Link, Xlator};
     use std::sync::Arc;
 
     struct Nothing;

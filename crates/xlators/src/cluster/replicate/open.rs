@@ -21,7 +21,7 @@ impl Replicate {
         &self,
         cx: &Ctx,
         parent: Gfid,
-        name: &crate::core::Name,
+        name: &mortar_core::Name,
         what: Behind,
     ) {
         let files = what != Behind::Dirs && !self.open_behind.lock().unwrap().is_empty();
@@ -37,7 +37,7 @@ impl Replicate {
             return;
         };
         let gfid = e.attr.gfid;
-        let dir = e.attr.kind == crate::core::FileKind::Dir;
+        let dir = e.attr.kind == mortar_core::FileKind::Dir;
         let map = match dir {
             true => &self.dirs_behind,
             false => &self.open_behind,

@@ -44,9 +44,9 @@
 //! same rules with a per-inode request list and "liabilities"; this one
 //! keeps per file a queue, the writes out, and what failed.
 
-use crate::core::options::{Kind, Spec};
-use crate::core::{Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, Xlator};
 use async_trait::async_trait;
+use mortar_core::options::{Kind, Spec};
+use mortar_core::{Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, Xlator};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -381,7 +381,7 @@ impl WriteBehind {
                 libc::EIO,
                 format!("short write behind: {n} of {len} bytes"),
             )),
-            Ok(other) => Err(crate::core::fop::unexpected(other)),
+            Ok(other) => Err(mortar_core::fop::unexpected(other)),
             Err(e) => Err(e),
         };
         {
@@ -425,7 +425,7 @@ impl WriteBehind {
         if files.is_empty() {
             return;
         }
-        let raise = |a: &mut crate::core::Attr| {
+        let raise = |a: &mut mortar_core::Attr| {
             if let Some(f) = files.get(&a.gfid) {
                 if let Some(end) = f.state.lock().unwrap().size_owed(seq) {
                     a.size = a.size.max(end);
@@ -450,7 +450,7 @@ impl Xlator for WriteBehind {
         self.name.clone()
     }
 
-    fn reconfigure(&self, options: &crate::core::Options) {
+    fn reconfigure(&self, options: &mortar_core::Options) {
         let w = WINDOW_SIZE.size(options).max(4096);
         self.window.store(w, Ordering::Relaxed);
     }
@@ -544,7 +544,7 @@ impl Xlator for WriteBehind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::Attr;
+    use mortar_core::Attr;
     use std::time::Duration;
 
     /// Keeps one file's bytes; writes wait until the test lets them go,
@@ -583,7 +583,7 @@ mod tests {
                     let a = Attr::plain_file(gfid, size);
                     Ok(match fop {
                         Fop::Getattr { .. } => Reply::Attr(a),
-                        _ => Reply::Entry(crate::core::Entry::found(a)),
+                        _ => Reply::Entry(mortar_core::Entry::found(a)),
                     })
                 }
                 Fop::Open { .. } => Ok(Reply::Opened { fh: 7 }),
@@ -715,7 +715,7 @@ mod tests {
         let (f, cx) = (Gfid::random(), Ctx::root());
         wb.call(&cx, write(f, 0, b"0123456789")).await.unwrap();
         // A lookup answered while the write is out says 10 bytes.
-        let name = crate::core::Name::new("x").unwrap();
+        let name = mortar_core::Name::new("x").unwrap();
         let r = wb.call(&cx, Fop::Lookup { parent: f, name }).await.unwrap();
         assert_eq!(r.into_attr().unwrap().size, 10);
         // Nothing is at hand while a write is out, and a getattr waits.
@@ -733,7 +733,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_window_makes_the_writer_wait() {
         let (disk, wb) = rig();
-        let mut o = crate::core::Options::new();
+        let mut o = mortar_core::Options::new();
         o.insert(WINDOW_SIZE.key.into(), "8KB".into());
         wb.reconfigure(&o);
         let (f, cx) = (Gfid::random(), Ctx::root());

@@ -19,8 +19,8 @@
 //! 5. **Settle**, later and batched: the lock is released and the change
 //!    session closed; an object that blames nobody leaves the heal index.
 
-use crate::core::fop::UNSETTLED;
-use crate::core::{Child, Fop, FsError, FsResult, Gfid, Reply};
+use mortar_core::fop::UNSETTLED;
+use mortar_core::{Child, Fop, FsError, FsResult, Gfid, Reply};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -371,7 +371,7 @@ impl Txns {
         let mut got = Vec::new();
         for &i in targets {
             if self.children[i]
-                .call(&crate::core::Ctx::root(), lock_fop(gfid, true, blame))
+                .call(&mortar_core::Ctx::root(), lock_fop(gfid, true, blame))
                 .await
                 .is_ok()
             {
@@ -515,7 +515,7 @@ impl Txns {
     ) -> Vec<(usize, FsResult<Reply>)> {
         let calls = idx.iter().map(|&i| {
             let (child, fop) = (self.children[i].clone(), make(i));
-            async move { (i, child.call(&crate::core::Ctx::root(), fop).await) }
+            async move { (i, child.call(&mortar_core::Ctx::root(), fop).await) }
         });
         futures_util::future::join_all(calls).await
     }

@@ -14,7 +14,7 @@
 //!   of its directory (and logged), as a local file system reports a
 //!   failed writeback; a file created ahead reports it at every use.
 
-use crate::core::{FsError, FsResult, Gfid};
+use mortar_core::{FsError, FsResult, Gfid};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -2,7 +2,7 @@
 //! `graph::table`). The self-heal daemon reads the last two; it heals
 //! through the same replica sets.
 
-use crate::core::options::{Kind, Spec};
+use mortar_core::options::{Kind, Spec};
 
 pub static READ_HASH_MODE: Spec = Spec {
     key: "cluster.read-hash-mode",

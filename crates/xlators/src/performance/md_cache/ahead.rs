@@ -11,9 +11,9 @@
 
 use super::behind::Keys;
 use super::{Kept, MdCache, INHERITED};
-use crate::core::options::{Kind, Spec};
-use crate::core::xlator::Ack;
-use crate::core::{Attr, Ctx, Entry, Event, FileKind, Fop, FsResult, Gfid, Name, Reply};
+use mortar_core::options::{Kind, Spec};
+use mortar_core::xlator::Ack;
+use mortar_core::{Attr, Ctx, Entry, Event, FileKind, Fop, FsResult, Gfid, Name, Reply};
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -272,7 +272,7 @@ impl MdCache {
             if let Some(fh) = fh {
                 let real = match &res {
                     Ok(Reply::Created { fh, .. }) => Ok(*fh),
-                    Ok(_) => Err(crate::core::FsError::errno(libc::EIO)),
+                    Ok(_) => Err(mortar_core::FsError::errno(libc::EIO)),
                     Err(e) => Err(e.clone()),
                 };
                 me.behind.made(fh, real);
@@ -322,9 +322,9 @@ impl MdCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fop::ANON_FH;
-    use crate::core::{Child, FsError, Xlator};
     use async_trait::async_trait;
+    use mortar_core::fop::ANON_FH;
+    use mortar_core::{Child, FsError, Xlator};
     use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::Arc;
     use std::time::Duration;
@@ -383,7 +383,7 @@ mod tests {
             opens: AtomicU64::new(0),
         });
         let md = MdCache::new("md".into(), Child::standalone(below.clone()));
-        let mut o = crate::core::Options::new();
+        let mut o = mortar_core::Options::new();
         o.insert("features.cache-invalidation-timeout".into(), "60".into());
         md.reconfigure(&o);
         (below, md)

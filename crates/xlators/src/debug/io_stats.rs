@@ -4,9 +4,9 @@
 //! Turning it on or off switches every mounted client's graph, which makes
 //! it the option the graph-switch test toggles while data flows.
 
-use crate::core::options::{Kind, Spec};
-use crate::core::{Child, Ctx, Fop, FsResult, Reply, Xlator};
 use async_trait::async_trait;
+use mortar_core::options::{Kind, Spec};
+use mortar_core::{Child, Ctx, Fop, FsResult, Reply, Xlator};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;

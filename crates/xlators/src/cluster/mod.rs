@@ -7,7 +7,7 @@ pub mod layout;
 pub mod listing;
 pub mod replicate;
 
-use crate::core::{FsError, FsResult, Reply};
+use mortar_core::{FsError, FsResult, Reply};
 
 /// The first child that answered with success, else the last failure
 /// (ESTALE when no child was asked): for questions any one child may
@@ -34,24 +34,30 @@ pub(crate) fn bookkeeping_refused() -> FsError {
 
 /// A table of handles issued by a translator (replicate, distribute, the
 /// client's active graph), each mapping to what those below issued.
-pub(crate) struct HandleMap<T> {
+pub struct HandleMap<T> {
     next: std::sync::atomic::AtomicU64,
     map: std::sync::Mutex<std::collections::HashMap<u64, T>>,
 }
 
+impl<T: Clone> Default for HandleMap<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<T: Clone> HandleMap<T> {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         HandleMap {
             next: std::sync::atomic::AtomicU64::new(1),
             map: Default::default(),
         }
     }
-    pub(crate) fn insert(&self, v: T) -> u64 {
+    pub fn insert(&self, v: T) -> u64 {
         let fh = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.map.lock().unwrap().insert(fh, v);
         fh
     }
-    pub(crate) fn get(&self, fh: u64) -> FsResult<T> {
+    pub fn get(&self, fh: u64) -> FsResult<T> {
         self.map
             .lock()
             .unwrap()
@@ -71,7 +77,7 @@ impl<T: Clone> HandleMap<T> {
     }
     /// Replaces what `fh` stands for if `still` holds of it; false if it
     /// is gone or changed meanwhile.
-    pub(crate) fn replace_if(&self, fh: u64, still: impl FnOnce(&T) -> bool, v: T) -> bool {
+    pub fn replace_if(&self, fh: u64, still: impl FnOnce(&T) -> bool, v: T) -> bool {
         match self.map.lock().unwrap().get_mut(&fh) {
             Some(slot) if still(slot) => {
                 *slot = v;
@@ -80,18 +86,22 @@ impl<T: Clone> HandleMap<T> {
             _ => false,
         }
     }
-    pub(crate) fn remove(&self, fh: u64) -> Option<T> {
+    pub fn remove(&self, fh: u64) -> Option<T> {
         self.map.lock().unwrap().remove(&fh)
     }
     /// The handles `pick` chooses, as they are now.
-    pub(crate) fn select(&self, pick: impl Fn(&T) -> bool) -> Vec<(u64, T)> {
+    pub fn select(&self, pick: impl Fn(&T) -> bool) -> Vec<(u64, T)> {
         let map = self.map.lock().unwrap();
         map.iter()
             .filter(|(_, v)| pick(v))
             .map(|(k, v)| (*k, v.clone()))
             .collect()
     }
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.map.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

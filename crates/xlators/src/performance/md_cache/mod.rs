@@ -18,11 +18,11 @@ mod behind;
 
 pub use ahead::ASYNC_DIROPS;
 
-use crate::core::fop::ANON_FH;
-use crate::core::options::{Kind, Spec};
-use crate::core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Name, Reply, Xlator};
 use async_trait::async_trait;
 use behind::Behind;
+use mortar_core::fop::ANON_FH;
+use mortar_core::options::{Kind, Spec};
+use mortar_core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Name, Reply, Xlator};
 use serde_bytes::ByteBuf;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -148,7 +148,7 @@ impl MdCache {
             true => self.hits.fetch_add(1, Ordering::Relaxed),
             false => self.misses.fetch_add(1, Ordering::Relaxed),
         };
-        crate::metrics::cache("md-cache", hit);
+        mortar_metrics::cache("md-cache", hit);
     }
 
     pub fn new(name: String, child: Child) -> Arc<MdCache> {
@@ -159,7 +159,7 @@ impl MdCache {
             me: me.clone(),
             name,
             child,
-            keep_ms: AtomicU64::new(crate::core::terms::UNLEASED.as_millis() as u64),
+            keep_ms: AtomicU64::new(mortar_core::terms::UNLEASED.as_millis() as u64),
             clock: AtomicU64::new(0),
             changed: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             all_changed: AtomicU64::new(0),
@@ -566,7 +566,7 @@ impl MdCache {
 impl MdCache {
     /// Holds a copy of a recall's `ack` until the changes ahead noted so
     /// far that touch `gfid` have landed.
-    fn hold_recall(&self, gfid: Gfid, ack: &crate::core::xlator::Ack) {
+    fn hold_recall(&self, gfid: Gfid, ack: &mortar_core::xlator::Ack) {
         let (before, idle) = {
             let _noting = self.noting.lock().unwrap();
             (self.behind.now(), self.behind.idle())
@@ -615,7 +615,7 @@ fn depends(fop: &Fop, k: &behind::Keys) -> bool {
 
 /// Names answered by the client or the bricks themselves, never kept.
 fn virtual_name(name: &str) -> bool {
-    name.starts_with("trusted.mortar.") || crate::core::fop::is_distribute_xattr(name)
+    name.starts_with("trusted.mortar.") || mortar_core::fop::is_distribute_xattr(name)
 }
 
 #[async_trait]
@@ -647,11 +647,11 @@ impl Xlator for MdCache {
         Some(ev)
     }
 
-    fn reconfigure(&self, options: &crate::core::Options) {
-        let t = crate::core::terms::cache_time(options);
+    fn reconfigure(&self, options: &mortar_core::Options) {
+        let t = mortar_core::terms::cache_time(options);
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
         // The bricks claim a directory for its maker only under leases.
-        let ahead = ASYNC_DIROPS.bool(options) && t > crate::core::terms::UNLEASED;
+        let ahead = ASYNC_DIROPS.bool(options) && t > mortar_core::terms::UNLEASED;
         self.ahead_on.store(ahead, Ordering::Relaxed);
     }
 
@@ -716,7 +716,7 @@ impl Xlator for MdCache {
                 // pressure, `drop_caches`, a forgotten inode).
                 if let Some(a) = self.found(parent, name.as_bytes()) {
                     self.counted(true);
-                    return Ok(Reply::Entry(crate::core::Entry::found(a)));
+                    return Ok(Reply::Entry(mortar_core::Entry::found(a)));
                 }
                 self.counted(false);
                 let name = name.clone();
@@ -903,7 +903,7 @@ impl Xlator for MdCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::xlator::Ack;
+    use mortar_core::xlator::Ack;
     use std::sync::Arc;
 
     /// Answers getxattr from a map, and counts what it is asked.
@@ -963,7 +963,7 @@ mod tests {
     /// md-cache over `below`, under one-minute leases.
     fn leased(below: Arc<impl Xlator + 'static>) -> Arc<MdCache> {
         let md = MdCache::new("md".into(), Child::standalone(below));
-        let mut o = crate::core::Options::new();
+        let mut o = mortar_core::Options::new();
         o.insert("features.cache-invalidation-timeout".into(), "60".into());
         md.reconfigure(&o);
         md
@@ -1064,7 +1064,7 @@ mod tests {
         let below = Arc::new(Xattrs::default());
         let md = MdCache::new("md".into(), Child::standalone(below.clone()));
         // Without leases (the bricks do not recall): kept one second.
-        let mut o = crate::core::Options::new();
+        let mut o = mortar_core::Options::new();
         o.insert("features.cache-invalidation".into(), "off".into());
         md.reconfigure(&o);
         let (f, cx) = (Gfid::random(), Ctx::root());
@@ -1108,14 +1108,14 @@ mod tests {
         // object's attributes are asked again.
         let unlink = Fop::Unlink {
             parent: Gfid::random(),
-            name: crate::core::Name::new("x").unwrap(),
+            name: mortar_core::Name::new("x").unwrap(),
         };
         md.call(&cx, unlink).await.unwrap();
         assert_eq!(size(stat().await.unwrap()), 7);
         // Another client's change, recalled.
         recall(&md, f, None);
         assert_eq!(size(stat().await.unwrap()), 8);
-        tokio::time::sleep(crate::core::terms::UNLEASED).await;
+        tokio::time::sleep(mortar_core::terms::UNLEASED).await;
         assert_eq!(size(stat().await.unwrap()), 9);
     }
 
@@ -1127,7 +1127,7 @@ mod tests {
         let asked = || below.asked.load(Ordering::Relaxed);
         let create = |gfid| Fop::Create {
             parent: dir,
-            name: crate::core::Name::new("f").unwrap(),
+            name: mortar_core::Name::new("f").unwrap(),
             gfid,
             mode: 0o644,
             umask: 0o022,
@@ -1180,7 +1180,7 @@ mod tests {
         }
         async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
             let dir = |g| Attr {
-                kind: crate::core::FileKind::Dir,
+                kind: mortar_core::FileKind::Dir,
                 ..Attr::plain_file(g, 4096)
             };
             match fop {
@@ -1189,7 +1189,7 @@ mod tests {
                     Ok(Reply::Attr(Attr::plain_file(gfid, n)))
                 }
                 Fop::Create { parent, gfid, .. } => Ok(Reply::Created {
-                    entry: crate::core::Entry {
+                    entry: mortar_core::Entry {
                         attr: Attr::plain_file(gfid, 0),
                         parent: self.tell.then(|| dir(parent)),
                     },
@@ -1199,7 +1199,7 @@ mod tests {
                     self.lookups.fetch_add(1, Ordering::Relaxed);
                     Err(FsError::errno(libc::ENOENT))
                 }
-                Fop::Mkdir { gfid, .. } => Ok(Reply::Entry(crate::core::Entry::found(dir(gfid)))),
+                Fop::Mkdir { gfid, .. } => Ok(Reply::Entry(mortar_core::Entry::found(dir(gfid)))),
                 Fop::Unlink { parent, .. } if self.tell => {
                     let gone = Attr {
                         nlink: 0,
@@ -1233,7 +1233,7 @@ mod tests {
             assert_eq!(asked(), 2);
             let create = Fop::Create {
                 parent: d,
-                name: crate::core::Name::new("f").unwrap(),
+                name: mortar_core::Name::new("f").unwrap(),
                 gfid: Gfid::random(),
                 mode: 0o644,
                 umask: 0,
@@ -1245,10 +1245,10 @@ mod tests {
                 panic!()
             };
             assert_eq!(asked(), if tell { 2 } else { 3 });
-            assert_eq!(a.kind == crate::core::FileKind::Dir, tell);
+            assert_eq!(a.kind == mortar_core::FileKind::Dir, tell);
             let unlink = Fop::Unlink {
                 parent: d,
-                name: crate::core::Name::new("f").unwrap(),
+                name: mortar_core::Name::new("f").unwrap(),
             };
             md.call(&cx, unlink).await.unwrap();
             let n = asked();
@@ -1270,7 +1270,7 @@ mod tests {
         });
         let md = leased(below.clone());
         let (d, cx) = (Gfid::random(), Ctx::root());
-        let n = |s: &str| crate::core::Name::new(s).unwrap();
+        let n = |s: &str| mortar_core::Name::new(s).unwrap();
         let asked = || below.lookups.load(Ordering::Relaxed);
         let lookup = |name: &str| Fop::Lookup {
             parent: d,
@@ -1352,7 +1352,7 @@ mod tests {
                 Fop::Lookup { name, .. } => {
                     self.lookups.fetch_add(1, Ordering::Relaxed);
                     let a = Attr::plain_file(spelled(name.as_bytes()), 1);
-                    Ok(Reply::Entry(crate::core::Entry::found(a)))
+                    Ok(Reply::Entry(mortar_core::Entry::found(a)))
                 }
                 _ => Ok(Reply::Ok),
             }
@@ -1364,7 +1364,7 @@ mod tests {
         let below = Arc::new(Found::default());
         let md = leased(below.clone());
         let (d, cx) = (Gfid::random(), Ctx::root());
-        let n = |s: &str| crate::core::Name::new(s).unwrap();
+        let n = |s: &str| mortar_core::Name::new(s).unwrap();
         let asked = || below.lookups.load(Ordering::Relaxed);
         let lookup = |name: &str| Fop::Lookup {
             parent: d,

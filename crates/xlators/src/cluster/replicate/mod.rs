@@ -22,11 +22,11 @@ mod reads;
 mod txn;
 
 use super::HandleMap;
-use crate::core::{
-    Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator,
-};
 use async_trait::async_trait;
 use handles::{How, Open};
+use mortar_core::{
+    Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, SetAttr, StatFs, Xlator,
+};
 use open::Behind;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -295,10 +295,10 @@ impl Xlator for Replicate {
         self.txns.release_all().await;
     }
 
-    fn reconfigure(&self, set: &crate::core::Options) {
+    fn reconfigure(&self, set: &mortar_core::Options) {
         self.blames.set_leased(
-            crate::core::terms::CACHE_INVALIDATION.bool(set),
-            crate::core::terms::cache_time(set),
+            mortar_core::terms::CACHE_INVALIDATION.bool(set),
+            mortar_core::terms::cache_time(set),
         );
         self.read_hash_mode.store(
             options::READ_HASH_MODE.int(set) as u8,

@@ -10,9 +10,9 @@
 //! Used by distribute (a directory whose change missed a set, or one
 //! listed for the first time) and by the rebalance (every directory).
 
-use crate::core::fop::is_distribute_xattr;
-use crate::core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
 use futures_util::future::join_all;
+use mortar_core::fop::is_distribute_xattr;
+use mortar_core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
 use std::collections::BTreeMap;
 
 fn absent(e: &FsError) -> bool {

@@ -4,8 +4,8 @@
 //! blame from every lookup and getattr.
 
 use super::*;
-use crate::core::fop::ANON_FH;
-use crate::core::DirEntry;
+use mortar_core::fop::ANON_FH;
+use mortar_core::DirEntry;
 
 impl Replicate {
     /// The child every answer about attributes and names comes from: the
@@ -86,7 +86,7 @@ impl Replicate {
     /// that some replica missed adds to it).
     pub(super) fn learn(&self, gfid: Gfid, blame: u32, replace: bool) {
         // A copy's mark of a change of unknown outcome blames nobody.
-        let blame = blame & !crate::core::fop::UNSETTLED;
+        let blame = blame & !mortar_core::fop::UNSETTLED;
         let mut bad = self.bad.lock().unwrap();
         let b = if replace {
             blame
@@ -405,7 +405,7 @@ impl Replicate {
                 }
                 return Ok(Reply::Entries(ents));
             }
-            other => return Err(crate::core::fop::unexpected(other)),
+            other => return Err(mortar_core::fop::unexpected(other)),
         };
         let new = Listed {
             child: i,
@@ -499,7 +499,7 @@ impl Replicate {
             })
             .collect();
         let mut err: Option<FsError> = None;
-        let mut found: Vec<(usize, crate::core::Entry)> = Vec::new();
+        let mut found: Vec<(usize, mortar_core::Entry)> = Vec::new();
         let mut answered = 0;
         // Copies that answered without the name.
         let mut lacking: u32 = 0;

@@ -29,9 +29,9 @@
 //! writes before it have landed, so it sees writes in the order the bricks
 //! do.
 
-use crate::core::options::{Kind, Spec};
-use crate::core::{Child, Ctx, Event, Fop, FsResult, Gfid, Reply, Xlator};
 use async_trait::async_trait;
+use mortar_core::options::{Kind, Spec};
+use mortar_core::{Child, Ctx, Event, Fop, FsResult, Gfid, Reply, Xlator};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -138,7 +138,7 @@ impl IoCache {
             true => self.hits.fetch_add(1, Ordering::Relaxed),
             false => self.misses.fetch_add(1, Ordering::Relaxed),
         };
-        crate::metrics::cache("io-cache", hit);
+        mortar_metrics::cache("io-cache", hit);
     }
 
     pub fn new(name: String, child: Child) -> IoCache {
@@ -148,7 +148,7 @@ impl IoCache {
             kept: Mutex::default(),
             recalls: AtomicU64::new(0),
             touched: AtomicU64::new(0),
-            keep_ms: AtomicU64::new(crate::core::terms::UNLEASED.as_millis() as u64),
+            keep_ms: AtomicU64::new(mortar_core::terms::UNLEASED.as_millis() as u64),
             max_bytes: AtomicU64::new(32 << 20),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -378,8 +378,8 @@ impl Xlator for IoCache {
         Some(ev)
     }
 
-    fn reconfigure(&self, options: &crate::core::Options) {
-        let t = crate::core::terms::cache_time(options);
+    fn reconfigure(&self, options: &mortar_core::Options) {
+        let t = mortar_core::terms::cache_time(options);
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
         self.max_bytes
             .store(CACHE_SIZE.size(options), Ordering::Relaxed);
@@ -433,7 +433,7 @@ impl Xlator for IoCache {
                 self.child.call(cx, fop).await
             }
             Fop::Setattr {
-                set: crate::core::SetAttr { size: Some(_), .. },
+                set: mortar_core::SetAttr { size: Some(_), .. },
                 ..
             }
             | Fop::Fallocate { .. } => self.change(cx, fop, |_, _| false).await,
@@ -445,8 +445,8 @@ impl Xlator for IoCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::xlator::Ack;
-    use crate::core::{Attr, Entry, FsError};
+    use mortar_core::xlator::Ack;
+    use mortar_core::{Attr, Entry, FsError};
     use std::sync::Arc;
 
     /// One file's bytes; counts the reads it is asked.
@@ -501,7 +501,7 @@ mod tests {
 
     fn cache(disk: &Arc<Disk>) -> IoCache {
         let io = IoCache::new("io".into(), Child::standalone(disk.clone()));
-        let mut o = crate::core::Options::new();
+        let mut o = mortar_core::Options::new();
         o.insert("features.cache-invalidation-timeout".into(), "60".into());
         io.reconfigure(&o);
         io
@@ -537,7 +537,7 @@ mod tests {
         let (f, cx) = (Gfid::random(), Ctx::root());
         let create = Fop::Create {
             parent: Gfid::ROOT,
-            name: crate::core::Name::new("f").unwrap(),
+            name: mortar_core::Name::new("f").unwrap(),
             gfid: f,
             mode: 0o644,
             umask: 0,
@@ -577,7 +577,7 @@ mod tests {
         // A truncate here drops it.
         let trunc = Fop::Setattr {
             gfid: f,
-            set: crate::core::SetAttr {
+            set: mortar_core::SetAttr {
                 size: Some(2),
                 ..Default::default()
             },
@@ -592,7 +592,7 @@ mod tests {
         let disk = Arc::new(Disk::default());
         *disk.data.lock().unwrap() = vec![7u8; 8192];
         let io = cache(&disk);
-        let mut o = crate::core::Options::new();
+        let mut o = mortar_core::Options::new();
         o.insert("performance.cache-size".into(), "10KB".into());
         io.reconfigure(&o);
         let (f, g) = (Gfid::random(), Gfid::random());

@@ -16,7 +16,7 @@
 //!
 //! This module is arithmetic only: no I/O, so that it is tested as such.
 
-use crate::core::Name;
+use mortar_core::Name;
 
 /// The size of the hash space, 2^32.
 const SPACE: u64 = 1 << 32;
@@ -28,7 +28,7 @@ pub fn name_hash(name: &Name) -> u32 {
 
 /// Where the ranges of a new directory's layout start: a point taken
 /// from its gfid, the same for every client.
-pub fn start_of(dir: crate::core::Gfid) -> u32 {
+pub fn start_of(dir: mortar_core::Gfid) -> u32 {
     (xxhash_rust::xxh64::xxh64(&dir.0, 1) >> 32) as u32
 }
 

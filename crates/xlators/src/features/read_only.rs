@@ -3,9 +3,9 @@
 //! or off switches the graph of every mounted client (`mount.rs`), with
 //! files kept open across the switch.
 
-use crate::core::options::{Kind, Spec};
-use crate::core::{Child, Ctx, Fop, FsError, FsResult, Reply, Xlator};
 use async_trait::async_trait;
+use mortar_core::options::{Kind, Spec};
+use mortar_core::{Child, Ctx, Fop, FsError, FsResult, Reply, Xlator};
 
 pub static READ_ONLY: Spec = Spec {
     key: "features.read-only",
@@ -59,7 +59,7 @@ impl Xlator for ReadOnly {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::Gfid;
+    use mortar_core::Gfid;
 
     #[test]
     fn only_changes_are_refused() {

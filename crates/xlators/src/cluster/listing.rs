@@ -10,7 +10,7 @@
 //! directory's handle (dropped, their tasks aborted) or at the end of
 //! their set's listing.
 
-use crate::core::{Child, Ctx, DirEntry, Fop, FsError, FsResult, Gfid, Reply};
+use mortar_core::{Child, Ctx, DirEntry, Fop, FsError, FsResult, Gfid, Reply};
 use std::sync::Mutex;
 use tokio::sync::mpsc;
 

@@ -144,11 +144,7 @@ fn main() -> ExitCode {
 /// (the servers' programs carry no plotting); this one becomes it.
 fn bench(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    let program = std::env::current_exe()
-        .ok()
-        .map(|me| me.with_file_name("mortar-bench"))
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| "mortar-bench".into());
+    let program = mortar::process::program_beside("mortar-bench");
     let e = std::process::Command::new(&program).args(args).exec();
     anyhow::bail!(
         "mortar bench runs {}, which could not start ({e}): build it with `cargo build --release -p mortar-bench` and put it beside mortar",

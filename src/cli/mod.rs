@@ -1178,27 +1178,6 @@ mod tests {
         assert!(parse_create(&s(&["replica", "3"])).is_err());
     }
 
-    fn spec_for(
-        path: &std::path::Path,
-        run: &std::path::Path,
-    ) -> crate::mgmt::supervise::BrickSpec {
-        crate::mgmt::supervise::BrickSpec {
-            path: path.to_path_buf(),
-            volume: "v".into(),
-            volume_id: "id".into(),
-            arbiter: false,
-            ip: "127.0.0.1".parse().unwrap(),
-            mgmt: "127.0.0.1:1".into(),
-            logs: run.to_path_buf(),
-            run: run.to_path_buf(),
-            credential: run.join("server.pem"),
-            port: None,
-            key: String::new(),
-            metrics: None,
-            options: None,
-        }
-    }
-
     /// `mortar brick` (where no mortar-brick is installed beside) takes
     /// the arguments the daemon gives, and none of them is one the
     /// program refuses for a brick (the CLI's `--credential` was).
@@ -1206,7 +1185,8 @@ mod tests {
     fn mortar_brick_takes_the_daemons_arguments() {
         use clap::Parser;
         let t = tempfile::tempdir().unwrap();
-        let spec = spec_for(std::path::Path::new("/data/b1"), t.path());
+        let spec =
+            crate::mgmt::supervise::tests::spec_for(std::path::Path::new("/data/b1"), t.path());
         let args = crate::mgmt::supervise::brick_args(&spec, &t.path().join("log"));
         let cli = Cli::try_parse_from(
             ["mortar".into(), std::ffi::OsString::from("brick")]

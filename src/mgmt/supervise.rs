@@ -528,11 +528,12 @@ pub(crate) async fn brick_program() -> (PathBuf, Option<&'static str>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::path::Path;
 
-    fn spec_for(path: &Path, run: &Path) -> BrickSpec {
+    /// A brick as the daemon would describe it, its run files in `run`.
+    pub(crate) fn spec_for(path: &Path, run: &Path) -> BrickSpec {
         BrickSpec {
             path: path.to_path_buf(),
             volume: "v".into(),

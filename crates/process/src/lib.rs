@@ -8,17 +8,20 @@ pub mod status;
 /// it is `mortar`, else the one beside it (`mortar-bench` is installed
 /// and built beside it), else `mortar` on the PATH.
 pub fn mortar_program() -> std::path::PathBuf {
-    let me = std::env::current_exe().ok();
-    if let Some(me) = &me {
-        if me.file_name().is_some_and(|n| n == "mortar") {
-            return me.clone();
-        }
-        let beside = me.with_file_name("mortar");
-        if beside.is_file() {
-            return beside;
-        }
+    match std::env::current_exe() {
+        Ok(me) if me.file_name().is_some_and(|n| n == "mortar") => me,
+        _ => program_beside("mortar"),
     }
-    "mortar".into()
+}
+
+/// The program `name` installed (or built) beside this one, else `name`
+/// as the PATH finds it.
+pub fn program_beside(name: &str) -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .map(|me| me.with_file_name(name))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| name.into())
 }
 
 pub fn init_logs() {

@@ -2,8 +2,34 @@
 //! | split-brain (bigger-file|latest-mtime) FILE | split-brain source-brick
 //! HOST:PATH [FILE]]`, in GlusterFS's words and layout.
 
+use super::{ask, fail, unexpected, Out, Server};
 use crate::mgmt::rpc::{HealOp, HealReport, Request, Response};
 use std::time::Duration;
+
+/// `volume heal NAME ARGS [--wait [--timeout S]]`.
+pub(super) async fn run(
+    server: &Server,
+    out: &Out,
+    name: String,
+    args: &[String],
+    wait: bool,
+    timeout: Option<u64>,
+) -> anyhow::Result<()> {
+    let op = parse(args).map_err(|e| fail("volume heal", &name, &e))?;
+    let req = Request::Heal {
+        name: name.clone(),
+        op: op.clone(),
+    };
+    match ask(server, req).await? {
+        Response::Heal(rep) if out.json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        Response::Heal(rep) => print(&name, &op, &rep),
+        other => return Err(unexpected("volume heal", &name, other)),
+    }
+    if wait && matches!(op, HealOp::Index | HealOp::Full) {
+        self::wait(server, &name, timeout).await?;
+    }
+    Ok(())
+}
 
 const USAGE: &str = "Usage: volume heal <VOLNAME> [full | statistics | info [summary | split-brain] | \
 split-brain {bigger-file <FILE> | latest-mtime <FILE> | source-brick <HOSTNAME:BRICKNAME> [<FILE>]}]";
@@ -127,7 +153,7 @@ fn pending(rep: &HealReport) -> usize {
 }
 
 /// Shows a progress bar until nothing is pending (or `timeout` passes).
-pub async fn wait(server: &super::Server, name: &str, timeout: Option<u64>) -> anyhow::Result<()> {
+pub async fn wait(server: &Server, name: &str, timeout: Option<u64>) -> anyhow::Result<()> {
     let deadline = timeout.map(|t| std::time::Instant::now() + Duration::from_secs(t));
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(

@@ -2,7 +2,7 @@
 //! status NAME clients|detail|mem|inode|fd`, printed as GlusterFS prints
 //! them (or as JSON with `--json`).
 
-use super::{ask, fail, Server};
+use super::{ask, fail, format, unexpected, Out, Server};
 use crate::brick::profile::{FopStat, Interval, ProfileReport, TopEntry, TopReport, TOP_LIST};
 use crate::mgmt::rpc::{BrickReport, ProfileOp, Request, Response};
 use crate::process::status::{human, BrickDetail};
@@ -81,13 +81,68 @@ pub(super) async fn top(
 }
 
 /// `volume status NAME detail|mem|inode|fd`.
-pub(super) async fn status(
+/// `volume status [NAME [clients|detail|mem|inode|fd]]`.
+pub(super) async fn volume_status(
     server: &Server,
-    json: bool,
-    name: &str,
-    what: &str,
+    out: &Out,
+    name: Option<String>,
+    what: Option<String>,
 ) -> anyhow::Result<()> {
-    let fails = |e: &str| fail("volume status", name, e);
+    match (name, what) {
+        (Some(name), Some(what)) if what == "clients" => clients(server, out, name).await,
+        (Some(name), Some(what)) => status(server, out.json, &name, &what).await,
+        (None, Some(w)) => Err(fail(
+            "volume status",
+            "",
+            &format!("'{w}' needs a volume name: volume status NAME {w}"),
+        )),
+        (name, None) => match ask(server, Request::VolumeStatus { name }).await? {
+            Response::Status(st) => {
+                if out.json {
+                    let json = format::status_json(&st);
+                    println!("{}", serde_json::to_string_pretty(&json)?);
+                } else if st.is_empty() {
+                    println!("No volumes present");
+                } else {
+                    print!("{}", format::status(&st));
+                }
+                Ok(())
+            }
+            other => Err(unexpected("volume status", "", other)),
+        },
+    }
+}
+
+/// `volume status NAME clients`: the mounts that follow the volume, and
+/// each brick's own connections.
+async fn clients(server: &Server, out: &Out, name: String) -> anyhow::Result<()> {
+    let req = Request::VolumeClients {
+        name: name.clone(),
+        all: true,
+    };
+    let c = match ask(server, req).await? {
+        Response::Clients(c) => c,
+        other => return Err(unexpected("volume status", "", other)),
+    };
+    let req = Request::VolumeBrickDetails { name: name.clone() };
+    let bricks = match ask(server, req).await? {
+        Response::BrickDetails(b) => b,
+        _ => Vec::new(),
+    };
+    if out.json {
+        let json = serde_json::json!({
+            "mounts": c,
+            "bricks": brick_clients_json(&bricks),
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{}", format::clients(&name, &c));
+        print!("{}", brick_clients(&bricks));
+    }
+    Ok(())
+}
+
+async fn status(server: &Server, json: bool, name: &str, what: &str) -> anyhow::Result<()> {
     let details = match ask(
         server,
         Request::VolumeBrickDetails {
@@ -97,8 +152,7 @@ pub(super) async fn status(
     .await?
     {
         Response::BrickDetails(d) => d,
-        Response::Err(e) => return Err(fails(&e)),
-        other => return Err(fails(&format!("unexpected answer {other:?}"))),
+        other => return Err(unexpected("volume status", name, other)),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&details)?);
@@ -196,7 +250,7 @@ fn show_status(
 }
 
 /// Each brick's connections, for `volume status NAME clients`.
-pub(super) fn brick_clients(details: &[BrickReport<BrickDetail>]) -> String {
+fn brick_clients(details: &[BrickReport<BrickDetail>]) -> String {
     let mut out = String::new();
     for b in details {
         let _ = writeln!(out, "Brick : {}", b.brick);
@@ -227,7 +281,7 @@ pub(super) fn brick_clients(details: &[BrickReport<BrickDetail>]) -> String {
     out
 }
 
-pub(super) fn brick_clients_json(details: &[BrickReport<BrickDetail>]) -> serde_json::Value {
+fn brick_clients_json(details: &[BrickReport<BrickDetail>]) -> serde_json::Value {
     details
         .iter()
         .map(|b| {

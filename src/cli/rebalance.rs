@@ -1,7 +1,7 @@
 //! `volume rebalance NAME [fix-layout] start | stop | status [--wait]`,
 //! and the status of `volume remove-brick`, which is a rebalance too.
 
-use super::{ask, fail, Server};
+use super::{ask, fail, Out, Server};
 use crate::mgmt::rpc::{RebalanceOp, Request, Response};
 use crate::mgmt::state::{Task, TaskKind, TaskStatus};
 use crate::rebalance::Progress;
@@ -28,6 +28,32 @@ pub fn parse(args: &[String]) -> Result<Asked, String> {
             ))
         }
     })
+}
+
+/// `volume rebalance NAME ARGS [--wait]`.
+pub(super) async fn run(
+    server: &Server,
+    out: &Out,
+    name: String,
+    args: &[String],
+    wait: bool,
+) -> anyhow::Result<()> {
+    let kinds = kinds(false);
+    match parse(args).map_err(|e| fail("volume rebalance", &name, &e))? {
+        Asked::Status if wait => self::wait(server, &name, kinds).await,
+        Asked::Status => status(server, &name, out.json, kinds).await,
+        Asked::Change(op) => {
+            let req = Request::VolumeRebalance {
+                name: name.clone(),
+                op,
+            };
+            out.done("volume rebalance", &name, ask(server, req).await?)?;
+            if wait && op != RebalanceOp::Stop {
+                self::wait(server, &name, kinds).await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Which tasks a command shows: rebalances, or remove-bricks.

@@ -296,4 +296,27 @@ impl Daemon {
             })
             .collect()
     }
+
+    /// `BricksRun`: once the change `after` is applied here, starts (or
+    /// stops) this server's bricks as the state says, and answers with
+    /// those of `volume` once they have settled.
+    pub(super) async fn run_bricks(
+        self: &Arc<Self>,
+        volume: String,
+        force: bool,
+        after: Option<u64>,
+    ) -> Response {
+        if let Some(i) = after {
+            self.consensus.applied_at_least(i).await;
+            self.refresh();
+        }
+        if force {
+            self.forget_offline(&volume).await;
+        }
+        self.reconcile().await;
+        match self.volume(&volume) {
+            Ok(v) => Response::Bricks(self.local_bricks_settled(&v).await),
+            Err(e) => err(e),
+        }
+    }
 }

@@ -13,22 +13,32 @@
 //! async lock; the applied state is copied into a plain mutex (the view
 //! every read uses) that is never held across a network call.
 //!
-//! Layout: `mod.rs` the API (requests in, answers out) and the view of the
-//! state; `ops` the operations that validate and produce commands;
+//! Layout: `mod.rs` the daemon, its connections and the view of the
+//! state; `requests` the answers to every request; `leader` where changes
+//! are made; `ops` the dispatch of changes to the operations of each
+//! family, which validate and produce commands: `peers`, `volumes`,
+//! `credentials`, `replace` (bricks replaced and reset), `rebalance` (and
+//! remove-brick);
 //! `members` liveness, voters and server quorum; `certs` this server's
 //! certificates on record and their rotation; `bricks` supervision;
-//! `heal` the self-heal daemons; `follow` volume descriptions for clients.
+//! `heal` the self-heal daemons; `follow` volume descriptions for clients;
+//! `observe` and `reports` metrics, statedumps, profile and top.
 
 mod bricks;
 mod certs;
+mod credentials;
 mod follow;
 mod heal;
+mod leader;
 mod members;
 mod observe;
 mod ops;
+mod peers;
 mod rebalance;
 mod replace;
 mod reports;
+mod requests;
+mod volumes;
 
 use super::command::Command;
 use super::consensus::{self, Consensus, WriteError};
@@ -46,7 +56,7 @@ use bricks::BrickProc;
 use follow::Seen;
 use heal::HealerProc;
 
-use ops::check_local_brick;
+use leader::NOT_LEADER;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -673,379 +683,8 @@ impl Daemon {
             .cloned()
             .ok_or_else(|| format!("Volume {name} does not exist"))
     }
-
-    pub(super) async fn handle(self: Arc<Self>, req: Request) -> Response {
-        match req {
-            Request::PeerList => {
-                let states = self.peer_states();
-                Response::Peers {
-                    me: self.me.clone(),
-                    peers: states.iter().map(|s| s.peer.clone()).collect(),
-                    states,
-                }
-            }
-            Request::Heartbeat { from } => {
-                self.seen(&from);
-                self.heard_table()
-            }
-            Request::PoolCredentials {
-                op: rpc::CredentialOp::List,
-            } => Response::Credentials(self.state.lock().unwrap().operators.clone()),
-            Request::VolumeCredentials {
-                name,
-                op: rpc::CredentialOp::List,
-            } => match self.volume(&name) {
-                Ok(v) => Response::Credentials(v.credentials.clone()),
-                Err(e) => err(e),
-            },
-            Request::VolumeInfo { name } => {
-                let st = self.state.lock().unwrap();
-                match name {
-                    Some(n) => match st.volumes.get(&n) {
-                        Some(v) => Response::Volumes(vec![v.public()]),
-                        None => err(format!("Volume {n} does not exist")),
-                    },
-                    None => Response::Volumes(st.volumes.values().map(|v| v.public()).collect()),
-                }
-            }
-            Request::VolumeStatus { name } => {
-                let vols: Vec<Arc<Volume>> = match name {
-                    Some(n) => match self.volume(&n) {
-                        Ok(v) if v.status == VolStatus::Started => vec![v],
-                        Ok(_) => return err(format!("Volume {n} is not started")),
-                        Err(e) => return err(e),
-                    },
-                    None => {
-                        let st = self.state.lock().unwrap();
-                        st.volumes
-                            .values()
-                            .filter(|v| v.status == VolStatus::Started)
-                            .cloned()
-                            .collect()
-                    }
-                };
-                let mut out = Vec::new();
-                for v in vols {
-                    let s = self.status_of(&v).await;
-                    out.push((v.public(), s));
-                }
-                Response::Status(out)
-            }
-            Request::GetVolDesc { name } => self.vol_desc(&name, false),
-            Request::VolumeClients { name, all } => {
-                if let Err(e) = self.volume(&name) {
-                    return err(e);
-                }
-                if !all && !self.knows_its_clients() {
-                    return err(format!(
-                        "{} started moments ago: the clients that follow it are still coming back",
-                        self.me.host
-                    ));
-                }
-                Response::Clients(if all {
-                    self.clients_anywhere(&name).await
-                } else {
-                    self.clients_of(&name)
-                })
-            }
-            Request::WatchVolDesc {
-                name,
-                known,
-                client,
-                options_only,
-            } => self.watch(name, known, client, options_only).await,
-            Request::Portmap { path } => {
-                let bricks = self.bricks.lock().unwrap();
-                match bricks.get(&path).and_then(|(_, i)| i.get().port) {
-                    Some(port) => Response::Port(port),
-                    None => err(format!("brick {path} is not running on {}", self.me.host)),
-                }
-            }
-            Request::LocalStatus { volume } => match self.volume(&volume) {
-                Ok(v) => Response::Bricks(self.local_status(&v)),
-                Err(e) => err(e),
-            },
-            Request::BrickInit {
-                brick,
-                volume_id,
-                force,
-                rejoin,
-            } => {
-                let p = Path::new(&brick.path);
-                let res = check_local_brick(p, force, rejoin.then_some(volume_id.as_str()))
-                    .and_then(|_| {
-                        std::fs::create_dir_all(p)
-                            .map_err(|e| format!("cannot create {}: {e}", p.display()))
-                    })
-                    .and_then(|_| {
-                        rustix::fs::setxattr(
-                            p,
-                            VOLUME_ID_XATTR,
-                            volume_id.as_bytes(),
-                            rustix::fs::XattrFlags::empty(),
-                        )
-                        .map_err(|e| format!("cannot set the volume id on {}: {e}", p.display()))
-                    })
-                    .and_then(|_| crate::storage::posix::Posix::prepare(p));
-                match res {
-                    Ok(()) => Response::Ok(String::new()),
-                    Err(e) => err(e),
-                }
-            }
-            Request::BrickRelease { brick } => {
-                let _ = rustix::fs::removexattr(brick.path.as_str(), VOLUME_ID_XATTR);
-                crate::storage::posix::Posix::unprepare(Path::new(&brick.path));
-                Response::Ok(String::new())
-            }
-            Request::Heal { name, op } => self.heal(name, op).await,
-            Request::VolumeProfile {
-                name,
-                op: rpc::ProfileOp::Info,
-            } => self.profile_info(&name).await,
-            Request::VolumeTop { name, brick } => self.top(&name, brick).await,
-            Request::VolumeBrickDetails { name } => self.brick_details(&name).await,
-            Request::VolumeStatedump { name } => self.statedump(&name).await,
-            Request::BricksRun {
-                volume,
-                force,
-                after,
-            } => {
-                if let Some(i) = after {
-                    self.consensus.applied_at_least(i).await;
-                    self.refresh();
-                }
-                if force {
-                    self.forget_offline(&volume).await;
-                }
-                self.reconcile().await;
-                match self.volume(&volume) {
-                    Ok(v) => Response::Bricks(self.local_bricks_settled(&v).await),
-                    Err(e) => err(e),
-                }
-            }
-            Request::PeerJoin {
-                me,
-                secret,
-                ca,
-                ca_key,
-            } => {
-                let _g = self.op_lock.lock().await;
-                if !authority::secret_matches(&self.cfg.state_dir, &secret) {
-                    tracing::warn!(prober = %me.host, "refused to join a pool: wrong join token");
-                    return err(format!(
-                        "{} refused to join: the join token is not its own (run `mortar peer token` on it)",
-                        self.me.host
-                    ));
-                }
-                if let Err(e) = self.may_join(&me) {
-                    return err(e);
-                }
-                match authority::adopt(&self.cfg.state_dir, &self.cfg.host, &ca, &ca_key)
-                    .and_then(|_| self.install_credential())
-                {
-                    Ok(()) => {}
-                    Err(e) => return err(format!("cannot take the pool's certificates: {e}")),
-                }
-                if let Err(e) = self.consensus.reset(false).await {
-                    return err(format!("cannot reset the local state: {e}"));
-                }
-                self.refresh();
-                tracing::info!(leader = %me.host, "joining a pool: took its certificate authority");
-                Response::Joined {
-                    me: self.me.clone(),
-                    certs: authority::fingerprints(&self.cfg.state_dir).unwrap_or_default(),
-                }
-            }
-            Request::PeerToken => match authority::join_token(&self.cfg.state_dir) {
-                Ok(t) => Response::Ok(t),
-                Err(e) => err(e),
-            },
-            Request::Leave => {
-                let _g = self.op_lock.lock().await;
-                match self.consensus.reset(true).await {
-                    Ok(()) => {
-                        // A pool of one again, with an authority of its own.
-                        if let Err(e) = authority::renew(&self.cfg.state_dir, &self.cfg.host)
-                            .and_then(|_| self.install_credential())
-                        {
-                            tracing::error!(
-                                "cannot make new certificates after leaving the pool: {e}"
-                            );
-                        }
-                        tracing::info!("detached from the pool: a pool of one again");
-                        self.refresh();
-                        Response::Ok(String::new())
-                    }
-                    Err(e) => err(format!("cannot reset the local state: {e}")),
-                }
-            }
-            Request::Raft(m) => match serde_json::from_str(m.get()) {
-                Ok(m) => match self.consensus.receive(m).await {
-                    Ok(reply) => match serde_json::value::to_raw_value(&reply) {
-                        Ok(v) => Response::Raft(v),
-                        Err(e) => err(e.to_string()),
-                    },
-                    Err(e) => err(e),
-                },
-                Err(e) => err(format!("malformed raft message: {e}")),
-            },
-            Request::ReadIndex => match self.consensus.read_index().await {
-                Ok(i) => Response::Index(i),
-                Err(e) => err(e),
-            },
-            Request::RotateCerts { host } => self.clone().rotate_pool(host).await,
-            Request::RotateOwnCerts => match self.clone().rotate_own().await {
-                Ok(s) => Response::Ok(s),
-                Err(e) => err(e),
-            },
-            Request::Fresh(req) => {
-                if let Err(e) = self.catch_up().await {
-                    return err(e);
-                }
-                Box::pin(self.handle(*req)).await
-            }
-            Request::Leader(req) => {
-                if !self.consensus.is_leader() {
-                    return err(NOT_LEADER);
-                }
-                match self.change_here(*req).await {
-                    Ok(msg) => Response::Committed {
-                        msg,
-                        index: self.consensus.applied_index(),
-                    },
-                    Err(e) => err(e),
-                }
-            }
-            other => match self.change_anywhere(other).await {
-                Ok(msg) => Response::Ok(msg),
-                Err(e) => Response::Err(e),
-            },
-        }
-    }
-
-    /// `change_anywhere` for a task running in the background. Boxed: a
-    /// change may lead back to the task (the compiler cannot see through
-    /// the cycle).
-    pub(super) fn change_boxed(
-        self: &Arc<Self>,
-        req: Request,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>> {
-        Box::pin(self.clone().change_anywhere(req))
-    }
-
-    /// Makes a change on the leader: here, or passed to it. While no
-    /// leader answers (one just died: the others elect another within
-    /// `ELECTION_WAIT`), it waits for one.
-    async fn change_anywhere(self: Arc<Self>, req: Request) -> Result<String, String> {
-        let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
-        loop {
-            if self.consensus.is_leader() {
-                return self.change_here(req).await;
-            }
-            let waited = tokio::time::Instant::now() > deadline;
-            // No leader reached, and none to be elected on this side.
-            let cut_off = || {
-                self.cut_off().then(|| {
-                    format!(
-                        "{} cannot reach a majority of the pool's voters: no change was made. {}",
-                        self.me.host,
-                        self.unreachable_voters()
-                    )
-                })
-            };
-            let Some((_, leader)) = self.consensus.leader() else {
-                if let Some(e) = cut_off() {
-                    return Err(e);
-                }
-                if waited {
-                    return Err(format!(
-                        "{} knows no leader of the pool (no election won within {} s: this server is cut off, or most voters are down): no change was made. {}",
-                        self.me.host,
-                        ELECTION_WAIT.as_secs(),
-                        self.unreachable_voters()
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                continue;
-            };
-            match rpc::call(&leader.mgmt, &Request::Leader(Box::new(req.clone()))).await {
-                Ok(Response::Committed { msg, index }) => {
-                    self.consensus.applied_at_least(index).await;
-                    self.refresh();
-                    return Ok(msg);
-                }
-                Ok(Response::Err(e)) if e == NOT_LEADER && !waited => {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                }
-                Ok(Response::Err(e)) => return Err(e),
-                Ok(other) => return Err(format!("unexpected answer {other:?}")),
-                Err(_) if !waited => match cut_off() {
-                    Some(e) => return Err(e),
-                    None => tokio::time::sleep(Duration::from_millis(300)).await,
-                },
-                Err(e) => {
-                    return Err(format!(
-                        "cannot reach the leader of the pool ({}): {e}; no change was made. {}",
-                        leader.host,
-                        self.unreachable_voters()
-                    ))
-                }
-            }
-        }
-    }
-
-    /// Makes a change here, the leader, one at a time.
-    async fn change_here(self: &Arc<Self>, req: Request) -> Result<String, String> {
-        let t0 = std::time::Instant::now();
-        let _g = self.op_lock.lock().await;
-        let locked = t0.elapsed().as_millis();
-        let what = format!("{req:?}");
-        if let Err(e) = self.consensus.may_write().await {
-            return Err(self.refusal(e));
-        }
-        match self.change(req).await {
-            Ok(msg) => {
-                let ms = t0.elapsed().as_millis();
-                tracing::info!("done in {ms} ms ({locked} ms waiting for the change lock): {what}");
-                Ok(msg)
-            }
-            Err(e) => {
-                tracing::warn!("refused: {what}: {e}");
-                Err(e)
-            }
-        }
-    }
-
-    /// Applies here what the leader has committed (for an up-to-date read).
-    async fn catch_up(&self) -> Result<(), String> {
-        let index = if self.consensus.is_leader() {
-            self.consensus.read_index().await?
-        } else {
-            let Some((_, leader)) = self.consensus.leader() else {
-                return Err(format!(
-                    "{} knows no leader of the pool: no up-to-date answer. {}",
-                    self.me.host,
-                    self.unreachable_voters()
-                ));
-            };
-            match rpc::call(&leader.mgmt, &Request::ReadIndex).await? {
-                Response::Index(i) => i,
-                Response::Err(e) => return Err(e),
-                other => return Err(format!("unexpected answer {other:?}")),
-            }
-        };
-        if !self.consensus.applied_at_least(index).await {
-            return Err(format!(
-                "{} has not caught up with the leader yet; try again",
-                self.me.host
-            ));
-        }
-        self.refresh();
-        Ok(())
-    }
 }
 
-const NOT_LEADER: &str = "not the leader of the pool";
 /// How long a host may take to answer a request of `on_host` or a probe (each
 /// answers within `BRICKS_SETTLE` when all is well): a change waiting on
 /// a host that does not answer holds the change lock no longer.
@@ -1070,9 +709,6 @@ const HOSTS_AT_ONCE: usize = 64;
 /// How many hosts `on_hosts` asks at once to start bricks: each answers
 /// once its bricks are up, which takes longer than other requests.
 const WAITING_HOSTS_AT_ONCE: usize = 512;
-/// How long a change waits for a leader to be elected (Raft's election
-/// timeout is 3 to 6 s, and a split vote takes another round).
-const ELECTION_WAIT: Duration = Duration::from_secs(20);
 
 fn mgmt_self(cfg: &Config) -> String {
     if cfg.listen.ip().is_unspecified() {

@@ -45,7 +45,6 @@ const BIG_FNS: &[(&str, &str, usize)] = &[
     ),
     ("src/graph/memory.rs", "serve", 403),
     ("src/heal/object.rs", "heal_locked", 183),
-    ("src/mgmt/command.rs", "apply", 290),
     ("src/mgmt/supervise.rs", "supervise", 154),
     (
         "tests/cli_errors.rs",

@@ -182,53 +182,68 @@ impl Command {
         }
     }
 
+    /// The volume a command changes (None: the pool's own records, or a
+    /// volume added).
+    fn volume(&self) -> Option<&str> {
+        match self {
+            Command::AddVolume(_)
+            | Command::AddOperator(_)
+            | Command::RevokeOperator { .. }
+            | Command::SetCerts { .. }
+            | Command::RotateCredential { volume: None, .. } => None,
+            Command::RotateCredential {
+                volume: Some(volume),
+                ..
+            }
+            | Command::RemoveVolume { volume }
+            | Command::SetStatus { volume, .. }
+            | Command::SetOption { volume, .. }
+            | Command::SetOptions { volume, .. }
+            | Command::ResetOptions { volume, .. }
+            | Command::SetBrickPort { volume, .. }
+            | Command::SetTask { volume, .. }
+            | Command::SetTaskRow { volume, .. }
+            | Command::StopTask { volume, .. }
+            | Command::AddBricks { volume, .. }
+            | Command::SetDraining { volume, .. }
+            | Command::RaiseLayoutCommit { volume }
+            | Command::RemoveSets { volume, .. }
+            | Command::LowerReplica { volume, .. }
+            | Command::ReplaceBrick { volume, .. }
+            | Command::ResetBrick { volume, .. }
+            | Command::AddCredential { volume, .. }
+            | Command::RevokeCredential { volume, .. } => Some(volume),
+        }
+    }
+
     /// Makes the change to `st`, or says why it cannot be made there (and
     /// leaves `st` as it was).
     pub fn apply(&self, st: &mut ClusterState) -> Result<(), String> {
-        let volume = |st: &mut ClusterState, name: &str| {
-            st.volumes
-                .get_mut(name)
-                .map(|_| ())
-                .ok_or_else(|| format!("Volume {name} does not exist"))
-        };
-        match self {
-            Command::AddVolume(v) => {
+        match (self, self.volume()) {
+            (Command::AddVolume(v), _) => {
                 if st.volumes.contains_key(&v.name) {
                     return Err(format!("Volume {} already exists", v.name));
                 }
-                st.volumes
-                    .insert(v.name.clone(), std::sync::Arc::new(v.clone()));
+                st.volumes.insert(v.name.clone(), Arc::new(v.clone()));
+                Ok(())
             }
-            Command::RemoveVolume { volume: name } => {
-                volume(st, name)?;
-                st.volumes.remove(name);
+            (Command::RemoveVolume { .. }, Some(name)) => match st.volumes.remove(name) {
+                Some(_) => Ok(()),
+                None => Err(format!("Volume {name} does not exist")),
+            },
+            (_, Some(name)) => {
+                let v = st
+                    .volume_mut(name)
+                    .ok_or_else(|| format!("Volume {name} does not exist"))?;
+                self.apply_to_volume(v)
             }
-            Command::SetStatus {
-                volume: name,
-                status,
-            } => {
-                volume(st, name)?;
-                st.volume_mut(name).unwrap().status = *status;
-            }
-            Command::SetOption {
-                volume: name,
-                key,
-                value,
-            } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
-                v.options.insert(key.clone(), value.clone());
-                v.version += 1;
-            }
-            Command::SetOptions {
-                volume: name,
-                options,
-            } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
-                v.options.extend(options.iter().cloned());
-                v.version += 1;
-            }
+            (_, None) => self.apply_to_pool(st),
+        }
+    }
+
+    /// The pool's own records: administrators and certificates.
+    fn apply_to_pool(&self, st: &mut ClusterState) -> Result<(), String> {
+        match self {
             Command::AddOperator(credential) => {
                 if st.operators.iter().any(|c| c.name == credential.name) {
                     return Err(format!(
@@ -237,7 +252,6 @@ impl Command {
                     ));
                 }
                 st.operators.push(credential.clone());
-                st.pool_changed();
             }
             Command::RevokeOperator { name } => {
                 let before = st.operators.len();
@@ -245,7 +259,6 @@ impl Command {
                 if st.operators.len() == before {
                     return Err(format!("The pool has no credential named {name}"));
                 }
-                st.pool_changed();
             }
             Command::SetCerts {
                 uuid,
@@ -268,40 +281,50 @@ impl Command {
                         Arc::make_mut(&mut st.retired).insert(uuid.clone(), gone);
                     }
                 }
-                st.pool_changed();
             }
             Command::RotateCredential {
-                volume: name,
-                name: cred,
+                name,
                 fingerprint,
                 issued,
-            } => {
-                let list = match name {
-                    Some(name) => {
-                        volume(st, name)?;
-                        &mut st.volume_mut(name).unwrap().credentials
-                    }
-                    None => &mut st.operators,
-                };
-                let Some(c) = list.iter_mut().find(|c| &c.name == cred) else {
-                    return Err(match name {
-                        Some(name) => format!("Volume {name} has no credential named {cred}"),
-                        None => format!("The pool has no credential named {cred}"),
-                    });
-                };
-                c.retired = vec![std::mem::replace(&mut c.fingerprint, fingerprint.clone())];
-                c.issued = *issued;
-                match name {
-                    Some(name) => st.volume_mut(name).unwrap().version += 1,
-                    None => st.pool_changed(),
-                }
+                ..
+            } => rotate(&mut st.operators, name, fingerprint, *issued, || {
+                format!("The pool has no credential named {name}")
+            })?,
+            other => unreachable!("{} is a change of a volume", other.kind()),
+        }
+        st.pool_changed();
+        Ok(())
+    }
+
+    /// A change of volume `v`.
+    fn apply_to_volume(&self, v: &mut Volume) -> Result<(), String> {
+        let name = v.name.clone();
+        match self {
+            Command::SetStatus { status, .. } => {
+                v.status = *status;
+                return Ok(());
             }
-            Command::AddCredential {
-                volume: name,
-                credential,
+            Command::SetOption { key, value, .. } => {
+                v.options.insert(key.clone(), value.clone());
+            }
+            Command::SetOptions { options, .. } => v.options.extend(options.iter().cloned()),
+            Command::ResetOptions { key, .. } => match key {
+                Some(k) => {
+                    v.options.remove(k);
+                }
+                None => v.options.clear(),
+            },
+            Command::SetBrickPort {
+                host, path, port, ..
             } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
+                let b = v
+                    .bricks
+                    .iter_mut()
+                    .find(|b| &b.host == host && &b.path == path)
+                    .ok_or_else(|| format!("Volume {name} has no brick {host}:{path}"))?;
+                b.port = Some(*port);
+            }
+            Command::AddCredential { credential, .. } => {
                 if v.credentials.iter().any(|c| c.name == credential.name) {
                     return Err(format!(
                         "Volume {name} already has a credential named {}",
@@ -309,171 +332,152 @@ impl Command {
                     ));
                 }
                 v.credentials.push(credential.clone());
-                v.version += 1;
             }
-            Command::RevokeCredential {
-                volume: name,
-                name: cred,
-            } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
+            Command::RevokeCredential { name: cred, .. } => {
                 let before = v.credentials.len();
                 v.credentials.retain(|c| &c.name != cred);
                 if v.credentials.len() == before {
                     return Err(format!("Volume {name} has no credential named {cred}"));
                 }
-                v.version += 1;
             }
-            Command::ResetOptions { volume: name, key } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
-                match key {
-                    Some(k) => {
-                        v.options.remove(k);
-                    }
-                    None => v.options.clear(),
-                }
-                v.version += 1;
+            Command::RotateCredential {
+                name: cred,
+                fingerprint,
+                issued,
+                ..
+            } => rotate(&mut v.credentials, cred, fingerprint, *issued, || {
+                format!("Volume {name} has no credential named {cred}")
+            })?,
+            Command::SetTask { task, .. } => {
+                set_task(&mut v.tasks, task);
+                return Ok(());
             }
-            Command::SetBrickPort {
-                volume: name,
-                host,
-                path,
-                port,
-            } => {
-                volume(st, name)?;
-                let b = st
-                    .brick_mut(name, host, path)
-                    .ok_or_else(|| format!("Volume {name} has no brick {host}:{path}"))?;
-                b.port = Some(*port);
-                st.volume_mut(name).unwrap().version += 1;
-            }
+            Command::SetTaskRow { task, row, .. } => return set_task_row(v, task, row),
+            Command::StopTask { task, .. } => return stop_task(v, task),
+            _ => return self.apply_to_bricks(v),
+        }
+        v.version += 1;
+        Ok(())
+    }
+
+    /// A change of the bricks of volume `v` (each bumps its version, or
+    /// refuses, as the volume's own method says).
+    fn apply_to_bricks(&self, v: &mut Volume) -> Result<(), String> {
+        match self {
             Command::AddBricks {
-                volume: name,
-                replica,
-                bricks,
-            } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
-                v.add_bricks(*replica, bricks)?;
-            }
-            Command::SetDraining { volume: name, sets } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
+                replica, bricks, ..
+            } => v.add_bricks(*replica, bricks),
+            Command::SetDraining { sets, .. } => {
                 if sets.iter().any(|s| !v.set_ids().contains(s)) {
-                    return Err(format!("volume {name} has no such replica set"));
+                    return Err(format!("volume {} has no such replica set", v.name));
                 }
                 if !sets.is_empty() {
                     v.raise_layout_commit();
                 }
                 v.draining = sets.clone();
                 v.version += 1;
+                Ok(())
             }
-            Command::RaiseLayoutCommit { volume: name } => {
-                volume(st, name)?;
-                st.volume_mut(name).unwrap().raise_layout_commit();
+            Command::RaiseLayoutCommit { .. } => {
+                v.raise_layout_commit();
+                Ok(())
             }
-            Command::RemoveSets { volume: name, sets } => {
-                volume(st, name)?;
-                st.volume_mut(name).unwrap().remove_sets(sets)?;
-            }
+            Command::RemoveSets { sets, .. } => v.remove_sets(sets).map(|_| ()),
             Command::LowerReplica {
-                volume: name,
-                replica,
-                bricks,
-            } => {
-                volume(st, name)?;
-                st.volume_mut(name)
-                    .unwrap()
-                    .lower_replica(*replica, bricks)?;
-            }
-            Command::ReplaceBrick {
-                volume: name,
-                from,
-                to,
-            } => {
-                volume(st, name)?;
-                st.volume_mut(name).unwrap().replace_brick(from, to)?;
-            }
-            Command::ResetBrick {
-                volume: name,
-                brick,
-                down,
-            } => {
-                volume(st, name)?;
-                st.volume_mut(name).unwrap().reset_brick(brick, *down)?;
-            }
-            Command::SetTask { volume: name, task } => {
-                volume(st, name)?;
-                let tasks = &mut st.volume_mut(name).unwrap().tasks;
-                let same = |t: &Task| t.id == task.id;
-                match tasks
-                    .iter()
-                    .position(same)
-                    .or_else(|| tasks.iter().position(|t| t.kind == task.kind))
-                {
-                    Some(i) => tasks[i] = task.clone(),
-                    None => tasks.push(task.clone()),
-                }
-            }
-            Command::SetTaskRow {
-                volume: name,
-                task,
-                row,
-            } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
-                let t = v
-                    .tasks
-                    .iter_mut()
-                    .find(|t| t.id == *task)
-                    .ok_or_else(|| format!("volume {name} has no task {task}"))?;
-                let r = t
-                    .rows
-                    .iter_mut()
-                    .find(|r| r.host == row.host)
-                    .ok_or_else(|| format!("task {task} has no row for {}", row.host))?;
-                if r.status != TaskStatus::InProgress {
-                    return Err(format!(
-                        "the share of {} in task {task} ended already ({})",
-                        row.host,
-                        r.status.as_str()
-                    ));
-                }
-                *r = row.clone();
-                if t.settle() && t.kind != TaskKind::FixLayout {
-                    if v.layout_commit + 1 == t.generation {
-                        v.layout_commit = t.generation;
-                        v.version += 1;
-                    } else {
-                        t.status = TaskStatus::Failed;
-                        t.detail.push_str(&format!(
-                            "; layouts not committed: the bricks of {name} changed during the rebalance: run it again"
-                        ));
-                    }
-                }
-            }
-            Command::StopTask { volume: name, task } => {
-                volume(st, name)?;
-                let v = st.volume_mut(name).unwrap();
-                let t = v
-                    .tasks
-                    .iter_mut()
-                    .find(|t| t.id == *task && t.status == TaskStatus::InProgress)
-                    .ok_or_else(|| format!("task {task} of {name} is not in progress"))?;
-                for r in t.rows.iter_mut() {
-                    if r.status == TaskStatus::InProgress {
-                        r.status = TaskStatus::Stopped;
-                    }
-                }
-                t.settle();
-                if t.rows.is_empty() {
-                    t.status = TaskStatus::Stopped;
-                }
-            }
+                replica, bricks, ..
+            } => v.lower_replica(*replica, bricks).map(|_| ()),
+            Command::ReplaceBrick { from, to, .. } => v.replace_brick(from, to),
+            Command::ResetBrick { brick, down, .. } => v.reset_brick(brick, *down),
+            other => unreachable!("{} is not a change of bricks", other.kind()),
         }
-        Ok(())
     }
+}
+
+/// Credential `name` of `list` gets a new certificate; the one it
+/// replaces is retired.
+fn rotate(
+    list: &mut [IssuedCredential],
+    name: &str,
+    fingerprint: &str,
+    issued: u64,
+    missing: impl FnOnce() -> String,
+) -> Result<(), String> {
+    let c = list
+        .iter_mut()
+        .find(|c| c.name == name)
+        .ok_or_else(missing)?;
+    c.retired = vec![std::mem::replace(
+        &mut c.fingerprint,
+        fingerprint.to_string(),
+    )];
+    c.issued = issued;
+    Ok(())
+}
+
+/// `task` replaces the task of its id, or else the last one of its kind.
+fn set_task(tasks: &mut Vec<Task>, task: &Task) {
+    match tasks
+        .iter()
+        .position(|t| t.id == task.id)
+        .or_else(|| tasks.iter().position(|t| t.kind == task.kind))
+    {
+        Some(i) => tasks[i] = task.clone(),
+        None => tasks.push(task.clone()),
+    }
+}
+
+/// One server's share of task `task` (see `Command::SetTaskRow`).
+fn set_task_row(v: &mut Volume, task: &str, row: &TaskRow) -> Result<(), String> {
+    let name = &v.name;
+    let t = v
+        .tasks
+        .iter_mut()
+        .find(|t| t.id == *task)
+        .ok_or_else(|| format!("volume {name} has no task {task}"))?;
+    let r = t
+        .rows
+        .iter_mut()
+        .find(|r| r.host == row.host)
+        .ok_or_else(|| format!("task {task} has no row for {}", row.host))?;
+    if r.status != TaskStatus::InProgress {
+        return Err(format!(
+            "the share of {} in task {task} ended already ({})",
+            row.host,
+            r.status.as_str()
+        ));
+    }
+    *r = row.clone();
+    if t.settle() && t.kind != TaskKind::FixLayout {
+        if v.layout_commit + 1 == t.generation {
+            v.layout_commit = t.generation;
+            v.version += 1;
+        } else {
+            t.status = TaskStatus::Failed;
+            t.detail.push_str(&format!(
+                "; layouts not committed: the bricks of {name} changed during the rebalance: run it again"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `rebalance stop`: the rows of `task` still in progress stop.
+fn stop_task(v: &mut Volume, task: &str) -> Result<(), String> {
+    let t = v
+        .tasks
+        .iter_mut()
+        .find(|t| t.id == *task && t.status == TaskStatus::InProgress)
+        .ok_or_else(|| format!("task {task} of {} is not in progress", v.name))?;
+    for r in t.rows.iter_mut() {
+        if r.status == TaskStatus::InProgress {
+            r.status = TaskStatus::Stopped;
+        }
+    }
+    t.settle();
+    if t.rows.is_empty() {
+        t.status = TaskStatus::Stopped;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

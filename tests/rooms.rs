@@ -13,7 +13,6 @@ const MAX_FN: usize = 150;
 const BIG_FILES: &[(&str, usize)] = &[
     ("crates/brick/src/leases.rs", 822),
     ("crates/storage/src/posix/tests.rs", 1077),
-    ("crates/xlators/src/cluster/distribute/mod.rs", 1460),
     ("crates/xlators/src/performance/md_cache/mod.rs", 1421),
     ("crates/xlators/src/performance/write_behind.rs", 842),
     ("src/fuse/mod.rs", 893),

@@ -13,7 +13,6 @@ const MAX_FN: usize = 150;
 const BIG_FILES: &[(&str, usize)] = &[
     ("crates/brick/src/leases.rs", 822),
     ("crates/storage/src/posix/tests.rs", 1077),
-    ("crates/xlators/src/performance/md_cache/mod.rs", 1421),
     ("crates/xlators/src/performance/write_behind.rs", 842),
     ("src/fuse/mod.rs", 893),
     ("src/graph/cluster_tests.rs", 1042),
@@ -36,11 +35,6 @@ const BIG_FNS: &[(&str, &str, usize)] = &[
         "crates/storage/src/posix/tests.rs",
         "a_caller_gets_what_the_kernel_grants_it_and_no_more",
         240,
-    ),
-    (
-        "crates/xlators/src/performance/md_cache/mod.rs",
-        "call",
-        208,
     ),
     ("src/graph/memory.rs", "serve", 403),
     ("src/heal/object.rs", "heal_locked", 183),

@@ -20,7 +20,6 @@ const BIG_FILES: &[(&str, usize)] = &[
     ("src/heal/object.rs", 907),
     ("src/mgmt/rpc.rs", 1111),
     ("src/mgmt/state.rs", 897),
-    ("src/rebalance/mod.rs", 1324),
     ("tests/distribute_e2e.rs", 914),
     ("tests/security_e2e.rs", 1101),
 ];

@@ -18,7 +18,6 @@ const BIG_FILES: &[(&str, usize)] = &[
     ("src/graph/cluster_tests.rs", 1042),
     ("src/graph/memory.rs", 940),
     ("src/heal/object.rs", 907),
-    ("src/mgmt/rpc.rs", 1111),
     ("src/mgmt/state.rs", 897),
     ("tests/distribute_e2e.rs", 914),
     ("tests/security_e2e.rs", 1101),

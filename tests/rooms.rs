@@ -17,7 +17,6 @@ const BIG_FILES: &[(&str, usize)] = &[
     ("src/fuse/mod.rs", 893),
     ("src/graph/cluster_tests.rs", 1042),
     ("src/graph/memory.rs", 940),
-    ("src/heal/object.rs", 907),
     ("src/mgmt/state.rs", 897),
     ("tests/distribute_e2e.rs", 914),
     ("tests/security_e2e.rs", 1101),
@@ -35,7 +34,6 @@ const BIG_FNS: &[(&str, &str, usize)] = &[
         240,
     ),
     ("src/graph/memory.rs", "serve", 403),
-    ("src/heal/object.rs", "heal_locked", 183),
     ("src/mgmt/supervise.rs", "supervise", 154),
     (
         "tests/cli_errors.rs",

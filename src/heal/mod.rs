@@ -8,7 +8,9 @@
 //! healed by `object::Set::heal`. The same connections answer
 //! `heal VOL info` for all bricks.
 
+pub mod names;
 pub mod object;
+pub mod source;
 
 use crate::cluster::replicate::options::FAVORITE_CHILD_POLICY;
 use crate::core::desc::VolDesc;

@@ -10,9 +10,11 @@
 //! differ, one chunk per lock hold so the application is not stalled),
 //! metadata (owner, mode, times, xattrs), and the blame is cleared.
 
+pub use super::source::Policy;
+use super::source::{self, Choice, Plan};
 use crate::cluster::replicate::bits;
 use crate::core::fop::{FileKind, TimeSet, ANON_FH, UNSETTLED};
-use crate::core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Name, Reply, SetAttr};
+use crate::core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
 use futures_util::future::BoxFuture;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -90,27 +92,6 @@ impl Drop for BusyGuard<'_> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    None,
-    Size,
-    Mtime,
-    Ctime,
-    Majority,
-}
-
-impl Policy {
-    pub fn parse(s: &str) -> Policy {
-        match s {
-            "size" | "bigger-file" => Policy::Size,
-            "mtime" | "latest-mtime" => Policy::Mtime,
-            "ctime" => Policy::Ctime,
-            "majority" => Policy::Majority,
-            _ => Policy::None,
-        }
-    }
-}
-
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
     /// Sinks brought up to date.
@@ -122,11 +103,11 @@ pub struct Outcome {
     pub deferred: bool,
 }
 
-async fn call(b: &Brick, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+pub(super) async fn call(b: &Brick, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
     b.x.call(cx, fop).await
 }
 
-fn root() -> Ctx {
+pub(super) fn root() -> Ctx {
     Ctx::root()
 }
 
@@ -212,15 +193,6 @@ impl Set {
         Ok(out)
     }
 
-    /// The copies that hold file data (all but the arbiter's).
-    fn data_copies(&self, copies: &[(usize, Attr)]) -> Vec<(usize, Attr)> {
-        copies
-            .iter()
-            .filter(|(i, _)| Some(*i) != self.arbiter)
-            .cloned()
-            .collect()
-    }
-
     /// Whether the copies of `gfid` (a non-directory) all blame each other,
     /// so that no copy can be trusted without a decision.
     pub async fn is_split_brain(&self, gfid: Gfid) -> bool {
@@ -290,138 +262,33 @@ impl Set {
             return Ok((out, vec![]));
         }
         let kind = copies[0].1.kind;
-        let marks = copies.iter().fold(0, |b, (_, a)| b | a.blame);
-        // A change of unknown outcome blames nobody (`UNSETTLED`).
-        let blamed = marks & !UNSETTLED;
-        let unblamed: Vec<usize> = copies
-            .iter()
-            .filter(|(i, _)| blamed & (1 << i) == 0)
-            .map(|(i, _)| *i)
-            .collect();
-        // A copy that took such a change is a source only when no copy
-        // without one is: else it is made equal to one, which drops the
-        // change (the application was told it failed). Taking it as a
-        // source beside a clean copy left the two different, and clearing
-        // its mark then hid that.
-        let clean: Vec<usize> = copies
-            .iter()
-            .filter(|(i, a)| blamed & (1 << i) == 0 && a.blame & UNSETTLED == 0)
-            .map(|(i, _)| *i)
-            .collect();
-        // (File data comes from a copy holding data, never the arbiter.)
-        let holds_data = |i: &usize| kind != FileKind::File || Some(*i) != self.arbiter;
-        let unsure = !clean.iter().any(holds_data);
-        let mut sources = if unsure { unblamed } else { clean };
-        let conservative = forced.is_none() && (blamed == 0 || sources.is_empty());
-        if let Some(f) = forced {
-            if !copies.iter().any(|(i, _)| *i == f) {
-                return Err(FsError::new(libc::ENOENT, "the chosen source has no copy"));
-            }
-            sources = vec![f];
-        } else if sources.is_empty() && locked.len() < self.bricks.len() {
-            // Every copy up is blamed, and a copy away may be the good one
-            // (it went away with a change in flight): wait for it.
-            out.deferred = true;
-            return Ok((out, vec![]));
-        } else if sources.is_empty() && kind != FileKind::Dir {
-            match pick_by_policy(&self.data_copies(&copies), policy) {
-                Some(s) => {
-                    tracing::warn!(set = %self.name, %gfid, source = %self.bricks[s].label, ?policy, "split-brain resolved by policy");
-                    sources = vec![s];
-                }
-                None => {
-                    out.split_brain = true;
-                    return Ok((out, vec![]));
-                }
-            }
-        } else if blamed == 0
-            || sources.is_empty()
-            || (unsure && sources.len() > 1 && kind == FileKind::File)
-        {
-            // Only unsettled changes (or a directory whose copies blame each
-            // other): every source is a valid outcome; take the fullest, and
-            // make the others equal to it (sources that each took a change
-            // of unknown outcome may differ).
-            let pool: Vec<(usize, Attr)> = copies
-                .iter()
-                .filter(|(i, _)| sources.is_empty() || sources.contains(i))
-                .cloned()
-                .collect();
-            let candidates = if kind == FileKind::File {
-                self.data_copies(&pool)
-            } else {
-                pool
-            };
-            let Some(first) = candidates.first() else {
+        let all_locked = locked.len() == self.bricks.len();
+        let plan = match source::choose(&copies, self.arbiter, all_locked, policy, forced)? {
+            Choice::Defer => {
                 out.deferred = true;
                 return Ok((out, vec![]));
-            };
-            sources = vec![pick_by_policy(&candidates, Policy::Size).unwrap_or(first.0)];
+            }
+            Choice::SplitBrain => {
+                out.split_brain = true;
+                return Ok((out, vec![]));
+            }
+            Choice::Heal(plan) => plan,
+        };
+        if plan.by_policy {
+            tracing::warn!(set = %self.name, %gfid, source = %self.bricks[plan.src].label, ?policy, "split-brain resolved by policy");
         }
-        // File data comes from a copy that holds data.
-        let Some(src) = sources
-            .iter()
-            .copied()
-            .find(|&s| kind != FileKind::File || Some(s) != self.arbiter)
-        else {
-            out.deferred = true;
-            return Ok((out, vec![]));
-        };
-        let src_attr = copies.iter().find(|(i, _)| *i == src).unwrap().1.clone();
-        // A merge of names (no blame, or copies blaming each other) goes to
-        // every copy, the source of metadata included: it may lack names
-        // the others have.
-        let merge_names = conservative && kind == FileKind::Dir;
-        let everyone: Vec<usize> = copies.iter().map(|(i, _)| *i).collect();
-        let sinks: Vec<usize> = if merge_names {
-            everyone.clone()
-        } else {
-            // `src` is always among the sources.
-            everyone
-                .iter()
-                .copied()
-                .filter(|i| !sources.contains(i))
-                .collect()
-        };
-        let mut children = Vec::new();
-        let mut healed = Vec::new();
-        for &sink in &sinks {
-            let sink_attr = copies.iter().find(|(i, _)| *i == sink).unwrap().1.clone();
-            if sink_attr.kind != kind {
-                tracing::warn!(set = %self.name, %gfid, "copies of one gfid differ in type; left alone");
-                continue;
-            }
-            let r = async {
-                match kind {
-                    FileKind::Dir => {
-                        let from = if conservative { &everyone } else { &sources };
-                        let (n, new) = self.heal_entries(gfid, from, sink, conservative).await?;
-                        out.entries += n;
-                        children.extend(new);
-                    }
-                    // An arbiter gets no data.
-                    FileKind::File if Some(sink) != self.arbiter => {
-                        let pair = (src, sink);
-                        out.bytes += self
-                            .heal_data(gfid, pair, &src_attr, sink_attr.size, locked)
-                            .await?;
-                    }
-                    _ => {}
-                }
-                if sink == src {
-                    return Ok(());
-                }
-                self.heal_meta(gfid, (src, sink), &src_attr).await
-            }
+        let Plan {
+            src,
+            sinks,
+            everyone,
+            blamed,
+            marks,
+            ..
+        } = &plan;
+        let src_attr = copies.iter().find(|(i, _)| i == src).unwrap().1.clone();
+        let (healed, children) = self
+            .heal_sinks(gfid, &plan, &copies, &src_attr, locked, &mut out)
             .await;
-            match r {
-                Ok(()) => healed.push(sink),
-                Err(e) => {
-                    tracing::warn!(set = %self.name, %gfid, sink = %self.bricks[sink].label, "heal failed: {e}");
-                    out.deferred = true;
-                }
-            }
-        }
         out.healed = healed.len() as u32;
         // A file's source changed while the heal ran (the lock was let go
         // between data chunks, or a client wrote without it, as a rolling
@@ -430,7 +297,7 @@ impl Set {
         // next pass looks again. (A directory's lock is held throughout,
         // and a name merge changes the source itself.)
         if kind == FileKind::File {
-            let now = self.stat(gfid, &[src]).await?;
+            let now = self.stat(gfid, &[*src]).await?;
             if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
                 out.deferred = true;
                 out.healed = 0;
@@ -439,12 +306,12 @@ impl Set {
         }
         // The blame of a sink that was not reached (down, or without the
         // object yet: its directory's heal makes it) stays.
-        let reached = bits(&healed) | (bits(&everyone) & !bits(&sinks));
+        let reached = bits(&healed) | (bits(everyone) & !bits(sinks));
         // A change of unknown outcome is settled once every copy was
         // compared: a copy away may hold what the others lack.
         let mut settled = 0;
         if marks & UNSETTLED != 0 {
-            if locked.len() == self.bricks.len() && reached & bits(&sinks) == bits(&sinks) {
+            if all_locked && reached & bits(sinks) == bits(sinks) {
                 settled = UNSETTLED;
             } else {
                 out.deferred = true;
@@ -457,6 +324,67 @@ impl Set {
             out.deferred = true;
         }
         Ok((out, children))
+    }
+
+    /// Heals each sink of `plan` from its source: names, data, metadata.
+    /// Returns the sinks healed, and the objects a directory's heal made
+    /// (its new children, to heal next).
+    async fn heal_sinks(
+        &self,
+        gfid: Gfid,
+        plan: &Plan,
+        copies: &[(usize, Attr)],
+        src_attr: &Attr,
+        locked: &[usize],
+        out: &mut Outcome,
+    ) -> (Vec<usize>, Vec<Gfid>) {
+        let kind = src_attr.kind;
+        let src = plan.src;
+        let mut children = Vec::new();
+        let mut healed = Vec::new();
+        for &sink in &plan.sinks {
+            let sink_attr = copies.iter().find(|(i, _)| *i == sink).unwrap().1.clone();
+            if sink_attr.kind != kind {
+                tracing::warn!(set = %self.name, %gfid, "copies of one gfid differ in type; left alone");
+                continue;
+            }
+            let r = async {
+                match kind {
+                    FileKind::Dir => {
+                        let from = match plan.conservative {
+                            true => &plan.everyone,
+                            false => &plan.sources,
+                        };
+                        let (n, new) = self
+                            .heal_entries(gfid, from, sink, plan.conservative)
+                            .await?;
+                        out.entries += n;
+                        children.extend(new);
+                    }
+                    // An arbiter gets no data.
+                    FileKind::File if Some(sink) != self.arbiter => {
+                        let pair = (src, sink);
+                        out.bytes += self
+                            .heal_data(gfid, pair, src_attr, sink_attr.size, locked)
+                            .await?;
+                    }
+                    _ => {}
+                }
+                if sink == src {
+                    return Ok(());
+                }
+                self.heal_meta(gfid, (src, sink), src_attr).await
+            }
+            .await;
+            match r {
+                Ok(()) => healed.push(sink),
+                Err(e) => {
+                    tracing::warn!(set = %self.name, %gfid, sink = %self.bricks[sink].label, "heal failed: {e}");
+                    out.deferred = true;
+                }
+            }
+        }
+        (healed, children)
     }
 
     async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
@@ -624,205 +552,7 @@ impl Set {
         call(k, &root(), Fop::Setattr { gfid, set }).await?;
         Ok(())
     }
-
-    /// The names in directory `dir` on brick `b`, with their attributes.
-    async fn list(&self, b: usize, dir: Gfid) -> FsResult<HashMap<Vec<u8>, Attr>> {
-        let k = &self.bricks[b];
-        let Reply::Opened { fh } = call(k, &root(), Fop::Opendir { gfid: dir }).await? else {
-            return Err(FsError::new(libc::EIO, "opendir answered without a handle"));
-        };
-        let mut out = HashMap::new();
-        let mut offset = 0;
-        let res: FsResult<()> = async {
-            loop {
-                let fop = Fop::Readdir {
-                    gfid: dir,
-                    fh,
-                    offset,
-                    plus: true,
-                };
-                let Reply::Entries(ents) = call(k, &root(), fop).await? else {
-                    return Err(FsError::new(libc::EIO, "readdir answered without entries"));
-                };
-                if ents.is_empty() {
-                    return Ok(());
-                }
-                for e in ents {
-                    offset = e.next;
-                    if let Some(a) = e.attr {
-                        out.insert(e.name.into_vec(), a);
-                    }
-                }
-            }
-        }
-        .await;
-        let _ = call(k, &root(), Fop::Releasedir { gfid: dir, fh }).await;
-        res.map(|_| out)
-    }
-
-    /// Makes the names of `dir` on `sink` those of the sources: names
-    /// missing there are made (with their gfid, as links when the object is
-    /// there under another name), names the sources lack are removed
-    /// (unless `conservative`: then nothing is removed). Answers how many
-    /// names changed and the objects made, to be healed next.
-    async fn heal_entries(
-        &self,
-        dir: Gfid,
-        sources: &[usize],
-        sink: usize,
-        conservative: bool,
-    ) -> FsResult<(u64, Vec<Gfid>)> {
-        let mut want: HashMap<Vec<u8>, (usize, Attr)> = HashMap::new();
-        for &s in sources {
-            for (n, a) in self.list(s, dir).await? {
-                want.entry(n).or_insert((s, a));
-            }
-            if !conservative {
-                break;
-            }
-        }
-        let have = self.list(sink, dir).await?;
-        let mut changed = 0;
-        let mut made = Vec::new();
-        // Names the sink has wrongly: removed first (unless conservative).
-        if !conservative {
-            for (n, a) in &have {
-                if want.get(n).is_some_and(|(_, w)| w.gfid == a.gfid) {
-                    continue;
-                }
-                self.remove_tree(sink, dir, n, a).await?;
-                changed += 1;
-            }
-        }
-        // The names to make, by object: the names of one object (hard
-        // links) are made one after the other, the objects several at once.
-        let mut missing: HashMap<Gfid, NamesToMake> = HashMap::new();
-        for (n, (src, a)) in &want {
-            match have.get(n) {
-                Some(h) if h.gfid == a.gfid => continue,
-                Some(_) if conservative => {
-                    tracing::warn!(set = %self.name, %dir, name = %String::from_utf8_lossy(n), "copies of a name carry different gfids; left alone");
-                    continue;
-                }
-                _ => {}
-            }
-            missing.entry(a.gfid).or_default().push((n, *src, a));
-        }
-        // Healed as this directory's children right after: the index pass
-        // under way leaves them alone.
-        self.fresh.lock().unwrap().extend(missing.keys());
-        let makes = missing
-            .into_iter()
-            .map(|(gfid, names)| -> BoxFuture<'_, _> {
-                Box::pin(async move {
-                    for &(n, src, a) in &names {
-                        self.make(src, sink, dir, n, a).await?;
-                    }
-                    Ok::<_, FsError>((gfid, names.len() as u64))
-                })
-            });
-        for r in at_once(makes.collect(), PARALLEL).await {
-            let (gfid, names) = r?;
-            made.push(gfid);
-            changed += names;
-        }
-        Ok((changed, made))
-    }
-
-    async fn make(&self, src: usize, sink: usize, dir: Gfid, n: &[u8], a: &Attr) -> FsResult<()> {
-        let k = &self.bricks[sink];
-        let name = Name::new(n.to_vec())?;
-        let cx = Ctx {
-            uid: a.uid,
-            gid: a.gid,
-            ..Ctx::root()
-        };
-        let (gfid, perm) = (a.gfid, a.perm);
-        // The object may be on the sink already under another name (a hard
-        // link, or a file renamed while the sink was down).
-        if a.kind != FileKind::Dir
-            && call(k, &root(), Fop::Getattr { gfid })
-                .await
-                .is_ok_and(|r| matches!(r, Reply::Attr(_)))
-        {
-            call(
-                k,
-                &root(),
-                Fop::Link {
-                    gfid,
-                    newparent: dir,
-                    newname: name,
-                },
-            )
-            .await?;
-            return Ok(());
-        }
-        let fop = match a.kind {
-            FileKind::Dir => Fop::Mkdir {
-                parent: dir,
-                name,
-                gfid,
-                mode: perm,
-                umask: 0,
-            },
-            FileKind::Symlink => {
-                let Reply::Data(t) =
-                    call(&self.bricks[src], &root(), Fop::Readlink { gfid }).await?
-                else {
-                    return Err(FsError::new(libc::EIO, "readlink answered without data"));
-                };
-                Fop::Symlink {
-                    parent: dir,
-                    name,
-                    gfid,
-                    target: serde_bytes::ByteBuf::from(t.to_vec()),
-                }
-            }
-            kind => Fop::Mknod {
-                parent: dir,
-                name,
-                gfid,
-                mode: perm | kind.type_bits(),
-                umask: 0,
-                rdev: a.rdev,
-                linkto: None,
-            },
-        };
-        // (A file too is made by mknod: no handle to let go after.)
-        call(k, &cx, fop).await?;
-        // The new copy is as stale as can be until healed: say so on the
-        // source, so that it is healed even if this heal stops here.
-        let src_b = &self.bricks[src];
-        let mark = Fop::Lock {
-            gfid,
-            wait: true,
-            mark: Some(1 << sink),
-        };
-        if call(src_b, &root(), mark).await.is_ok() {
-            let _ = call(src_b, &root(), Fop::Unlock { gfids: vec![gfid] }).await;
-        }
-        Ok(())
-    }
-
-    /// Removes `n` (and, for a directory, all below it) from `dir` on `b`.
-    async fn remove_tree(&self, b: usize, dir: Gfid, n: &[u8], a: &Attr) -> FsResult<()> {
-        let k = &self.bricks[b];
-        let name = Name::new(n.to_vec())?;
-        if a.kind == FileKind::Dir {
-            for (cn, ca) in self.list(b, a.gfid).await? {
-                Box::pin(self.remove_tree(b, a.gfid, &cn, &ca)).await?;
-            }
-            call(k, &root(), Fop::Rmdir { parent: dir, name }).await?;
-        } else {
-            call(k, &root(), Fop::Unlink { parent: dir, name }).await?;
-        }
-        Ok(())
-    }
 }
-
-/// The names of one object a sink lacks: each with the brick it is copied
-/// from and the object's attributes there.
-type NamesToMake<'a> = Vec<(&'a [u8], usize, &'a Attr)>;
 
 /// Runs `futs`, `n` at a time; answers their outputs in the order they end.
 pub(crate) async fn at_once<T>(futs: Vec<BoxFuture<'_, T>>, n: usize) -> Vec<T> {
@@ -835,42 +565,6 @@ pub(crate) async fn at_once<T>(futs: Vec<BoxFuture<'_, T>>, n: usize) -> Vec<T> 
         running.extend(todo.next());
     }
     out
-}
-
-/// The copy a split-brain policy chooses, if it decides.
-fn pick_by_policy(copies: &[(usize, Attr)], policy: Policy) -> Option<usize> {
-    let best = |key: &dyn Fn(&Attr) -> (i64, u64)| {
-        let max = copies.iter().map(|(_, a)| key(a)).max()?;
-        let top: Vec<usize> = copies
-            .iter()
-            .filter(|(_, a)| key(a) == max)
-            .map(|(i, _)| *i)
-            .collect();
-        // A tie decides nothing, except for the "fullest copy" rule used
-        // when every copy is valid.
-        (top.len() == 1 || policy == Policy::Size).then(|| top[0])
-    };
-    match policy {
-        Policy::None => None,
-        Policy::Size => best(&|a| {
-            (
-                a.size as i64,
-                a.mtime.0 as u64 * 1_000_000_000 + a.mtime.1 as u64,
-            )
-        }),
-        Policy::Mtime => best(&|a| (a.mtime.0, a.mtime.1 as u64)),
-        Policy::Ctime => best(&|a| (a.ctime.0, a.ctime.1 as u64)),
-        Policy::Majority => {
-            // The copy whose (size, mtime) more than half the copies share.
-            let key = |a: &Attr| (a.size, a.mtime);
-            copies
-                .iter()
-                .find(|(_, a)| {
-                    copies.iter().filter(|(_, b)| key(b) == key(a)).count() * 2 > copies.len()
-                })
-                .map(|(i, _)| *i)
-        }
-    }
 }
 
 #[cfg(test)]

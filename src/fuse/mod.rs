@@ -10,6 +10,7 @@
 
 pub mod cache;
 mod convert;
+mod dirs;
 pub mod inodes;
 pub mod kmount;
 mod ops;
@@ -519,30 +520,7 @@ impl Filesystem for MortarFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let gfid = match self.gfid(ino) {
-            Ok(g) => g,
-            Err(e) => return reply.error(e),
-        };
-        let cx = ctx(req);
-        // Under leases the kernel keeps what it listed (FOPEN_CACHE_DIR)
-        // and lists again from memory: the bricks recall the directory
-        // before another client changes a name in it, which drops the
-        // kernel's copy (`cache::Invalidator`); a change made here, or a
-        // new mtime, drops it too.
-        let flags = match self.graph.graph().cache_time() > crate::core::terms::UNLEASED {
-            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            false => FopenFlags::empty(),
-        };
-        self.spawn(move |g, _| async move {
-            match g
-                .call(&cx, Fop::Opendir { gfid })
-                .await
-                .and_then(Reply::into_fh)
-            {
-                Ok(fh) => reply.opened(FileHandle(fh), flags),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.open_dir(req, ino, reply)
     }
 
     fn readdir(
@@ -553,31 +531,7 @@ impl Filesystem for MortarFs {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
-        let r2 = reply.clone();
-        self.readdir_common(
-            req,
-            ino,
-            fh,
-            offset,
-            false,
-            move |_, ino, next, kind, name, _| {
-                let mut g = reply.lock().unwrap();
-                g.as_mut().unwrap().add(
-                    INodeNo(ino),
-                    next,
-                    file_type(kind),
-                    OsStr::from_bytes(name),
-                )
-            },
-            move |res| {
-                let rep = r2.lock().unwrap().take().unwrap();
-                match res {
-                    Ok(()) => rep.ok(),
-                    Err(e) => rep.error(e),
-                }
-            },
-        );
+        self.list(req, ino, fh, offset, reply)
     }
 
     fn readdirplus(
@@ -588,73 +542,7 @@ impl Filesystem for MortarFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
-        let r2 = reply.clone();
-        let lease = self.lease();
-        let dir = self.gfid(ino).unwrap_or(Gfid::NULL);
-        self.readdir_common(
-            req,
-            ino,
-            fh,
-            offset,
-            true,
-            move |inodes, ino, next, kind, name, attr| {
-                let mut g = reply.lock().unwrap();
-                let r = g.as_mut().unwrap();
-                match attr {
-                    Some((a, cacheable)) => {
-                        let ttl = if cacheable {
-                            lease.entry_ttl(&[dir, a.gfid])
-                        } else {
-                            Duration::ZERO
-                        };
-                        let full = r.add(
-                            INodeNo(ino),
-                            next,
-                            OsStr::from_bytes(name),
-                            &ttl,
-                            &fuse_attr(ino, a),
-                            fuser::Generation(0),
-                        );
-                        if full {
-                            // The kernel did not take this entry: give back its lookup count.
-                            inodes.forget(ino, 1);
-                        }
-                        full
-                    }
-                    None => {
-                        // "." and "..": the kernel never links these names,
-                        // so the placeholder attributes are not cached.
-                        // Other entries without attributes are handed over
-                        // without an inode (0), and the kernel looks them up.
-                        let dots = name == b"." || name == b"..";
-                        let ino = if dots { ino } else { 0 };
-                        let attr = fuse_attr(
-                            ino,
-                            &Attr {
-                                kind,
-                                ..placeholder_attr()
-                            },
-                        );
-                        r.add(
-                            INodeNo(ino),
-                            next,
-                            OsStr::from_bytes(name),
-                            &Duration::ZERO,
-                            &attr,
-                            fuser::Generation(0),
-                        )
-                    }
-                }
-            },
-            move |res| {
-                let rep = r2.lock().unwrap().take().unwrap();
-                match res {
-                    Ok(()) => rep.ok(),
-                    Err(e) => rep.error(e),
-                }
-            },
-        );
+        self.list_plus(req, ino, fh, offset, reply)
     }
 
     fn releasedir(
@@ -679,27 +567,7 @@ impl Filesystem for MortarFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // The directory's own fsync (`ANON_FH`): md-cache answers it once
-        // the changes of names it answered ahead in it have landed, with
-        // the error of any that failed. The bricks write names through.
-        let gfid = match self.gfid(ino) {
-            Ok(g) => g,
-            Err(e) => return reply.error(e),
-        };
-        let fop = Fop::Fsync {
-            gfid,
-            fh: crate::core::fop::ANON_FH,
-            datasync,
-        };
-        let cx = ctx(req);
-        self.spawn(move |g, _| async move {
-            match g.call(&cx, fop).await {
-                // No md-cache in the graph: nothing was answered ahead.
-                Err(e) if e.is(libc::EBADF) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-                Ok(_) => reply.ok(),
-            }
-        });
+        self.sync_dir(req, ino, datasync, reply)
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -11,7 +11,7 @@
 //! | `features/index` | `index/` | change sessions, blame and the heal index (`index/store.rs`) |
 //! | `features/locks` | `locks/` | object locks, contention notices, revocation (`locks/table.rs`) |
 //! | `features/hold` | `hold.rs` | files a rebalance is moving: others' changes refused until they have moved |
-//! | `features/leases` | `leases.rs` | which clients cache what; recalled before another client's change |
+//! | `features/leases` | `leases/` | which clients cache what; recalled before another client's change |
 //! | `debug/profile` | `profile.rs` | metrics, `volume profile` and `volume top` of every fop |
 //!
 //! A translator handles the fops it is about and passes every other one to

@@ -12,6 +12,45 @@ const MAX_FN: usize = 150;
 /// Files over `MAX_FILE` lines, with their length today.
 const BIG_FILES: &[(&str, usize)] = &[];
 
+/// Functions over `MAX_FN` lines: file, name, length today.
+const BIG_FNS: &[(&str, &str, usize)] = &[
+    ("crates/bench/src/charts.rs", "sweeps", 158),
+    ("crates/bench/src/lib.rs", "run", 203),
+    ("crates/brick/src/server.rs", "serve_conn", 185),
+    ("crates/storage/src/posix/mod.rs", "call", 214),
+    (
+        "crates/storage/src/posix/tests/caller.rs",
+        "a_caller_gets_what_the_kernel_grants_it_and_no_more",
+        240,
+    ),
+    ("src/mgmt/supervise.rs", "supervise", 154),
+    (
+        "tests/cli_errors.rs",
+        "bad_volume_commands_are_refused_and_change_nothing",
+        180,
+    ),
+    (
+        "tests/distribute_e2e/moves.rs",
+        "every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share",
+        151,
+    ),
+    (
+        "tests/posix_e2e.rs",
+        "posix_semantics_through_the_mount",
+        288,
+    ),
+    (
+        "tests/security_e2e/identity.rs",
+        "bricks_act_as_the_caller_and_squash_root_when_told",
+        174,
+    ),
+    (
+        "tests/volume_e2e.rs",
+        "seed_replica3_volume_end_to_end",
+        164,
+    ),
+];
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -91,7 +130,13 @@ fn functions(text: &str) -> Vec<(String, usize)> {
 #[test]
 fn no_file_is_too_big() {
     let mut wrong = Vec::new();
-    for (file, text) in sources() {
+    let sources = sources();
+    for (file, _) in BIG_FILES {
+        if !sources.iter().any(|(f, _)| f == file) {
+            wrong.push(format!("{file} is gone: take it off BIG_FILES"));
+        }
+    }
+    for (file, text) in sources {
         let n = text.lines().count();
         match BIG_FILES.iter().find(|(f, _)| *f == file) {
             Some((_, _)) if n <= MAX_FILE => {
@@ -112,7 +157,13 @@ fn no_file_is_too_big() {
 #[test]
 fn no_function_is_too_long() {
     let mut wrong = Vec::new();
-    for (file, text) in sources() {
+    let sources = sources();
+    for (file, name, _) in BIG_FNS {
+        if !sources.iter().any(|(f, _)| f == file) {
+            wrong.push(format!("{file} (fn {name}) is gone: take it off BIG_FNS"));
+        }
+    }
+    for (file, text) in sources {
         // The longest of the functions of each name (a file has several
         // `call`s, one per translator).
         let mut longest = std::collections::BTreeMap::new();

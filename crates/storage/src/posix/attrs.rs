@@ -188,3 +188,73 @@ impl Posix {
         }))
     }
 }
+
+impl Posix {
+    pub(crate) fn setxattr(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        name: &str,
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<Reply> {
+        Self::check_xattr_change(cx, name)?;
+        let fd = self.resolve(gfid)?;
+        Self::change_xattr_as(cx, fd.as_fd(), name, || {
+            set_xattr(
+                &*fd,
+                name,
+                value,
+                rfs::XattrFlags::from_bits_retain(flags as u32),
+            )
+        })?;
+        Ok(Reply::Ok)
+    }
+
+    /// An xattr's value; `OPEN_COUNT_XATTR`, the handles open on the
+    /// object here.
+    pub(crate) fn getxattr(&self, cx: &Ctx, gfid: Gfid, name: &str) -> FsResult<Reply> {
+        Self::check_xattr_name(cx, name)?;
+        if name == mortar_core::fop::OPEN_COUNT_XATTR {
+            self.resolve(gfid)?;
+            let n = self.open.of(gfid).to_string();
+            return Ok(Reply::Xattr(serde_bytes::ByteBuf::from(n.into_bytes())));
+        }
+        let fd = self.resolve(gfid)?;
+        let value = as_caller(cx, || get_xattr(&*fd, name))?;
+        Ok(Reply::Xattr(serde_bytes::ByteBuf::from(value)))
+    }
+
+    /// The xattr names, as a local file system lists them to the caller,
+    /// without the brick's internal ones.
+    pub(crate) fn listxattr(&self, cx: &Ctx, gfid: Gfid) -> FsResult<Reply> {
+        let fd = self.resolve(gfid)?;
+        let p = proc_path(&*fd);
+        let n = rfs::listxattr_query(&p)?;
+        let mut buf = vec![0u8; n + 256];
+        let m = rfs::listxattr(&p, &mut buf[..])?;
+        buf.truncate(m);
+        let mut out = Vec::new();
+        for name in buf.split(|&c| c == 0).filter(|n| !n.is_empty()) {
+            let internal = name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes())
+                && !std::str::from_utf8(name).is_ok_and(is_distribute_xattr);
+            // As a local file system lists them: `trusted.` names
+            // to root only.
+            let hidden = identity::switches(cx) && name.starts_with(b"trusted.");
+            if !internal && !hidden {
+                out.extend_from_slice(name);
+                out.push(0);
+            }
+        }
+        Ok(Reply::Xattr(serde_bytes::ByteBuf::from(out)))
+    }
+
+    pub(crate) fn removexattr(&self, cx: &Ctx, gfid: Gfid, name: &str) -> FsResult<Reply> {
+        Self::check_xattr_change(cx, name)?;
+        let fd = self.resolve(gfid)?;
+        Self::change_xattr_as(cx, fd.as_fd(), name, || {
+            Ok(rfs::removexattr(proc_path(&*fd), name)?)
+        })?;
+        Ok(Reply::Ok)
+    }
+}

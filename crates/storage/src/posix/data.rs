@@ -401,3 +401,60 @@ impl Aligned {
         &mut self.raw[self.start..self.start + self.len]
     }
 }
+
+impl Posix {
+    pub(crate) fn fsync(
+        &self,
+        cx: &Ctx,
+        fds: &FdTable,
+        gfid: Gfid,
+        fh: u64,
+        datasync: bool,
+    ) -> FsResult<Reply> {
+        let h = self.file_for(cx, fds, gfid, fh)?;
+        if datasync {
+            rfs::fdatasync(as_file(&h))?;
+        } else {
+            rfs::fsync(as_file(&h))?;
+        }
+        Ok(Reply::Ok)
+    }
+
+    pub(crate) fn fallocate(
+        &self,
+        cx: &Ctx,
+        fds: &FdTable,
+        gfid: Gfid,
+        fh: u64,
+        mode: i32,
+        (offset, len): (u64, u64),
+    ) -> FsResult<Reply> {
+        let h = self.file_for(cx, fds, gfid, fh)?;
+        rfs::fallocate(
+            as_file(&h),
+            rfs::FallocateFlags::from_bits_retain(mode as u32),
+            offset,
+            len,
+        )?;
+        Ok(Reply::Ok)
+    }
+
+    /// The next data or hole at or after `offset` (`SEEK_DATA`, `SEEK_HOLE`).
+    pub(crate) fn lseek(
+        &self,
+        cx: &Ctx,
+        fds: &FdTable,
+        gfid: Gfid,
+        fh: u64,
+        offset: u64,
+        whence: i32,
+    ) -> FsResult<Reply> {
+        let h = self.file_for(cx, fds, gfid, fh)?;
+        let pos = match whence {
+            libc::SEEK_DATA => rfs::SeekFrom::Data(offset),
+            libc::SEEK_HOLE => rfs::SeekFrom::Hole(offset),
+            _ => return Err(FsError::errno(libc::EINVAL)),
+        };
+        Ok(Reply::Offset(rfs::seek(as_file(&h), pos)?))
+    }
+}

@@ -436,15 +436,7 @@ impl Posix {
                 data,
             } => self.write(cx, fds, *gfid, *fh, *offset, data),
             Fop::Flush { gfid, fh } => self.file_for(cx, fds, *gfid, *fh).map(|_| Reply::Ok),
-            Fop::Fsync { gfid, fh, datasync } => {
-                let h = self.file_for(cx, fds, *gfid, *fh)?;
-                if *datasync {
-                    rfs::fdatasync(as_file(&h))?;
-                } else {
-                    rfs::fsync(as_file(&h))?;
-                }
-                Ok(Reply::Ok)
-            }
+            Fop::Fsync { gfid, fh, datasync } => self.fsync(cx, fds, *gfid, *fh, *datasync),
             Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => {
                 fds.remove(*fh);
                 Ok(Reply::Ok)
@@ -455,30 +447,13 @@ impl Posix {
                 mode,
                 offset,
                 len,
-            } => {
-                let h = self.file_for(cx, fds, *gfid, *fh)?;
-                rfs::fallocate(
-                    as_file(&h),
-                    rfs::FallocateFlags::from_bits_retain(*mode as u32),
-                    *offset,
-                    *len,
-                )?;
-                Ok(Reply::Ok)
-            }
+            } => self.fallocate(cx, fds, *gfid, *fh, *mode, (*offset, *len)),
             Fop::Lseek {
                 gfid,
                 fh,
                 offset,
                 whence,
-            } => {
-                let h = self.file_for(cx, fds, *gfid, *fh)?;
-                let pos = match *whence {
-                    libc::SEEK_DATA => rfs::SeekFrom::Data(*offset),
-                    libc::SEEK_HOLE => rfs::SeekFrom::Hole(*offset),
-                    _ => return Err(FsError::errno(libc::EINVAL)),
-                };
-                Ok(Reply::Offset(rfs::seek(as_file(&h), pos)?))
-            }
+            } => self.lseek(cx, fds, *gfid, *fh, *offset, *whence),
             Fop::Opendir { gfid } => self.opendir(cx, fds, *gfid),
             Fop::Readdir {
                 gfid,
@@ -492,61 +467,10 @@ impl Posix {
                 name,
                 value,
                 flags,
-            } => {
-                Self::check_xattr_change(cx, name)?;
-                let fd = self.resolve(*gfid)?;
-                Self::change_xattr_as(cx, fd.as_fd(), name, || {
-                    set_xattr(
-                        &*fd,
-                        name,
-                        value,
-                        rfs::XattrFlags::from_bits_retain(*flags as u32),
-                    )
-                })?;
-                Ok(Reply::Ok)
-            }
-            Fop::Getxattr { gfid, name } if name == mortar_core::fop::OPEN_COUNT_XATTR => {
-                Self::check_xattr_name(cx, name)?;
-                self.resolve(*gfid)?;
-                let n = self.open.of(*gfid).to_string();
-                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(n.into_bytes())))
-            }
-            Fop::Getxattr { gfid, name } => {
-                Self::check_xattr_name(cx, name)?;
-                let fd = self.resolve(*gfid)?;
-                let value = as_caller(cx, || get_xattr(&*fd, name))?;
-                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(value)))
-            }
-            Fop::Listxattr { gfid } => {
-                let fd = self.resolve(*gfid)?;
-                let p = proc_path(&*fd);
-                let n = rfs::listxattr_query(&p)?;
-                let mut buf = vec![0u8; n + 256];
-                let m = rfs::listxattr(&p, &mut buf[..])?;
-                buf.truncate(m);
-                let mut out = Vec::new();
-                for name in buf.split(|&c| c == 0).filter(|n| !n.is_empty()) {
-                    let internal = name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes())
-                        && !std::str::from_utf8(name)
-                            .is_ok_and(mortar_core::fop::is_distribute_xattr);
-                    // As a local file system lists them: `trusted.` names
-                    // to root only.
-                    let hidden = identity::switches(cx) && name.starts_with(b"trusted.");
-                    if !internal && !hidden {
-                        out.extend_from_slice(name);
-                        out.push(0);
-                    }
-                }
-                Ok(Reply::Xattr(serde_bytes::ByteBuf::from(out)))
-            }
-            Fop::Removexattr { gfid, name } => {
-                Self::check_xattr_change(cx, name)?;
-                let fd = self.resolve(*gfid)?;
-                Self::change_xattr_as(cx, fd.as_fd(), name, || {
-                    Ok(rfs::removexattr(proc_path(&*fd), name.as_str())?)
-                })?;
-                Ok(Reply::Ok)
-            }
+            } => self.setxattr(cx, *gfid, name, value, *flags),
+            Fop::Getxattr { gfid, name } => self.getxattr(cx, *gfid, name),
+            Fop::Listxattr { gfid } => self.listxattr(cx, *gfid),
+            Fop::Removexattr { gfid, name } => self.removexattr(cx, *gfid, name),
             // Locks and the heal index are translators above (`brick`).
             Fop::Lock { .. }
             | Fop::Unlock { .. }

@@ -8,7 +8,7 @@
 
 use crate::{Conn, Notice, Stack};
 use mortar_protocol::admit;
-use mortar_protocol::auth::{Grant, Rules};
+use mortar_protocol::auth::{Grant, Rules, Squash};
 use mortar_protocol::tls;
 use mortar_protocol::wire::{self, Msg};
 use mortar_storage::posix::FdTable;
@@ -89,70 +89,11 @@ async fn serve_conn(
 ) -> std::io::Result<()> {
     let plain = stream.is_plain();
     let (mut rd, mut wr) = tokio::io::split(stream);
-    // The handshake: small, and soon, or the connection ends. A client
-    // waits for the answer before it sends more, so nothing is read ahead.
-    let hello = admit::first_message(
-        "handshake",
-        wire::read_frame_within(&mut rd, wire::MAX_HELLO),
-    );
-    // The pool's own clients (a server's certificate, or the volume's key)
-    // pass the auth rules.
-    let internal;
-    // What a client credential is granted (read-only, an identity); who the
-    // requests of a client that is not the pool's run as.
-    let mut grant;
-    let mut squash;
-    match hello.await? {
-        Some(Msg::Hello {
-            magic,
-            version,
-            brick: want,
-            key: given,
-        }) if magic == wire::MAGIC && version == wire::VERSION && want == brick => {
-            internal = who.is_some_and(|w| w.role == tls::Role::Server)
-                || (key.is_some() && given.as_deref() == key.as_deref());
-            let rules = auth.borrow_and_update().clone();
-            squash = rules.squash;
-            match admits(&rules, who, plain, internal, peer.ip(), false).await {
-                Ok(g) => grant = g,
-                Err(reason) => {
-                    tracing::warn!(%peer, "client refused: {reason}");
-                    return Err(refuse(&mut wr, reason).await);
-                }
-            }
-            wire::write_frame(
-                &mut wr,
-                &Msg::Welcome {
-                    version: wire::VERSION,
-                },
-            )
-            .await?;
-        }
-        Some(Msg::Hello {
-            magic,
-            version,
-            brick: want,
-            ..
-        }) => {
-            let reason = if magic != wire::MAGIC {
-                "not a mortar client".to_string()
-            } else if version != wire::VERSION {
-                format!(
-                    "protocol version {version} not supported (this brick speaks {})",
-                    wire::VERSION
-                )
-            } else {
-                format!("this brick exports {brick}, not {want}")
-            };
-            return Err(refuse(&mut wr, reason).await);
-        }
-        _ => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "first message was not a handshake",
-            ))
-        }
-    }
+    let (internal, mut grant, mut squash) =
+        match handshake(&mut rd, &mut wr, who, plain, peer, &brick, &mut auth, &key).await? {
+            Ok(admitted) => admitted,
+            Err(reason) => return Err(refuse(&mut wr, reason).await),
+        };
 
     // Many requests come in with one read system call; `next` may lose its
     // race with a change of the auth rules and go on later (`wire::Frames`).
@@ -261,6 +202,80 @@ async fn serve_conn(
     // may hold a sender for a while): the client must see it close.
     writer.abort();
     result
+}
+
+/// The handshake: small, and soon, or the connection ends. A client waits
+/// for the answer before it sends more, so nothing is read ahead. Answers
+/// whether the client is one of the pool's own, what its credential is
+/// granted (read-only, an identity) and who the requests of a client that
+/// is not the pool's run as; or why it is refused.
+#[allow(clippy::too_many_arguments)]
+async fn handshake<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    who: Option<tls::Peer>,
+    plain: bool,
+    peer: SocketAddr,
+    brick: &str,
+    auth: &mut watch::Receiver<Rules>,
+    key: &Option<Arc<str>>,
+) -> std::io::Result<Result<(bool, Grant, Squash), String>>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let hello = admit::first_message("handshake", wire::read_frame_within(rd, wire::MAX_HELLO));
+    match hello.await? {
+        Some(Msg::Hello {
+            magic,
+            version,
+            brick: want,
+            key: given,
+        }) if magic == wire::MAGIC && version == wire::VERSION && want == brick => {
+            // The pool's own clients (a server's certificate, or the
+            // volume's key) pass the auth rules.
+            let internal = who.is_some_and(|w| w.role == tls::Role::Server)
+                || (key.is_some() && given.as_deref() == key.as_deref());
+            let rules = auth.borrow_and_update().clone();
+            let grant = match admits(&rules, who, plain, internal, peer.ip(), false).await {
+                Ok(g) => g,
+                Err(reason) => {
+                    tracing::warn!(%peer, "client refused: {reason}");
+                    return Ok(Err(reason));
+                }
+            };
+            wire::write_frame(
+                wr,
+                &Msg::Welcome {
+                    version: wire::VERSION,
+                },
+            )
+            .await?;
+            Ok(Ok((internal, grant, rules.squash)))
+        }
+        Some(Msg::Hello {
+            magic,
+            version,
+            brick: want,
+            ..
+        }) => {
+            let reason = if magic != wire::MAGIC {
+                "not a mortar client".to_string()
+            } else if version != wire::VERSION {
+                format!(
+                    "protocol version {version} not supported (this brick speaks {})",
+                    wire::VERSION
+                )
+            } else {
+                format!("this brick exports {brick}, not {want}")
+            };
+            Ok(Err(reason))
+        }
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "first message was not a handshake",
+        )),
+    }
 }
 
 /// Whether the volume's rules let a connection in: Ok(what its credential

@@ -279,38 +279,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
         let mut child = match handed {
             Some(c) => c,
             None => {
-                let mut cmd = tokio::process::Command::new(&exe);
-                cmd.args(first)
-                    .args(&args)
-                    .stdin(match spec.options {
-                        Some(_) => Stdio::piped(),
-                        None => Stdio::null(),
-                    })
-                    .stdout(Stdio::piped())
-                    // Its own process group: a signal to the daemon's group
-                    // (a terminal's ^C) does not reach the bricks.
-                    .process_group(0);
-                // Spawned from the blocking pool: `posix_spawn` holds the
-                // calling thread until the child has called exec, and the
-                // daemon's one thread must not stand still meanwhile (with
-                // 300 servers on one machine a new process waits long for a
-                // CPU: a leader held so sent the start's entry to the
-                // learners 270 ms after it was committed instead of 50 to
-                // 100). Its standard error goes to its log too, for what it
-                // says before it opens the log itself.
-                let logf = log.clone();
-                let spawned = tokio::task::spawn_blocking(move || {
-                    if let Ok(f) = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&logf)
-                    {
-                        cmd.stderr(f);
-                    }
-                    cmd.spawn()
-                })
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                let spawned = spawn_brick(&exe, first, &args, spec.options.is_some(), &log).await;
                 match spawned {
                     Ok(c) => c,
                     Err(e) => {
@@ -384,6 +353,50 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             }
         }
     }
+}
+
+/// Starts the brick program (`exe` `first` `args`) in a process group of
+/// its own, its standard output piped (it says LISTENING or OFFLINE there)
+/// and its standard input too when options are `fed` to it.
+async fn spawn_brick(
+    exe: &std::path::Path,
+    first: Option<&str>,
+    args: &[std::ffi::OsString],
+    fed: bool,
+    log: &std::path::Path,
+) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(first)
+        .args(args)
+        .stdin(match fed {
+            true => Stdio::piped(),
+            false => Stdio::null(),
+        })
+        .stdout(Stdio::piped())
+        // Its own process group: a signal to the daemon's group
+        // (a terminal's ^C) does not reach the bricks.
+        .process_group(0);
+    // Spawned from the blocking pool: `posix_spawn` holds the
+    // calling thread until the child has called exec, and the
+    // daemon's one thread must not stand still meanwhile (with
+    // 300 servers on one machine a new process waits long for a
+    // CPU: a leader held so sent the start's entry to the
+    // learners 270 ms after it was committed instead of 50 to
+    // 100). Its standard error goes to its log too, for what it
+    // says before it opens the log itself.
+    let logf = log.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&logf)
+        {
+            cmd.stderr(f);
+        }
+        cmd.spawn()
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 /// The arguments that run the brick of `spec`, logging to `log`.

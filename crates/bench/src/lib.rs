@@ -446,58 +446,10 @@ fn scale_counts(max: usize) -> Vec<usize> {
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
-    if let Some(BenchCmd::Compare { a: pa, b: pb }) = &a.cmd {
-        let load = |p: &Path| -> anyhow::Result<Results> {
-            let f = if p.is_dir() {
-                p.join("results.json")
-            } else {
-                p.to_path_buf()
-            };
-            Ok(serde_json::from_slice(
-                &std::fs::read(&f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
-            )?)
-        };
-        print!("{}", report::compare(&load(pa)?, &load(pb)?));
-        return Ok(());
+    if let Some(cmd) = &a.cmd {
+        return saved(cmd);
     }
-    if let Some(BenchCmd::Report { run, out }) = &a.cmd {
-        let f = run.join("results.json");
-        let results: Results = serde_json::from_slice(
-            &std::fs::read(&f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
-        )?;
-        let dir = out.clone().unwrap_or_else(|| run.clone());
-        std::fs::create_dir_all(&dir)?;
-        let plots = charts::draw(&results, &dir)?;
-        std::fs::write(dir.join("report.md"), report::markdown(&results, &plots))?;
-        println!("report: {}", dir.join("report.md").display());
-        return Ok(());
-    }
-    let mut wl: Vec<String> = if a.workloads.iter().any(|w| w == "all") {
-        workloads::ALL
-            .iter()
-            .chain(META)
-            .map(|s| s.to_string())
-            .collect()
-    } else {
-        a.workloads.clone()
-    };
-    wl.dedup();
-    for w in &wl {
-        if !workloads::ALL.contains(&w.as_str()) && !META.contains(&w.as_str()) {
-            anyhow::bail!(
-                "unknown workload {w}; known: {}, {}",
-                workloads::ALL.join(", "),
-                META.join(", ")
-            );
-        }
-    }
-    for b in &a.against {
-        if !["local", "glusterfs", "bindfs", "mortar-plain"].contains(&b.as_str()) {
-            anyhow::bail!(
-                "unknown baseline {b}: use local, glusterfs, bindfs, mortar-plain, or --target DIR for any directory"
-            );
-        }
-    }
+    let wl = chosen_workloads(&a)?;
     let shape = Shape::parse(&a.shape)?;
     let base = a.dir.clone();
     std::fs::create_dir_all(&base)?;
@@ -519,46 +471,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
 
     // Set up every target first, so that a missing one fails before hours
     // of measuring.
-    let mut targets: Vec<Target> = Vec::new();
-    let setup = (|| -> anyhow::Result<()> {
-        if a.against.iter().any(|b| b == "local") {
-            targets.push(target::local(&base)?);
-        }
-        if !a.no_mortar {
-            eprintln!("setting up a mortar {} volume ...", shape.label());
-            targets.push(target::mortar(&base, shape, "mortar", 0, &[])?);
-        }
-        if a.against.iter().any(|b| b == "mortar-plain") {
-            eprintln!(
-                "setting up a mortar {} volume without TLS ...",
-                shape.label()
-            );
-            targets.push(target::mortar(
-                &base,
-                shape,
-                "mortar-plain",
-                1,
-                &[("server.ssl", "off")],
-            )?);
-        }
-        if a.against.iter().any(|b| b == "glusterfs") {
-            eprintln!("setting up a GlusterFS {} volume ...", shape.label());
-            targets.push(target::glusterfs(&base, shape, &a.glusterfs_group)?);
-        }
-        if a.against.iter().any(|b| b == "bindfs") {
-            targets.push(target::bindfs(&base)?);
-        }
-        for d in &a.target {
-            targets.push(target::directory(d)?);
-        }
-        Ok(())
-    })();
-    if let Err(e) = setup {
-        for t in targets {
-            t.close();
-        }
-        return Err(e);
-    }
+    let targets = set_up(&a, &base, shape)?;
 
     let per_target: Vec<&String> = wl
         .iter()
@@ -571,12 +484,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if wl.iter().any(|w| w == "scale") {
         steps += scale_counts(a.scale_max).len() as u64;
     }
-    let bar = indicatif::ProgressBar::new(steps);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
+    let bar = progress_bar(steps);
     let mut run = Run {
         args: &a,
         report_dir: report_dir.clone(),
@@ -633,18 +541,136 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     run.bar.finish_with_message("done");
 
-    std::fs::create_dir_all(&report_dir)?;
-    let plots = charts::draw(&run.results, &report_dir)?;
+    write_report(&run.results, &report_dir)
+}
+
+/// `compare` and `report`: what a saved run shows.
+fn saved(cmd: &BenchCmd) -> anyhow::Result<()> {
+    let load = |f: &Path| -> anyhow::Result<Results> {
+        Ok(serde_json::from_slice(
+            &std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+        )?)
+    };
+    match cmd {
+        BenchCmd::Compare { a, b } => {
+            let file = |p: &Path| match p.is_dir() {
+                true => p.join("results.json"),
+                false => p.to_path_buf(),
+            };
+            print!("{}", report::compare(&load(&file(a))?, &load(&file(b))?));
+        }
+        BenchCmd::Report { run, out } => {
+            let results = load(&run.join("results.json"))?;
+            let dir = out.clone().unwrap_or_else(|| run.clone());
+            std::fs::create_dir_all(&dir)?;
+            let plots = charts::draw(&results, &dir)?;
+            std::fs::write(dir.join("report.md"), report::markdown(&results, &plots))?;
+            println!("report: {}", dir.join("report.md").display());
+        }
+    }
+    Ok(())
+}
+
+/// The workloads asked for (`all`: every one), checked, and the baselines.
+fn chosen_workloads(a: &BenchArgs) -> anyhow::Result<Vec<String>> {
+    let mut wl: Vec<String> = if a.workloads.iter().any(|w| w == "all") {
+        workloads::ALL
+            .iter()
+            .chain(META)
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        a.workloads.clone()
+    };
+    wl.dedup();
+    for w in &wl {
+        if !workloads::ALL.contains(&w.as_str()) && !META.contains(&w.as_str()) {
+            anyhow::bail!(
+                "unknown workload {w}; known: {}, {}",
+                workloads::ALL.join(", "),
+                META.join(", ")
+            );
+        }
+    }
+    for b in &a.against {
+        if !["local", "glusterfs", "bindfs", "mortar-plain"].contains(&b.as_str()) {
+            anyhow::bail!(
+                "unknown baseline {b}: use local, glusterfs, bindfs, mortar-plain, or --target DIR for any directory"
+            );
+        }
+    }
+    Ok(wl)
+}
+
+/// Sets up every target asked for; on a failure, closes those set up.
+fn set_up(a: &BenchArgs, base: &Path, shape: Shape) -> anyhow::Result<Vec<Target>> {
+    let mut targets: Vec<Target> = Vec::new();
+    let setup = (|| -> anyhow::Result<()> {
+        if a.against.iter().any(|b| b == "local") {
+            targets.push(target::local(base)?);
+        }
+        if !a.no_mortar {
+            eprintln!("setting up a mortar {} volume ...", shape.label());
+            targets.push(target::mortar(base, shape, "mortar", 0, &[])?);
+        }
+        if a.against.iter().any(|b| b == "mortar-plain") {
+            eprintln!(
+                "setting up a mortar {} volume without TLS ...",
+                shape.label()
+            );
+            targets.push(target::mortar(
+                base,
+                shape,
+                "mortar-plain",
+                1,
+                &[("server.ssl", "off")],
+            )?);
+        }
+        if a.against.iter().any(|b| b == "glusterfs") {
+            eprintln!("setting up a GlusterFS {} volume ...", shape.label());
+            targets.push(target::glusterfs(base, shape, &a.glusterfs_group)?);
+        }
+        if a.against.iter().any(|b| b == "bindfs") {
+            targets.push(target::bindfs(base)?);
+        }
+        for d in &a.target {
+            targets.push(target::directory(d)?);
+        }
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        for t in targets {
+            t.close();
+        }
+        return Err(e);
+    }
+    Ok(targets)
+}
+
+fn progress_bar(steps: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(steps);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Writes the run's results, plots and report, and prints its tables.
+fn write_report(results: &Results, report_dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(report_dir)?;
+    let plots = charts::draw(results, report_dir)?;
     std::fs::write(
         report_dir.join("results.json"),
-        serde_json::to_vec_pretty(&run.results)?,
+        serde_json::to_vec_pretty(results)?,
     )?;
     std::fs::write(
         report_dir.join("report.md"),
-        report::markdown(&run.results, &plots),
+        report::markdown(results, &plots),
     )?;
-    println!("{}", report::seed_tables(&run.results));
-    println!("{}", report::workload_tables(&run.results));
+    println!("{}", report::seed_tables(results));
+    println!("{}", report::workload_tables(results));
     println!("report: {}", report_dir.join("report.md").display());
     Ok(())
 }

@@ -226,6 +226,33 @@ fn short(t: &str) -> String {
     }
 }
 
+/// Each target's points (x, median) of `metric` in workload `w`, sorted by
+/// x; targets without any left out.
+fn sweep_series(r: &Results, w: &str, metric: &str) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut targets: Vec<String> = r.targets.clone();
+    for m in r.measurements.iter().filter(|m| m.workload == w) {
+        if !targets.contains(&m.target) {
+            targets.push(m.target.clone());
+        }
+    }
+    targets
+        .iter()
+        .map(|t| {
+            let mut pts: Vec<(f64, f64)> = r
+                .measurements
+                .iter()
+                .filter(|m| {
+                    m.workload == w && m.metric == metric && &m.target == t && m.x.is_some()
+                })
+                .filter_map(|m| Some((m.x?, summarize(&m.samples)?.median)))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (t.clone(), pts)
+        })
+        .filter(|(_, p)| !p.is_empty())
+        .collect()
+}
+
 /// One chart per swept metric, a line per target.
 fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()> {
     for w in r.workloads() {
@@ -237,28 +264,7 @@ fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()
             }
         }
         for (metric, unit, hib) in metrics {
-            let mut targets: Vec<String> = r.targets.clone();
-            for m in r.measurements.iter().filter(|m| m.workload == w) {
-                if !targets.contains(&m.target) {
-                    targets.push(m.target.clone());
-                }
-            }
-            let series: Vec<(String, Vec<(f64, f64)>)> = targets
-                .iter()
-                .map(|t| {
-                    let mut pts: Vec<(f64, f64)> = r
-                        .measurements
-                        .iter()
-                        .filter(|m| {
-                            m.workload == w && m.metric == metric && &m.target == t && m.x.is_some()
-                        })
-                        .filter_map(|m| Some((m.x?, summarize(&m.samples)?.median)))
-                        .collect();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    (t.clone(), pts)
-                })
-                .filter(|(_, p)| !p.is_empty())
-                .collect();
+            let series = sweep_series(r, &w, &metric);
             if series.is_empty() {
                 continue;
             }

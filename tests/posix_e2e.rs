@@ -11,6 +11,16 @@ fn posix_semantics_through_the_mount() {
     let m = c.mount("px");
     let d = m.dir.display().to_string();
 
+    ownership_and_permissions(&d, &bricks);
+    acls(&d, &bricks);
+    times_and_links(&d, &bricks);
+    appends_xattrs_statfs(&d, &bricks);
+    mmap_and_open_files(&d, &bricks);
+    whiteouts_and_names(&d, &bricks);
+}
+
+/// Ownership and permissions, and set-id bits cleared by writes.
+fn ownership_and_permissions(d: &str, bricks: &[std::path::PathBuf]) {
     // Ownership and permissions, enforced for an ordinary user.
     ok(&format!("mkdir {d}/pub && chmod 1777 {d}/pub && echo root-only > {d}/secret && chmod 600 {d}/secret"));
     ok(&format!("su nobody -s /bin/sh -c 'echo mine > {d}/pub/n'"));
@@ -68,7 +78,10 @@ print('ok')
         ok(&format!("python3 -c \"{}\"", py.replace('"', "\\\""))).trim(),
         "ok"
     );
+}
 
+/// POSIX ACLs.
+fn acls(d: &str, bricks: &[std::path::PathBuf]) {
     // POSIX ACLs: enforced, kept on the bricks as their own ACLs, and a
     // directory's default ACL takes over from the umask.
     ok(&format!(
@@ -97,13 +110,16 @@ print('ok')
     ));
     assert_eq!(ok(&format!("stat -c %a {d}/pub/sg")).trim(), "777");
     assert!(ok(&format!("getfacl -c {d}/inherit/f")).contains("user:nobody:r-x"));
-    for b in &bricks {
+    for b in bricks {
         assert!(
             ok(&format!("getfacl -c {}", b.join("inherit/sub").display()))
                 .contains("default:user:nobody:r-x")
         );
     }
+}
 
+/// Timestamps, links, renames over a file.
+fn times_and_links(d: &str, bricks: &[std::path::PathBuf]) {
     // Timestamps.
     ok(&format!("touch -d '2001-02-03 04:05:06.5' {d}/secret"));
     assert_eq!(
@@ -142,7 +158,10 @@ print('ok')
     ok(&format!(
         "rm {d}/a2 {d}/sl && rmdir {d}/z/y 2>/dev/null || rm -r {d}/z"
     ));
+}
 
+/// Appends, sparse and large files, xattrs, statfs.
+fn appends_xattrs_statfs(d: &str, bricks: &[std::path::PathBuf]) {
     // O_APPEND, sparse and large (> 4 GiB) files.
     ok(&format!(
         "echo 1 > {d}/ap && echo 2 >> {d}/ap && echo 3 >> {d}/ap"
@@ -184,7 +203,10 @@ print('ok')
     let vol = ok(&format!("stat -f -c '%b %S' {d}"));
     let brick = ok(&format!("stat -f -c '%b %S' {}", bricks[0].display()));
     assert_eq!(vol, brick);
+}
 
+/// mmap, fallocate, and files read after their last name goes.
+fn mmap_and_open_files(d: &str, bricks: &[std::path::PathBuf]) {
     // mmap, fallocate (plain, punch-hole, zero-range) and read coherency.
     let py = format!(
         r#"
@@ -218,7 +240,7 @@ print('ok')
         "ok"
     );
     let sum = ok(&format!("md5sum < {d}/mm"));
-    for b in &bricks {
+    for b in bricks {
         assert_eq!(ok(&format!("md5sum < {}", b.join("mm").display())), sum);
     }
 
@@ -256,7 +278,10 @@ print('ok')
         ok(&format!("python3 -c \"{}\"", py.replace('"', "\\\""))).trim(),
         "ok"
     );
+}
 
+/// Whiteouts, and names: reserved, long, deep.
+fn whiteouts_and_names(d: &str, bricks: &[std::path::PathBuf]) {
     // RENAME_WHITEOUT (overlayfs) leaves a 0/0 character device, the same
     // object (one gfid) on every brick.
     let py = format!(
@@ -409,7 +434,7 @@ fn a_full_disk_gives_enospc_and_loses_nothing() {
         let _ = sh(&format!("echo x > {}", m.p(&format!("more{i}"))));
     }
     assert_eq!(ok(&format!("cat {}", m.p("keep"))), "precious\n");
-    for b in &bricks {
+    for b in bricks {
         assert_eq!(
             std::fs::read_to_string(b.join("keep")).unwrap(),
             "precious\n"

@@ -31,10 +31,86 @@ fn seed_replica3_volume_end_to_end() {
     }
 
     let m = c.mount("gv0");
-    // The mount shows the graph it runs: the table's stack, every brick up.
+    the_graph_is_the_tables_stack(&m.dir);
+    // The seed's functional check.
+    ok(&format!("echo 'hello from mortar' > {}", m.p("test.txt")));
+    assert_eq!(
+        ok(&format!("cat {}", m.p("test.txt"))),
+        "hello from mortar\n"
+    );
+    // The seed's small-file loop, at a smaller N, and its dd commands.
+    let out = ok(&format!(
+        "{}/scripts/smallfile_bench.sh {} 200",
+        env!("CARGO_MANIFEST_DIR"),
+        m.dir.display()
+    ));
+    assert!(
+        out.contains("Write time:") && out.contains("Read time:"),
+        "{out}"
+    );
+    ok(&format!("cd {} && dd if=/dev/zero of=largefile bs=1M count=64 oflag=direct status=none && dd if=largefile of=/dev/null bs=1M iflag=direct status=none", m.dir.display()));
+    assert_eq!(
+        std::fs::metadata(m.dir.join("largefile")).unwrap().len(),
+        64 << 20
+    );
+
+    // A real tree in with cp -a and tar, compared with diff and md5sum.
+    let src = env!("CARGO_MANIFEST_DIR");
+    ok(&format!("cp -a {src}/src {}", m.p("tree")));
+    ok(&format!(
+        "tar -C {src} -cf - src docs | tar -C {} -xf -",
+        m.dir.display()
+    ));
+    ok(&format!("diff -r {src}/src {}", m.p("tree")));
+    ok(&format!("diff -r {src}/src {}", m.p("src")));
+    let sums = |d: &str| ok(&format!("cd {d} && find . -type f | sort | xargs md5sum"));
+    assert_eq!(sums(&format!("{src}/src")), sums(&m.p("tree")));
+
+    every_file_is_on_every_brick(&m.dir, &bricks);
+    // The brick's index is never visible through the mount.
+    assert!(!ok(&format!("ls -a {}", m.dir.display())).contains(".mortar"));
+    assert!(bricks[0].join(".mortar").is_dir());
+
+    // Unmount, remount, read it back.
+    m.unmount();
+    let m = c.mount("gv0");
+    ok(&format!("diff -r {src}/src {}", m.p("tree")));
+    assert_eq!(
+        ok(&format!("cat {}", m.p("test.txt"))),
+        "hello from mortar\n"
+    );
+
+    // Restart the daemon: the volume is still there, the bricks come back,
+    // and the mount reconnects to them.
+    c.kill_daemon();
+    c.start_daemon();
+    assert!(c.ok(&["volume", "info", "gv0"]).contains("Status: Started"));
+    wait_for("bricks back online", Duration::from_secs(20), || {
+        c.volume_status_json("gv0")[0]["bricks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["online"] == true)
+    });
+    wait_for("the mount to reconnect", Duration::from_secs(20), || {
+        sh(&format!("echo again > {}", m.p("after-restart.txt")))
+            .status
+            .success()
+    });
+    assert_eq!(ok(&format!("cat {}", m.p("after-restart.txt"))), "again\n");
+    for b in &bricks {
+        assert_eq!(
+            std::fs::read_to_string(b.join("after-restart.txt")).unwrap(),
+            "again\n"
+        );
+    }
+}
+
+/// The mount shows the graph it runs: the table's stack, every brick up.
+fn the_graph_is_the_tables_stack(dir: &std::path::Path) {
     let graph = ok(&format!(
         "getfattr --only-values -n trusted.mortar.client.graph {}",
-        m.dir.display()
+        dir.display()
     ));
     let lines: Vec<&str> = graph.lines().collect();
     assert!(lines[0].starts_with("volume gv0 version "), "{graph}");
@@ -73,44 +149,13 @@ fn seed_replica3_volume_end_to_end() {
             "{graph}"
         );
     }
-    // The seed's functional check.
-    ok(&format!("echo 'hello from mortar' > {}", m.p("test.txt")));
-    assert_eq!(
-        ok(&format!("cat {}", m.p("test.txt"))),
-        "hello from mortar\n"
-    );
-    // The seed's small-file loop, at a smaller N, and its dd commands.
-    let out = ok(&format!(
-        "{}/scripts/smallfile_bench.sh {} 200",
-        env!("CARGO_MANIFEST_DIR"),
-        m.dir.display()
-    ));
-    assert!(
-        out.contains("Write time:") && out.contains("Read time:"),
-        "{out}"
-    );
-    ok(&format!("cd {} && dd if=/dev/zero of=largefile bs=1M count=64 oflag=direct status=none && dd if=largefile of=/dev/null bs=1M iflag=direct status=none", m.dir.display()));
-    assert_eq!(
-        std::fs::metadata(m.dir.join("largefile")).unwrap().len(),
-        64 << 20
-    );
+}
 
-    // A real tree in with cp -a and tar, compared with diff and md5sum.
-    let src = env!("CARGO_MANIFEST_DIR");
-    ok(&format!("cp -a {src}/src {}", m.p("tree")));
-    ok(&format!(
-        "tar -C {src} -cf - src docs | tar -C {} -xf -",
-        m.dir.display()
-    ));
-    ok(&format!("diff -r {src}/src {}", m.p("tree")));
-    ok(&format!("diff -r {src}/src {}", m.p("src")));
-    let sums = |d: &str| ok(&format!("cd {d} && find . -type f | sort | xargs md5sum"));
-    assert_eq!(sums(&format!("{src}/src")), sums(&m.p("tree")));
-
-    // Every file is on all three bricks with the same content and gfid.
+/// Every file is on all three bricks with the same content and gfid.
+fn every_file_is_on_every_brick(dir: &std::path::Path, bricks: &[std::path::PathBuf]) {
     let files = ok(&format!(
         "cd {} && find tree src docs test.txt largefile -type f",
-        m.dir.display()
+        dir.display()
     ));
     assert!(files.lines().count() > 20);
     for f in files.lines() {
@@ -131,43 +176,6 @@ fn seed_replica3_volume_end_to_end() {
                 b.display()
             );
         }
-    }
-    // The brick's index is never visible through the mount.
-    assert!(!ok(&format!("ls -a {}", m.dir.display())).contains(".mortar"));
-    assert!(bricks[0].join(".mortar").is_dir());
-
-    // Unmount, remount, read it back.
-    m.unmount();
-    let m = c.mount("gv0");
-    ok(&format!("diff -r {src}/src {}", m.p("tree")));
-    assert_eq!(
-        ok(&format!("cat {}", m.p("test.txt"))),
-        "hello from mortar\n"
-    );
-
-    // Restart the daemon: the volume is still there, the bricks come back,
-    // and the mount reconnects to them.
-    c.kill_daemon();
-    c.start_daemon();
-    assert!(c.ok(&["volume", "info", "gv0"]).contains("Status: Started"));
-    wait_for("bricks back online", Duration::from_secs(20), || {
-        c.volume_status_json("gv0")[0]["bricks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|b| b["online"] == true)
-    });
-    wait_for("the mount to reconnect", Duration::from_secs(20), || {
-        sh(&format!("echo again > {}", m.p("after-restart.txt")))
-            .status
-            .success()
-    });
-    assert_eq!(ok(&format!("cat {}", m.p("after-restart.txt"))), "again\n");
-    for b in &bricks {
-        assert_eq!(
-            std::fs::read_to_string(b.join("after-restart.txt")).unwrap(),
-            "again\n"
-        );
     }
 }
 

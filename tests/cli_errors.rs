@@ -4,6 +4,11 @@ mod common;
 use common::*;
 use std::time::Duration;
 
+/// A command line's words (none of them holds a space).
+fn words(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_string).collect()
+}
+
 #[test]
 fn bad_volume_commands_are_refused_and_change_nothing() {
     let c = Cluster::start();
@@ -12,161 +17,70 @@ fn bad_volume_commands_are_refused_and_change_nothing() {
     let b = |n: &str| c.brick(n);
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
-                "nosuchhost.invalid:/x/y".into(),
-                "force".into(),
-            ],
+            words("volume create v2 nosuchhost.invalid:/x/y force"),
             "is not in 'Peer in Cluster' state",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
-                "replica".into(),
-                "3".into(),
+            words(&format!(
+                "volume create v2 replica 3 {} {} force",
                 b("n1"),
-                b("n2"),
-                "force".into(),
-            ],
+                b("n2")
+            )),
             "Incorrect number of bricks",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
-                b("n1"),
-                b("n1"),
-                "force".into(),
-            ],
+            words(&format!("volume create v2 {} {} force", b("n1"), b("n1"))),
             "Found duplicate exports",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
+            words(&format!(
+                "volume create v2 {} {} force",
                 b("n1"),
-                b("n1/inner"),
-                "force".into(),
-            ],
+                b("n1/inner")
+            )),
             "one of the bricks contain the other",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
-                b("b1/gv0"),
-                "force".into(),
-            ],
+            words(&format!("volume create v2 {} force", b("b1/gv0"))),
             "already part of a volume",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
-                b("b1/gv0/sub"),
-                "force".into(),
-            ],
+            words(&format!("volume create v2 {} force", b("b1/gv0/sub"))),
             "already part of a volume",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "gv0".into(),
-                b("n9"),
-                "force".into(),
-            ],
+            words(&format!("volume create gv0 {} force", b("n9"))),
             "Volume gv0 already exists",
         ),
         (
-            vec!["volume".into(), "create".into(), "v2".into(), b("n1")],
+            words(&format!("volume create v2 {}", b("n1"))),
             "root partition",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
-                "replica".into(),
-                "1".into(),
-                b("n1"),
-                "force".into(),
-            ],
+            words(&format!("volume create v2 replica 1 {} force", b("n1"))),
             "replica count should be greater than 1",
         ),
         (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "bad/name".into(),
-                b("n1"),
-                "force".into(),
-            ],
+            words(&format!("volume create bad/name {} force", b("n1"))),
             "is not valid",
         ),
+        (words("volume start gv0"), "already started"),
         (
-            vec!["volume".into(), "start".into(), "gv0".into()],
-            "already started",
-        ),
-        (
-            vec!["volume".into(), "delete".into(), "gv0".into()],
+            words("volume delete gv0"),
             "needs to be stopped before deletion",
         ),
+        (words("volume start nosuch"), "does not exist"),
+        (words("volume info nosuch"), "does not exist"),
+        (words("volume set gv0 no.such-option 1"), "does not exist"),
         (
-            vec!["volume".into(), "start".into(), "nosuch".into()],
-            "does not exist",
-        ),
-        (
-            vec!["volume".into(), "info".into(), "nosuch".into()],
-            "does not exist",
-        ),
-        (
-            vec![
-                "volume".into(),
-                "set".into(),
-                "gv0".into(),
-                "no.such-option".into(),
-                "1".into(),
-            ],
-            "does not exist",
-        ),
-        (
-            vec![
-                "volume".into(),
-                "set".into(),
-                "gv0".into(),
-                "network.ping-timeout".into(),
-                "soon".into(),
-            ],
+            words("volume set gv0 network.ping-timeout soon"),
             "is not valid",
         ),
         (
-            vec![
-                "volume".into(),
-                "set".into(),
-                "gv0".into(),
-                "group".into(),
-                "virt".into(),
-            ],
+            words("volume set gv0 group virt"),
             "known groups: metadata-cache, nl-cache, db-workload",
         ),
-        (
-            vec![
-                "volume".into(),
-                "create".into(),
-                "v2".into(),
-                "h:relative".into(),
-            ],
-            "wrong brick type",
-        ),
+        (words("volume create v2 h:relative"), "wrong brick type"),
     ];
     for (args, want) in &cases {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();

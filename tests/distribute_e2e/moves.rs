@@ -31,6 +31,29 @@ fn rows(c: &Cluster, vol: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// The volume's last rebalance task, and the files each row moved, by host.
+fn moved_by_row(c: &Cluster, vol: &str) -> (serde_json::Value, BTreeMap<String, u64>) {
+    let v: serde_json::Value =
+        serde_json::from_str(&c.ok(&["volume", "info", vol, "--json"])).unwrap();
+    let task = v[0]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "Rebalance")
+        .unwrap()
+        .clone();
+    let moved = task["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = r["progress"]["moved"].as_u64().unwrap();
+            (r["host"].as_str().unwrap().to_string(), n)
+        })
+        .collect();
+    (task, moved)
+}
+
 #[test]
 fn every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share() {
     let mut net = common::net::Net::pool(3);
@@ -100,25 +123,8 @@ fn every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share
             && rows(&net.hosts[2], "ms").values().all(|s| s == "Completed")
     });
     assert_eq!(commit(&net.hosts[2]), raised + 1);
-    let v: serde_json::Value =
-        serde_json::from_str(&net.hosts[0].ok(&["volume", "info", "ms", "--json"])).unwrap();
-    let task = v[0]["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["kind"] == "Rebalance")
-        .unwrap()
-        .clone();
-    let moved = |h: &str| {
-        task["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["host"] == h)
-            .unwrap()["progress"]["moved"]
-            .as_u64()
-            .unwrap()
-    };
+    let (task, moved) = moved_by_row(&net.hosts[0], "ms");
+    let moved = |h: &str| moved[h];
     assert!(moved(&h0) > 0 && moved(&h1) > 3, "{task}");
     assert_eq!(moved(&h2), 0, "the new set had nothing to move: {task}");
     assert_same(&checksums(&m.dir.to_string_lossy()), &before);

@@ -130,18 +130,7 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
     // Claiming root is root's, unless root is squashed.
     assert!(ask(&mut s, 4, who(0, false), read(anon)).is_ok());
 
-    // Supplementary groups travel with each request: a member of the
-    // group writes in its directory (the brick checks it too).
-    ok(&format!(
-        "mkdir {0} && chgrp 5000 {0} && chmod 2770 {0}",
-        m.p("team")
-    ));
-    let o = as_user(1000, &[5000], &format!("echo hi > {}", m.p("team/hi")));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(owner(&bricks[0].join("team/hi")), (1000, 5000));
-    let o = as_user(1001, &[], &format!("echo no > {}", m.p("team/no")));
-    assert!(!o.status.success());
-    assert!(!bricks[0].join("team/no").exists());
+    groups_travel_with_each_request(&m, &bricks[0]);
 
     // A credential bound to an identity: its mount's root is that user,
     // and so is whatever its holder claims by hand.
@@ -198,23 +187,7 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(owner(&bricks[0].join("open/by-user")).0, 1000);
 
-    // server.all-squash: everyone is server.anonuid and server.anongid.
-    set_options(
-        &c,
-        "id",
-        &[
-            ("server.all-squash", "on"),
-            ("server.anonuid", "4242"),
-            ("server.anongid", "4343"),
-        ],
-    );
-    wait_for("users to be squashed", Duration::from_secs(20), || {
-        std::fs::write(m.p("open/probe"), "x").is_ok()
-            && owner(&bricks[0].join("open/probe")) == (4242, 4343)
-    });
-    let o = as_user(1000, &[], &format!("echo all > {}", m.p("open/all")));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(owner(&bricks[0].join("open/all")), (4242, 4343));
+    all_squash_makes_everyone_anonymous(&c, &m, &bricks[0]);
 
     // Back to trusting what mounts say: root reads its file again.
     for o in [
@@ -228,6 +201,41 @@ fn bricks_act_as_the_caller_and_squash_root_when_told() {
     wait_for("root to be root again", Duration::from_secs(20), || {
         std::fs::read_to_string(m.p("secret")).is_ok_and(|s| s == "root only\n")
     });
+}
+
+/// Supplementary groups travel with each request: a member of the group
+/// writes in its directory (the brick checks it too).
+fn groups_travel_with_each_request(m: &Mount, brick: &std::path::Path) {
+    ok(&format!(
+        "mkdir {0} && chgrp 5000 {0} && chmod 2770 {0}",
+        m.p("team")
+    ));
+    let o = as_user(1000, &[5000], &format!("echo hi > {}", m.p("team/hi")));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(owner(&brick.join("team/hi")), (1000, 5000));
+    let o = as_user(1001, &[], &format!("echo no > {}", m.p("team/no")));
+    assert!(!o.status.success());
+    assert!(!brick.join("team/no").exists());
+}
+
+/// server.all-squash: everyone is server.anonuid and server.anongid.
+fn all_squash_makes_everyone_anonymous(c: &Cluster, m: &Mount, brick: &std::path::Path) {
+    set_options(
+        c,
+        "id",
+        &[
+            ("server.all-squash", "on"),
+            ("server.anonuid", "4242"),
+            ("server.anongid", "4343"),
+        ],
+    );
+    wait_for("users to be squashed", Duration::from_secs(20), || {
+        std::fs::write(m.p("open/probe"), "x").is_ok()
+            && owner(&brick.join("open/probe")) == (4242, 4343)
+    });
+    let o = as_user(1000, &[], &format!("echo all > {}", m.p("open/all")));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(owner(&brick.join("open/all")), (4242, 4343));
 }
 
 /// server.root-squash turned on while a mount holds root's files in its

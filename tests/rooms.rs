@@ -13,43 +13,7 @@ const MAX_FN: usize = 150;
 const BIG_FILES: &[(&str, usize)] = &[];
 
 /// Functions over `MAX_FN` lines: file, name, length today.
-const BIG_FNS: &[(&str, &str, usize)] = &[
-    ("crates/bench/src/charts.rs", "sweeps", 158),
-    ("crates/bench/src/lib.rs", "run", 203),
-    ("crates/brick/src/server.rs", "serve_conn", 185),
-    ("crates/storage/src/posix/mod.rs", "call", 214),
-    (
-        "crates/storage/src/posix/tests/caller.rs",
-        "a_caller_gets_what_the_kernel_grants_it_and_no_more",
-        240,
-    ),
-    ("src/mgmt/supervise.rs", "supervise", 154),
-    (
-        "tests/cli_errors.rs",
-        "bad_volume_commands_are_refused_and_change_nothing",
-        180,
-    ),
-    (
-        "tests/distribute_e2e/moves.rs",
-        "every_server_moves_its_own_sets_files_and_one_that_crashed_finishes_its_share",
-        151,
-    ),
-    (
-        "tests/posix_e2e.rs",
-        "posix_semantics_through_the_mount",
-        288,
-    ),
-    (
-        "tests/security_e2e/identity.rs",
-        "bricks_act_as_the_caller_and_squash_root_when_told",
-        174,
-    ),
-    (
-        "tests/volume_e2e.rs",
-        "seed_replica3_volume_end_to_end",
-        164,
-    ),
-];
+const BIG_FNS: &[(&str, &str, usize)] = &[];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {

@@ -429,3 +429,64 @@ fn the_try_out_script_starts_a_pool_of_three_servers_and_stops_it() {
     );
     assert!(!pool.0.exists());
 }
+
+/// Every `.log` file under `dir`, read.
+fn logs_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, String)>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            logs_under(&p, out);
+        } else if p.extension().is_some_and(|x| x == "log") {
+            out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
+        }
+    }
+}
+
+/// With MORTAR_LOG=debug, one request can be followed from the mount to
+/// the brick: the mount logs the fop (its span: op, gfid, name) and the
+/// call it sent, numbered; the brick logs the same call number under the
+/// connection from the mount's address.
+#[test]
+fn a_request_is_followed_from_the_mount_to_the_brick_in_the_logs() {
+    let mut c = Cluster::start();
+    c.kill_daemon();
+    c.start_daemon_env(&[("MORTAR_LOG", "debug,openraft=warn")]);
+    c.volume("tr", 1, &["t1"]);
+    let m = c.mount_env("tr", &[("MORTAR_LOG", "debug")]);
+    ok(&format!("echo hi > {}", m.p("traced-file")));
+    // The mount's line for the create it sent: the fop's span, the call.
+    let client = std::fs::read_to_string(c.path("client.log")).unwrap();
+    let sent = client
+        .lines()
+        .find(|l| {
+            l.contains("fop{")
+                && l.contains("traced-file")
+                && l.contains("create")
+                && l.contains(" sent")
+        })
+        .unwrap_or_else(|| panic!("no fop span with the name in the mount's log:\n{client}"));
+    assert!(sent.contains("create"), "{sent}");
+    let call = sent
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("call="))
+        .unwrap_or_else(|| panic!("no call number: {sent}"));
+    let local = client
+        .lines()
+        .find(|l| l.contains("connected to brick"))
+        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("local=")))
+        .unwrap_or_else(|| panic!("no local address in the mount's log:\n{client}"))
+        .to_string();
+    // The brick's lines for that call, under that connection.
+    let mut logs = Vec::new();
+    logs_under(c.dir.path(), &mut logs);
+    let brick: Vec<&str> = logs
+        .iter()
+        .filter(|(p, _)| !p.ends_with("client.log") && !p.ends_with("daemon.log"))
+        .flat_map(|(_, text)| text.lines())
+        .filter(|l| l.contains(&format!("call{{call={call} ")) && l.contains("create"))
+        .collect();
+    assert!(
+        brick.iter().any(|l| l.contains(&format!("peer={local}"))),
+        "no brick line for call {call} from {local}: {brick:?}"
+    );
+}

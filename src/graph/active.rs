@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How long a switch waits for the new graph to reach the bricks the old
 /// one reaches.
@@ -226,7 +227,15 @@ impl Xlator for Active {
         // graph's write-behind); anything else lets go once it picked its
         // graph, which `route` does before its first wait.
         let _held = matches!(fop, Fop::Write { .. }).then_some(gate);
-        let result = self.route(cx, fop).await;
+        // With MORTAR_LOG=debug, every line logged for this fop, down to
+        // the calls sent to each brick, names it (docs/operations.md).
+        let span = tracing::debug_span!(
+            "fop",
+            op = name,
+            gfid = %fop.gfid(),
+            name = fop.entry_name().map(|n| String::from_utf8_lossy(n.as_bytes()).into_owned()),
+        );
+        let result = self.route(cx, fop).instrument(span).await;
         crate::metrics::fop_done(name, started, &result);
         result
     }

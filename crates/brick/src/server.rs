@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify};
+use tracing::Instrument;
 
 pub async fn serve(
     listener: TcpListener,
@@ -63,7 +64,12 @@ pub async fn serve(
                         }
                     })
                     .await?;
-                serve_conn(conn, who, peer, stack, brick, id, auth, key).await
+                // Every line logged for this connection names it, and the
+                // client at `peer` (which logs its own address on connect).
+                let span = tracing::info_span!("conn", conn = id, %peer);
+                serve_conn(conn, who, peer, stack, brick, id, auth, key)
+                    .instrument(span)
+                    .await
             };
             match served.await {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
@@ -164,23 +170,28 @@ async fn serve_conn(
             Msg::Call { id, fop, .. } if grant.read_only && changes(&fop) => {
                 let e =
                     mortar_core::FsError::new(libc::EROFS, "this client's credential is read-only");
-                answer(&tx, id, fop.name(), Err(e)).await;
+                answer(&tx, id, fop.name(), &tracing::Span::none(), Err(e)).await;
             }
             Msg::Call { id, mut cx, fop } => {
                 if !internal {
                     squash.apply(&mut cx, grant.identity);
                 }
                 let name = fop.name();
+                // A request's lines name it as the client does (its call
+                // number on this connection).
+                let span = tracing::debug_span!("call", call = id, fop = name, gfid = %fop.gfid());
                 let (top, conn, tx2) = (top.clone(), conn.clone(), tx.clone());
-                let mut call = Box::pin(async move { top.call(&conn, &cx, fop).await });
+                let traced = span.clone();
+                let mut call =
+                    Box::pin(async move { top.call(&conn, &cx, fop).await }.instrument(traced));
                 // Polled once here: most requests are answered at once.
                 let first = std::future::poll_fn(|w| Poll::Ready(call.as_mut().poll(w))).await;
                 match first {
-                    Poll::Ready(result) => answer(&tx, id, name, result).await,
+                    Poll::Ready(result) => answer(&tx, id, name, &span, result).await,
                     Poll::Pending => {
                         tokio::spawn(async move {
                             let result = call.await;
-                            answer(&tx2, id, name, result).await;
+                            answer(&tx2, id, name, &span, result).await;
                         });
                     }
                 }
@@ -353,11 +364,13 @@ async fn answer(
     tx: &mpsc::Sender<wire::Frame>,
     id: u64,
     name: &'static str,
+    span: &tracing::Span,
     result: mortar_core::FsResult<mortar_core::Reply>,
 ) {
-    if let Err(e) = &result {
-        tracing::debug!(fop = name, "failed: {e}");
-    }
+    span.in_scope(|| match &result {
+        Ok(_) => tracing::debug!(call = id, fop = name, "answered"),
+        Err(e) => tracing::debug!(call = id, fop = name, "failed: {e}"),
+    });
     let _ = tx.send(wire::encode(&Msg::Answer { id, result })).await;
 }
 

@@ -546,6 +546,48 @@ impl Fop {
         }
     }
 
+    /// The name the operation is about, for those about one (the new
+    /// name of a rename or link), as the logs show it.
+    pub fn entry_name(&self) -> Option<&Name> {
+        match self {
+            Fop::Lookup { name, .. }
+            | Fop::Mknod { name, .. }
+            | Fop::Create { name, .. }
+            | Fop::Mkdir { name, .. }
+            | Fop::Unlink { name, .. }
+            | Fop::Rmdir { name, .. }
+            | Fop::Symlink { name, .. } => Some(name),
+            Fop::Rename { newname, .. } | Fop::Link { newname, .. } => Some(newname),
+            Fop::Getattr { .. }
+            | Fop::Setattr { .. }
+            | Fop::Readlink { .. }
+            | Fop::Open { .. }
+            | Fop::Read { .. }
+            | Fop::Write { .. }
+            | Fop::Flush { .. }
+            | Fop::Fsync { .. }
+            | Fop::Release { .. }
+            | Fop::Fallocate { .. }
+            | Fop::Lseek { .. }
+            | Fop::Opendir { .. }
+            | Fop::Readdir { .. }
+            | Fop::Releasedir { .. }
+            | Fop::Statfs { .. }
+            | Fop::Setxattr { .. }
+            | Fop::Getxattr { .. }
+            | Fop::Listxattr { .. }
+            | Fop::Removexattr { .. }
+            | Fop::Lock { .. }
+            | Fop::Unlock { .. }
+            | Fop::Clear { .. }
+            | Fop::Pending { .. }
+            | Fop::Blamed { .. }
+            | Fop::Checksum { .. }
+            | Fop::Resolve { .. }
+            | Fop::Parent { .. } => None,
+        }
+    }
+
     /// The object the operation is about: the object itself, the new
     /// object for creations, the parent directory for name operations
     /// (`Gfid::NULL` for requests about a whole brick).

@@ -233,7 +233,11 @@ async fn keep_connected(
                 backoff = BACKOFF_MIN;
                 logged = false;
                 failed = 0;
-                tracing::info!(client = %sh.name, brick = %sh.brick, "connected to brick");
+                let local = stream
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                tracing::info!(client = %sh.name, brick = %sh.brick, %local, "connected to brick");
                 let (why, writer) = run_connection(&sh, stream, &mut alive).await;
                 writer.abort();
                 let closing = alive.has_changed().is_err();
@@ -421,7 +425,11 @@ impl Xlator for ProtocolClient {
             pending.insert(id, otx);
         }
         sh.sent.fetch_add(1, Ordering::Relaxed);
-        tracing::trace!(client = %sh.name, id, fop = fop.name(), "request");
+        // With MORTAR_LOG=debug, each request is followed from the mount's
+        // fop (its span, `graph::active`) to the brick, which logs the
+        // same call number under the connection from this end's address.
+        let op = fop.name();
+        tracing::debug!(client = %sh.name, call = id, fop = op, "sent");
         let frame = wire::encode(&Msg::Call {
             id,
             cx: cx.clone(),
@@ -434,7 +442,13 @@ impl Xlator for ProtocolClient {
         if sh.generation.load(Ordering::Acquire) != generation {
             sh.pending.lock().unwrap().remove(&id);
         }
-        orx.await
-            .unwrap_or_else(|_| Err(FsError::notconn(format!("{} went down", sh.name))))
+        let answer = orx
+            .await
+            .unwrap_or_else(|_| Err(FsError::notconn(format!("{} went down", sh.name))));
+        match &answer {
+            Ok(_) => tracing::debug!(client = %sh.name, call = id, fop = op, "answered"),
+            Err(e) => tracing::debug!(client = %sh.name, call = id, fop = op, "failed: {e}"),
+        }
+        answer
     }
 }

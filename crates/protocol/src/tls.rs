@@ -60,6 +60,14 @@ impl Conn {
     pub fn is_plain(&self) -> bool {
         matches!(self, Conn::Plain(_))
     }
+
+    /// This end's address: what the brick logs as the connection's peer.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        match self {
+            Conn::Tls(s) => s.get_ref().0.local_addr(),
+            Conn::Plain(s) => s.local_addr(),
+        }
+    }
 }
 
 /// The first byte of a TLS handshake record: what tells a client that

@@ -269,15 +269,13 @@ fn client_metrics(
         let Some(active) = weak.upgrade() else { return };
         let graph = active.graph();
         m.brick_up.clear();
-        for n in graph.leaves() {
-            let host = n.params.get("host").map(String::as_str).unwrap_or("");
-            let brick = n.params.get("brick").map(String::as_str).unwrap_or("");
+        for b in graph.bricks() {
             m.brick_up
                 .get_or_create(&crate::metrics::BrickLabels {
                     volume: volume.clone(),
-                    brick: format!("{host}:{brick}"),
+                    brick: b.label(),
                 })
-                .set(n.child.is_up() as i64);
+                .set(b.child.is_up() as i64);
         }
     });
     let registry = crate::metrics::registry(

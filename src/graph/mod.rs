@@ -11,6 +11,7 @@ mod cluster_tests;
 #[cfg(test)]
 pub mod memory;
 pub mod roles;
+pub mod sets;
 pub mod table;
 #[cfg(test)]
 pub mod testkit;

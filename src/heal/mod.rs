@@ -124,23 +124,18 @@ impl Healer {
         // The volume's own client graph: its replicate translators say
         // which bricks form a set, their children are the connections.
         let graph = Graph::build_lazy(desc, env, |n| {
-            n.params.get("host").is_some_and(|h| is_local(h))
+            crate::graph::sets::brick_host(n).is_some_and(&is_local)
         })?;
         let mut sets = Vec::new();
         let mut local = Vec::new();
-        for r in graph.of_kind("cluster/replicate") {
+        for r in graph.replica_sets() {
             let bricks: Vec<Brick> = r
-                .children
-                .iter()
-                .map(|&c| {
-                    let n = &graph.nodes()[c];
-                    let host = n.params.get("host").cloned().unwrap_or_default();
-                    let path = n.params.get("brick").cloned().unwrap_or_default();
-                    Brick {
-                        label: format!("{host}:{path}"),
-                        host,
-                        x: n.child.clone(),
-                    }
+                .bricks
+                .into_iter()
+                .map(|b| Brick {
+                    label: b.label(),
+                    host: b.host,
+                    x: b.child,
                 })
                 .collect();
             local.push(
@@ -148,12 +143,10 @@ impl Healer {
                     .filter(|&i| is_local(&bricks[i].host))
                     .collect(),
             );
-            let arbiter = (r.params.get("arbiter").map(String::as_str) == Some("on"))
-                .then(|| bricks.len() - 1);
             sets.push(Set {
-                name: r.name.clone(),
+                name: r.name,
                 bricks,
-                arbiter,
+                arbiter: r.arbiter,
                 busy: Default::default(),
                 fresh: Default::default(),
                 parked: Default::default(),

@@ -189,23 +189,12 @@ impl Rebalancer {
         owns: &[u32],
     ) -> anyhow::Result<Arc<Rebalancer>> {
         let graph = Graph::build(desc, env)?;
-        let dht = graph.of_kind("cluster/distribute").next().ok_or_else(|| {
+        let below = graph.distribute_sets().ok_or_else(|| {
             anyhow::anyhow!("volume {} has no distribute translator", desc.volume)
         })?;
-        let mut sets = Vec::new();
-        let mut ids = Vec::new();
-        let mut draining = Vec::new();
-        for (i, &c) in dht.children.iter().enumerate() {
-            let n = &graph.nodes()[c];
-            sets.push(n.child.clone());
-            draining.push(n.params.get("draining").map(String::as_str) == Some("on"));
-            ids.push(
-                n.params
-                    .get("set-id")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(i as u32),
-            );
-        }
+        let sets: Vec<Child> = below.iter().map(|s| s.child.clone()).collect();
+        let ids: Vec<u32> = below.iter().map(|s| s.id).collect();
+        let draining: Vec<bool> = below.iter().map(|s| s.draining).collect();
         let (parallel, lazy) = match REBAL_THROTTLE.str(&desc.options) {
             "lazy" => (1, true),
             "aggressive" => (4, false),

@@ -159,10 +159,7 @@ impl Daemon {
         if v.status != VolStatus::Started {
             return Err(format!("Volume {name} is not started"));
         }
-        let label = |n: &crate::graph::Node| {
-            let get = |k: &str| n.params.get(k).cloned().unwrap_or_default();
-            format!("{}:{}", get("host"), get("brick"))
-        };
+        let label = crate::graph::sets::brick_label;
         let desc = self
             .desc(name)
             .ok_or_else(|| format!("Volume {name} does not exist"))?;

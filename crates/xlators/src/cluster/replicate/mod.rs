@@ -239,7 +239,36 @@ fn txn_objects(fop: &Fop) -> Vec<Gfid> {
         Fop::Rename {
             parent, newparent, ..
         } => vec![*parent, *newparent],
-        other => vec![other.gfid()],
+        Fop::Setattr { gfid, .. }
+        | Fop::Write { gfid, .. }
+        | Fop::Fallocate { gfid, .. }
+        | Fop::Setxattr { gfid, .. }
+        | Fop::Removexattr { gfid, .. } => vec![*gfid],
+        // Not changes: no transaction (asked of one object all the same,
+        // so that a new fop is placed here on purpose).
+        Fop::Lookup { .. }
+        | Fop::Getattr { .. }
+        | Fop::Readlink { .. }
+        | Fop::Open { .. }
+        | Fop::Read { .. }
+        | Fop::Flush { .. }
+        | Fop::Fsync { .. }
+        | Fop::Release { .. }
+        | Fop::Lseek { .. }
+        | Fop::Opendir { .. }
+        | Fop::Readdir { .. }
+        | Fop::Releasedir { .. }
+        | Fop::Statfs { .. }
+        | Fop::Getxattr { .. }
+        | Fop::Listxattr { .. }
+        | Fop::Lock { .. }
+        | Fop::Unlock { .. }
+        | Fop::Clear { .. }
+        | Fop::Pending { .. }
+        | Fop::Blamed { .. }
+        | Fop::Checksum { .. }
+        | Fop::Resolve { .. }
+        | Fop::Parent { .. } => vec![fop.gfid()],
     }
 }
 

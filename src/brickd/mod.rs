@@ -102,16 +102,13 @@ pub const METRICS_PORT_OFFSET: u16 = 1000;
 pub struct Tunables {
     /// `storage.health-check-interval`; None: off.
     pub health_check: Option<Duration>,
-    /// `features.locks-revocation-secs`; None: never.
-    pub lock_revocation: Option<Duration>,
-    /// `features.cache-invalidation` and its timeout.
-    pub leases: crate::core::terms::Terms,
     /// `performance.strict-o-direct`.
     pub strict_o_direct: bool,
     /// `auth.allow` and `auth.reject`.
     pub auth: crate::protocol::auth::Rules,
-    /// `diagnostics.latency-measurement` (`volume profile`).
-    pub profiling: bool,
+    /// The volume's options, for the brick's translators
+    /// (`Stack::reconfigure`).
+    pub options: crate::core::Options,
 }
 
 impl Tunables {
@@ -122,11 +119,9 @@ impl Tunables {
         };
         Tunables {
             health_check: secs(&crate::storage::posix::health::HEALTH_CHECK_INTERVAL),
-            lock_revocation: secs(&crate::brick::locks::REVOCATION_SECS),
-            leases: crate::core::terms::Terms::from_options(o),
             strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
             auth: crate::protocol::auth::Rules::from_options(o),
-            profiling: crate::brick::profile::LATENCY_MEASUREMENT.bool(o),
+            options: o.clone(),
         }
     }
 }
@@ -303,18 +298,6 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     let env = crate::brick::BrickEnv {
         posix: posix.clone(),
         arbiter: cfg.arbiter,
-        revoke_after: Arc::new({
-            let t = tunables.clone();
-            move || t.borrow().lock_revocation
-        }),
-        lease_terms: Arc::new({
-            let t = tunables.clone();
-            move || t.borrow().leases
-        }),
-        profiling: Arc::new({
-            let t = tunables.clone();
-            move || t.borrow().profiling
-        }),
     };
     let stack = match crate::brick::Stack::build(&env, crate::graph::table::brick_layers()) {
         Ok(s) => Arc::new(s),
@@ -351,6 +334,19 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
         tokio::spawn(follow_options(vol, mgmt, tx));
     }
     tokio::spawn(health_checks(posix.clone(), tunables.clone()));
+    // The translators take the volume's options as they change (the
+    // first ones are in force already when it is asked to serve).
+    tokio::spawn({
+        let (stack, mut t) = (stack.clone(), tunables.clone());
+        async move {
+            loop {
+                stack.reconfigure(&t.borrow_and_update().options);
+                if t.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
     tokio::spawn({
         let (posix, mut t) = (posix.clone(), tunables.clone());
         async move {
@@ -599,12 +595,11 @@ mod tests {
         let mut o = crate::core::Options::new();
         let t = Tunables::from_options(&o);
         assert_eq!(t.health_check, Some(Duration::from_secs(30)));
-        assert_eq!(t.lock_revocation, Some(Duration::from_secs(60)));
         o.insert("storage.health-check-interval".into(), "0".into());
         o.insert("features.locks-revocation-secs".into(), "5".into());
         let t = Tunables::from_options(&o);
         assert_eq!(t.health_check, None);
-        assert_eq!(t.lock_revocation, Some(Duration::from_secs(5)));
+        assert_eq!(t.options, o, "the translators' options");
     }
 
     /// The options-only description of a volume whose health check runs

@@ -400,9 +400,6 @@ mod tests {
         let env = |arbiter| crate::brick::BrickEnv {
             posix: posix.clone(),
             arbiter,
-            revoke_after: Arc::new(|| None),
-            lease_terms: Arc::new(Default::default),
-            profiling: Arc::new(|| false),
         };
         assert_eq!(
             crate::brick::Stack::build(&env(false), brick_layers())

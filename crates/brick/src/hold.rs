@@ -296,9 +296,6 @@ mod tests {
         let env = BrickEnv {
             posix: Arc::new(Posix::open(d.path()).unwrap()),
             arbiter: false,
-            revoke_after: Arc::new(|| None),
-            lease_terms: Arc::new(Default::default),
-            profiling: Arc::new(|| false),
         };
         let x = build(&env, Some(below)).unwrap().unwrap();
         (d, x)

@@ -32,7 +32,6 @@ use mortar_core::{Ctx, Fop, FsResult, Gfid, Reply};
 use mortar_storage::posix::{FdTable, Posix};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 pub type ConnId = u64;
 
@@ -95,18 +94,16 @@ pub trait BrickXlator: Send + Sync {
     fn dump(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The volume's options changed (and once before the first call):
+    /// it takes the ones it reads. The same contract as a client
+    /// translator's (`Xlator::reconfigure`).
+    fn reconfigure(&self, _options: &mortar_core::Options) {}
 }
 
 /// What the brick process gives the factories.
 pub struct BrickEnv {
     pub posix: Arc<Posix>,
     pub arbiter: bool,
-    /// How long a lock may be kept from a waiter now (None: forever).
-    pub revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
-    /// The terms of the leases it grants now (`features/leases`).
-    pub lease_terms: Arc<dyn Fn() -> mortar_core::terms::Terms + Send + Sync>,
-    /// Whether `volume profile` is on (`diagnostics.latency-measurement`).
-    pub profiling: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 /// Builds one translator over `below` (None for the bottom one); None if it
@@ -134,7 +131,9 @@ impl Stack {
             }
         }
         anyhow::ensure!(!layers.is_empty(), "a brick stack of no translators");
-        Ok(Stack { layers })
+        let stack = Stack { layers };
+        stack.reconfigure(&Default::default());
+        Ok(stack)
     }
 
     pub fn top(&self) -> Arc<dyn BrickXlator> {
@@ -157,6 +156,14 @@ impl Stack {
             }
         }
         out
+    }
+
+    /// Hands the volume's options to every layer, bottom to top (`build`
+    /// hands them the defaults).
+    pub fn reconfigure(&self, options: &mortar_core::Options) {
+        for (_, x) in &self.layers {
+            x.reconfigure(options);
+        }
     }
 
     pub fn connect(&self, conn: &Arc<Conn>) {

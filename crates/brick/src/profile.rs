@@ -188,7 +188,8 @@ pub struct Profile {
     below: Arc<dyn BrickXlator>,
     posix: Arc<Posix>,
     conns: Mutex<HashMap<ConnId, ConnStat>>,
-    on: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Whether `volume profile` is on (`diagnostics.latency-measurement`).
+    on: AtomicBool,
     was_on: AtomicBool,
     profile: Mutex<(Running, Running, u64)>,
     top: Mutex<Top>,
@@ -199,11 +200,7 @@ pub fn build(
     below: Option<Arc<dyn BrickXlator>>,
 ) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
     let below = below.ok_or_else(|| anyhow::anyhow!("the profile needs a translator below"))?;
-    let p = Arc::new(Profile::new(
-        below,
-        env.posix.clone(),
-        env.profiling.clone(),
-    ));
+    let p = Arc::new(Profile::new(below, env.posix.clone()));
     let weak = Arc::downgrade(&p);
     mortar_process::statedump::section("connections", move || {
         weak.upgrade().map(|p| p.dump_conns()).unwrap_or_default()
@@ -219,16 +216,12 @@ fn now_secs() -> u64 {
 }
 
 impl Profile {
-    pub fn new(
-        below: Arc<dyn BrickXlator>,
-        posix: Arc<Posix>,
-        on: Arc<dyn Fn() -> bool + Send + Sync>,
-    ) -> Profile {
+    pub fn new(below: Arc<dyn BrickXlator>, posix: Arc<Posix>) -> Profile {
         Profile {
             below,
             posix,
             conns: Mutex::new(HashMap::new()),
-            on,
+            on: AtomicBool::new(false),
             was_on: AtomicBool::new(false),
             profile: Mutex::new((Running::new(), Running::new(), 0)),
             top: Mutex::new(Top {
@@ -243,7 +236,7 @@ impl Profile {
 
     /// Whether profiling is on; a profile turned on starts from nothing.
     fn profiling(&self) -> bool {
-        let on = (self.on)();
+        let on = self.on.load(Ordering::Relaxed);
         if on && !self.was_on.swap(true, Ordering::Relaxed) {
             *self.profile.lock().unwrap() = (Running::new(), Running::new(), 0);
         } else if !on {
@@ -478,6 +471,11 @@ impl Profile {
 
 #[async_trait]
 impl BrickXlator for Profile {
+    fn reconfigure(&self, options: &mortar_core::Options) {
+        self.on
+            .store(LATENCY_MEASUREMENT.bool(options), Ordering::Relaxed);
+    }
+
     async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         if let Fop::Getxattr { gfid, name } = &fop {
             let ours = [PROFILE_XATTR, TOP_XATTR, STATUS_XATTR, STATEDUMP_XATTR];

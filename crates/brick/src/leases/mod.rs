@@ -69,7 +69,9 @@ type Target = (Gfid, Option<Name>);
 
 pub struct Leases {
     below: Arc<dyn BrickXlator>,
-    terms: Arc<dyn Fn() -> Terms + Send + Sync>,
+    /// The terms it grants on (`features.cache-invalidation` and its
+    /// timeout).
+    terms: Mutex<Terms>,
     shards: Vec<Mutex<Shard>>,
     conns: ConnTable,
     /// Grants so far: a change recalls again the leases granted while it
@@ -83,18 +85,18 @@ pub struct Leases {
 }
 
 pub fn build(
-    env: &BrickEnv,
+    _env: &BrickEnv,
     below: Option<Arc<dyn BrickXlator>>,
 ) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
     let below = below.ok_or_else(|| anyhow::anyhow!("leases need a translator below"))?;
-    Ok(Some(Arc::new(Leases::new(below, env.lease_terms.clone()))))
+    Ok(Some(Arc::new(Leases::new(below, Terms::default()))))
 }
 
 impl Leases {
-    pub fn new(below: Arc<dyn BrickXlator>, terms: Arc<dyn Fn() -> Terms + Send + Sync>) -> Leases {
+    pub fn new(below: Arc<dyn BrickXlator>, terms: Terms) -> Leases {
         Leases {
             below,
-            terms,
+            terms: Mutex::new(terms),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             conns: ConnTable::default(),
             seq: AtomicU64::new(0),
@@ -413,6 +415,10 @@ fn told_in(res: &FsResult<Reply>, out: &mut Vec<Gfid>) {
 
 #[async_trait]
 impl BrickXlator for Leases {
+    fn reconfigure(&self, options: &mortar_core::Options) {
+        *self.terms.lock().unwrap() = Terms::from_options(options);
+    }
+
     fn dump(&self) -> Vec<String> {
         let (mut objects, mut leases, mut claims) = (0, 0, 0);
         for shard in &self.shards {
@@ -427,7 +433,7 @@ impl BrickXlator for Leases {
     }
 
     async fn call(&self, conn: &Arc<Conn>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
-        let terms = (self.terms)();
+        let terms = *self.terms.lock().unwrap();
         let Some(lease) = terms.lease else {
             return self.below.call(conn, cx, fop).await;
         };

@@ -42,7 +42,7 @@ fn leases(timeout: Duration) -> Arc<Leases> {
         lease: Some(Duration::from_secs(600)),
         recall_timeout: timeout,
     };
-    Arc::new(Leases::new(Arc::new(Anything), Arc::new(move || terms)))
+    Arc::new(Leases::new(Arc::new(Anything), terms))
 }
 
 fn setattr(gfid: Gfid) -> Fop {
@@ -260,7 +260,7 @@ async fn without_leases_nothing_is_noted_or_recalled() {
         lease: None,
         recall_timeout: Duration::from_secs(30),
     };
-    let l = Leases::new(Arc::new(Anything), Arc::new(move || terms));
+    let l = Leases::new(Arc::new(Anything), terms);
     let (a, b) = (client(1), client(2));
     l.connect(&a.conn);
     l.connect(&b.conn);

@@ -12,6 +12,7 @@ use crate::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
 use mortar_core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
 mod table;
 use async_trait::async_trait;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 pub use table::REVOCATION_SECS;
@@ -20,19 +21,21 @@ use table::{Acquire, LockTable};
 pub struct Locks {
     locks: LockTable,
     conns: ConnTable,
-    revoke_after: Arc<dyn Fn() -> Option<Duration> + Send + Sync>,
+    /// How long a lock may be kept from a waiter, in seconds
+    /// (`features.locks-revocation-secs`; 0: forever).
+    revoke_after: AtomicU64,
     below: Arc<dyn BrickXlator>,
 }
 
 pub fn build(
-    env: &BrickEnv,
+    _env: &BrickEnv,
     below: Option<Arc<dyn BrickXlator>>,
 ) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
     let below = below.ok_or_else(|| anyhow::anyhow!("locks need a translator below"))?;
     Ok(Some(Arc::new(Locks {
         locks: LockTable::default(),
         conns: ConnTable::default(),
-        revoke_after: env.revoke_after.clone(),
+        revoke_after: AtomicU64::new(0),
         below,
     })))
 }
@@ -58,8 +61,9 @@ impl Locks {
         mut granted: tokio::sync::oneshot::Receiver<()>,
     ) -> bool {
         loop {
-            let Some(limit) = (self.revoke_after)() else {
-                return (&mut granted).await.is_ok();
+            let limit = match self.revoke_after.load(Ordering::Relaxed) {
+                0 => return (&mut granted).await.is_ok(),
+                secs => Duration::from_secs(secs),
             };
             let holder = self.locks.owner(gfid);
             match tokio::time::timeout(limit, &mut granted).await {
@@ -99,6 +103,11 @@ impl Locks {
 
 #[async_trait]
 impl BrickXlator for Locks {
+    fn reconfigure(&self, options: &mortar_core::Options) {
+        let secs = REVOCATION_SECS.int(options).max(0) as u64;
+        self.revoke_after.store(secs, Ordering::Relaxed);
+    }
+
     fn dump(&self) -> Vec<String> {
         self.locks.dump()
     }

@@ -55,7 +55,7 @@ enum Mutation {
     Remove(usize, usize),
     Truncate(usize),
     /// A 32-bit big-endian value (frame and header lengths) or
-    /// little-endian one (bincode's lengths) written over the input.
+    /// little-endian one written over the input.
     Word(usize, u32, bool),
     /// A span repeated.
     Repeat(usize, usize, u8),
@@ -224,8 +224,8 @@ proptest! {
     fn names_never_leave_their_directory(input in mutated("names")) {
         let made = Name::new(input.clone());
         prop_assert_eq!(made.is_ok(), name_is_safe(&input), "{:?}", input);
-        let encoded = bincode::serialize(&serde_bytes::ByteBuf::from(input.clone())).unwrap();
-        let decoded: Result<Name, _> = bincode::deserialize(&encoded);
+        let encoded = postcard::to_allocvec(&serde_bytes::ByteBuf::from(input.clone())).unwrap();
+        let decoded: Result<Name, _> = postcard::from_bytes(&encoded);
         prop_assert_eq!(decoded.is_ok(), name_is_safe(&input));
     }
 }

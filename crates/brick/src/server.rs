@@ -272,6 +272,18 @@ where
         }) => {
             let reason = if magic != wire::MAGIC {
                 "not a mortar client".to_string()
+            } else if version <= wire::legacy::LAST {
+                // An older mortar: told in the encoding it reads.
+                let reason = format!(
+                    "this client speaks protocol version {version}, this brick {}: upgrade the client (mortar) to mount this volume",
+                    wire::VERSION
+                );
+                tracing::warn!(%peer, "client refused: {reason}");
+                wire::write_encoded(wr, &wire::legacy::refusal(&reason)).await?;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    reason,
+                ));
             } else if version != wire::VERSION {
                 format!(
                     "protocol version {version} not supported (this brick speaks {})",

@@ -768,9 +768,9 @@ mod tests {
     #[test]
     fn decoding_validates_names() {
         // A hostile peer cannot smuggle "../x" past Name::new through the wire.
-        let raw = bincode::serialize(&serde_bytes::ByteBuf::from(b"../x".to_vec())).unwrap();
-        assert!(bincode::deserialize::<Name>(&raw).is_err());
-        let ok = bincode::serialize(&Name::new(&b"x"[..]).unwrap()).unwrap();
-        assert_eq!(bincode::deserialize::<Name>(&ok).unwrap().as_bytes(), b"x");
+        let raw = postcard::to_allocvec(&serde_bytes::ByteBuf::from(b"../x".to_vec())).unwrap();
+        assert!(postcard::from_bytes::<Name>(&raw).is_err());
+        let ok = postcard::to_allocvec(&Name::new(&b"x"[..]).unwrap()).unwrap();
+        assert_eq!(postcard::from_bytes::<Name>(&ok).unwrap().as_bytes(), b"x");
     }
 }

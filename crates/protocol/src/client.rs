@@ -204,7 +204,14 @@ async fn connect_once(sh: &Shared, failed: u32) -> std::io::Result<tls::Conn> {
         Ok(Ok(Some(Msg::Welcome { .. }))) => Ok(stream),
         Ok(Ok(Some(Msg::Refused { reason }))) => Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("brick refused the handshake: {reason}"),
+            match reason.as_str() {
+                // What a brick of protocol version 8 or before says.
+                "not a mortar client" => format!(
+                    "brick refused the handshake: {reason} (this client speaks protocol version {}: the brick runs an older mortar)",
+                    wire::VERSION
+                ),
+                _ => format!("brick refused the handshake: {reason}"),
+            },
         )),
         Ok(Err(e)) => Err(e),
         _ => Err(std::io::Error::new(

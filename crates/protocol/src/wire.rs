@@ -1,10 +1,12 @@
 //! Wire format (see docs/protocol.md). Every message is one frame:
 //!
 //! ```text
-//! u32 BE frame length | u32 BE header length | header (bincode) | payload
+//! u32 BE frame length | u32 BE header length | header (postcard) | payload
 //! ```
 //!
-//! The header is the message encoded with bincode (varint integers). Bulk
+//! The header is the message encoded with postcard (varint integers;
+//! version 9 on; versions up to 8 spoke bincode 1, and a client of those is
+//! refused in its own encoding, `legacy`). Bulk
 //! data (a write's bytes, a read's answer) travels as the payload, outside
 //! the encoded header: the sender writes the same buffer to every replica
 //! without copying it, and the receiver hands a slice of the frame it read
@@ -12,7 +14,6 @@
 //! decode as a `Msg`, ends the connection: a hostile or corrupt peer can cost
 //! a connection but never a byte of data.
 
-use bincode::Options;
 use bytes::Bytes;
 use mortar_core::{Ctx, Fop, FsError, Reply};
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// "MRTR": the first word of every handshake.
 pub const MAGIC: u32 = 0x4d52_5452;
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 
@@ -87,10 +88,6 @@ pub enum Msg {
     },
 }
 
-fn codec() -> impl Options {
-    bincode::DefaultOptions::new().with_limit(MAX_FRAME as u64)
-}
-
 /// One encoded message: its frame header and encoded message in `head`,
 /// its bulk data (shared, not copied) in `payload`.
 pub struct Frame {
@@ -122,11 +119,13 @@ fn payload_of(msg: &Msg) -> Bytes {
 }
 
 pub fn encode(msg: &Msg) -> Frame {
-    let mut head = vec![0u8; 8];
-    codec()
-        .serialize_into(&mut head, msg)
-        .expect("encoding into a Vec cannot fail");
+    let head = postcard::to_extend(msg, vec![0u8; 8]).expect("encoding into a Vec cannot fail");
     let payload = payload_of(msg);
+    frame(head, payload)
+}
+
+/// Puts the lengths in `head`'s first 8 bytes, before its encoded message.
+fn frame(mut head: Vec<u8>, payload: Bytes) -> Frame {
     let head_len = (head.len() - 8) as u32;
     let frame_len = 4 + head_len + payload.len() as u32;
     head[..4].copy_from_slice(&frame_len.to_be_bytes());
@@ -149,9 +148,20 @@ pub fn decode(body: Bytes) -> std::io::Result<Msg> {
             "header of {head_len} bytes does not fit its frame"
         )));
     }
-    let mut msg: Msg = codec()
-        .deserialize(&body[4..4 + head_len])
-        .map_err(|e| invalid(format!("bad message: {e}")))?;
+    let head = &body[4..4 + head_len];
+    let mut msg: Msg = match postcard::take_from_bytes::<Msg>(head) {
+        Ok((msg, [])) => msg,
+        Ok(_) => return Err(invalid("bytes after the message".into())),
+        Err(e) => match legacy::hello_version(head) {
+            Some(version) => Msg::Hello {
+                magic: MAGIC,
+                version,
+                brick: String::new(),
+                key: None,
+            },
+            None => return Err(invalid(format!("bad message: {e}"))),
+        },
+    };
     let payload = body.slice(4 + head_len..);
     match &mut msg {
         Msg::Call {
@@ -168,6 +178,44 @@ pub fn decode(body: Bytes) -> std::io::Result<Msg> {
         _ => {}
     }
     Ok(msg)
+}
+
+/// The handshake of versions up to 8, which spoke bincode 1 (varint
+/// integers): enough of it to tell such a client which version it speaks,
+/// and to refuse it in words it can read. Nothing else of it is decoded.
+pub mod legacy {
+    use super::*;
+
+    /// The newest version that spoke bincode.
+    pub const LAST: u32 = 8;
+
+    /// The version of an old client's `Hello`: variant 0, the magic as a
+    /// 4-byte varint (marker 0xfc, little-endian), the version as a varint
+    /// of one byte. (Postcard's `Hello` never starts so: its magic is a
+    /// LEB128 varint whose first byte is 0xd2.)
+    pub fn hello_version(head: &[u8]) -> Option<u32> {
+        let magic = MAGIC.to_le_bytes();
+        match head {
+            [0, 0xfc, m0, m1, m2, m3, v, ..] if [*m0, *m1, *m2, *m3] == magic && *v < 251 => {
+                Some(*v as u32)
+            }
+            _ => None,
+        }
+    }
+
+    /// `Msg::Refused { reason }` as an old client decodes it: variant 2,
+    /// then the string (its length as a varint, then its bytes).
+    pub fn refusal(reason: &str) -> Frame {
+        let mut end = reason.len().min(250);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        let reason = &reason.as_bytes()[..end];
+        let mut head = vec![0u8; 8];
+        head.extend_from_slice(&[2, reason.len() as u8]);
+        head.extend_from_slice(reason);
+        frame(head, Bytes::new())
+    }
 }
 
 /// Largest first message (the handshake): a peer that has not said who it
@@ -323,7 +371,11 @@ impl<R: AsyncRead + Unpin> Frames<R> {
 }
 
 pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, msg: &Msg) -> std::io::Result<()> {
-    let f = encode(msg);
+    write_encoded(w, &encode(msg)).await
+}
+
+/// Writes a frame encoded already.
+pub async fn write_encoded<W: AsyncWrite + Unpin>(w: &mut W, f: &Frame) -> std::io::Result<()> {
     w.write_all(&f.head).await?;
     w.write_all(&f.payload).await?;
     w.flush().await
@@ -353,6 +405,62 @@ pub async fn pump<W: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
     use mortar_core::{Gfid, Name};
+
+    /// A client of version 8 (bincode, varint integers) is recognised by
+    /// its `Hello`, and refused in words it decodes: variant 2 (`Refused`),
+    /// the reason's length, its bytes.
+    #[test]
+    fn an_old_clients_hello_is_known_and_refused_in_its_encoding() {
+        // Hello { magic, version: 8, brick: "/b", key: None } as bincode
+        // 1.3 with varint integers wrote it.
+        let mut old = vec![0u8, 0xfc];
+        old.extend_from_slice(&MAGIC.to_le_bytes());
+        old.extend_from_slice(&[8, 2, b'/', b'b', 0]);
+        let mut body = (old.len() as u32).to_be_bytes().to_vec();
+        body.extend_from_slice(&old);
+        match decode(Bytes::from(body)).unwrap() {
+            Msg::Hello { magic, version, .. } => assert_eq!((magic, version), (MAGIC, 8)),
+            other => panic!("{other:?}"),
+        }
+        let f = legacy::refusal("upgrade");
+        assert_eq!(
+            &f.head[8..],
+            &[2, 7, b'u', b'p', b'g', b'r', b'a', b'd', b'e']
+        );
+        assert_eq!(
+            f.head[..4],
+            13u32.to_be_bytes(),
+            "frame length: the header length and the header"
+        );
+        // A long reason is cut at a character's boundary, within a
+        // one-byte length.
+        let f = legacy::refusal(&"é".repeat(200));
+        assert_eq!(f.head[9], 250);
+        assert!(std::str::from_utf8(&f.head[10..]).is_ok());
+        // This version's Hello is never taken for an old one.
+        let hello = encode(&Msg::Hello {
+            magic: MAGIC,
+            version: VERSION,
+            brick: "/b".into(),
+            key: None,
+        });
+        assert_eq!(legacy::hello_version(&hello.head[8..]), None);
+        match decode(Bytes::from(hello.to_vec()[4..].to_vec())).unwrap() {
+            Msg::Hello { version, .. } => assert_eq!(version, VERSION),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Bytes after a message's end are refused, as bincode refused them.
+    #[test]
+    fn bytes_after_a_message_are_refused() {
+        let mut f = encode(&Msg::Ping { id: 1 });
+        f.head.push(0);
+        let n = (f.head.len() - 8) as u32;
+        f.head[4..8].copy_from_slice(&n.to_be_bytes());
+        let body = f.to_vec()[4..].to_vec();
+        assert!(decode(Bytes::from(body)).is_err());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_frame_begun_and_left_unfinished_ends_its_connection() {

@@ -52,12 +52,42 @@ fn random(n: usize) -> Vec<u8> {
     b
 }
 
-fn rc(e: rcgen::Error) -> String {
-    format!("making a certificate: {e}")
+/// Why the authority could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot {what} {}: {source}", path.display())]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("making a certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("the CA's key: {0}")]
+    CaKey(#[source] rcgen::Error),
+    #[error(transparent)]
+    Credential(#[from] tls::Error),
+    #[error("{token:?} is not a join token (run `mortar peer token` on the server to add, and copy its line)")]
+    NotAToken { token: String },
+}
+
+impl Error {
+    fn file(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.to_path_buf();
+        move |source| Error::File { what, path, source }
+    }
+}
+
+/// For the callers that still speak in strings (the daemon's operations).
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
 }
 
 /// Writes a file only its owner reads, atomically.
-fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
@@ -72,7 +102,7 @@ fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), String> {
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     };
-    write().map_err(|e| format!("cannot write {}: {e}", path.display()))
+    write().map_err(Error::file("write", path))
 }
 
 /// The pool's CA: its certificate and key.
@@ -83,9 +113,9 @@ pub struct Authority {
 
 impl Authority {
     /// A new CA for a new pool.
-    fn create() -> Result<Authority, String> {
-        let key = KeyPair::generate().map_err(rc)?;
-        let cert = Self::params(&key)?.self_signed(&key).map_err(rc)?;
+    fn create() -> Result<Authority, Error> {
+        let key = KeyPair::generate()?;
+        let cert = Self::params(&key)?.self_signed(&key)?;
         Ok(Authority {
             cert_pem: cert.pem(),
             key,
@@ -95,8 +125,8 @@ impl Authority {
     /// The CA's parameters, the same every time for its key: certificates
     /// are issued under a copy made again from them (its name and key
     /// identifier are what a signed certificate refers to).
-    fn params(key: &KeyPair) -> Result<CertificateParams, String> {
-        let mut p = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
+    fn params(key: &KeyPair) -> Result<CertificateParams, Error> {
+        let mut p = CertificateParams::new(Vec::<String>::new())?;
         let id = tls::fingerprint(key.public_key_raw());
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, "mortar");
@@ -117,26 +147,24 @@ impl Authority {
         Ok(p)
     }
 
-    fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Authority, String> {
-        let key = KeyPair::from_pem(key_pem).map_err(|e| format!("the CA's key: {e}"))?;
+    fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Authority, Error> {
+        let key = KeyPair::from_pem(key_pem).map_err(Error::CaKey)?;
         Ok(Authority {
             cert_pem: cert_pem.to_string(),
             key,
         })
     }
 
-    fn load(state_dir: &Path) -> Result<Authority, String> {
+    fn load(state_dir: &Path) -> Result<Authority, Error> {
         let d = dir(state_dir);
-        let read = |f: &str| {
-            std::fs::read_to_string(d.join(f))
-                .map_err(|e| format!("cannot read {}: {e}", d.join(f).display()))
-        };
+        let read =
+            |f: &str| std::fs::read_to_string(d.join(f)).map_err(Error::file("read", &d.join(f)));
         Authority::from_pem(&read("ca.pem")?, &read("ca.key")?)
     }
 
-    fn save(&self, state_dir: &Path) -> Result<(), String> {
+    fn save(&self, state_dir: &Path) -> Result<(), Error> {
         let d = dir(state_dir);
-        std::fs::create_dir_all(&d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
+        std::fs::create_dir_all(&d).map_err(Error::file("make", &d))?;
         write_secret(&d.join("ca.key"), self.key.serialize_pem().as_bytes())?;
         write_secret(&d.join("ca.pem"), self.cert_pem.as_bytes())
     }
@@ -148,15 +176,15 @@ impl Authority {
 
     /// Issues a credential (PEM) valid for `name`: a server's can also
     /// open connections, an administrator's only that.
-    pub fn issue(&self, name: &str, label: &str) -> Result<String, String> {
+    pub fn issue(&self, name: &str, label: &str) -> Result<String, Error> {
         let year = this_year();
         self.issue_for(name, label, year - 1, year + VALID_YEARS)
     }
 
     /// `issue`, valid from the start of one year to the start of another.
-    fn issue_for(&self, name: &str, label: &str, from: i32, to: i32) -> Result<String, String> {
-        let key = KeyPair::generate().map_err(rc)?;
-        let mut p = CertificateParams::new(vec![name.to_string()]).map_err(rc)?;
+    fn issue_for(&self, name: &str, label: &str, from: i32, to: i32) -> Result<String, Error> {
+        let key = KeyPair::generate()?;
+        let mut p = CertificateParams::new(vec![name.to_string()])?;
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, "mortar");
         dn.push(DnType::CommonName, label);
@@ -174,10 +202,8 @@ impl Authority {
         p.use_authority_key_identifier_extension = true;
         p.not_before = rcgen::date_time_ymd(from, 1, 1);
         p.not_after = rcgen::date_time_ymd(to, 1, 1);
-        let issuer = Self::params(&self.key)?
-            .self_signed(&self.key)
-            .map_err(rc)?;
-        let cert = p.signed_by(&key, &issuer, &self.key).map_err(rc)?;
+        let issuer = Self::params(&self.key)?.self_signed(&self.key)?;
+        let cert = p.signed_by(&key, &issuer, &self.key)?;
         Ok(format!(
             "{}{}{}",
             cert.pem(),
@@ -189,15 +215,15 @@ impl Authority {
     /// Makes this CA this server's: writes it, issues this server's
     /// credentials and a new join token from it, and returns the server's
     /// credential.
-    fn take(&self, state_dir: &Path, host: &str) -> Result<Credential, String> {
+    fn take(&self, state_dir: &Path, host: &str) -> Result<Credential, Error> {
         self.save(state_dir)?;
         self.issue_local(state_dir, host)?;
-        Credential::load(&server_credential(state_dir))
+        Ok(Credential::load(&server_credential(state_dir))?)
     }
 
     /// Issues this server's credentials (server and administrator) and a
     /// new join token secret, and writes them.
-    fn issue_local(&self, state_dir: &Path, host: &str) -> Result<(), String> {
+    fn issue_local(&self, state_dir: &Path, host: &str) -> Result<(), Error> {
         self.issue_own(host)?.save(state_dir)?;
         write_secret(
             &dir(state_dir).join("join-token"),
@@ -206,7 +232,7 @@ impl Authority {
     }
 
     /// New credentials for this server, not written yet.
-    fn issue_own(&self, host: &str) -> Result<OwnCredentials, String> {
+    fn issue_own(&self, host: &str) -> Result<OwnCredentials, Error> {
         Ok(OwnCredentials {
             server: self.issue(SERVER_NAME, &format!("server {host}"))?,
             admin: self.issue(ADMIN_NAME, &format!("administrator on {host}"))?,
@@ -222,16 +248,16 @@ pub struct OwnCredentials {
 
 impl OwnCredentials {
     /// Their certificates as the pool records them (as `fingerprints`).
-    pub fn fingerprints(&self) -> Result<Vec<String>, String> {
+    pub fn fingerprints(&self) -> Result<Vec<String>, Error> {
         [&self.server, &self.admin]
             .iter()
-            .map(|pem| Credential::from_pem(pem.as_bytes()).map(|c| c.fingerprint_hex()))
+            .map(|pem| Ok(Credential::from_pem(pem.as_bytes())?.fingerprint_hex()))
             .collect()
     }
 
     /// Writes them in place of the server's (each file replaced at once:
     /// a process watching it reads the old or the new, whole).
-    pub fn save(&self, state_dir: &Path) -> Result<(), String> {
+    pub fn save(&self, state_dir: &Path) -> Result<(), Error> {
         write_secret(&server_credential(state_dir), self.server.as_bytes())?;
         write_secret(&admin_credential(state_dir), self.admin.as_bytes())
     }
@@ -240,19 +266,19 @@ impl OwnCredentials {
 /// New credentials for this server from the pool's CA, for a rotation:
 /// written by the caller (`OwnCredentials::save`) once the pool has them
 /// on record.
-pub fn issue_own(state_dir: &Path, host: &str) -> Result<OwnCredentials, String> {
+pub fn issue_own(state_dir: &Path, host: &str) -> Result<OwnCredentials, Error> {
     Authority::load(state_dir)?.issue_own(host)
 }
 
 /// Makes this server's CA and credentials if it has none (its first
 /// start: a pool of its own); returns its credential.
-pub fn ensure(state_dir: &Path, host: &str) -> Result<Credential, String> {
+pub fn ensure(state_dir: &Path, host: &str) -> Result<Credential, Error> {
     let d = dir(state_dir);
     let ready = ["ca.pem", "ca.key", "server.pem", "admin.pem", "join-token"]
         .iter()
         .all(|f| d.join(f).exists());
     if ready {
-        return Credential::load(&server_credential(state_dir));
+        return Ok(Credential::load(&server_credential(state_dir))?);
     }
     let ca = match Authority::load(state_dir) {
         Ok(ca) => ca,
@@ -269,26 +295,26 @@ pub fn ensure(state_dir: &Path, host: &str) -> Result<Credential, String> {
 
 /// Replaces this server's CA and credentials with new ones (it left its
 /// pool: a pool of one again).
-pub fn renew(state_dir: &Path, host: &str) -> Result<Credential, String> {
+pub fn renew(state_dir: &Path, host: &str) -> Result<Credential, Error> {
     Authority::create()?.take(state_dir, host)
 }
 
 /// The certificates this server presents (its own and its
 /// administrator's), as the pool records them: SHA-256, hex.
-pub fn fingerprints(state_dir: &Path) -> Result<Vec<String>, String> {
+pub fn fingerprints(state_dir: &Path) -> Result<Vec<String>, Error> {
     [server_credential(state_dir), admin_credential(state_dir)]
         .iter()
-        .map(|f| Credential::load(f).map(|c| c.fingerprint_hex()))
+        .map(|f| Ok(Credential::load(f)?.fingerprint_hex()))
         .collect()
 }
 
 /// The pool's CA, to hand to a server that joins.
-pub fn pool_ca(state_dir: &Path) -> Result<(String, String), String> {
+pub fn pool_ca(state_dir: &Path) -> Result<(String, String), Error> {
     Ok(Authority::load(state_dir)?.to_pem())
 }
 
 /// Issues a credential of `name` from this server's CA.
-pub fn issue(state_dir: &Path, name: &str, label: &str) -> Result<String, String> {
+pub fn issue(state_dir: &Path, name: &str, label: &str) -> Result<String, Error> {
     Authority::load(state_dir)?.issue(name, label)
 }
 
@@ -300,27 +326,26 @@ pub fn adopt(
     host: &str,
     ca_pem: &str,
     ca_key_pem: &str,
-) -> Result<Credential, String> {
+) -> Result<Credential, Error> {
     Authority::from_pem(ca_pem, ca_key_pem)?.take(state_dir, host)
 }
 
 /// This server's join token: the start of its certificate's SHA-256 (so
 /// that the prober knows it reached this server) and a secret (so that
 /// this server knows the prober was given the token).
-pub fn join_token(state_dir: &Path) -> Result<String, String> {
+pub fn join_token(state_dir: &Path) -> Result<String, Error> {
     let cred = Credential::load(&server_credential(state_dir))?;
-    let secret = std::fs::read_to_string(dir(state_dir).join("join-token"))
-        .map_err(|e| format!("cannot read the join token: {e}"))?;
+    let path = dir(state_dir).join("join-token");
+    let secret =
+        std::fs::read_to_string(&path).map_err(Error::file("read the join token", &path))?;
     let fp = tls::fingerprint(&cred.cert);
     Ok(format!("{}-{}", hex(&fp[..16]), secret.trim()))
 }
 
 /// Splits a join token into its pin and its secret.
-pub fn parse_token(token: &str) -> Result<(Vec<u8>, String), String> {
-    let bad = || {
-        format!(
-            "{token:?} is not a join token (run `mortar peer token` on the server to add, and copy its line)"
-        )
+pub fn parse_token(token: &str) -> Result<(Vec<u8>, String), Error> {
+    let bad = || Error::NotAToken {
+        token: token.to_string(),
     };
     let (pin, secret) = token.trim().split_once('-').ok_or_else(bad)?;
     let pin = tls::unhex(pin).filter(|p| p.len() == 16).ok_or_else(bad)?;

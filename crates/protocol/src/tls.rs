@@ -221,21 +221,57 @@ pub struct Credential {
     pub key: PrivateKeyDer<'static>,
 }
 
+/// Why a credential cannot be read or used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read the credential {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// What is wrong with the credential in file `path`.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<Error>,
+    },
+    #[error("not a credential: {0}")]
+    NotACredential(String),
+    #[error("the pool CA's certificate is not usable: {0}")]
+    UnusableCa(#[source] rustls::Error),
+    #[error("the credential's key does not fit its certificate: {0}")]
+    KeyMismatch(#[source] rustls::Error),
+    /// The pool CA's certificate cannot verify peers.
+    #[error("{0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("{0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// For the callers that still speak in strings (the management daemon).
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
+
 impl Credential {
     /// Reads a credential from PEM: the holder's certificate first, the
     /// CA's last, and one private key.
-    pub fn from_pem(pem: &[u8]) -> Result<Credential, String> {
+    pub fn from_pem(pem: &[u8]) -> Result<Credential, Error> {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("not a credential: {e}"))?;
+            .map_err(|e| Error::NotACredential(e.to_string()))?;
         if certs.len() < 2 {
-            return Err(format!(
-                "not a credential: {} certificate(s), where its own and the pool CA's are needed",
+            return Err(Error::NotACredential(format!(
+                "{} certificate(s), where its own and the pool CA's are needed",
                 certs.len()
-            ));
+            )));
         }
         let key = PrivateKeyDer::from_pem_slice(pem)
-            .map_err(|e| format!("not a credential: no private key ({e})"))?;
+            .map_err(|e| Error::NotACredential(format!("no private key ({e})")))?;
         Ok(Credential {
             cert: certs[0].clone(),
             ca: certs[certs.len() - 1].clone(),
@@ -244,10 +280,15 @@ impl Credential {
     }
 
     /// Reads a credential file, with an error that says which and why.
-    pub fn load(path: &Path) -> Result<Credential, String> {
-        let pem = std::fs::read(path)
-            .map_err(|e| format!("cannot read the credential {}: {e}", path.display()))?;
-        Credential::from_pem(&pem).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Credential, Error> {
+        let pem = std::fs::read(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Credential::from_pem(&pem).map_err(|e| Error::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 
     pub fn role(&self) -> Option<Role> {
@@ -260,21 +301,15 @@ impl Credential {
         hex(&fingerprint(&self.cert))
     }
 
-    fn roots(&self) -> Result<Arc<RootCertStore>, String> {
+    fn roots(&self) -> Result<Arc<RootCertStore>, Error> {
         let mut roots = RootCertStore::empty();
-        roots
-            .add(self.ca.clone())
-            .map_err(|e| format!("the pool CA's certificate is not usable: {e}"))?;
+        roots.add(self.ca.clone()).map_err(Error::UnusableCa)?;
         Ok(Arc::new(roots))
     }
 }
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn tls_err(e: rustls::Error) -> String {
-    e.to_string()
 }
 
 /// The configurations made from the installed credential.
@@ -292,16 +327,14 @@ struct Context {
 }
 
 impl Context {
-    fn new(cred: &Credential) -> Result<Context, String> {
+    fn new(cred: &Credential) -> Result<Context, Error> {
         let roots = cred.roots()?;
         let webpki =
             rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
-                .build()
-                .map_err(|e| e.to_string())?;
+                .build()?;
         let client = |verifier: Arc<dyn ServerCertVerifier>| {
             ClientConfig::builder_with_provider(provider())
-                .with_protocol_versions(&[&rustls::version::TLS13])
-                .map_err(tls_err)?
+                .with_protocol_versions(&[&rustls::version::TLS13])?
                 .dangerous()
                 .with_custom_certificate_verifier(verifier)
                 .with_client_auth_cert(vec![cred.cert.clone()], cred.key.clone_key())
@@ -312,12 +345,12 @@ impl Context {
                     c.resumption = rustls::client::Resumption::disabled();
                     Arc::new(c)
                 })
-                .map_err(|e| format!("the credential's key does not fit its certificate: {e}"))
+                .map_err(Error::KeyMismatch)
         };
         let client_ca = client(webpki.clone())?;
         let client = client(Arc::new(OnRecord { pool: webpki }))?;
         let (server, server_open) = if cred.role() == Some(Role::Server) {
-            let make = |open: bool| -> Result<Arc<ServerConfig>, String> {
+            let make = |open: bool| -> Result<Arc<ServerConfig>, Error> {
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
                 let verifier = if open {
@@ -325,14 +358,11 @@ impl Context {
                 } else {
                     verifier
                 }
-                .build()
-                .map_err(|e| e.to_string())?;
+                .build()?;
                 let cfg = ServerConfig::builder_with_provider(provider())
-                    .with_protocol_versions(&[&rustls::version::TLS13])
-                    .map_err(tls_err)?
+                    .with_protocol_versions(&[&rustls::version::TLS13])?
                     .with_client_cert_verifier(verifier)
-                    .with_single_cert(vec![cred.cert.clone()], cred.key.clone_key())
-                    .map_err(tls_err)?;
+                    .with_single_cert(vec![cred.cert.clone()], cred.key.clone_key())?;
                 Ok(Arc::new(cfg))
             };
             (Some(make(false)?), Some(make(true)?))
@@ -350,7 +380,7 @@ impl Context {
 
 /// A client configuration for `cred`, for callers that run TLS
 /// themselves (tests that speak the brick protocol by hand).
-pub fn client_config(cred: &Credential) -> Result<Arc<ClientConfig>, String> {
+pub fn client_config(cred: &Credential) -> Result<Arc<ClientConfig>, Error> {
     Ok(Context::new(cred)?.client)
 }
 
@@ -382,7 +412,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// Makes `cred` this process's credential, for every connection from now
 /// on. No file is watched.
-pub fn install(cred: &Credential) -> Result<(), String> {
+pub fn install(cred: &Credential) -> Result<(), Error> {
     let ctx = Context::new(cred)?;
     *WATCHED.lock().unwrap() = None;
     *CONTEXT.write().unwrap() = Some(Arc::new(ctx));
@@ -393,7 +423,7 @@ pub fn install(cred: &Credential) -> Result<(), String> {
 /// written there (a rotation, docs/security.md) is used for the
 /// connections opened or accepted after, within a second; those open go
 /// on.
-pub fn install_file(path: &Path) -> Result<(), String> {
+pub fn install_file(path: &Path) -> Result<(), Error> {
     let mut watched = WATCHED.lock().unwrap();
     let before = stamp(path);
     let ctx = Context::new(&Credential::load(path)?)?;
@@ -731,5 +761,45 @@ impl ServerCertVerifier for Pinned {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A credential that cannot be used says which file and why, in the
+    /// words the CLI prints.
+    #[test]
+    fn a_credential_that_cannot_be_read_says_which_and_why() {
+        let dir = std::env::temp_dir().join(format!("mortar-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.pem");
+        let Err(e) = Credential::load(&missing) else {
+            panic!("a missing file read")
+        };
+        assert!(matches!(e, Error::Read { .. }), "{e:?}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "cannot read the credential {}: ",
+                missing.display()
+            )),
+            "{e}"
+        );
+        let garbage = dir.join("garbage.pem");
+        std::fs::write(
+            &garbage,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let Err(e) = Credential::load(&garbage) else {
+            panic!("garbage taken")
+        };
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: not a credential: ", garbage.display())),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -64,8 +64,10 @@ impl Daemon {
 
     /// Uses the credential in this server's file for the connections it
     /// opens and accepts from now on (and whenever the file changes).
-    pub(super) fn install_credential(&self) -> Result<(), String> {
-        tls::install_file(&authority::server_credential(&self.cfg.state_dir))
+    pub(super) fn install_credential(&self) -> Result<(), authority::Error> {
+        Ok(tls::install_file(&authority::server_credential(
+            &self.cfg.state_dir,
+        ))?)
     }
 
     /// `pool rotate-certs [HOST]`: each server named (all of them if none

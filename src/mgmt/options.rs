@@ -3,7 +3,7 @@
 //! reads it. `volume set` validates against it, `volume get` reports from
 //! it; a key no translator reads does not exist.
 
-use crate::core::options::Spec;
+use crate::core::options::{Error, Spec};
 use crate::graph::table;
 use std::collections::BTreeMap;
 
@@ -45,13 +45,13 @@ pub static GROUPS: &[(&str, &[(&str, &str)])] = &[
 ];
 
 /// The options a group sets, or why there is no such group.
-pub fn group(name: &str) -> Result<Vec<(String, String)>, String> {
+pub fn group(name: &str) -> Result<Vec<(String, String)>, Error> {
     let (_, opts) = GROUPS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
         let known: Vec<&str> = GROUPS.iter().map(|(n, _)| *n).collect();
-        format!(
-            "group {name} does not exist (known groups: {})",
-            known.join(", ")
-        )
+        Error::UnknownGroup {
+            name: name.to_string(),
+            known: known.join(", "),
+        }
     })?;
     opts.iter()
         .map(|(k, v)| Ok((k.to_string(), validate(k, v)?)))
@@ -68,9 +68,9 @@ pub fn spec(key: &str) -> Option<&'static Spec> {
 }
 
 /// Checks a value against the option's type; returns it in canonical form.
-pub fn validate(key: &str, value: &str) -> Result<String, String> {
+pub fn validate(key: &str, value: &str) -> Result<String, Error> {
     spec(key)
-        .ok_or_else(|| format!("option : {key} does not exist"))?
+        .ok_or_else(|| Error::Unknown(key.to_string()))?
         .validate(value)
 }
 
@@ -97,9 +97,26 @@ mod tests {
     fn the_registry_is_what_the_translators_declare() {
         assert_eq!(validate("cluster.self-heal-daemon", "yes").unwrap(), "on");
         assert!(validate("network.ping-timeout", "0").is_err());
-        assert!(validate("no.such-option", "1")
-            .unwrap_err()
-            .contains("does not exist"));
+        let e = validate("no.such-option", "1").unwrap_err();
+        assert_eq!(e, Error::Unknown("no.such-option".into()));
+        assert_eq!(e.to_string(), "option : no.such-option does not exist");
+        let e = validate("network.ping-timeout", "0").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadValue {
+                    key: "network.ping-timeout",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = validate("auth.allow", "10.0.0.1,no way").unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with(": 'no way' is not an address, network or host name"),
+            "{e}"
+        );
         // Options without a translator that reads them are not accepted.
         for inert in ["performance.quick-read", "client.ssl", "nfs.disable"] {
             assert!(validate(inert, "on").is_err(), "{inert}");
@@ -117,7 +134,7 @@ mod tests {
         for (name, _) in GROUPS {
             assert!(!group(name).unwrap().is_empty(), "{name}");
         }
-        let e = group("virt").unwrap_err();
+        let e = group("virt").unwrap_err().to_string();
         assert!(
             e.contains("does not exist") && e.contains("metadata-cache"),
             "{e}"

@@ -21,8 +21,13 @@ pub enum Pattern {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Patterns(pub Vec<Pattern>);
 
+/// A word of an address list that is none of the forms it takes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not an address, network or host name")]
+pub struct NotAnAddress(pub String);
+
 impl Patterns {
-    pub fn parse(v: &str) -> Result<Patterns, String> {
+    pub fn parse(v: &str) -> Result<Patterns, NotAnAddress> {
         let v = v.trim();
         if v.eq_ignore_ascii_case("none") {
             return Ok(Patterns(Vec::new()));
@@ -30,10 +35,7 @@ impl Patterns {
         let list = v
             .split(',')
             .map(str::trim)
-            .map(|p| {
-                Pattern::parse(p)
-                    .ok_or_else(|| format!("'{p}' is not an address, network or host name"))
-            })
+            .map(|p| Pattern::parse(p).ok_or_else(|| NotAnAddress(p.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Patterns(list))
     }

@@ -56,15 +56,39 @@ pub fn parse_size(v: &str) -> Option<u64> {
     num.trim().parse::<u64>().ok()?.checked_mul(mul)
 }
 
+/// Why an option cannot be set as asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("option : {0} does not exist")]
+    Unknown(String),
+    #[error("option {key}: '{value}' is not valid ({expected}){}", .detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]
+    BadValue {
+        key: &'static str,
+        value: String,
+        /// What the option takes.
+        expected: String,
+        /// What is wrong in it, where that says more.
+        detail: Option<String>,
+    },
+    #[error("group {name} does not exist (known groups: {known})")]
+    UnknownGroup { name: String, known: String },
+}
+
+/// For the callers that still speak in strings (the daemon's operations).
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
+
 impl Spec {
     /// Checks a value against the type; returns it in canonical form.
-    pub fn validate(&self, value: &str) -> Result<String, String> {
-        let bad = || {
-            format!(
-                "option {}: '{value}' is not valid ({})",
-                self.key,
-                describe(self.kind)
-            )
+    pub fn validate(&self, value: &str) -> Result<String, Error> {
+        let bad = || Error::BadValue {
+            key: self.key,
+            value: value.to_string(),
+            expected: describe(self.kind),
+            detail: None,
         };
         match self.kind {
             Kind::Bool => parse_bool(value)
@@ -85,7 +109,12 @@ impl Spec {
                 .ok_or_else(bad),
             Kind::Addresses => super::addrs::Patterns::parse(value)
                 .map(|p| p.canonical())
-                .map_err(|e| format!("{}: {e}", bad())),
+                .map_err(|e| Error::BadValue {
+                    key: self.key,
+                    value: value.to_string(),
+                    expected: describe(self.kind),
+                    detail: Some(e.to_string()),
+                }),
             Kind::Names => parse_names(value).ok_or_else(bad),
             Kind::Text if !value.is_empty() => Ok(value.to_string()),
             Kind::Text => Err(bad()),

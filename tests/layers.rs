@@ -7,20 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top-level modules, lowest layer first; a module may name modules of
-/// the layers before its own, and none of its own layer.
+/// The main crate's top-level modules, lowest layer first; a module may
+/// name modules of the layers before its own, and none of its own layer.
+/// Every layer below them is a crate of its own under `crates/` (cargo
+/// keeps those pointing one way), re-exported by `src/lib.rs`.
 const LAYERS: &[&[&str]] = &[
-    &["core"],
-    &["process"],
-    &["metrics"],
-    &["storage", "protocol"],
-    // The translators: the brick's, and the client's by kind.
-    &["brick", "cluster", "performance", "features", "debug"],
-    // The composition root: every kind and how it is built.
-    &["graph"],
-    &["heal", "rebalance"],
-    &["mgmt"],
-    &["fuse"],
     // The processes: a brick, a mount.
     &["brickd", "mount"],
     &["cli"],

@@ -256,8 +256,22 @@ mod tests {
     fn mortar_brick_takes_the_daemons_arguments() {
         use clap::Parser;
         let t = tempfile::tempdir().unwrap();
-        let spec =
-            crate::mgmt::supervise::tests::spec_for(std::path::Path::new("/data/b1"), t.path());
+        let run = t.path();
+        let spec = crate::mgmt::supervise::BrickSpec {
+            path: "/data/b1".into(),
+            volume: "v".into(),
+            volume_id: "id".into(),
+            arbiter: true,
+            ip: "127.0.0.1".parse().unwrap(),
+            mgmt: "127.0.0.1:1".into(),
+            logs: run.to_path_buf(),
+            run: run.to_path_buf(),
+            credential: run.join("server.pem"),
+            port: Some(49152),
+            key: "k".into(),
+            metrics: None,
+            options: None,
+        };
         let args = crate::mgmt::supervise::brick_args(&spec, &t.path().join("log"));
         let cli = Cli::try_parse_from(
             ["mortar".into(), std::ffi::OsString::from("brick")]

@@ -16,6 +16,7 @@
 
 use crate::{BrickEnv, BrickXlator, Conn, ConnId};
 use async_trait::async_trait;
+use mortar_core::clock::unix_secs;
 use mortar_core::options::{Kind, Spec};
 use mortar_core::{Ctx, Fop, FsError, FsResult, Gfid, Name, Reply};
 use mortar_process::status::{BrickDetail, ClientConn, STATEDUMP_XATTR, STATUS_XATTR};
@@ -24,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 pub static LATENCY_MEASUREMENT: Spec = Spec {
     key: "diagnostics.latency-measurement",
@@ -208,13 +209,6 @@ pub fn build(
     Ok(Some(p))
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 impl Profile {
     pub fn new(below: Arc<dyn BrickXlator>, posix: Arc<Posix>) -> Profile {
         Profile {
@@ -370,7 +364,7 @@ impl Profile {
             top.files
                 .retain(|_, s| s.open_fds > 0 || s.opens + s.reads + s.writes > median);
         }
-        let now = now_secs();
+        let now = unix_secs();
         let s = top.files.entry(gfid).or_default();
         match (fop, reply, opened) {
             (_, _, 1) => {
@@ -540,7 +534,7 @@ impl BrickXlator for Profile {
                 conn: Arc::downgrade(conn),
                 shown: ClientConn {
                     peer: conn.peer.clone(),
-                    since: now_secs(),
+                    since: unix_secs(),
                     ..Default::default()
                 },
             },

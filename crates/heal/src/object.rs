@@ -1,0 +1,601 @@
+//! Healing one object of one replica set (docs/replication.md).
+//!
+//! Under the object's lock on every replica up: read each copy's attributes
+//! and blame; the copies nobody blames are the sources, the blamed ones the
+//! sinks. With no blame at all (a change session that never settled: a
+//! client or brick died mid-change) any copy is a valid outcome, and the
+//! biggest, newest one is taken. Copies blaming each other are split-brain:
+//! resolved by `cluster.favorite-child-policy` or left alone and reported.
+//! Then: names (directories), data (files, only the blocks whose checksums
+//! differ, one chunk per lock hold so the application is not stalled),
+//! metadata (owner, mode, times, xattrs), and the blame is cleared.
+
+pub use super::source::Policy;
+use super::source::{self, Choice, Plan};
+use futures_util::future::BoxFuture;
+use mortar_core::fop::{FileKind, TimeSet, ANON_FH, UNSETTLED};
+use mortar_core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
+use mortar_xlators::cluster::replicate::bits;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// Bytes compared per checksum and copied per write.
+const BLOCK: u32 = 128 << 10;
+/// Blocks per chunk: the lock is let go between chunks.
+const CHUNK_BLOCKS: u32 = 64;
+/// Objects healed at once.
+pub const PARALLEL: usize = 8;
+
+pub struct Brick {
+    /// `host:/path`, as the CLI shows it.
+    pub label: String,
+    pub host: String,
+    pub x: Child,
+}
+
+pub struct Set {
+    pub name: String,
+    pub bricks: Vec<Brick>,
+    /// The brick that keeps names and metadata but no file data.
+    pub arbiter: Option<usize>,
+    /// Objects being healed now, each by one task: the bricks grant a lock
+    /// again to the connection that holds it, so the healer's own tasks
+    /// (an index pass, a full crawl, a directory's new children) must be
+    /// kept from healing one object twice at once.
+    pub busy: Busy,
+    /// Objects a directory's heal made on a sink since the index pass of
+    /// this set began, and heals next as its children: the pass does not
+    /// heal them a second time.
+    pub fresh: Mutex<HashSet<Gfid>>,
+    /// Objects left for later while a brick of the set was away, with the
+    /// bricks that were up then (`up_mask`): index passes skip them until
+    /// that changes, instead of locking and reading every copy of every
+    /// one of them every few seconds.
+    pub parked: Mutex<HashMap<Gfid, u32>>,
+}
+
+/// Per-object exclusion among the tasks of one healer.
+#[derive(Default)]
+pub struct Busy(Mutex<HashMap<Gfid, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Busy {
+    /// Waits until no other task heals `gfid`; the object is this task's
+    /// while the guard lives.
+    pub async fn claim(&self, gfid: Gfid) -> BusyGuard<'_> {
+        let m = self.0.lock().unwrap().entry(gfid).or_default().clone();
+        BusyGuard {
+            busy: self,
+            gfid,
+            guard: Some(m.lock_owned().await),
+        }
+    }
+}
+
+pub struct BusyGuard<'a> {
+    busy: &'a Busy,
+    gfid: Gfid,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        // Let go first, so that the count below is of the waiters alone.
+        self.guard.take();
+        let mut map = self.busy.0.lock().unwrap();
+        // Forget the object once no other task waits for it.
+        if map
+            .get(&self.gfid)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            map.remove(&self.gfid);
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Sinks brought up to date.
+    pub healed: u32,
+    pub bytes: u64,
+    pub entries: u64,
+    pub split_brain: bool,
+    /// Left for later (a sink or every source is down, or gone mid-way).
+    pub deferred: bool,
+}
+
+pub(super) async fn call(b: &Brick, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+    b.x.call(cx, fop).await
+}
+
+pub(super) fn root() -> Ctx {
+    Ctx::root()
+}
+
+async fn sums(b: &Brick, gfid: Gfid, offset: u64) -> FsResult<Reply> {
+    let fop = Fop::Checksum {
+        gfid,
+        offset,
+        block: BLOCK,
+        count: CHUNK_BLOCKS,
+    };
+    call(b, &root(), fop).await
+}
+
+async fn xattr_names(b: &Brick, gfid: Gfid) -> FsResult<Vec<String>> {
+    Ok(match call(b, &root(), Fop::Listxattr { gfid }).await? {
+        Reply::Xattr(v) => v
+            .split(|&c| c == 0)
+            .filter(|n| !n.is_empty())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect(),
+        _ => vec![],
+    })
+}
+
+async fn get_xattr(b: &Brick, gfid: Gfid, name: &str) -> FsResult<Reply> {
+    let fop = Fop::Getxattr {
+        gfid,
+        name: name.to_string(),
+    };
+    call(b, &root(), fop).await
+}
+
+impl Set {
+    /// The bricks connected now, one bit each.
+    pub fn up_mask(&self) -> u32 {
+        bits(&self.up())
+    }
+
+    fn up(&self) -> Vec<usize> {
+        (0..self.bricks.len())
+            .filter(|&i| self.bricks[i].x.is_up())
+            .collect()
+    }
+
+    async fn lock(&self, gfid: Gfid, idx: &[usize]) -> Vec<usize> {
+        let mut got = Vec::new();
+        for &i in idx {
+            let lock = Fop::Lock {
+                gfid,
+                wait: true,
+                mark: None,
+            };
+            if call(&self.bricks[i], &root(), lock).await.is_ok() {
+                got.push(i);
+            }
+        }
+        got
+    }
+
+    /// Sends `fop` to each brick of `idx` at once; answers in `idx` order.
+    async fn each(&self, idx: &[usize], fop: Fop) -> Vec<(usize, FsResult<Reply>)> {
+        let calls = idx.iter().map(|&i| {
+            let fop = fop.clone();
+            async move { (i, call(&self.bricks[i], &root(), fop).await) }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    async fn unlock(&self, gfid: Gfid, idx: &[usize]) {
+        self.each(idx, Fop::Unlock { gfids: vec![gfid] }).await;
+    }
+
+    async fn stat(&self, gfid: Gfid, idx: &[usize]) -> FsResult<Vec<(usize, Attr)>> {
+        let mut out = Vec::new();
+        for (i, r) in self.each(idx, Fop::Getattr { gfid }).await {
+            match r {
+                Ok(Reply::Attr(a)) => out.push((i, a)),
+                Ok(_) => {}
+                Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the copies of `gfid` (a non-directory) all blame each other,
+    /// so that no copy can be trusted without a decision.
+    pub async fn is_split_brain(&self, gfid: Gfid) -> bool {
+        let Ok(copies) = self.stat(gfid, &self.up()).await else {
+            return false;
+        };
+        let blamed = copies.iter().fold(0, |b, (_, a)| b | a.blame);
+        // With a copy away, that copy may be the good one.
+        copies.len() == self.bricks.len()
+            && copies[0].1.kind != FileKind::Dir
+            && copies.iter().all(|(i, _)| blamed & (1 << i) != 0)
+    }
+
+    /// Heals `gfid`: see the module documentation.
+    pub async fn heal(&self, gfid: Gfid, policy: Policy) -> FsResult<Outcome> {
+        self.heal_with(gfid, policy, None).await
+    }
+
+    /// Heals `gfid` from the copy on brick `source`, whatever the blame
+    /// says (split-brain resolved by hand).
+    pub async fn heal_from(&self, gfid: Gfid, source: usize) -> FsResult<Outcome> {
+        self.heal_with(gfid, Policy::None, Some(source)).await
+    }
+
+    async fn heal_with(
+        &self,
+        gfid: Gfid,
+        policy: Policy,
+        forced: Option<usize>,
+    ) -> FsResult<Outcome> {
+        let claim = self.busy.claim(gfid).await;
+        let up = self.up();
+        let locked = self.lock(gfid, &up).await;
+        let res = self.heal_locked(gfid, &locked, policy, forced).await;
+        self.unlock(gfid, &locked).await;
+        drop(claim);
+        let (mut out, children) = res?;
+        // New subdirectories and files are healed after the directory's
+        // lock is let go: a client renaming between them takes them in
+        // gfid order, which a heal holding the parent must not reverse.
+        // Several at a time: each is mostly waiting on round trips.
+        use futures_util::stream::{self, StreamExt};
+        let mut done = stream::iter(children)
+            .map(|child| Box::pin(self.heal(child, policy)))
+            .buffer_unordered(PARALLEL);
+        while let Some(o) = done.next().await {
+            let o = o?;
+            out.entries += o.entries;
+            out.bytes += o.bytes;
+            out.deferred |= o.deferred;
+        }
+        Ok(out)
+    }
+
+    async fn heal_locked(
+        &self,
+        gfid: Gfid,
+        locked: &[usize],
+        policy: Policy,
+        forced: Option<usize>,
+    ) -> FsResult<(Outcome, Vec<Gfid>)> {
+        let mut out = Outcome::default();
+        let copies = self.stat(gfid, locked).await?;
+        if copies.is_empty() {
+            // Gone everywhere: nothing to heal, drop it from the index.
+            self.clear(gfid, locked, 0).await;
+            return Ok((out, vec![]));
+        }
+        let kind = copies[0].1.kind;
+        let all_locked = locked.len() == self.bricks.len();
+        let plan = match source::choose(&copies, self.arbiter, all_locked, policy, forced)? {
+            Choice::Defer => {
+                out.deferred = true;
+                return Ok((out, vec![]));
+            }
+            Choice::SplitBrain => {
+                out.split_brain = true;
+                return Ok((out, vec![]));
+            }
+            Choice::Heal(plan) => plan,
+        };
+        if plan.by_policy {
+            tracing::warn!(set = %self.name, %gfid, source = %self.bricks[plan.src].label, ?policy, "split-brain resolved by policy");
+        }
+        let Plan {
+            src,
+            sinks,
+            everyone,
+            blamed,
+            marks,
+            ..
+        } = &plan;
+        let src_attr = copies.iter().find(|(i, _)| i == src).unwrap().1.clone();
+        let (healed, children) = self
+            .heal_sinks(gfid, &plan, &copies, &src_attr, locked, &mut out)
+            .await;
+        out.healed = healed.len() as u32;
+        // A file's source changed while the heal ran (the lock was let go
+        // between data chunks, or a client wrote without it, as a rolling
+        // restart suggests: docs/replication.md, Limits): its changes
+        // may have missed the sink again, so nothing is cleared and the
+        // next pass looks again. (A directory's lock is held throughout,
+        // and a name merge changes the source itself.)
+        if kind == FileKind::File {
+            let now = self.stat(gfid, &[*src]).await?;
+            if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
+                out.deferred = true;
+                out.healed = 0;
+                return Ok((out, children));
+            }
+        }
+        // The blame of a sink that was not reached (down, or without the
+        // object yet: its directory's heal makes it) stays.
+        let reached = bits(&healed) | (bits(everyone) & !bits(sinks));
+        // A change of unknown outcome is settled once every copy was
+        // compared: a copy away may hold what the others lack.
+        let mut settled = 0;
+        if marks & UNSETTLED != 0 {
+            if all_locked && reached & bits(sinks) == bits(sinks) {
+                settled = UNSETTLED;
+            } else {
+                out.deferred = true;
+            }
+        }
+        // Crash window: the sinks are healed, the blame is not cleared yet.
+        fail::fail_point!("heal-before-clear");
+        self.clear(gfid, locked, (blamed & reached) | settled).await;
+        if blamed & !reached != 0 {
+            out.deferred = true;
+        }
+        Ok((out, children))
+    }
+
+    /// Heals each sink of `plan` from its source: names, data, metadata.
+    /// Returns the sinks healed, and the objects a directory's heal made
+    /// (its new children, to heal next).
+    async fn heal_sinks(
+        &self,
+        gfid: Gfid,
+        plan: &Plan,
+        copies: &[(usize, Attr)],
+        src_attr: &Attr,
+        locked: &[usize],
+        out: &mut Outcome,
+    ) -> (Vec<usize>, Vec<Gfid>) {
+        let kind = src_attr.kind;
+        let src = plan.src;
+        let mut children = Vec::new();
+        let mut healed = Vec::new();
+        for &sink in &plan.sinks {
+            let sink_attr = copies.iter().find(|(i, _)| *i == sink).unwrap().1.clone();
+            if sink_attr.kind != kind {
+                tracing::warn!(set = %self.name, %gfid, "copies of one gfid differ in type; left alone");
+                continue;
+            }
+            let r = async {
+                match kind {
+                    FileKind::Dir => {
+                        let from = match plan.conservative {
+                            true => &plan.everyone,
+                            false => &plan.sources,
+                        };
+                        let (n, new) = self
+                            .heal_entries(gfid, from, sink, plan.conservative)
+                            .await?;
+                        out.entries += n;
+                        children.extend(new);
+                    }
+                    // An arbiter gets no data.
+                    FileKind::File if Some(sink) != self.arbiter => {
+                        let pair = (src, sink);
+                        out.bytes += self
+                            .heal_data(gfid, pair, src_attr, sink_attr.size, locked)
+                            .await?;
+                    }
+                    _ => {}
+                }
+                if sink == src {
+                    return Ok(());
+                }
+                self.heal_meta(gfid, (src, sink), src_attr).await
+            }
+            .await;
+            match r {
+                Ok(()) => healed.push(sink),
+                Err(e) => {
+                    tracing::warn!(set = %self.name, %gfid, sink = %self.bricks[sink].label, "heal failed: {e}");
+                    out.deferred = true;
+                }
+            }
+        }
+        (healed, children)
+    }
+
+    async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
+        self.each(idx, Fop::Clear { gfid, unblame }).await;
+    }
+
+    /// Copies the blocks of `src` whose checksums differ on `sink`, chunk
+    /// by chunk (an empty sink is not asked for its sums, and gets no
+    /// blocks of zeros: they are holes once its size is set, as on the
+    /// source), and sets the sink's size to the source's. Answers the bytes
+    /// copied.
+    async fn heal_data(
+        &self,
+        gfid: Gfid,
+        (src, sink): (usize, usize),
+        a: &Attr,
+        sink_size: u64,
+        locked: &[usize],
+    ) -> FsResult<u64> {
+        let (s, k) = (&self.bricks[src], &self.bricks[sink]);
+        let mut copied = 0u64;
+        let mut fh = None;
+        let mut off = 0u64;
+        let res: FsResult<()> = async {
+            while off < a.size {
+                let blocks = (a.size - off)
+                    .div_ceil(BLOCK as u64)
+                    .min(CHUNK_BLOCKS as u64);
+                // Which blocks differ: all of them on an empty sink.
+                let differ: Vec<bool> = if sink_size == 0 {
+                    vec![true; blocks as usize]
+                } else {
+                    let (want, have) =
+                        futures_util::future::join(sums(s, gfid, off), sums(k, gfid, off)).await;
+                    let (Reply::Sums(want), Reply::Sums(have)) = (want?, have?) else {
+                        return Err(FsError::new(libc::EIO, "checksum answered without sums"));
+                    };
+                    want.iter()
+                        .enumerate()
+                        .map(|(n, w)| have.get(n) != Some(w))
+                        .collect()
+                };
+                for (n, _) in differ.iter().enumerate().filter(|(_, d)| **d) {
+                    let at = off + n as u64 * BLOCK as u64;
+                    let Reply::Data(data) = call(
+                        s,
+                        &root(),
+                        Fop::Read {
+                            gfid,
+                            fh: ANON_FH,
+                            offset: at,
+                            size: BLOCK,
+                        },
+                    )
+                    .await?
+                    else {
+                        return Err(FsError::new(libc::EIO, "read answered without data"));
+                    };
+                    if at >= sink_size && data.iter().all(|&b| b == 0) {
+                        continue;
+                    }
+                    let h = match fh {
+                        Some(h) => h,
+                        None => {
+                            let open = Fop::Open {
+                                gfid,
+                                flags: libc::O_WRONLY,
+                            };
+                            let Reply::Opened { fh: h } = call(k, &root(), open).await? else {
+                                return Err(FsError::new(
+                                    libc::EIO,
+                                    "open answered without a handle",
+                                ));
+                            };
+                            *fh.insert(h)
+                        }
+                    };
+                    copied += data.len() as u64;
+                    call(
+                        k,
+                        &root(),
+                        Fop::Write {
+                            gfid,
+                            fh: h,
+                            offset: at,
+                            data,
+                        },
+                    )
+                    .await?;
+                }
+                off += BLOCK as u64 * CHUNK_BLOCKS as u64;
+                if off >= a.size {
+                    break;
+                }
+                // Let an application waiting for the file have a turn.
+                self.unlock(gfid, locked).await;
+                if self.lock(gfid, locked).await.len() != locked.len() {
+                    return Err(FsError::notconn("a replica went away during heal"));
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Some(fh) = fh {
+            let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
+        }
+        res?;
+        let set = SetAttr {
+            size: Some(a.size),
+            ..Default::default()
+        };
+        call(k, &root(), Fop::Setattr { gfid, set }).await?;
+        Ok(copied)
+    }
+
+    /// Owner, mode, times and xattrs of `sink` made those of `src`.
+    async fn heal_meta(&self, gfid: Gfid, (src, sink): (usize, usize), a: &Attr) -> FsResult<()> {
+        let (s, k) = (&self.bricks[src], &self.bricks[sink]);
+        let symlink = a.kind == FileKind::Symlink;
+        let set = SetAttr {
+            mode: (!symlink).then_some(a.perm),
+            uid: Some(a.uid),
+            gid: Some(a.gid),
+            size: None,
+            atime: (!symlink).then_some(TimeSet::At(a.atime.0, a.atime.1)),
+            mtime: (!symlink).then_some(TimeSet::At(a.mtime.0, a.mtime.1)),
+        };
+        if symlink {
+            return Ok(());
+        }
+        let (want, have) =
+            futures_util::future::join(xattr_names(s, gfid), xattr_names(k, gfid)).await;
+        let (want, have) = (want?, have?);
+        for n in &want {
+            let Reply::Xattr(v) = get_xattr(s, gfid, n).await? else {
+                continue;
+            };
+            if matches!(get_xattr(k, gfid, n).await, Ok(Reply::Xattr(w)) if w == v) {
+                continue;
+            }
+            call(
+                k,
+                &root(),
+                Fop::Setxattr {
+                    gfid,
+                    name: n.clone(),
+                    value: v,
+                    flags: 0,
+                },
+            )
+            .await?;
+        }
+        for n in have.iter().filter(|n| !want.contains(n)) {
+            call(
+                k,
+                &root(),
+                Fop::Removexattr {
+                    gfid,
+                    name: n.clone(),
+                },
+            )
+            .await?;
+        }
+        // Times last: healing data and names changes them.
+        call(k, &root(), Fop::Setattr { gfid, set }).await?;
+        Ok(())
+    }
+}
+
+/// Runs `futs`, `n` at a time; answers their outputs in the order they end.
+pub(crate) async fn at_once<T>(futs: Vec<BoxFuture<'_, T>>, n: usize) -> Vec<T> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let mut todo = futs.into_iter();
+    let mut running: FuturesUnordered<_> = todo.by_ref().take(n.max(1)).collect();
+    let mut out = Vec::new();
+    while let Some(t) = running.next().await {
+        out.push(t);
+        running.extend(todo.next());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_object_is_healed_by_one_task_at_a_time() {
+        let busy = Arc::new(Busy::default());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let g = Gfid::random();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (busy, inside, most) = (busy.clone(), inside.clone(), most.clone());
+                tokio::spawn(async move {
+                    let _claim = busy.claim(g).await;
+                    let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        // Another object is not held up by the first.
+        drop(busy.claim(Gfid::random()).await);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 1);
+        assert!(busy.0.lock().unwrap().is_empty(), "claims are forgotten");
+    }
+}

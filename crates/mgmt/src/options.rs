@@ -1,0 +1,143 @@
+//! The registry of volume options: the options the translator table's
+//! rows declare (`graph::table`), each written once beside the code that
+//! reads it. `volume set` validates against it, `volume get` reports from
+//! it; a key no translator reads does not exist.
+
+use mortar_core::options::{Error, Spec};
+use mortar_graph::table;
+use std::collections::BTreeMap;
+
+pub use mortar_core::options::parse_size;
+
+/// GlusterFS's option groups (`volume set VOL group NAME`), with the
+/// options of theirs that mortar has: a user who knows the bundle by name
+/// gets what it means here. Each value is checked against its spec by the
+/// tests below.
+pub static GROUPS: &[(&str, &[(&str, &str)])] = &[
+    (
+        // Attributes and xattrs kept at the mount, under long leases.
+        "metadata-cache",
+        &[
+            ("features.cache-invalidation", "on"),
+            ("features.cache-invalidation-timeout", "600"),
+            ("performance.stat-prefetch", "on"),
+        ],
+    ),
+    (
+        // Missing names kept at the mount (the kernel's negative entries,
+        // under the same leases).
+        "nl-cache",
+        &[
+            ("features.cache-invalidation", "on"),
+            ("features.cache-invalidation-timeout", "600"),
+        ],
+    ),
+    (
+        // Databases: every write on the bricks when it returns, no caching
+        // of metadata at the mount.
+        "db-workload",
+        &[
+            ("performance.write-behind", "off"),
+            ("performance.stat-prefetch", "off"),
+            ("performance.io-cache", "off"),
+        ],
+    ),
+];
+
+/// The options a group sets, or why there is no such group.
+pub fn group(name: &str) -> Result<Vec<(String, String)>, Error> {
+    let (_, opts) = GROUPS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        let known: Vec<&str> = GROUPS.iter().map(|(n, _)| *n).collect();
+        Error::UnknownGroup {
+            name: name.to_string(),
+            known: known.join(", "),
+        }
+    })?;
+    opts.iter()
+        .map(|(k, v)| Ok((k.to_string(), validate(k, v)?)))
+        .collect()
+}
+
+/// Every option, in table order.
+pub fn all() -> Vec<&'static Spec> {
+    table::all_options().collect()
+}
+
+pub fn spec(key: &str) -> Option<&'static Spec> {
+    table::all_options().find(|o| o.key == key)
+}
+
+/// Checks a value against the option's type; returns it in canonical form.
+pub fn validate(key: &str, value: &str) -> Result<String, Error> {
+    spec(key)
+        .ok_or_else(|| Error::Unknown(key.to_string()))?
+        .validate(value)
+}
+
+/// The value in force: the volume's own setting or the default.
+pub fn effective<'a>(set: &'a BTreeMap<String, String>, key: &str) -> &'a str {
+    set.get(key)
+        .map(String::as_str)
+        .unwrap_or_else(|| spec(key).map(|s| s.default).unwrap_or(""))
+}
+
+/// Every option's value in force for a volume with these settings.
+pub fn in_force(set: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    all()
+        .into_iter()
+        .map(|o| (o.key.to_string(), effective(set, o.key).to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_is_what_the_translators_declare() {
+        assert_eq!(validate("cluster.self-heal-daemon", "yes").unwrap(), "on");
+        assert!(validate("network.ping-timeout", "0").is_err());
+        let e = validate("no.such-option", "1").unwrap_err();
+        assert_eq!(e, Error::Unknown("no.such-option".into()));
+        assert_eq!(e.to_string(), "option : no.such-option does not exist");
+        let e = validate("network.ping-timeout", "0").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadValue {
+                    key: "network.ping-timeout",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = validate("auth.allow", "10.0.0.1,no way").unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with(": 'no way' is not an address, network or host name"),
+            "{e}"
+        );
+        // Options without a translator that reads them are not accepted.
+        for inert in ["performance.quick-read", "client.ssl", "nfs.disable"] {
+            assert!(validate(inert, "on").is_err(), "{inert}");
+        }
+        assert_eq!(validate("server.ssl", "no").unwrap(), "off");
+        let mut m = BTreeMap::new();
+        assert_eq!(effective(&m, "network.ping-timeout"), "10");
+        m.insert("network.ping-timeout".into(), "5".into());
+        assert_eq!(in_force(&m)["network.ping-timeout"], "5");
+        assert_eq!(in_force(&m).len(), all().len());
+    }
+
+    #[test]
+    fn every_group_sets_options_that_exist() {
+        for (name, _) in GROUPS {
+            assert!(!group(name).unwrap().is_empty(), "{name}");
+        }
+        let e = group("virt").unwrap_err().to_string();
+        assert!(
+            e.contains("does not exist") && e.contains("metadata-cache"),
+            "{e}"
+        );
+    }
+}

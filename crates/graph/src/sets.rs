@@ -2,10 +2,49 @@
 //! (the healer, the rebalancer, a mount's metrics): the bricks of each
 //! replica set, the sets below distribute with their stable ids. The
 //! parameters they are read from are volgen's (`host`, `brick`, `arbiter`,
-//! `set-id`, `draining`), read here and in the table's factories only.
+//! `set-id`, `draining`), read here only: the table's factories read them
+//! with the same functions (`arbiter_of`, `set_ids`, `is_on`), so the
+//! healer and the rebalancer refuse what the client refuses.
 
 use super::{Graph, Node};
 use mortar_core::Child;
+
+/// A flag parameter: on only when written `on`.
+pub fn is_on(v: Option<&str>) -> bool {
+    v == Some("on")
+}
+
+/// The arbiter of a replica set of `bricks` bricks (its last), when its
+/// `arbiter` parameter is on.
+pub fn arbiter_of(arbiter: Option<&str>, bricks: usize) -> Option<usize> {
+    (is_on(arbiter) && bricks > 0).then(|| bricks - 1)
+}
+
+/// The stable ids of the sets below distribute, from each set's name and
+/// `set-id` parameter: under 2^16 and no two alike. A set without one
+/// (descriptions written by tests) is numbered by its position.
+pub fn set_ids<'a>(
+    sets: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> anyhow::Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for (i, (name, id)) in sets.enumerate() {
+        ids.push(match id {
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|&v| v < 1 << 16)
+                .ok_or_else(|| anyhow::anyhow!("{name}: bad set-id {v:?}"))?,
+            None => i as u32,
+        });
+    }
+    let mut seen = ids.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != ids.len() {
+        anyhow::bail!("two sets share an id: {ids:?}");
+    }
+    Ok(ids)
+}
 
 /// A brick of the graph: a client connection (protocol/client).
 #[derive(Clone)]
@@ -73,8 +112,7 @@ impl Graph {
                     .iter()
                     .map(|&c| BrickNode::of(&self.nodes()[c]))
                     .collect();
-                let arbiter = (r.params.get("arbiter").map(String::as_str) == Some("on"))
-                    .then(|| bricks.len() - 1);
+                let arbiter = arbiter_of(param(r, "arbiter"), bricks.len());
                 ReplicaSet {
                     name: r.name.clone(),
                     bricks,
@@ -85,27 +123,59 @@ impl Graph {
     }
 
     /// The sets below the distribute translator, in its order (a graph
-    /// without one: None). A set without an id is numbered by position,
-    /// as distribute numbers it.
-    pub fn distribute_sets(&self) -> Option<Vec<DistSet>> {
-        let dht = self.of_kind("cluster/distribute").next()?;
-        Some(
-            dht.children
+    /// without one: None), their ids read as distribute reads them.
+    pub fn distribute_sets(&self) -> anyhow::Result<Option<Vec<DistSet>>> {
+        let Some(dht) = self.of_kind("cluster/distribute").next() else {
+            return Ok(None);
+        };
+        let below: Vec<&Node> = dht.children.iter().map(|&c| &self.nodes()[c]).collect();
+        let ids = set_ids(below.iter().map(|n| (n.name.as_str(), param(n, "set-id"))))?;
+        Ok(Some(
+            below
                 .iter()
-                .enumerate()
-                .map(|(i, &c)| {
-                    let n = &self.nodes()[c];
-                    DistSet {
-                        id: n
-                            .params
-                            .get("set-id")
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(i as u32),
-                        draining: n.params.get("draining").map(String::as_str) == Some("on"),
-                        child: n.child.clone(),
-                    }
+                .zip(ids)
+                .map(|(n, id)| DistSet {
+                    id,
+                    draining: is_on(param(n, "draining")),
+                    child: n.child.clone(),
                 })
                 .collect(),
-        )
+        ))
+    }
+}
+
+fn param<'a>(n: &'a Node, key: &str) -> Option<&'a str> {
+    n.params.get(key).map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_ids_are_stable_ids_or_positions_and_never_two_alike() {
+        let ids = |v: &[Option<&'static str>]| {
+            set_ids(
+                v.iter()
+                    .enumerate()
+                    .map(|(i, id)| (["a", "b", "c"][i], *id)),
+            )
+        };
+        assert_eq!(ids(&[None, None, None]).unwrap(), [0, 1, 2]);
+        assert_eq!(ids(&[Some("7"), Some("3")]).unwrap(), [7, 3]);
+        let bad = ids(&[Some("1"), Some("x")]).unwrap_err().to_string();
+        assert_eq!(bad, "b: bad set-id \"x\"");
+        assert!(ids(&[Some("65536")]).is_err());
+        assert!(ids(&[Some("1"), Some("1")]).is_err());
+        // A position that collides with a stable id is refused too.
+        assert!(ids(&[Some("1"), None]).is_err());
+    }
+
+    #[test]
+    fn the_arbiter_is_the_last_brick_when_on() {
+        assert_eq!(arbiter_of(Some("on"), 3), Some(2));
+        assert_eq!(arbiter_of(Some("off"), 3), None);
+        assert_eq!(arbiter_of(None, 3), None);
+        assert_eq!(arbiter_of(Some("on"), 0), None);
     }
 }

@@ -6,6 +6,7 @@
 //! options. Adding a translator is its file plus one row here.
 
 use super::build::{BuildCtx, Factory};
+use super::sets;
 use mortar_core::desc::XlDesc;
 use mortar_core::options::Spec;
 use mortar_core::{Child, Xlator};
@@ -277,7 +278,7 @@ fn protocol_client(cx: &BuildCtx, _children: Vec<Child>) -> anyhow::Result<Arc<d
 }
 
 fn replicate(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
-    let arbiter = (cx.desc.param("arbiter") == Some("on")).then(|| children.len() - 1);
+    let arbiter = sets::arbiter_of(cx.desc.param("arbiter"), children.len());
     Ok(Arc::new(
         Replicate::new(cx.desc.name.clone(), children).with_arbiter(arbiter),
     ))
@@ -287,36 +288,19 @@ fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xla
     if children.is_empty() {
         anyhow::bail!("{}: distribute needs children", cx.desc.name);
     }
-    // Stable set ids and the layout generation, as volgen writes them;
-    // a description without them (tests) numbers the sets in order.
-    let mut ids = Vec::new();
-    for (i, d) in cx.desc.children.iter().enumerate() {
-        ids.push(match d.param("set-id") {
-            Some(v) => v
-                .parse::<u32>()
-                .ok()
-                .filter(|&v| v < 1 << 16)
-                .ok_or_else(|| anyhow::anyhow!("{}: bad set-id {v:?}", d.name))?,
-            None => i as u32,
-        });
-    }
-    let mut seen = ids.clone();
-    seen.sort_unstable();
-    seen.dedup();
-    if seen.len() != ids.len() {
-        anyhow::bail!("{}: two sets share an id", cx.desc.name);
-    }
+    // Stable set ids and the layout generation, as volgen writes them.
+    let below = &cx.desc.children;
+    let ids = sets::set_ids(below.iter().map(|d| (d.name.as_str(), d.param("set-id"))))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cx.desc.name))?;
     let commit = match cx.desc.param("layout-commit") {
         Some(v) => v
             .parse()
             .map_err(|_| anyhow::anyhow!("{}: bad layout-commit {v:?}", cx.desc.name))?,
         None => 1,
     };
-    let draining = cx
-        .desc
-        .children
+    let draining = below
         .iter()
-        .map(|d| d.param("draining") == Some("on"))
+        .map(|d| sets::is_on(d.param("draining")))
         .collect();
     Ok(Arc::new(
         Distribute::with_sets(cx.desc.name.clone(), children, ids, commit).with_draining(draining),

@@ -191,7 +191,7 @@ impl Rebalancer {
         owns: &[u32],
     ) -> anyhow::Result<Arc<Rebalancer>> {
         let graph = Graph::build(desc, env)?;
-        let below = graph.distribute_sets().ok_or_else(|| {
+        let below = graph.distribute_sets()?.ok_or_else(|| {
             anyhow::anyhow!("volume {} has no distribute translator", desc.volume)
         })?;
         let sets: Vec<Child> = below.iter().map(|s| s.child.clone()).collect();

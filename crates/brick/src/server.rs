@@ -167,19 +167,22 @@ async fn serve_conn(
             Err(e) => break Err(e),
         };
         match msg {
-            Msg::Call { id, fop, .. } if grant.read_only && changes(&fop) => {
-                let e =
-                    mortar_core::FsError::new(libc::EROFS, "this client's credential is read-only");
-                answer(&tx, id, fop.name(), &tracing::Span::none(), Err(e)).await;
-            }
             Msg::Call { id, mut cx, fop } => {
-                if !internal {
-                    squash.apply(&mut cx, grant.identity);
-                }
                 let name = fop.name();
                 // A request's lines name it as the client does (its call
                 // number on this connection).
                 let span = tracing::debug_span!("call", call = id, fop = name, gfid = %fop.gfid());
+                if grant.read_only && changes(&fop) {
+                    let e = mortar_core::FsError::new(
+                        libc::EROFS,
+                        "this client's credential is read-only",
+                    );
+                    answer(&tx, id, &span, Err(e)).await;
+                    continue;
+                }
+                if !internal {
+                    squash.apply(&mut cx, grant.identity);
+                }
                 let (top, conn, tx2) = (top.clone(), conn.clone(), tx.clone());
                 let traced = span.clone();
                 let mut call =
@@ -187,11 +190,11 @@ async fn serve_conn(
                 // Polled once here: most requests are answered at once.
                 let first = std::future::poll_fn(|w| Poll::Ready(call.as_mut().poll(w))).await;
                 match first {
-                    Poll::Ready(result) => answer(&tx, id, name, &span, result).await,
+                    Poll::Ready(result) => answer(&tx, id, &span, result).await,
                     Poll::Pending => {
                         tokio::spawn(async move {
                             let result = call.await;
-                            answer(&tx2, id, name, &span, result).await;
+                            answer(&tx2, id, &span, result).await;
                         });
                     }
                 }
@@ -375,13 +378,13 @@ async fn refuse(wr: &mut (impl tokio::io::AsyncWrite + Unpin), reason: String) -
 async fn answer(
     tx: &mpsc::Sender<wire::Frame>,
     id: u64,
-    name: &'static str,
     span: &tracing::Span,
     result: mortar_core::FsResult<mortar_core::Reply>,
 ) {
+    // The call's span names it: the call number, the fop, the gfid.
     span.in_scope(|| match &result {
-        Ok(_) => tracing::debug!(call = id, fop = name, "answered"),
-        Err(e) => tracing::debug!(call = id, fop = name, "failed: {e}"),
+        Ok(_) => tracing::debug!("answered"),
+        Err(e) => tracing::debug!("failed: {e}"),
     });
     let _ = tx.send(wire::encode(&Msg::Answer { id, result })).await;
 }

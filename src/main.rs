@@ -58,6 +58,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    let json = cli.json;
     let res = match cli.cmd {
         Cmd::Daemon(ref a) => {
             mortar::process::init_logs();
@@ -135,7 +136,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e:#}");
-            ExitCode::FAILURE
+            if json {
+                println!("{}", mortar::cli::json_failure(&e));
+            }
+            ExitCode::from(mortar::cli::exit_code(&e))
         }
     }
 }

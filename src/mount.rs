@@ -324,9 +324,9 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
             match rpc::call(m, &Request::GetVolDesc { name: vol.clone() }).await {
                 Ok(Response::VolDesc(d)) => return Ok(d),
                 // The volume's own answer (not started, no such volume).
-                Ok(Response::Err(e)) => return Err(anyhow::anyhow!("{e}")),
+                Ok(Response::Err(e)) => return Err(anyhow::Error::new(e)),
                 Ok(other) => why.push(format!("{m}: unexpected answer {other:?}")),
-                Err(e) => why.push(e),
+                Err(e) => why.push(e.message),
             }
         }
         Err(anyhow::anyhow!("{}", why.join("; ")))

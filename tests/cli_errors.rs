@@ -86,6 +86,33 @@ fn bad_volume_commands_are_refused_and_change_nothing() {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         c.refused(&a, want, &before);
     }
+    // Each kind of failure has its exit code (docs/operations.md), and
+    // `--json` says which kind it was.
+    let code = |args: &[&str]| c.cli(args).status.code();
+    assert_eq!(code(&["volume", "start", "gv0"]), Some(1), "a refusal");
+    assert_eq!(
+        code(&["volume", "rebalance", "gv0", "bogus"]),
+        Some(2),
+        "usage"
+    );
+    assert_eq!(code(&["volume", "info", "nosuch"]), Some(3), "not found");
+    let o = c.cli(&["--json", "volume", "info", "nosuch"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    assert_eq!(j["kind"], "not-found", "{j}");
+    assert_eq!(j["exit"], 3, "{j}");
+    assert!(j["message"]
+        .as_str()
+        .unwrap()
+        .contains("Volume nosuch does not exist"));
+    let away = std::process::Command::new(BIN)
+        .env("MORTAR_CREDENTIAL", c.credential())
+        .args(["--server", "127.0.0.1:1", "--json", "volume", "info"])
+        .output()
+        .unwrap();
+    assert_eq!(away.status.code(), Some(5), "unreachable");
+    let j: serde_json::Value = serde_json::from_slice(&away.stdout).unwrap();
+    assert_eq!(j["concerns"], "127.0.0.1:1", "{j}");
     // Nothing was created on disk for refused volumes.
     assert!(!c.path("n1").exists());
     assert!(!c.path("n9").exists());

@@ -38,7 +38,7 @@ fn main() -> ExitCode {
     let cli = if args.next().is_some_and(|a| a == "--standby") {
         let argv: Vec<String> = match mortar::brickd::standby_args() {
             None => return ExitCode::SUCCESS,
-            Some(Err(e)) => return offline(&e),
+            Some(Err(e)) => return offline(&e.to_string()),
             Some(Ok(more)) => std::iter::once(program).chain(more).collect(),
         };
         match Cli::try_parse_from(&argv) {

@@ -140,11 +140,13 @@ fn go_offline(reason: &str) -> ! {
 /// (`mortar-brick --standby`): the daemon writes them on its standard
 /// input, as one JSON list of strings, when it has a brick to start.
 /// None at the end of the input: the daemon went away first.
-pub fn standby_args() -> Option<Result<Vec<String>, String>> {
+pub fn standby_args() -> Option<anyhow::Result<Vec<String>>> {
     let mut line = String::new();
     match std::io::stdin().read_line(&mut line) {
         Ok(0) | Err(_) => None,
-        Ok(_) => Some(serde_json::from_str(&line).map_err(|e| format!("bad arguments: {e}"))),
+        Ok(_) => {
+            Some(serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("bad arguments: {e}")))
+        }
     }
 }
 
@@ -267,7 +269,7 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     rustix::process::umask(rustix::fs::Mode::empty());
     let path = cfg.path.as_path();
     if let Err(reason) = check_volume_id(path, &cfg.volume_id) {
-        go_offline(&reason);
+        go_offline(&reason.to_string());
     }
     let posix = match Posix::open(path) {
         Ok(p) => Arc::new(p),
@@ -461,20 +463,20 @@ async fn listen(
     }
 }
 
-fn check_volume_id(path: &Path, volume_id: &str) -> Result<(), String> {
+fn check_volume_id(path: &Path, volume_id: &str) -> anyhow::Result<()> {
     let mut buf = [0u8; 64];
     let n = rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut buf[..]).map_err(|e| {
-        format!(
+        anyhow::anyhow!(
             "brick {}: no volume id ({e}); was the volume created, is the brick's file system mounted?",
             path.display()
         )
     })?;
     let found = String::from_utf8_lossy(&buf[..n]).to_string();
     if found != volume_id {
-        return Err(format!(
+        anyhow::bail!(
             "brick {} belongs to volume id {found}, not {volume_id}",
             path.display()
-        ));
+        );
     }
     Ok(())
 }

@@ -1,12 +1,12 @@
 //! The bricks of a volume: `volume add-brick`, `remove-brick`,
 //! `replace-brick` and `reset-brick`, in GlusterFS's grammar.
 
-use super::{ask, fail, rebalance, Out, Server};
+use super::{ask, fail, rebalance, usage, Out, Server, Usage};
 use crate::mgmt::rpc::{self, Request};
 
 /// `add-brick`'s arguments after the volume name: `[replica N] BRICK...
 /// [force]`.
-pub fn parse_add_brick(args: &[String]) -> Result<(Option<usize>, Vec<String>, bool), String> {
+pub fn parse_add_brick(args: &[String]) -> Result<(Option<usize>, Vec<String>, bool), Usage> {
     let mut args = args;
     let mut replica = None;
     if args.first().map(String::as_str) == Some("replica") {
@@ -27,7 +27,8 @@ pub fn parse_add_brick(args: &[String]) -> Result<(Option<usize>, Vec<String>, b
     {
         return Err(format!(
             "'{w}' is not a brick: add-brick takes [replica N] HOST:/PATH... [force]"
-        ));
+        )
+        .into());
     }
     if bricks.is_empty() {
         return Err("no bricks given: use HOST:/PATH".into());
@@ -42,7 +43,7 @@ pub(super) async fn add(
     args: &[String],
 ) -> anyhow::Result<()> {
     let (replica, bricks, force) =
-        parse_add_brick(args).map_err(|e| fail("volume add-brick", &name, &e))?;
+        parse_add_brick(args).map_err(|e| usage("volume add-brick", &name, e))?;
     let r = ask(
         server,
         Request::VolumeAddBrick {

@@ -2,7 +2,7 @@
 //! | split-brain (bigger-file|latest-mtime) FILE | split-brain source-brick
 //! HOST:PATH [FILE]]`, in GlusterFS's words and layout.
 
-use super::{ask, fail, unexpected, Out, Server};
+use super::{ask, refused, unexpected, usage, Out, Server, Usage};
 use crate::mgmt::rpc::{HealOp, HealReport, Request, Response};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ pub(super) async fn run(
     wait: bool,
     timeout: Option<u64>,
 ) -> anyhow::Result<()> {
-    let op = parse(args).map_err(|e| fail("volume heal", &name, &e))?;
+    let op = parse(args).map_err(|e| usage("volume heal", &name, e))?;
     let req = Request::Heal {
         name: name.clone(),
         op: op.clone(),
@@ -34,7 +34,7 @@ pub(super) async fn run(
 const USAGE: &str = "Usage: volume heal <VOLNAME> [full | statistics | info [summary | split-brain] | \
 split-brain {bigger-file <FILE> | latest-mtime <FILE> | source-brick <HOSTNAME:BRICKNAME> [<FILE>]}]";
 
-pub fn parse(args: &[String]) -> Result<HealOp, String> {
+pub fn parse(args: &[String]) -> Result<HealOp, Usage> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     Ok(match a.as_slice() {
         [] => HealOp::Index,
@@ -50,7 +50,7 @@ pub fn parse(args: &[String]) -> Result<HealOp, String> {
         },
         ["split-brain", "source-brick", brick, rest @ ..] if rest.len() <= 1 => {
             if !brick.contains(":/") {
-                return Err(format!("{brick}: a brick is HOST:/PATH\n{USAGE}"));
+                return Err(format!("{brick}: a brick is HOST:/PATH\n{USAGE}").into());
             }
             HealOp::SplitBrain {
                 how: "source-brick".into(),
@@ -58,7 +58,7 @@ pub fn parse(args: &[String]) -> Result<HealOp, String> {
                 source: Some(brick.to_string()),
             }
         }
-        _ => return Err(USAGE.to_string()),
+        _ => return Err(USAGE.to_string().into()),
     })
 }
 
@@ -168,7 +168,7 @@ pub async fn wait(server: &Server, name: &str, timeout: Option<u64>) -> anyhow::
         };
         let rep = match super::ask(server, req).await? {
             Response::Heal(r) => r,
-            Response::Err(e) => anyhow::bail!("volume heal: {name}: failed: {e}"),
+            Response::Err(e) => return Err(refused("volume heal", name, e)),
             other => anyhow::bail!("unexpected answer {other:?}"),
         };
         let n = pending(&rep);
@@ -198,7 +198,7 @@ pub async fn wait(server: &Server, name: &str, timeout: Option<u64>) -> anyhow::
 mod tests {
     use super::*;
 
-    fn p(s: &str) -> Result<HealOp, String> {
+    fn p(s: &str) -> Result<HealOp, Usage> {
         parse(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
     }
 

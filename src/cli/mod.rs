@@ -17,6 +17,7 @@ mod rebalance;
 mod volume;
 
 use crate::brickd::BrickArgs;
+use crate::mgmt::error::Error;
 use crate::mgmt::rpc::{self, Request, Response};
 use crate::mgmt::DEFAULT_MGMT_PORT;
 use clap::{Args, Parser, Subcommand};
@@ -154,11 +155,75 @@ fn fail(what: &str, name: &str, msg: &str) -> anyhow::Error {
     }
 }
 
+/// A command line the CLI's own grammar refuses (clap checked the rest
+/// before): the message says what to write instead. Exit code 2, as for
+/// a line clap refuses.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);
+
+impl From<String> for Usage {
+    fn from(why: String) -> Usage {
+        Usage(why)
+    }
+}
+
+impl From<&str> for Usage {
+    fn from(why: &str) -> Usage {
+        Usage(why.to_string())
+    }
+}
+
+/// A command line refused, printed as `fail` prints.
+fn usage(what: &str, name: &str, e: Usage) -> anyhow::Error {
+    let context = if name.is_empty() {
+        format!("{what}: failed")
+    } else {
+        format!("{what}: {name}: failed")
+    };
+    anyhow::Error::new(e).context(context)
+}
+
+/// A daemon's refusal, printed as `fail` prints, and kept whole in the
+/// error's chain: its kind is the exit code (`exit_code`).
+fn refused(what: &str, name: &str, e: Error) -> anyhow::Error {
+    let context = if name.is_empty() {
+        format!("{what}: failed")
+    } else {
+        format!("{what}: {name}: failed")
+    };
+    anyhow::Error::new(e).context(context)
+}
+
+/// The exit code of a command that failed: the kind of the management
+/// error behind it (docs/operations.md), else 1.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<Usage>()) {
+        return 2;
+    }
+    e.chain()
+        .find_map(|c| c.downcast_ref::<Error>())
+        .map_or(1, |e| e.kind.exit_code())
+}
+
+/// A failed command as `--json` prints it: the whole message, and the
+/// kind and what it concerns when a daemon said why.
+pub fn json_failure(e: &anyhow::Error) -> serde_json::Value {
+    let mgmt = e.chain().find_map(|c| c.downcast_ref::<Error>());
+    serde_json::json!({
+        "result": "failed",
+        "message": format!("{e:#}"),
+        "kind": mgmt.map(|m| m.kind),
+        "concerns": mgmt.and_then(|m| m.concerns.clone()),
+        "exit": exit_code(e),
+    })
+}
+
 /// An answer other than the one asked for: the server's refusal, or
 /// what it said instead.
 fn unexpected(what: &str, name: &str, answer: Response) -> anyhow::Error {
     match answer {
-        Response::Err(e) => fail(what, name, &e),
+        Response::Err(e) => refused(what, name, e),
         other => fail(what, name, &format!("unexpected answer {other:?}")),
     }
 }
@@ -184,7 +249,7 @@ async fn ask(server: &Server, req: Request) -> anyhow::Result<Response> {
     };
     rpc::call(&rpc::mgmt_addr(&server.host, DEFAULT_MGMT_PORT), &req)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        .map_err(anyhow::Error::new)
 }
 
 impl Out {

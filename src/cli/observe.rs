@@ -2,7 +2,7 @@
 //! status NAME clients|detail|mem|inode|fd`, printed as GlusterFS prints
 //! them (or as JSON with `--json`).
 
-use super::{ask, fail, format, unexpected, Out, Server};
+use super::{ask, fail, format, refused, unexpected, usage, Out, Server, Usage};
 use crate::brick::profile::{FopStat, Interval, ProfileReport, TopEntry, TopReport, TOP_LIST};
 use crate::mgmt::rpc::{BrickReport, ProfileOp, Request, Response};
 use crate::process::status::{human, BrickDetail};
@@ -53,7 +53,7 @@ pub(super) async fn top(
     args: &[String],
 ) -> anyhow::Result<()> {
     let what = "volume top";
-    let (brick, count) = parse_top_args(args).map_err(|e| fail(what, name, &e))?;
+    let (brick, count) = parse_top_args(args).map_err(|e| usage(what, name, e))?;
     let req = Request::VolumeTop {
         name: name.to_string(),
         brick,
@@ -75,7 +75,7 @@ pub(super) async fn top(
             }
             Ok(())
         }
-        Response::Err(e) => Err(fail(what, name, &e)),
+        Response::Err(e) => Err(refused(what, name, e)),
         other => Err(fail(what, name, &format!("unexpected answer {other:?}"))),
     }
 }
@@ -295,7 +295,7 @@ fn brick_clients_json(details: &[BrickReport<BrickDetail>]) -> serde_json::Value
 }
 
 /// `[brick HOST:/PATH] [list-cnt N]`, in either order.
-fn parse_top_args(args: &[String]) -> Result<(Option<String>, usize), String> {
+fn parse_top_args(args: &[String]) -> Result<(Option<String>, usize), Usage> {
     let (mut brick, mut count) = (None, 10);
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -310,9 +310,9 @@ fn parse_top_args(args: &[String]) -> Result<(Option<String>, usize), String> {
                     .ok_or(format!("list-cnt must be a number from 1 to {TOP_LIST}"))?
             }
             other => {
-                return Err(format!(
-                    "unknown argument {other}: brick HOST:/PATH or list-cnt N"
-                ))
+                return Err(
+                    format!("unknown argument {other}: brick HOST:/PATH or list-cnt N").into(),
+                )
             }
         }
     }

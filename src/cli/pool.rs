@@ -2,7 +2,7 @@
 //! and the credentials of the pool's administrators and of a volume's
 //! clients (`pool credentials`, `volume credentials`).
 
-use super::{ask, fail, format, unexpected, Out, Server};
+use super::{ask, fail, format, unexpected, Out, Server, Usage};
 use crate::mgmt::rpc::{self, Request, Response};
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -209,12 +209,12 @@ fn write_credential(f: &std::path::Path, pem: &str, replace: bool) -> std::io::R
 }
 
 /// `UID` or `UID:GID`, numbers.
-fn parse_identity(s: &str) -> Result<(u32, u32), String> {
+fn parse_identity(s: &str) -> Result<(u32, u32), Usage> {
     let num = |n: &str| {
         n.parse::<u32>()
             .ok()
             .filter(|&n| n != u32::MAX)
-            .ok_or_else(|| format!("{n:?} is not a uid or gid (a number)"))
+            .ok_or_else(|| Usage(format!("{n:?} is not a uid or gid (a number)")))
     };
     match s.split_once(':') {
         Some((u, g)) => Ok((num(u)?, num(g)?)),

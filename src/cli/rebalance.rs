@@ -1,7 +1,7 @@
 //! `volume rebalance NAME [fix-layout] start | stop | status [--wait]`,
 //! and the status of `volume remove-brick`, which is a rebalance too.
 
-use super::{ask, fail, Out, Server};
+use super::{ask, fail, refused, usage, Out, Server, Usage};
 use crate::mgmt::rpc::{RebalanceOp, Request, Response};
 use crate::mgmt::state::{Task, TaskKind, TaskStatus};
 use crate::rebalance::Progress;
@@ -14,7 +14,7 @@ pub enum Asked {
     Status,
 }
 
-pub fn parse(args: &[String]) -> Result<Asked, String> {
+pub fn parse(args: &[String]) -> Result<Asked, Usage> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     Ok(match words.as_slice() {
         ["start"] | ["start", "force"] => Asked::Change(RebalanceOp::Start { migrate: true }),
@@ -25,7 +25,8 @@ pub fn parse(args: &[String]) -> Result<Asked, String> {
             return Err(format!(
                 "'{}': use rebalance NAME {{start [force] | fix-layout start | stop | status}}",
                 args.join(" ")
-            ))
+            )
+            .into())
         }
     })
 }
@@ -39,7 +40,7 @@ pub(super) async fn run(
     wait: bool,
 ) -> anyhow::Result<()> {
     let kinds = kinds(false);
-    match parse(args).map_err(|e| fail("volume rebalance", &name, &e))? {
+    match parse(args).map_err(|e| usage("volume rebalance", &name, e))? {
         Asked::Status if wait => self::wait(server, &name, kinds).await,
         Asked::Status => status(server, &name, out.json, kinds).await,
         Asked::Change(op) => {
@@ -75,7 +76,7 @@ async fn last(server: &Server, name: &str, kinds: &[TaskKind]) -> anyhow::Result
             .into_iter()
             .next()
             .and_then(|v| v.tasks.into_iter().rev().find(|t| kinds.contains(&t.kind)))),
-        Response::Err(e) => Err(fail("volume rebalance", name, &e)),
+        Response::Err(e) => Err(refused("volume rebalance", name, e)),
         other => Err(fail("volume rebalance", name, &format!("{other:?}"))),
     }
 }
@@ -242,7 +243,7 @@ pub async fn wait(server: &Server, name: &str, kinds: &[TaskKind]) -> anyhow::Re
 mod tests {
     use super::*;
 
-    fn p(s: &str) -> Result<Asked, String> {
+    fn p(s: &str) -> Result<Asked, Usage> {
         parse(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
     }
 

@@ -4,7 +4,9 @@
 //! credentials).
 
 use super::pool::{self, CredentialCmd};
-use super::{ask, bricks, fail, format, heal, observe, rebalance, unexpected, Out, Server};
+use super::{
+    ask, bricks, fail, format, heal, observe, rebalance, unexpected, usage, Out, Server, Usage,
+};
 use crate::mgmt::options;
 use crate::mgmt::rpc::{Request, Response};
 use clap::Subcommand;
@@ -253,7 +255,7 @@ pub(super) async fn run(server: &Server, out: &Out, cmd: VolumeCmd) -> anyhow::R
 }
 
 async fn create(server: &Server, out: &Out, name: String, args: &[String]) -> anyhow::Result<()> {
-    let a = parse_create(args).map_err(|e| fail("volume create", &name, &e))?;
+    let a = parse_create(args).map_err(|e| usage("volume create", &name, e))?;
     let r = ask(
         server,
         Request::VolumeCreate {
@@ -348,7 +350,7 @@ pub struct CreateArgs {
 }
 
 /// Parses GlusterFS's `volume create` words after the name.
-pub fn parse_create(args: &[String]) -> Result<CreateArgs, String> {
+pub fn parse_create(args: &[String]) -> Result<CreateArgs, Usage> {
     let mut replica = 1;
     let mut arbiter = 0;
     let mut transport = "tcp".to_string();
@@ -377,13 +379,13 @@ pub fn parse_create(args: &[String]) -> Result<CreateArgs, String> {
             "arbiter" => {
                 let n = args.get(i + 1).ok_or("arbiter needs a count (1)")?;
                 if n != "1" {
-                    return Err(format!("arbiter count must be 1, not {n}"));
+                    return Err(format!("arbiter count must be 1, not {n}").into());
                 }
                 arbiter = 1;
                 i += 2;
             }
             "disperse" | "redundancy" | "stripe" => {
-                return Err(format!("'{}' volumes are not supported yet", args[i]));
+                return Err(format!("'{}' volumes are not supported yet", args[i]).into());
             }
             "force" if i == args.len() - 1 => {
                 force = true;

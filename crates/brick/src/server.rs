@@ -9,6 +9,7 @@
 use crate::{Conn, Notice, Stack};
 use mortar_protocol::admit;
 use mortar_protocol::auth::{Grant, Rules, Squash};
+use mortar_protocol::refusal::Refusal;
 use mortar_protocol::tls;
 use mortar_protocol::wire::{self, Msg};
 use mortar_storage::posix::FdTable;
@@ -233,7 +234,7 @@ async fn handshake<R, W>(
     brick: &str,
     auth: &mut watch::Receiver<Rules>,
     key: &Option<Arc<str>>,
-) -> std::io::Result<Result<(bool, Grant, Squash), String>>
+) -> std::io::Result<Result<(bool, Grant, Squash), Refusal>>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -295,7 +296,7 @@ where
             } else {
                 format!("this brick exports {brick}, not {want}")
             };
-            Ok(Err(reason))
+            Ok(Err(Refusal(reason)))
         }
         _ => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -316,7 +317,7 @@ async fn admits(
     internal: bool,
     ip: std::net::IpAddr,
     open: bool,
-) -> Result<Grant, String> {
+) -> Result<Grant, Refusal> {
     if plain && rules.tls {
         return Err("server.ssl is on, and this client is in the clear".into());
     }
@@ -345,7 +346,7 @@ async fn admits(
         _ => Grant::default(),
     };
     match rules.refuses(ip).await {
-        Some(reason) => Err(reason),
+        Some(reason) => Err(Refusal(reason)),
         None => Ok(grant),
     }
 }
@@ -361,7 +362,10 @@ fn changes(fop: &mortar_core::Fop) -> bool {
 
 /// Refuses a handshake: tells the client why, and returns the error that
 /// ends the connection.
-async fn refuse(wr: &mut (impl tokio::io::AsyncWrite + Unpin), reason: String) -> std::io::Error {
+async fn refuse(
+    wr: &mut (impl tokio::io::AsyncWrite + Unpin),
+    Refusal(reason): Refusal,
+) -> std::io::Error {
     let told = wire::write_frame(
         wr,
         &Msg::Refused {

@@ -16,7 +16,7 @@ use futures_util::future::BoxFuture;
 use mortar_core::clock::unix_secs;
 use mortar_core::desc::VolDesc;
 use mortar_core::fop::FileKind;
-use mortar_core::{Ctx, Fop, FsResult, Gfid, Reply};
+use mortar_core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
 use mortar_graph::{Env, Graph};
 use mortar_xlators::cluster::replicate::options::FAVORITE_CHILD_POLICY;
 use object::{Brick, Outcome, Policy, Set};
@@ -498,7 +498,7 @@ impl Healer {
         gfid: Option<Gfid>,
         how: &str,
         source: Option<&str>,
-    ) -> Result<usize, String> {
+    ) -> FsResult<usize> {
         let targets: Vec<Gfid> = match gfid {
             Some(g) => vec![g],
             None => {
@@ -533,7 +533,7 @@ impl Healer {
                         break;
                     }
                     Ok(_) => {}
-                    Err(e) => return Err(format!("{}: {e}", show(g))),
+                    Err(e) => return Err(FsError::new(e.errno, format!("{}: {e}", show(g)))),
                 }
             }
         }
@@ -541,11 +541,12 @@ impl Healer {
     }
 
     /// The gfid of a path in the volume (for `split-brain … FILE`).
-    pub async fn gfid_of(&self, path: &str) -> Result<Gfid, String> {
+    /// Its error's message (`msg`) says what is wrong with the path.
+    pub async fn gfid_of(&self, path: &str) -> FsResult<Gfid> {
         let mut g = Gfid::ROOT;
         for comp in path.split('/').filter(|c| !c.is_empty()) {
-            let name =
-                mortar_core::Name::new(comp.as_bytes().to_vec()).map_err(|e| e.to_string())?;
+            let name = mortar_core::Name::new(comp.as_bytes().to_vec())
+                .map_err(|e| FsError::new(e.errno, e.to_string()))?;
             let mut found = None;
             'sets: for set in &self.sets {
                 for b in set.bricks.iter().filter(|b| b.x.is_up()) {
@@ -564,7 +565,12 @@ impl Healer {
                     }
                 }
             }
-            g = found.ok_or_else(|| format!("{path}: no such file in volume {}", self.volume))?;
+            g = found.ok_or_else(|| {
+                FsError::new(
+                    libc::ENOENT,
+                    format!("{path}: no such file in volume {}", self.volume),
+                )
+            })?;
         }
         Ok(g)
     }

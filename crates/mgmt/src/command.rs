@@ -8,6 +8,7 @@
 use super::state::{
     Brick, ClusterState, IssuedCredential, Task, TaskKind, TaskRow, TaskStatus, VolStatus, Volume,
 };
+use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -218,23 +219,23 @@ impl Command {
 
     /// Makes the change to `st`, or says why it cannot be made there (and
     /// leaves `st` as it was).
-    pub fn apply(&self, st: &mut ClusterState) -> Result<(), String> {
+    pub fn apply(&self, st: &mut ClusterState) -> Result<(), Error> {
         match (self, self.volume()) {
             (Command::AddVolume(v), _) => {
                 if st.volumes.contains_key(&v.name) {
-                    return Err(format!("Volume {} already exists", v.name));
+                    return Err(format!("Volume {} already exists", v.name).into());
                 }
                 st.volumes.insert(v.name.clone(), Arc::new(v.clone()));
                 Ok(())
             }
             (Command::RemoveVolume { .. }, Some(name)) => match st.volumes.remove(name) {
                 Some(_) => Ok(()),
-                None => Err(format!("Volume {name} does not exist")),
+                None => Err(Error::not_found(format!("Volume {name} does not exist"))),
             },
             (_, Some(name)) => {
                 let v = st
                     .volume_mut(name)
-                    .ok_or_else(|| format!("Volume {name} does not exist"))?;
+                    .ok_or_else(|| Error::not_found(format!("Volume {name} does not exist")))?;
                 self.apply_to_volume(v)
             }
             (_, None) => self.apply_to_pool(st),
@@ -242,14 +243,15 @@ impl Command {
     }
 
     /// The pool's own records: administrators and certificates.
-    fn apply_to_pool(&self, st: &mut ClusterState) -> Result<(), String> {
+    fn apply_to_pool(&self, st: &mut ClusterState) -> Result<(), Error> {
         match self {
             Command::AddOperator(credential) => {
                 if st.operators.iter().any(|c| c.name == credential.name) {
                     return Err(format!(
                         "The pool already has a credential named {}",
                         credential.name
-                    ));
+                    )
+                    .into());
                 }
                 st.operators.push(credential.clone());
             }
@@ -257,7 +259,7 @@ impl Command {
                 let before = st.operators.len();
                 st.operators.retain(|c| &c.name != name);
                 if st.operators.len() == before {
-                    return Err(format!("The pool has no credential named {name}"));
+                    return Err(format!("The pool has no credential named {name}").into());
                 }
             }
             Command::SetCerts {
@@ -297,7 +299,7 @@ impl Command {
     }
 
     /// A change of volume `v`.
-    fn apply_to_volume(&self, v: &mut Volume) -> Result<(), String> {
+    fn apply_to_volume(&self, v: &mut Volume) -> Result<(), Error> {
         let name = v.name.clone();
         match self {
             Command::SetStatus { status, .. } => {
@@ -329,7 +331,8 @@ impl Command {
                     return Err(format!(
                         "Volume {name} already has a credential named {}",
                         credential.name
-                    ));
+                    )
+                    .into());
                 }
                 v.credentials.push(credential.clone());
             }
@@ -337,7 +340,7 @@ impl Command {
                 let before = v.credentials.len();
                 v.credentials.retain(|c| &c.name != cred);
                 if v.credentials.len() == before {
-                    return Err(format!("Volume {name} has no credential named {cred}"));
+                    return Err(format!("Volume {name} has no credential named {cred}").into());
                 }
             }
             Command::RotateCredential {
@@ -362,14 +365,14 @@ impl Command {
 
     /// A change of the bricks of volume `v` (each bumps its version, or
     /// refuses, as the volume's own method says).
-    fn apply_to_bricks(&self, v: &mut Volume) -> Result<(), String> {
+    fn apply_to_bricks(&self, v: &mut Volume) -> Result<(), Error> {
         match self {
             Command::AddBricks {
                 replica, bricks, ..
             } => v.add_bricks(*replica, bricks),
             Command::SetDraining { sets, .. } => {
                 if sets.iter().any(|s| !v.set_ids().contains(s)) {
-                    return Err(format!("volume {} has no such replica set", v.name));
+                    return Err(format!("volume {} has no such replica set", v.name).into());
                 }
                 if !sets.is_empty() {
                     v.raise_layout_commit();
@@ -401,7 +404,7 @@ fn rotate(
     fingerprint: &str,
     issued: u64,
     missing: impl FnOnce() -> String,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let c = list
         .iter_mut()
         .find(|c| c.name == name)
@@ -427,7 +430,7 @@ fn set_task(tasks: &mut Vec<Task>, task: &Task) {
 }
 
 /// One server's share of task `task` (see `Command::SetTaskRow`).
-fn set_task_row(v: &mut Volume, task: &str, row: &TaskRow) -> Result<(), String> {
+fn set_task_row(v: &mut Volume, task: &str, row: &TaskRow) -> Result<(), Error> {
     let name = &v.name;
     let t = v
         .tasks
@@ -444,7 +447,8 @@ fn set_task_row(v: &mut Volume, task: &str, row: &TaskRow) -> Result<(), String>
             "the share of {} in task {task} ended already ({})",
             row.host,
             r.status.as_str()
-        ));
+        )
+        .into());
     }
     *r = row.clone();
     if t.settle() && t.kind != TaskKind::FixLayout {
@@ -462,7 +466,7 @@ fn set_task_row(v: &mut Volume, task: &str, row: &TaskRow) -> Result<(), String>
 }
 
 /// `rebalance stop`: the rows of `task` still in progress stop.
-fn stop_task(v: &mut Volume, task: &str) -> Result<(), String> {
+fn stop_task(v: &mut Volume, task: &str) -> Result<(), Error> {
     let t = v
         .tasks
         .iter_mut()
@@ -574,7 +578,10 @@ mod tests {
         add("laptop").apply(&mut st).unwrap();
         assert_eq!(st.volumes["a"].version, 2, "bricks see the change");
         let e = add("laptop").apply(&mut st).unwrap_err();
-        assert!(e.contains("already has a credential named laptop"), "{e}");
+        assert!(
+            e.message.contains("already has a credential named laptop"),
+            "{e}"
+        );
         add("reader").apply(&mut st).unwrap();
         let revoke = |name: &str| Command::RevokeCredential {
             volume: "a".into(),

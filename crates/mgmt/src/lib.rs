@@ -5,6 +5,7 @@ pub mod authority;
 pub mod command;
 pub mod consensus;
 pub mod daemon;
+pub mod error;
 pub mod options;
 pub mod rpc;
 pub mod state;

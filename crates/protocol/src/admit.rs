@@ -11,6 +11,7 @@
 //! Log lines about refused connections are throttled: a flood costs one
 //! line per `LOG_EVERY`, with the count of what was not logged.
 
+use crate::refusal::Refusal;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -115,16 +116,17 @@ impl Admission {
     /// cap is full, the oldest connection still in its handshake that
     /// counts against it gives its place up (it is closed) and the new one
     /// is admitted; only handshakes done fill a cap for good.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Ticket, String> {
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Ticket, Refusal> {
         let mut open = self.open.lock().unwrap();
         let mine = open.per_address.get(&ip).copied().unwrap_or(0);
         if mine >= self.caps.per_address && !open.evict_oldest(|p| p.ip == ip) {
             return Err(format!(
                 "{mine} connections open from {ip}, the most allowed from one address"
-            ));
+            )
+            .into());
         }
         if open.total >= self.caps.total && !open.evict_oldest(|_| true) {
-            return Err(format!("{} connections open, the most allowed", open.total));
+            return Err(format!("{} connections open, the most allowed", open.total).into());
         }
         *open.per_address.entry(ip).or_insert(0) += 1;
         open.total += 1;
@@ -274,10 +276,10 @@ mod tests {
         let t2 = a.admit(x).unwrap();
         done(&t1).await;
         done(&t2).await;
-        assert!(a.admit(x).err().unwrap().contains("from 10.0.0.1"));
+        assert!(a.admit(x).err().unwrap().0.contains("from 10.0.0.1"));
         let t3 = a.admit(y).unwrap();
         done(&t3).await;
-        assert!(a.admit(y).err().unwrap().contains("3 connections open"));
+        assert!(a.admit(y).err().unwrap().0.contains("3 connections open"));
         drop(t1);
         assert_eq!(a.open(), 2);
         let _t4 = a.admit(x).unwrap();

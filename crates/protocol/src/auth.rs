@@ -3,6 +3,7 @@
 //! client at its handshake, and checks every connection again when the
 //! volume's rules change, closing those no longer allowed.
 
+use crate::refusal::Refusal;
 use mortar_core::addrs::Patterns;
 use mortar_core::options::{Kind, Spec};
 use mortar_core::Options;
@@ -206,7 +207,7 @@ impl Rules {
 
     /// Whether a client credential may connect (`open`: may go on with a
     /// connection it opened before): Ok(what it is granted), or why not.
-    pub fn credential(&self, fingerprint: &[u8; 32], open: bool) -> Result<Grant, String> {
+    pub fn credential(&self, fingerprint: &[u8; 32], open: bool) -> Result<Grant, Refusal> {
         let Some(grant) = self.clients.get(&crate::tls::hex(fingerprint)) else {
             return Err(
                 "the client's credential is not one of this volume's (revoked, or another volume's)"
@@ -217,14 +218,15 @@ impl Rules {
             return Err(format!(
                 "the client's credential {}: a rotation replaced this certificate (its holder needs the new file)",
                 grant.name
-            ));
+            ).into());
         }
         match &self.ssl_allow {
             Some(names) if !names.contains(&grant.name) => Err(format!(
                 "credential {} is not in auth.ssl-allow ({})",
                 grant.name,
                 names.join(",")
-            )),
+            )
+            .into()),
             _ => Ok(grant.clone()),
         }
     }
@@ -288,7 +290,7 @@ mod tests {
         assert!(r.credential(&[1; 32], false).is_ok());
         assert!(r.credential(&[2; 32], true).unwrap().read_only);
         let refused = r.credential(&[2; 32], false).unwrap_err();
-        assert!(refused.contains("a rotation replaced"), "{refused}");
+        assert!(refused.0.contains("a rotation replaced"), "{refused}");
         assert!(r.credential(&[3; 32], true).is_err());
     }
 

@@ -6,5 +6,6 @@ pub mod admit;
 pub mod auth;
 pub mod budget;
 pub mod client;
+pub mod refusal;
 pub mod tls;
 pub mod wire;

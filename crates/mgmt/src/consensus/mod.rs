@@ -9,6 +9,7 @@
 //! Layout: `log` the log and vote on disk, `machine` the applied state and
 //! snapshots, `network` the messages between daemons.
 
+use crate::error::Error;
 mod log;
 mod machine;
 pub mod network;
@@ -27,7 +28,7 @@ use tokio::sync::watch;
 
 /// What applying a command gave: done, or why not (e.g. the volume was
 /// deleted by a change committed just before).
-pub type Outcome = Result<(), String>;
+pub type Outcome = Result<(), Error>;
 
 openraft::declare_raft_types!(
     pub TypeConfig:
@@ -273,7 +274,7 @@ impl Consensus {
 
     /// Hands a Raft message from a peer to the local Raft (`network::serve`),
     /// noting when a leader's entries or heartbeat were taken.
-    pub async fn receive(&self, e: network::Envelope) -> Result<network::Reply, String> {
+    pub async fn receive(&self, e: network::Envelope) -> Result<network::Reply, Error> {
         let reply = network::serve(&self.raft(), self.id, e).await?;
         if let network::Reply::Append(Ok(_)) = &reply {
             *self.appended.lock().unwrap() = std::time::Instant::now();
@@ -429,12 +430,12 @@ impl Consensus {
     }
 
     /// Adds a server as a learner and waits until it has the log.
-    pub async fn add_learner(&self, peer: Peer) -> Result<(), String> {
+    pub async fn add_learner(&self, peer: Peer) -> Result<(), Error> {
         let id = node_id(&peer.uuid);
         let raft = self.raft();
         match tokio::time::timeout(COMMIT_TIMEOUT, raft.add_learner(id, peer, true)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(e.to_string().into()),
             Err(_) => Err("the new server did not catch up in time".into()),
         }
     }
@@ -444,11 +445,11 @@ impl Consensus {
         &self,
         change: ChangeMembers<NodeId, Peer>,
         retain: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let raft = self.raft();
         match tokio::time::timeout(COMMIT_TIMEOUT, raft.change_membership(change, retain)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(e.to_string().into()),
             Err(_) => Err("the membership change was not committed in time".into()),
         }
     }
@@ -470,11 +471,11 @@ impl Consensus {
 
     /// The last index committed on the leader (asked of the leader when
     /// this server is not it): what an up-to-date read must have applied.
-    pub async fn read_index(&self) -> Result<u64, String> {
+    pub async fn read_index(&self) -> Result<u64, Error> {
         let raft = self.raft();
         match tokio::time::timeout(COMMIT_TIMEOUT, raft.ensure_linearizable()).await {
             Ok(Ok(l)) => Ok(l.map_or(0, |l| l.index)),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(e.to_string().into()),
             Err(_) => Err("a majority of the voters did not confirm the leader in time".into()),
         }
     }

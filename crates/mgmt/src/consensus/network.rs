@@ -3,6 +3,7 @@
 //! answered by a `Response::Raft` line.
 
 use super::{LogId, NodeId, Raft, Roles, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use crate::error::Error;
 use crate::rpc::{Channel, ChannelError, Request, Response};
 use crate::state::{ClusterState, Peer};
 use openraft::error::{
@@ -49,12 +50,12 @@ pub enum Reply {
 
 /// Hands a message received from a peer to the local Raft (`me`), or
 /// says why not.
-pub async fn serve(raft: &Raft, me: NodeId, e: Envelope) -> Result<Reply, String> {
+pub async fn serve(raft: &Raft, me: NodeId, e: Envelope) -> Result<Reply, Error> {
     if e.to != me {
         return Err(format!(
             "this server is no longer member {} of the pool (it is {me} now: its state was reset); probe it again",
             e.to
-        ));
+        ).into());
     }
     Ok(match e.msg {
         Message::Append(r) => Reply::Append(raft.append_entries(r).await),
@@ -127,7 +128,7 @@ impl Link {
         let msg = serde_json::value::to_raw_value(&m).map_err(|e| net(e.to_string()))?;
         match self.channel.ask(&Request::Raft(msg), ttl).await {
             Ok(Response::Raft(v)) => serde_json::from_str(v.get()).map_err(|e| net(e.to_string())),
-            Ok(Response::Err(e)) => Err(net(e)),
+            Ok(Response::Err(e)) => Err(net(e.to_string())),
             Ok(other) => Err(net(format!("unexpected answer {other:?}"))),
             Err(ChannelError::Unreachable(e)) => Err(SendError::Unreachable(Failed(e))),
             Err(ChannelError::Failed(e)) => Err(net(e)),

@@ -4,6 +4,7 @@
 //! retired), on every server of the pool for `pool rotate-certs`.
 
 use super::*;
+use crate::error::Error;
 
 /// How long a rotation waits between putting the new certificates on
 /// record and using them: the time the pool's bricks take to hear of a
@@ -103,7 +104,7 @@ impl Daemon {
         }
         // Sixteen servers at a time: each changes only its own record.
         use futures_util::StreamExt;
-        let rotated: Vec<(String, Result<String, String>)> =
+        let rotated: Vec<(String, Result<String, Error>)> =
             futures_util::stream::iter(targets.into_iter().map(|p| {
                 let d = self.clone();
                 async move {
@@ -113,7 +114,7 @@ impl Daemon {
                         match rpc::call(&p.mgmt, &Request::RotateOwnCerts).await {
                             Ok(Response::Ok(s)) => Ok(s),
                             Ok(Response::Err(e)) | Err(e) => Err(e),
-                            Ok(other) => Err(format!("unexpected answer {other:?}")),
+                            Ok(other) => Err(format!("unexpected answer {other:?}").into()),
                         }
                     };
                     (p.host, res)
@@ -143,7 +144,7 @@ impl Daemon {
     /// bricks and the mounts here take them for their next connections);
     /// then the old ones are retired: no new connection is taken with them,
     /// and those open go on.
-    pub(super) async fn rotate_own(self: Arc<Self>) -> Result<String, String> {
+    pub(super) async fn rotate_own(self: Arc<Self>) -> Result<String, Error> {
         let _one_at_a_time = self.rotate_lock.lock().await;
         let dir = &self.cfg.state_dir;
         let old = authority::fingerprints(dir)?;

@@ -3,6 +3,7 @@
 //! CA, listed, revoked and rotated.
 
 use super::*;
+use crate::error::Error;
 
 use mortar_core::options::valid_name;
 
@@ -12,7 +13,7 @@ impl Daemon {
         self: &Arc<Self>,
         name: String,
         op: rpc::CredentialOp,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         match op {
             rpc::CredentialOp::Create {
                 name: cred,
@@ -21,9 +22,9 @@ impl Daemon {
             } => {
                 let v = self.volume(&name)?;
                 if v.credentials.iter().any(|c| c.name == cred) {
-                    return Err(format!(
-                        "Volume {name} already has a credential named {cred}"
-                    ));
+                    return Err(
+                        format!("Volume {name} already has a credential named {cred}").into(),
+                    );
                 }
                 let (pem, credential) = self.issue_credential(
                     &cred,
@@ -61,7 +62,7 @@ impl Daemon {
     pub(super) async fn pool_credentials(
         self: &Arc<Self>,
         op: rpc::CredentialOp,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         match op {
             rpc::CredentialOp::Create {
                 name,
@@ -79,7 +80,7 @@ impl Daemon {
                     .iter()
                     .any(|c| c.name == name)
                 {
-                    return Err(format!("The pool already has a credential named {name}"));
+                    return Err(format!("The pool already has a credential named {name}").into());
                 }
                 use mortar_protocol::tls;
                 let (role, what) = match read_only {
@@ -113,12 +114,13 @@ impl Daemon {
         label: &str,
         read_only: bool,
         identity: Option<(u32, u32)>,
-    ) -> Result<(String, crate::state::IssuedCredential), String> {
+    ) -> Result<(String, crate::state::IssuedCredential), Error> {
         use mortar_protocol::tls;
         if !valid_name(name) {
             return Err(format!(
                 "{name:?} is not a credential name: letters, digits, - and _, at most 64"
-            ));
+            )
+            .into());
         }
         let pem = crate::authority::issue(&self.cfg.state_dir, role, label)?;
         let issued = tls::Credential::from_pem(pem.as_bytes())?;
@@ -143,7 +145,7 @@ impl Daemon {
         self: &Arc<Self>,
         volume: Option<String>,
         cred: String,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         use mortar_protocol::tls;
         let old = match &volume {
             Some(v) => self.volume(v)?.credentials.clone(),

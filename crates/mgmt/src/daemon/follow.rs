@@ -2,6 +2,7 @@
 //! (`WatchVolDesc`), and the clients that follow them here.
 
 use super::*;
+use crate::error::Error;
 
 /// The graph version a client runs and when it last asked.
 pub(super) type Seen = (Option<u64>, std::time::Instant);
@@ -82,12 +83,12 @@ impl Daemon {
     }
 
     /// The view now, if volume `name` is started in it; else why not.
-    fn started(&self, name: &str) -> Result<Arc<ClusterState>, String> {
+    fn started(&self, name: &str) -> Result<Arc<ClusterState>, Error> {
         let st = self.state.lock().unwrap().clone();
         match st.volumes.get(name) {
             Some(v) if v.status == VolStatus::Started => Ok(st),
-            Some(_) => Err(format!("Volume {name} is not started")),
-            None => Err(format!("Volume {name} does not exist")),
+            Some(_) => Err(format!("Volume {name} is not started").into()),
+            None => Err(Error::not_found(format!("Volume {name} does not exist"))),
         }
     }
 
@@ -103,7 +104,7 @@ impl Daemon {
         }
         match self.desc(name) {
             Some(d) => Response::VolDesc((*d).clone()),
-            None => err(format!("Volume {name} does not exist")),
+            None => err(Error::not_found(format!("Volume {name} does not exist"))),
         }
     }
 

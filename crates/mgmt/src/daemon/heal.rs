@@ -1,6 +1,7 @@
 //! The self-heal daemons this server runs, and `volume heal`.
 
 use super::*;
+use crate::error::Error;
 use crate::state::{Task, TaskKind, TaskStatus};
 use std::time::Instant;
 
@@ -173,10 +174,10 @@ impl Daemon {
     /// The healer of `v` this server runs (its sets with a brick here), or
     /// with `whole`, one of every set: the running one if it covers them,
     /// else a new one just for this.
-    pub(super) async fn healer_for(&self, v: &Volume, whole: bool) -> Result<Arc<Healer>, String> {
+    pub(super) async fn healer_for(&self, v: &Volume, whole: bool) -> Result<Arc<Healer>, Error> {
         let desc = self
             .desc(&v.name)
-            .ok_or_else(|| format!("Volume {} does not exist", v.name))?;
+            .ok_or_else(|| Error::not_found(format!("Volume {} does not exist", v.name)))?;
         let running = self
             .healers
             .lock()
@@ -202,7 +203,7 @@ impl Daemon {
         self: &Arc<Self>,
         volume: &str,
         task: Task,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let req = Request::Task {
             volume: volume.to_string(),
             task,
@@ -260,7 +261,7 @@ impl Daemon {
     pub(super) async fn heal_new_bricks(self: &Arc<Self>, name: &str) -> String {
         let v = match self.volume(name) {
             Ok(v) => v,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         if v.status != VolStatus::Started {
             return format!("start the volume, then run 'volume heal {name} full' to fill the new brick(s) from their replicas");
@@ -365,7 +366,8 @@ impl Daemon {
                 let gfid = match &file {
                     Some(f) => match healer.gfid_of(f).await {
                         Ok(g) => Some(g),
-                        Err(e) => return err(e),
+                        Err(e) if e.errno == libc::ENOENT => return err(Error::not_found(e.msg)),
+                        Err(e) => return err(e.msg),
                     },
                     None => None,
                 };
@@ -381,7 +383,7 @@ impl Daemon {
                     Ok(n) => {
                         rep.message = format!("Healed {n} file(s) in split-brain of volume {name}.")
                     }
-                    Err(e) => return err(e),
+                    Err(e) => return err(e.msg),
                 }
             }
         }

@@ -3,6 +3,7 @@
 //! and applies what it committed before it answers.
 
 use super::*;
+use crate::error::Error;
 
 impl Daemon {
     /// `change_anywhere` for a task running in the background. Boxed: a
@@ -11,14 +12,14 @@ impl Daemon {
     pub(super) fn change_boxed(
         self: &Arc<Self>,
         req: Request,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>> {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, Error>> + Send>> {
         Box::pin(self.clone().change_anywhere(req))
     }
 
     /// Makes a change on the leader: here, or passed to it. While no
     /// leader answers (one just died: the others elect another within
     /// `ELECTION_WAIT`), it waits for one.
-    pub(super) async fn change_anywhere(self: Arc<Self>, req: Request) -> Result<String, String> {
+    pub(super) async fn change_anywhere(self: Arc<Self>, req: Request) -> Result<String, Error> {
         let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
         loop {
             if self.consensus.is_leader() {
@@ -37,15 +38,15 @@ impl Daemon {
             };
             let Some((_, leader)) = self.consensus.leader() else {
                 if let Some(e) = cut_off() {
-                    return Err(e);
+                    return Err(Error::unavailable(e));
                 }
                 if waited {
-                    return Err(format!(
+                    return Err(Error::unavailable(format!(
                         "{} knows no leader of the pool (no election won within {} s: this server is cut off, or most voters are down): no change was made. {}",
                         self.me.host,
                         ELECTION_WAIT.as_secs(),
                         self.unreachable_voters()
-                    ));
+                    )));
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 continue;
@@ -56,20 +57,23 @@ impl Daemon {
                     self.refresh();
                     return Ok(msg);
                 }
-                Ok(Response::Err(e)) if e == NOT_LEADER && !waited => {
+                Ok(Response::Err(e)) if e.message == NOT_LEADER && !waited => {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
                 Ok(Response::Err(e)) => return Err(e),
-                Ok(other) => return Err(format!("unexpected answer {other:?}")),
+                Ok(other) => return Err(format!("unexpected answer {other:?}").into()),
                 Err(_) if !waited => match cut_off() {
-                    Some(e) => return Err(e),
+                    Some(e) => return Err(Error::unavailable(e)),
                     None => tokio::time::sleep(Duration::from_millis(300)).await,
                 },
                 Err(e) => {
-                    return Err(format!(
-                        "cannot reach the leader of the pool ({}): {e}; no change was made. {}",
-                        leader.host,
-                        self.unreachable_voters()
+                    return Err(Error::unreachable(
+                        &leader.host,
+                        format!(
+                            "cannot reach the leader of the pool ({}): {e}; no change was made. {}",
+                            leader.host,
+                            self.unreachable_voters()
+                        ),
                     ))
                 }
             }
@@ -77,7 +81,7 @@ impl Daemon {
     }
 
     /// Makes a change here, the leader, one at a time.
-    pub(super) async fn change_here(self: &Arc<Self>, req: Request) -> Result<String, String> {
+    pub(super) async fn change_here(self: &Arc<Self>, req: Request) -> Result<String, Error> {
         let t0 = std::time::Instant::now();
         let _g = self.op_lock.lock().await;
         let locked = t0.elapsed().as_millis();
@@ -99,28 +103,28 @@ impl Daemon {
     }
 
     /// Applies here what the leader has committed (for an up-to-date read).
-    pub(super) async fn catch_up(&self) -> Result<(), String> {
+    pub(super) async fn catch_up(&self) -> Result<(), Error> {
         let index = if self.consensus.is_leader() {
             self.consensus.read_index().await?
         } else {
             let Some((_, leader)) = self.consensus.leader() else {
-                return Err(format!(
+                return Err(Error::unavailable(format!(
                     "{} knows no leader of the pool: no up-to-date answer. {}",
                     self.me.host,
                     self.unreachable_voters()
-                ));
+                )));
             };
             match rpc::call(&leader.mgmt, &Request::ReadIndex).await? {
                 Response::Index(i) => i,
                 Response::Err(e) => return Err(e),
-                other => return Err(format!("unexpected answer {other:?}")),
+                other => return Err(format!("unexpected answer {other:?}").into()),
             }
         };
         if !self.consensus.applied_at_least(index).await {
-            return Err(format!(
+            return Err(Error::unavailable(format!(
                 "{} has not caught up with the leader yet; try again",
                 self.me.host
-            ));
+            )));
         }
         self.refresh();
         Ok(())

@@ -12,6 +12,7 @@
 //! replacing a voter silent for `REPLACE_AFTER` (`balance`).
 
 use super::*;
+use crate::error::Error;
 use mortar_graph::roles::{SERVER_QUORUM_RATIO, SERVER_QUORUM_TYPE};
 use std::time::Instant;
 
@@ -360,7 +361,7 @@ impl Daemon {
 
     /// Refuses to join a pool while this server belongs to another one or
     /// has volumes of its own (as GlusterFS does).
-    pub(super) fn may_join(&self, joiner: &Peer) -> Result<(), String> {
+    pub(super) fn may_join(&self, joiner: &Peer) -> Result<(), Error> {
         let st = self.state.lock().unwrap();
         let others: Vec<&str> = st
             .peers
@@ -373,7 +374,8 @@ impl Daemon {
                 "{} is already part of another pool (with {}); detach it there first",
                 self.me.host,
                 others.join(", ")
-            ));
+            )
+            .into());
         }
         if !st.volumes.is_empty() {
             let names: Vec<&str> = st.volumes.keys().map(String::as_str).collect();
@@ -381,7 +383,8 @@ impl Daemon {
                 "{} has volumes of its own ({}); a server joins a pool without volumes",
                 self.me.host,
                 names.join(", ")
-            ));
+            )
+            .into());
         }
         Ok(())
     }

@@ -24,6 +24,7 @@
 //! `heal` the self-heal daemons; `follow` volume descriptions for clients;
 //! `observe` and `reports` metrics, statedumps, profile and top.
 
+use crate::error::Error;
 mod bricks;
 mod certs;
 mod credentials;
@@ -133,8 +134,8 @@ pub struct Daemon {
     quorum_lost: Mutex<HashMap<String, String>>,
 }
 
-fn err(s: impl Into<String>) -> Response {
-    Response::Err(s.into())
+fn err(e: impl Into<Error>) -> Response {
+    Response::Err(e.into())
 }
 
 impl Daemon {
@@ -426,7 +427,11 @@ impl Daemon {
                         // that keeps one open (a mount following its
                         // volume, Raft) opens another, with the
                         // credential its file holds now.
-                        send_json(&mut wr, &err(format!("{}{why}", rpc::REFUSED))).await?;
+                        send_json(
+                            &mut wr,
+                            &err(Error::not_permitted(format!("{}{why}", rpc::REFUSED))),
+                        )
+                        .await?;
                         return wr.shutdown().await;
                     }
                 },
@@ -445,7 +450,7 @@ impl Daemon {
     /// administrator anything but the messages between servers; a
     /// volume's client credential that volume's description and its
     /// bricks' ports; a client without a certificate only to join.
-    fn permits(&self, who: Option<tls::Peer>, req: &Request) -> Result<(), String> {
+    fn permits(&self, who: Option<tls::Peer>, req: &Request) -> Result<(), Error> {
         let Some(who) = who else {
             return match req {
                 Request::PeerJoin { .. } => Ok(()),
@@ -510,10 +515,10 @@ impl Daemon {
                     Some(v) if v.credentials.iter().any(|c| c.fingerprint == fp) => Ok(()),
                     Some(v) if v.credentials.iter().any(|c| c.retired.contains(&fp)) => Err(format!(
                         "this credential is not one of volume {volume}'s: a rotation replaced it (its holder needs the new file)"
-                    )),
+                    ).into()),
                     _ => Err(format!(
                         "this credential is not one of volume {volume}'s (revoked, or another volume's)"
-                    )),
+                    ).into()),
                 }
             }
         }
@@ -605,7 +610,9 @@ impl Daemon {
             return Box::pin(self.clone().handle(req)).await;
         }
         let Some(addr) = self.peer_mgmt(host) else {
-            return err(format!("Host {host} is not in 'Peer in Cluster' state"));
+            return err(Error::not_found(format!(
+                "Host {host} is not in 'Peer in Cluster' state"
+            )));
         };
         answered_within(host, self.hosts.ask(&addr, &req, HOST_ANSWER))
             .await
@@ -617,7 +624,7 @@ impl Daemon {
     /// answers (a change of options reaches bricks and healers in the
     /// background, as on every other server). Answers the log index it
     /// was committed at.
-    pub(super) async fn execute(&self, cmd: Command) -> Result<u64, String> {
+    pub(super) async fn execute(&self, cmd: Command) -> Result<u64, Error> {
         let bricks = matches!(
             cmd,
             Command::SetStatus { .. } | Command::RemoveVolume { .. } | Command::AddVolume(_)
@@ -642,15 +649,15 @@ impl Daemon {
     }
 
     /// What the CLI is told when a change cannot be committed.
-    pub(super) fn refusal(&self, e: WriteError) -> String {
-        match e {
+    pub(super) fn refusal(&self, e: WriteError) -> Error {
+        Error::unavailable(match e {
             WriteError::NotLeader(l) => format!(
                 "the leader of the pool changed during the change (now {}); nothing was changed, try again",
                 l.map_or("unknown".into(), |l| l.host)
             ),
             WriteError::NoQuorum => self.minority(),
             WriteError::Failed(e) => format!("{e}; {}", self.unreachable_voters()),
-        }
+        })
     }
 
     /// Says that this server is cut off from the majority of the voters,
@@ -674,14 +681,14 @@ impl Daemon {
             .collect()
     }
 
-    pub(super) fn volume(&self, name: &str) -> Result<Arc<Volume>, String> {
+    pub(super) fn volume(&self, name: &str) -> Result<Arc<Volume>, Error> {
         self.state
             .lock()
             .unwrap()
             .volumes
             .get(name)
             .cloned()
-            .ok_or_else(|| format!("Volume {name} does not exist"))
+            .ok_or_else(|| Error::not_found(format!("Volume {name} does not exist")))
     }
 }
 
@@ -693,14 +700,14 @@ const HOST_ANSWER: Duration = Duration::from_secs(30);
 /// `call` to `host`, given up after `HOST_ANSWER` with a message naming it.
 async fn answered_within<T>(
     host: &str,
-    call: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
     tokio::time::timeout(HOST_ANSWER, call)
         .await
         .unwrap_or_else(|_| {
-            Err(format!(
-                "{host} did not answer within {} s",
-                HOST_ANSWER.as_secs()
+            Err(Error::unreachable(
+                host,
+                format!("{host} did not answer within {} s", HOST_ANSWER.as_secs()),
             ))
         })
 }

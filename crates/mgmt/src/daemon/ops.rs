@@ -3,12 +3,13 @@
 //! (`mgmt::command`), which `Daemon::execute` applies and commits.
 
 use super::*;
+use crate::error::Error;
 
 impl Daemon {
     /// Requests that change the cluster state; called under `op_lock`.
     /// Each family's operations are in their module: `peers`, `volumes`,
     /// `credentials`, `bricks`, `replace`, `rebalance`, `observe`.
-    pub(super) async fn change(self: &Arc<Self>, req: Request) -> Result<String, String> {
+    pub(super) async fn change(self: &Arc<Self>, req: Request) -> Result<String, Error> {
         match req {
             Request::PeerProbe { host, token } => self.probe(host, token).await,
             Request::PeerDetach { host, force } => self.detach(host, force).await,
@@ -85,7 +86,8 @@ impl Daemon {
                     Some(r) if r > v.replica => Err(format!(
                         "replica count {r} is above the volume's ({}): use add-brick",
                         v.replica
-                    )),
+                    )
+                    .into()),
                     _ => self.remove_brick(name, bricks, op).await,
                 }
             }
@@ -104,7 +106,7 @@ impl Daemon {
                 self.execute(Command::SetTask { volume, task }).await?;
                 Ok(String::new())
             }
-            other => Err(format!("unexpected request {other:?}")),
+            other => Err(format!("unexpected request {other:?}").into()),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! token and takes the pool's certificate authority) and `peer detach`.
 
 use super::*;
+use crate::error::Error;
 
 impl Daemon {
     /// `peer probe HOST [--token T]`: enrols HOST (or replaces a member
@@ -10,7 +11,7 @@ impl Daemon {
         self: &Arc<Self>,
         host: String,
         token: Option<String>,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         if self.is_local(&host).await {
             return Ok("Probe on localhost not needed".into());
         }
@@ -50,7 +51,7 @@ impl Daemon {
             return Err(format!(
                 "{host} is not in this pool: it joins with its join token. Run `mortar peer token` on {host}, \
                  then here `mortar peer probe {host} --token TOKEN`"
-            ));
+            ).into());
         };
         let (ca, ca_key) = crate::authority::pool_ca(&self.cfg.state_dir)?;
         let addr = rpc::mgmt_addr(&host, self.cfg.listen.port());
@@ -67,8 +68,8 @@ impl Daemon {
             .map_err(|e| format!("Probe returned with {e}"))?;
         let (me, certs) = match resp {
             Response::Joined { me, certs } => (me, certs),
-            Response::Err(e) => return Err(format!("Probe refused: {e}")),
-            other => return Err(format!("Probe returned with unexpected answer {other:?}")),
+            Response::Err(e) => return Err(format!("Probe refused: {e}").into()),
+            other => return Err(format!("Probe returned with unexpected answer {other:?}").into()),
         };
         let peer = Peer {
             uuid: me.uuid,
@@ -104,11 +105,11 @@ impl Daemon {
         self: &Arc<Self>,
         host: String,
         force: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let (peer, uses) = {
             let st = self.state.lock().unwrap();
             let Some(p) = st.peers.iter().find(|p| p.host == host) else {
-                return Err(format!("{host} is not part of cluster"));
+                return Err(Error::not_found(format!("{host} is not part of cluster")));
             };
             let uses: Vec<String> = st
                 .volumes
@@ -122,7 +123,7 @@ impl Daemon {
             return Err(format!(
                 "Peer {host} hosts one or more bricks (volumes {}). Remove them before detaching, or use 'force'.",
                 uses.join(", ")
-            ));
+            ).into());
         }
         self.remove_member(&peer).await?;
         // (Off the record now: reached as any server of the CA.)
@@ -134,7 +135,7 @@ impl Daemon {
 
     /// Takes a server out of the pool's membership (a voter gives its
     /// vote to another server first).
-    async fn remove_member(&self, peer: &Peer) -> Result<(), String> {
+    async fn remove_member(&self, peer: &Peer) -> Result<(), Error> {
         let id = consensus::node_id(&peer.uuid);
         if self.consensus.roles().0.contains(&id) {
             self.balance_without(Some(id)).await;

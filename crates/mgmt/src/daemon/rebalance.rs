@@ -11,6 +11,7 @@
 //! its own share as it sees that.
 
 use super::*;
+use crate::error::Error;
 use crate::rpc::{RebalanceOp, RemoveOp};
 use crate::state::Brick;
 use crate::state::{Task, TaskKind, TaskRow, TaskStatus};
@@ -30,7 +31,7 @@ impl Daemon {
         self: &Arc<Self>,
         name: String,
         op: RebalanceOp,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         let running = v.running_rebalance().cloned();
         let migrate = match op {
@@ -46,14 +47,13 @@ impl Daemon {
             RebalanceOp::Start { migrate } => migrate,
         };
         if v.status != VolStatus::Started {
-            return Err(format!(
-                "Volume {name} needs to be started to perform rebalance"
-            ));
+            return Err(format!("Volume {name} needs to be started to perform rebalance").into());
         }
         if v.bricks.len() / v.replica.max(1) < 2 {
             return Err(format!(
                 "Volume {name} is not a distribute volume or contains only 1 brick (replica set)"
-            ));
+            )
+            .into());
         }
         v.no_rebalance_running()?;
         let kind = if migrate {
@@ -81,7 +81,7 @@ impl Daemon {
         name: &str,
         kind: TaskKind,
         sets: Vec<u32>,
-    ) -> Result<Task, String> {
+    ) -> Result<Task, Error> {
         let v = self.volume(name)?;
         let mut task = Task {
             id: uuid::Uuid::new_v4().to_string(),
@@ -111,7 +111,7 @@ impl Daemon {
         name: String,
         bricks: Vec<String>,
         op: RemoveOp,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         let sets = whole_sets(&v, &bricks)?;
         let last = v
@@ -124,7 +124,8 @@ impl Daemon {
                 if v.status != VolStatus::Started {
                     return Err(format!(
                         "Volume {name} needs to be started to remove bricks (or use force)"
-                    ));
+                    )
+                    .into());
                 }
                 v.no_rebalance_running()?;
                 if sets.len() >= v.set_ids().len() {
@@ -178,7 +179,8 @@ impl Daemon {
                     };
                     return Err(format!(
                         "commit refused: the bricks still hold files of the volume: {why}"
-                    ));
+                    )
+                    .into());
                 }
                 let gone = self.take_out(&name, sets).await?;
                 Ok(format!("{} brick(s) removed; their data stays on the servers (check it, then reuse or delete the directories)", gone.len()))
@@ -193,7 +195,7 @@ impl Daemon {
 
     /// Takes the sets out of the volume, and the volume's mark off their
     /// bricks so that they can be used again.
-    async fn take_out(self: &Arc<Self>, name: &str, sets: Vec<u32>) -> Result<Vec<Brick>, String> {
+    async fn take_out(self: &Arc<Self>, name: &str, sets: Vec<u32>) -> Result<Vec<Brick>, Error> {
         let mut v = Volume::clone(&*self.volume(name)?);
         let gone = v.remove_sets(&sets)?;
         self.execute(Command::RemoveSets {
@@ -270,7 +272,7 @@ impl Daemon {
                 Err(e) => {
                     let mut row = row;
                     row.status = TaskStatus::Failed;
-                    row.detail = e;
+                    row.detail = e.to_string();
                     let me = self.clone();
                     tokio::spawn(async move {
                         let _ = me.record_row(&volume, &task.id, row).await;
@@ -285,7 +287,7 @@ impl Daemon {
         volume: &str,
         task: &Task,
         row: &TaskRow,
-    ) -> Result<Arc<Rebalancer>, String> {
+    ) -> Result<Arc<Rebalancer>, Error> {
         let desc = self
             .desc(volume)
             .ok_or_else(|| format!("no description of {volume}"))?;
@@ -300,7 +302,7 @@ impl Daemon {
             migrate,
             &row.owns,
         )
-        .map_err(|e| format!("{e:#}"))
+        .map_err(|e| Error::refused(format!("{e:#}")))
     }
 
     /// Commits how this server's share of a rebalance goes.
@@ -309,7 +311,7 @@ impl Daemon {
         volume: &str,
         task: &str,
         row: TaskRow,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let req = Request::TaskRow {
             volume: volume.to_string(),
             task: task.to_string(),
@@ -383,7 +385,7 @@ impl Daemon {
 
 /// The replica sets (by id) `bricks` make up: each a whole set of the
 /// volume, or an error saying what is missing.
-fn whole_sets(v: &crate::state::Volume, bricks: &[String]) -> Result<Vec<u32>, String> {
+fn whole_sets(v: &crate::state::Volume, bricks: &[String]) -> Result<Vec<u32>, Error> {
     if bricks.is_empty() {
         return Err("no bricks given: use HOST:/PATH".into());
     }
@@ -398,7 +400,7 @@ fn whole_sets(v: &crate::state::Volume, bricks: &[String]) -> Result<Vec<u32>, S
             .position(|x| x.host == want.host && x.path == want.path)
             .ok_or_else(|| format!("Incorrect brick {b} for volume {}", v.name))?;
         if pos.contains(&i) {
-            return Err(format!("Found duplicate exports {b}"));
+            return Err(format!("Found duplicate exports {b}").into());
         }
         pos.push(i);
     }
@@ -409,7 +411,7 @@ fn whole_sets(v: &crate::state::Volume, bricks: &[String]) -> Result<Vec<u32>, S
             return Err(format!(
                 "{} is one of a replica set of {width}: give all of its bricks, or lower the replica count with remove-brick NAME replica N BRICK... force",
                 bricks[pos.iter().position(|&p| p == i).unwrap()]
-            ));
+            ).into());
         }
         if !sets.contains(&ids[s]) {
             sets.push(ids[s]);

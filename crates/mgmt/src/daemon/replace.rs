@@ -4,6 +4,7 @@
 //! leader, under the change lock.
 
 use super::*;
+use crate::error::Error;
 use crate::state::Brick;
 
 impl Daemon {
@@ -13,7 +14,7 @@ impl Daemon {
         name: String,
         from: String,
         to: String,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         v.no_rebalance_running()?;
         let from = self.brick_of(&v, &from)?;
@@ -55,13 +56,13 @@ impl Daemon {
         name: String,
         brick: String,
         down: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         v.no_rebalance_running()?;
         let b = self.brick_of(&v, &brick)?;
         if down {
             if v.is_resetting(&b) {
-                return Err(format!("{b} was taken down by reset-brick start already"));
+                return Err(format!("{b} was taken down by reset-brick start already").into());
             }
             Volume::clone(&v).reset_brick(&b, true)?;
             self.holds_nothing_unhealed(&v, &b).await?;
@@ -86,7 +87,7 @@ impl Daemon {
         match self.on_host(&b.host, init).await {
             Response::Ok(_) => {}
             Response::Err(e) => return Err(e),
-            o => return Err(format!("unexpected answer {o:?}")),
+            o => return Err(format!("unexpected answer {o:?}").into()),
         }
         let after = self
             .execute(Command::ResetBrick {
@@ -107,7 +108,7 @@ impl Daemon {
         replica: usize,
         bricks: Vec<String>,
         op: crate::rpc::RemoveOp,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         if op != crate::rpc::RemoveOp::Force {
             return Err(
@@ -141,12 +142,13 @@ impl Daemon {
     /// Refuses while any brick of `v` has something to heal or cannot be
     /// asked: a lower replica count renumbers the copies, and blame
     /// recorded by position would then name the wrong copy.
-    async fn nothing_unhealed(self: &Arc<Self>, v: &Volume) -> Result<(), String> {
+    async fn nothing_unhealed(self: &Arc<Self>, v: &Volume) -> Result<(), Error> {
         if v.status != VolStatus::Started {
             return Err(format!(
                 "Volume {} needs to be started: whether its copies agree must be known first",
                 v.name
-            ));
+            )
+            .into());
         }
         let healer = self.healer_for(v, true).await?;
         for h in healer.info(false).await {
@@ -154,7 +156,8 @@ impl Daemon {
                 return Err(format!(
                     "{} cannot be reached: whether its copies agree is not known",
                     h.brick
-                ));
+                )
+                .into());
             }
             if !h.entries.is_empty() {
                 return Err(format!(
@@ -162,18 +165,21 @@ impl Daemon {
                     h.brick,
                     h.entries.len(),
                     v.name
-                ));
+                )
+                .into());
             }
         }
         Ok(())
     }
 
     /// The brick of `v` named `s` (with its port), or why not.
-    fn brick_of(&self, v: &Volume, s: &str) -> Result<Brick, String> {
+    fn brick_of(&self, v: &Volume, s: &str) -> Result<Brick, Error> {
         let b = Brick::parse(s)?;
         v.brick_index(&b)
             .map(|i| v.bricks[i].clone())
-            .ok_or_else(|| format!("brick: {b} does not exist in volume: {}", v.name))
+            .ok_or_else(|| {
+                Error::not_found(format!("brick: {b} does not exist in volume: {}", v.name))
+            })
     }
 
     /// Starts brick `b` of `v` (once its server has applied state
@@ -210,7 +216,7 @@ impl Daemon {
         self: &Arc<Self>,
         v: &Volume,
         b: &Brick,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         if v.status != VolStatus::Started || v.is_resetting(b) {
             return Ok(());
         }
@@ -222,7 +228,7 @@ impl Daemon {
                 "{b} holds changes its replicas lack ({} object(s) in 'volume heal {} info'): they would be lost; let the heal finish first",
                 h.entries.len(),
                 v.name
-            )),
+            ).into()),
             _ => Ok(()),
         }
     }

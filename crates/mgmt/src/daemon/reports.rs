@@ -10,6 +10,7 @@
 
 use super::{err, Daemon};
 use crate::command::Command;
+use crate::error::Error;
 use crate::rpc::{self, BrickReport, ProfileOp, Response};
 use crate::state::VolStatus;
 use mortar_brick::profile::{LATENCY_MEASUREMENT, PROFILE_XATTR, TOP_XATTR};
@@ -28,15 +29,15 @@ impl Daemon {
         &self,
         name: String,
         op: ProfileOp,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         let on = LATENCY_MEASUREMENT.bool(&v.options);
         let value = match op {
             ProfileOp::Start if on => {
-                return Err(format!("Profile on Volume {name} is already started"))
+                return Err(format!("Profile on Volume {name} is already started").into())
             }
             ProfileOp::Stop if !on => {
-                return Err(format!("Profile on Volume {name} is not started"))
+                return Err(format!("Profile on Volume {name} is not started").into())
             }
             ProfileOp::Start => "on",
             ProfileOp::Stop => "off",
@@ -125,18 +126,19 @@ impl Daemon {
         name: &str,
         only: Option<&str>,
         what: &str,
-    ) -> Result<Vec<BrickReport<T>>, String> {
+    ) -> Result<Vec<BrickReport<T>>, Error> {
         let answers = self.ask_bricks_raw(name, only, what).await?;
         Ok(answers
             .into_iter()
             .map(|(brick, answer)| {
                 let parsed = answer.and_then(|json| {
-                    serde_json::from_slice(&json)
-                        .map_err(|e| format!("the brick's answer does not parse: {e}"))
+                    serde_json::from_slice(&json).map_err(|e| {
+                        Error::brick(&brick, format!("the brick's answer does not parse: {e}"))
+                    })
                 });
                 let (report, error) = match parsed {
                     Ok(r) => (Some(r), None),
-                    Err(e) => (None, Some(e)),
+                    Err(e) => (None, Some(e.message)),
                 };
                 BrickReport {
                     brick,
@@ -154,20 +156,22 @@ impl Daemon {
         name: &str,
         only: Option<&str>,
         what: &str,
-    ) -> Result<Vec<(String, Result<Vec<u8>, String>)>, String> {
+    ) -> Result<Vec<(String, Result<Vec<u8>, Error>)>, Error> {
         let v = self.volume(name)?;
         if v.status != VolStatus::Started {
-            return Err(format!("Volume {name} is not started"));
+            return Err(format!("Volume {name} is not started").into());
         }
         let label = mortar_graph::sets::brick_label;
         let desc = self
             .desc(name)
-            .ok_or_else(|| format!("Volume {name} does not exist"))?;
+            .ok_or_else(|| Error::not_found(format!("Volume {name} does not exist")))?;
         let graph = Graph::build_lazy(&desc, &rpc::internal_env(&v.key), |_| false)
             .map_err(|e| format!("{e:#}"))?;
         if let Some(b) = only {
             if !graph.leaves().any(|n| label(n) == b) {
-                return Err(format!("brick {b} is not a brick of volume {name}"));
+                return Err(Error::not_found(format!(
+                    "brick {b} is not a brick of volume {name}"
+                )));
             }
         }
         let wanted = |n: &mortar_graph::Node| only.is_none_or(|b| label(n) == b);
@@ -186,7 +190,8 @@ impl Daemon {
                     Ok(other) => Err(format!("unexpected answer {other:?}")),
                     Err(e) => Err(e.to_string()),
                 },
-            };
+            }
+            .map_err(|e| Error::brick(&brick, e));
             out.push((brick, answer));
         }
         graph.fini().await;

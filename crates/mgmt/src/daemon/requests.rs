@@ -113,7 +113,7 @@ impl Daemon {
             }
             Request::Leader(req) => {
                 if !self.consensus.is_leader() {
-                    return err(NOT_LEADER);
+                    return err(Error::unavailable(NOT_LEADER));
                 }
                 match self.change_here(*req).await {
                     Ok(msg) => Response::Committed {
@@ -136,7 +136,7 @@ impl Daemon {
         match name {
             Some(n) => match st.volumes.get(&n) {
                 Some(v) => Response::Volumes(vec![v.public()]),
-                None => err(format!("Volume {n} does not exist")),
+                None => err(Error::not_found(format!("Volume {n} does not exist"))),
             },
             None => Response::Volumes(st.volumes.values().map(|v| v.public()).collect()),
         }

@@ -3,6 +3,7 @@
 //! added.
 
 use super::*;
+use crate::error::Error;
 
 use mortar_core::options::valid_name;
 
@@ -16,16 +17,16 @@ pub(super) fn check_local_brick(
     path: &Path,
     force: bool,
     rejoin: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     use std::os::unix::fs::MetadataExt;
     if let Ok(md) = std::fs::symlink_metadata(path) {
         if !md.is_dir() {
-            return Err(format!("{} is not a directory", path.display()));
+            return Err(format!("{} is not a directory", path.display()).into());
         }
         let mut id = [0u8; 64];
         if let Ok(n) = rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut id[..]) {
             if rejoin.is_none_or(|v| v.as_bytes() != &id[..n]) {
-                return Err(format!("{} is already part of a volume", path.display()));
+                return Err(format!("{} is already part of a volume", path.display()).into());
             }
         }
     }
@@ -43,7 +44,7 @@ pub(super) fn check_local_brick(
              system's root partition for storage backend. Or use 'force' at the end of the command if you want \
              to override this behavior.",
             path.display()
-        ));
+        ).into());
     }
     // Files already there would be served as the volume's without being
     // its (no identity, no copies elsewhere); a brick comes back to its
@@ -62,7 +63,7 @@ pub(super) fn check_local_brick(
                 "The brick {} is not empty (it holds {name}). A brick's directory must be new or empty: \
                  use another, or 'force' at the end of the command to take it as it is.",
                 path.display()
-            ));
+            ).into());
         }
     }
     Ok(())
@@ -75,10 +76,10 @@ impl Daemon {
         self: &Arc<Self>,
         name: String,
         force: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         if v.status == VolStatus::Started && !force {
-            return Err(format!("Volume {name} already started"));
+            return Err(format!("Volume {name} already started").into());
         }
         let t0 = std::time::Instant::now();
         let after = self
@@ -122,23 +123,23 @@ impl Daemon {
                 .filter_map(|s| Some(format!("{}: {}", s.brick, s.reason.as_ref()?)))
                 .collect();
             if !offline.is_empty() {
-                return Err(format!("bricks offline: {}", offline.join("; ")));
+                return Err(format!("bricks offline: {}", offline.join("; ")).into());
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(format!(
                     "bricks did not come online: {} (see the brick logs under the daemon's state directory)",
                     down.join(", ")
-                ));
+                ).into());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
             st = self.status_of(&v).await;
         }
     }
 
-    pub(super) async fn stop_volume(self: &Arc<Self>, name: String) -> Result<String, String> {
+    pub(super) async fn stop_volume(self: &Arc<Self>, name: String) -> Result<String, Error> {
         let v = self.volume(&name)?;
         if v.status != VolStatus::Started {
-            return Err(format!("Volume {name} is not in the started state"));
+            return Err(format!("Volume {name} is not in the started state").into());
         }
         self.execute(Command::SetStatus {
             volume: name,
@@ -149,12 +150,13 @@ impl Daemon {
     }
 
     /// `volume delete NAME`: a stopped volume; its bricks keep their data.
-    pub(super) async fn delete_volume(self: &Arc<Self>, name: String) -> Result<String, String> {
+    pub(super) async fn delete_volume(self: &Arc<Self>, name: String) -> Result<String, Error> {
         let v = self.volume(&name)?;
         if v.status == VolStatus::Started {
             return Err(format!(
                 "Volume {name} has been started.Volume needs to be stopped before deletion."
-            ));
+            )
+            .into());
         }
         self.release(&v.bricks).await;
         self.execute(Command::RemoveVolume { volume: name }).await?;
@@ -167,7 +169,7 @@ impl Daemon {
         name: String,
         key: String,
         value: String,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         if key == "group" {
             self.volume(&name)?;
             let options = options::group(&value)?;
@@ -194,11 +196,11 @@ impl Daemon {
         self: &Arc<Self>,
         name: String,
         key: Option<String>,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         self.volume(&name)?;
         if let Some(k) = &key {
             if options::spec(k).is_none() {
-                return Err(format!("option : {k} does not exist"));
+                return Err(Error::not_found(format!("option : {k} does not exist")));
             }
         }
         self.execute(Command::ResetOptions { volume: name, key })
@@ -221,17 +223,18 @@ impl Daemon {
         transport: String,
         bricks: Vec<String>,
         force: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         if !valid_name(&name) {
             return Err(format!(
                 "Volume name {name} is not valid: use letters, digits, '-' and '_'"
-            ));
+            )
+            .into());
         }
         if self.state.lock().unwrap().volumes.contains_key(&name) {
-            return Err(format!("Volume {name} already exists"));
+            return Err(format!("Volume {name} already exists").into());
         }
         if transport != "tcp" {
-            return Err(format!("transport {transport} is not supported (use tcp)"));
+            return Err(format!("transport {transport} is not supported (use tcp)").into());
         }
         if replica == 0 {
             return Err("replica count should be greater than 1".into());
@@ -243,7 +246,8 @@ impl Daemon {
             return Err(format!(
                 "Incorrect number of bricks supplied {} with count {replica}",
                 bricks.len()
-            ));
+            )
+            .into());
         }
         let mut parsed = self.check_new_bricks(&bricks).await?;
         self.state.lock().unwrap().assign_ports(&mut parsed);
@@ -281,7 +285,7 @@ impl Daemon {
     pub(super) async fn check_new_bricks(
         self: &Arc<Self>,
         bricks: &[String],
-    ) -> Result<Vec<Brick>, String> {
+    ) -> Result<Vec<Brick>, Error> {
         let parsed: Vec<Brick> = bricks
             .iter()
             .map(|b| Brick::parse(b))
@@ -289,18 +293,18 @@ impl Daemon {
         for (i, a) in parsed.iter().enumerate() {
             for b in &parsed[i + 1..] {
                 if a.host == b.host && a.path == b.path {
-                    return Err(format!("Found duplicate exports {a}"));
+                    return Err(format!("Found duplicate exports {a}").into());
                 }
                 if a.host == b.host && nested(&a.path, &b.path) {
-                    return Err(format!(
-                        "Brick: {a}, {b} one of the bricks contain the other"
-                    ));
+                    return Err(
+                        format!("Brick: {a}, {b} one of the bricks contain the other").into(),
+                    );
                 }
             }
         }
         for b in &parsed {
             if !self.is_local(&b.host).await && self.peer_mgmt(&b.host).is_none() {
-                return Err(format!("Host {} is not in 'Peer in Cluster' state", b.host));
+                return Err(format!("Host {} is not in 'Peer in Cluster' state", b.host).into());
             }
         }
         {
@@ -312,7 +316,8 @@ impl Daemon {
                             return Err(format!(
                                 "{} is already part of a volume ({}: {old})",
                                 b, v.name
-                            ));
+                            )
+                            .into());
                         }
                     }
                 }
@@ -328,7 +333,7 @@ impl Daemon {
         parsed: &[Brick],
         id: &str,
         force: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let answers = self
             .on_bricks(parsed, |b| Request::BrickInit {
                 brick: b.clone(),
@@ -343,7 +348,7 @@ impl Daemon {
             match r {
                 Response::Ok(_) => done.push(b.clone()),
                 Response::Err(e) => failed = failed.or(Some(e)),
-                o => failed = failed.or(Some(format!("unexpected answer {o:?}"))),
+                o => failed = failed.or(Some(format!("unexpected answer {o:?}").into())),
             }
         }
         if let Some(e) = failed {
@@ -362,7 +367,7 @@ impl Daemon {
         replica: Option<usize>,
         bricks: Vec<String>,
         force: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let v = self.volume(&name)?;
         v.no_rebalance_running()?;
         let replica = replica.unwrap_or(v.replica);
@@ -397,7 +402,7 @@ impl Daemon {
                 .await;
             for r in answers {
                 if let Response::Err(e) = r {
-                    return Err(format!("bricks added, but not all started: {e}"));
+                    return Err(format!("bricks added, but not all started: {e}").into());
                 }
             }
         }
@@ -418,24 +423,22 @@ impl Daemon {
         rejoin: bool,
     ) -> Response {
         let p = Path::new(&brick.path);
-        let res = check_local_brick(p, force, rejoin.then_some(volume_id.as_str()))
-            .and_then(|_| {
-                std::fs::create_dir_all(p)
-                    .map_err(|e| format!("cannot create {}: {e}", p.display()))
-            })
-            .and_then(|_| {
-                rustix::fs::setxattr(
-                    p,
-                    VOLUME_ID_XATTR,
-                    volume_id.as_bytes(),
-                    rustix::fs::XattrFlags::empty(),
-                )
-                .map_err(|e| format!("cannot set the volume id on {}: {e}", p.display()))
-            })
-            .and_then(|_| mortar_storage::posix::Posix::prepare(p));
-        match res {
+        let init = || -> Result<(), Error> {
+            check_local_brick(p, force, rejoin.then_some(volume_id.as_str()))?;
+            std::fs::create_dir_all(p)
+                .map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+            rustix::fs::setxattr(
+                p,
+                VOLUME_ID_XATTR,
+                volume_id.as_bytes(),
+                rustix::fs::XattrFlags::empty(),
+            )
+            .map_err(|e| format!("cannot set the volume id on {}: {e}", p.display()))?;
+            mortar_storage::posix::Posix::prepare(p).map_err(|e| Error::refused(e.0))
+        };
+        match init() {
             Ok(()) => Response::Ok(String::new()),
-            Err(e) => err(e),
+            Err(e) => err(Error::brick(brick.to_string(), e.message)),
         }
     }
 }
@@ -463,6 +466,7 @@ mod tests {
         std::fs::write(&file, b"").unwrap();
         assert!(check_local_brick(&file, true, None)
             .unwrap_err()
+            .message
             .contains("not a directory"));
         let used = d.path().join("used");
         std::fs::create_dir(&used).unwrap();
@@ -475,6 +479,7 @@ mod tests {
         .unwrap();
         assert!(check_local_brick(&used, true, None)
             .unwrap_err()
+            .message
             .contains("already part of a volume"));
         // Back to its own volume, not to another.
         assert!(check_local_brick(&used, true, Some("id")).is_ok());

@@ -6,6 +6,7 @@
 //! descriptions followed.
 
 use super::state::{Brick, Peer, Volume};
+use crate::error::Error;
 use mortar_core::desc::VolDesc;
 use mortar_protocol::tls;
 use serde::{Deserialize, Serialize};
@@ -451,7 +452,7 @@ impl Request {
 pub enum Response {
     Credentials(Vec<super::state::IssuedCredential>),
     Ok(String),
-    Err(String),
+    Err(Error),
     Peers {
         me: Peer,
         peers: Vec<Peer>,

@@ -2,6 +2,7 @@
 //! TLS; calls, channels kept open, and a pool of them by address.
 
 use super::*;
+use crate::error::Error;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -93,7 +94,7 @@ enum Trust {
 /// Opens a connection to a daemon: TCP, then TLS with this process's
 /// credential, or pinned by a join token to a server that is not in the
 /// pool yet.
-async fn open(addr: &str, trust: Trust) -> Result<tls::Stream, String> {
+async fn open(addr: &str, trust: Trust) -> Result<tls::Stream, Error> {
     let go = async {
         let tcp = TcpStream::connect(addr).await?;
         let _ = tcp.set_nodelay(true);
@@ -105,33 +106,39 @@ async fn open(addr: &str, trust: Trust) -> Result<tls::Stream, String> {
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, go).await {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(format!("cannot reach the management daemon at {addr}: {e}")),
-        Err(_) => Err(format!(
-            "cannot reach the management daemon at {addr}: no answer within {CONNECT_TIMEOUT:?}"
+        Ok(Err(e)) => Err(Error::unreachable(
+            addr,
+            format!("cannot reach the management daemon at {addr}: {e}"),
+        )),
+        Err(_) => Err(Error::unreachable(
+            addr,
+            format!(
+                "cannot reach the management daemon at {addr}: no answer within {CONNECT_TIMEOUT:?}"
+            ),
         )),
     }
 }
 
 /// Sends one request to a daemon and waits for its answer.
-pub async fn call(addr: &str, req: &Request) -> Result<Response, String> {
+pub async fn call(addr: &str, req: &Request) -> Result<Response, Error> {
     call_via(addr, req, Trust::Record).await
 }
 
 /// `call` to any server of the pool's CA, on record or not: to tell a
 /// server that it left the pool (which took it off the record).
-pub async fn call_any_of_ca(addr: &str, req: &Request) -> Result<Response, String> {
+pub async fn call_any_of_ca(addr: &str, req: &Request) -> Result<Response, Error> {
     call_via(addr, req, Trust::Ca).await
 }
 
 /// Sends one request to a server not in the pool yet, reached through
 /// the pin of its join token.
-pub async fn call_pinned(addr: &str, req: &Request, pin: Vec<u8>) -> Result<Response, String> {
+pub async fn call_pinned(addr: &str, req: &Request, pin: Vec<u8>) -> Result<Response, Error> {
     call_via(addr, req, Trust::Pin(pin)).await
 }
 
-async fn call_via(addr: &str, req: &Request, trust: Trust) -> Result<Response, String> {
+async fn call_via(addr: &str, req: &Request, trust: Trust) -> Result<Response, Error> {
     let go = async {
-        let stream = open(addr, trust).await?;
+        let stream = open(addr, trust).await.map_err(|e| e.message)?;
         let (rd, mut wr) = tokio::io::split(stream);
         send_json(&mut wr, req)
             .await
@@ -143,9 +150,13 @@ async fn call_via(addr: &str, req: &Request, trust: Trust) -> Result<Response, S
             .ok_or_else(|| format!("the management daemon at {addr} closed the connection"))?;
         serde_json::from_str(&answer).map_err(|e| format!("bad answer from {addr}: {e}"))
     };
-    tokio::time::timeout(Duration::from_secs(120), go)
-        .await
-        .map_err(|_| format!("the management daemon at {addr} did not answer"))?
+    match tokio::time::timeout(Duration::from_secs(120), go).await {
+        Ok(answer) => answer.map_err(|e: String| Error::unreachable(addr, e)),
+        Err(_) => Err(Error::unreachable(
+            addr,
+            format!("the management daemon at {addr} did not answer"),
+        )),
+    }
 }
 
 /// One connection to a daemon kept open for request after request (the
@@ -216,7 +227,7 @@ impl Channel {
         let connect = async move {
             let s = open(&addr, trust)
                 .await
-                .map_err(ChannelError::Unreachable)?;
+                .map_err(|e| ChannelError::Unreachable(e.message))?;
             let (rd, wr) = tokio::io::split(s);
             Ok((BufReader::new(rd), wr))
         };
@@ -248,16 +259,16 @@ const POOL_PER_DAEMON: usize = 4;
 impl Pool {
     /// Sends `req` to the daemon at `addr` and waits up to `ttl` for the
     /// answer, on a connection kept from before if one is fit.
-    pub async fn ask(&self, addr: &str, req: &Request, ttl: Duration) -> Result<Response, String> {
+    pub async fn ask(&self, addr: &str, req: &Request, ttl: Duration) -> Result<Response, Error> {
         let text = |e| match e {
-            ChannelError::Unreachable(e) | ChannelError::Failed(e) => e,
+            ChannelError::Unreachable(e) | ChannelError::Failed(e) => Error::unreachable(addr, e),
         };
         if let Some(mut ch) = self.take(addr) {
             match ch.ask(req, ttl).await.map_err(text)? {
                 // Refused, and closed, as a connection opened with a
                 // certificate since replaced is (`pool rotate-certs`):
                 // asked again on a new one, with the credential in force.
-                Response::Err(e) if e.starts_with(REFUSED) => {}
+                Response::Err(e) if e.message.starts_with(REFUSED) => {}
                 answer => {
                     self.keep(ch);
                     return Ok(answer);
@@ -423,7 +434,7 @@ mod line_tests {
                 if n == "slow" {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
-                let answer = Response::Err(format!("{} {n}", line.len()));
+                let answer = Response::Err(format!("{} {n}", line.len()).into());
                 if send_json(&mut wr, &answer).await.is_err() {
                     return;
                 }
@@ -457,7 +468,7 @@ mod line_tests {
         let mut slot = None;
         let connect = || async { Ok(daemon()) };
         let r = exchange_on(&mut slot, connect(), &info("a"), "d").await;
-        assert!(matches!(r, Ok(Response::Err(e)) if e.ends_with(" a")));
+        assert!(matches!(r, Ok(Response::Err(e)) if e.message.ends_with(" a")));
         assert!(slot.is_some(), "kept for the next request");
         // Given up before its answer came: that connection is closed.
         let gave_up = tokio::time::timeout(
@@ -471,7 +482,7 @@ mod line_tests {
         tokio::time::sleep(Duration::from_millis(400)).await;
         let r = exchange_on(&mut slot, connect(), &info("b"), "d").await;
         assert!(
-            matches!(&r, Ok(Response::Err(e)) if e.ends_with(" b")),
+            matches!(&r, Ok(Response::Err(e)) if e.message.ends_with(" b")),
             "{r:?}"
         );
     }
@@ -486,7 +497,7 @@ mod line_tests {
             let Ok(Response::Err(e)) = r else {
                 panic!("{r:?}")
             };
-            assert_eq!(e.split(' ').next().unwrap(), want.to_string());
+            assert_eq!(e.message.split(' ').next().unwrap(), want.to_string());
         }
     }
 

@@ -3,18 +3,20 @@
 //! reset; each refuses (and changes nothing) when it cannot be made.
 
 use super::*;
+use crate::error::Error;
 
 impl Volume {
     /// Adds bricks as `Command::AddBricks` says, or says why not (and
     /// changes nothing).
-    pub fn add_bricks(&mut self, replica: usize, bricks: &[Brick]) -> Result<(), String> {
+    pub fn add_bricks(&mut self, replica: usize, bricks: &[Brick]) -> Result<(), Error> {
         let sets = self.bricks.len() / self.replica.max(1);
         if replica == self.replica {
             if bricks.is_empty() || !bricks.len().is_multiple_of(replica) {
                 return Err(format!(
                     "Incorrect number of bricks supplied {} with count {replica}",
                     bricks.len()
-                ));
+                )
+                .into());
             }
             let mut ids = self.set_ids();
             let next = ids.iter().max().map_or(0, |m| m + 1);
@@ -36,7 +38,7 @@ impl Volume {
                     "Incorrect number of bricks supplied {} for replica {replica}: {sets} replica sets need {} more",
                     bricks.len(),
                     more * sets
-                ));
+                ).into());
             }
             let old = self.bricks.chunks(self.replica.max(1));
             let new = bricks.chunks(more);
@@ -49,7 +51,8 @@ impl Volume {
             return Err(format!(
                 "replica count {replica} is below the volume's ({}): use remove-brick",
                 self.replica
-            ));
+            )
+            .into());
         }
         self.version += 1;
         Ok(())
@@ -72,24 +75,25 @@ impl Volume {
     }
 
     /// Refuses what must wait for a rebalance in progress to end.
-    pub fn no_rebalance_running(&self) -> Result<(), String> {
+    pub fn no_rebalance_running(&self) -> Result<(), Error> {
         match self.running_rebalance() {
             Some(t) => Err(format!(
                 "a {} of {} is in progress (on {}): stop it or let it end first",
                 t.kind.as_str().to_lowercase(),
                 self.name,
                 t.host
-            )),
+            )
+            .into()),
             None => Ok(()),
         }
     }
 
     /// Takes the replica sets `sets` (by id) and their bricks out.
-    pub fn remove_sets(&mut self, sets: &[u32]) -> Result<Vec<Brick>, String> {
+    pub fn remove_sets(&mut self, sets: &[u32]) -> Result<Vec<Brick>, Error> {
         let ids = self.set_ids();
         let width = self.replica.max(1);
         if sets.iter().any(|s| !ids.contains(s)) {
-            return Err(format!("volume {} has no such replica set", self.name));
+            return Err(format!("volume {} has no such replica set", self.name).into());
         }
         if sets.len() >= ids.len() {
             return Err("a volume keeps one replica set at least".into());
@@ -122,20 +126,24 @@ impl Volume {
     /// Puts brick `to` where `from` was (same replica set, same role),
     /// or says why not. Only a replicated volume's brick can be replaced:
     /// the new one is healed from its replicas.
-    pub fn replace_brick(&mut self, from: &Brick, to: &Brick) -> Result<(), String> {
-        let i = self
-            .brick_index(from)
-            .ok_or_else(|| format!("brick: {from} does not exist in volume: {}", self.name))?;
+    pub fn replace_brick(&mut self, from: &Brick, to: &Brick) -> Result<(), Error> {
+        let i = self.brick_index(from).ok_or_else(|| {
+            Error::not_found(format!(
+                "brick: {from} does not exist in volume: {}",
+                self.name
+            ))
+        })?;
         if self.replica < 2 {
             return Err(format!(
                 "volume {} has no replicas to heal a new brick from: use add-brick, then remove-brick {from} start and commit",
                 self.name
-            ));
+            ).into());
         }
         if from.host == to.host && from.path == to.path {
             return Err(format!(
                 "{to} is the brick being replaced: use reset-brick to bring a brick back"
-            ));
+            )
+            .into());
         }
         self.bricks[i] = to.clone();
         self.resetting.retain(|r| *r != from.to_string());
@@ -145,16 +153,12 @@ impl Volume {
 
     /// Lowers the replica count to `replica` by taking `bricks` out: the
     /// same number from every set. Answers them as the volume had them.
-    pub fn lower_replica(
-        &mut self,
-        replica: usize,
-        bricks: &[Brick],
-    ) -> Result<Vec<Brick>, String> {
+    pub fn lower_replica(&mut self, replica: usize, bricks: &[Brick]) -> Result<Vec<Brick>, Error> {
         let width = self.replica.max(1);
         if replica == 0 || replica >= width {
-            return Err(format!(
-                "replica count {replica} is not below the volume's ({width})"
-            ));
+            return Err(
+                format!("replica count {replica} is not below the volume's ({width})").into(),
+            );
         }
         if self.arbiter > 0 {
             return Err("the replica count of an arbiter volume cannot be lowered".into());
@@ -165,7 +169,7 @@ impl Volume {
                 .brick_index(b)
                 .ok_or_else(|| format!("Incorrect brick {b} for volume {}", self.name))?;
             if pos.contains(&i) {
-                return Err(format!("Found duplicate exports {b}"));
+                return Err(format!("Found duplicate exports {b}").into());
             }
             pos.push(i);
         }
@@ -176,7 +180,7 @@ impl Volume {
                 return Err(format!(
                     "to go from replica {width} to {replica}, give {less} brick(s) of every replica set: {} of the set of {} were given",
                     taken, set[0]
-                ));
+                ).into());
             }
         }
         let gone = pos.iter().map(|&i| self.bricks[i].clone()).collect();
@@ -194,18 +198,19 @@ impl Volume {
 
     /// Marks brick `b` taken down by `reset-brick start` (`down`), or
     /// brought back by its commit.
-    pub fn reset_brick(&mut self, b: &Brick, down: bool) -> Result<(), String> {
+    pub fn reset_brick(&mut self, b: &Brick, down: bool) -> Result<(), Error> {
         if self.brick_index(b).is_none() {
-            return Err(format!(
+            return Err(Error::not_found(format!(
                 "brick: {b} does not exist in volume: {}",
                 self.name
-            ));
+            )));
         }
         if self.replica < 2 {
             return Err(format!(
                 "volume {} has no replicas to heal the brick from",
                 self.name
-            ));
+            )
+            .into());
         }
         let name = b.to_string();
         self.resetting.retain(|r| *r != name);

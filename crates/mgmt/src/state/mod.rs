@@ -2,6 +2,7 @@
 //! Saved as one JSON file, replaced atomically (write, fsync, rename), so a
 //! crash leaves either the old state or the new one.
 
+use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -51,19 +52,19 @@ pub struct Brick {
 }
 
 impl Brick {
-    pub fn parse(s: &str) -> Result<Brick, String> {
+    pub fn parse(s: &str) -> Result<Brick, Error> {
         let (host, path) = s.split_once(':').ok_or_else(|| {
             format!("wrong brick type: {s}, use <HOSTNAME>:<export-dir-abs-path>")
         })?;
         if host.is_empty() || !path.starts_with('/') {
-            return Err(format!(
-                "wrong brick type: {s}, use <HOSTNAME>:<export-dir-abs-path>"
-            ));
+            return Err(
+                format!("wrong brick type: {s}, use <HOSTNAME>:<export-dir-abs-path>").into(),
+            );
         }
         let mut norm = String::new();
         for c in path.split('/').filter(|c| !c.is_empty()) {
             if c == "." || c == ".." {
-                return Err(format!("brick path {path} must not contain '.' or '..'"));
+                return Err(format!("brick path {path} must not contain '.' or '..'").into());
             }
             norm.push('/');
             norm.push_str(c);

@@ -18,11 +18,28 @@ pub static HEALTH_CHECK_INTERVAL: mortar_core::options::Spec = mortar_core::opti
     help: "Seconds between checks that each brick's directory is still there and takes a write, fsync and read back; a brick that fails goes offline, with the reason in volume status, until volume start force. 0 turns the check off.",
 };
 
+/// Why a brick directory is not fit to serve: what failed, on what.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unfit(pub String);
+
+impl From<String> for Unfit {
+    fn from(why: String) -> Unfit {
+        Unfit(why)
+    }
+}
+
+impl From<&str> for Unfit {
+    fn from(why: &str) -> Unfit {
+        Unfit(why.to_string())
+    }
+}
+
 impl Posix {
     /// Checks that the brick directory is the one opened at start and not
     /// deleted, and that a small write, fsync and read back of a file in
     /// it work. The error says what failed.
-    pub fn health_check(&self) -> Result<(), String> {
+    pub fn health_check(&self) -> Result<(), Unfit> {
         let held = rfs::fstat(&self.root).map_err(|e| format!("stat of the brick: {e}"))?;
         if held.st_nlink == 0 {
             return Err("the brick directory was deleted".into());
@@ -30,7 +47,7 @@ impl Posix {
         match rfs::stat(self.path()) {
             Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {}
             Ok(_) => return Err("the brick directory was replaced by another one".into()),
-            Err(e) => return Err(format!("the brick directory is gone: {e}")),
+            Err(e) => return Err(format!("the brick directory is gone: {e}").into()),
         }
         let fd = match rfs::openat2(
             &self.root,
@@ -47,7 +64,7 @@ impl Posix {
                 tracing::warn!(brick = %self.path().display(), "health check skipped: {e}");
                 return Ok(());
             }
-            Err(e) => return Err(format!("open of {META_DIR}/{PROBE}: {e}")),
+            Err(e) => return Err(format!("open of {META_DIR}/{PROBE}: {e}").into()),
         };
         let f = std::fs::File::from(fd);
         // Overwritten in place at a fixed width: no truncate, so the check
@@ -69,8 +86,8 @@ impl Posix {
         };
         match probe() {
             Ok(back) if back == stamp => Ok(()),
-            Ok(_) => Err(format!("{META_DIR}/{PROBE} read back other data")),
-            Err(e) => Err(format!("write and fsync of {META_DIR}/{PROBE}: {e}")),
+            Ok(_) => Err(format!("{META_DIR}/{PROBE} read back other data").into()),
+            Err(e) => Err(format!("write and fsync of {META_DIR}/{PROBE}: {e}").into()),
         }
     }
 }
@@ -88,7 +105,7 @@ mod tests {
         p.health_check().unwrap();
         std::fs::remove_dir_all(&b).unwrap();
         let e = p.health_check().unwrap_err();
-        assert!(e.contains("deleted"), "{e}");
+        assert!(e.0.contains("deleted"), "{e}");
     }
 
     #[test]
@@ -100,6 +117,6 @@ mod tests {
         std::fs::rename(&b, t.path().join("old")).unwrap();
         std::fs::create_dir(&b).unwrap();
         let e = p.health_check().unwrap_err();
-        assert!(e.contains("replaced"), "{e}");
+        assert!(e.0.contains("replaced"), "{e}");
     }
 }

@@ -271,7 +271,7 @@ impl Posix {
     /// when its volume is created, so that the brick's first start finds
     /// it made, as every later start does: at 300 bricks on one file
     /// system, allocating inodes was a tenth of a brick's start.
-    pub fn prepare(path: &Path) -> Result<(), String> {
+    pub fn prepare(path: &Path) -> Result<(), health::Unfit> {
         let p = Posix::open(path).map_err(|e| format!("cannot prepare {}: {e}", path.display()))?;
         p.meta_dir(PENDING_REL)
             .map_err(|e| format!("cannot prepare {}: {e}", path.display()))?;

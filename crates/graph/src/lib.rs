@@ -12,6 +12,8 @@ mod cluster_tests;
 pub mod memory;
 pub mod roles;
 pub mod sets;
+#[cfg(any(test, feature = "testkit"))]
+pub mod stacked;
 pub mod table;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

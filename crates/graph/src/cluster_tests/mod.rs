@@ -8,6 +8,7 @@ use mortar_core::{Fop, Gfid, SetAttr};
 use std::collections::BTreeMap;
 
 mod distribute;
+mod stacked;
 
 #[tokio::test]
 async fn a_change_reaches_every_copy_and_settles() {

@@ -616,6 +616,8 @@ async fn list_on(b: &Brick, d: Gfid) -> FsResult<Vec<(Gfid, bool)>> {
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod stack_tests;
 #[cfg(test)]
 mod tests {

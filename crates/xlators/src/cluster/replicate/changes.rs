@@ -166,6 +166,7 @@ impl Replicate {
             }
         }
         let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
+        let res = self.excuse_stale(cx, &objs, res).await;
         let lost = self.lost(cx, &objs, &res, data).await;
         self.finish(tickets, &res, merged_ok(&res), lost.is_some())
             .await;
@@ -178,6 +179,65 @@ impl Replicate {
             Some(e) => Err(e),
             None => Ok(self.pick(fop.gfid(), ok)),
         }
+    }
+
+    /// A copy that missed changes of the objects a change is about (its
+    /// brick was away; no heal has reached it yet) may lack the name or
+    /// object the change names, or still have one the others removed.
+    /// When a copy no one blames took the change, such a copy's refusal is
+    /// not the volume's answer: it counts as a copy that missed this
+    /// change too (`finish` blames it again; heal brings it up to date).
+    /// Only copies the others blame are excused, never a good copy.
+    async fn excuse_stale(
+        &self,
+        cx: &Ctx,
+        objs: &[Gfid],
+        mut res: Vec<(usize, FsResult<Reply>)>,
+    ) -> Vec<(usize, FsResult<Reply>)> {
+        let missed = |e: &FsError| [libc::ENOENT, libc::ESTALE, libc::EEXIST].contains(&e.errno);
+        if !res.iter().any(|(_, r)| matches!(r, Err(e) if missed(e))) {
+            return res;
+        }
+        // Whether a copy no one blames answered (took the change, or
+        // refused it for a reason of its own: the volume's answer).
+        let good_answered = |stale: u32, res: &[(usize, FsResult<Reply>)]| {
+            res.iter()
+                .any(|(i, r)| stale & (1 << i) == 0 && !matches!(r, Err(e) if e.is(libc::ENOTCONN)))
+        };
+        let mut stale = objs.iter().fold(0, |m, g| m | self.stale_copies(*g));
+        if !good_answered(stale, &res) || stale == 0 {
+            for &g in objs {
+                self.refresh(cx, g).await;
+            }
+            stale = objs.iter().fold(0, |m, g| m | self.stale_copies(*g));
+        }
+        // A copy that does not know the object at all (ESTALE: it missed
+        // its creation, in a directory it is blamed for) while a quorum
+        // of copies know it is as far behind.
+        let knowing = res
+            .iter()
+            .filter(|(_, r)| !matches!(r, Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOTCONN)))
+            .count();
+        if knowing >= self.txns.answers_needed() {
+            for (i, r) in &res {
+                if matches!(r, Err(e) if e.is(libc::ESTALE)) {
+                    stale |= 1 << i;
+                }
+            }
+        }
+        if !good_answered(stale, &res) {
+            return res;
+        }
+        for (i, r) in res.iter_mut() {
+            if stale & (1 << *i) != 0 && matches!(r, Err(e) if missed(e)) {
+                let e = r.as_ref().unwrap_err();
+                tracing::debug!(xlator = %self.name, replica = *i, "a stale copy refused a change a good one answered ({e}); it missed it");
+                *r = Err(FsError::notconn(format!(
+                    "replica {i} missed the change: {e}"
+                )));
+            }
+        }
+        res
     }
 
     /// A change through an open file (write, fallocate), to every replica

@@ -322,12 +322,16 @@ impl World {
         let h = Healer::new(&desc_over(1, 3), |_| true, &stack_env(&self.bricks)).unwrap();
         h.wait_up(Duration::from_secs(3)).await;
         let mut settled = false;
-        for _ in 0..8 {
+        // Passes as the daemon makes them; one that leaves work (a lock a
+        // client still holds, released when idle) is followed by another
+        // a moment later.
+        for _ in 0..20 {
             h.index_pass().await;
             if h.info(false).await.iter().all(|b| b.entries.is_empty()) {
                 settled = true;
                 break;
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         if !settled {
             return Err(format!(
@@ -444,12 +448,28 @@ fn run_steps(steps: &[Step]) -> Result<(), String> {
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 32,
+/// The suite's runs: the same 64 each time (a fixed seed), so that a
+/// run that fails is a change's doing. `PROPTEST_CASES=2000
+/// PROPTEST_RNG_SEED=<n>` runs others (docs/replication.md says what
+/// such runs still find).
+fn config() -> ProptestConfig {
+    let env = ProptestConfig::default();
+    ProptestConfig {
+        cases: match std::env::var_os("PROPTEST_CASES") {
+            Some(_) => env.cases,
+            None => 64,
+        },
+        rng_seed: match std::env::var_os("PROPTEST_RNG_SEED") {
+            Some(_) => env.rng_seed,
+            None => proptest::test_runner::RngSeed::Fixed(0x6d6f_7274_6172),
+        },
         failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+        ..env
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
 
     #[test]
     fn changes_from_two_clients_while_bricks_restart_match_the_model_once_healed(
@@ -463,7 +483,8 @@ proptest! {
 
 /// Runs the model test found failing, kept: changes naming what a copy
 /// back from down (not healed yet) missed were refused with that copy's
-/// ENOENT, ESTALE or EEXIST although the good copies took them.
+/// ENOENT, ESTALE or EEXIST although the good copies took them, or made
+/// on it alone.
 #[test]
 fn changes_a_copy_back_from_down_missed_are_made_all_the_same() {
     use Step::*;
@@ -533,6 +554,35 @@ fn changes_a_copy_back_from_down_missed_are_made_all_the_same() {
                 client: c,
                 from: (0, 0),
                 to: (0, 2),
+            },
+        ],
+        // A name made again on the copy that missed it (the others have
+        // it: EEXIST), then renamed away: the copy must not keep another
+        // object under the name, where no heal would look.
+        vec![
+            Down(0),
+            Create {
+                client: c,
+                dir: 2,
+                name: 1,
+            },
+            Up,
+            Create {
+                client: c,
+                dir: 2,
+                name: 1,
+            },
+            Rename {
+                client: c,
+                from: (2, 1),
+                to: (0, 1),
+            },
+            Write {
+                client: c,
+                dir: 0,
+                name: 1,
+                block: 0,
+                byte: 0,
             },
         ],
     ] {

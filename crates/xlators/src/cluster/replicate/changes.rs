@@ -167,6 +167,8 @@ impl Replicate {
         }
         let res = self.fan_out(cx, &targets, |_| Some(fop.clone())).await;
         let res = self.excuse_stale(cx, &objs, res).await;
+        let res = self.take_back(cx, &fop, res).await;
+        let res = self.stale_took(cx, &objs, res).await;
         let lost = self.lost(cx, &objs, &res, data).await;
         self.finish(tickets, &res, merged_ok(&res), lost.is_some())
             .await;
@@ -204,13 +206,19 @@ impl Replicate {
             res.iter()
                 .any(|(i, r)| stale & (1 << i) == 0 && !matches!(r, Err(e) if e.is(libc::ENOTCONN)))
         };
-        let mut stale = objs.iter().fold(0, |m, g| m | self.stale_copies(*g));
-        if !good_answered(stale, &res) || stale == 0 {
+        // The copies disagree: which are stale is asked again (what this
+        // client knew may predate a heal, or another client's change).
+        let answers: std::collections::BTreeSet<i32> = res
+            .iter()
+            .filter(|(_, r)| !matches!(r, Err(e) if e.is(libc::ENOTCONN)))
+            .map(|(_, r)| r.as_ref().err().map_or(0, |e| e.errno))
+            .collect();
+        if answers.len() > 1 {
             for &g in objs {
                 self.refresh(cx, g).await;
             }
-            stale = objs.iter().fold(0, |m, g| m | self.stale_copies(*g));
         }
+        let mut stale = objs.iter().fold(0, |m, g| m | self.stale_copies(*g));
         // A copy that does not know the object at all (ESTALE: it missed
         // its creation, in a directory it is blamed for) while a quorum
         // of copies know it is as far behind.
@@ -235,6 +243,105 @@ impl Replicate {
                 *r = Err(FsError::notconn(format!(
                     "replica {i} missed the change: {e}"
                 )));
+            }
+        }
+        res
+    }
+
+    /// A rename between two directories taken by a copy known stale for
+    /// one of them: the name it moved may be another object than the good
+    /// copies moved (one they replaced while it was away), so what it holds
+    /// in the other directory now is not known to match theirs. It counts
+    /// as a copy that missed the change: both directories are blamed for
+    /// it, and heal compares them whole. Only when a good copy took it.
+    async fn stale_took(
+        &self,
+        cx: &Ctx,
+        objs: &[Gfid],
+        mut res: Vec<(usize, FsResult<Reply>)>,
+    ) -> Vec<(usize, FsResult<Reply>)> {
+        let [a, b] = objs else { return res };
+        if a == b || self.stale_copies(*a) | self.stale_copies(*b) == 0 {
+            return res;
+        }
+        // What this client knew may predate a heal: asked again.
+        for &g in objs {
+            self.refresh(cx, g).await;
+        }
+        let stale = self.stale_copies(*a) | self.stale_copies(*b);
+        let good_took = res.iter().any(|(i, r)| r.is_ok() && stale & (1 << i) == 0);
+        if stale == 0 || !good_took {
+            return res;
+        }
+        for (i, r) in res.iter_mut() {
+            if stale & (1 << *i) != 0 && r.is_ok() {
+                tracing::debug!(xlator = %self.name, replica = *i, "a stale copy took a rename between directories; both blamed for it");
+                *r = Err(FsError::notconn(format!(
+                    "replica {i} is stale for the directories of the rename"
+                )));
+            }
+        }
+        res
+    }
+
+    /// A name made only on copies known stale for its directory, while
+    /// the good copies refused it because they have it already (EEXIST,
+    /// with another object): taken back on those copies at once, before
+    /// the directory's lock is let go. Left there, the name would carry
+    /// another object than the good copies' under the same name, and a
+    /// later rename would move it where no heal looks.
+    async fn take_back(
+        &self,
+        cx: &Ctx,
+        fop: &Fop,
+        mut res: Vec<(usize, FsResult<Reply>)>,
+    ) -> Vec<(usize, FsResult<Reply>)> {
+        let (parent, name, dir) = match fop {
+            Fop::Create { parent, name, .. }
+            | Fop::Mknod { parent, name, .. }
+            | Fop::Symlink { parent, name, .. } => (*parent, name, false),
+            Fop::Mkdir { parent, name, .. } => (*parent, name, true),
+            Fop::Link {
+                newparent, newname, ..
+            } => (*newparent, newname, false),
+            _ => return res,
+        };
+        let refused = txn::refused(&res);
+        let applied = txn::succeeded(&res);
+        let stale = self.stale_copies(parent);
+        let exists = |i: &usize| {
+            res.iter()
+                .any(|(j, r)| j == i && matches!(r, Err(e) if e.is(libc::EEXIST)))
+        };
+        if refused.is_empty()
+            || applied.is_empty()
+            || !refused.iter().all(exists)
+            || txn::bits(&applied) & !stale != 0
+        {
+            return res;
+        }
+        for (i, r) in res.iter_mut() {
+            let Ok(reply) = r else { continue };
+            let gfid = fop.gfid();
+            if let Reply::Created { fh, .. } = reply {
+                let _ = self.children[*i]
+                    .call(cx, Fop::Release { gfid, fh: *fh })
+                    .await;
+            }
+            let undo = match dir {
+                true => Fop::Rmdir {
+                    parent,
+                    name: name.clone(),
+                },
+                false => Fop::Unlink {
+                    parent,
+                    name: name.clone(),
+                },
+            };
+            let undone = self.children[*i].call(cx, undo).await;
+            tracing::warn!(xlator = %self.name, replica = *i, %parent, name = %String::from_utf8_lossy(name.as_bytes()), ok = undone.is_ok(), "a name the good copies have was made on a stale copy only; taken back");
+            if undone.is_ok() {
+                *r = Err(FsError::new(libc::EEXIST, "the name exists"));
             }
         }
         res

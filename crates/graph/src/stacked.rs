@@ -5,7 +5,8 @@
 //! over the wire. What replicate, distribute and the healer see through
 //! it is what they see from a brick process: real locks and contention
 //! notices, real change sessions and blame, the heal index on disk, real
-//! leases and recalls. A test takes it down and brings it back
+//! leases and recalls. Its directory is in memory (under /dev/shm, a
+//! tmpfs, where there is one). A test takes it down and brings it back
 //! (`set_down`: the process ends, and a new one starts over the same
 //! directory) and reads its copies (`content`, `blame`).
 
@@ -41,7 +42,14 @@ pub struct StackConn {
 impl StackBrick {
     /// A new, empty brick (`arbiter`: the stack of an arbiter brick).
     pub fn new(name: &str, arbiter: bool) -> Arc<StackBrick> {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        // In memory where the machine has a tmpfs for it (xattrs and all),
+        // else in the temporary directory.
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = match shm.is_dir() {
+            true => tempfile::tempdir_in(shm).or_else(|_| tempfile::tempdir()),
+            false => tempfile::tempdir(),
+        }
+        .expect("a temporary directory");
         let b = Arc::new(StackBrick {
             name: name.to_string(),
             arbiter,

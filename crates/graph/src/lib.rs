@@ -8,8 +8,6 @@ pub mod active;
 pub mod build;
 #[cfg(test)]
 mod cluster_tests;
-#[cfg(any(test, feature = "testkit"))]
-pub mod memory;
 pub mod roles;
 pub mod sets;
 #[cfg(any(test, feature = "testkit"))]

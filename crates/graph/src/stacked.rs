@@ -25,6 +25,18 @@ pub struct StackBrick {
     dir: tempfile::TempDir,
     /// The running "process": its stack; None while down.
     up: Mutex<Option<Arc<Stack>>>,
+    /// Scripted failures: fop name → (errno, how many more times).
+    inject: Mutex<std::collections::HashMap<&'static str, (i32, usize)>>,
+    /// The next call of this fop ends the brick (applied first when true).
+    die: Mutex<Option<(&'static str, bool)>>,
+    /// Writes wait up to this long before they reach the stack (a disk
+    /// whose latency varies): requests sent together land in any order.
+    write_jitter: Mutex<std::time::Duration>,
+    /// Writes in flight (with jitter): object and byte range.
+    writing: Mutex<Vec<(Gfid, u64, u64)>>,
+    /// Writes that arrived while another write of some of their bytes was
+    /// in flight: they may land in either order.
+    overlapping: AtomicU64,
     conns: Mutex<Vec<Weak<StackConn>>>,
     next_conn: AtomicU64,
     calls: AtomicU64,
@@ -55,6 +67,11 @@ impl StackBrick {
             arbiter,
             dir,
             up: Mutex::new(None),
+            inject: Mutex::default(),
+            die: Mutex::new(None),
+            write_jitter: Mutex::default(),
+            writing: Mutex::default(),
+            overlapping: AtomicU64::new(0),
             conns: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(0),
             calls: AtomicU64::new(0),
@@ -108,6 +125,8 @@ impl StackBrick {
     /// released, leases dropped, sessions left unsettled in the index), or
     /// starts a new one over the same directory.
     pub fn set_down(&self, down: bool) {
+        // A death scripted for a call that never came is forgotten.
+        *self.die.lock().unwrap() = None;
         let stack = {
             let mut up = self.up.lock().unwrap();
             if up.is_some() != down {
@@ -162,14 +181,163 @@ impl StackBrick {
         }
     }
 
-    /// The blame (pending changes the copy knows others missed) of the
-    /// object `gfid`, as its attributes report it; None if the brick has
-    /// no such object or is down.
-    pub async fn blame(&self, gfid: Gfid) -> Option<u32> {
-        match self.ask(Fop::Getattr { gfid }).await {
-            Ok(Reply::Attr(a)) => Some(a.blame),
-            _ => None,
+    /// The blame (the copies this one says missed changes) of the object
+    /// `gfid`, read from the brick directory; 0 if it has no such object.
+    pub fn blame(&self, gfid: Gfid) -> u32 {
+        let posix = Posix::open(&self.root()).expect("the brick opens");
+        posix
+            .resolve(gfid)
+            .and_then(|fd| mortar_storage::posix::read_blame(&*fd))
+            .unwrap_or(0)
+    }
+
+    /// The heal index: the objects with a change session open or blame
+    /// recorded, as the brick directory lists them.
+    pub fn pending(&self) -> std::collections::HashSet<Gfid> {
+        let dir = self.root().join(mortar_storage::posix::PENDING_REL);
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| {
+                    let name = e.ok()?.file_name();
+                    let u = uuid::Uuid::parse_str(name.to_str()?).ok()?;
+                    Gfid::from_slice(u.as_bytes())
+                })
+                .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every name under the root (not the brick's own `.mortar`),
+    /// recursively, with its object's gfid.
+    pub fn tree(&self) -> std::collections::BTreeMap<String, Gfid> {
+        fn walk(dir: &Path, prefix: &str, out: &mut std::collections::BTreeMap<String, Gfid>) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if prefix.is_empty() && name == mortar_storage::posix::META_DIR {
+                    continue;
+                }
+                let p = format!("{prefix}/{name}");
+                let mut raw = [0u8; 16];
+                let gfid =
+                    rustix::fs::lgetxattr(e.path(), mortar_storage::posix::GFID_XATTR, &mut raw)
+                        .ok()
+                        .and_then(|n| Gfid::from_slice(&raw[..n]))
+                        .unwrap_or(Gfid::ROOT);
+                out.insert(p.clone(), gfid);
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path(), &p, out);
+                }
+            }
         }
+        let mut out = std::collections::BTreeMap::new();
+        walk(&self.root(), "", &mut out);
+        out
+    }
+
+    /// The distribute pointers under the root: path → the set they name.
+    pub fn pointers(&self) -> std::collections::BTreeMap<String, u32> {
+        use std::os::unix::fs::PermissionsExt;
+        self.tree()
+            .into_keys()
+            .filter_map(|p| {
+                let path = self.root().join(&p[1..]);
+                let meta = std::fs::symlink_metadata(&path).ok()?;
+                if !meta.is_file()
+                    || meta.permissions().mode() & 0o7777 != mortar_core::fop::POINTER_PERM
+                {
+                    return None;
+                }
+                let mut v = [0u8; 8];
+                let n =
+                    rustix::fs::lgetxattr(&path, mortar_core::fop::LINKTO_XATTR, &mut v).ok()?;
+                let set = u32::from_le_bytes(v[..n].try_into().ok()?);
+                Some((p, set))
+            })
+            .collect()
+    }
+
+    /// Handles open on this brick, all connections together.
+    pub fn open_handles(&self) -> usize {
+        self.live_conns()
+            .iter()
+            .filter_map(|c| c.conn.lock().unwrap().clone())
+            .map(|c| c.fds.len())
+            .sum()
+    }
+
+    /// What the self-heal daemon achieves, at once: this copy becomes
+    /// `good`'s copy (the directory copied whole, a new brick process
+    /// over it), and no copy blames another any more.
+    pub fn heal_from(&self, good: &StackBrick, all: &[Arc<StackBrick>]) {
+        for b in all {
+            b.set_down(true);
+        }
+        let root = self.root();
+        std::fs::remove_dir_all(&root).expect("the stale copy removed");
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(good.root())
+            .arg(&root)
+            .status()
+            .expect("cp runs");
+        assert!(copied.success(), "cp -a of the good copy failed");
+        for b in all {
+            b.forget_blame();
+            b.set_down(false);
+        }
+    }
+
+    /// Removes every blame record and heal index entry (the brick down).
+    fn forget_blame(&self) {
+        fn walk(dir: &Path) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let _ = rustix::fs::lremovexattr(e.path(), mortar_storage::posix::BLAME_XATTR);
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path());
+                }
+            }
+        }
+        let root = self.root();
+        let _ = rustix::fs::lremovexattr(&root, mortar_storage::posix::BLAME_XATTR);
+        walk(&root);
+        let pending = root.join(mortar_storage::posix::PENDING_REL);
+        if let Ok(rd) = std::fs::read_dir(&pending) {
+            for e in rd.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+
+    /// Makes each write wait a random time up to `max` before it reaches
+    /// the stack.
+    pub fn set_write_jitter(&self, max: std::time::Duration) {
+        *self.write_jitter.lock().unwrap() = max;
+    }
+
+    /// How many writes arrived while another write of some of their bytes
+    /// was in flight (with `set_write_jitter`): such writes may land in
+    /// different orders on different copies.
+    pub fn overlapping_writes(&self) -> u64 {
+        self.overlapping.load(Ordering::Relaxed)
+    }
+
+    /// Makes the next `times` calls of `fop` (its name) fail with `errno`
+    /// before they reach the brick: a scripted brick.
+    pub fn inject(&self, fop: &'static str, errno: i32, times: usize) {
+        self.inject.lock().unwrap().insert(fop, (errno, times));
+    }
+
+    /// Makes the next call of `fop` the brick process's last: carried out
+    /// (when `applied`) or not, then the process ends and the call is
+    /// answered ENOTCONN, as a brick killed with the change in flight.
+    pub fn die_on(&self, fop: &'static str, applied: bool) {
+        *self.die.lock().unwrap() = Some((fop, applied));
     }
 
     /// Asks the brick itself (on a connection of its own, as the root).
@@ -263,7 +431,65 @@ impl Xlator for StackConn {
             return Err(FsError::notconn(format!("{} is down", self.brick.name)));
         };
         self.brick.calls.fetch_add(1, Ordering::Relaxed);
-        stack.top().call(&conn, cx, fop).await
+        let name = fop.name();
+        if let Some((errno, left)) = self.brick.inject.lock().unwrap().get_mut(name) {
+            if *left > 0 {
+                *left -= 1;
+                return Err(FsError::new(*errno, format!("{name} failed (injected)")));
+            }
+        }
+        let die = {
+            let mut die = self.brick.die.lock().unwrap();
+            match *die {
+                Some((f, applied)) if f == name => {
+                    *die = None;
+                    Some(applied)
+                }
+                _ => None,
+            }
+        };
+        if let Some(applied) = die {
+            if applied {
+                let _ = stack.top().call(&conn, cx, fop).await;
+            }
+            self.brick.set_down(true);
+            return Err(FsError::notconn(format!(
+                "{} died with the call in flight",
+                self.brick.name
+            )));
+        }
+        let max = *self.brick.write_jitter.lock().unwrap();
+        let Fop::Write {
+            gfid,
+            offset,
+            ref data,
+            ..
+        } = fop
+        else {
+            return stack.top().call(&conn, cx, fop).await;
+        };
+        if max.is_zero() {
+            return stack.top().call(&conn, cx, fop).await;
+        }
+        let range = (gfid, offset, offset + data.len() as u64);
+        {
+            let mut writing = self.brick.writing.lock().unwrap();
+            if writing
+                .iter()
+                .any(|&(g, s, e)| g == gfid && s < range.2 && range.1 < e)
+            {
+                self.brick.overlapping.fetch_add(1, Ordering::Relaxed);
+            }
+            writing.push(range);
+        }
+        let us = fastrand::u64(0..=max.as_micros() as u64);
+        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+        let r = stack.top().call(&conn, cx, fop).await;
+        let mut writing = self.brick.writing.lock().unwrap();
+        if let Some(i) = writing.iter().position(|w| *w == range) {
+            writing.swap_remove(i);
+        }
+        r
     }
 }
 

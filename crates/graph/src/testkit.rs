@@ -1,26 +1,27 @@
-//! Graphs over in-memory bricks, built like a mount's (same table, same
-//! factories, same links): the seam where the cluster translators are
-//! unit-tested without root, FUSE or processes.
+//! Graphs over bricks that are the real brick stack in memory
+//! (`crate::stacked`), built like a mount's (same table, same factories,
+//! same links): the seam where the cluster translators are unit-tested
+//! without FUSE, network or processes.
 
-use super::memory::MemBrick;
 use super::{Env, Graph};
+use crate::stacked::StackBrick;
 use mortar_core::desc::{VolDesc, XlDesc};
 use mortar_core::{Ctx, Fop, FsResult, Gfid, Name, Reply};
 use std::sync::Arc;
 
 pub struct Rig {
     pub graph: Graph,
-    pub bricks: Vec<Arc<MemBrick>>,
+    pub bricks: Vec<Arc<StackBrick>>,
 }
 
 /// `sets` replica sets of `replica` bricks each under distribute (plain
 /// distribute when `replica` is 1), with every option at its default.
 pub fn rig(sets: usize, replica: usize) -> Rig {
-    Rig::over(&mem_bricks(sets * replica), sets, replica)
+    Rig::over(&test_bricks(sets * replica), sets, replica)
 }
 
 /// A graph (a client) over bricks that exist already.
-pub fn graph_over(bricks: &[Arc<MemBrick>], sets: usize, replica: usize) -> Graph {
+pub fn graph_over(bricks: &[Arc<StackBrick>], sets: usize, replica: usize) -> Graph {
     assert_eq!(bricks.len(), sets * replica);
     Graph::build(&desc_over(sets, replica), &env_over(bricks)).expect("test graph builds")
 }
@@ -66,15 +67,15 @@ pub fn desc_grown(sets: usize, commit: u64) -> VolDesc {
     d
 }
 
-/// `count` in-memory bricks named b0, b1, ...
-pub fn mem_bricks(count: usize) -> Vec<Arc<MemBrick>> {
+/// `count` bricks (the real stack, in memory) named b0, b1, ...
+pub fn test_bricks(count: usize) -> Vec<Arc<StackBrick>> {
     (0..count)
-        .map(|i| MemBrick::new(&format!("b{i}")))
+        .map(|i| StackBrick::new(&format!("b{i}"), false))
         .collect()
 }
 
 /// Connects a description's bricks (`index`) to `bricks`.
-pub fn env_over(bricks: &[Arc<MemBrick>]) -> Env {
+pub fn env_over(bricks: &[Arc<StackBrick>]) -> Env {
     let b = bricks.to_vec();
     Env {
         connect: Arc::new(move |d: &XlDesc, link| {
@@ -90,7 +91,7 @@ pub fn n(s: &str) -> Name {
 
 impl Rig {
     /// A client of `sets` replica sets over bricks that exist already.
-    pub fn over(bricks: &[Arc<MemBrick>], sets: usize, replica: usize) -> Rig {
+    pub fn over(bricks: &[Arc<StackBrick>], sets: usize, replica: usize) -> Rig {
         Rig {
             graph: graph_over(bricks, sets, replica),
             bricks: bricks.to_vec(),
@@ -99,7 +100,7 @@ impl Rig {
 
     /// A client of a distribute volume of `bricks` with layout commit
     /// `commit` (`desc_grown`).
-    pub fn grown(bricks: &[Arc<MemBrick>], commit: u64) -> Rig {
+    pub fn grown(bricks: &[Arc<StackBrick>], commit: u64) -> Rig {
         let desc = desc_grown(bricks.len(), commit);
         Rig {
             graph: Graph::build(&desc, &env_over(bricks)).expect("test graph builds"),

@@ -1,4 +1,4 @@
-//! The real healer over in-memory bricks (`graph::testkit`) after
+//! The real healer over the real brick stack in memory (`graph::testkit`) after
 //! replicate's writes with bricks going down and coming back: what heal
 //! settles, and that it never ends in split-brain.
 

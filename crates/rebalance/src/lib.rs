@@ -410,7 +410,7 @@ impl Rebalancer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mortar_graph::testkit::{desc_grown, env_over, mem_bricks, n, Rig};
+    use mortar_graph::testkit::{desc_grown, env_over, n, test_bricks, Rig};
 
     #[test]
     fn the_time_left_assumes_unvisited_directories_hold_what_visited_ones_did() {
@@ -426,7 +426,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_rebalance_moves_files_home_and_leaves_every_name_findable_by_one_lookup() {
-        let bricks = mem_bricks(3);
+        let bricks = test_bricks(3);
         let before = Rig::over(&bricks[..2], 2, 1);
         let d = before.mkdir(Gfid::ROOT, "d").await.unwrap();
         let mut files = Vec::new();
@@ -529,7 +529,7 @@ mod tests {
 
     #[tokio::test]
     async fn rebalancers_sharing_the_sets_among_them_move_each_file_once() {
-        let bricks = mem_bricks(4);
+        let bricks = test_bricks(4);
         let before = Rig::over(&bricks[..2], 2, 1);
         let mut dirs = vec![Gfid::ROOT];
         for i in 0..4 {

@@ -169,7 +169,7 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
     // A volume whose set list changed (layout-commit 2): the root has no
     // layout, so a file placed off its hashed set by an older layout is
     // still found; in a new directory (committed) a miss asks one set.
-    let bricks = mem_bricks(4);
+    let bricks = test_bricks(4);
     // Files put on set 2 by a client of a one-set volume, which is what
     // this volume was before.
     let before_growth = Rig::over(&bricks[2..3], 1, 1);
@@ -225,7 +225,7 @@ async fn a_directory_in_flux_has_missing_names_looked_up_everywhere() {
 
 #[tokio::test]
 async fn a_volume_grown_by_a_set_keeps_working_before_any_rebalance() {
-    let bricks = mem_bricks(3);
+    let bricks = test_bricks(3);
     let before = Rig::over(&bricks[..2], 2, 1);
     let d = before.mkdir(Gfid::ROOT, "d").await.unwrap();
     for i in 0..20 {

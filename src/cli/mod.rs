@@ -176,17 +176,22 @@ impl From<&str> for Usage {
 
 /// A command line refused, printed as `fail` prints.
 fn usage(what: &str, name: &str, e: Usage) -> anyhow::Error {
-    let context = if name.is_empty() {
-        format!("{what}: failed")
-    } else {
-        format!("{what}: {name}: failed")
-    };
-    anyhow::Error::new(e).context(context)
+    failed_with(what, name, e)
 }
 
 /// A daemon's refusal, printed as `fail` prints, and kept whole in the
 /// error's chain: its kind is the exit code (`exit_code`).
 fn refused(what: &str, name: &str, e: Error) -> anyhow::Error {
+    failed_with(what, name, e)
+}
+
+/// `e` under the context `fail` prints (`what: name: failed`), kept whole
+/// in the chain so that `exit_code` and `json_failure` find it.
+fn failed_with<E: std::error::Error + Send + Sync + 'static>(
+    what: &str,
+    name: &str,
+    e: E,
+) -> anyhow::Error {
     let context = if name.is_empty() {
         format!("{what}: failed")
     } else {

@@ -124,12 +124,6 @@ impl Error {
         self.concerns = Some(what.into());
         self
     }
-
-    /// The same error, its message prefixed (`context: message`).
-    pub fn context(mut self, context: impl std::fmt::Display) -> Error {
-        self.message = format!("{context}: {}", self.message);
-        self
-    }
 }
 
 /// A message without a kind is a refusal: most of what management says

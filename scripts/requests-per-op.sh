@@ -8,7 +8,7 @@
 # OPTS="key=value ..." sets volume options first; the time each step took
 # (ms per file, one process per file: the tools' own start is in it) is
 # shown beside the requests. FOPS=1 adds which fops the brick requests
-# were (the client's trace log of every request it sends).
+# were (the client's debug log of every request it sends).
 # Starts a private daemon (port 24197) under a temporary directory and
 # removes everything it made when done.
 set -euo pipefail
@@ -34,11 +34,12 @@ for kv in ${OPTS:-}; do m volume set rq "${kv%%=*}" "${kv#*=}"; done
 m volume start rq
 mkdir -p "$mnt"
 if [ -n "${FOPS:-}" ]; then
-    MORTAR_LOG=mortar::protocol::client=trace "$MORTAR" mount --port $PORT -o log-file="$work/mount.log" 127.0.0.1:/rq "$mnt"
+    MORTAR_LOG=mortar_protocol::client=debug "$MORTAR" mount --port $PORT -o log-file="$work/mount.log" 127.0.0.1:/rq "$mnt"
 else
     "$MORTAR" mount --port $PORT 127.0.0.1:/rq "$mnt"
 fi
-fops() { { grep -o 'fop="[a-z_]*"' "$work/mount.log" 2>/dev/null || true; } | wc -l; }
+sent() { grep ' sent' "$work/mount.log" 2>/dev/null | grep -o 'fop="[a-z_]*' | tr -d '"' || true; }
+fops() { sent | wc -l; }
 count() { getfattr --absolute-names --only-values -n trusted.mortar.client.requests "$mnt"; }
 mkdir "$mnt/d"
 block=$(head -c 4096 /dev/zero | tr '\0' x)
@@ -77,7 +78,7 @@ for s in $(seq 0 6); do
     after=$(count)
     which=""
     if [ -n "${FOPS:-}" ]; then
-        which=" $(grep -o 'fop="[a-z_]*"' "$work/mount.log" | tail -n +$((seen + 1)) | sort | uniq -c | awk '{gsub(/fop=|"/, "", $2); printf "%s %s, ", $2, $1}') |"
+        which=" $(sent | tail -n +$((seen + 1)) | sort | uniq -c | awk '{sub(/fop=/, "", $2); printf "%s %s, ", $2, $1}') |"
     fi
     echo "| ${names[$s]} | $(echo "scale=1; ($after - $before) / $N" | bc) | $(echo "scale=2; ($t1 - $t0) / 1000000 / $N" | bc) |$which"
 done

@@ -31,10 +31,10 @@ impl Gfid {
     }
 
     /// Relative path of this object's handle inside the brick's index
-    /// directory: `ab/cd/abcd....-....`.
+    /// directory: `ab/abcd....-....` (one level of 256 directories).
     pub fn handle_rel(&self) -> String {
         let s = self.to_string();
-        format!("{}/{}/{}", &s[0..2], &s[2..4], s)
+        format!("{}/{}", &s[0..2], s)
     }
 }
 
@@ -62,7 +62,7 @@ mod tests {
         );
         assert_eq!(
             Gfid::ROOT.handle_rel(),
-            "00/00/00000000-0000-0000-0000-000000000001"
+            "00/00000000-0000-0000-0000-000000000001"
         );
         assert!(Gfid::from_slice(&[0u8; 16]).is_none());
         assert!(Gfid::from_slice(&[1u8; 15]).is_none());

@@ -1,5 +1,11 @@
-//! The gfid index (`.mortar/gfid/xx/yy/<gfid>`): how any object is reached
+//! The gfid index (`.mortar/gfid/xx/<gfid>`): how any object is reached
 //! by id beneath the brick root, and kept in step with the names.
+//!
+//! One level of 256 directories, each made when its first handle is: a
+//! create makes no directory once a few hundred objects exist. (The first
+//! layout had two levels, `xx/yy/`, 65,536 directories made one by one: on
+//! a young brick most creates made one or two, and a directory's inode
+//! costs the file system more than the file's; see `migrate`.)
 
 use super::*;
 
@@ -19,12 +25,9 @@ impl Posix {
         match open(()) {
             Ok(fd) => Ok((fd, file)),
             Err(rustix::io::Errno::NOENT) => {
-                let top = format!("{INDEX_REL}/{}", &dir[0..2]);
-                for d in [top.as_str(), rel.as_str()] {
-                    match rfs::mkdirat(&self.root, d, Mode::from_raw_mode(0o700)) {
-                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                match rfs::mkdirat(&self.root, rel.as_str(), Mode::from_raw_mode(0o700)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
                 }
                 Ok((open(())?, file))
             }
@@ -52,7 +55,7 @@ impl Posix {
     pub(crate) fn make_dir_handle(&self, gfid: Gfid, parent: Gfid, name: &Name) -> FsResult<()> {
         self.dirs.lock().unwrap().remove(&gfid);
         // Symlink targets are bytes: any name the volume allows fits.
-        let mut target = format!("../../{}/", parent.handle_rel()).into_bytes();
+        let mut target = format!("../{}/", parent.handle_rel()).into_bytes();
         target.extend_from_slice(name.as_bytes());
         self.make_dir_handle_target(gfid, &target)
     }
@@ -147,15 +150,9 @@ impl Posix {
         let (idx, file) = self.index_dir(gfid)?;
         let target = rfs::readlinkat(&idx, file.as_str(), Vec::new())?.into_bytes();
         let stale = || FsError::new(libc::ESTALE, format!("bad directory handle for {gfid}"));
-        // "../../ab/cd/<36-char uuid>/<name>"
-        let rest = target.strip_prefix(b"../../").ok_or_else(stale)?;
-        if rest.len() < 6 + 36 + 2 || rest[6 + 36] != b'/' {
-            return Err(stale());
-        }
-        let uuid = std::str::from_utf8(&rest[6..6 + 36]).map_err(|_| stale())?;
-        let parent = uuid::Uuid::parse_str(uuid).map_err(|_| stale())?;
-        let name = Name::new(rest[6 + 36 + 1..].to_vec()).map_err(|_| stale())?;
-        Ok((Gfid(*parent.as_bytes()), name))
+        let (parent, name) = parse_dir_target(&target, b"../", 3).ok_or_else(stale)?;
+        let name = Name::new(name.to_vec()).map_err(|_| stale())?;
+        Ok((parent, name))
     }
 
     /// Opens a directory by walking its handle chain up to a directory
@@ -294,4 +291,134 @@ impl Posix {
 /// Whether two stats succeeded and name one inode.
 fn same_inode(a: rustix::io::Result<rfs::Stat>, b: rustix::io::Result<rfs::Stat>) -> bool {
     matches!((a, b), (Ok(a), Ok(b)) if a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+}
+
+/// A directory handle's target, `<up><xx/ for each level><parent uuid>/<name>`,
+/// split into the parent's gfid and the name's bytes.
+fn parse_dir_target<'a>(target: &'a [u8], up: &[u8], levels: usize) -> Option<(Gfid, &'a [u8])> {
+    let rest = target.strip_prefix(up)?;
+    let (dirs, rest) = rest.split_at_checked(levels)?;
+    if rest.len() < 36 + 2 || rest[36] != b'/' {
+        return None;
+    }
+    let uuid = uuid::Uuid::parse_str(std::str::from_utf8(&rest[..36]).ok()?).ok()?;
+    let hex = uuid.hyphenated().to_string();
+    // The directories are the uuid's first hex digits, two per level.
+    if dirs.chunks(3).enumerate().any(|(i, d)| {
+        d.len() != 3 || d[2] != b'/' || d[..2] != hex.as_bytes()[2 * i..2 * i + 2]
+    }) {
+        return None;
+    }
+    Some((Gfid(*uuid.as_bytes()), &rest[37..]))
+}
+
+/// The root's handle: from `.mortar/gfid/00/`, the brick root.
+pub(super) const ROOT_TARGET: &[u8] = b"../../..";
+
+/// What `.mortar/layout` says once the index has one level.
+const LAYOUT: &str = "gfid-index 1-level\n";
+
+impl Posix {
+    /// Moves a brick's gfid index from the first layout (`xx/yy/<gfid>`) to
+    /// one level (`xx/<gfid>`), once, before the brick serves: each file
+    /// handle is renamed (the hard link moves; the object keeps its inode),
+    /// each directory handle made again with the new target, each emptied
+    /// `xx/yy` removed, and `.mortar/layout` written last. A crash midway
+    /// leaves handles in both layouts; the next start goes on from there.
+    /// Returns how many handles moved.
+    pub(super) fn migrate(&self) -> FsResult<usize> {
+        match rfs::statat(&self.root, LAYOUT_REL, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => return Ok(0),
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let beneath_dir = |at: &OwnedFd, rel: &str| {
+            rfs::openat2(
+                at,
+                rel,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                beneath() | ResolveFlags::NO_SYMLINKS,
+            )
+        };
+        let mut moved = 0;
+        let index = beneath_dir(&self.root, INDEX_REL)?;
+        for top in names_in(&index)? {
+            if !is_hex2(&top) {
+                continue;
+            }
+            let top_fd = beneath_dir(&index, &top)?;
+            for leaf in names_in(&top_fd)? {
+                if !is_hex2(&leaf) {
+                    continue;
+                }
+                let leaf_fd = match beneath_dir(&top_fd, &leaf) {
+                    Ok(fd) => fd,
+                    Err(rustix::io::Errno::NOTDIR) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                for handle in names_in(&leaf_fd)? {
+                    let st = rfs::statat(&leaf_fd, handle.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+                    let is_dir_handle = FileKind::from_mode(st.st_mode) == FileKind::Symlink
+                        && st.st_nlink == 1;
+                    if is_dir_handle {
+                        let old = rfs::readlinkat(&leaf_fd, handle.as_str(), Vec::new())?;
+                        let new = match old.as_bytes() {
+                            b"../../../.." => ROOT_TARGET.to_vec(),
+                            t => match parse_dir_target(t, b"../../", 6) {
+                                Some((parent, name)) => {
+                                    let mut n = format!("../{}/", parent.handle_rel()).into_bytes();
+                                    n.extend_from_slice(name);
+                                    n
+                                }
+                                // Not a handle this code made: moved as it is.
+                                None => old.as_bytes().to_vec(),
+                            },
+                        };
+                        let new = std::ffi::OsStr::from_bytes(&new);
+                        match rfs::symlinkat(new, &top_fd, handle.as_str()) {
+                            Ok(()) => {}
+                            Err(rustix::io::Errno::EXIST) => {
+                                rfs::unlinkat(&top_fd, handle.as_str(), AtFlags::empty())?;
+                                rfs::symlinkat(new, &top_fd, handle.as_str())?;
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                        rfs::unlinkat(&leaf_fd, handle.as_str(), AtFlags::empty())?;
+                    } else {
+                        rfs::renameat(&leaf_fd, handle.as_str(), &top_fd, handle.as_str())?;
+                    }
+                    moved += 1;
+                }
+                rfs::unlinkat(&top_fd, leaf.as_str(), AtFlags::REMOVEDIR)?;
+            }
+        }
+        let f = rfs::openat2(
+            &self.root,
+            LAYOUT_REL,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        )?;
+        rustix::io::write(&f, LAYOUT.as_bytes())?;
+        rfs::fsync(&f)?;
+        Ok(moved)
+    }
+}
+
+/// The names in a directory (not `.` and `..`).
+fn names_in(dir: &OwnedFd) -> FsResult<Vec<String>> {
+    let mut names = Vec::new();
+    for e in rfs::Dir::read_from(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+fn is_hex2(name: &str) -> bool {
+    name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit())
 }

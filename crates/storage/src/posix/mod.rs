@@ -41,6 +41,8 @@ pub const PENDING_REL: &str = ".mortar/pending";
 /// The file the health check writes and reads back, in `META_DIR` (`health`).
 pub const HEALTH_PROBE: &str = "health_check";
 const INDEX_REL: &str = ".mortar/gfid";
+/// Which layout the gfid index has (see `handles::migrate`).
+const LAYOUT_REL: &str = ".mortar/layout";
 /// Entries returned by one readdir call.
 const READDIR_BATCH: usize = 512;
 /// Largest single pwrite a brick issues.
@@ -257,8 +259,12 @@ impl Posix {
             open: OpenCounts::default(),
             direct: Default::default(),
         };
+        let moved = p.migrate()?;
+        if moved > 0 {
+            tracing::info!(brick = %path.display(), moved, "gfid index moved to one level");
+        }
         // The root's handle points back to the brick root.
-        p.make_dir_handle_target(Gfid::ROOT, b"../../../..")?;
+        p.make_dir_handle_target(Gfid::ROOT, handles::ROOT_TARGET)?;
         Ok(p)
     }
 
@@ -292,14 +298,12 @@ impl Posix {
         let (dir, file) = split_handle(Gfid::ROOT);
         let handle = format!("{INDEX_REL}/{dir}/{file}");
         let probe = format!("{META_DIR}/{}", HEALTH_PROBE);
-        for f in [handle.as_str(), probe.as_str()] {
+        for f in [handle.as_str(), probe.as_str(), LAYOUT_REL] {
             let _ = rfs::unlinkat(&root, f, AtFlags::empty());
         }
-        let top = format!("{INDEX_REL}/{}", &dir[0..2]);
         let index_dir = format!("{INDEX_REL}/{dir}");
         for d in [
             index_dir.as_str(),
-            top.as_str(),
             INDEX_REL,
             PENDING_REL,
             META_DIR,

@@ -97,17 +97,17 @@ class Counter:
         self.proc = None
         if pids:
             self.proc = subprocess.Popen(
-                ["perf", "stat", "-x", ",", "-e", "task-clock,raw_syscalls:sys_enter",
+                ["perf", "stat", "-x", ",", "-e", "task-clock,raw_syscalls:sys_enter,context-switches",
                  "-p", ",".join(str(p) for p in pids), "-o", out],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self):
-        """CPU seconds and system calls counted since the start."""
+        """CPU seconds, system calls and context switches counted since the start."""
         if self.proc is None:
-            return 0.0, 0
+            return 0.0, 0, 0
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait()
-        cpu, calls = 0.0, 0
+        cpu, calls, switches = 0.0, 0, 0
         with open(self.out) as f:
             for line in f:
                 fields = line.strip().split(",")
@@ -117,7 +117,9 @@ class Counter:
                     cpu = float(fields[0]) / 1000.0
                 elif fields[2] == "raw_syscalls:sys_enter":
                     calls = int(float(fields[0]))
-        return cpu, calls
+                elif fields[2] == "context-switches":
+                    switches = int(float(fields[0]))
+        return cpu, calls, switches
 
 
 def requests(mnt):
@@ -163,10 +165,11 @@ def measure(args, root, mnt, groups, work):
         n = args.files
         row = {"op": op, "ops_per_s": n / wall, "app_us": app / n * 1e6}
         for g in groups:
-            cpu, calls = used[g]
+            cpu, calls, switches = used[g]
             count = max(len(groups[g]), 1)
             row[g + "_us"] = cpu / n * 1e6
             row[g + "_syscalls"] = calls / n
+            row[g + "_switches"] = switches / n
             if g == "brick":
                 row["per_brick_us"] = cpu / n * 1e6 / count
         if mnt:
@@ -182,6 +185,7 @@ def table(rows, groups, mounted):
         if g == "brick":
             cols.append(("per_brick_us", "per brick µs", "%.0f"))
         cols.append((g + "_syscalls", g + " syscalls", "%.1f"))
+        cols.append((g + "_switches", g + " switches", "%.1f"))
     if mounted:
         cols.append(("requests", "requests", "%.1f"))
     print("| " + " | ".join(c[1] for c in cols) + " |")
@@ -272,7 +276,7 @@ def main():
         if args.json:
             print(json.dumps(rows, indent=1))
         else:
-            print("\n%d files of 4 KiB, %d thread(s), µs of CPU and system calls per file\n"
+            print("\n%d files of 4 KiB, %d thread(s), µs of CPU, system calls and context switches per file\n"
                   % (args.files, args.threads))
             table(rows, groups, mnt is not None)
     finally:

@@ -304,9 +304,11 @@ fn parse_dir_target<'a>(target: &'a [u8], up: &[u8], levels: usize) -> Option<(G
     let uuid = uuid::Uuid::parse_str(std::str::from_utf8(&rest[..36]).ok()?).ok()?;
     let hex = uuid.hyphenated().to_string();
     // The directories are the uuid's first hex digits, two per level.
-    if dirs.chunks(3).enumerate().any(|(i, d)| {
-        d.len() != 3 || d[2] != b'/' || d[..2] != hex.as_bytes()[2 * i..2 * i + 2]
-    }) {
+    if dirs
+        .chunks(3)
+        .enumerate()
+        .any(|(i, d)| d.len() != 3 || d[2] != b'/' || d[..2] != hex.as_bytes()[2 * i..2 * i + 2])
+    {
         return None;
     }
     Some((Gfid(*uuid.as_bytes()), &rest[37..]))
@@ -359,8 +361,8 @@ impl Posix {
                 };
                 for handle in names_in(&leaf_fd)? {
                     let st = rfs::statat(&leaf_fd, handle.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
-                    let is_dir_handle = FileKind::from_mode(st.st_mode) == FileKind::Symlink
-                        && st.st_nlink == 1;
+                    let is_dir_handle =
+                        FileKind::from_mode(st.st_mode) == FileKind::Symlink && st.st_nlink == 1;
                     if is_dir_handle {
                         let old = rfs::readlinkat(&leaf_fd, handle.as_str(), Vec::new())?;
                         let new = match old.as_bytes() {

@@ -302,12 +302,7 @@ impl Posix {
             let _ = rfs::unlinkat(&root, f, AtFlags::empty());
         }
         let index_dir = format!("{INDEX_REL}/{dir}");
-        for d in [
-            index_dir.as_str(),
-            INDEX_REL,
-            PENDING_REL,
-            META_DIR,
-        ] {
+        for d in [index_dir.as_str(), INDEX_REL, PENDING_REL, META_DIR] {
             let _ = rfs::unlinkat(&root, d, AtFlags::REMOVEDIR);
         }
         if rfs::statat(&root, META_DIR, AtFlags::SYMLINK_NOFOLLOW).is_err() {

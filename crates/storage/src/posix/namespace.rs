@@ -85,6 +85,12 @@ impl Posix {
         } else {
             cx.gid
         };
+        let st = rfs::fstat(fd)?;
+        if (st.st_uid, st.st_gid) == (cx.uid, gid) {
+            // Made as the caller already (or by root for root): the owner
+            // is right, and the set-id bits are what the kernel left.
+            return Ok(());
+        }
         rfs::chownat(
             fd,
             "",
@@ -92,7 +98,6 @@ impl Posix {
             Some(rfs::Gid::from_raw(gid)),
             AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
         )?;
-        let st = rfs::fstat(fd)?;
         if FileKind::from_mode(st.st_mode) != FileKind::Symlink && perm & 0o6000 != 0 {
             // chown cleared set-id bits; put back what was asked for.
             rfs::chmodat(

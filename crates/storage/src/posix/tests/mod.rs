@@ -863,7 +863,11 @@ fn a_brick_of_the_first_index_layout_is_moved_to_one_level_whole() {
         let before = std::fs::metadata(b.root.join("d/e\nwith a newline/f0")).unwrap();
         drop(b.p);
         to_first_layout(&b.root, keep);
-        let old_root = b.root.join(INDEX_REL).join("00/00").join(Gfid::ROOT.to_string());
+        let old_root = b
+            .root
+            .join(INDEX_REL)
+            .join("00/00")
+            .join(Gfid::ROOT.to_string());
         assert!(old_root.is_symlink());
 
         let p = Posix::open(&b.root).unwrap();

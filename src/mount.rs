@@ -307,12 +307,7 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         );
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(
-            std::env::var("MORTAR_CLIENT_THREADS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2),
-        )
+        .worker_threads(client_threads())
         .enable_all()
         .build()?;
     crate::protocol::tls::install_file(&a.credential()).map_err(anyhow::Error::msg)?;
@@ -433,4 +428,19 @@ mod tests {
         let flag = args(Some("/tmp/f.log"), &["log-file=/tmp/m.log"]).log_path();
         assert_eq!(flag, PathBuf::from("/tmp/f.log"));
     }
+}
+
+/// The client's worker threads: `MORTAR_CLIENT_THREADS`, or half the CPUs
+/// (at least one). A mount shares its machine with the applications it
+/// serves: each request to a brick wakes a worker, and with more workers
+/// than spare CPUs a wake is a thread switch more. On two CPUs, one worker
+/// cut the client's CPU per small-file create by a fifth and its context
+/// switches by a third, and moved large-file throughput not at all
+/// (docs/benchmarks.md, `scripts/cpu-per-op.py`).
+fn client_threads() -> usize {
+    std::env::var("MORTAR_CLIENT_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)))
 }

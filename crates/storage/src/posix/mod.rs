@@ -106,16 +106,24 @@ fn open_child(dir: impl AsFd, name: &Name) -> FsResult<OwnedFd> {
 }
 
 pub(crate) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
-    let p = proc_path(fd);
+    let fd = fd.as_fd();
     let mut buf = vec![0u8; 256];
     loop {
-        match rfs::getxattr(&p, name, &mut buf[..]) {
+        let got = match rfs::fgetxattr(fd, name, &mut buf[..]) {
+            Err(rustix::io::Errno::BADF) => rfs::getxattr(proc_path(fd), name, &mut buf[..]),
+            r => r,
+        };
+        match got {
             Ok(m) => {
                 buf.truncate(m);
                 return Ok(buf);
             }
             Err(rustix::io::Errno::RANGE) => {
-                let n = rfs::getxattr_query(&p, name)?;
+                let n = by_fd_or_path(
+                    fd,
+                    |f| rfs::fgetxattr_query(f, name),
+                    |p| rfs::getxattr_query(p, name),
+                )?;
                 buf.resize(n.max(buf.len() * 2), 0);
             }
             Err(e) => return Err(e.into()),
@@ -124,7 +132,26 @@ pub(crate) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
 }
 
 pub fn set_xattr(fd: impl AsFd, name: &str, value: &[u8], flags: rfs::XattrFlags) -> FsResult<()> {
-    Ok(rfs::setxattr(proc_path(fd), name, value, flags)?)
+    let fd = fd.as_fd();
+    Ok(by_fd_or_path(
+        fd,
+        |f| rfs::fsetxattr(f, name, value, flags),
+        |p| rfs::setxattr(p, name, value, flags),
+    )?)
+}
+
+/// An xattr call on an open file (`f…xattr`), or, for an `O_PATH`
+/// descriptor (which those refuse with EBADF), on its `/proc/self/fd` path:
+/// the path's walk through procfs costs three times the call itself.
+fn by_fd_or_path<T>(
+    fd: BorrowedFd<'_>,
+    by_fd: impl FnOnce(BorrowedFd<'_>) -> rustix::io::Result<T>,
+    by_path: impl FnOnce(&str) -> rustix::io::Result<T>,
+) -> rustix::io::Result<T> {
+    match by_fd(fd) {
+        Err(rustix::io::Errno::BADF) => by_path(&proc_path(fd)),
+        r => r,
+    }
 }
 
 fn read_gfid(fd: impl AsFd) -> FsResult<Option<Gfid>> {

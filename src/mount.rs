@@ -404,6 +404,21 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The client's worker threads: `MORTAR_CLIENT_THREADS`, or half the CPUs
+/// (at least one). A mount shares its machine with the applications it
+/// serves: each request to a brick wakes a worker, and with more workers
+/// than spare CPUs a wake is a thread switch more. On two CPUs, one worker
+/// cut the client's CPU per small-file create by a fifth and its context
+/// switches by a third, and moved large-file throughput not at all
+/// (docs/benchmarks.md, `scripts/cpu-per-op.py`).
+fn client_threads() -> usize {
+    std::env::var("MORTAR_CLIENT_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,19 +443,4 @@ mod tests {
         let flag = args(Some("/tmp/f.log"), &["log-file=/tmp/m.log"]).log_path();
         assert_eq!(flag, PathBuf::from("/tmp/f.log"));
     }
-}
-
-/// The client's worker threads: `MORTAR_CLIENT_THREADS`, or half the CPUs
-/// (at least one). A mount shares its machine with the applications it
-/// serves: each request to a brick wakes a worker, and with more workers
-/// than spare CPUs a wake is a thread switch more. On two CPUs, one worker
-/// cut the client's CPU per small-file create by a fifth and its context
-/// switches by a third, and moved large-file throughput not at all
-/// (docs/benchmarks.md, `scripts/cpu-per-op.py`).
-fn client_threads() -> usize {
-    std::env::var("MORTAR_CLIENT_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)))
 }

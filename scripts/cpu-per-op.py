@@ -4,7 +4,7 @@ and system calls of the client (the FUSE mount), of the brick processes and
 of the management daemon, the brick requests the client sent, and the
 application's own CPU and wall time.
 
-A private daemon (port 24198) serves a replica-3 volume of three bricks under
+A private daemon (on a free port) serves a replica-3 volume of three bricks under
 a temporary directory; one mount; N files of 4 KiB in directories of 100
 (the shape of issue 44's table). Each operation runs over every file in a
 fresh process (so `stat` asks as "another process" does), while `perf stat`
@@ -12,7 +12,8 @@ counts task-clock and system calls of each process group. Everything made
 is removed at the end.
 
     scripts/cpu-per-op.py [--mortar BIN] [--files N] [--threads T]
-                          [--base DIR] [--opt KEY=VALUE ...] [--record OP] [--json]
+                          [--base DIR] [--opt KEY=VALUE ...] [--record OP]
+                          [--reps K] [--json]
     scripts/cpu-per-op.py --dir DIR [--pid PID ...]   # the same ops elsewhere
 
 --base puts the bricks elsewhere: on this machine's ext4 (no journal) a
@@ -28,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -196,7 +198,9 @@ def table(rows, groups, mounted):
 
 def serve(args, work):
     """A daemon, a replica-3 volume and its mount; returns the groups of pids."""
-    port = "24198"
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = str(free.getsockname()[1])
     env = dict(os.environ, MORTAR_CREDENTIAL=os.path.join(work, "state/tls/admin.pem"))
     log = open(os.path.join(work, "daemon.log"), "w")
     daemon = subprocess.Popen(
@@ -248,6 +252,8 @@ def main():
     p.add_argument("--record", choices=OPS, help="perf record the client and a brick during OP")
     p.add_argument("--dir", help="run in this directory instead of a mortar volume")
     p.add_argument("--pid", type=int, action="append", default=[], help="with --dir: the file system's process")
+    p.add_argument("--reps", type=int, default=1,
+                   help="run it all this many times (a fresh volume each) and show medians")
     p.add_argument("--json", action="store_true")
     p.add_argument("--phase", help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
@@ -262,9 +268,34 @@ def main():
     if shutil.which("perf") is None:
         sys.exit("perf is missing: apt-get install linux-perf")
 
+    runs = [one_run(args) for _ in range(args.reps)]
+    rows = [median_row([run[0][i] for run in runs]) for i in range(len(OPS))]
+    groups, mounted = runs[0][1], runs[0][2]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print("\n%d files of 4 KiB, %d thread(s), %s; µs of CPU, system calls and context "
+              "switches per file%s\n" % (args.files, args.threads,
+                                         "bricks in " + args.base if mounted else args.dir,
+                                         ", medians of %d runs" % args.reps if args.reps > 1 else ""))
+        table(rows, groups, mounted)
+
+
+def median_row(rows):
+    out = {"op": rows[0]["op"]}
+    for k in rows[0]:
+        if k != "op":
+            v = sorted(r[k] for r in rows)
+            out[k] = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    return out
+
+
+def one_run(args):
+    """One volume (or directory), every operation: the rows, the process groups, mounted."""
     work = tempfile.mkdtemp(prefix="mortar-cpu.", dir=args.base)
     daemon = None
     mnt = None
+    root = None
     try:
         if args.dir:
             root = tempfile.mkdtemp(prefix="cpu-per-op.", dir=args.dir)
@@ -272,15 +303,9 @@ def main():
         else:
             daemon, mnt, groups = serve(args, work)
             root = os.path.join(mnt, "t")
-        rows = measure(args, root, mnt, groups, work)
-        if args.json:
-            print(json.dumps(rows, indent=1))
-        else:
-            print("\n%d files of 4 KiB, %d thread(s), µs of CPU, system calls and context switches per file\n"
-                  % (args.files, args.threads))
-            table(rows, groups, mnt is not None)
+        return measure(args, root, mnt, groups, work), groups, mnt is not None
     finally:
-        if args.dir:
+        if args.dir and root:
             shutil.rmtree(root, ignore_errors=True)
         if mnt:
             subprocess.run(["umount", "-l", mnt], stderr=subprocess.DEVNULL)

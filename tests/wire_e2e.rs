@@ -164,6 +164,82 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
     assert!(c.volume_status_json("hw")[0]["bricks"][0]["online"] == true);
 }
 
+#[test]
+fn a_lock_behind_a_create_is_one_request_answered_as_two() {
+    let c = Cluster::start();
+    let bricks = c.volume("lb", 1, &["l1"]);
+    let addr = brick_addr(&c, "lb", 0);
+    let mut s = tls_connect(&addr, &c.credential());
+    s.write_all(&hello_frame(&bricks[0].display().to_string()))
+        .unwrap();
+    assert!(matches!(read_msg(&mut s), Msg::Welcome { .. }));
+    let create = |gfid| Fop::Create {
+        parent: Gfid::ROOT,
+        name: Name::new(&b"made"[..]).unwrap(),
+        gfid,
+        mode: 0o644,
+        umask: 0,
+        flags: libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+    };
+    let ask = |s: &mut Tls, id: u64, fop: Fop| {
+        s.write_all(&frame(&Msg::CallLocked {
+            id,
+            cx: Ctx::root(),
+            fop,
+            mark: 0,
+        }))
+        .unwrap();
+        let mut answers: Vec<(u64, Result<_, i32>)> = (0..2)
+            .map(|_| match read_msg(s) {
+                Msg::Answer { id, result } => (id, result.map_err(|e| e.errno)),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        answers.sort_by_key(|(id, _)| *id);
+        assert_eq!((answers[0].0, answers[1].0), (id, id + 1));
+        (answers[0].1.clone(), answers[1].1.clone())
+    };
+    // Made, and locked behind: the brick's heal index holds it (a change
+    // session is open on it) until the lock's connection goes.
+    let gfid = Gfid::random();
+    let (made, locked) = ask(&mut s, 10, create(gfid));
+    assert!(
+        matches!(made, Ok(mortar::core::Reply::Created { .. })),
+        "{made:?}"
+    );
+    assert!(locked.is_ok(), "{locked:?}");
+    let pending = bricks[0].join(".mortar/pending").join(gfid.to_string());
+    assert!(pending.exists(), "the lock's mark opened a session");
+    // A create that fails takes no lock.
+    let (made, locked) = ask(&mut s, 20, create(Gfid::random()));
+    assert_eq!(
+        (made.err(), locked.err()),
+        (Some(libc::EEXIST), Some(libc::ECANCELED))
+    );
+    // Only a create or an open carries a lock.
+    let (got, locked) = ask(&mut s, 30, Fop::Getattr { gfid });
+    assert_eq!(
+        (got.err(), locked.err()),
+        (Some(libc::EINVAL), Some(libc::ECANCELED))
+    );
+    // Unlocked, the session settles and the object leaves the index.
+    s.write_all(&frame(&Msg::Call {
+        id: 40,
+        cx: Ctx::root(),
+        fop: Fop::Unlock { gfids: vec![gfid] },
+    }))
+    .unwrap();
+    assert!(matches!(
+        read_msg(&mut s),
+        Msg::Answer {
+            id: 40,
+            result: Ok(_)
+        }
+    ));
+    assert!(!pending.exists(), "the session settled");
+    assert!(bricks[0].join("made").is_file());
+}
+
 /// Resident memory of a process, in MiB.
 fn rss_mib(pid: u64) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -168,37 +168,21 @@ async fn serve_conn(
             Err(e) => break Err(e),
         };
         match msg {
-            Msg::Call { id, mut cx, fop } => {
-                let name = fop.name();
-                // A request's lines name it as the client does (its call
-                // number on this connection).
-                let span = tracing::debug_span!("call", call = id, fop = name, gfid = %fop.gfid());
-                if grant.read_only && changes(&fop) {
-                    let e = mortar_core::FsError::new(
-                        libc::EROFS,
-                        "this client's credential is read-only",
-                    );
-                    answer(&tx, id, &span, Err(e)).await;
-                    continue;
-                }
-                if !internal {
-                    squash.apply(&mut cx, grant.identity);
-                }
-                let (top, conn, tx2) = (top.clone(), conn.clone(), tx.clone());
-                let traced = span.clone();
-                let mut call =
-                    Box::pin(async move { top.call(&conn, &cx, fop).await }.instrument(traced));
-                // Polled once here: most requests are answered at once.
-                let first = std::future::poll_fn(|w| Poll::Ready(call.as_mut().poll(w))).await;
-                match first {
-                    Poll::Ready(result) => answer(&tx, id, &span, result).await,
-                    Poll::Pending => {
-                        tokio::spawn(async move {
-                            let result = call.await;
-                            answer(&tx2, id, &span, result).await;
-                        });
-                    }
-                }
+            Msg::Call { id, cx, fop } => {
+                let access = Access {
+                    grant: &grant,
+                    internal,
+                    squash: &squash,
+                };
+                serve_call(&tx, &top, &conn, access, id, cx, fop, None).await;
+            }
+            Msg::CallLocked { id, cx, fop, mark } => {
+                let access = Access {
+                    grant: &grant,
+                    internal,
+                    squash: &squash,
+                };
+                serve_call(&tx, &top, &conn, access, id, cx, fop, Some(mark)).await;
             }
             Msg::Ping { id } => {
                 let _ = tx.send(wire::encode(&Msg::Pong { id })).await;
@@ -217,6 +201,105 @@ async fn serve_conn(
     // may hold a sender for a while): the client must see it close.
     writer.abort();
     result
+}
+
+/// What a connection's requests may do, and as whom they run.
+struct Access<'a> {
+    grant: &'a Grant,
+    internal: bool,
+    squash: &'a Squash,
+}
+
+impl Access<'_> {
+    /// The identity a request asked for becomes (`server.root-squash`).
+    fn identity(&self, mut cx: mortar_core::Ctx) -> mortar_core::Ctx {
+        if !self.internal {
+            self.squash.apply(&mut cx, self.grant.identity);
+        }
+        cx
+    }
+}
+
+/// Runs one request on the stack and answers it; with `mark`
+/// (`Msg::CallLocked`), then a lock on its object, answered as call
+/// `id + 1`. Most requests are answered at once, here; one that has to wait
+/// goes on in a task of its own.
+#[allow(clippy::too_many_arguments)]
+async fn serve_call(
+    tx: &mpsc::Sender<wire::Frame>,
+    top: &Arc<dyn crate::BrickXlator>,
+    conn: &Arc<Conn>,
+    access: Access<'_>,
+    id: u64,
+    cx: mortar_core::Ctx,
+    fop: mortar_core::Fop,
+    mark: Option<u32>,
+) {
+    use mortar_core::{Fop, FsError};
+    let name = fop.name();
+    let gfid = fop.gfid();
+    // A request's lines name it as the client does (its call number on
+    // this connection).
+    let span = tracing::debug_span!("call", call = id, fop = name, %gfid);
+    let refused = if access.grant.read_only && changes(&fop) {
+        Some(FsError::new(
+            libc::EROFS,
+            "this client's credential is read-only",
+        ))
+    } else if mark.is_some() && !matches!(fop, Fop::Create { .. } | Fop::Open { .. }) {
+        Some(FsError::new(
+            libc::EINVAL,
+            format!("a lock behind a {name}"),
+        ))
+    } else {
+        None
+    };
+    if let Some(e) = refused {
+        if mark.is_some() {
+            answer(tx, id + 1, &span, Err(FsError::errno(libc::ECANCELED))).await;
+        }
+        answer(tx, id, &span, Err(e)).await;
+        return;
+    }
+    let cx = access.identity(cx);
+    // The lock runs as a client's own locks do: as root, squashed.
+    let lock_cx = access.identity(mortar_core::Ctx::root());
+    let (top, conn) = (top.clone(), conn.clone());
+    let mut call = Box::pin(
+        async move {
+            let result = top.call(&conn, &cx, fop).await;
+            let lock = match (mark, &result) {
+                (None, _) => None,
+                (Some(mark), Ok(_)) => {
+                    let lock = Fop::Lock {
+                        gfid,
+                        wait: false,
+                        mark: Some(mark),
+                    };
+                    Some(top.call(&conn, &lock_cx, lock).await)
+                }
+                (Some(_), Err(_)) => Some(Err(FsError::errno(libc::ECANCELED))),
+            };
+            (result, lock)
+        }
+        .instrument(span.clone()),
+    );
+    let answered = |tx: mpsc::Sender<wire::Frame>, span: tracing::Span| {
+        move |(result, lock): (mortar_core::FsResult<mortar_core::Reply>, Option<_>)| async move {
+            answer(&tx, id, &span, result).await;
+            if let Some(lock) = lock {
+                answer(&tx, id + 1, &span, lock).await;
+            }
+        }
+    };
+    // Polled once here: most requests are answered at once.
+    match std::future::poll_fn(|w| Poll::Ready(call.as_mut().poll(w))).await {
+        Poll::Ready(done) => answered(tx.clone(), span)(done).await,
+        Poll::Pending => {
+            let answered = answered(tx.clone(), span);
+            tokio::spawn(async move { answered(call.await).await });
+        }
+    }
 }
 
 /// The handshake: small, and soon, or the connection ends. A client waits

@@ -124,6 +124,23 @@ pub trait Xlator: Send + Sync {
     /// A short name for logs: the translator type and its instance.
     fn name(&self) -> String;
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply>;
+    /// `fop` (a create or an open), then a lock on its object without
+    /// waiting, marked `mark` (`Fop::Lock`), where `fop` succeeded: the two
+    /// answers. A translator that reaches a brick sends both in one request
+    /// (`wire::Msg::CallLocked`); the default asks for both at once.
+    async fn call_locked(
+        &self,
+        cx: &Ctx,
+        fop: Fop,
+        mark: u32,
+    ) -> (FsResult<Reply>, FsResult<Reply>) {
+        let lock = Fop::Lock {
+            gfid: fop.gfid(),
+            wait: false,
+            mark: Some(mark),
+        };
+        futures_util::future::join(self.call(cx, fop), self.call(&Ctx::root(), lock)).await
+    }
     /// The answer to `fop` if this translator has it at hand, without
     /// waiting for anything: the FUSE adapter asks first and answers on
     /// its own thread, with no hop to the runtime (md-cache's attributes
@@ -277,6 +294,15 @@ impl Child {
     }
     pub async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         self.xl.call(cx, fop).await
+    }
+    /// `Xlator::call_locked` of this child.
+    pub async fn call_locked(
+        &self,
+        cx: &Ctx,
+        fop: Fop,
+        mark: u32,
+    ) -> (FsResult<Reply>, FsResult<Reply>) {
+        self.xl.call_locked(cx, fop, mark).await
     }
     pub fn is_up(&self) -> bool {
         self.link.is_up()

@@ -405,6 +405,61 @@ impl Xlator for ProtocolClient {
         }
     }
 
+    async fn call_locked(
+        &self,
+        cx: &Ctx,
+        fop: Fop,
+        mark: u32,
+    ) -> (FsResult<Reply>, FsResult<Reply>) {
+        let sh = &self.shared;
+        let down = || Err(FsError::notconn(format!("{} is down", sh.name)));
+        let generation = sh.generation.load(Ordering::Acquire);
+        let Some(tx) = sh.tx.lock().unwrap().clone() else {
+            return (down(), down());
+        };
+        // Two calls' ids: the fop's, and the lock's behind it.
+        let id = sh.next_id.fetch_add(2, Ordering::Relaxed);
+        let (otx, orx) = oneshot::channel();
+        let (ltx, lrx) = oneshot::channel();
+        {
+            let mut pending = sh.pending.lock().unwrap();
+            if pending.is_empty() {
+                sh.heard();
+            }
+            pending.insert(id, otx);
+            pending.insert(id + 1, ltx);
+        }
+        sh.sent.fetch_add(1, Ordering::Relaxed);
+        let op = fop.name();
+        tracing::debug!(client = %sh.name, call = id, fop = op, "sent, a lock behind it");
+        let forget = || {
+            let mut pending = sh.pending.lock().unwrap();
+            pending.remove(&id);
+            pending.remove(&(id + 1));
+        };
+        let frame = wire::encode(&Msg::CallLocked {
+            id,
+            cx: cx.clone(),
+            fop,
+            mark,
+        });
+        if tx.send(frame).await.is_err() {
+            forget();
+            return (down(), down());
+        }
+        if sh.generation.load(Ordering::Acquire) != generation {
+            forget();
+        }
+        let gone = |_| Err(FsError::notconn(format!("{} went down", sh.name)));
+        let (answer, lock) = futures_util::future::join(orx, lrx).await;
+        let (answer, lock) = (answer.unwrap_or_else(gone), lock.unwrap_or_else(gone));
+        match &answer {
+            Ok(_) => tracing::debug!(client = %sh.name, call = id, fop = op, "answered"),
+            Err(e) => tracing::debug!(client = %sh.name, call = id, fop = op, "failed: {e}"),
+        }
+        (answer, lock)
+    }
+
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let sh = &self.shared;
         if let Fop::Flush { .. } = fop {

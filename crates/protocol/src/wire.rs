@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// "MRTR": the first word of every handshake.
 pub const MAGIC: u32 = 0x4d52_5452;
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 
@@ -85,6 +85,16 @@ pub enum Msg {
     /// Client → brick: recall `id` is done.
     Recalled {
         id: u64,
+    },
+    /// Client → brick: `fop` (a create or an open), then, where it
+    /// succeeded, `Fop::Lock { gfid: fop.gfid(), wait: false, mark:
+    /// Some(mark) }`, in one request: answered as two calls, `id` (the fop)
+    /// and `id + 1` (the lock; ECANCELED when the fop failed).
+    CallLocked {
+        id: u64,
+        cx: Ctx,
+        fop: Fop,
+        mark: u32,
     },
 }
 

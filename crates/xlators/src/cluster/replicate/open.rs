@@ -214,18 +214,13 @@ impl Replicate {
         targets: &[usize],
         blame: u32,
     ) -> (Vec<(usize, FsResult<Reply>)>, Vec<usize>) {
+        debug_assert_eq!(fop.gfid(), gfid);
         let calls = targets.iter().map(|&i| {
             let child = self.children[i].clone();
             let fop = fop.clone();
             async move {
-                let lock = Fop::Lock {
-                    gfid,
-                    wait: false,
-                    mark: Some(blame),
-                };
-                let root = Ctx::root();
-                let (o, l) =
-                    futures_util::future::join(child.call(cx, fop), child.call(&root, lock)).await;
+                // One request to each brick: the fop and the lock behind it.
+                let (o, l) = child.call_locked(cx, fop, blame).await;
                 (i, o, l.is_ok())
             }
         });

@@ -21,9 +21,19 @@ pub(super) fn read_linkto(fd: impl AsFd, attr: &Attr) -> FsResult<Option<u32>> {
     }
 }
 
-/// The blame recorded on a copy (0 when none).
+/// The blame recorded on a copy (0 when none), reached by an `O_PATH`
+/// descriptor.
 pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
-    match get_xattr(fd, BLAME_XATTR) {
+    blame_of(get_xattr(fd, BLAME_XATTR))
+}
+
+/// `read_blame` of a file open for reading or writing.
+pub(crate) fn read_open_blame(f: impl AsFd) -> FsResult<u32> {
+    blame_of(get_open_xattr(f, BLAME_XATTR))
+}
+
+fn blame_of(got: FsResult<Vec<u8>>) -> FsResult<u32> {
+    match got {
         Ok(v) if v.len() == 4 => Ok(u32::from_le_bytes(v.try_into().unwrap())),
         Ok(_) => Err(FsError::new(libc::EIO, "malformed blame xattr")),
         Err(e) if e.is(libc::ENODATA) => Ok(0),

@@ -191,7 +191,7 @@ impl Posix {
         // The attributes after it, as a getattr would answer them.
         let after = || -> FsResult<Attr> {
             let mut a = attr_of(&rfs::fstat(f)?, gfid);
-            a.blame = attrs::read_blame(f)?;
+            a.blame = attrs::read_open_blame(f)?;
             a.linkto = attrs::read_linkto(f, &a)?;
             Ok(a)
         };

@@ -10,8 +10,14 @@
 use super::*;
 
 impl Posix {
-    pub(crate) fn index_dir(&self, gfid: Gfid) -> FsResult<(OwnedFd, String)> {
+    /// The index directory `gfid`'s handle is in (made if missing, and
+    /// kept open), and the handle's name there.
+    pub(crate) fn index_dir(&self, gfid: Gfid) -> FsResult<(BorrowedFd<'_>, String)> {
         let (dir, file) = split_handle(gfid);
+        let slot = &self.index_dirs[gfid.0[0] as usize];
+        if let Some(fd) = slot.get() {
+            return Ok((fd.as_fd(), file));
+        }
         let rel = format!("{INDEX_REL}/{dir}");
         let open = |_: ()| {
             rfs::openat2(
@@ -22,17 +28,20 @@ impl Posix {
                 beneath() | ResolveFlags::NO_SYMLINKS,
             )
         };
-        match open(()) {
-            Ok(fd) => Ok((fd, file)),
+        let fd = match open(()) {
+            Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => {
                 match rfs::mkdirat(&self.root, rel.as_str(), Mode::from_raw_mode(0o700)) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
-                Ok((open(())?, file))
+                open(())?
             }
-            Err(e) => Err(e.into()),
-        }
+            Err(e) => return Err(e.into()),
+        };
+        // Two threads may open it at once: one descriptor is kept.
+        let _ = slot.set(fd);
+        Ok((slot.get().expect("set just now").as_fd(), file))
     }
 
     pub(crate) fn make_dir_handle_target(&self, gfid: Gfid, target: &[u8]) -> FsResult<()> {
@@ -124,10 +133,10 @@ impl Posix {
             }
             self.dirs.lock().unwrap().remove(&gfid);
         }
-        let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
+        let (idx, file) = self.index_dir(gfid)?;
         let fd = rfs::openat2(
-            &self.root,
-            rel.as_str(),
+            idx,
+            file.as_str(),
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             beneath(),

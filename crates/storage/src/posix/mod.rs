@@ -69,6 +69,8 @@ pub struct Posix {
     path: PathBuf,
     pub(super) root: OwnedFd,
     dirs: Mutex<HashMap<Gfid, Arc<OwnedFd>>>,
+    /// The gfid index's 256 directories, each opened once (`handles.rs`).
+    index_dirs: Vec<std::sync::OnceLock<OwnedFd>>,
     /// Told of every object whose last name went (the index forgets its
     /// blame).
     forget: std::sync::OnceLock<Box<dyn Fn(Gfid) + Send + Sync>>,
@@ -105,25 +107,39 @@ fn open_child(dir: impl AsFd, name: &Name) -> FsResult<OwnedFd> {
     )?)
 }
 
+/// An xattr of an object reached by an `O_PATH` descriptor (through its
+/// `/proc/self/fd` path: the `f…xattr` calls refuse those with EBADF).
 pub(crate) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
-    let fd = fd.as_fd();
+    let p = proc_path(fd);
+    read_xattr(
+        |buf| rfs::getxattr(&p, name, buf),
+        || rfs::getxattr_query(&p, name),
+    )
+}
+
+/// An xattr of a file open for reading or writing, through its descriptor:
+/// the walk of a `/proc` path costs three times the call itself.
+pub(crate) fn get_open_xattr(f: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
+    let f = f.as_fd();
+    read_xattr(
+        |buf| rfs::fgetxattr(f, name, buf),
+        || rfs::fgetxattr_query(f, name),
+    )
+}
+
+fn read_xattr(
+    mut get: impl FnMut(&mut [u8]) -> rustix::io::Result<usize>,
+    query: impl Fn() -> rustix::io::Result<usize>,
+) -> FsResult<Vec<u8>> {
     let mut buf = vec![0u8; 256];
     loop {
-        let got = match rfs::fgetxattr(fd, name, &mut buf[..]) {
-            Err(rustix::io::Errno::BADF) => rfs::getxattr(proc_path(fd), name, &mut buf[..]),
-            r => r,
-        };
-        match got {
+        match get(&mut buf[..]) {
             Ok(m) => {
                 buf.truncate(m);
                 return Ok(buf);
             }
             Err(rustix::io::Errno::RANGE) => {
-                let n = by_fd_or_path(
-                    fd,
-                    |f| rfs::fgetxattr_query(f, name),
-                    |p| rfs::getxattr_query(p, name),
-                )?;
+                let n = query()?;
                 buf.resize(n.max(buf.len() * 2), 0);
             }
             Err(e) => return Err(e.into()),
@@ -131,26 +147,13 @@ pub(crate) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
     }
 }
 
+/// Sets an xattr of an object reached by an `O_PATH` descriptor, or of an
+/// open file (tried first through its descriptor).
 pub fn set_xattr(fd: impl AsFd, name: &str, value: &[u8], flags: rfs::XattrFlags) -> FsResult<()> {
     let fd = fd.as_fd();
-    Ok(by_fd_or_path(
-        fd,
-        |f| rfs::fsetxattr(f, name, value, flags),
-        |p| rfs::setxattr(p, name, value, flags),
-    )?)
-}
-
-/// An xattr call on an open file (`f…xattr`), or, for an `O_PATH`
-/// descriptor (which those refuse with EBADF), on its `/proc/self/fd` path:
-/// the path's walk through procfs costs three times the call itself.
-fn by_fd_or_path<T>(
-    fd: BorrowedFd<'_>,
-    by_fd: impl FnOnce(BorrowedFd<'_>) -> rustix::io::Result<T>,
-    by_path: impl FnOnce(&str) -> rustix::io::Result<T>,
-) -> rustix::io::Result<T> {
-    match by_fd(fd) {
-        Err(rustix::io::Errno::BADF) => by_path(&proc_path(fd)),
-        r => r,
+    match rfs::fsetxattr(fd, name, value, flags) {
+        Err(rustix::io::Errno::BADF) => Ok(rfs::setxattr(proc_path(fd), name, value, flags)?),
+        r => Ok(r?),
     }
 }
 
@@ -282,6 +285,7 @@ impl Posix {
             path: path.to_path_buf(),
             root,
             dirs: Mutex::new(HashMap::new()),
+            index_dirs: (0..256).map(|_| std::sync::OnceLock::new()).collect(),
             forget: std::sync::OnceLock::new(),
             open: OpenCounts::default(),
             direct: Default::default(),

@@ -47,13 +47,13 @@ impl Posix {
     pub(crate) fn make_dir_handle_target(&self, gfid: Gfid, target: &[u8]) -> FsResult<()> {
         let target = std::ffi::OsStr::from_bytes(target);
         let (dir, file) = self.index_dir(gfid)?;
-        match rfs::symlinkat(target, &dir, file.as_str()) {
+        match rfs::symlinkat(target, dir, file.as_str()) {
             Ok(()) => Ok(()),
             Err(rustix::io::Errno::EXIST) => {
-                let old = rfs::readlinkat(&dir, file.as_str(), Vec::new())?;
+                let old = rfs::readlinkat(dir, file.as_str(), Vec::new())?;
                 if old.as_bytes() != target.as_bytes() {
-                    rfs::unlinkat(&dir, file.as_str(), AtFlags::empty())?;
-                    rfs::symlinkat(target, &dir, file.as_str())?;
+                    rfs::unlinkat(dir, file.as_str(), AtFlags::empty())?;
+                    rfs::symlinkat(target, dir, file.as_str())?;
                 }
                 Ok(())
             }
@@ -88,7 +88,7 @@ impl Posix {
         match rfs::linkat(
             &dir,
             name.as_os_str(),
-            &idx,
+            idx,
             file.as_str(),
             AtFlags::empty(),
         ) {
@@ -99,7 +99,7 @@ impl Posix {
             Err(rustix::io::Errno::EXIST)
                 if same_inode(
                     rfs::statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW),
-                    rfs::statat(&idx, file.as_str(), AtFlags::SYMLINK_NOFOLLOW),
+                    rfs::statat(idx, file.as_str(), AtFlags::SYMLINK_NOFOLLOW),
                 ) =>
             {
                 Ok(())
@@ -118,7 +118,7 @@ impl Posix {
             f(gfid);
         }
         if let Ok((idx, file)) = self.index_dir(gfid) {
-            let _ = rfs::unlinkat(&idx, file.as_str(), AtFlags::empty());
+            let _ = rfs::unlinkat(idx, file.as_str(), AtFlags::empty());
         }
     }
 
@@ -157,7 +157,7 @@ impl Posix {
     /// Reads a directory handle: the parent's gfid and the directory's name.
     pub(crate) fn read_dir_handle(&self, gfid: Gfid) -> FsResult<(Gfid, Name)> {
         let (idx, file) = self.index_dir(gfid)?;
-        let target = rfs::readlinkat(&idx, file.as_str(), Vec::new())?.into_bytes();
+        let target = rfs::readlinkat(idx, file.as_str(), Vec::new())?.into_bytes();
         let stale = || FsError::new(libc::ESTALE, format!("bad directory handle for {gfid}"));
         let (parent, name) = parse_dir_target(&target, b"../", 3).ok_or_else(stale)?;
         let name = Name::new(name.to_vec()).map_err(|_| stale())?;

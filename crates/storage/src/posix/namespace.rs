@@ -439,7 +439,7 @@ impl Posix {
         } else {
             let (idx, file) = self.index_dir(gfid)?;
             rfs::linkat(
-                &idx,
+                idx,
                 file.as_str(),
                 &*newdir,
                 newname.as_os_str(),

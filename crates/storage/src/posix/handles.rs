@@ -85,13 +85,7 @@ impl Posix {
         name: &Name,
     ) -> FsResult<()> {
         let (idx, file) = self.index_dir(gfid)?;
-        match rfs::linkat(
-            &dir,
-            name.as_os_str(),
-            idx,
-            file.as_str(),
-            AtFlags::empty(),
-        ) {
+        match rfs::linkat(&dir, name.as_os_str(), idx, file.as_str(), AtFlags::empty()) {
             Ok(()) => Ok(()),
             // A lookup of the new name (a rebalance's crawl, another
             // client) between the object's making and this link found its
@@ -233,7 +227,10 @@ impl Posix {
     pub(crate) fn resolve_ino(&self, ino: u64) -> FsResult<Reply> {
         let hex = format!("{ino:016x}");
         let prefix = format!("{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16]);
-        let rel = format!("{INDEX_REL}/{}/{}", &hex[0..2], &hex[2..4]);
+        // The inode number is the gfid's first half: the object is the one
+        // handle of its index directory whose name starts with it (a scan
+        // of one directory in 256, for a handle the kernel forgot).
+        let rel = format!("{INDEX_REL}/{}", &hex[0..2]);
         let stale = || FsError::new(libc::ESTALE, format!("no object with inode {ino}"));
         let dir = match rfs::openat2(
             &self.root,

@@ -1,0 +1,123 @@
+//! The gfid index's layouts: a brick of the first (two levels) is moved
+//! to one level at its start, whole, and resumably.
+
+use super::*;
+
+/// Puts a brick's gfid index back into the first layout (`xx/yy/<gfid>`,
+/// directory handles `../../xx/yy/<parent>/<name>`, the root's
+/// `../../../..`), as a brick of an older mortar has it; `keep` handles are
+/// left in the new layout, as a migration that crashed midway leaves them.
+fn to_first_layout(root: &Path, keep: usize) {
+    use std::os::unix::fs::MetadataExt;
+    let index = root.join(INDEX_REL);
+    let mut left = keep;
+    for top in std::fs::read_dir(&index).unwrap() {
+        let top = top.unwrap().path();
+        for h in std::fs::read_dir(&top).unwrap() {
+            let h = h.unwrap();
+            let name = h.file_name().into_string().unwrap();
+            if left > 0 && name != Gfid::ROOT.to_string() {
+                left -= 1;
+                continue;
+            }
+            let leaf = top.join(&name[2..4]);
+            std::fs::create_dir_all(&leaf).unwrap();
+            let meta = std::fs::symlink_metadata(h.path()).unwrap();
+            if meta.file_type().is_symlink() && meta.nlink() == 1 {
+                let t = std::fs::read_link(h.path()).unwrap();
+                let t = t.as_os_str().as_bytes();
+                let old = if t == b"../../.." {
+                    b"../../../..".to_vec()
+                } else {
+                    let rest = t.strip_prefix(b"../").unwrap();
+                    let mut o = b"../../".to_vec();
+                    o.extend_from_slice(&rest[..3]);
+                    o.extend_from_slice(&rest[5..7]);
+                    o.push(b'/');
+                    o.extend_from_slice(&rest[3..]);
+                    o
+                };
+                std::fs::remove_file(h.path()).unwrap();
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&old), leaf.join(&name))
+                    .unwrap();
+            } else {
+                std::fs::rename(h.path(), leaf.join(&name)).unwrap();
+            }
+        }
+    }
+    std::fs::remove_file(root.join(LAYOUT_REL)).unwrap();
+}
+
+#[test]
+fn a_brick_of_the_first_index_layout_is_moved_to_one_level_whole() {
+    use std::os::unix::fs::MetadataExt;
+    for keep in [0, 2] {
+        let b = brick();
+        let d = b.mkdir(Gfid::ROOT, "d");
+        let e = b.mkdir(d, "e\nwith a newline");
+        let mut files = Vec::new();
+        for i in 0..5 {
+            let gfid = Gfid::random();
+            let Reply::Created { fh, .. } = b
+                .call(Fop::Create {
+                    parent: e,
+                    name: n(&format!("f{i}")),
+                    gfid,
+                    mode: 0o644,
+                    umask: 0,
+                    flags: libc::O_RDWR,
+                })
+                .unwrap()
+            else {
+                panic!()
+            };
+            b.call(Fop::Release { gfid, fh }).unwrap();
+            files.push(gfid);
+        }
+        let before = std::fs::metadata(b.root.join("d/e\nwith a newline/f0")).unwrap();
+        drop(b.p);
+        to_first_layout(&b.root, keep);
+        let old_root = b
+            .root
+            .join(INDEX_REL)
+            .join("00/00")
+            .join(Gfid::ROOT.to_string());
+        assert!(old_root.is_symlink());
+
+        let p = Posix::open(&b.root).unwrap();
+        let fds = FdTable::default();
+        // Every object is reached by its gfid, directories by their chain.
+        let ino = |g: Gfid| {
+            p.call(&Ctx::root(), &fds, &Fop::Getattr { gfid: g })
+                .unwrap()
+                .into_attr()
+                .unwrap()
+        };
+        assert_eq!(ino(files[0]).nlink, 1, "a link moved, not a copy made");
+        let after = std::fs::metadata(b.root.join("d/e\nwith a newline/f0")).unwrap();
+        assert_eq!(after.ino(), before.ino());
+        for g in files.iter().chain([&d, &e, &Gfid::ROOT]) {
+            assert_eq!(ino(*g).gfid, *g);
+        }
+        assert_eq!(p.read_dir_handle(e).unwrap(), (d, n("e\nwith a newline")));
+        // Found by inode number too (the first half of the gfid), as the
+        // kernel asks for a handle it forgot.
+        for g in [files[1], e] {
+            let ino = u64::from_be_bytes(g.0[..8].try_into().unwrap());
+            let Reply::Entry(found) = p.resolve_ino(ino).unwrap() else {
+                panic!()
+            };
+            assert_eq!(found.attr.gfid, g);
+        }
+        p.dirs.lock().unwrap().clear();
+        assert!(p.walk_dir(e).is_ok());
+        // Nothing of the first layout is left, and the next start moves nothing.
+        for top in std::fs::read_dir(b.root.join(INDEX_REL)).unwrap() {
+            for h in std::fs::read_dir(top.unwrap().path()).unwrap() {
+                assert_eq!(h.unwrap().file_name().len(), 36);
+            }
+        }
+        drop(p);
+        assert_eq!(Posix::open(&b.root).unwrap().migrate().unwrap(), 0);
+    }
+}

@@ -167,21 +167,16 @@ async fn serve_conn(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
+        let access = Access {
+            grant: &grant,
+            internal,
+            squash: &squash,
+        };
         match msg {
             Msg::Call { id, cx, fop } => {
-                let access = Access {
-                    grant: &grant,
-                    internal,
-                    squash: &squash,
-                };
                 serve_call(&tx, &top, &conn, access, id, cx, fop, None).await;
             }
             Msg::CallLocked { id, cx, fop, mark } => {
-                let access = Access {
-                    grant: &grant,
-                    internal,
-                    squash: &squash,
-                };
                 serve_call(&tx, &top, &conn, access, id, cx, fop, Some(mark)).await;
             }
             Msg::Ping { id } => {
@@ -284,21 +279,29 @@ async fn serve_call(
         }
         .instrument(span.clone()),
     );
-    let answered = |tx: mpsc::Sender<wire::Frame>, span: tracing::Span| {
-        move |(result, lock): (mortar_core::FsResult<mortar_core::Reply>, Option<_>)| async move {
-            answer(&tx, id, &span, result).await;
-            if let Some(lock) = lock {
-                answer(&tx, id + 1, &span, lock).await;
-            }
-        }
-    };
     // Polled once here: most requests are answered at once.
     match std::future::poll_fn(|w| Poll::Ready(call.as_mut().poll(w))).await {
-        Poll::Ready(done) => answered(tx.clone(), span)(done).await,
+        Poll::Ready(done) => answer_call(tx, id, &span, done).await,
         Poll::Pending => {
-            let answered = answered(tx.clone(), span);
-            tokio::spawn(async move { answered(call.await).await });
+            let tx = tx.clone();
+            tokio::spawn(async move { answer_call(&tx, id, &span, call.await).await });
         }
+    }
+}
+
+/// Answers call `id`, and the lock behind it (`id + 1`) if there was one.
+async fn answer_call(
+    tx: &mpsc::Sender<wire::Frame>,
+    id: u64,
+    span: &tracing::Span,
+    (result, lock): (
+        mortar_core::FsResult<mortar_core::Reply>,
+        Option<mortar_core::FsResult<mortar_core::Reply>>,
+    ),
+) {
+    answer(tx, id, span, result).await;
+    if let Some(lock) = lock {
+        answer(tx, id + 1, span, lock).await;
     }
 }
 

@@ -196,6 +196,80 @@ impl Shared {
 }
 
 impl Shared {
+    /// Sends one request that `N` calls answer (ids `id..id + N`, the
+    /// frame made by `encode` from `id`), held back if `later` (a release,
+    /// `Later`), and waits for the answers, in id order.
+    async fn request<const N: usize>(
+        self: &Arc<Self>,
+        op: &'static str,
+        later: bool,
+        encode: impl FnOnce(u64) -> wire::Frame,
+    ) -> [FsResult<Reply>; N] {
+        let down = || Err(FsError::notconn(format!("{} is down", self.name)));
+        let generation = self.generation.load(Ordering::Acquire);
+        let Some(tx) = self.tx.lock().unwrap().clone() else {
+            return std::array::from_fn(|_| down());
+        };
+        let id = self.next_id.fetch_add(N as u64, Ordering::Relaxed);
+        let mut senders: [Option<oneshot::Sender<FsResult<Reply>>>; N] =
+            std::array::from_fn(|_| None);
+        let answers: [oneshot::Receiver<FsResult<Reply>>; N] = std::array::from_fn(|k| {
+            let (otx, orx) = oneshot::channel();
+            senders[k] = Some(otx);
+            orx
+        });
+        let ids = id..id + N as u64;
+        {
+            let mut pending = self.pending.lock().unwrap();
+            if pending.is_empty() {
+                // Silence while nothing was asked does not count towards
+                // the ping timeout.
+                self.heard();
+            }
+            pending.extend(ids.clone().zip(senders.into_iter().flatten()));
+        }
+        let forget = || {
+            let mut pending = self.pending.lock().unwrap();
+            for i in ids.clone() {
+                pending.remove(&i);
+            }
+        };
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        // With MORTAR_LOG=debug, each request is followed from the mount's
+        // fop (its span, `graph::active`) to the brick, which logs the
+        // same call number under the connection from this end's address.
+        tracing::debug!(client = %self.name, call = id, fop = op, "sent");
+        let frame = encode(id);
+        let sent = if later {
+            self.send_later(frame, generation, &tx);
+            Ok(())
+        } else {
+            self.send_held(generation, &tx).await;
+            tx.send(frame).await
+        };
+        if sent.is_err() {
+            forget();
+            return std::array::from_fn(|_| down());
+        }
+        if self.generation.load(Ordering::Acquire) != generation {
+            forget();
+        }
+        let mut got: [Option<FsResult<Reply>>; N] = std::array::from_fn(|_| None);
+        for (k, answer) in answers.into_iter().enumerate() {
+            got[k] = Some(
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(FsError::notconn(format!("{} went down", self.name)))),
+            );
+        }
+        let got = got.map(|a| a.expect("every answer awaited"));
+        match &got[0] {
+            Ok(_) => tracing::debug!(client = %self.name, call = id, fop = op, "answered"),
+            Err(e) => tracing::debug!(client = %self.name, call = id, fop = op, "failed: {e}"),
+        }
+        got
+    }
+
     /// Holds `frame` (a release) back until the next request or `LATER`.
     fn send_later(
         self: &Arc<Self>,
@@ -474,53 +548,18 @@ impl Xlator for ProtocolClient {
         fop: Fop,
         mark: u32,
     ) -> (FsResult<Reply>, FsResult<Reply>) {
-        let sh = &self.shared;
-        let down = || Err(FsError::notconn(format!("{} is down", sh.name)));
-        let generation = sh.generation.load(Ordering::Acquire);
-        let Some(tx) = sh.tx.lock().unwrap().clone() else {
-            return (down(), down());
-        };
-        // Two calls' ids: the fop's, and the lock's behind it.
-        let id = sh.next_id.fetch_add(2, Ordering::Relaxed);
-        let (otx, orx) = oneshot::channel();
-        let (ltx, lrx) = oneshot::channel();
-        {
-            let mut pending = sh.pending.lock().unwrap();
-            if pending.is_empty() {
-                sh.heard();
-            }
-            pending.insert(id, otx);
-            pending.insert(id + 1, ltx);
-        }
-        sh.sent.fetch_add(1, Ordering::Relaxed);
         let op = fop.name();
-        tracing::debug!(client = %sh.name, call = id, fop = op, "sent, a lock behind it");
-        let forget = || {
-            let mut pending = sh.pending.lock().unwrap();
-            pending.remove(&id);
-            pending.remove(&(id + 1));
-        };
-        let frame = wire::encode(&Msg::CallLocked {
-            id,
-            cx: cx.clone(),
-            fop,
-            mark,
-        });
-        sh.send_held(generation, &tx).await;
-        if tx.send(frame).await.is_err() {
-            forget();
-            return (down(), down());
-        }
-        if sh.generation.load(Ordering::Acquire) != generation {
-            forget();
-        }
-        let gone = |_| Err(FsError::notconn(format!("{} went down", sh.name)));
-        let (answer, lock) = futures_util::future::join(orx, lrx).await;
-        let (answer, lock) = (answer.unwrap_or_else(gone), lock.unwrap_or_else(gone));
-        match &answer {
-            Ok(_) => tracing::debug!(client = %sh.name, call = id, fop = op, "answered"),
-            Err(e) => tracing::debug!(client = %sh.name, call = id, fop = op, "failed: {e}"),
-        }
+        let [answer, lock] = self
+            .shared
+            .request(op, false, |id| {
+                wire::encode(&Msg::CallLocked {
+                    id,
+                    cx: cx.clone(),
+                    fop,
+                    mark,
+                })
+            })
+            .await;
         (answer, lock)
     }
 
@@ -535,54 +574,17 @@ impl Xlator for ProtocolClient {
                 Err(FsError::notconn(format!("{} is down", sh.name)))
             };
         }
-        let generation = sh.generation.load(Ordering::Acquire);
-        let Some(tx) = sh.tx.lock().unwrap().clone() else {
-            return Err(FsError::notconn(format!("{} is down", sh.name)));
-        };
-        let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
-        let (otx, orx) = oneshot::channel();
-        {
-            let mut pending = sh.pending.lock().unwrap();
-            if pending.is_empty() {
-                // Silence while nothing was asked does not count towards
-                // the ping timeout.
-                sh.heard();
-            }
-            pending.insert(id, otx);
-        }
-        sh.sent.fetch_add(1, Ordering::Relaxed);
-        // With MORTAR_LOG=debug, each request is followed from the mount's
-        // fop (its span, `graph::active`) to the brick, which logs the
-        // same call number under the connection from this end's address.
         let op = fop.name();
-        tracing::debug!(client = %sh.name, call = id, fop = op, "sent");
         let later = matches!(fop, Fop::Release { .. } | Fop::Releasedir { .. });
-        let frame = wire::encode(&Msg::Call {
-            id,
-            cx: cx.clone(),
-            fop,
-        });
-        let sent = if later {
-            self.shared.send_later(frame, generation, &tx);
-            Ok(())
-        } else {
-            sh.send_held(generation, &tx).await;
-            tx.send(frame).await
-        };
-        if sent.is_err() {
-            sh.pending.lock().unwrap().remove(&id);
-            return Err(FsError::notconn(format!("{} is down", sh.name)));
-        }
-        if sh.generation.load(Ordering::Acquire) != generation {
-            sh.pending.lock().unwrap().remove(&id);
-        }
-        let answer = orx
-            .await
-            .unwrap_or_else(|_| Err(FsError::notconn(format!("{} went down", sh.name))));
-        match &answer {
-            Ok(_) => tracing::debug!(client = %sh.name, call = id, fop = op, "answered"),
-            Err(e) => tracing::debug!(client = %sh.name, call = id, fop = op, "failed: {e}"),
-        }
+        let [answer] = sh
+            .request(op, later, |id| {
+                wire::encode(&Msg::Call {
+                    id,
+                    cx: cx.clone(),
+                    fop,
+                })
+            })
+            .await;
         answer
     }
 }

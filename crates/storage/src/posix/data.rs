@@ -94,11 +94,11 @@ impl Posix {
     }
 
     fn open_gfid_as_brick(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
-        let rel = format!("{INDEX_REL}/{}", gfid.handle_rel());
+        let (idx, file) = self.index_dir(gfid)?;
         let oflags = self.brick_flags(flags, OPEN_KEEP);
         let f = rfs::openat2(
-            &self.root,
-            rel.as_str(),
+            idx,
+            file.as_str(),
             oflags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOATIME,
             Mode::empty(),
             beneath() | ResolveFlags::NO_SYMLINKS,

@@ -13,12 +13,12 @@ impl Posix {
     /// The index directory `gfid`'s handle is in (made if missing, and
     /// kept open), and the handle's name there.
     pub(crate) fn index_dir(&self, gfid: Gfid) -> FsResult<(BorrowedFd<'_>, String)> {
-        let (dir, file) = split_handle(gfid);
+        let file = gfid.to_string();
         let slot = &self.index_dirs[gfid.0[0] as usize];
         if let Some(fd) = slot.get() {
             return Ok((fd.as_fd(), file));
         }
-        let rel = format!("{INDEX_REL}/{dir}");
+        let rel = format!("{INDEX_REL}/{}", &file[..2]);
         let open = |_: ()| {
             rfs::openat2(
                 &self.root,
@@ -63,10 +63,7 @@ impl Posix {
 
     pub(crate) fn make_dir_handle(&self, gfid: Gfid, parent: Gfid, name: &Name) -> FsResult<()> {
         self.dirs.lock().unwrap().remove(&gfid);
-        // Symlink targets are bytes: any name the volume allows fits.
-        let mut target = format!("../{}/", parent.handle_rel()).into_bytes();
-        target.extend_from_slice(name.as_bytes());
-        self.make_dir_handle_target(gfid, &target)
+        self.make_dir_handle_target(gfid, &dir_target(parent, name.as_bytes()))
     }
 
     pub(crate) fn make_file_handle(&self, gfid: Gfid, dir: impl AsFd, name: &Name) -> FsResult<()> {
@@ -299,6 +296,14 @@ fn same_inode(a: rustix::io::Result<rfs::Stat>, b: rustix::io::Result<rfs::Stat>
     matches!((a, b), (Ok(a), Ok(b)) if a.st_dev == b.st_dev && a.st_ino == b.st_ino)
 }
 
+/// A directory handle's target: its parent's handle, then its name (a
+/// symlink's target is bytes: any name the volume allows fits).
+fn dir_target(parent: Gfid, name: &[u8]) -> Vec<u8> {
+    let mut target = format!("../{}/", parent.handle_rel()).into_bytes();
+    target.extend_from_slice(name);
+    target
+}
+
 /// A directory handle's target, `<up><xx/ for each level><parent uuid>/<name>`,
 /// split into the parent's gfid and the name's bytes.
 fn parse_dir_target<'a>(target: &'a [u8], up: &[u8], levels: usize) -> Option<(Gfid, &'a [u8])> {
@@ -369,32 +374,24 @@ impl Posix {
                     let st = rfs::statat(&leaf_fd, handle.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
                     let is_dir_handle =
                         FileKind::from_mode(st.st_mode) == FileKind::Symlink && st.st_nlink == 1;
-                    if is_dir_handle {
-                        let old = rfs::readlinkat(&leaf_fd, handle.as_str(), Vec::new())?;
-                        let new = match old.as_bytes() {
-                            b"../../../.." => ROOT_TARGET.to_vec(),
-                            t => match parse_dir_target(t, b"../../", 6) {
-                                Some((parent, name)) => {
-                                    let mut n = format!("../{}/", parent.handle_rel()).into_bytes();
-                                    n.extend_from_slice(name);
-                                    n
-                                }
-                                // Not a handle this code made: moved as it is.
-                                None => old.as_bytes().to_vec(),
-                            },
-                        };
-                        let new = std::ffi::OsStr::from_bytes(&new);
-                        match rfs::symlinkat(new, &top_fd, handle.as_str()) {
-                            Ok(()) => {}
-                            Err(rustix::io::Errno::EXIST) => {
-                                rfs::unlinkat(&top_fd, handle.as_str(), AtFlags::empty())?;
-                                rfs::symlinkat(new, &top_fd, handle.as_str())?;
-                            }
-                            Err(e) => return Err(e.into()),
+                    let gfid = uuid::Uuid::parse_str(&handle).map(|u| Gfid(*u.as_bytes()));
+                    match gfid {
+                        Ok(gfid) if is_dir_handle => {
+                            let old = rfs::readlinkat(&leaf_fd, handle.as_str(), Vec::new())?;
+                            let new = match old.as_bytes() {
+                                b"../../../.." => ROOT_TARGET.to_vec(),
+                                t => match parse_dir_target(t, b"../../", 6) {
+                                    Some((parent, name)) => dir_target(parent, name),
+                                    // Not a handle this code made: moved as it is.
+                                    None => old.as_bytes().to_vec(),
+                                },
+                            };
+                            self.make_dir_handle_target(gfid, &new)?;
+                            rfs::unlinkat(&leaf_fd, handle.as_str(), AtFlags::empty())?;
                         }
-                        rfs::unlinkat(&leaf_fd, handle.as_str(), AtFlags::empty())?;
-                    } else {
-                        rfs::renameat(&leaf_fd, handle.as_str(), &top_fd, handle.as_str())?;
+                        // A file's handle (the hard link moves), or a name
+                        // that is no handle: moved as it is.
+                        _ => rfs::renameat(&leaf_fd, handle.as_str(), &top_fd, handle.as_str())?,
                     }
                     moved += 1;
                 }

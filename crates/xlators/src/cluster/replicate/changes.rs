@@ -133,11 +133,15 @@ impl Replicate {
     /// A change of names or metadata, to every replica up, as a transaction
     /// on the objects it changes (`txn_objects`).
     pub(super) async fn change(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let objs = txn_objects(&fop);
+        // After the opens of these objects this client answered ahead (a
+        // truncation follows the open of `O_TRUNC`): in the order the
+        // application made them, and to the replicas those found up.
+        self.settle_opens_of(cx, &objs).await;
         let up = self.up();
         if up.is_empty() {
             return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
         }
-        let objs = txn_objects(&fop);
         // A truncation changes the bytes from the new size on.
         let _claim = match fop {
             Fop::Setattr {

@@ -58,6 +58,9 @@ pub struct Replicate {
     /// files, and directories listed without being opened.
     open_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
     dirs_behind: std::sync::Mutex<std::collections::HashMap<Gfid, Vec<u64>>>,
+    /// Our handles of files opened for writing whose opens are still on
+    /// their way to the bricks, or failed there (`open.rs`).
+    opening: Mutex<HashMap<u64, Arc<open::Opening>>>,
     /// Listings of directories not opened (`How::DirBehind`), by our handle.
     listings: Mutex<HashMap<u64, reads::Listed>>,
     txns: Arc<Txns>,
@@ -122,6 +125,7 @@ impl Replicate {
             read_hash_mode: std::sync::atomic::AtomicU8::new(1),
             open_behind: Default::default(),
             dirs_behind: Default::default(),
+            opening: Mutex::default(),
             listings: Mutex::default(),
             txns: Txns::new(name.clone(), children.clone()),
             bad: Mutex::new(HashMap::new()),
@@ -389,6 +393,7 @@ impl Xlator for Replicate {
             Fop::Flush { .. } | Fop::Fsync { .. } => self.with_handles(cx, fop).await,
             Fop::Release { gfid, fh } => {
                 self.behind_ends(gfid, fh);
+                self.opening_ends(cx, fh).await;
                 self.release(cx, fop).await;
                 Ok(Reply::Ok)
             }

@@ -1,7 +1,67 @@
 //! Open files and listings: our handles and what they stand for on each
 //! child (`handles.rs`), opened again on children that come back.
+//!
+//! **Open-behind.** An open costs the application no round trip: a file
+//! opened read-only is read through the bricks' anonymous handles; one
+//! opened for writing is answered at once while its open (with the file's
+//! lock behind it) goes to the bricks, and the first use of the handle
+//! waits for their answers (`Opening`). The kernel has checked
+//! permissions; what only the bricks can refuse (the file was removed by
+//! another client meanwhile) fails the first write, fsync or close
+//! instead of the open, as GlusterFS's open-behind does.
 
 use super::*;
+use handles::Slot;
+
+/// An open for writing answered before the bricks had it: the open is on
+/// its way (`answers`), and the first use of the handle judges the
+/// answers once (`Replicate::settle_open`).
+pub(super) struct Opening {
+    gfid: Gfid,
+    flags: i32,
+    /// The children's epochs when the open was sent.
+    epochs: Vec<u64>,
+    answers: tokio::sync::watch::Receiver<Option<Arc<Answers>>>,
+    /// The judgement, once made: Err while the open failed.
+    verdict: tokio::sync::Mutex<Option<FsResult<()>>>,
+}
+
+type Answers = Vec<(usize, FsResult<Reply>)>;
+
+/// Whether an open with `flags` may be answered before the bricks have it:
+/// one for writing that neither truncates (the size must be 0 at once)
+/// nor bypasses caches (a brick may honour `O_DIRECT`).
+fn opens_behind(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY && flags & (libc::O_TRUNC | libc::O_DIRECT) == 0
+}
+
+/// Sends `fop` to each of `targets` with a lock on `gfid` right behind
+/// it (not waiting; marked with `blame`): the answers, and where both
+/// the request and the lock succeeded.
+async fn with_lock_behind(
+    children: &[Child],
+    cx: &Ctx,
+    fop: &Fop,
+    targets: &[usize],
+    blame: u32,
+) -> (Answers, Vec<usize>) {
+    let calls = targets.iter().map(|&i| {
+        let child = children[i].clone();
+        let fop = fop.clone();
+        async move {
+            // One request to each brick: the fop and the lock behind it.
+            let (o, l) = child.call_locked(cx, fop, blame).await;
+            (i, o, l.is_ok())
+        }
+    });
+    let out = join_all(calls).await;
+    let locked = out
+        .iter()
+        .filter(|(_, o, l)| o.is_ok() && *l)
+        .map(|(i, _, _)| *i)
+        .collect();
+    (out.into_iter().map(|(i, o, _)| (i, o)).collect(), locked)
+}
 
 /// What a name about to go may name that is open behind.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -24,6 +84,9 @@ impl Replicate {
         name: &mortar_core::Name,
         what: Behind,
     ) {
+        if what != Behind::Dirs {
+            self.settle_opens_where(cx, |_| true).await;
+        }
         let files = what != Behind::Dirs && !self.open_behind.lock().unwrap().is_empty();
         let dirs = what != Behind::Files && !self.dirs_behind.lock().unwrap().is_empty();
         if !files && !dirs {
@@ -141,6 +204,11 @@ impl Replicate {
             res = self.fan_out(cx, &[i], |_| Some(fop.clone())).await;
         }
         let writing = matches!(fop, Fop::Open { .. }) && !read_only;
+        if let Fop::Open { gfid, flags } = fop {
+            if opens_behind(flags) {
+                return Ok(self.open_writing_behind(cx, gfid, flags, &up, epochs));
+            }
+        }
         if writing && !self.txns.known(fop.gfid()) {
             // Opened for writing: the file is locked right behind the open,
             // on the same connections, so that its first write costs no
@@ -156,23 +224,9 @@ impl Replicate {
             Fop::Open { flags, .. } => How::File(flags),
             _ => How::Dir,
         };
-        let fhs = Open::from_answers(how, self.children.len(), &res, &epochs);
-        // A copy that lacks the object (it missed its creation and is not
-        // healed yet) does not fail the open when a good copy has it: the
-        // handle is absent there, and the next change blames that copy.
-        let stale = self.stale_copies(fop.gfid());
-        let lacks =
-            |r: &FsResult<Reply>| matches!(r, Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT));
-        if res.iter().any(|(i, r)| r.is_ok() && stale & (1 << i) == 0) {
-            for (i, r) in &res {
-                if lacks(r) {
-                    tracing::info!(xlator = %self.name, gfid = %fop.gfid(), replica = i, "a copy lacks an object the others opened; opened without it");
-                }
-            }
-            res.retain(|(_, r)| !lacks(r));
-        }
-        match merge(res) {
-            Ok(_) => Ok(Reply::Opened {
+        let (fhs, verdict) = self.judge_open(how, fop.gfid(), res, &epochs);
+        match verdict {
+            Ok(()) => Ok(Reply::Opened {
                 fh: self.fds.insert(Arc::new(fhs)),
             }),
             Err(e) => {
@@ -203,9 +257,8 @@ impl Replicate {
         self.txns.lock_behind(gfid, blame, epochs, send).await
     }
 
-    /// Sends `fop` to each of `targets` with a lock on `gfid` right behind
-    /// it (not waiting; marked with `blame`): the answers, and where both
-    /// the request and the lock succeeded.
+    /// Sends `fop` (about `gfid`) to each of `targets` with a lock on the
+    /// object right behind it (`with_lock_behind`).
     pub(super) async fn with_lock_behind(
         &self,
         cx: &Ctx,
@@ -213,24 +266,165 @@ impl Replicate {
         gfid: Gfid,
         targets: &[usize],
         blame: u32,
-    ) -> (Vec<(usize, FsResult<Reply>)>, Vec<usize>) {
+    ) -> (Answers, Vec<usize>) {
         debug_assert_eq!(fop.gfid(), gfid);
-        let calls = targets.iter().map(|&i| {
-            let child = self.children[i].clone();
-            let fop = fop.clone();
-            async move {
-                // One request to each brick: the fop and the lock behind it.
-                let (o, l) = child.call_locked(cx, fop, blame).await;
-                (i, o, l.is_ok())
-            }
+        with_lock_behind(&self.children, cx, fop, targets, blame).await
+    }
+
+    /// Answers an open of `gfid` for writing at once with a handle whose
+    /// open is sent to `up` behind it (with the file's lock behind that,
+    /// unless this client holds the lock already).
+    fn open_writing_behind(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        flags: i32,
+        up: &[usize],
+        epochs: Vec<u64>,
+    ) -> Reply {
+        let n = self.children.len();
+        let fh = self.fds.insert(Arc::new(Open {
+            how: How::File(flags),
+            on: vec![Slot::Closed; n],
+        }));
+        let (tx, answers) = tokio::sync::watch::channel(None);
+        self.opening.lock().unwrap().insert(
+            fh,
+            Arc::new(Opening {
+                gfid,
+                flags,
+                epochs: epochs.clone(),
+                answers,
+                verdict: Default::default(),
+            }),
+        );
+        let (children, txns, cx, up) = (
+            self.children.clone(),
+            self.txns.clone(),
+            cx.clone(),
+            up.to_vec(),
+        );
+        tokio::spawn(async move {
+            let fop = Fop::Open { gfid, flags };
+            let res = if txns.known(gfid) {
+                let calls = up.iter().map(|&i| {
+                    let (child, fop) = (children[i].clone(), fop.clone());
+                    let cx = &cx;
+                    async move { (i, child.call(cx, fop).await) }
+                });
+                join_all(calls).await
+            } else {
+                let blame = txn::missed_by(n, &up);
+                let send = with_lock_behind(&children, &cx, &fop, &up, blame);
+                txns.lock_behind(gfid, blame, &epochs, send).await
+            };
+            let _ = tx.send(Some(Arc::new(res)));
         });
-        let out = join_all(calls).await;
-        let locked = out
-            .iter()
-            .filter(|(_, o, l)| o.is_ok() && *l)
-            .map(|(i, _, _)| *i)
-            .collect();
-        (out.into_iter().map(|(i, o, _)| (i, o)).collect(), locked)
+        Reply::Opened { fh }
+    }
+
+    /// If `fh` was opened behind: waits for the bricks' answers to its
+    /// open and judges them (once; later calls get the same judgement).
+    /// Afterwards the handle stands for what the bricks opened.
+    pub(super) async fn settle_open(&self, cx: &Ctx, fh: u64) -> FsResult<()> {
+        let Some(o) = self.opening.lock().unwrap().get(&fh).cloned() else {
+            return Ok(());
+        };
+        let mut verdict = o.verdict.lock().await;
+        if let Some(v) = &*verdict {
+            return v.clone();
+        }
+        let mut answers = o.answers.clone();
+        let res = match answers.wait_for(Option::is_some).await {
+            Ok(a) => a.as_ref().map(|a| (**a).clone()).unwrap_or_default(),
+            // (The runtime is going away.)
+            Err(_) => Vec::new(),
+        };
+        let gfid = o.gfid;
+        let (fhs, v) = match res.is_empty() {
+            true => (
+                Open::from_answers(How::File(o.flags), self.children.len(), &res, &o.epochs),
+                Err(FsError::notconn(format!("{}: no replica is up", self.name))),
+            ),
+            false => self.judge_open(How::File(o.flags), gfid, res, &o.epochs),
+        };
+        match &v {
+            Ok(()) if self.fds.replace(fh, Arc::new(fhs.clone())) => {
+                self.opening.lock().unwrap().remove(&fh);
+            }
+            // Released meanwhile, or failed: nothing may stay open.
+            _ => self.close(cx, &fhs, |f| Fop::Release { gfid, fh: f }).await,
+        }
+        if let Err(e) = &v {
+            tracing::debug!(xlator = %self.name, %gfid, "an open for writing answered ahead failed on the bricks: {e}");
+        }
+        *verdict = Some(v.clone());
+        v
+    }
+
+    /// Our handle `fh` is released: an open of it still on its way is
+    /// waited for (and what it opened closed with the handle).
+    pub(super) async fn opening_ends(&self, cx: &Ctx, fh: u64) {
+        if self.opening.lock().unwrap().is_empty() {
+            return;
+        }
+        let _ = self.settle_open(cx, fh).await;
+        self.opening.lock().unwrap().remove(&fh);
+    }
+
+    /// Waits for the opens of `objs` answered ahead that are still on
+    /// their way: a change of a file must not reach the bricks before its
+    /// open, nor go to replicas its open found down.
+    pub(super) async fn settle_opens_of(&self, cx: &Ctx, objs: &[Gfid]) {
+        self.settle_opens_where(cx, |g| objs.contains(&g)).await
+    }
+
+    /// Waits for the opens answered ahead of the files `which` picks. A
+    /// name about to go waits for all of them: it must not go before the
+    /// file it names is open on the bricks (an open file stays usable
+    /// after its last name goes).
+    async fn settle_opens_where(&self, cx: &Ctx, which: impl Fn(Gfid) -> bool) {
+        let fhs: Vec<u64> = {
+            let opening = self.opening.lock().unwrap();
+            if opening.is_empty() {
+                return;
+            }
+            opening
+                .iter()
+                .filter(|(_, o)| which(o.gfid))
+                .map(|(&fh, _)| fh)
+                .collect()
+        };
+        for fh in fhs {
+            let _ = self.settle_open(cx, fh).await;
+        }
+    }
+
+    /// Judges the answers `res` to an open of `gfid`: the handle they make,
+    /// and whether the open succeeded. A copy that lacks the object (it
+    /// missed its creation and is not healed yet) does not fail the open
+    /// when a good copy has it: the handle is absent there, and the next
+    /// change blames that copy.
+    fn judge_open(
+        &self,
+        how: How,
+        gfid: Gfid,
+        mut res: Answers,
+        epochs: &[u64],
+    ) -> (Open, FsResult<()>) {
+        let fhs = Open::from_answers(how, self.children.len(), &res, epochs);
+        let stale = self.stale_copies(gfid);
+        let lacks =
+            |r: &FsResult<Reply>| matches!(r, Err(e) if e.is(libc::ESTALE) || e.is(libc::ENOENT));
+        if res.iter().any(|(i, r)| r.is_ok() && stale & (1 << i) == 0) {
+            for (i, r) in &res {
+                if lacks(r) {
+                    tracing::info!(xlator = %self.name, %gfid, replica = i, "a copy lacks an object the others opened; opened without it");
+                }
+            }
+            res.retain(|(_, r)| !lacks(r));
+        }
+        (fhs, merge(res).map(|_| ()))
     }
 
     /// Closes the child handles of `fhs` (an open that failed as a whole,
@@ -243,6 +437,7 @@ impl Replicate {
     /// The handle `fh`, opened again first on every child that came back
     /// since it was opened (`handles.rs`).
     pub(super) async fn handles(&self, cx: &Ctx, gfid: Gfid, fh: u64) -> FsResult<Arc<Open>> {
+        self.settle_open(cx, fh).await?;
         let fhs = self.fds.get(fh)?;
         let fallback = || {
             let up = self.up();

@@ -157,8 +157,15 @@ impl Index {
     /// Opens connection `conn`'s change session on `gfid` (once) and adds
     /// `blame` to the object's blame.
     pub fn mark(&self, conn: ConnId, gfid: Gfid, blame: u32) -> FsResult<()> {
-        // Only objects that exist enter the index.
-        let fd = self.posix.resolve(gfid)?;
+        // Only objects that exist enter the index (a look at the handle
+        // says so; the object is opened only to record a blame).
+        let fd = match blame {
+            0 => {
+                self.posix.exists(gfid)?;
+                None
+            }
+            _ => Some(self.posix.resolve(gfid)?),
+        };
         let mut sessions = self.sessions.lock().unwrap();
         if self
             .by_conn
@@ -180,7 +187,7 @@ impl Index {
                 }
             }
         }
-        if blame != 0 {
+        if let Some(fd) = fd {
             let old = read_blame(&*fd)?;
             if old | blame != old {
                 write_blame(&*fd, old | blame)?;

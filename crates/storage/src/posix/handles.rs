@@ -113,6 +113,19 @@ impl Posix {
         }
     }
 
+    /// Whether object `gfid` exists on this brick (ESTALE if not): one
+    /// look at its handle, where `resolve` opens it.
+    pub fn exists(&self, gfid: Gfid) -> FsResult<()> {
+        let (idx, file) = self.index_dir(gfid)?;
+        match rfs::statat(idx, file.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(()),
+            Err(rustix::io::Errno::NOENT) => {
+                Err(FsError::new(libc::ESTALE, format!("no object {gfid}")))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Resolves a gfid to an `O_PATH` descriptor of the object.
     pub fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
         let cached = self.dirs.lock().unwrap().get(&gfid).cloned();

@@ -121,3 +121,33 @@ fn a_brick_of_the_first_index_layout_is_moved_to_one_level_whole() {
         assert_eq!(Posix::open(&b.root).unwrap().migrate().unwrap(), 0);
     }
 }
+
+#[test]
+fn an_object_exists_while_its_handle_does() {
+    let b = brick();
+    let d = b.mkdir(Gfid::ROOT, "d");
+    let f = Gfid::random();
+    let made = b.call(Fop::Create {
+        parent: d,
+        name: n("f"),
+        gfid: f,
+        mode: 0o644,
+        umask: 0,
+        flags: libc::O_WRONLY,
+    });
+    let Ok(Reply::Created { fh, .. }) = made else {
+        panic!("create: {made:?}")
+    };
+    b.call(Fop::Release { gfid: f, fh }).unwrap();
+    for g in [Gfid::ROOT, d, f] {
+        b.p.exists(g).unwrap();
+    }
+    b.call(Fop::Unlink {
+        parent: d,
+        name: n("f"),
+    })
+    .unwrap();
+    for g in [f, Gfid::random()] {
+        assert!(b.p.exists(g).unwrap_err().is(libc::ESTALE));
+    }
+}

@@ -8,7 +8,9 @@
 # OPTS="key=value ..." sets volume options first; the time each step took
 # (ms per file, one process per file: the tools' own start is in it) is
 # shown beside the requests. FOPS=1 adds which fops the brick requests
-# were (the client's debug log of every request it sends).
+# were (the client's debug log of every request it sends). SETS=K makes
+# the volume K replica sets (3K bricks) under distribute, to see whether
+# a file's requests grow with the bricks.
 # Starts a private daemon (port 24197) under a temporary directory and
 # removes everything it made when done.
 set -euo pipefail
@@ -29,7 +31,9 @@ export MORTAR_CREDENTIAL=$work/state/tls/admin.pem
 daemon=$!
 m() { "$MORTAR" --server 127.0.0.1:$PORT "$@" >/dev/null; }
 for _ in $(seq 100); do m volume list 2>/dev/null && break; sleep 0.1; done
-m volume create rq replica 3 127.0.0.1:$work/b1 127.0.0.1:$work/b2 127.0.0.1:$work/b3 force
+bricks=()
+for b in $(seq $((3 * ${SETS:-1}))); do bricks+=("127.0.0.1:$work/b$b"); done
+m volume create rq replica 3 "${bricks[@]}" force
 for kv in ${OPTS:-}; do m volume set rq "${kv%%=*}" "${kv#*=}"; done
 m volume start rq
 mkdir -p "$mnt"

@@ -151,3 +151,34 @@ fn an_object_exists_while_its_handle_does() {
         assert!(b.p.exists(g).unwrap_err().is(libc::ESTALE));
     }
 }
+
+/// An open by gfid of a FIFO, which the kernel never sends (it opens
+/// special files itself) but a hostile request may, is refused before
+/// anything is opened: a FIFO's open for writing would hold the brick.
+#[test]
+fn an_open_of_a_fifo_is_refused_without_opening_it() {
+    let b = brick();
+    let fifo = Gfid::random();
+    b.call(Fop::Mknod {
+        parent: Gfid::ROOT,
+        name: n("fifo"),
+        gfid: fifo,
+        mode: libc::S_IFIFO | 0o666,
+        umask: 0,
+        rdev: 0,
+        linkto: None,
+    })
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = Posix::open(&b.root).unwrap();
+    std::thread::spawn(move || {
+        let fds = FdTable::default();
+        let open = |flags| p.call(&Ctx::root(), &fds, &Fop::Open { gfid: fifo, flags });
+        let _ = tx.send((open(libc::O_WRONLY), open(libc::O_RDONLY)));
+    });
+    let (w, r) = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the open of a FIFO held the brick");
+    assert!(w.unwrap_err().is(libc::EINVAL));
+    assert!(r.unwrap_err().is(libc::EINVAL));
+}

@@ -94,15 +94,19 @@ impl Posix {
     }
 
     fn open_gfid_as_brick(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
+        let (idx, file) = self.index_dir(gfid)?;
         // The type first, through the handle (an object's never changes):
         // a FIFO, socket or device named by a hostile request is never
         // opened (a FIFO's open would hold the brick's thread).
-        match FileKind::from_mode(self.handle_stat(gfid)?.st_mode) {
+        match rfs::statat(idx, file.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             // A directory's handle is a symlink.
-            FileKind::Symlink => return Err(FsError::errno(libc::EISDIR)),
-            kind => must_be_file(kind)?,
+            Ok(st) if FileKind::from_mode(st.st_mode) == FileKind::Symlink => {
+                return Err(FsError::errno(libc::EISDIR))
+            }
+            Ok(st) => must_be_file(FileKind::from_mode(st.st_mode))?,
+            Err(rustix::io::Errno::NOENT) => return Err(FsError::errno(libc::ESTALE)),
+            Err(e) => return Err(e.into()),
         }
-        let (idx, file) = self.index_dir(gfid)?;
         let oflags = self.brick_flags(flags, OPEN_KEEP);
         let f = rfs::openat2(
             idx,

@@ -116,17 +116,14 @@ impl Posix {
     /// Whether object `gfid` exists on this brick (ESTALE if not): one
     /// look at its handle, where `resolve` opens it.
     pub fn exists(&self, gfid: Gfid) -> FsResult<()> {
-        self.handle_stat(gfid).map(|_| ())
-    }
-
-    /// What object `gfid`'s handle is, without opening it (a directory's
-    /// handle is a symlink); ESTALE if there is none.
-    pub(crate) fn handle_stat(&self, gfid: Gfid) -> FsResult<rfs::Stat> {
         let (idx, file) = self.index_dir(gfid)?;
-        rfs::statat(idx, file.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| match e {
-            rustix::io::Errno::NOENT => FsError::new(libc::ESTALE, format!("no object {gfid}")),
-            e => e.into(),
-        })
+        match rfs::statat(idx, file.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(()),
+            Err(rustix::io::Errno::NOENT) => {
+                Err(FsError::new(libc::ESTALE, format!("no object {gfid}")))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Resolves a gfid to an `O_PATH` descriptor of the object.

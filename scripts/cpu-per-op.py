@@ -234,7 +234,7 @@ def serve(args, work):
         return [int(p) for p in out.split()]
     groups = {
         "client": pids("mortar mount .*" + mnt),
-        "brick": pids("mortar-brick --path " + work),
+        "brick": pids("mortar-brick --(path|host --run) " + work),
         "daemon": [daemon.pid],
     }
     return daemon, mnt, groups
@@ -312,7 +312,7 @@ def one_run(args):
         if daemon:
             daemon.terminate()
             daemon.wait()
-        subprocess.run(["pkill", "-f", "mortar-brick --path " + work], stderr=subprocess.DEVNULL)
+        subprocess.run(["pkill", "-f", "mortar-brick --(path|host --run) " + work], stderr=subprocess.DEVNULL)
         shutil.rmtree(work, ignore_errors=True)
 
 

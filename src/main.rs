@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         cli.cmd,
         Cmd::Daemon(_)
             | Cmd::Brick(_)
+            | Cmd::BrickHost(_)
             | Cmd::Mount(_)
             | Cmd::Bench { .. }
             | Cmd::Man { .. }
@@ -101,6 +102,7 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Brick(ref a) => mortar::brickd::main(a),
+        Cmd::BrickHost(ref a) => mortar::brickd::host::main(a),
         Cmd::Mount(ref m) => {
             let args = MountArgs {
                 source: m.source.clone(),

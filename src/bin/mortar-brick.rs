@@ -7,6 +7,9 @@
 //! `mortar-brick --standby` is the program started ahead of need: loaded,
 //! it waits for its arguments on its standard input (one JSON list), so
 //! that the daemon starts a brick without waiting for a program to load.
+//!
+//! `mortar-brick --host` is a brick host: one process for all of a
+//! server's bricks (`cluster.brick-multiplex`, `brickd::host`).
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -16,7 +19,7 @@ use std::process::ExitCode;
 #[command(
     name = "mortar-brick",
     version,
-    after_help = "`mortar-brick --standby` is the program the daemon loads ahead of need: it reads the options above as one JSON list of strings on its standard input, then serves that brick."
+    after_help = "`mortar-brick --standby` is the program the daemon loads ahead of need: it reads the options above as one JSON list of strings on its standard input, then serves that brick.\n`mortar-brick --host --help`: one process serving all of a server's bricks (cluster.brick-multiplex)."
 )]
 struct Cli {
     #[command(flatten)]
@@ -31,10 +34,29 @@ fn offline(reason: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Serve all of a server's bricks in one process (started by the
+/// management daemon, which attaches them).
+#[derive(Parser)]
+#[command(name = "mortar-brick --host", version)]
+struct HostCli {
+    #[command(flatten)]
+    host: mortar::brickd::host::HostArgs,
+}
+
 fn main() -> ExitCode {
     let _fail_points = mortar::process::init_fail_points();
     let mut args = std::env::args();
     let program = args.next().unwrap_or_else(|| "mortar-brick".into());
+    if std::env::args().nth(1).is_some_and(|a| a == "--host") {
+        let cli = HostCli::parse_from(std::iter::once(program).chain(args.skip(1)));
+        return match mortar::brickd::host::main(&cli.host) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = if args.next().is_some_and(|a| a == "--standby") {
         let argv: Vec<String> = match mortar::brickd::standby_args() {
             None => return ExitCode::SUCCESS,

@@ -13,16 +13,17 @@
 //! `OFFLINE <reason>` and exits; the daemon shows the reason in
 //! `volume status` and leaves it down until `volume start NAME force`.
 
+mod brick;
+pub mod host;
+
 use crate::brick::server;
-use crate::mgmt::rpc;
-use crate::storage::posix::{Posix, VOLUME_ID_XATTR};
+use crate::storage::posix::Posix;
+use brick::*;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// The brick process's command line (`mortar brick`, `mortar-brick`).
 #[derive(clap::Args)]
@@ -90,7 +91,7 @@ pub struct BrickConfig {
     pub credential: PathBuf,
     /// Where to serve metrics (at the brick's port + `METRICS_PORT_OFFSET`).
     pub metrics: Option<IpAddr>,
-    /// The volume's options arrive on standard input (`options_from`).
+    /// The volume's options arrive on standard input (`follow`).
     pub options_on_stdin: bool,
 }
 
@@ -246,7 +247,12 @@ pub fn main(a: &BrickArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(run(BrickConfig {
+    rt.block_on(run(config(a)))
+}
+
+/// What the brick of command line `a` runs with.
+fn config(a: &BrickArgs) -> BrickConfig {
+    BrickConfig {
         path: a.path.clone(),
         ip: a.ip,
         volume_id: a.volume_id.clone(),
@@ -259,160 +265,70 @@ pub fn main(a: &BrickArgs) -> anyhow::Result<()> {
         credential: a.server_credential.clone(),
         metrics: a.metrics,
         options_on_stdin: a.options_on_stdin,
-    }))
+    }
 }
 
 pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
+    prepare_process(&cfg.credential).unwrap_or_else(|e| go_offline(&e));
+    let options = match cfg.options_on_stdin {
+        true => OptionsSource::Lines(stdin_lines()),
+        false => OptionsSource::Mgmt,
+    };
+    // Checked before the port is taken: a brick that cannot serve binds
+    // nothing.
+    let opened = open(&cfg).unwrap_or_else(|e| go_offline(&e));
+    let posix = opened.0.clone();
+    let (listener, port) = listen(cfg.ip, cfg.port).await?;
+    let exports = Arc::new(server::Exports::default());
+    let offline: Offline = Arc::new(|reason: String| go_offline(&reason));
+    let brick = start(
+        &cfg,
+        opened,
+        &exports,
+        port,
+        offline,
+        options,
+        Dumps::Process,
+    )
+    .await;
+    let _brick = brick.unwrap_or_else(|e| go_offline(&e));
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "LISTENING {port}");
+    let _ = out.flush();
+    if let Some(ip) = cfg.metrics {
+        let labels = vec![
+            ("volume".to_string(), cfg.volume.clone().unwrap_or_default()),
+            ("brick".to_string(), cfg.path.display().to_string()),
+        ];
+        serve_metrics(ip, port, labels, Some(posix)).await;
+    }
+    server::serve(listener, exports, format!("brick {}", cfg.path.display())).await?;
+    Ok(())
+}
+
+/// What a brick process does once, for all the bricks it serves: its
+/// umask and its credential.
+fn prepare_process(credential: &Path) -> Result<(), String> {
     // Objects are made with the mode the client asked for, the caller's
     // umask already applied by the client (FUSE_DONT_MASK): the brick's own
     // umask must not take more away.
     rustix::process::umask(rustix::fs::Mode::empty());
-    let path = cfg.path.as_path();
-    if let Err(reason) = check_volume_id(path, &cfg.volume_id) {
-        go_offline(&reason.to_string());
-    }
-    let posix = match Posix::open(path) {
-        Ok(p) => Arc::new(p),
-        Err(e) => go_offline(&format!("cannot open the brick: {e}")),
-    };
-    if let Err(reason) = posix.health_check() {
-        go_offline(&format!("health check failed: {reason}"));
-    }
-    if let Err(e) = crate::protocol::tls::install_file(&cfg.credential) {
-        go_offline(&format!("cannot take the server's credential: {e}"));
-    }
-    let (tunables_tx, tunables) = watch::channel(Tunables::from_options(&Default::default()));
-    // Options from the daemon's pipe are in force before the brick serves
-    // (a second at most: a brick does not wait long for them).
-    let tunables_tx = match cfg.options_on_stdin {
-        true => {
-            let first = options_from(
-                std::io::stdin(),
-                cfg.volume.clone(),
-                cfg.mgmt.clone(),
-                tunables_tx,
-            );
-            let _ = tokio::time::timeout(OPTIONS_FIRST, first).await;
-            None
-        }
-        false => Some(tunables_tx),
-    };
-    let env = crate::brick::BrickEnv {
-        posix: posix.clone(),
-        arbiter: cfg.arbiter,
-    };
-    let stack = match crate::brick::Stack::build(&env, crate::graph::table::brick_layers()) {
-        Ok(s) => Arc::new(s),
-        Err(e) => go_offline(&format!("cannot build the brick's translators: {e:#}")),
-    };
-    tracing::info!(brick = %path.display(), stack = ?stack.kinds(), "brick translators");
-    let (listener, port) = listen(cfg.ip, cfg.port).await?;
-    if let Some(f) = &cfg.pid_file {
-        // In place (the daemon empties it when the brick stops).
-        // With the process's start time: a daemon that finds the file
-        // after a restart adopts this very process, not another that
-        // was given the same pid since.
-        let pid = std::process::id();
-        let since = crate::process::start_time(pid).unwrap_or(0);
-        let text = format!("{pid} {port} {since}\n");
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(f)?;
-        file.write_all_at(text.as_bytes(), 0)?;
-        file.set_len(text.len() as u64)?;
-    }
-    let mut out = std::io::stdout();
-    let _ = writeln!(out, "LISTENING {port}");
-    let _ = out.flush();
-    tracing::info!(brick = %path.display(), port, arbiter = cfg.arbiter, "brick serving");
-    if let Some(ip) = cfg.metrics {
-        serve_metrics(ip, port, &cfg, posix.clone()).await;
-    }
-    statedump_sections(&cfg, port, &stack);
-
-    if let (Some(vol), Some(mgmt), Some(tx)) = (cfg.volume.clone(), cfg.mgmt.clone(), tunables_tx) {
-        tokio::spawn(follow_options(vol, mgmt, tx));
-    }
-    tokio::spawn(health_checks(posix.clone(), tunables.clone()));
-    // The translators take the volume's options as they change (the
-    // first ones are in force already when it is asked to serve).
-    tokio::spawn({
-        let (stack, mut t) = (stack.clone(), tunables.clone());
-        async move {
-            loop {
-                stack.reconfigure(&t.borrow_and_update().options);
-                if t.changed().await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    tokio::spawn({
-        let (posix, mut t) = (posix.clone(), tunables.clone());
-        async move {
-            loop {
-                posix.set_strict_o_direct(t.borrow_and_update().strict_o_direct);
-                if t.changed().await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    let (auth_tx, auth) = watch::channel(tunables.borrow().auth.clone());
-    tokio::spawn({
-        let mut t = tunables.clone();
-        async move {
-            while t.changed().await.is_ok() {
-                let rules = t.borrow_and_update().auth.clone();
-                auth_tx.send_if_modified(|old| {
-                    let changed = *old != rules;
-                    *old = rules;
-                    changed
-                });
-            }
-        }
-    });
-    let key = match &cfg.key_file {
-        Some(f) => match std::fs::read_to_string(f) {
-            Ok(k) if !k.trim().is_empty() => Some(k.trim().to_string()),
-            Ok(_) => None,
-            Err(e) => go_offline(&format!(
-                "cannot read the volume's key {}: {e}",
-                f.display()
-            )),
-        },
-        None => None,
-    };
-    server::serve(listener, stack, path.display().to_string(), auth, key).await?;
-    Ok(())
-}
-
-/// What this brick's statedumps hold beside its translators' own
-/// sections, and the dump written on SIGUSR1.
-fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::Stack>) {
-    use crate::process::statedump;
-    let about = format!(
-        "path={}\nvolume={}\nport={port}\narbiter={}\n",
-        cfg.path.display(),
-        cfg.volume.as_deref().unwrap_or(""),
-        cfg.arbiter
-    );
-    statedump::section("brick", move || about.clone());
-    let weak = Arc::downgrade(stack);
-    statedump::section("translators", move || {
-        weak.upgrade().map(|s| s.dump()).unwrap_or_default()
-    });
-    statedump::on_signal(format!("brick {}", cfg.path.display()));
+    crate::protocol::tls::install_file(credential)
+        .map_err(|e| format!("cannot take the server's credential: {e}"))
 }
 
 /// Serves the brick's metrics at `port` + `METRICS_PORT_OFFSET` on `ip`
 /// (any free port when that one is taken), its disk's figures read when
 /// scraped.
-async fn serve_metrics(ip: IpAddr, port: u16, cfg: &BrickConfig, posix: Arc<Posix>) {
+async fn serve_metrics(
+    ip: IpAddr,
+    port: u16,
+    labels: Vec<(String, String)>,
+    disk: Option<Arc<Posix>>,
+) {
     use crate::metrics::{serve, Role};
     crate::metrics::on_scrape(move |m| {
+        let Some(posix) = &disk else { return };
         let d = crate::process::status::disk_of(posix.path());
         if d.size == 0 {
             return; // statvfs failed: the last figures stay
@@ -422,10 +338,6 @@ async fn serve_metrics(ip: IpAddr, port: u16, cfg: &BrickConfig, posix: Arc<Posi
         m.inodes.set(d.inodes as i64);
         m.inodes_free.set(d.inodes_free as i64);
     });
-    let labels = vec![
-        ("volume".to_string(), cfg.volume.clone().unwrap_or_default()),
-        ("brick".to_string(), cfg.path.display().to_string()),
-    ];
     let registry = || crate::metrics::registry(Role::Brick, labels.clone());
     let wanted = SocketAddr::new(ip, port.saturating_add(METRICS_PORT_OFFSET));
     if let Err(e) = serve::serve(wanted, registry()).await {
@@ -463,134 +375,10 @@ async fn listen(
     }
 }
 
-fn check_volume_id(path: &Path, volume_id: &str) -> anyhow::Result<()> {
-    let mut buf = [0u8; 64];
-    let n = rustix::fs::getxattr(path, VOLUME_ID_XATTR, &mut buf[..]).map_err(|e| {
-        anyhow::anyhow!(
-            "brick {}: no volume id ({e}); was the volume created, is the brick's file system mounted?",
-            path.display()
-        )
-    })?;
-    let found = String::from_utf8_lossy(&buf[..n]).to_string();
-    if found != volume_id {
-        anyhow::bail!(
-            "brick {} belongs to volume id {found}, not {volume_id}",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-/// Keeps `tx` at the volume's options, asking the daemon every few seconds.
-/// While the daemon cannot be reached the last known values stay.
-async fn follow_options(volume: String, mgmt: String, tx: watch::Sender<Tunables>) {
-    rpc::follow_volume(&[mgmt], &volume, None, None, true, |d| apply(&tx, &d)).await
-}
-
-/// Puts the options of the volume's description `d` in force.
-fn apply(tx: &watch::Sender<Tunables>, d: &crate::core::desc::VolDesc) {
-    let mut t = Tunables::from_options(&d.options);
-    t.auth = crate::protocol::auth::Rules::from_desc(d);
-    let mut applied = false;
-    tx.send_if_modified(|old| {
-        applied = *old != t;
-        if applied {
-            *old = t;
-        }
-        applied
-    });
-    if applied {
-        tracing::info!(t = ?*tx.borrow(), "volume options applied");
-    }
-}
-
-/// How long a brick waits for its first options on its input before it
-/// serves with the defaults.
-const OPTIONS_FIRST: Duration = Duration::from_secs(1);
-
-/// Takes the volume's options from `input`, as the daemon that started
-/// the brick writes them there (one description, `volgen::options_only`,
-/// per line, each time they change): a brick of a server opens no
-/// connection of its own to its daemon (at 300 servers, 300 TLS
-/// handshakes in each `volume start`). Once the input ends, the daemon
-/// went away (a brick outlives it): the options are followed at `mgmt`,
-/// the daemon that adopts the brick. The answer is ready once the first
-/// options are in force.
-fn options_from(
-    input: impl std::io::Read + Send + 'static,
-    volume: Option<String>,
-    mgmt: Option<String>,
-    tx: watch::Sender<Tunables>,
-) -> tokio::sync::oneshot::Receiver<()> {
-    use std::io::BufRead;
-    let rt = tokio::runtime::Handle::current();
-    let (first, taken) = tokio::sync::oneshot::channel();
-    let read = move || {
-        let mut first = Some(first);
-        for line in std::io::BufReader::new(input).lines() {
-            let Ok(line) = line else { break };
-            match serde_json::from_str::<crate::core::desc::VolDesc>(&line) {
-                Ok(d) => apply(&tx, &d),
-                Err(e) => tracing::warn!("options from the daemon not taken: {e}"),
-            }
-            if let Some(f) = first.take() {
-                let _ = f.send(());
-            }
-        }
-        if let (Some(volume), Some(mgmt)) = (volume, mgmt) {
-            tracing::info!(%mgmt, "the daemon that started this brick went away: its options are followed at the management address");
-            rt.spawn(follow_options(volume, mgmt, tx));
-        }
-    };
-    if let Err(e) = std::thread::Builder::new()
-        .name("mortar-options".into())
-        .spawn(read)
-    {
-        tracing::warn!("cannot read the volume's options from the daemon: {e}");
-    }
-    taken
-}
-
-/// Runs the health check at the configured interval; a failure takes the
-/// brick offline.
-async fn health_checks(posix: Arc<Posix>, mut tunables: watch::Receiver<Tunables>) {
-    loop {
-        let every = tunables.borrow_and_update().health_check;
-        let Some(every) = every else {
-            if tunables.changed().await.is_err() {
-                return;
-            }
-            continue;
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            r = tunables.changed() => {
-                if r.is_err() { return; }
-                continue;
-            }
-        }
-        let p = posix.clone();
-        // A file system that hangs fails too (GlusterFS's
-        // health-check-timeout).
-        let limit = every.max(Duration::from_secs(10));
-        let checked =
-            tokio::time::timeout(limit, tokio::task::spawn_blocking(move || p.health_check()))
-                .await;
-        match checked {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(reason))) => go_offline(&format!("health check failed: {reason}")),
-            Ok(Err(e)) => go_offline(&format!("health check could not run: {e}")),
-            Err(_) => go_offline(&format!(
-                "health check failed: no answer from the brick's file system in {} s",
-                limit.as_secs()
-            )),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::watch;
 
     #[test]
     fn tunables_follow_the_options_and_zero_turns_them_off() {
@@ -602,6 +390,24 @@ mod tests {
         let t = Tunables::from_options(&o);
         assert_eq!(t.health_check, None);
         assert_eq!(t.options, o, "the translators' options");
+    }
+
+    /// A brick's configuration with no daemon to ask.
+    fn config_for_tests() -> BrickConfig {
+        BrickConfig {
+            path: "/nowhere".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            volume_id: "id".into(),
+            arbiter: false,
+            volume: None,
+            mgmt: None,
+            pid_file: None,
+            port: None,
+            key_file: None,
+            credential: "/nowhere.pem".into(),
+            metrics: None,
+            options_on_stdin: true,
+        }
     }
 
     /// The options-only description of a volume whose health check runs
@@ -627,7 +433,8 @@ mod tests {
         use std::io::Write;
         let (tx, mut rx) = watch::channel(Tunables::from_options(&Default::default()));
         let (input, mut daemon) = std::io::pipe().unwrap();
-        let first = options_from(input, None, None, tx);
+        let cfg = config_for_tests();
+        let (_task, first) = follow(OptionsSource::Lines(lines_of(input)), &cfg, Arc::new(tx));
         daemon.write_all(options_line("7").as_bytes()).unwrap();
         // The first line is in force once `first` answers.
         first.await.unwrap();
@@ -652,7 +459,12 @@ mod tests {
     #[tokio::test]
     async fn an_input_that_ends_at_once_leaves_the_defaults() {
         let (tx, rx) = watch::channel(Tunables::from_options(&Default::default()));
-        let first = options_from(std::io::empty(), None, None, tx);
+        let cfg = config_for_tests();
+        let (_task, first) = follow(
+            OptionsSource::Lines(lines_of(std::io::empty())),
+            &cfg,
+            Arc::new(tx),
+        );
         assert!(
             first.await.is_err(),
             "no options came: the brick does not wait"

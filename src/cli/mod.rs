@@ -88,6 +88,10 @@ pub enum Cmd {
     /// Serve one brick (started by the daemon).
     #[command(hide = true)]
     Brick(BrickArgs),
+    /// Serve all of a server's bricks in one process (started by the
+    /// daemon, which attaches them: cluster.brick-multiplex).
+    #[command(hide = true)]
+    BrickHost(crate::brickd::host::HostArgs),
     /// Write the manual pages, one per command (mortar.1,
     /// mortar-volume.1, mortar-volume-create.1, ...), to DIR.
     Man {
@@ -307,6 +311,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Cmd::Daemon(_)
         | Cmd::Mount(_)
         | Cmd::Brick(_)
+        | Cmd::BrickHost(_)
         | Cmd::Bench { .. }
         | Cmd::Man { .. }
         | Cmd::Completions { .. } => {
@@ -341,6 +346,7 @@ mod tests {
             key: "k".into(),
             metrics: None,
             options: None,
+            multiplex: false,
         };
         let args = crate::mgmt::supervise::brick_args(&spec, &t.path().join("log"));
         let cli = Cli::try_parse_from(

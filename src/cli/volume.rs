@@ -306,8 +306,45 @@ async fn list(server: &Server, out: &Out) -> anyhow::Result<()> {
     }
 }
 
+/// `volume get all KEY|all`: the pool's options in force.
+async fn get_pool(server: &Server, out: &Out, key: &str) -> anyhow::Result<()> {
+    let mut all = match ask(server, Request::PoolOptions).await? {
+        Response::Options(o) => o,
+        other => return Err(unexpected("volume get", "", other)),
+    };
+    if key != "all" {
+        all.retain(|k, _| k == key);
+        if all.is_empty() {
+            let hint = match options::spec(key) {
+                Some(_) => format!("{key} is an option of a volume, not of the pool"),
+                None => format!("option : {key} does not exist"),
+            };
+            return Err(fail("volume get", "", &hint));
+        }
+    }
+    print_options(out, all.into_iter().collect())
+}
+
+/// Options and their values, as `volume get` shows them.
+fn print_options(out: &Out, rows: Vec<(String, String)>) -> anyhow::Result<()> {
+    if out.json {
+        let m: std::collections::BTreeMap<_, _> = rows.into_iter().collect();
+        println!("{}", serde_json::to_string_pretty(&m)?);
+    } else {
+        println!("{:<40} Value", "Option");
+        println!("{:<40} -----", "------");
+        for (k, v) in rows {
+            println!("{k:<40} {v}");
+        }
+    }
+    Ok(())
+}
+
 /// `volume get NAME KEY|all`: the options in force, defaults included.
 async fn get(server: &Server, out: &Out, name: String, key: &str) -> anyhow::Result<()> {
+    if name == "all" {
+        return get_pool(server, out, key).await;
+    }
     let vs = match ask(server, Request::VolumeInfo { name: Some(name) }).await? {
         Response::Volumes(vs) => vs,
         other => return Err(unexpected("volume get", "", other)),
@@ -328,17 +365,7 @@ async fn get(server: &Server, out: &Out, name: String, key: &str) -> anyhow::Res
         .iter()
         .map(|k| (k.to_string(), options::effective(&v.options, k).to_string()))
         .collect();
-    if out.json {
-        let m: std::collections::BTreeMap<_, _> = rows.into_iter().collect();
-        println!("{}", serde_json::to_string_pretty(&m)?);
-    } else {
-        println!("{:<40} Value", "Option");
-        println!("{:<40} -----", "------");
-        for (k, v) in rows {
-            println!("{k:<40} {v}");
-        }
-    }
-    Ok(())
+    print_options(out, rows)
 }
 
 pub struct CreateArgs {

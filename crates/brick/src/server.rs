@@ -13,41 +13,95 @@ use mortar_protocol::refusal::Refusal;
 use mortar_protocol::tls;
 use mortar_protocol::wire::{self, Msg};
 use mortar_storage::posix::FdTable;
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify};
 use tracing::Instrument;
 
+/// The bricks one process serves, by the name a client's handshake asks
+/// for (the brick's path): one brick, or all of a server's when they share
+/// a process (`cluster.brick-multiplex`). A brick is added once it can
+/// serve and taken out when it stops; its connections end with it.
+#[derive(Default)]
+pub struct Exports(Mutex<HashMap<String, Arc<Export>>>);
+
+/// A brick as its connections see it.
+pub struct Export {
+    pub stack: Arc<Stack>,
+    /// The volume's `auth.*` rules, as they change.
+    pub auth: watch::Receiver<Rules>,
+    /// The volume's key (`Volume::key`), which the pool's own clients give.
+    pub key: Option<Arc<str>>,
+    /// True once the brick is no longer served: its connections end.
+    gone: watch::Sender<bool>,
+}
+
+impl Export {
+    pub fn new(stack: Arc<Stack>, auth: watch::Receiver<Rules>, key: Option<String>) -> Export {
+        Export {
+            stack,
+            auth,
+            key: key.map(Into::into),
+            gone: watch::Sender::new(false),
+        }
+    }
+}
+
+impl Exports {
+    /// Serves `export` as `name` (in place of one served so before, whose
+    /// connections end).
+    pub fn add(&self, name: &str, export: Arc<Export>) {
+        if let Some(old) = self.0.lock().unwrap().insert(name.to_string(), export) {
+            old.gone.send_replace(true);
+        }
+    }
+
+    /// Stops serving `name`: its connections end. Whether it was served.
+    pub fn remove(&self, name: &str) -> bool {
+        let gone = self.0.lock().unwrap().remove(name);
+        gone.map(|e| e.gone.send_replace(true)).is_some()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Export>> {
+        self.0.lock().unwrap().get(name).cloned()
+    }
+
+    /// The names served, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self.0.lock().unwrap().keys().cloned().collect();
+        n.sort();
+        n
+    }
+}
+
+/// Serves the bricks of `exports` on `listener`, each connection to the
+/// brick its handshake names. `what` names the process in logs.
 pub async fn serve(
     listener: TcpListener,
-    stack: Arc<Stack>,
-    brick: String,
-    auth: watch::Receiver<Rules>,
-    key: Option<String>,
+    exports: Arc<Exports>,
+    what: String,
 ) -> std::io::Result<()> {
-    let key: Option<Arc<str>> = key.map(Into::into);
     let acceptor = tls::acceptor(tls::Clients::Pool)?;
     let next_conn = Arc::new(AtomicU64::new(1));
-    let what = format!("brick {brick}");
     admit::accept_loop(listener, &what, admit::CAPS, |stream, peer, ticket| {
         let _ = stream.set_nodelay(true);
-        let (stack, brick, id, auth, key, acceptor) = (
-            stack.clone(),
-            brick.clone(),
+        let (exports, id, acceptor) = (
+            exports.clone(),
             next_conn.fetch_add(1, Ordering::Relaxed),
-            auth.clone(),
-            key.clone(),
             acceptor.clone(),
         );
         async move {
             let served = async {
                 let (conn, who) = ticket
                     .handshake("TLS handshake", async {
-                        // TLS, or (where `server.ssl` is off) the clear.
+                        // TLS, or the clear: whether the brick takes a
+                        // client in the clear (`server.ssl` off) is known
+                        // once its handshake names the brick.
                         let mut first = [0u8; 1];
                         if stream.peek(&mut first).await? == 0 {
                             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
@@ -55,20 +109,16 @@ pub async fn serve(
                         if first[0] == tls::TLS_HANDSHAKE {
                             let (s, who) = acceptor.accept(stream).await?;
                             Ok((tls::Conn::Tls(Box::new(s)), who))
-                        } else if !auth.borrow().tls {
-                            Ok((tls::Conn::Plain(stream), None))
                         } else {
-                            Err(std::io::Error::new(
-                                std::io::ErrorKind::PermissionDenied,
-                                "a client in the clear, and server.ssl is on",
-                            ))
+                            Ok((tls::Conn::Plain(stream), None))
                         }
                     })
                     .await?;
                 // Every line logged for this connection names it, and the
                 // client at `peer` (which logs its own address on connect).
-                let span = tracing::info_span!("conn", conn = id, %peer);
-                serve_conn(conn, who, peer, stack, brick, id, auth, key)
+                let span =
+                    tracing::info_span!("conn", conn = id, %peer, brick = tracing::field::Empty);
+                serve_conn(conn, who, peer, &exports, id)
                     .instrument(span)
                     .await
             };
@@ -83,24 +133,34 @@ pub async fn serve(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn serve_conn(
     stream: tls::Conn,
     who: Option<tls::Peer>,
     peer: SocketAddr,
-    stack: Arc<Stack>,
-    brick: String,
+    exports: &Exports,
     id: u64,
-    mut auth: watch::Receiver<Rules>,
-    key: Option<Arc<str>>,
 ) -> std::io::Result<()> {
     let plain = stream.is_plain();
     let (mut rd, mut wr) = tokio::io::split(stream);
-    let (internal, mut grant, mut squash) =
-        match handshake(&mut rd, &mut wr, who, plain, peer, &brick, &mut auth, &key).await? {
-            Ok(admitted) => admitted,
-            Err(reason) => return Err(refuse(&mut wr, reason).await),
-        };
+    let admitted = match handshake(&mut rd, &mut wr, who, plain, peer, exports).await? {
+        Ok(admitted) => admitted,
+        Err(reason) => return Err(refuse(&mut wr, reason).await),
+    };
+    let Admitted {
+        brick,
+        export,
+        mut auth,
+        internal,
+        mut grant,
+        mut squash,
+    } = admitted;
+    let stack = export.stack.clone();
+    let mut gone = export.gone.subscribe();
+    drop(export);
+    if *gone.borrow() {
+        return Err(std::io::Error::other("the brick stopped serving"));
+    }
+    tracing::Span::current().record("brick", brick.as_str());
 
     // Many requests come in with one read system call; `next` may lose its
     // race with a change of the auth rules and go on later (`wire::Frames`).
@@ -139,6 +199,9 @@ async fn serve_conn(
             r = rd.next() => r,
             _ = closing.notified() => break Err(std::io::Error::other(
                 "closed by the brick: a lock revoked or a recall not answered",
+            )),
+            Ok(()) = gone.changed() => break Err(std::io::Error::other(
+                "the brick stopped serving",
             )),
             // The volume's auth rules changed: is this client still allowed?
             Ok(()) = auth.changed() => {
@@ -305,38 +368,72 @@ async fn answer_call(
     }
 }
 
+/// A connection let in: to which brick, and what it may do there.
+struct Admitted {
+    brick: String,
+    export: Arc<Export>,
+    /// The brick's auth rules, the ones in force now seen.
+    auth: watch::Receiver<Rules>,
+    /// One of the pool's own clients.
+    internal: bool,
+    grant: Grant,
+    squash: Squash,
+}
+
 /// The handshake: small, and soon, or the connection ends. A client waits
 /// for the answer before it sends more, so nothing is read ahead. Answers
 /// whether the client is one of the pool's own, what its credential is
 /// granted (read-only, an identity) and who the requests of a client that
 /// is not the pool's run as; or why it is refused.
-#[allow(clippy::too_many_arguments)]
 async fn handshake<R, W>(
     rd: &mut R,
     wr: &mut W,
     who: Option<tls::Peer>,
     plain: bool,
     peer: SocketAddr,
-    brick: &str,
-    auth: &mut watch::Receiver<Rules>,
-    key: &Option<Arc<str>>,
-) -> std::io::Result<Result<(bool, Grant, Squash), Refusal>>
+    exports: &Exports,
+) -> std::io::Result<Result<Admitted, Refusal>>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
     let hello = admit::first_message("handshake", wire::read_frame_within(rd, wire::MAX_HELLO));
-    match hello.await? {
+    let hello = hello.await?;
+    // A client in the clear is answered only by a brick that takes the
+    // clear (`server.ssl off`): others end the connection unanswered,
+    // without a word of what they serve.
+    if plain {
+        let takes_clear = match &hello {
+            Some(Msg::Hello { brick: want, .. }) => {
+                exports.get(want).is_some_and(|e| !e.auth.borrow().tls)
+            }
+            _ => false,
+        };
+        if !takes_clear {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "a client in the clear, and server.ssl is on",
+            ));
+        }
+    }
+    match hello {
         Some(Msg::Hello {
             magic,
             version,
             brick: want,
             key: given,
-        }) if magic == wire::MAGIC && version == wire::VERSION && want == brick => {
+        }) if magic == wire::MAGIC && version == wire::VERSION && exports.get(&want).is_some() => {
+            let Some(export) = exports.get(&want) else {
+                return Ok(Err(Refusal(format!(
+                    "this server no longer exports {want}"
+                ))));
+            };
             // The pool's own clients (a server's certificate, or the
             // volume's key) pass the auth rules.
+            let key = &export.key;
             let internal = who.is_some_and(|w| w.role == tls::Role::Server)
                 || (key.is_some() && given.as_deref() == key.as_deref());
+            let mut auth = export.auth.clone();
             let rules = auth.borrow_and_update().clone();
             let grant = match admits(&rules, who, plain, internal, peer.ip(), false).await {
                 Ok(g) => g,
@@ -352,7 +449,14 @@ where
                 },
             )
             .await?;
-            Ok(Ok((internal, grant, rules.squash)))
+            Ok(Ok(Admitted {
+                brick: want,
+                export,
+                auth,
+                internal,
+                grant,
+                squash: rules.squash,
+            }))
         }
         Some(Msg::Hello {
             magic,
@@ -380,7 +484,10 @@ where
                     wire::VERSION
                 )
             } else {
-                format!("this brick exports {brick}, not {want}")
+                match exports.names().as_slice() {
+                    [one] => format!("this brick exports {one}, not {want}"),
+                    _ => format!("this server exports no brick {want}"),
+                }
             };
             Ok(Err(Refusal(reason)))
         }

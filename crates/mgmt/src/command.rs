@@ -116,6 +116,11 @@ pub enum Command {
         brick: Brick,
         down: bool,
     },
+    /// Sets an option of the pool (`volume set all`, validated already).
+    SetPoolOption {
+        key: String,
+        value: String,
+    },
     /// A client credential issued for the volume (its name is new).
     AddCredential {
         volume: String,
@@ -175,6 +180,7 @@ impl Command {
             Command::ReplaceBrick { .. } => "ReplaceBrick",
             Command::ResetBrick { .. } => "ResetBrick",
             Command::AddCredential { .. } => "AddCredential",
+            Command::SetPoolOption { .. } => "SetPoolOption",
             Command::RevokeCredential { .. } => "RevokeCredential",
             Command::SetCerts { .. } => "SetCerts",
             Command::RotateCredential { .. } => "RotateCredential",
@@ -191,6 +197,7 @@ impl Command {
             | Command::AddOperator(_)
             | Command::RevokeOperator { .. }
             | Command::SetCerts { .. }
+            | Command::SetPoolOption { .. }
             | Command::RotateCredential { volume: None, .. } => None,
             Command::RotateCredential {
                 volume: Some(volume),
@@ -245,6 +252,11 @@ impl Command {
     /// The pool's own records: administrators and certificates.
     fn apply_to_pool(&self, st: &mut ClusterState) -> Result<(), Error> {
         match self {
+            // (The servers read it; no client sees a new version.)
+            Command::SetPoolOption { key, value } => {
+                st.options.insert(key.clone(), value.clone());
+                return Ok(());
+            }
             Command::AddOperator(credential) => {
                 if st.operators.iter().any(|c| c.name == credential.name) {
                     return Err(format!(

@@ -59,6 +59,33 @@ pub fn group(name: &str) -> Result<Vec<(String, String)>, Error> {
 }
 
 /// Every option, in table order.
+/// `cluster.brick-multiplex`: each server serves all its bricks from one
+/// process (`brickd::host`).
+pub static BRICK_MULTIPLEX: Spec = Spec {
+    key: "cluster.brick-multiplex",
+    kind: mortar_core::options::Kind::Bool,
+    default: "off",
+    help: "Serve all of a server's bricks from one process (one port, one runtime) instead of a process per brick; bricks started after the change follow it",
+};
+
+/// The options of the pool rather than of one volume, as GlusterFS's
+/// global options: `volume set all KEY VALUE`, `volume get all KEY|all`.
+pub static POOL: &[&Spec] = &[&BRICK_MULTIPLEX];
+
+pub fn pool_spec(key: &str) -> Option<&'static Spec> {
+    POOL.iter().copied().find(|o| o.key == key)
+}
+
+/// The pool's options in force, defaults included.
+pub fn pool_in_force(set: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    POOL.iter()
+        .map(|o| {
+            let v = set.get(o.key).map(String::as_str).unwrap_or(o.default);
+            (o.key.to_string(), v.to_string())
+        })
+        .collect()
+}
+
 pub fn all() -> Vec<&'static Spec> {
     table::all_options().collect()
 }

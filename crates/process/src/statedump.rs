@@ -24,6 +24,12 @@ pub fn section(title: &str, f: impl Fn() -> String + Send + Sync + 'static) {
         .push((title.to_string(), Box::new(f)));
 }
 
+/// Takes out the sections titled `title` (a brick a shared process no
+/// longer serves).
+pub fn remove(title: &str) {
+    SECTIONS.lock().unwrap().retain(|(t, _)| t != title);
+}
+
 /// The dump of this process (`what` names it: "brick HOST:/PATH").
 pub fn render(what: &str) -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());

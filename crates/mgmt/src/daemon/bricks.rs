@@ -42,6 +42,7 @@ impl Daemon {
                 }
             }
         }
+        let multiplex = options::BRICK_MULTIPLEX.bool(&st.options);
         let mut to_stop = Vec::new();
         {
             let mut bricks = self.bricks.lock().unwrap();
@@ -74,6 +75,7 @@ impl Daemon {
                     credential: crate::authority::server_credential(&self.cfg.state_dir),
                     metrics: self.cfg.metrics.map(|a| a.ip()),
                     options: Some(self.options_feed(&vol)),
+                    multiplex,
                 };
                 tracing::debug!(brick = %path, "starting brick");
                 let done = tokio::spawn(supervise(spec, info.clone(), stop_rx));

@@ -335,6 +335,7 @@ impl Daemon {
                 volumes: a.state.volumes.clone(),
                 certs: a.state.certs.clone(),
                 operators: a.state.operators.clone(),
+                options: a.state.options.clone(),
                 retired: a.state.retired.clone(),
             });
             // The servers this daemon connects to must be on the record.

@@ -31,6 +31,9 @@ impl Daemon {
                 Err(e) => err(e),
             },
             Request::VolumeInfo { name } => self.volume_info(name),
+            Request::PoolOptions => Response::Options(crate::options::pool_in_force(
+                &self.state.lock().unwrap().options,
+            )),
             Request::VolumeStatus { name } => self.volume_status(name).await,
             Request::GetVolDesc { name } => self.vol_desc(&name, false),
             Request::VolumeClients { name, all } => self.volume_clients(name, all).await,

@@ -170,6 +170,23 @@ impl Daemon {
         key: String,
         value: String,
     ) -> Result<String, Error> {
+        if name == "all" {
+            let spec = options::pool_spec(&key).ok_or_else(|| match options::spec(&key) {
+                Some(_) => Error::from(format!(
+                    "{key} is an option of a volume, not of the pool: volume set VOLNAME {key} VALUE"
+                )),
+                None => Error::not_found(format!("option : {key} does not exist")),
+            })?;
+            let value = spec.validate(&value)?;
+            self.execute(Command::SetPoolOption { key, value }).await?;
+            return Ok(String::new());
+        }
+        if options::pool_spec(&key).is_some() {
+            return Err(format!(
+                "{key} is an option of the pool, not of a volume: volume set all {key} VALUE"
+            )
+            .into());
+        }
         if key == "group" {
             self.volume(&name)?;
             let options = options::group(&value)?;
@@ -224,6 +241,11 @@ impl Daemon {
         bricks: Vec<String>,
         force: bool,
     ) -> Result<String, Error> {
+        if name == "all" {
+            return Err(
+                "\"all\" names the pool in `volume set all`: choose another volume name".into(),
+            );
+        }
         if !valid_name(&name) {
             return Err(format!(
                 "Volume name {name} is not valid: use letters, digits, '-' and '_'"

@@ -175,6 +175,8 @@ pub enum Request {
     LocalStatus {
         volume: String,
     },
+    /// `volume get all KEY|all`: the pool's options in force.
+    PoolOptions,
     /// `pool credentials create|list|revoke`: administrator credentials
     /// (read-only ones too) issued for use away from the servers.
     PoolCredentials {
@@ -424,6 +426,7 @@ impl Request {
             | Request::VolumeStatus { .. }
             | Request::VolumeClients { .. }
             | Request::GetVolDesc { .. }
+            | Request::PoolOptions
             | Request::Portmap { .. } => true,
             Request::VolumeCredentials { op, .. } | Request::PoolCredentials { op } => {
                 matches!(op, CredentialOp::List)
@@ -461,6 +464,8 @@ pub enum Response {
         states: Vec<PeerState>,
     },
     Volumes(Vec<Volume>),
+    /// Options and their values in force.
+    Options(std::collections::BTreeMap<String, String>),
     Status(Vec<(Volume, Vec<BrickStatus>)>),
     VolDesc(VolDesc),
     Port(u16),

@@ -257,6 +257,10 @@ pub struct ClusterState {
     /// one is taken.
     #[serde(default, skip_serializing_if = "none")]
     pub retired: std::sync::Arc<BTreeMap<String, Vec<String>>>,
+    /// The pool's own options (`volume set all KEY VALUE`,
+    /// `options::POOL`), validated already.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub options: BTreeMap<String, String>,
 }
 
 fn none(m: &std::sync::Arc<BTreeMap<String, Vec<String>>>) -> bool {

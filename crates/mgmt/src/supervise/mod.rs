@@ -13,6 +13,12 @@
 //! directory is not the volume's) is not restarted: the reason shows in
 //! `volume status` until `volume start NAME force` tries it again.
 
+mod hosted;
+mod program;
+
+use hosted::{host_pid, supervise_hosted};
+pub(crate) use program::{brick_program, keep_standby};
+use program::{hand_over, spawn_brick, take_standby};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -82,6 +88,9 @@ pub struct BrickSpec {
     /// The volume's options, which the brick is given on its standard
     /// input (None: it asks the daemon at `mgmt` for them).
     pub options: Option<OptionsFeed>,
+    /// Served by the server's brick host with its other bricks
+    /// (`cluster.brick-multiplex`), not by a process of its own.
+    pub multiplex: bool,
 }
 
 /// The options of a brick's volume as the daemon has them, looked at
@@ -100,7 +109,7 @@ pub type NextOptions = Box<dyn Fn(&mut Option<OptionsVersion>) -> Option<String>
 
 /// Writes the brick's options on its standard input each time they
 /// change, until the brick's input closes.
-async fn feed_options(mut input: tokio::process::ChildStdin, feed: &OptionsFeed) {
+async fn feed_options(input: &mut (impl tokio::io::AsyncWrite + Unpin), feed: &OptionsFeed) {
     use tokio::io::AsyncWriteExt;
     let mut changed = feed.changed.clone();
     let mut sent = None;
@@ -192,7 +201,7 @@ fn adoptable(spec: &BrickSpec) -> Option<(u32, u16)> {
     serves_it.then_some((pid, port))
 }
 
-fn alive(pid: u32) -> bool {
+pub(super) fn alive(pid: u32) -> bool {
     // A zombie is not alive; only this daemon's children can be zombies of
     // ours, and those are waited for.
     mortar_process::stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
@@ -217,7 +226,7 @@ async fn stop_adopted(pid: u32) {
 }
 
 /// A brick was stopped as asked: nothing of it is left to adopt.
-fn stopped(spec: &BrickSpec, info: &BrickInfo) {
+pub(super) fn stopped(spec: &BrickSpec, info: &BrickInfo) {
     // Emptied, not removed: the next start writes it in place. Creating
     // it anew at every start was a tenth of a brick's start (an inode
     // allocation, costly on ext4 among files recently deleted).
@@ -236,7 +245,9 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
     let _ = std::fs::create_dir_all(&spec.run);
     let log = spec.logs.join(spec.file_name("log"));
     let brick = spec.path.display().to_string();
-    if let Some((pid, port)) = adoptable(&spec) {
+    // (A brick of the brick host is taken over by attaching it again.)
+    let adopt = adoptable(&spec).filter(|(pid, _)| host_pid(&spec.run) != Some(*pid));
+    if let Some((pid, port)) = adopt {
         tracing::info!(%brick, pid, port, "adopted a running brick");
         info.set(|i| {
             *i = BrickState {
@@ -263,11 +274,14 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             }
         }
     }
-    let (exe, first) = brick_program().await;
     if let Err(e) = spec.write_key() {
         tracing::warn!(brick = %spec.path.display(), "cannot write the volume's key ({e}); its bricks apply auth.allow to the pool's own clients too");
     }
     let args = brick_args(&spec, &log);
+    if spec.multiplex {
+        return supervise_hosted(&spec, &args, &info, stop).await;
+    }
+    let (exe, first) = brick_program().await;
     loop {
         if *stop.borrow() {
             return;
@@ -293,8 +307,8 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
         let pid = child.id();
         let input = child.stdin.take();
         let feeding = async {
-            if let (Some(input), Some(feed)) = (input, spec.options.as_ref()) {
-                feed_options(input, feed).await
+            if let (Some(mut input), Some(feed)) = (input, spec.options.as_ref()) {
+                feed_options(&mut input, feed).await
             }
             // (Ended when the brick's input closes: the brick is going.)
             std::future::pending::<()>().await
@@ -355,50 +369,6 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
     }
 }
 
-/// Starts the brick program (`exe` `first` `args`) in a process group of
-/// its own, its standard output piped (it says LISTENING or OFFLINE there)
-/// and its standard input too when options are `fed` to it.
-async fn spawn_brick(
-    exe: &std::path::Path,
-    first: Option<&str>,
-    args: &[std::ffi::OsString],
-    fed: bool,
-    log: &std::path::Path,
-) -> std::io::Result<tokio::process::Child> {
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.args(first)
-        .args(args)
-        .stdin(match fed {
-            true => Stdio::piped(),
-            false => Stdio::null(),
-        })
-        .stdout(Stdio::piped())
-        // Its own process group: a signal to the daemon's group
-        // (a terminal's ^C) does not reach the bricks.
-        .process_group(0);
-    // Spawned from the blocking pool: `posix_spawn` holds the
-    // calling thread until the child has called exec, and the
-    // daemon's one thread must not stand still meanwhile (with
-    // 300 servers on one machine a new process waits long for a
-    // CPU: a leader held so sent the start's entry to the
-    // learners 270 ms after it was committed instead of 50 to
-    // 100). Its standard error goes to its log too, for what it
-    // says before it opens the log itself.
-    let logf = log.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        if let Ok(f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&logf)
-        {
-            cmd.stderr(f);
-        }
-        cmd.spawn()
-    })
-    .await
-    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-}
-
 /// The arguments that run the brick of `spec`, logging to `log`.
 pub fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsString> {
     let mut a: Vec<std::ffi::OsString> = vec![
@@ -436,110 +406,6 @@ pub fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsSt
     }
     a
 }
-
-/// A brick program started ahead of need (`mortar-brick --standby`): it
-/// has loaded and waits on its standard input for the arguments of the
-/// brick it is to serve, so that a brick start does not wait for a
-/// program to load (at 300 servers on one machine, loading 300 programs
-/// at once was the largest part of a `volume start`). One per daemon,
-/// taken by the next brick start and replaced `STANDBY_AGAIN_AFTER`
-/// later, once a start's other bricks are on their way. It exits when
-/// the daemon does (its input ends).
-static STANDBY: Mutex<Option<tokio::process::Child>> = Mutex::new(None);
-
-const STANDBY_AGAIN_AFTER: Duration = Duration::from_secs(2);
-
-/// Starts a brick program ahead of need unless one waits already, or
-/// bricks run as `mortar brick` (which has no standby).
-pub(crate) async fn keep_standby() {
-    let (exe, first) = brick_program().await;
-    if first.is_some() || STANDBY.lock().unwrap().is_some() {
-        return;
-    }
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg("--standby")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .process_group(0);
-    match tokio::task::spawn_blocking(move || cmd.spawn()).await {
-        Ok(Ok(c)) => {
-            let mut standby = STANDBY.lock().unwrap();
-            // Else another came first: this one exits as its input ends.
-            if standby.is_none() {
-                *standby = Some(c);
-            }
-        }
-        Ok(Err(e)) => tracing::warn!("cannot start a brick program ahead of need: {e}"),
-        Err(_) => {}
-    }
-}
-
-/// The brick program started ahead of need, if one is alive; another is
-/// started a moment later.
-fn take_standby() -> Option<tokio::process::Child> {
-    let mut c = STANDBY.lock().unwrap().take()?;
-    tokio::spawn(async {
-        tokio::time::sleep(STANDBY_AGAIN_AFTER).await;
-        keep_standby().await;
-    });
-    matches!(c.try_wait(), Ok(None)).then_some(c)
-}
-
-/// Gives the standby program `c` the brick's arguments; None if it
-/// cannot take them (it died, or an argument is not text). With `more`,
-/// its input stays open for the options that follow.
-async fn hand_over(
-    mut c: tokio::process::Child,
-    args: &[std::ffi::OsString],
-    more: bool,
-) -> Option<tokio::process::Child> {
-    use tokio::io::AsyncWriteExt;
-    let text: Option<Vec<&str>> = args.iter().map(|a| a.to_str()).collect();
-    let mut line = serde_json::to_vec(&text?).ok()?;
-    line.push(b'\n');
-    let mut input = c.stdin.take()?;
-    input.write_all(&line).await.ok()?;
-    if more {
-        c.stdin = Some(input);
-    }
-    Some(c)
-}
-
-/// The program that runs a brick, and its first arguments: `mortar-brick`
-/// beside this program when it is installed there and is of this same
-/// version (the same brick in a program a fifth of the size, which starts
-/// faster), else `mortar brick`. Asked once per daemon, when it starts.
-pub(crate) async fn brick_program() -> (PathBuf, Option<&'static str>) {
-    static PROGRAM: tokio::sync::OnceCell<(PathBuf, Option<&'static str>)> =
-        tokio::sync::OnceCell::const_new();
-    PROGRAM
-        .get_or_init(|| async {
-            let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("mortar"));
-            let small = me.with_file_name("mortar-brick");
-            let answer = tokio::process::Command::new(&small)
-                .arg("--version")
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-                .await;
-            let ours = format!("mortar-brick {}", env!("CARGO_PKG_VERSION"));
-            match answer {
-                Ok(out) if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == ours => {
-                    (small, None)
-                }
-                Ok(out) => {
-                    tracing::warn!(program = %small.display(), answer = %String::from_utf8_lossy(&out.stdout).trim(),
-                        "not of this daemon's version ({ours}): bricks run as `mortar brick`");
-                    (me, Some("brick"))
-                }
-                Err(_) => (me, Some("brick")),
-            }
-        })
-        .await
-        .clone()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,6 +427,7 @@ mod tests {
             key: String::new(),
             metrics: None,
             options: None,
+            multiplex: false,
         }
     }
 
@@ -594,8 +461,8 @@ mod tests {
             }),
             changed,
         };
-        let input = brick.stdin.take().unwrap();
-        let feeding = tokio::spawn(async move { feed_options(input, &feed).await });
+        let mut input = brick.stdin.take().unwrap();
+        let feeding = tokio::spawn(async move { feed_options(&mut input, &feed).await });
         let settle = || tokio::time::sleep(Duration::from_millis(100));
         settle().await;
         moved.send_modify(|n| *n += 1);

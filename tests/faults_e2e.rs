@@ -78,6 +78,7 @@ fn drop_caches() {
 #[test]
 fn files_a_restarted_brick_missed_are_read_from_the_good_copies() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("ev", 3, &["e1", "e2", "e3"]);
     // No heal: the restarted brick keeps lacking what it missed.
     c.ok(&["volume", "set", "ev", "cluster.self-heal-daemon", "off"]);
@@ -120,6 +121,7 @@ fn files_a_restarted_brick_missed_are_read_from_the_good_copies() {
 fn killed_brick_round(round: usize, burners: usize) {
     let load = Background::burners(burners);
     let c = Cluster::start();
+    c.one_process_per_brick();
     let vol = format!("kb{round}");
     let bricks = c.volume(&vol, 3, &["k1", "k2", "k3"]);
     let m = c.mount(&vol);
@@ -166,6 +168,7 @@ fn a_brick_killed_during_cp_on_a_loaded_machine_never_shows_stale_handles() {
 #[test]
 fn an_open_file_outlives_every_brick_restarting() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("ov", 3, &["o1", "o2", "o3"]);
     let m = c.mount("ov");
     let f = m.p("held");
@@ -228,6 +231,7 @@ fn rolling_restart_round(round: usize, burners: usize) {
     use std::sync::Arc;
     let load = Background::burners(burners);
     let c = Cluster::start();
+    c.one_process_per_brick();
     let vol = format!("rr{round}");
     let bricks = c.volume(&vol, 3, &["r1", "r2", "r3"]);
     let m = c.mount(&vol);
@@ -400,6 +404,7 @@ fn a_quick_rolling_restart_on_a_loaded_machine_never_ends_in_split_brain() {
 #[test]
 fn a_writer_goes_on_across_a_daemon_crash_and_restart() {
     let mut c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("dv", 3, &["d1", "d2", "d3"]);
     let m = c.mount("dv");
     let f = m.p("log");
@@ -545,6 +550,7 @@ fn a_frozen_client_loses_its_locks_to_a_waiting_one() {
 #[test]
 fn a_brick_that_crashes_inside_a_directory_rename_finds_the_directory_again_and_heals() {
     let mut c = Cluster::start();
+    c.one_process_per_brick();
     c.kill_daemon();
     // Brick n3 dies between renaming a directory and updating its gfid
     // handle; the bricks inherit the daemon's environment.

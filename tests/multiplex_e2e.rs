@@ -25,9 +25,10 @@ fn brick_multiplex_is_an_option_of_the_pool() {
     let c = Cluster::start();
     let get = || c.ok(&["volume", "get", "all", "cluster.brick-multiplex"]);
     assert!(get().contains("cluster.brick-multiplex"), "{}", get());
-    assert!(get().contains("off"), "off by default: {}", get());
+    assert!(get().contains("on"), "on by default: {}", get());
+    c.ok(&["volume", "set", "all", "cluster.brick-multiplex", "off"]);
+    assert!(get().contains("off"), "{}", get());
     c.ok(&["volume", "set", "all", "cluster.brick-multiplex", "on"]);
-    assert!(get().contains("on"), "{}", get());
     let json: serde_json::Value =
         serde_json::from_str(&c.ok(&["--json", "volume", "get", "all", "all"])).unwrap();
     assert_eq!(json["cluster.brick-multiplex"], "on");
@@ -44,7 +45,7 @@ fn brick_multiplex_is_an_option_of_the_pool() {
     assert!(err.contains("names the pool"), "{err}");
 }
 
-/// With multiplexing on, one process serves the three bricks of a
+/// With multiplexing on (the default), one process serves the three bricks of a
 /// replica-3 volume on one port; a brick whose directory is deleted goes
 /// offline alone; the bricks outlive a daemon that crashes and are taken
 /// over by the next one; a killed process has its bricks started again in
@@ -52,7 +53,6 @@ fn brick_multiplex_is_an_option_of_the_pool() {
 #[test]
 fn one_process_serves_a_servers_bricks_and_each_still_fails_alone() {
     let mut c = Cluster::start();
-    c.ok(&["volume", "set", "all", "cluster.brick-multiplex", "on"]);
     let bricks = c.volume("mv", 3, &["m1", "m2", "m3"]);
     c.ok(&["volume", "set", "mv", "storage.health-check-interval", "1"]);
     let shown = pids_and_ports(&c, "mv", 3);

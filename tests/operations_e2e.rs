@@ -38,6 +38,7 @@ fn value(text: &str, metric: &str, labels: &[&str]) -> f64 {
 #[test]
 fn the_metrics_of_a_brick_a_client_and_the_daemon_move_with_a_write() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     c.volume("mv", 3, &["b1", "b2", "b3"]);
     let client_addr = format!("{}:24120", c.ip);
     let m = c.mount_with("mv", &[], &[&format!("metrics={client_addr}")]);

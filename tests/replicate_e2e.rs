@@ -19,6 +19,7 @@ const NO_SAFETY_NET: &[(&str, &str)] = &[
 #[test]
 fn changes_made_while_a_brick_was_frozen_are_healed() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("hv", 3, &["h1", "h2", "h3"]);
     c.ok(&["volume", "set", "hv", "network.ping-timeout", "2"]);
     let m = c.mount("hv");
@@ -83,6 +84,7 @@ fn changes_made_while_a_brick_was_frozen_are_healed() {
 #[test]
 fn a_brick_killed_during_cp_and_a_1gib_write_loses_nothing() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("kv", 3, &["k1", "k2", "k3"]);
     let m = c.mount("kv");
     // A tree to copy: nested directories, modes, owners, xattrs, links.
@@ -189,6 +191,7 @@ fn free_space(p: &std::path::Path) -> String {
 #[test]
 fn with_two_bricks_down_writes_are_refused_and_reads_go_on() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("qv", 3, &["q1", "q2", "q3"]);
     c.ok(&["volume", "set", "qv", "network.ping-timeout", "2"]);
     let m = c.mount("qv");
@@ -326,6 +329,7 @@ fn a_client_that_crashes_between_a_change_and_its_blame_leaves_bricks_that_agree
 #[test]
 fn a_healer_that_crashes_before_clearing_blame_heals_again_after_restart() {
     let mut c = Cluster::start();
+    c.one_process_per_brick();
     c.kill_daemon();
     // Only this daemon's healer reaches the fail point (clients have no
     // healer); its bricks are adopted by the next daemon.
@@ -393,6 +397,7 @@ fn a_write_a_full_brick_refuses_is_kept_on_the_others_and_healed_once_there_is_r
 #[test]
 fn split_brain_is_detected_never_served_and_resolved_by_command() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("sv", 3, &["s1", "s2", "s3"]);
     set_options(&c, "sv", NO_SAFETY_NET);
     let m = c.mount("sv");
@@ -487,6 +492,7 @@ fn names_and_metadata(b: &std::path::Path) -> std::collections::BTreeMap<String,
 #[test]
 fn an_arbiter_volume_keeps_data_twice_and_survives_any_one_brick() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let names = ["a1", "a2", "a3"];
     let mut args = vec!["volume", "create", "av", "replica", "3", "arbiter", "1"];
     let bricks: Vec<String> = names.iter().map(|n| c.brick(n)).collect();
@@ -615,6 +621,7 @@ fn a_server_that_dies_during_a_full_heal_goes_on_with_it_when_it_returns() {
 #[test]
 fn favorite_child_policy_resolves_split_brain_by_itself() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("pv", 2, &["p1", "p2"]);
     set_options(&c, "pv", NO_SAFETY_NET);
     let m = c.mount("pv");

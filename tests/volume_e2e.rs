@@ -182,6 +182,7 @@ fn every_file_is_on_every_brick(dir: &std::path::Path, bricks: &[std::path::Path
 #[test]
 fn a_killed_brick_is_restarted_and_writes_go_on() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("gv1", 3, &["b1", "b2", "b3"]);
     let m = c.mount("gv1");
     let pid = brick_pid(&c, "gv1", 1);
@@ -304,6 +305,7 @@ fn plain_distribute_spreads_files_over_bricks() {
 #[test]
 fn a_frozen_brick_is_declared_down_by_the_ping_timeout_set_while_mounted() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("pt", 3, &["f1", "f2", "f3"]);
     let m = c.mount("pt");
     ok(&format!("echo before > {}", m.p("before")));

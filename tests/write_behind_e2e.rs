@@ -127,6 +127,7 @@ fn a_killed_client_keeps_every_synced_byte() {
 #[test]
 fn a_brick_killed_under_unsent_writes_loses_no_synced_write() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("kb", 3, &["b1", "b2", "b3"]);
     let m = c.mount("kb");
     let data = pattern(8 << 20, 4);

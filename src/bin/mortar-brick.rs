@@ -47,8 +47,28 @@ fn main() -> ExitCode {
     let _fail_points = mortar::process::init_fail_points();
     let mut args = std::env::args();
     let program = args.next().unwrap_or_else(|| "mortar-brick".into());
-    if std::env::args().nth(1).is_some_and(|a| a == "--host") {
-        let cli = HostCli::parse_from(std::iter::once(program).chain(args.skip(1)));
+    let first = args.next();
+    let standby = first.as_deref() == Some("--standby");
+    let argv: Vec<String> = if standby {
+        match mortar::brickd::standby_args() {
+            None => return ExitCode::SUCCESS,
+            Some(Err(e)) => return offline(&e.to_string()),
+            Some(Ok(more)) => {
+                let argv: Vec<String> = std::iter::once(program).chain(more).collect();
+                mortar::brickd::show_command_line(&argv);
+                argv
+            }
+        }
+    } else {
+        std::iter::once(program).chain(first).chain(args).collect()
+    };
+    // A brick host (the standby program may become one too).
+    if argv.get(1).is_some_and(|a| a == "--host") {
+        let host = argv[..1].iter().chain(&argv[2..]);
+        let cli = match HostCli::try_parse_from(host) {
+            Ok(c) => c,
+            Err(e) => e.exit(),
+        };
         return match mortar::brickd::host::main(&cli.host) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -57,21 +77,10 @@ fn main() -> ExitCode {
             }
         };
     }
-    let cli = if args.next().is_some_and(|a| a == "--standby") {
-        let argv: Vec<String> = match mortar::brickd::standby_args() {
-            None => return ExitCode::SUCCESS,
-            Some(Err(e)) => return offline(&e.to_string()),
-            Some(Ok(more)) => std::iter::once(program).chain(more).collect(),
-        };
-        match Cli::try_parse_from(&argv) {
-            Ok(c) => {
-                mortar::brickd::show_command_line(&argv);
-                c
-            }
-            Err(e) => return offline(&e.to_string()),
-        }
-    } else {
-        Cli::parse()
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(c) => c,
+        Err(e) if standby => return offline(&e.to_string()),
+        Err(e) => e.exit(),
     };
     match mortar::brickd::main(&cli.brick) {
         Ok(()) => ExitCode::SUCCESS,

@@ -42,10 +42,10 @@ pub enum OptionsSource {
 /// Where a brick's statedump sections go.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Dumps {
-    /// The process's own, written at its SIGUSR1 (a brick of its own).
+    /// A process of its own: it writes its dump at SIGUSR1.
     Process,
-    /// Sections titled with the brick's path (a shared process).
-    Titled,
+    /// A process of many bricks: the brick's sections go with it.
+    Shared,
 }
 
 /// A brick being served; dropped, it stops (its tasks end).
@@ -73,8 +73,8 @@ impl Drop for Running {
         for t in &self.tasks {
             t.abort();
         }
-        if self.dumps == Dumps::Titled {
-            crate::process::statedump::remove(&format!("brick {}", self.path));
+        if self.dumps == Dumps::Shared {
+            crate::process::statedump::remove_brick(&self.path);
         }
     }
 }
@@ -279,24 +279,13 @@ fn statedump_sections(
         cfg.arbiter
     );
     let weak = Arc::downgrade(stack);
-    let translators = move || weak.upgrade().map(|s| s.dump()).unwrap_or_default();
-    match dumps {
-        Dumps::Process => {
-            statedump::section("brick", move || about.clone());
-            statedump::section("translators", translators);
-            statedump::on_signal(format!("brick {}", cfg.path.display()));
-        }
-        // One section per brick, its translators indented under it.
-        Dumps::Titled => {
-            statedump::section(&format!("brick {}", cfg.path.display()), move || {
-                let mut text = about.clone();
-                text.push_str("translators:\n");
-                for line in translators().lines() {
-                    text.push_str(&format!("  {line}\n"));
-                }
-                text
-            });
-        }
+    let brick = cfg.path.display().to_string();
+    statedump::brick_section(&brick, "brick", move || about.clone());
+    statedump::brick_section(&brick, "translators", move || {
+        weak.upgrade().map(|s| s.dump()).unwrap_or_default()
+    });
+    if dumps == Dumps::Process {
+        statedump::on_signal(format!("brick {brick}"));
     }
 }
 

@@ -131,7 +131,29 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
         next_conn: 1.into(),
     });
     if let Some(ip) = a.metrics {
-        super::serve_metrics(ip, port, Vec::new(), None).await;
+        // One endpoint for all the bricks: their fops together, each
+        // one's disk by its labels.
+        let weak = Arc::downgrade(&host);
+        let disks: super::Disks = Box::new(move || {
+            let Some(host) = weak.upgrade() else {
+                return Vec::new();
+            };
+            let bricks = host.bricks.lock().unwrap();
+            bricks
+                .iter()
+                .map(|(path, b)| {
+                    let labels = vec![
+                        (
+                            "volume".to_string(),
+                            b.cfg.volume.clone().unwrap_or_default(),
+                        ),
+                        ("brick".to_string(), path.display().to_string()),
+                    ];
+                    (labels, path.clone())
+                })
+                .collect()
+        });
+        super::serve_metrics(ip, port, Vec::new(), disks).await;
     }
     crate::process::statedump::on_signal(format!("brick host {}:{port}", a.ip));
     tokio::spawn(crate::brick::server::serve(
@@ -299,7 +321,7 @@ impl Host {
             self.port,
             offline,
             OptionsSource::Lines(options),
-            Dumps::Titled,
+            Dumps::Shared,
         )
         .await?;
         let mut bricks = self.bricks.lock().unwrap();

@@ -17,7 +17,6 @@ mod brick;
 pub mod host;
 
 use crate::brick::server;
-use crate::storage::posix::Posix;
 use brick::*;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -300,7 +299,9 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
             ("volume".to_string(), cfg.volume.clone().unwrap_or_default()),
             ("brick".to_string(), cfg.path.display().to_string()),
         ];
-        serve_metrics(ip, port, labels, Some(posix)).await;
+        let path = posix.path().to_path_buf();
+        let disks: Disks = Box::new(move || vec![(Vec::new(), path.clone())]);
+        serve_metrics(ip, port, labels, disks).await;
     }
     server::serve(listener, exports, format!("brick {}", cfg.path.display())).await?;
     Ok(())
@@ -317,26 +318,30 @@ fn prepare_process(credential: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot take the server's credential: {e}"))
 }
 
+/// The bricks whose disks a process's metrics show: each one's labels
+/// (none for a process of one brick: its registry names it) and path.
+type Disks = Box<dyn Fn() -> Vec<(Vec<(String, String)>, PathBuf)> + Send + Sync>;
+
 /// Serves the brick's metrics at `port` + `METRICS_PORT_OFFSET` on `ip`
-/// (any free port when that one is taken), its disk's figures read when
-/// scraped.
-async fn serve_metrics(
-    ip: IpAddr,
-    port: u16,
-    labels: Vec<(String, String)>,
-    disk: Option<Arc<Posix>>,
-) {
+/// (any free port when that one is taken), the figures of the disks of
+/// `disks` read when scraped.
+async fn serve_metrics(ip: IpAddr, port: u16, labels: Vec<(String, String)>, disks: Disks) {
     use crate::metrics::{serve, Role};
     crate::metrics::on_scrape(move |m| {
-        let Some(posix) = &disk else { return };
-        let d = crate::process::status::disk_of(posix.path());
-        if d.size == 0 {
-            return; // statvfs failed: the last figures stay
+        let families = [&m.disk_bytes, &m.disk_free_bytes, &m.inodes, &m.inodes_free];
+        for f in families {
+            f.clear();
         }
-        m.disk_bytes.set(d.size as i64);
-        m.disk_free_bytes.set(d.free as i64);
-        m.inodes.set(d.inodes as i64);
-        m.inodes_free.set(d.inodes_free as i64);
+        for (labels, path) in disks() {
+            let d = crate::process::status::disk_of(&path);
+            if d.size == 0 {
+                continue; // statvfs failed: no figures
+            }
+            let figures = [d.size, d.free, d.inodes, d.inodes_free];
+            for (f, v) in families.iter().zip(figures) {
+                f.get_or_create(&labels).set(v as i64);
+            }
+        }
     });
     let registry = || crate::metrics::registry(Role::Brick, labels.clone());
     let wanted = SocketAddr::new(ip, port.saturating_add(METRICS_PORT_OFFSET));

@@ -80,6 +80,13 @@ impl Cluster {
         c
     }
 
+    /// Each brick started from now on in a process of its own
+    /// (`cluster.brick-multiplex off`): for tests that kill or freeze one
+    /// brick of several on this server.
+    pub fn one_process_per_brick(&self) {
+        self.ok(&["volume", "set", "all", "cluster.brick-multiplex", "off"]);
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }

@@ -85,6 +85,7 @@ fn clients_not_allowed_by_address_are_refused_and_cut_off() {
 #[test]
 fn the_pools_own_clients_pass_auth_allow_and_the_key_stays_private() {
     let c = Cluster::start();
+    c.one_process_per_brick();
     let bricks = c.volume("kv", 3, &["k1", "k2", "k3"]);
     let m = c.mount("kv");
     std::fs::write(m.p("before"), "one\n").unwrap();

@@ -203,7 +203,8 @@ pub fn build(
     let below = below.ok_or_else(|| anyhow::anyhow!("the profile needs a translator below"))?;
     let p = Arc::new(Profile::new(below, env.posix.clone()));
     let weak = Arc::downgrade(&p);
-    mortar_process::statedump::section("connections", move || {
+    let brick = env.posix.path().display().to_string();
+    mortar_process::statedump::brick_section(&brick, "connections", move || {
         weak.upgrade().map(|p| p.dump_conns()).unwrap_or_default()
     });
     Ok(Some(p))
@@ -453,8 +454,11 @@ impl Profile {
             STATUS_XATTR => serde_json::to_vec(&self.detail()),
             _ => {
                 let what = format!("brick {}", self.posix.path().display());
+                let brick = self.posix.path().display().to_string();
                 return Ok(Reply::Xattr(
-                    mortar_process::statedump::render(&what).into_bytes().into(),
+                    mortar_process::statedump::render_brick(&what, &brick)
+                        .into_bytes()
+                        .into(),
                 ));
             }
         }

@@ -77,6 +77,9 @@ pub struct PeerLabels {
     pub state: &'static str,
 }
 
+/// A brick's disk figure, by the brick's labels (`volume`, `brick`).
+pub type DiskFamily = Family<Vec<(String, String)>, Gauge>;
+
 type HistogramFamily = Family<FopLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -96,11 +99,13 @@ pub struct Metrics {
     /// Client: its connection to each brick; daemon: each local brick
     /// process (1 up, 0 down).
     pub brick_up: Family<BrickLabels, Gauge>,
-    /// Brick: its file system's size and what is free.
-    pub disk_bytes: Gauge,
-    pub disk_free_bytes: Gauge,
-    pub inodes: Gauge,
-    pub inodes_free: Gauge,
+    /// Brick: its file system's size and what is free, labelled with the
+    /// brick where a process serves several (none where it serves one:
+    /// its registry names it).
+    pub disk_bytes: DiskFamily,
+    pub disk_free_bytes: DiskFamily,
+    pub inodes: DiskFamily,
+    pub inodes_free: DiskFamily,
     /// Daemon: entries in each local brick's heal index.
     pub heal_pending: Family<BrickLabels, Gauge>,
     /// Daemon: objects its self-heal daemon healed, and failed to.
@@ -128,10 +133,10 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     written_bytes: Counter::default(),
     clients: Gauge::default(),
     brick_up: Family::default(),
-    disk_bytes: Gauge::default(),
-    disk_free_bytes: Gauge::default(),
-    inodes: Gauge::default(),
-    inodes_free: Gauge::default(),
+    disk_bytes: Family::default(),
+    disk_free_bytes: Family::default(),
+    inodes: Family::default(),
+    inodes_free: Family::default(),
     heal_pending: Family::default(),
     healed: Family::default(),
     heal_failed: Family::default(),

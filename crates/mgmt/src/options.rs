@@ -64,7 +64,7 @@ pub fn group(name: &str) -> Result<Vec<(String, String)>, Error> {
 pub static BRICK_MULTIPLEX: Spec = Spec {
     key: "cluster.brick-multiplex",
     kind: mortar_core::options::Kind::Bool,
-    default: "off",
+    default: "on",
     help: "Serve all of a server's bricks from one process (one port, one runtime) instead of a process per brick; bricks started after the change follow it",
 };
 

@@ -14,24 +14,49 @@ use std::sync::Mutex;
 
 type Section = Box<dyn Fn() -> String + Send + Sync>;
 
-static SECTIONS: Mutex<Vec<(String, Section)>> = Mutex::new(Vec::new());
+/// The sections: each one's brick (None: the process's own), title and
+/// maker.
+static SECTIONS: Mutex<Vec<(Option<String>, String, Section)>> = Mutex::new(Vec::new());
 
-/// Adds a section, `f` called at every dump.
+/// Adds a section of the process, `f` called at every dump.
 pub fn section(title: &str, f: impl Fn() -> String + Send + Sync + 'static) {
     SECTIONS
         .lock()
         .unwrap()
-        .push((title.to_string(), Box::new(f)));
+        .push((None, title.to_string(), Box::new(f)));
 }
 
-/// Takes out the sections titled `title` (a brick a shared process no
-/// longer serves).
-pub fn remove(title: &str) {
-    SECTIONS.lock().unwrap().retain(|(t, _)| t != title);
+/// Adds a section of brick `brick` (its path), `f` called at every dump:
+/// in the process's dump titled with the brick, in the brick's own
+/// (`render_brick`) plainly.
+pub fn brick_section(brick: &str, title: &str, f: impl Fn() -> String + Send + Sync + 'static) {
+    SECTIONS
+        .lock()
+        .unwrap()
+        .push((Some(brick.to_string()), title.to_string(), Box::new(f)));
 }
 
-/// The dump of this process (`what` names it: "brick HOST:/PATH").
+/// Takes out the sections of `brick` (one a process no longer serves).
+pub fn remove_brick(brick: &str) {
+    SECTIONS
+        .lock()
+        .unwrap()
+        .retain(|(b, _, _)| b.as_deref() != Some(brick));
+}
+
+/// The dump of this process (`what` names it: "brick HOST:/PATH"): its
+/// own sections and every brick's.
 pub fn render(what: &str) -> String {
+    render_of(what, None)
+}
+
+/// The dump of brick `brick` as its process serves it: the process's own
+/// sections and the brick's, none of another brick's.
+pub fn render_brick(what: &str, brick: &str) -> String {
+    render_of(what, Some(brick))
+}
+
+fn render_of(what: &str, only: Option<&str>) -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
     let m = super::status::memory();
     let mut out = format!(
@@ -42,7 +67,13 @@ pub fn render(what: &str) -> String {
         m.peak_resident,
         m.threads
     );
-    for (title, f) in SECTIONS.lock().unwrap().iter() {
+    for (brick, title, f) in SECTIONS.lock().unwrap().iter() {
+        let title = match (brick, only) {
+            (None, _) => title.clone(),
+            (Some(b), Some(o)) if b == o => title.clone(),
+            (Some(_), Some(_)) => continue,
+            (Some(b), None) => format!("{title} {b}"),
+        };
         out.push_str(&format!("[{title}]\n"));
         let body = f();
         out.push_str(&body);
@@ -138,4 +169,19 @@ mod tests {
         let name = file_name("brick h:/data/b1", Some(42));
         assert!(name.starts_with("brick-h--data-b1.42.dump."), "{name}");
     }
+
+    #[test]
+    fn a_bricks_dump_holds_its_sections_and_none_of_another_bricks() {
+        brick_section("/b/one", "translators", || "one's".into());
+        brick_section("/b/two", "translators", || "two's".into());
+        let one = render_brick("brick /b/one", "/b/one");
+        assert!(one.contains("[translators]\none's\n"), "{one}");
+        assert!(!one.contains("two's"), "{one}");
+        let all = render("brick host");
+        assert!(all.contains("[translators /b/one]\none's\n"), "{all}");
+        assert!(all.contains("[translators /b/two]\ntwo's\n"), "{all}");
+        remove_brick("/b/two");
+        assert!(!render("brick host").contains("two's"));
+    }
+
 }

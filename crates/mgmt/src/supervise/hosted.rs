@@ -3,7 +3,7 @@
 //! each brick attached, fed its options and detached over the host's
 //! control socket (the protocol is in `brickd::host`).
 
-use super::program::{brick_program, spawn_brick};
+use super::program::{brick_program, hand_over, spawn_brick, take_standby};
 use super::*;
 
 /// The pid of the brick host whose pid file is in `run`, if it is alive.
@@ -162,7 +162,15 @@ async fn host_connect(spec: &BrickSpec) -> std::io::Result<tokio::net::UnixStrea
     if let Some(ip) = spec.metrics {
         args.extend(["--metrics".into(), ip.to_string().into()]);
     }
-    let mut child = spawn_brick(&exe, None, &args, false, &log).await?;
+    // The program loaded ahead of need becomes the host, if one waits.
+    let handed = match first.is_none().then(take_standby).flatten() {
+        Some(c) => hand_over(c, &args, false).await,
+        None => None,
+    };
+    let mut child = match handed {
+        Some(c) => c,
+        None => spawn_brick(&exe, None, &args, false, &log).await?,
+    };
     let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
     let said = tokio::time::timeout(Duration::from_secs(30), out.next_line()).await;
     // Reaped when it exits (it outlives this daemon otherwise).

@@ -12,7 +12,8 @@ counts task-clock and system calls of each process group. Everything made
 is removed at the end.
 
     scripts/cpu-per-op.py [--mortar BIN] [--files N] [--threads T]
-                          [--base DIR] [--opt KEY=VALUE ...] [--record OP]
+                          [--base DIR] [--opt KEY=VALUE ...] [--pool-opt KEY=VALUE ...]
+                          [--record OP]
                           [--reps K] [--json]
     scripts/cpu-per-op.py --dir DIR [--pid PID ...]   # the same ops elsewhere
 
@@ -168,12 +169,12 @@ def measure(args, root, mnt, groups, work):
         row = {"op": op, "ops_per_s": n / wall, "app_us": app / n * 1e6}
         for g in groups:
             cpu, calls, switches = used[g]
-            count = max(len(groups[g]), 1)
             row[g + "_us"] = cpu / n * 1e6
             row[g + "_syscalls"] = calls / n
             row[g + "_switches"] = switches / n
             if g == "brick":
-                row["per_brick_us"] = cpu / n * 1e6 / count
+                # (The volume's three bricks, in three processes or one.)
+                row["per_brick_us"] = cpu / n * 1e6 / 3
         if mnt:
             row["requests"] = (requests(mnt) - before) / n
         rows.append(row)
@@ -215,7 +216,8 @@ def serve(args, work):
             break
         time.sleep(0.1)
     bricks = [os.path.join(work, "b%d" % i) for i in (1, 2, 3)]
-    steps = [["volume", "create", "cpu", "replica", "3"] + ["127.0.0.1:" + b for b in bricks] + ["force"]]
+    steps = [["volume", "set", "all"] + kv.split("=", 1) for kv in args.pool_opt]
+    steps += [["volume", "create", "cpu", "replica", "3"] + ["127.0.0.1:" + b for b in bricks] + ["force"]]
     steps += [["volume", "set", "cpu"] + kv.split("=", 1) for kv in args.opt]
     steps += [["volume", "start", "cpu"]]
     for s in steps:
@@ -249,6 +251,8 @@ def main():
     p.add_argument("--base", default="/var/tmp",
                    help="where the bricks go (/dev/shm leaves the disk's file system out)")
     p.add_argument("--opt", action="append", default=[], help="volume option KEY=VALUE")
+    p.add_argument("--pool-opt", action="append", default=[],
+                   help="pool option KEY=VALUE (volume set all), e.g. cluster.brick-multiplex=off")
     p.add_argument("--record", choices=OPS, help="perf record the client and a brick during OP")
     p.add_argument("--dir", help="run in this directory instead of a mortar volume")
     p.add_argument("--pid", type=int, action="append", default=[], help="with --dir: the file system's process")

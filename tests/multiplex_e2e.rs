@@ -45,6 +45,41 @@ fn brick_multiplex_is_an_option_of_the_pool() {
     assert!(err.contains("names the pool"), "{err}");
 }
 
+/// Turned off, the option gives bricks started after it a process each:
+/// a daemon that starts again takes the bricks the host served out of it
+/// first (a brick is never served by two processes), and the host exits.
+#[test]
+fn turned_off_each_brick_moves_out_of_the_host_to_a_process_of_its_own() {
+    let mut c = Cluster::start();
+    let bricks = c.volume("tv", 2, &["t1", "t2"]);
+    let m = c.mount("tv");
+    ok(&format!("echo one > {}", m.p("f")));
+    let shown = pids_and_ports(&c, "tv", 2);
+    let host = shown[0].0.unwrap();
+    assert_eq!(shown[0], shown[1], "one process: {shown:?}");
+    c.ok(&["volume", "set", "all", "cluster.brick-multiplex", "off"]);
+    c.crash_daemon();
+    c.start_daemon();
+    wait_for("a process for each brick", Duration::from_secs(30), || {
+        let now = pids_and_ports(&c, "tv", 2);
+        now.iter().all(|(p, _)| p.is_some_and(|p| p != host)) && now[0].0 != now[1].0
+    });
+    wait_for("the host to exit", Duration::from_secs(20), || {
+        !std::path::Path::new(&format!("/proc/{host}")).exists()
+            || std::fs::read_to_string(format!("/proc/{host}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+    });
+    wait_for("the mount to reconnect", Duration::from_secs(30), || {
+        sh(&format!("echo two > {}", m.p("g"))).status.success()
+    });
+    for b in &bricks {
+        wait_for("the write on every brick", Duration::from_secs(20), || {
+            std::fs::read_to_string(b.join("g")).is_ok_and(|t| t == "two\n")
+        });
+    }
+    assert_eq!(ok(&format!("cat {}", m.p("f"))), "one\n");
+}
+
 /// With multiplexing on (the default), one process serves the three bricks of a
 /// replica-3 volume on one port; a brick whose directory is deleted goes
 /// offline alone; the bricks outlive a daemon that crashes and are taken

@@ -18,8 +18,8 @@
 //!
 //! A connection that ends without `DETACH` is a daemon that went away:
 //! the brick serves on and follows its options at `--mgmt`, until a daemon
-//! attaches it again (that daemon adopts it). The host exits once its last
-//! brick is detached.
+//! attaches it again (that daemon adopts it). The host exits once it
+//! serves no brick and no daemon's connection is open.
 
 use super::{BrickArgs, BrickConfig, Dumps, Offline, OptionsSource, Running};
 use crate::brick::server::Exports;
@@ -106,6 +106,8 @@ struct Host {
     port: u16,
     bricks: Mutex<HashMap<PathBuf, Attached>>,
     next_conn: std::sync::atomic::AtomicU64,
+    /// Control connections open now.
+    controls: std::sync::atomic::AtomicUsize,
 }
 
 async fn run(a: &HostArgs) -> anyhow::Result<()> {
@@ -118,17 +120,20 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
         anyhow::bail!("another brick host serves {}", socket.display());
     }
     let _ = std::fs::remove_file(&socket);
+    // Written before the socket answers: a daemon that reaches the host
+    // finds its pid.
+    write_pid(&a.run.join(PID_FILE), port)?;
     let control = UnixListener::bind(&socket)?;
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
     }
-    write_pid(&a.run.join(PID_FILE), port)?;
     let host = Arc::new(Host {
         exports: Arc::new(Exports::default()),
         port,
         bricks: Mutex::new(HashMap::new()),
         next_conn: 1.into(),
+        controls: 0.into(),
     });
     if let Some(ip) = a.metrics {
         // One endpoint for all the bricks: their fops together, each
@@ -195,6 +200,18 @@ impl Host {
     /// Serves one control connection: one brick's attach, options and
     /// detach.
     async fn control(self: Arc<Self>, stream: UnixStream) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.controls.fetch_add(1, SeqCst);
+        self.serve_control(stream).await;
+        // The host exits once it serves no brick and no daemon speaks to
+        // it (its last brick detached, or gone offline and let go).
+        if self.controls.fetch_sub(1, SeqCst) == 1 && self.bricks.lock().unwrap().is_empty() {
+            tracing::info!("brick host: no brick left to serve; exiting");
+            std::process::exit(0);
+        }
+    }
+
+    async fn serve_control(self: &Arc<Self>, stream: UnixStream) {
         let conn = self
             .next_conn
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -238,42 +255,42 @@ impl Host {
         };
         let cfg = super::config(&args);
         let path = cfg.path.clone();
+        // The lines that follow, read from now on: the first options are
+        // in force before the brick serves.
         let (options_tx, options) = mpsc::unbounded_channel();
+        let reading = tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line == "DETACH" {
+                    return true;
+                }
+                let _ = options_tx.send(line);
+            }
+            false
+        });
         if let Err(reason) = self.attach(cfg, conn, events.clone(), options).await {
+            reading.abort();
             let _ = events.send(format!("OFFLINE {reason}"));
             let _ = writer.await;
             return;
         }
         let _ = events.send(format!("LISTENING {}", self.port));
-        let mut detached = false;
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line == "DETACH" {
-                detached = true;
-                break;
-            }
-            let _ = options_tx.send(line);
-        }
+        let detached = reading.await.unwrap_or(false);
         if detached {
             self.detach(&path, conn);
             let _ = events.send("DETACHED".into());
-            drop((options_tx, events));
-            let _ = writer.await;
-            if self.bricks.lock().unwrap().is_empty() {
-                tracing::info!("brick host: its last brick detached; exiting");
-                std::process::exit(0);
-            }
-            return;
-        } else {
+        } else if let Some(b) = self
+            .bricks
+            .lock()
+            .unwrap()
+            .get_mut(&path)
+            .filter(|b| b.by == conn)
+        {
             // The daemon went away: the brick follows its options at the
             // management address (its option task sees its lines end).
             tracing::info!(brick = %path.display(), "the daemon's connection for this brick ended; it serves on");
-            if let Some(b) = self.bricks.lock().unwrap().get_mut(&path) {
-                if b.by == conn {
-                    b.events = None;
-                }
-            }
+            b.events = None;
         }
-        drop((options_tx, events));
+        drop(events);
         let _ = writer.await;
     }
 

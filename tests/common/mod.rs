@@ -15,7 +15,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_mortar");
 pub const PORT: u16 = 24199;
 static NEXT: AtomicU32 = AtomicU32::new(1);
 
+pub mod bricks;
 pub mod net;
+
+#[allow(unused_imports)]
+pub use bricks::*;
 
 pub struct Cluster {
     pub ip: String,
@@ -519,30 +523,6 @@ pub fn wait_healed(c: &Cluster, vol: &str, timeout: Duration) {
     }
 }
 
-/// The pid of brick `i` of a volume.
-pub fn brick_pid(c: &Cluster, vol: &str, i: usize) -> u64 {
-    brick_pid_now(c, vol, i).expect("the brick runs")
-}
-
-/// The pid of brick `i` of a volume, if it runs.
-pub fn brick_pid_now(c: &Cluster, vol: &str, i: usize) -> Option<u64> {
-    c.volume_status_json(vol)[0]["bricks"][i]["pid"].as_u64()
-}
-
-/// Waits until the daemon has started brick `i` again after `old` died.
-pub fn wait_brick_restarted(c: &Cluster, vol: &str, i: usize, old: u64) {
-    wait_for("the brick to be restarted", Duration::from_secs(20), || {
-        brick_pid_now(c, vol, i).is_some_and(|p| p != old)
-    });
-}
-
-/// Freezes brick `i` until the client's ping timeout declares it down.
-pub fn freeze(c: &Cluster, vol: &str, i: usize) -> u64 {
-    let pid = brick_pid(c, vol, i);
-    ok(&format!("kill -STOP {pid}"));
-    pid
-}
-
 /// Waits until the client log shows `n` brick connections in all.
 pub fn wait_connections(c: &Cluster, n: usize) {
     wait_for("the client to reconnect", Duration::from_secs(30), || {
@@ -559,10 +539,6 @@ pub fn set_options(c: &Cluster, vol: &str, opts: &[(&str, &str)]) {
     for (k, v) in opts {
         c.ok(&["volume", "set", vol, k, v]);
     }
-}
-
-pub fn thaw(pid: u64) {
-    ok(&format!("kill -CONT {pid}"));
 }
 
 /// The pid of the client serving `dir`.

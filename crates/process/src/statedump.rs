@@ -183,5 +183,4 @@ mod tests {
         remove_brick("/b/two");
         assert!(!render("brick host").contains("two's"));
     }
-
 }

@@ -64,7 +64,7 @@ pub(super) async fn supervise_hosted(
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
-        let pid = host_pid(&spec.run);
+        let run = spec.run.clone();
         let mut out = BufReader::new(rd).lines();
         // The host says LISTENING or OFFLINE, now or later.
         let (said, bp) = (info.clone(), brick.clone());
@@ -74,6 +74,7 @@ pub(super) async fn supervise_hosted(
                     .strip_prefix("LISTENING ")
                     .and_then(|p| p.trim().parse::<u16>().ok())
                 {
+                    let pid = host_pid(&run);
                     tracing::info!(brick = %bp, port, ?pid, "brick started in the brick host");
                     said.set(|i| {
                         *i = BrickState {
@@ -125,6 +126,39 @@ pub(super) async fn supervise_hosted(
         tracing::warn!(%brick, "the brick host ended; attaching the brick again");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Takes the brick of `spec` out of the brick host that serves it (it is
+/// to have a process of its own): attaches it, to take it over, and
+/// detaches it at once.
+pub(super) async fn release(spec: &BrickSpec, args: &[std::ffi::OsString]) {
+    use tokio::io::AsyncWriteExt;
+    let brick = spec.path.display().to_string();
+    let Ok(stream) = tokio::net::UnixStream::connect(spec.run.join(HOST_SOCKET)).await else {
+        return;
+    };
+    let Some(attach) = attach_line(args) else {
+        return;
+    };
+    let (rd, mut wr) = stream.into_split();
+    let said = async {
+        wr.write_all(attach.as_bytes()).await?;
+        wr.write_all(b"DETACH\n").await?;
+        let mut out = BufReader::new(rd).lines();
+        while out.next_line().await?.is_some() {}
+        Ok::<_, std::io::Error>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), said).await {
+        Ok(Ok(())) => tracing::info!(%brick, "brick taken out of the brick host"),
+        _ => tracing::warn!(%brick, "the brick host did not let the brick go"),
+    }
+}
+
+/// The line that attaches a brick of these arguments; None if one is not
+/// text.
+fn attach_line(args: &[std::ffi::OsString]) -> Option<String> {
+    let args: Vec<&str> = args.iter().map(|a| a.to_str()).collect::<Option<_>>()?;
+    Some(format!("ATTACH {}\n", serde_json::to_string(&args).ok()?))
 }
 
 /// A connection to the server's brick host, which is started first if

@@ -16,7 +16,7 @@
 mod hosted;
 mod program;
 
-use hosted::{host_pid, supervise_hosted};
+use hosted::{host_pid, release, supervise_hosted};
 pub(crate) use program::{brick_program, keep_standby};
 use program::{hand_over, spawn_brick, take_standby};
 use std::net::IpAddr;
@@ -245,8 +245,16 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
     let _ = std::fs::create_dir_all(&spec.run);
     let log = spec.logs.join(spec.file_name("log"));
     let brick = spec.path.display().to_string();
+    let args = brick_args(&spec, &log);
+    let found = adoptable(&spec);
+    let hosted = found.is_some_and(|(pid, _)| host_pid(&spec.run) == Some(pid));
+    if hosted && !spec.multiplex {
+        // Served by the brick host, and to be served by a process of its
+        // own now (`cluster.brick-multiplex` turned off): never by both.
+        release(&spec, &args).await;
+    }
     // (A brick of the brick host is taken over by attaching it again.)
-    let adopt = adoptable(&spec).filter(|(pid, _)| host_pid(&spec.run) != Some(*pid));
+    let adopt = found.filter(|_| !hosted);
     if let Some((pid, port)) = adopt {
         tracing::info!(%brick, pid, port, "adopted a running brick");
         info.set(|i| {
@@ -277,7 +285,6 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
     if let Err(e) = spec.write_key() {
         tracing::warn!(brick = %spec.path.display(), "cannot write the volume's key ({e}); its bricks apply auth.allow to the pool's own clients too");
     }
-    let args = brick_args(&spec, &log);
     if spec.multiplex {
         return supervise_hosted(&spec, &args, &info, stop).await;
     }

@@ -25,7 +25,8 @@
 #                                          LIMIT=ms: fail on any command slower than this;
 #                                          SETTLE=2: seconds between commands;
 #                                          REPEAT=K: stop and start the volume K more times;
-#                                          KEEP=1: leave the servers running at the end)
+#                                          KEEP=1: leave the servers running at the end;
+#                                          MULTIPLEX=off: a process per brick, not the brick host)
 set -euo pipefail
 B=${MORTAR:-mortar}
 N=${N:-12}
@@ -134,6 +135,9 @@ echo "$N servers: probing $(( N - 2 )) peers one by one: $(( $(ms) - t0 )) ms in
 # server would: the probes above each start before the last one's
 # aftermath (every member taking the new membership) is over.
 timed "adding one server to a pool of $(( N - 1 ))" "$B" $S peer probe "$(ip $(( N - 1 )))" --token "$(token $(( N - 1 )))"
+if [ -n "${MULTIPLEX:-}" ]; then
+    "$B" $S volume set all cluster.brick-multiplex "$MULTIPLEX" >/dev/null
+fi
 bricks=$(for i in $(seq 0 $(( N - 1 ))); do echo -n "$(ip "$i"):$D/s$i/brick/sc "; done)
 # shellcheck disable=SC2086
 timed "volume create ($N bricks, replica 3)" "$B" $S volume create sc replica 3 $bricks force

@@ -115,13 +115,15 @@ pub enum VolumeCmd {
     /// List volume names.
     List,
     /// Set an option: volume set NAME KEY VALUE; or a bundle of them:
-    /// volume set NAME group metadata-cache|nl-cache|db-workload.
+    /// volume set NAME group metadata-cache|nl-cache|db-workload; or an
+    /// option of the pool: volume set all cluster.brick-multiplex on|off.
     Set {
         name: String,
         key: String,
         value: String,
     },
-    /// Show options in force: volume get NAME KEY|all.
+    /// Show options in force: volume get NAME KEY|all (NAME all: the
+    /// pool's options).
     Get { name: String, key: String },
     /// Reset one option or all of them to the default.
     Reset { name: String, key: Option<String> },

@@ -222,7 +222,7 @@ pub async fn start(
 /// empties it when the brick stops). With the process's start time: a
 /// daemon that finds the file after a restart adopts this very process,
 /// not another that was given the same pid since.
-fn write_pid_file(file: &Path, port: u16) -> std::io::Result<()> {
+pub(super) fn write_pid_file(file: &Path, port: u16) -> std::io::Result<()> {
     let pid = std::process::id();
     let since = crate::process::start_time(pid).unwrap_or(0);
     let text = format!("{pid} {port} {since}\n");

@@ -26,7 +26,6 @@ use crate::brick::server::Exports;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -122,7 +121,7 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&socket);
     // Written before the socket answers: a daemon that reaches the host
     // finds its pid.
-    write_pid(&a.run.join(PID_FILE), port)?;
+    super::brick::write_pid_file(&a.run.join(PID_FILE), port)?;
     let control = UnixListener::bind(&socket)?;
     {
         use std::os::unix::fs::PermissionsExt;
@@ -181,19 +180,6 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
             }
         }
     }
-}
-
-fn write_pid(file: &Path, port: u16) -> std::io::Result<()> {
-    let pid = std::process::id();
-    let since = crate::process::start_time(pid).unwrap_or(0);
-    let text = format!("{pid} {port} {since}\n");
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(file)?;
-    f.write_all_at(text.as_bytes(), 0)?;
-    f.set_len(text.len() as u64)
 }
 
 impl Host {

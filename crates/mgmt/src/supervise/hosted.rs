@@ -33,12 +33,8 @@ pub(super) async fn supervise_hosted(
 ) {
     use tokio::io::AsyncWriteExt;
     let brick = spec.path.display().to_string();
-    let attach = match args
-        .iter()
-        .map(|a| a.to_str())
-        .collect::<Option<Vec<&str>>>()
-    {
-        Some(a) => format!("ATTACH {}\n", serde_json::to_string(&a).unwrap_or_default()),
+    let attach = match attach_line(args) {
+        Some(a) => a,
         None => {
             let reason = "its arguments are not text: a brick host cannot take it".to_string();
             tracing::error!(%brick, "{reason}");
@@ -64,31 +60,9 @@ pub(super) async fn supervise_hosted(
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
-        let run = spec.run.clone();
-        let mut out = BufReader::new(rd).lines();
         // The host says LISTENING or OFFLINE, now or later.
-        let (said, bp) = (info.clone(), brick.clone());
-        let mut reader = tokio::spawn(async move {
-            while let Ok(Some(line)) = out.next_line().await {
-                if let Some(port) = line
-                    .strip_prefix("LISTENING ")
-                    .and_then(|p| p.trim().parse::<u16>().ok())
-                {
-                    let pid = host_pid(&run);
-                    tracing::info!(brick = %bp, port, ?pid, "brick started in the brick host");
-                    said.set(|i| {
-                        *i = BrickState {
-                            port: Some(port),
-                            pid,
-                            offline: None,
-                        }
-                    });
-                } else if let Some(reason) = line.strip_prefix("OFFLINE ") {
-                    tracing::error!(brick = %bp, "brick offline: {reason}");
-                    said.set(|i| i.offline = Some(reason.to_string()));
-                }
-            }
-        });
+        let run = spec.run.clone();
+        let mut reader = follow_said(rd, info.clone(), brick.clone(), move || host_pid(&run));
         let stopping = {
             let feeding = async {
                 if let Some(feed) = spec.options.as_ref() {

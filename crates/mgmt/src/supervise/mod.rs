@@ -321,29 +321,9 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             std::future::pending::<()>().await
         };
         tokio::pin!(feeding);
-        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
         // Its standard output says LISTENING or OFFLINE, now or later.
-        let (said, bp) = (info.clone(), brick.clone());
-        let reader = tokio::spawn(async move {
-            while let Ok(Some(line)) = out.next_line().await {
-                if let Some(port) = line
-                    .strip_prefix("LISTENING ")
-                    .and_then(|p| p.trim().parse::<u16>().ok())
-                {
-                    tracing::info!(brick = %bp, port, pid, "brick started");
-                    said.set(|i| {
-                        *i = BrickState {
-                            port: Some(port),
-                            pid,
-                            offline: None,
-                        }
-                    });
-                } else if let Some(reason) = line.strip_prefix("OFFLINE ") {
-                    tracing::error!(brick = %bp, "brick offline: {reason}");
-                    said.set(|i| i.offline = Some(reason.to_string()));
-                }
-            }
-        });
+        let out = child.stdout.take().unwrap();
+        let reader = follow_said(out, info.clone(), brick.clone(), move || pid);
         tokio::select! {
             _ = &mut feeding => unreachable!(),
             status = child.wait() => {
@@ -413,6 +393,39 @@ pub fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsSt
     }
     a
 }
+/// Follows what a brick says on `out` (`LISTENING PORT` once it serves,
+/// `OFFLINE REASON` when it cannot) into `info`, until `out` ends; `pid`
+/// answers which process serves it.
+pub(super) fn follow_said(
+    out: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    info: BrickInfo,
+    brick: String,
+    pid: impl Fn() -> Option<u32> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let mut out = BufReader::new(out).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = out.next_line().await {
+            if let Some(port) = line
+                .strip_prefix("LISTENING ")
+                .and_then(|p| p.trim().parse::<u16>().ok())
+            {
+                let pid = pid();
+                tracing::info!(%brick, port, ?pid, "brick started");
+                info.set(|i| {
+                    *i = BrickState {
+                        port: Some(port),
+                        pid,
+                        offline: None,
+                    }
+                });
+            } else if let Some(reason) = line.strip_prefix("OFFLINE ") {
+                tracing::error!(%brick, "brick offline: {reason}");
+                info.set(|i| i.offline = Some(reason.to_string()));
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

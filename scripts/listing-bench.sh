@@ -15,7 +15,7 @@ M="$MORTAR --server 127.0.0.1:$PORT"
 cleanup() {
     umount -l "$ROOT/mnt" 2>/dev/null || true
     pkill -f "state-dir $ROOT/state" 2>/dev/null || true
-    pkill -f "mortar-brick --path $ROOT/" 2>/dev/null || true
+    pkill -f "mortar[- ]brick .*$ROOT/" 2>/dev/null || true
 }
 trap cleanup EXIT
 cleanup

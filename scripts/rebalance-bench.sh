@@ -30,7 +30,7 @@ cleanup() {
         $G volume delete $VOL >/dev/null 2>&1 || true
     fi
     pkill -f "state-dir $ROOT/state" 2>/dev/null || true
-    pkill -f "mortar-brick --path $ROOT/" 2>/dev/null || true
+    pkill -f "mortar[- ]brick .*$ROOT/" 2>/dev/null || true
 }
 trap cleanup EXIT
 cleanup

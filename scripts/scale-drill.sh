@@ -170,8 +170,8 @@ ticks() {
     done
     echo "$t"
 }
-d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar[- ]brick .*--path $D/"); sleep 5
-d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar[- ]brick .*--path $D/")
+d0=$(ticks "mortar daemon .*state-dir $D/"); b0=$(ticks "mortar[- ]brick .*$D/"); sleep 5
+d1=$(ticks "mortar daemon .*state-dir $D/"); b1=$(ticks "mortar[- ]brick .*$D/")
 hz=$(getconf CLK_TCK)
 echo "idle CPU: daemons $(( (d1 - d0) * 100 / hz / 5 ))% of a core, bricks $(( (b1 - b0) * 100 / hz / 5 ))% of a core"
 # Connections each host holds open at rest (its daemon's and brick's, and

@@ -39,12 +39,19 @@ pub enum OptionsSource {
     Mgmt,
 }
 
-/// A brick being served; dropped, it stops: its connections end, its
-/// tasks too, and its statedump sections go.
+/// Where a brick's statedump sections go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Dumps {
+    /// A process of its own: it writes its dump at SIGUSR1.
+    Process,
+    /// A process of many bricks: the brick's sections go with it.
+    Shared,
+}
+
+/// A brick being served; dropped, it stops (its tasks end).
 pub struct Running {
     path: String,
-    exports: Arc<server::Exports>,
-    export: Arc<server::Export>,
+    dumps: Dumps,
     tunables: Arc<watch::Sender<Tunables>>,
     tasks: Vec<tokio::task::AbortHandle>,
     /// The task that keeps the options (replaced when another daemon
@@ -62,12 +69,13 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.exports.remove(&self.path, &self.export);
         self.options.abort();
         for t in &self.tasks {
             t.abort();
         }
-        crate::process::statedump::remove_brick(&self.path);
+        if self.dumps == Dumps::Shared {
+            crate::process::statedump::remove_brick(&self.path);
+        }
     }
 }
 
@@ -123,13 +131,23 @@ pub async fn start(
     port: u16,
     offline: Offline,
     options: OptionsSource,
+    dumps: Dumps,
 ) -> Result<Running, String> {
     let path = cfg.path.display().to_string();
+    let tunables_tx = Arc::new(watch::Sender::new(Tunables::from_options(
+        &Default::default(),
+    )));
+    let tunables = tunables_tx.subscribe();
+    let (options, first) = follow(options, cfg, tunables_tx.clone());
+    let _ = tokio::time::timeout(OPTIONS_FIRST, first).await;
     let key = match &cfg.key_file {
         Some(f) => match std::fs::read_to_string(f) {
             Ok(k) if !k.trim().is_empty() => Some(k.trim().to_string()),
             Ok(_) => None,
-            Err(e) => return Err(format!("cannot read the volume's key {}: {e}", f.display())),
+            Err(e) => {
+                options.abort();
+                return Err(format!("cannot read the volume's key {}: {e}", f.display()));
+            }
         },
         None => None,
     };
@@ -137,22 +155,20 @@ pub async fn start(
         posix: posix.clone(),
         arbiter: cfg.arbiter,
     };
-    let stack = crate::brick::Stack::build(&env, crate::graph::table::brick_layers())
-        .map_err(|e| format!("cannot build the brick's translators: {e:#}"))?;
-    let stack = Arc::new(stack);
-    let tunables_tx = Arc::new(watch::Sender::new(Tunables::from_options(
-        &Default::default(),
-    )));
-    let tunables = tunables_tx.subscribe();
-    let (options, first) = follow(options, cfg, tunables_tx.clone());
-    let _ = tokio::time::timeout(OPTIONS_FIRST, first).await;
+    let stack = match crate::brick::Stack::build(&env, crate::graph::table::brick_layers()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            options.abort();
+            return Err(format!("cannot build the brick's translators: {e:#}"));
+        }
+    };
     tracing::info!(brick = %path, stack = ?stack.kinds(), "brick translators");
     if let Some(f) = &cfg.pid_file {
         if let Err(e) = write_pid_file(f, port) {
             tracing::warn!(brick = %path, "cannot write the pid file {}: {e}", f.display());
         }
     }
-    statedump_sections(cfg, port, &stack);
+    statedump_sections(cfg, port, &stack, dumps);
     let mut tasks = Vec::new();
     tasks
         .push(tokio::spawn(health_checks(posix.clone(), tunables.clone(), offline)).abort_handle());
@@ -191,13 +207,11 @@ pub async fn start(
         })
         .abort_handle(),
     );
-    let export = Arc::new(server::Export::new(stack, auth, key));
-    exports.add(&path, export.clone());
+    exports.add(&path, Arc::new(server::Export::new(stack, auth, key)));
     tracing::info!(brick = %path, port, arbiter = cfg.arbiter, "brick serving");
     Ok(Running {
         path,
-        exports: exports.clone(),
-        export,
+        dumps,
         tunables: tunables_tx,
         tasks,
         options,
@@ -250,8 +264,13 @@ pub(super) fn lines_of(
 }
 
 /// What this brick's statedumps hold beside its translators' own
-/// sections.
-fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::Stack>) {
+/// sections, and the dump written on SIGUSR1.
+fn statedump_sections(
+    cfg: &BrickConfig,
+    port: u16,
+    stack: &Arc<crate::brick::Stack>,
+    dumps: Dumps,
+) {
     use crate::process::statedump;
     let about = format!(
         "path={}\nvolume={}\nport={port}\narbiter={}\n",
@@ -265,6 +284,9 @@ fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::St
     statedump::brick_section(&brick, "translators", move || {
         weak.upgrade().map(|s| s.dump()).unwrap_or_default()
     });
+    if dumps == Dumps::Process {
+        statedump::on_signal(format!("brick {brick}"));
+    }
 }
 
 fn check_volume_id(path: &Path, volume_id: &str) -> anyhow::Result<()> {

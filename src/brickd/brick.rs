@@ -39,19 +39,12 @@ pub enum OptionsSource {
     Mgmt,
 }
 
-/// Where a brick's statedump sections go.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Dumps {
-    /// A process of its own: it writes its dump at SIGUSR1.
-    Process,
-    /// A process of many bricks: the brick's sections go with it.
-    Shared,
-}
-
-/// A brick being served; dropped, it stops (its tasks end).
+/// A brick being served; dropped, it stops: its connections end, its
+/// tasks too, and its statedump sections go.
 pub struct Running {
     path: String,
-    dumps: Dumps,
+    exports: Arc<server::Exports>,
+    export: Arc<server::Export>,
     tunables: Arc<watch::Sender<Tunables>>,
     tasks: Vec<tokio::task::AbortHandle>,
     /// The task that keeps the options (replaced when another daemon
@@ -69,13 +62,12 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        self.exports.remove(&self.path, &self.export);
         self.options.abort();
         for t in &self.tasks {
             t.abort();
         }
-        if self.dumps == Dumps::Shared {
-            crate::process::statedump::remove_brick(&self.path);
-        }
+        crate::process::statedump::remove_brick(&self.path);
     }
 }
 
@@ -131,23 +123,13 @@ pub async fn start(
     port: u16,
     offline: Offline,
     options: OptionsSource,
-    dumps: Dumps,
 ) -> Result<Running, String> {
     let path = cfg.path.display().to_string();
-    let tunables_tx = Arc::new(watch::Sender::new(Tunables::from_options(
-        &Default::default(),
-    )));
-    let tunables = tunables_tx.subscribe();
-    let (options, first) = follow(options, cfg, tunables_tx.clone());
-    let _ = tokio::time::timeout(OPTIONS_FIRST, first).await;
     let key = match &cfg.key_file {
         Some(f) => match std::fs::read_to_string(f) {
             Ok(k) if !k.trim().is_empty() => Some(k.trim().to_string()),
             Ok(_) => None,
-            Err(e) => {
-                options.abort();
-                return Err(format!("cannot read the volume's key {}: {e}", f.display()));
-            }
+            Err(e) => return Err(format!("cannot read the volume's key {}: {e}", f.display())),
         },
         None => None,
     };
@@ -155,20 +137,22 @@ pub async fn start(
         posix: posix.clone(),
         arbiter: cfg.arbiter,
     };
-    let stack = match crate::brick::Stack::build(&env, crate::graph::table::brick_layers()) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            options.abort();
-            return Err(format!("cannot build the brick's translators: {e:#}"));
-        }
-    };
+    let stack = crate::brick::Stack::build(&env, crate::graph::table::brick_layers())
+        .map_err(|e| format!("cannot build the brick's translators: {e:#}"))?;
+    let stack = Arc::new(stack);
+    let tunables_tx = Arc::new(watch::Sender::new(Tunables::from_options(
+        &Default::default(),
+    )));
+    let tunables = tunables_tx.subscribe();
+    let (options, first) = follow(options, cfg, tunables_tx.clone());
+    let _ = tokio::time::timeout(OPTIONS_FIRST, first).await;
     tracing::info!(brick = %path, stack = ?stack.kinds(), "brick translators");
     if let Some(f) = &cfg.pid_file {
         if let Err(e) = write_pid_file(f, port) {
             tracing::warn!(brick = %path, "cannot write the pid file {}: {e}", f.display());
         }
     }
-    statedump_sections(cfg, port, &stack, dumps);
+    statedump_sections(cfg, port, &stack);
     let mut tasks = Vec::new();
     tasks
         .push(tokio::spawn(health_checks(posix.clone(), tunables.clone(), offline)).abort_handle());
@@ -207,11 +191,13 @@ pub async fn start(
         })
         .abort_handle(),
     );
-    exports.add(&path, Arc::new(server::Export::new(stack, auth, key)));
+    let export = Arc::new(server::Export::new(stack, auth, key));
+    exports.add(&path, export.clone());
     tracing::info!(brick = %path, port, arbiter = cfg.arbiter, "brick serving");
     Ok(Running {
         path,
-        dumps,
+        exports: exports.clone(),
+        export,
         tunables: tunables_tx,
         tasks,
         options,
@@ -264,13 +250,8 @@ pub(super) fn lines_of(
 }
 
 /// What this brick's statedumps hold beside its translators' own
-/// sections, and the dump written on SIGUSR1.
-fn statedump_sections(
-    cfg: &BrickConfig,
-    port: u16,
-    stack: &Arc<crate::brick::Stack>,
-    dumps: Dumps,
-) {
+/// sections.
+fn statedump_sections(cfg: &BrickConfig, port: u16, stack: &Arc<crate::brick::Stack>) {
     use crate::process::statedump;
     let about = format!(
         "path={}\nvolume={}\nport={port}\narbiter={}\n",
@@ -284,9 +265,6 @@ fn statedump_sections(
     statedump::brick_section(&brick, "translators", move || {
         weak.upgrade().map(|s| s.dump()).unwrap_or_default()
     });
-    if dumps == Dumps::Process {
-        statedump::on_signal(format!("brick {brick}"));
-    }
 }
 
 fn check_volume_id(path: &Path, volume_id: &str) -> anyhow::Result<()> {

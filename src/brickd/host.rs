@@ -21,8 +21,9 @@
 //! attaches it again (that daemon adopts it). The host exits once it
 //! serves no brick and no daemon's connection is open.
 
-use super::{BrickArgs, BrickConfig, Dumps, Offline, OptionsSource, Running};
+use super::{BrickArgs, BrickConfig, Offline, OptionsSource, Running};
 use crate::brick::server::Exports;
+use crate::mgmt::supervise::{HOST_PID_FILE, HOST_SOCKET};
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::IpAddr;
@@ -31,11 +32,6 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
-
-/// The host's control socket, in its run directory.
-pub const SOCKET: &str = "bricks.sock";
-/// The host's pid file, in its run directory: `<pid> <port> <start time>`.
-pub const PID_FILE: &str = "bricks.pid";
 
 /// The brick host's command line (`mortar-brick --host`, `mortar
 /// brick-host`).
@@ -113,7 +109,7 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
     super::prepare_process(&a.server_credential).map_err(anyhow::Error::msg)?;
     let (listener, port) = super::listen(a.ip, a.port).await?;
     std::fs::create_dir_all(&a.run)?;
-    let socket = a.run.join(SOCKET);
+    let socket = a.run.join(HOST_SOCKET);
     // A socket left by a host that died: no one answers on it.
     if UnixStream::connect(&socket).await.is_ok() {
         anyhow::bail!("another brick host serves {}", socket.display());
@@ -121,7 +117,7 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&socket);
     // Written before the socket answers: a daemon that reaches the host
     // finds its pid.
-    super::brick::write_pid_file(&a.run.join(PID_FILE), port)?;
+    super::brick::write_pid_file(&a.run.join(HOST_PID_FILE), port)?;
     let control = UnixListener::bind(&socket)?;
     {
         use std::os::unix::fs::PermissionsExt;
@@ -159,11 +155,12 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
         });
         super::serve_metrics(ip, port, Vec::new(), disks).await;
     }
-    crate::process::statedump::on_signal(format!("brick host {}:{port}", a.ip));
+    let what = format!("brick host {}:{port}", a.ip);
+    crate::process::statedump::on_signal(what.clone());
     tokio::spawn(crate::brick::server::serve(
         listener,
         host.exports.clone(),
-        format!("brick host {}:{port}", a.ip),
+        what,
     ));
     let mut out = std::io::stdout();
     let _ = writeln!(out, "LISTENING {port}");
@@ -324,7 +321,6 @@ impl Host {
             self.port,
             offline,
             OptionsSource::Lines(options),
-            Dumps::Shared,
         )
         .await?;
         let mut bricks = self.bricks.lock().unwrap();
@@ -345,15 +341,9 @@ impl Host {
     /// Stops serving the brick at `path` (if connection `conn` attached it
     /// last).
     fn detach(&self, path: &Path, conn: u64) {
-        let gone = {
-            let mut bricks = self.bricks.lock().unwrap();
-            match bricks.get(path).is_some_and(|b| b.by == conn) {
-                true => bricks.remove(path),
-                false => None,
-            }
-        };
-        if gone.is_some() {
-            self.exports.remove(&path.display().to_string());
+        let mut bricks = self.bricks.lock().unwrap();
+        if bricks.get(path).is_some_and(|b| b.by == conn) {
+            bricks.remove(path);
             tracing::info!(brick = %path.display(), "brick detached");
         }
     }
@@ -362,7 +352,6 @@ impl Host {
     /// told why.
     fn offline(&self, path: &Path, reason: String) {
         tracing::error!(brick = %path.display(), "brick going offline: {reason}");
-        self.exports.remove(&path.display().to_string());
         let gone = self.bricks.lock().unwrap().remove(path);
         if let Some(events) = gone.as_ref().and_then(|b| b.events.clone()) {
             let _ = events.send(format!("OFFLINE {reason}"));

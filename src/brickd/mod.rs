@@ -280,17 +280,9 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     let (listener, port) = listen(cfg.ip, cfg.port).await?;
     let exports = Arc::new(server::Exports::default());
     let offline: Offline = Arc::new(|reason: String| go_offline(&reason));
-    let brick = start(
-        &cfg,
-        opened,
-        &exports,
-        port,
-        offline,
-        options,
-        Dumps::Process,
-    )
-    .await;
+    let brick = start(&cfg, opened, &exports, port, offline, options).await;
     let _brick = brick.unwrap_or_else(|e| go_offline(&e));
+    crate::process::statedump::on_signal(format!("brick {}", cfg.path.display()));
     let mut out = std::io::stdout();
     let _ = writeln!(out, "LISTENING {port}");
     let _ = out.flush();

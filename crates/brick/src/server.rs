@@ -61,10 +61,14 @@ impl Exports {
         }
     }
 
-    /// Stops serving `name`: its connections end. Whether it was served.
-    pub fn remove(&self, name: &str) -> bool {
-        let gone = self.0.lock().unwrap().remove(name);
-        gone.map(|e| e.gone.send_replace(true)).is_some()
+    /// Stops serving `export` as `name`, if it is the one served so (not
+    /// one that replaced it since): its connections end.
+    pub fn remove(&self, name: &str, export: &Arc<Export>) {
+        let mut all = self.0.lock().unwrap();
+        if all.get(name).is_some_and(|e| Arc::ptr_eq(e, export)) {
+            all.remove(name);
+            export.gone.send_replace(true);
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Export>> {
@@ -399,35 +403,30 @@ where
 {
     let hello = admit::first_message("handshake", wire::read_frame_within(rd, wire::MAX_HELLO));
     let hello = hello.await?;
+    // The brick it asks for, if this process serves it.
+    let export = match &hello {
+        Some(Msg::Hello { brick: want, .. }) => exports.get(want),
+        _ => None,
+    };
     // A client in the clear is answered only by a brick that takes the
     // clear (`server.ssl off`): others end the connection unanswered,
     // without a word of what they serve.
-    if plain {
-        let takes_clear = match &hello {
-            Some(Msg::Hello { brick: want, .. }) => {
-                exports.get(want).is_some_and(|e| !e.auth.borrow().tls)
-            }
-            _ => false,
-        };
-        if !takes_clear {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "a client in the clear, and server.ssl is on",
-            ));
-        }
+    if plain && export.as_ref().is_none_or(|e| e.auth.borrow().tls) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "a client in the clear, and server.ssl is on",
+        ));
     }
-    match hello {
-        Some(Msg::Hello {
-            magic,
-            version,
-            brick: want,
-            key: given,
-        }) if magic == wire::MAGIC && version == wire::VERSION && exports.get(&want).is_some() => {
-            let Some(export) = exports.get(&want) else {
-                return Ok(Err(Refusal(format!(
-                    "this server no longer exports {want}"
-                ))));
-            };
+    match (hello, export) {
+        (
+            Some(Msg::Hello {
+                magic,
+                version,
+                brick: want,
+                key: given,
+            }),
+            Some(export),
+        ) if magic == wire::MAGIC && version == wire::VERSION => {
             // The pool's own clients (a server's certificate, or the
             // volume's key) pass the auth rules.
             let key = &export.key;
@@ -458,12 +457,15 @@ where
                 squash: rules.squash,
             }))
         }
-        Some(Msg::Hello {
-            magic,
-            version,
-            brick: want,
-            ..
-        }) => {
+        (
+            Some(Msg::Hello {
+                magic,
+                version,
+                brick: want,
+                ..
+            }),
+            _,
+        ) => {
             let reason = if magic != wire::MAGIC {
                 "not a mortar client".to_string()
             } else if version <= wire::legacy::LAST {

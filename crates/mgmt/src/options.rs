@@ -79,10 +79,7 @@ pub fn pool_spec(key: &str) -> Option<&'static Spec> {
 /// The pool's options in force, defaults included.
 pub fn pool_in_force(set: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     POOL.iter()
-        .map(|o| {
-            let v = set.get(o.key).map(String::as_str).unwrap_or(o.default);
-            (o.key.to_string(), v.to_string())
-        })
+        .map(|o| (o.key.to_string(), o.str(set).to_string()))
         .collect()
 }
 

@@ -15,11 +15,6 @@ pub(super) fn host_pid(run: &std::path::Path) -> Option<u32> {
     (mortar_process::start_time(pid) == Some(since) && alive(pid)).then_some(pid)
 }
 
-/// The brick host's control socket and pid file, in the daemon's run
-/// directory (`brickd::host`).
-const HOST_SOCKET: &str = "bricks.sock";
-const HOST_PID_FILE: &str = "bricks.pid";
-
 /// Serves the brick of `spec` in the server's brick host (started when
 /// none runs): attaches it over the host's control socket, feeds it its
 /// options there and detaches it when told to stop; attaches it again to
@@ -88,12 +83,7 @@ pub(super) async fn supervise_hosted(
             stopped(spec, info);
             return;
         }
-        info.set(|i| {
-            i.port = None;
-            i.pid = None;
-        });
-        if let Some(reason) = info.get().offline {
-            tracing::error!(%brick, "brick stays offline until `volume start NAME force`: {reason}");
+        if ended(info, &brick) {
             let _ = stop.changed().await;
             return;
         }

@@ -12,6 +12,10 @@
 //! A brick that says `OFFLINE <reason>` (it failed its health check, or its
 //! directory is not the volume's) is not restarted: the reason shows in
 //! `volume status` until `volume start NAME force` tries it again.
+//!
+//! With `cluster.brick-multiplex` on, the process is the server's brick
+//! host, shared by all its bricks: each brick is attached to it instead
+//! of started, and taken over by attaching it again (`hosted`).
 
 mod hosted;
 mod program;
@@ -63,6 +67,13 @@ impl BrickInfo {
         self.changed.notify_waiters();
     }
 }
+
+/// The brick host's control socket, in the daemon's run directory
+/// (`brickd::host` serves it).
+pub const HOST_SOCKET: &str = "bricks.sock";
+/// The brick host's pid file, in the daemon's run directory: `<pid>
+/// <port> <start time>`.
+pub const HOST_PID_FILE: &str = "bricks.pid";
 
 /// How to run one brick.
 pub struct BrickSpec {
@@ -328,13 +339,7 @@ pub async fn supervise(spec: BrickSpec, info: BrickInfo, mut stop: watch::Receiv
             _ = &mut feeding => unreachable!(),
             status = child.wait() => {
                 let _ = reader.await;
-                info.set(|i| {
-                    i.port = None;
-                    i.pid = None;
-                });
-                let offline = info.get().offline;
-                if let Some(reason) = offline {
-                    tracing::error!(%brick, "brick stays offline until `volume start NAME force`: {reason}");
+                if ended(&info, &brick) {
                     let _ = stop.changed().await;
                     return;
                 }
@@ -393,6 +398,22 @@ pub fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsSt
     }
     a
 }
+/// The process serving a brick ended (its own, or the brick host): its
+/// port and pid are forgotten. True if the brick went offline, where it
+/// stays until `volume start NAME force`; false if it is to be started
+/// again.
+fn ended(info: &BrickInfo, brick: &str) -> bool {
+    info.set(|i| {
+        i.port = None;
+        i.pid = None;
+    });
+    let Some(reason) = info.get().offline else {
+        return false;
+    };
+    tracing::error!(%brick, "brick stays offline until `volume start NAME force`: {reason}");
+    true
+}
+
 /// Follows what a brick says on `out` (`LISTENING PORT` once it serves,
 /// `OFFLINE REASON` when it cannot) into `info`, until `out` ends; `pid`
 /// answers which process serves it.

@@ -30,7 +30,10 @@ struct Cli {
 /// offline does.
 fn offline(reason: &str) -> ExitCode {
     let first = reason.lines().next().unwrap_or_default();
-    println!("OFFLINE cannot start the brick: {first}");
+    println!(
+        "{}",
+        mortar::mgmt::supervise::said::Said::Offline(format!("cannot start the brick: {first}"))
+    );
     ExitCode::FAILURE
 }
 

@@ -7,7 +7,7 @@
 //! The daemon attaches and detaches bricks over the host's control socket
 //! (`bricks.sock` in its run directory, for root alone), one connection
 //! per brick, which stands where a brick process's standard input and
-//! output stand:
+//! output stand (the lines are spelled in `mgmt::supervise::said`):
 //!
 //! - the daemon writes `ATTACH <the brick's arguments as a JSON list>`,
 //!   then the volume's options (one JSON line each time they change), and
@@ -23,6 +23,7 @@
 
 use super::{BrickArgs, BrickConfig, Offline, OptionsSource, Running};
 use crate::brick::server::Exports;
+use crate::mgmt::supervise::said::{self, Said};
 use crate::mgmt::supervise::{HOST_PID_FILE, HOST_SOCKET};
 use std::collections::HashMap;
 use std::io::Write;
@@ -91,7 +92,7 @@ struct Attached {
     cfg: BrickConfig,
     /// Where its `OFFLINE` goes: the daemon's connection that attached it
     /// (None once that went away).
-    events: Option<mpsc::UnboundedSender<String>>,
+    events: Option<mpsc::UnboundedSender<Said>>,
     /// Which connection attached it last.
     by: u64,
 }
@@ -163,7 +164,7 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
         what,
     ));
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "LISTENING {port}");
+    let _ = writeln!(out, "{}", Said::Listening(port));
     let _ = out.flush();
     tracing::info!(port, socket = %socket.display(), "brick host serving");
     loop {
@@ -200,14 +201,13 @@ impl Host {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (rd, mut wr) = stream.into_split();
         let mut lines = BufReader::new(rd).lines();
-        let (events, mut said) = mpsc::unbounded_channel::<String>();
+        let (events, mut said) = mpsc::unbounded_channel::<Said>();
         // What the host says on this connection, in order; the connection
         // closes once the brick is detached or offline.
         let writer = tokio::spawn(async move {
-            while let Some(mut line) = said.recv().await {
-                let last = line.starts_with("OFFLINE ") || line == "DETACHED";
-                line.push('\n');
-                if wr.write_all(line.as_bytes()).await.is_err() || last {
+            while let Some(s) = said.recv().await {
+                let line = format!("{s}\n");
+                if wr.write_all(line.as_bytes()).await.is_err() || s.is_last() {
                     break;
                 }
             }
@@ -217,21 +217,14 @@ impl Host {
             Ok(Some(l)) => l,
             _ => return,
         };
-        let Some(args) = first.strip_prefix("ATTACH ") else {
-            let _ = events.send(format!("OFFLINE not an attach: {first:.60}"));
-            let _ = writer.await;
-            return;
-        };
-        let parsed = serde_json::from_str::<Vec<String>>(args)
-            .map_err(|e| e.to_string())
-            .and_then(|a| {
-                <AttachArgs as clap::Parser>::try_parse_from(a).map_err(|e| e.to_string())
-            });
+        let parsed = said::attached(&first).and_then(|a| {
+            <AttachArgs as clap::Parser>::try_parse_from(a).map_err(|e| e.to_string())
+        });
         let args = match parsed {
             Ok(a) => a.brick,
             Err(e) => {
                 let first = e.lines().next().unwrap_or_default().to_string();
-                let _ = events.send(format!("OFFLINE cannot start the brick: {first}"));
+                let _ = events.send(Said::Offline(format!("cannot start the brick: {first}")));
                 let _ = writer.await;
                 return;
             }
@@ -243,7 +236,7 @@ impl Host {
         let (options_tx, options) = mpsc::unbounded_channel();
         let reading = tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
-                if line == "DETACH" {
+                if line == said::DETACH {
                     return true;
                 }
                 let _ = options_tx.send(line);
@@ -252,15 +245,15 @@ impl Host {
         });
         if let Err(reason) = self.attach(cfg, conn, events.clone(), options).await {
             reading.abort();
-            let _ = events.send(format!("OFFLINE {reason}"));
+            let _ = events.send(Said::Offline(reason));
             let _ = writer.await;
             return;
         }
-        let _ = events.send(format!("LISTENING {}", self.port));
+        let _ = events.send(Said::Listening(self.port));
         let detached = reading.await.unwrap_or(false);
         if detached {
             self.detach(&path, conn);
-            let _ = events.send("DETACHED".into());
+            let _ = events.send(Said::Detached);
         } else if let Some(b) = self
             .bricks
             .lock()
@@ -284,7 +277,7 @@ impl Host {
         self: &Arc<Self>,
         cfg: BrickConfig,
         conn: u64,
-        events: mpsc::UnboundedSender<String>,
+        events: mpsc::UnboundedSender<Said>,
         options: mpsc::UnboundedReceiver<String>,
     ) -> Result<(), String> {
         let path = cfg.path.clone();
@@ -354,7 +347,7 @@ impl Host {
         tracing::error!(brick = %path.display(), "brick going offline: {reason}");
         let gone = self.bricks.lock().unwrap().remove(path);
         if let Some(events) = gone.as_ref().and_then(|b| b.events.clone()) {
-            let _ = events.send(format!("OFFLINE {reason}"));
+            let _ = events.send(Said::Offline(reason));
         }
     }
 }

@@ -17,6 +17,7 @@ mod brick;
 pub mod host;
 
 use crate::brick::server;
+use crate::mgmt::supervise::said::Said;
 use brick::*;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -131,7 +132,7 @@ impl Tunables {
 fn go_offline(reason: &str) -> ! {
     tracing::error!("brick going offline: {reason}");
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "OFFLINE {reason}");
+    let _ = writeln!(out, "{}", Said::Offline(reason.to_string()));
     let _ = out.flush();
     std::process::exit(3);
 }
@@ -284,7 +285,7 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     let _brick = brick.unwrap_or_else(|e| go_offline(&e));
     crate::process::statedump::on_signal(format!("brick {}", cfg.path.display()));
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "LISTENING {port}");
+    let _ = writeln!(out, "{}", Said::Listening(port));
     let _ = out.flush();
     if let Some(ip) = cfg.metrics {
         let labels = vec![

@@ -1,7 +1,7 @@
 //! Bricks served by the server's brick host (`cluster.brick-multiplex`):
 //! one process for all of them, started by the first brick that needs it,
 //! each brick attached, fed its options and detached over the host's
-//! control socket (the protocol is in `brickd::host`).
+//! control socket (the lines are in `said`).
 
 use super::program::{brick_program, hand_over, spawn_brick, take_standby};
 use super::*;
@@ -28,8 +28,8 @@ pub(super) async fn supervise_hosted(
 ) {
     use tokio::io::AsyncWriteExt;
     let brick = spec.path.display().to_string();
-    let attach = match attach_line(args) {
-        Some(a) => a,
+    let attach = match said::attach(args) {
+        Some(a) => a + "\n",
         None => {
             let reason = "its arguments are not text: a brick host cannot take it".to_string();
             tracing::error!(%brick, "{reason}");
@@ -72,7 +72,7 @@ pub(super) async fn supervise_hosted(
             }
         };
         if stopping {
-            let _ = wr.write_all(b"DETACH\n").await;
+            let _ = wr.write_all(format!("{}\n", said::DETACH).as_bytes()).await;
             if tokio::time::timeout(Duration::from_secs(5), &mut reader)
                 .await
                 .is_err()
@@ -101,13 +101,13 @@ pub(super) async fn release(spec: &BrickSpec, args: &[std::ffi::OsString]) {
     let Ok(stream) = tokio::net::UnixStream::connect(spec.run.join(HOST_SOCKET)).await else {
         return;
     };
-    let Some(attach) = attach_line(args) else {
+    let Some(attach) = said::attach(args) else {
         return;
     };
     let (rd, mut wr) = stream.into_split();
     let said = async {
-        wr.write_all(attach.as_bytes()).await?;
-        wr.write_all(b"DETACH\n").await?;
+        wr.write_all(format!("{attach}\n{}\n", said::DETACH).as_bytes())
+            .await?;
         let mut out = BufReader::new(rd).lines();
         while out.next_line().await?.is_some() {}
         Ok::<_, std::io::Error>(())
@@ -116,13 +116,6 @@ pub(super) async fn release(spec: &BrickSpec, args: &[std::ffi::OsString]) {
         Ok(Ok(())) => tracing::info!(%brick, "brick taken out of the brick host"),
         _ => tracing::warn!(%brick, "the brick host did not let the brick go"),
     }
-}
-
-/// The line that attaches a brick of these arguments; None if one is not
-/// text.
-fn attach_line(args: &[std::ffi::OsString]) -> Option<String> {
-    let args: Vec<&str> = args.iter().map(|a| a.to_str()).collect::<Option<_>>()?;
-    Some(format!("ATTACH {}\n", serde_json::to_string(&args).ok()?))
 }
 
 /// A connection to the server's brick host, which is started first if
@@ -177,7 +170,7 @@ async fn host_connect(spec: &BrickSpec) -> std::io::Result<tokio::net::UnixStrea
         tracing::warn!("the brick host exited ({status:?})");
     });
     match said {
-        Ok(Ok(Some(line))) if line.starts_with("LISTENING ") => {
+        Ok(Ok(Some(line))) if matches!(Said::parse(&line), Some(Said::Listening(_))) => {
             tracing::info!(pid = ?host_pid(&spec.run), "brick host started: {line}");
         }
         _ => {

@@ -19,10 +19,12 @@
 
 mod hosted;
 mod program;
+pub mod said;
 
 use hosted::{host_pid, release, supervise_hosted};
 pub(crate) use program::{brick_program, keep_standby};
 use program::{hand_over, spawn_brick, take_standby};
+use said::Said;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -426,22 +428,23 @@ pub(super) fn follow_said(
     let mut out = BufReader::new(out).lines();
     tokio::spawn(async move {
         while let Ok(Some(line)) = out.next_line().await {
-            if let Some(port) = line
-                .strip_prefix("LISTENING ")
-                .and_then(|p| p.trim().parse::<u16>().ok())
-            {
-                let pid = pid();
-                tracing::info!(%brick, port, ?pid, "brick started");
-                info.set(|i| {
-                    *i = BrickState {
-                        port: Some(port),
-                        pid,
-                        offline: None,
-                    }
-                });
-            } else if let Some(reason) = line.strip_prefix("OFFLINE ") {
-                tracing::error!(%brick, "brick offline: {reason}");
-                info.set(|i| i.offline = Some(reason.to_string()));
+            match Said::parse(&line) {
+                Some(Said::Listening(port)) => {
+                    let pid = pid();
+                    tracing::info!(%brick, port, ?pid, "brick started");
+                    info.set(|i| {
+                        *i = BrickState {
+                            port: Some(port),
+                            pid,
+                            offline: None,
+                        }
+                    });
+                }
+                Some(Said::Offline(reason)) => {
+                    tracing::error!(%brick, "brick offline: {reason}");
+                    info.set(|i| i.offline = Some(reason));
+                }
+                Some(Said::Detached) | None => {}
             }
         }
     })

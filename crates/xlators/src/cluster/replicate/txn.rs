@@ -215,8 +215,10 @@ impl Txns {
         }
     }
 
-    /// Fails with EROFS unless the replicas `up` make a quorum.
-    pub fn check_quorum(&self, up: &[usize]) -> FsResult<()> {
+    /// Fails with EROFS unless the replicas `up` make a quorum; `what`
+    /// they are ("up", or "locked" once the lock was asked for), so that
+    /// the message tells a replica down from a lock refused.
+    pub fn check_quorum(&self, up: &[usize], what: &str) -> FsResult<()> {
         let q = *self.quorum.lock().unwrap();
         if q.met(up, self.children.len()) {
             Ok(())
@@ -224,7 +226,7 @@ impl Txns {
             Err(FsError::new(
                 libc::EROFS,
                 format!(
-                    "{}: quorum not met ({} of {} replicas up, quorum {q:?}); changes refused",
+                    "{}: quorum not met ({} of {} replicas {what}, quorum {q:?}); changes refused",
                     self.name,
                     up.len(),
                     self.children.len()
@@ -281,7 +283,7 @@ impl Txns {
     /// checks quorum, takes the lock and marks the change on each of them.
     /// The ticket's targets are those locked.
     pub async fn begin(self: &Arc<Self>, gfid: Gfid, targets: &[usize]) -> FsResult<Ticket> {
-        self.check_quorum(targets)?;
+        self.check_quorum(targets, "up")?;
         let txn = self.txn(gfid);
         let mut held = loop {
             let drained = txn.drained.notified();
@@ -342,7 +344,7 @@ impl Txns {
             txn,
             targets: locked,
         };
-        if let Err(e) = self.check_quorum(&ticket.targets) {
+        if let Err(e) = self.check_quorum(&ticket.targets, "locked") {
             self.end(ticket);
             return Err(e);
         }
@@ -361,6 +363,14 @@ impl Txns {
         let busy = res
             .iter()
             .any(|(_, r)| matches!(r, Err(e) if e.is(libc::EAGAIN)));
+        for (i, r) in &res {
+            match r {
+                Err(e) if !e.is(libc::EAGAIN) => {
+                    tracing::info!(xlator = %self.name, %gfid, replica = i, "lock refused: {e}");
+                }
+                _ => {}
+            }
+        }
         if !busy {
             return granted;
         }

@@ -3,8 +3,9 @@
 use std::io;
 use tokio::net::TcpStream;
 
-/// A connection after its TLS handshake, either side.
-pub type Stream = tokio_rustls::TlsStream<TcpStream>;
+/// A connection after its TLS handshake, either side (its socket read
+/// ahead: `ReadAhead`).
+pub type Stream = tokio_rustls::TlsStream<super::ReadAhead<TcpStream>>;
 
 /// A brick's connection: TLS, or in the clear on a volume whose
 /// `server.ssl` is off.
@@ -21,7 +22,7 @@ impl Conn {
     /// This end's address: what the brick logs as the connection's peer.
     pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
         match self {
-            Conn::Tls(s) => s.get_ref().0.local_addr(),
+            Conn::Tls(s) => s.get_ref().0.get_ref().local_addr(),
             Conn::Plain(s) => s.local_addr(),
         }
     }

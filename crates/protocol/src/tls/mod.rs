@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 mod conn;
+mod read_ahead;
 pub use conn::{Conn, Stream, TLS_HANDSHAKE};
+pub use read_ahead::ReadAhead;
 
 /// The name every server certificate is valid for: clients check it
 /// instead of a host name, which a pool's servers are reached by many of.
@@ -447,7 +449,7 @@ async fn connect_with(
     let ctx = context()?;
     let name = ServerName::try_from(SERVER_NAME).expect("a valid name");
     tokio_rustls::TlsConnector::from(config(&ctx))
-        .connect(name, tcp)
+        .connect(name, ReadAhead::new(tcp))
         .await
         .map(Stream::Client)
         .map_err(|e| handshake_error("with the server", e))
@@ -466,7 +468,7 @@ pub async fn connect_pinned(tcp: TcpStream, pin: Vec<u8>) -> io::Result<Stream> 
         .with_no_client_auth();
     let name = ServerName::try_from(SERVER_NAME).expect("a valid name");
     tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
+        .connect(name, ReadAhead::new(tcp))
         .await
         .map(Stream::Client)
         .map_err(|e| handshake_error("with the joining server", e))
@@ -516,7 +518,7 @@ impl Acceptor {
             .flatten()
             .unwrap_or_else(|| self.made_with.clone());
         let s = tokio_rustls::TlsAcceptor::from(cfg)
-            .accept(tcp)
+            .accept(ReadAhead::new(tcp))
             .await
             .map_err(|e| handshake_error("with a client", e))?;
         let peer = s

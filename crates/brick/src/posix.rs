@@ -1,9 +1,11 @@
 //! `storage/posix` as the bottom of the brick stack: runs each fop on the
 //! brick directory (`storage::posix::Posix`, blocking calls). Quick ones run
 //! right away on the calling task (no thread hand-off, which is most of the
-//! cost of a small request); slow ones (syncing, large transfers, listing
-//! or freeing much) on the blocking pool, so that they never hold up the
-//! quick ones behind them on the same connection.
+//! cost of a small request); slow ones (syncing, large transfers, listing,
+//! truncating) on the blocking pool, so that they never hold up the quick
+//! ones behind them on the same connection. An unlink is quick: a large
+//! file's blocks are freed on a thread of their own
+//! (`storage::posix::reaper`).
 
 use super::{BrickEnv, BrickXlator, Conn};
 use async_trait::async_trait;
@@ -32,7 +34,6 @@ fn is_slow(fop: &Fop) -> bool {
         | Fop::Fallocate { .. }
         | Fop::Opendir { .. }
         | Fop::Readdir { .. }
-        | Fop::Unlink { .. }
         | Fop::Checksum { .. }
         | Fop::Resolve { .. } => true,
         Fop::Read { size, .. } => *size as usize > BIG,

@@ -57,6 +57,7 @@ mod handles;
 pub mod health;
 mod identity;
 mod namespace;
+pub mod reaper;
 #[cfg(test)]
 mod tests;
 

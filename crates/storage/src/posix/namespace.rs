@@ -323,10 +323,16 @@ impl Posix {
         as_caller(cx, || {
             Ok(rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::empty())?)
         })?;
-        if rfs::fstat(&fd)?.st_nlink <= 1 {
+        let last = rfs::fstat(&fd)?.st_nlink <= 1;
+        if last {
             self.drop_handle(attr.gfid);
         }
-        Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
+        let reply = unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]);
+        if last && attr.size >= reaper::FREE_BEHIND {
+            // Its blocks are freed as `fd` closes: not on this thread.
+            reaper::close_behind(fd);
+        }
+        Ok(reply)
     }
 
     pub(crate) fn rmdir(&self, cx: &Ctx, parent: Gfid, name: &Name) -> FsResult<Reply> {
@@ -405,7 +411,16 @@ impl Posix {
                 changed.push((fd.as_fd(), dst.gfid));
             }
         }
-        Ok(unnamed(&changed))
+        let reply = unnamed(&changed);
+        drop(changed);
+        if let Some((fd, replaced)) = dst {
+            if !exchanged && replaced.gfid != src.gfid && replaced.size >= reaper::FREE_BEHIND {
+                // A large file replaced: its blocks are freed as `fd`
+                // closes (if that was its last name), not on this thread.
+                reaper::close_behind(fd);
+            }
+        }
+        Ok(reply)
     }
 
     pub(crate) fn link(

@@ -1,5 +1,6 @@
 mod caller;
 mod layout;
+mod reaper;
 
 use super::*;
 use mortar_core::fop::{TimeSet, ANON_FH};

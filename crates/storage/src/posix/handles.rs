@@ -128,14 +128,21 @@ impl Posix {
 
     /// Resolves a gfid to an `O_PATH` descriptor of the object.
     pub fn resolve(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
+        self.resolve_seen(gfid).map(|(fd, _)| fd)
+    }
+
+    /// `resolve`, with the object's attributes if it took them on the way.
+    fn resolve_seen(&self, gfid: Gfid) -> FsResult<(Arc<OwnedFd>, Option<rfs::Stat>)> {
         let cached = self.dirs.lock().unwrap().get(&gfid).cloned();
         if let Some(fd) = cached {
             // A directory removed behind the brick's back stays open here
             // with no links; it must not be used.
-            if rfs::fstat(&*fd).is_ok_and(|st| st.st_nlink > 0) {
-                return Ok(fd);
+            match rfs::fstat(&*fd) {
+                Ok(st) if st.st_nlink > 0 => return Ok((fd, Some(st))),
+                _ => {
+                    self.dirs.lock().unwrap().remove(&gfid);
+                }
             }
-            self.dirs.lock().unwrap().remove(&gfid);
         }
         let (idx, file) = self.index_dir(gfid)?;
         let fd = rfs::openat2(
@@ -153,9 +160,9 @@ impl Posix {
         // A directory handle is a symlink with a single link; a user symlink
         // has its handle plus at least one name.
         if FileKind::from_mode(st.st_mode) == FileKind::Symlink && st.st_nlink == 1 {
-            return self.walk_dir(gfid);
+            return Ok((self.walk_dir(gfid)?, None));
         }
-        Ok(Arc::new(fd))
+        Ok((Arc::new(fd), Some(st)))
     }
 
     /// Reads a directory handle: the parent's gfid and the directory's name.
@@ -224,12 +231,20 @@ impl Posix {
     }
 
     pub(crate) fn resolve_dir(&self, gfid: Gfid) -> FsResult<Arc<OwnedFd>> {
-        let fd = self.resolve(gfid)?;
-        let st = rfs::fstat(&*fd)?;
+        self.resolve_dir_seen(gfid).map(|(fd, _)| fd)
+    }
+
+    /// `resolve_dir`, with the directory's attributes as they are now.
+    pub(crate) fn resolve_dir_seen(&self, gfid: Gfid) -> FsResult<(Arc<OwnedFd>, rfs::Stat)> {
+        let (fd, st) = self.resolve_seen(gfid)?;
+        let st = match st {
+            Some(st) => st,
+            None => rfs::fstat(&*fd)?,
+        };
         if FileKind::from_mode(st.st_mode) != FileKind::Dir {
             return Err(FsError::errno(libc::ENOTDIR));
         }
-        Ok(fd)
+        Ok((fd, st))
     }
 
     /// The object whose gfid starts with the eight bytes of `ino`: its

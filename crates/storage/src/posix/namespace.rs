@@ -68,18 +68,19 @@ impl Posix {
         Ok((fd, attr))
     }
 
-    /// Sets gfid, owner and group of a freshly created object; on failure the
-    /// caller removes it again, so a half-made object never stays behind.
+    /// Sets gfid, owner and group of a freshly created object (`pst`: its
+    /// directory's attributes from before it was made, whose set-group-id
+    /// bit and group it inherits); on failure the caller removes it again,
+    /// so a half-made object never stays behind.
     pub(crate) fn finish_new(
         &self,
         cx: &Ctx,
-        dir: &OwnedFd,
+        pst: &rfs::Stat,
         fd: &OwnedFd,
         gfid: Gfid,
         perm: u32,
     ) -> FsResult<()> {
         set_xattr(fd, GFID_XATTR, &gfid.0, rfs::XattrFlags::CREATE)?;
-        let pst = rfs::fstat(dir)?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
         } else {
@@ -110,12 +111,13 @@ impl Posix {
         Ok(())
     }
 
-    /// Gives an object just made under `name` its gfid, owner and handle,
-    /// and answers with its entry; on failure removes it again.
+    /// Gives an object just made under `name` in `dir` (its descriptor and
+    /// its attributes from before) its gfid, owner and handle, and answers
+    /// with its entry; on failure removes it again.
     pub(crate) fn adopt_new(
         &self,
         cx: &Ctx,
-        dir: &OwnedFd,
+        (dir, pst): (&OwnedFd, &rfs::Stat),
         parent: Gfid,
         name: &Name,
         gfid: Gfid,
@@ -123,7 +125,7 @@ impl Posix {
         is_dir: bool,
     ) -> FsResult<Reply> {
         let res = open_child(dir, name).and_then(|fd| {
-            self.finish_new(cx, dir, &fd, gfid, perm)?;
+            self.finish_new(cx, pst, &fd, gfid, perm)?;
             if is_dir {
                 self.make_dir_handle(gfid, parent, name)?;
             } else {
@@ -163,7 +165,7 @@ impl Posix {
         if hidden(parent, name) {
             return Err(FsError::errno(libc::EPERM));
         }
-        let dir = self.resolve_dir(parent)?;
+        let (dir, pst) = self.resolve_dir_seen(parent)?;
         let perm = mode & 0o7777 & !effective_umask(&dir, umask);
         let oflags = self.brick_flags(
             flags,
@@ -199,7 +201,7 @@ impl Posix {
             Err(e) => return Err(e),
         };
         let finish = self
-            .finish_new(cx, &dir, &file, gfid, perm)
+            .finish_new(cx, &pst, &file, gfid, perm)
             .and_then(|_| self.make_new_file_handle(gfid, &*dir, name));
         if let Err(e) = finish {
             Self::undo_new(&dir, name, false);
@@ -232,7 +234,7 @@ impl Posix {
         if hidden(parent, name) {
             return Err(FsError::errno(libc::EPERM));
         }
-        let dir = self.resolve_dir(parent)?;
+        let (dir, pst) = self.resolve_dir_seen(parent)?;
         let perm = mode & 0o7777 & !effective_umask(&dir, umask);
         let ftype = rfs::FileType::from_raw_mode(mode);
         as_caller(cx, || {
@@ -260,7 +262,7 @@ impl Posix {
                 return Err(e);
             }
         }
-        self.adopt_new(cx, &dir, parent, name, gfid, perm, false)
+        self.adopt_new(cx, (&dir, &pst), parent, name, gfid, perm, false)
     }
 
     pub(crate) fn mkdir(
@@ -275,7 +277,7 @@ impl Posix {
         if hidden(parent, name) {
             return Err(FsError::errno(libc::EPERM));
         }
-        let dir = self.resolve_dir(parent)?;
+        let (dir, pst) = self.resolve_dir_seen(parent)?;
         let perm = mode & 0o7777 & !effective_umask(&dir, umask);
         as_caller(cx, || {
             Ok(rfs::mkdirat(
@@ -284,7 +286,7 @@ impl Posix {
                 Mode::from_raw_mode(perm),
             )?)
         })?;
-        self.adopt_new(cx, &dir, parent, name, gfid, perm, true)
+        self.adopt_new(cx, (&dir, &pst), parent, name, gfid, perm, true)
     }
 
     pub(crate) fn symlink(
@@ -301,7 +303,7 @@ impl Posix {
         if target.is_empty() || target.len() >= libc::PATH_MAX as usize || target.contains(&0) {
             return Err(FsError::inval("bad symlink target"));
         }
-        let dir = self.resolve_dir(parent)?;
+        let (dir, pst) = self.resolve_dir_seen(parent)?;
         as_caller(cx, || {
             Ok(rfs::symlinkat(
                 std::ffi::OsStr::from_bytes(target),
@@ -309,7 +311,7 @@ impl Posix {
                 name.as_os_str(),
             )?)
         })?;
-        self.adopt_new(cx, &dir, parent, name, gfid, 0o777, false)
+        self.adopt_new(cx, (&dir, &pst), parent, name, gfid, 0o777, false)
     }
 
     /// Removes a non-directory name; drops the gfid handle with the last

@@ -36,4 +36,8 @@ for phase in write read; do
   echo "  host:   $(grep -v '^#' /tmp/ph.$phase.host | grep . | cut -d, -f1,3 | tr '\n' ' ')"
   echo "  client: $(grep -v '^#' /tmp/ph.$phase.client | grep . | cut -d, -f1,3 | tr '\n' ' ')"
 done
-umount -l $W/mnt; pkill -f "state-dir $W/state"; pkill -f "mortar-brick --host --run $W"; sleep 0.5; rm -rf $W
+umount -l $W/mnt || true
+pkill -f "state-dir $W/state" || true
+pkill -f "mortar-brick --host --run $W" || true
+sleep 0.5
+rm -rf $W

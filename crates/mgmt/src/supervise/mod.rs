@@ -400,6 +400,7 @@ pub fn brick_args(spec: &BrickSpec, log: &std::path::Path) -> Vec<std::ffi::OsSt
     }
     a
 }
+
 /// The process serving a brick ended (its own, or the brick host): its
 /// port and pid are forgotten. True if the brick went offline, where it
 /// stays until `volume start NAME force`; false if it is to be started

@@ -8,7 +8,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// From this size on, a file's blocks are freed by the reaper.
 pub(crate) const FREE_BEHIND: u64 = 8 << 20;
@@ -16,8 +16,9 @@ pub(crate) const FREE_BEHIND: u64 = 8 << 20;
 /// Descriptors closed by the reaper since the process started.
 static CLOSED: AtomicU64 = AtomicU64::new(0);
 
-fn reaper() -> &'static Mutex<Sender<OwnedFd>> {
-    static REAPER: OnceLock<Mutex<Sender<OwnedFd>>> = OnceLock::new();
+/// The reaper's queue; its thread starts with the first file it gets.
+fn reaper() -> &'static Sender<OwnedFd> {
+    static REAPER: OnceLock<Sender<OwnedFd>> = OnceLock::new();
     REAPER.get_or_init(|| {
         let (tx, rx) = channel::<OwnedFd>();
         std::thread::Builder::new()
@@ -29,15 +30,14 @@ fn reaper() -> &'static Mutex<Sender<OwnedFd>> {
                 }
             })
             .expect("a thread for the reaper");
-        Mutex::new(tx)
+        tx
     })
 }
 
-/// Closes `fd` on the reaper's thread (at once if it cannot have it).
+/// Closes `fd` on the reaper's thread (here, if it cannot have it: the
+/// failed send hands `fd` back in its error, dropped at once).
 pub(crate) fn close_behind(fd: OwnedFd) {
-    if let Err(back) = reaper().lock().unwrap().send(fd) {
-        drop(back.0);
-    }
+    let _ = reaper().send(fd);
 }
 
 /// How many descriptors the reaper has closed.

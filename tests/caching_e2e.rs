@@ -6,6 +6,7 @@
 mod common;
 use common::*;
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
@@ -158,6 +159,49 @@ fn what_a_change_of_names_left_is_known_without_asking() {
         assert_eq!(mtime(seen_file), mtime(on_brick(file)), "{what}: {file}");
     }
     assert!(times_and_links(&m.p("d/b")).trim_end().ends_with(" 1"));
+}
+
+/// A file's times (atime, mtime, ctime, in nanoseconds) as `meta` has them.
+fn times(meta: &fs::Metadata) -> [(i64, i64); 3] {
+    use std::os::unix::fs::MetadataExt;
+    [
+        (meta.atime(), meta.atime_nsec()),
+        (meta.mtime(), meta.mtime_nsec()),
+        (meta.ctime(), meta.ctime_nsec()),
+    ]
+}
+
+/// A create answered ahead of the bricks (docs/caching.md) makes up its
+/// file's times; the bricks then choose their own. Once the file is
+/// closed no stat may show the guess: a file's ctime changes only when the
+/// file does (pjdfstest checks that a refused chown leaves it as it was).
+#[test]
+fn a_file_created_ahead_shows_the_bricks_times_once_closed() {
+    let c = Cluster::start();
+    let bricks = c.volume("tv", 3, &["t1", "t2", "t3"]);
+    let m = c.mount("tv");
+    fs::create_dir(m.p("d")).unwrap();
+    let mut first = Vec::new();
+    for i in 0..20 {
+        let path = m.p(&format!("d/f{i}"));
+        let f = fs::File::create(&path).unwrap();
+        // (Until the close, the kernel may answer with the guess.)
+        times(&f.metadata().unwrap());
+        if i % 2 == 1 {
+            (&f).write_all(b"data").unwrap();
+        }
+        drop(f);
+        first.push(times(&fs::symlink_metadata(&path).unwrap()));
+    }
+    requests_when_idle(&m);
+    for (i, seen) in first.iter().enumerate() {
+        let rel = format!("d/f{i}");
+        let now = times(&fs::symlink_metadata(m.p(&rel)).unwrap());
+        assert_eq!(*seen, now, "{rel}: its first stat, and one after it landed");
+        // Replicate answers attributes from its first brick up.
+        let brick = times(&fs::symlink_metadata(bricks[0].join(&rel)).unwrap());
+        assert_eq!(now, brick, "{rel}: the mount, and its first brick");
+    }
 }
 
 #[test]
@@ -436,11 +480,17 @@ fn a_change_answered_ahead_that_fails_on_the_bricks_is_reported_by_the_directory
     }
     // The mount knows every name of a directory it made: this one is
     // missing, so the create is answered ahead and fails on the bricks.
-    fs::OpenOptions::new()
+    // Its close waits for them, and says so.
+    let f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(m.p("d/clash"))
         .unwrap();
+    use std::os::fd::IntoRawFd;
+    // SAFETY: the descriptor was just taken from the file, and is closed once.
+    let closed = unsafe { libc::close(f.into_raw_fd()) };
+    let e = std::io::Error::last_os_error();
+    assert_eq!((closed, e.raw_os_error()), (-1, Some(libc::EEXIST)), "{e}");
     let dir = fs::File::open(m.p("d")).unwrap();
     let e = dir.sync_all().unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "{e}");

@@ -393,10 +393,11 @@ fn a_weighted_rebalance_gives_a_larger_set_a_larger_share() {
     c.ok(&["volume", "rebalance", "wt", "start", "--wait"]);
     let (small, large) = (count(&bricks[0], "d/"), count(&bricks[1], "d/"));
     assert_eq!(small + large, 300);
-    assert!(
-        (50..=100).contains(&small),
-        "{small} of 300 on the small set"
-    );
+    // How many of these 300 names a quarter of the hash space holds
+    // depends on where the directory's layout starts (its gfid): over
+    // every start, 48 to 101 (75 on average); half of it holds 113 to 187.
+    let quarter = 40..=105;
+    assert!(quarter.contains(&small), "{small} of 300 on the small set");
     // A directory made afterwards takes its parent's shares.
     ok(&format!(
         "mkdir {0}/e && for i in $(seq 1 300); do echo $i > {0}/e/f$i; done",
@@ -404,7 +405,7 @@ fn a_weighted_rebalance_gives_a_larger_set_a_larger_share() {
     ));
     let small = count(&bricks[0], "e/");
     assert!(
-        (50..=100).contains(&small),
+        quarter.contains(&small),
         "{small} of 300 new files on the small set"
     );
     assert_eq!(checksums(&m.dir.to_string_lossy()).len(), 600);

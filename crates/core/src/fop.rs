@@ -257,6 +257,13 @@ pub struct StatFs {
 /// Real handles start at 1.
 pub const ANON_FH: u64 = 0;
 
+/// Handles with this bit set are given by a create answered before the
+/// bricks made the file (`performance/md-cache`'s changes ahead). The
+/// attributes answered with one are the client's guess: the bricks' own
+/// times replace them once the create lands, so they are not to be cached
+/// (the mount gives them to the kernel with no lifetime).
+pub const AHEAD_FH: u64 = 1 << 63;
+
 /// Every file operation. `fh` values are handles issued by the layer the
 /// operation is sent to (each translator maps its own to its children's).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -34,6 +34,8 @@ const NOTIFY_INC_EPOCH: i32 = 8;
 enum Job {
     /// An object's attributes and pages.
     Inode(u64),
+    /// An object's attributes only.
+    Attr(u64),
     /// A name in a directory, and the directory's attributes and listing.
     Entry(u64, Name),
     /// Everything.
@@ -139,6 +141,13 @@ impl Invalidator {
     pub fn inode(&self, ino: u64) {
         let _ = self.send(Job::Inode(ino));
     }
+
+    /// Drops the kernel's attributes of `ino`; returns once it has.
+    pub async fn attributes(&self, ino: u64) {
+        if let Some(done) = self.send(Job::Attr(ino)) {
+            let _ = done.await;
+        }
+    }
 }
 
 fn inc_epoch(device: &OwnedFd) -> bool {
@@ -154,6 +163,7 @@ fn inc_epoch(device: &OwnedFd) -> bool {
 /// same object (a page locked by a write in flight, a directory locked by
 /// a create).
 enum Slow {
+    Nothing,
     Pages(u64),
     Entry(u64, Name),
     AllPages(Vec<u64>),
@@ -163,6 +173,7 @@ impl Slow {
     fn run(self, n: &Notifier) {
         // An object the kernel no longer has answers ENOENT: nothing to drop.
         match self {
+            Slow::Nothing => {}
             Slow::Pages(ino) => {
                 let _ = n.inval_inode(INodeNo(ino), 0, 0);
             }
@@ -187,6 +198,10 @@ fn run(n: &Notifier, device: &OwnedFd, inodes: &InodeTable, job: Job) -> Slow {
             // size and mtime, which drops the pages (FUSE_AUTO_INVAL_DATA).
             let _ = n.inval_inode(INodeNo(ino), -1, 0);
             Slow::Pages(ino)
+        }
+        Job::Attr(ino) => {
+            let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            Slow::Nothing
         }
         Job::Entry(parent, name) => {
             // The directory's attributes and the listing the kernel keeps

@@ -479,7 +479,27 @@ impl Filesystem for MortarFs {
         reply: ReplyEmpty,
     ) {
         let fop = self.gfid(ino).map(|gfid| Fop::Flush { gfid, fh: fh.0 });
-        self.empty_op(req, fop, reply)
+        if fh.0 & mortar_core::fop::AHEAD_FH == 0 {
+            return self.empty_op(req, fop, reply);
+        }
+        // A file created ahead of the bricks: its close waits until they
+        // made it, and the kernel's attributes, guessed with the create,
+        // go before the close returns, so that every stat from then on
+        // shows the bricks' times.
+        let fop = match fop {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let (cx, inval) = (ctx(req), self.inval.clone());
+        self.spawn(move |g, _| async move {
+            match g.call(&cx, fop).await {
+                Ok(_) => {
+                    inval.attributes(ino.0).await;
+                    reply.ok()
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn release(

@@ -14,6 +14,7 @@
 
 use super::Graph;
 use async_trait::async_trait;
+use mortar_core::fop::AHEAD_FH;
 use mortar_core::{Ctx, Fop, FsResult, Gfid, Reply, Xlator};
 use mortar_xlators::cluster::HandleMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +54,11 @@ pub struct Active {
     /// new graph while one accepted by the old graph is not yet on the
     /// bricks.
     gate: tokio::sync::RwLock<()>,
+}
+
+/// The key of handle `fh` given out here (without the mark `insert` keeps).
+fn key(fh: u64) -> u64 {
+    fh & !AHEAD_FH
 }
 
 impl Active {
@@ -98,13 +104,18 @@ impl Active {
         )
     }
 
+    /// Gives out a handle for `fh` of `graph`. A create's handle answered
+    /// ahead of the bricks keeps its mark (`AHEAD_FH`) for the mount,
+    /// which does not let the kernel keep its guessed attributes; the mark
+    /// is no part of the key (`key`).
     fn insert(&self, graph: Arc<Graph>, fh: u64, gfid: Gfid, how: How) -> u64 {
-        self.handles.insert(Handle {
+        let key = self.handles.insert(Handle {
             graph,
             fh,
             gfid,
             how,
-        })
+        });
+        key | (fh & AHEAD_FH)
     }
 
     /// Makes `new` the graph requests go to, moves every open file and
@@ -274,15 +285,17 @@ impl Active {
                     other => Err(mortar_core::fop::unexpected(other)),
                 }
             }
-            Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => match self.handles.remove(fh) {
-                Some(h) => h.graph.top().call(cx, fop.with_fh(h.fh)).await,
-                None => Ok(Reply::Ok),
-            },
+            Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => {
+                match self.handles.remove(key(fh)) {
+                    Some(h) => h.graph.top().call(cx, fop.with_fh(h.fh)).await,
+                    None => Ok(Reply::Ok),
+                }
+            }
             _ => match fop.fh() {
                 // Through no handle (a directory's fsync): the current graph.
                 Some(mortar_core::fop::ANON_FH) | None => self.graph().top().call(cx, fop).await,
                 Some(fh) => {
-                    let h = self.handles.get(fh)?;
+                    let h = self.handles.get(key(fh))?;
                     h.graph.top().call(cx, fop.with_fh(h.fh)).await
                 }
             },

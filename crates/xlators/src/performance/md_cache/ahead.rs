@@ -331,10 +331,20 @@ mod tests {
     use tokio::sync::Semaphore;
 
     /// A volume whose creates wait at a gate; `clash` exists already.
+    /// Its files' times are `BRICK_TIME`.
     struct Gated {
         gate: Semaphore,
         creates: AtomicU64,
         opens: AtomicU64,
+        made: std::sync::Mutex<Vec<(Vec<u8>, Gfid)>>,
+    }
+
+    const BRICK_TIME: (i64, u32) = (7, 0);
+
+    fn brick_file(gfid: Gfid) -> Attr {
+        let mut a = Attr::plain_file(gfid, 0);
+        (a.atime, a.mtime, a.ctime) = (BRICK_TIME, BRICK_TIME, BRICK_TIME);
+        a
     }
 
     #[async_trait]
@@ -349,7 +359,17 @@ mod tests {
             };
             match fop {
                 Fop::Mkdir { gfid, .. } => Ok(Reply::Entry(Entry::found(dir(gfid)))),
-                Fop::Getattr { gfid } => Ok(Reply::Attr(dir(gfid))),
+                Fop::Getattr { gfid } => {
+                    let made = self.made.lock().unwrap().iter().any(|(_, g)| *g == gfid);
+                    Ok(Reply::Attr(if made { brick_file(gfid) } else { dir(gfid) }))
+                }
+                Fop::Lookup { name, .. } => {
+                    let made = self.made.lock().unwrap();
+                    match made.iter().find(|(n, _)| n == name.as_bytes()) {
+                        Some((_, g)) => Ok(Reply::Entry(Entry::found(brick_file(*g)))),
+                        None => Err(FsError::errno(libc::ENOENT)),
+                    }
+                }
                 Fop::Getxattr { .. } => Err(FsError::errno(libc::ENODATA)),
                 Fop::Create {
                     parent, name, gfid, ..
@@ -359,9 +379,13 @@ mod tests {
                     if name.as_bytes() == b"clash" {
                         return Err(FsError::errno(libc::EEXIST));
                     }
+                    self.made
+                        .lock()
+                        .unwrap()
+                        .push((name.as_bytes().to_vec(), gfid));
                     Ok(Reply::Created {
                         entry: Entry {
-                            attr: Attr::plain_file(gfid, 0),
+                            attr: brick_file(gfid),
                             parent: Some(dir(parent)),
                         },
                         fh: 5,
@@ -381,6 +405,7 @@ mod tests {
             gate: Semaphore::new(0),
             creates: AtomicU64::new(0),
             opens: AtomicU64::new(0),
+            made: Default::default(),
         });
         let md = MdCache::new("md".into(), Child::standalone(below.clone()));
         let mut o = mortar_core::Options::new();
@@ -423,7 +448,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_create_in_a_directory_made_here_is_answered_before_the_bricks_have_it() {
+    async fn a_create_in_a_directory_made_here_is_answered_before_the_bricks_have_it_and_its_attributes_after(
+    ) {
         let (below, md) = rig();
         let cx = Ctx::root();
         let d = mkdir(&md).await;
@@ -436,34 +462,44 @@ mod tests {
             panic!("not a create's answer")
         };
         assert_eq!((entry.attr.gfid, entry.attr.perm), (gfid, 0o644));
+        assert_ne!(entry.attr.ctime, BRICK_TIME);
+        assert_ne!(fh & mortar_core::fop::AHEAD_FH, 0);
         assert_eq!(below.creates.load(Ordering::SeqCst), 0);
-        // Its name and attributes are known here.
-        let found = md.call(
-            &cx,
-            Fop::Lookup {
-                parent: d,
-                name: n("a"),
-            },
-        );
-        assert_eq!(found.await.unwrap().into_entry().unwrap().attr.gfid, gfid);
-        md.call(&cx, Fop::Getattr { gfid }).await.unwrap();
-        // A close with nothing written waits for nothing.
-        md.call(&cx, Fop::Flush { gfid, fh }).await.unwrap();
-        // What must see the file on the bricks waits until it is there.
-        let open = {
+        // What must see the file on the bricks waits until it is there:
+        // its close, an open, and its name and attributes (whose times the
+        // bricks choose, not this guess).
+        let spawn = |fop: Fop| {
             let md = md.clone();
-            tokio::spawn(async move {
-                let open = Fop::Open {
-                    gfid,
-                    flags: libc::O_RDONLY,
-                };
-                md.call(&Ctx::root(), open).await
-            })
+            tokio::spawn(async move { md.call(&Ctx::root(), fop).await })
         };
+        let close = spawn(Fop::Flush { gfid, fh });
+        let open = spawn(Fop::Open {
+            gfid,
+            flags: libc::O_RDONLY,
+        });
+        let stat = spawn(Fop::Getattr { gfid });
+        let found = spawn(Fop::Lookup {
+            parent: d,
+            name: n("a"),
+        });
+        assert!(md.cached(&cx, &Fop::Getattr { gfid }).is_none());
         assert!(!settled(&open).await, "an open went before the create");
+        assert!(!close.is_finished() && !stat.is_finished() && !found.is_finished());
         below.gate.add_permits(1);
+        close.await.unwrap().unwrap();
         open.await.unwrap().unwrap();
         assert_eq!(below.opens.load(Ordering::SeqCst), 1);
+        let Reply::Attr(a) = stat.await.unwrap().unwrap() else {
+            panic!("not attributes")
+        };
+        assert_eq!(a.ctime, BRICK_TIME);
+        let e = found.await.unwrap().unwrap().into_entry().unwrap();
+        assert_eq!((e.attr.gfid, e.attr.ctime), (gfid, BRICK_TIME));
+        // Landed: the bricks' attributes are answered from memory.
+        let Some(Ok(Reply::Attr(a))) = md.cached(&cx, &Fop::Getattr { gfid }) else {
+            panic!("the landed file's attributes are not kept")
+        };
+        assert_eq!(a.ctime, BRICK_TIME);
         // The handle given ahead leads to the bricks' one.
         md.call(&cx, Fop::Release { gfid, fh }).await.unwrap();
         md.call(

@@ -14,21 +14,20 @@
 //!   of its directory (and logged), as a local file system reports a
 //!   failed writeback; a file created ahead reports it at every use.
 
+use mortar_core::fop::AHEAD_FH;
 use mortar_core::{FsError, FsResult, Gfid};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::Notify;
 
-/// Handles issued here, for files created ahead, have this bit set (the
-/// translators below count theirs from 1).
-const AHEAD: u64 = 1 << 63;
 /// Changes ahead at most; past that, changes wait for the bricks.
 pub const MAX_OUT: usize = 1024;
 
-/// Whether handle `fh` was issued here.
+/// Whether handle `fh` was issued here (the translators below count
+/// theirs from 1).
 pub fn is_ahead(fh: u64) -> bool {
-    fh & AHEAD != 0
+    fh & AHEAD_FH != 0
 }
 
 /// What a change ahead touches.
@@ -63,6 +62,8 @@ enum Handle {
 #[derive(Default)]
 struct Inner {
     ops: BTreeMap<u64, Keys>,
+    /// How many changes out touch each object (`Keys::objects`).
+    objects: HashMap<Gfid, u32>,
     handles: HashMap<u64, Handle>,
     /// Per directory: the first error of a change ahead in it, for the
     /// directory's next fsync.
@@ -92,7 +93,12 @@ impl Behind {
     /// noted before.
     pub fn start(&self, keys: Keys) -> u64 {
         let id = self.next.fetch_add(1, Ordering::AcqRel);
-        self.inner.lock().unwrap().ops.insert(id, keys);
+        let mut g = self.inner.lock().unwrap();
+        for o in &keys.objects {
+            *g.objects.entry(*o).or_insert(0) += 1;
+        }
+        g.ops.insert(id, keys);
+        drop(g);
         self.out.fetch_add(1, Ordering::AcqRel);
         id
     }
@@ -100,7 +106,7 @@ impl Behind {
     /// Notes a create answered ahead, with the handle given for it.
     pub fn start_create(&self, keys: Keys) -> (u64, u64) {
         let id = self.start(keys);
-        let fh = AHEAD | id;
+        let fh = AHEAD_FH | id;
         self.inner
             .lock()
             .unwrap()
@@ -126,6 +132,14 @@ impl Behind {
         let mut g = self.inner.lock().unwrap();
         if let Some(keys) = g.ops.remove(&id) {
             self.out.fetch_sub(1, Ordering::AcqRel);
+            for o in &keys.objects {
+                if let Some(n) = g.objects.get_mut(o) {
+                    *n -= 1;
+                    if *n == 0 {
+                        g.objects.remove(o);
+                    }
+                }
+            }
             if let Some(e) = err {
                 for d in keys.dirs {
                     g.errors.entry(d).or_insert_with(|| e.clone());
@@ -140,6 +154,13 @@ impl Behind {
     /// yet.
     pub fn take_error(&self, dir: Gfid) -> Option<FsError> {
         self.inner.lock().unwrap().errors.remove(&dir)
+    }
+
+    /// Whether a change out touches object `gfid` (creates, unlinks,
+    /// renames or replaces it): what is known of it here is made up until
+    /// the change lands.
+    pub fn changes_object(&self, gfid: &Gfid) -> bool {
+        !self.idle() && self.inner.lock().unwrap().objects.contains_key(gfid)
     }
 
     /// Whether a change out other than `id` touches `gfid`.

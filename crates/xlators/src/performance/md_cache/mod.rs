@@ -195,14 +195,27 @@ impl MdCache {
         Ok(fop)
     }
 
+    /// Returns once no change ahead touches object `gfid`: what is kept
+    /// of it until then was made up here, with times that are not the
+    /// ones the bricks give it. (A directory's are answered as made: the
+    /// kernel asks for them before every create in it.)
+    async fn landed(&self, gfid: Gfid) {
+        if self.behind.changes_object(&gfid) {
+            self.behind
+                .wait(u64::MAX, |k| k.objects.contains(&gfid))
+                .await;
+        }
+    }
+
     /// Sends `fop` to the bricks once it is `ready`. A close or release of
     /// a handle given ahead, and a directory's fsync, are answered here.
     async fn down(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let fop = match &fop {
-            // Nothing was written (write-behind waits for the writes
-            // first, and they for the create): nothing to report yet.
+            // Nothing was written or locked through it (write-behind
+            // waits for the writes first, and they for the create): the
+            // close waits for the create to land, and reports its error.
             Fop::Flush { fh, .. } if behind::is_ahead(*fh) && self.behind.making(*fh) => {
-                return Ok(Reply::Ok)
+                return self.behind.handle(*fh).await.map(|_| Reply::Ok);
             }
             Fop::Release { fh, .. } if behind::is_ahead(*fh) => {
                 match self.behind.release(*fh).await {
@@ -354,7 +367,9 @@ impl Xlator for MdCache {
 
     fn cached(&self, _cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
         let hit = match fop {
-            Fop::Getattr { gfid } => Ok(Reply::Attr(self.cached_attr(*gfid)?)),
+            Fop::Getattr { gfid } if !self.behind.changes_object(gfid) => {
+                Ok(Reply::Attr(self.cached_attr(*gfid)?))
+            }
             Fop::Getxattr { gfid, name } if !virtual_name(name) => self
                 .cached_xattr(*gfid, Some(name))?
                 .map(Reply::Xattr)
@@ -375,6 +390,7 @@ impl Xlator for MdCache {
         }
         match fop {
             Fop::Getattr { gfid } => {
+                self.landed(gfid).await;
                 if let Some(a) = self.cached_attr(gfid) {
                     self.counted(true);
                     return Ok(Reply::Attr(a));
@@ -394,8 +410,11 @@ impl Xlator for MdCache {
                 // asks again after it dropped its own names (memory
                 // pressure, `drop_caches`, a forgotten inode).
                 if let Some(a) = self.found(parent, name.as_bytes()) {
-                    self.counted(true);
-                    return Ok(Reply::Entry(mortar_core::Entry::found(a)));
+                    self.landed(a.gfid).await;
+                    if let Some(a) = self.found(parent, name.as_bytes()) {
+                        self.counted(true);
+                        return Ok(Reply::Entry(mortar_core::Entry::found(a)));
+                    }
                 }
                 self.counted(false);
                 let name = name.clone();

@@ -34,8 +34,6 @@ const NOTIFY_INC_EPOCH: i32 = 8;
 enum Job {
     /// An object's attributes and pages.
     Inode(u64),
-    /// An object's attributes only.
-    Attr(u64),
     /// A name in a directory, and the directory's attributes and listing.
     Entry(u64, Name),
     /// Everything.
@@ -56,6 +54,8 @@ pub struct Invalidator {
     /// behind it. (A volume of 300 bricks stopped and started queued one
     /// per brick connection, each dropping every inode: 0.5 s of CPU.)
     all_queued: Arc<AtomicBool>,
+    /// For what is done at once (`attributes`).
+    now: std::sync::OnceLock<Notifier>,
 }
 
 impl Invalidator {
@@ -65,6 +65,7 @@ impl Invalidator {
             tx: Mutex::new(None),
             epochs: AtomicBool::new(false),
             all_queued: Arc::new(AtomicBool::new(false)),
+            now: std::sync::OnceLock::new(),
         })
     }
 
@@ -80,6 +81,7 @@ impl Invalidator {
                 mortar_core::terms::UNLEASED
             );
         }
+        let _ = self.now.set(notifier.clone());
         let (tx, rx) = mpsc::channel::<(Job, Option<oneshot::Sender<()>>)>();
         *self.tx.lock().unwrap() = Some(tx);
         let inodes = self.inodes.clone();
@@ -142,10 +144,11 @@ impl Invalidator {
         let _ = self.send(Job::Inode(ino));
     }
 
-    /// Drops the kernel's attributes of `ino`; returns once it has.
-    pub async fn attributes(&self, ino: u64) {
-        if let Some(done) = self.send(Job::Attr(ino)) {
-            let _ = done.await;
+    /// Drops the kernel's attributes of `ino`, at once: the kernel takes
+    /// no lock for it that a request of ours could hold.
+    pub fn attributes(&self, ino: u64) {
+        if let Some(n) = self.now.get() {
+            let _ = n.inval_inode(INodeNo(ino), -1, 0);
         }
     }
 }
@@ -163,7 +166,6 @@ fn inc_epoch(device: &OwnedFd) -> bool {
 /// same object (a page locked by a write in flight, a directory locked by
 /// a create).
 enum Slow {
-    Nothing,
     Pages(u64),
     Entry(u64, Name),
     AllPages(Vec<u64>),
@@ -173,7 +175,6 @@ impl Slow {
     fn run(self, n: &Notifier) {
         // An object the kernel no longer has answers ENOENT: nothing to drop.
         match self {
-            Slow::Nothing => {}
             Slow::Pages(ino) => {
                 let _ = n.inval_inode(INodeNo(ino), 0, 0);
             }
@@ -198,10 +199,6 @@ fn run(n: &Notifier, device: &OwnedFd, inodes: &InodeTable, job: Job) -> Slow {
             // size and mtime, which drops the pages (FUSE_AUTO_INVAL_DATA).
             let _ = n.inval_inode(INodeNo(ino), -1, 0);
             Slow::Pages(ino)
-        }
-        Job::Attr(ino) => {
-            let _ = n.inval_inode(INodeNo(ino), -1, 0);
-            Slow::Nothing
         }
         Job::Entry(parent, name) => {
             // The directory's attributes and the listing the kernel keeps

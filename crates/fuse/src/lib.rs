@@ -482,10 +482,10 @@ impl Filesystem for MortarFs {
         if fh.0 & mortar_core::fop::AHEAD_FH == 0 {
             return self.empty_op(req, fop, reply);
         }
-        // A file created ahead of the bricks: its close waits until they
-        // made it, and the kernel's attributes, guessed with the create,
-        // go before the close returns, so that every stat from then on
-        // shows the bricks' times.
+        // A file created ahead of the bricks: the kernel's attributes,
+        // guessed with the create, go before the close returns, so that
+        // every stat from then on asks md-cache, which answers with the
+        // bricks' times once the create landed.
         let fop = match fop {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -494,7 +494,7 @@ impl Filesystem for MortarFs {
         self.spawn(move |g, _| async move {
             match g.call(&cx, fop).await {
                 Ok(_) => {
-                    inval.attributes(ino.0).await;
+                    inval.attributes(ino.0);
                     reply.ok()
                 }
                 Err(e) => reply.error(errno(&e)),

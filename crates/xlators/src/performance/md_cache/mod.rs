@@ -211,11 +211,10 @@ impl MdCache {
     /// a handle given ahead, and a directory's fsync, are answered here.
     async fn down(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let fop = match &fop {
-            // Nothing was written or locked through it (write-behind
-            // waits for the writes first, and they for the create): the
-            // close waits for the create to land, and reports its error.
+            // Nothing was written (write-behind waits for the writes
+            // first, and they for the create): nothing to report yet.
             Fop::Flush { fh, .. } if behind::is_ahead(*fh) && self.behind.making(*fh) => {
-                return self.behind.handle(*fh).await.map(|_| Reply::Ok);
+                return Ok(Reply::Ok)
             }
             Fop::Release { fh, .. } if behind::is_ahead(*fh) => {
                 match self.behind.release(*fh).await {

@@ -364,7 +364,9 @@ async fn keep_connected(
     mut alive: tokio::sync::watch::Receiver<()>,
 ) {
     let mut backoff = BACKOFF_MIN;
-    let mut logged = false;
+    // The last failure logged: each attempt that fails otherwise is logged
+    // too (a brick that was gone, then a server that is not the pool's).
+    let mut logged: Option<String> = None;
     let mut failed = 0;
     loop {
         let Some(sh) = weak.upgrade() else { return };
@@ -375,7 +377,7 @@ async fn keep_connected(
         match connected {
             Ok(stream) => {
                 backoff = BACKOFF_MIN;
-                logged = false;
+                logged = None;
                 failed = 0;
                 let local = stream
                     .local_addr()
@@ -392,9 +394,10 @@ async fn keep_connected(
             }
             Err(e) => {
                 failed = failed.saturating_add(1);
-                if !logged {
-                    tracing::warn!(client = %sh.name, brick = %sh.brick, "cannot reach brick: {e}");
-                    logged = true;
+                let why = e.to_string();
+                if logged.as_ref() != Some(&why) {
+                    tracing::warn!(client = %sh.name, brick = %sh.brick, "cannot reach brick: {why}");
+                    logged = Some(why);
                 }
             }
         }

@@ -258,11 +258,17 @@ pub struct StatFs {
 pub const ANON_FH: u64 = 0;
 
 /// Handles with this bit set are given by a create answered before the
-/// bricks made the file (`performance/md-cache`'s changes ahead). The
-/// attributes answered with one are the client's guess: the bricks' own
-/// times replace them once the create lands, so they are not to be cached
-/// (the mount gives them to the kernel with no lifetime).
+/// bricks made the file (`performance/md-cache`'s changes ahead; the
+/// translators below it count theirs from 1). The attributes answered with
+/// one are the client's guess, which the bricks' own times replace once
+/// the create lands: the mount drops the kernel's copy when the file is
+/// closed.
 pub const AHEAD_FH: u64 = 1 << 63;
+
+/// Whether handle `fh` was given by a create answered ahead (`AHEAD_FH`).
+pub fn is_ahead(fh: u64) -> bool {
+    fh & AHEAD_FH != 0
+}
 
 /// Every file operation. `fh` values are handles issued by the layer the
 /// operation is sent to (each translator maps its own to its children's).

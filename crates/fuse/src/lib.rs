@@ -479,27 +479,15 @@ impl Filesystem for MortarFs {
         reply: ReplyEmpty,
     ) {
         let fop = self.gfid(ino).map(|gfid| Fop::Flush { gfid, fh: fh.0 });
-        if fh.0 & mortar_core::fop::AHEAD_FH == 0 {
+        if !mortar_core::fop::is_ahead(fh.0) {
             return self.empty_op(req, fop, reply);
         }
         // A file created ahead of the bricks: the kernel's attributes,
         // guessed with the create, go before the close returns, so that
         // every stat from then on asks md-cache, which answers with the
         // bricks' times once the create landed.
-        let fop = match fop {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        let (cx, inval) = (ctx(req), self.inval.clone());
-        self.spawn(move |g, _| async move {
-            match g.call(&cx, fop).await {
-                Ok(_) => {
-                    inval.attributes(ino.0);
-                    reply.ok()
-                }
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        let inval = self.inval.clone();
+        self.empty_op_then(req, fop, reply, move || inval.attributes(ino.0));
     }
 
     fn release(

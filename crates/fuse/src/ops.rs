@@ -144,6 +144,17 @@ impl MortarFs {
     }
 
     pub(super) fn empty_op(&self, req: &Request, fop: Result<Fop, Errno>, reply: ReplyEmpty) {
+        self.empty_op_then(req, fop, reply, || {})
+    }
+
+    /// `empty_op`, with `then` done after success and before the answer.
+    pub(super) fn empty_op_then(
+        &self,
+        req: &Request,
+        fop: Result<Fop, Errno>,
+        reply: ReplyEmpty,
+        then: impl FnOnce() + Send + 'static,
+    ) {
         let fop = match fop {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -151,7 +162,10 @@ impl MortarFs {
         let cx = ctx(req);
         self.spawn(move |g, _| async move {
             match g.call(&cx, fop).await {
-                Ok(_) => reply.ok(),
+                Ok(_) => {
+                    then();
+                    reply.ok()
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });

@@ -463,7 +463,7 @@ mod tests {
         };
         assert_eq!((entry.attr.gfid, entry.attr.perm), (gfid, 0o644));
         assert_ne!(entry.attr.ctime, BRICK_TIME);
-        assert_ne!(fh & mortar_core::fop::AHEAD_FH, 0);
+        assert!(mortar_core::fop::is_ahead(fh));
         assert_eq!(below.creates.load(Ordering::SeqCst), 0);
         // A close with nothing written waits for nothing.
         md.call(&cx, Fop::Flush { gfid, fh }).await.unwrap();

@@ -24,12 +24,6 @@ use tokio::sync::Notify;
 /// Changes ahead at most; past that, changes wait for the bricks.
 pub const MAX_OUT: usize = 1024;
 
-/// Whether handle `fh` was issued here (the translators below count
-/// theirs from 1).
-pub fn is_ahead(fh: u64) -> bool {
-    fh & AHEAD_FH != 0
-}
-
 /// What a change ahead touches.
 #[derive(Clone, Debug, Default)]
 pub struct Keys {
@@ -279,7 +273,7 @@ mod tests {
     async fn a_handle_given_ahead_leads_to_the_bricks_handle_or_the_error() {
         let b = Arc::new(Behind::default());
         let (id, fh) = b.start_create(Keys::default());
-        assert!(is_ahead(fh) && b.making(fh));
+        assert!(mortar_core::fop::is_ahead(fh) && b.making(fh));
         let h = {
             let b = b.clone();
             tokio::spawn(async move { b.handle(fh).await })

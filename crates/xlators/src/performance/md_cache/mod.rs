@@ -26,7 +26,7 @@ pub use ahead::ASYNC_DIROPS;
 
 use async_trait::async_trait;
 use behind::Behind;
-use mortar_core::fop::ANON_FH;
+use mortar_core::fop::{is_ahead, ANON_FH};
 use mortar_core::options::{Kind, Spec};
 use mortar_core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Name, Reply, Xlator};
 use serde_bytes::ByteBuf;
@@ -181,7 +181,7 @@ impl MdCache {
     /// and once every change answered ahead it depends on has
     /// (`behind.rs`).
     async fn ready(&self, fop: Fop) -> FsResult<Fop> {
-        let fop = match fop.fh().filter(|fh| behind::is_ahead(*fh)) {
+        let fop = match fop.fh().filter(|fh| is_ahead(*fh)) {
             Some(fh) => {
                 let real = self.behind.handle(fh).await?;
                 fop.with_fh(real)
@@ -213,15 +213,13 @@ impl MdCache {
         let fop = match &fop {
             // Nothing was written (write-behind waits for the writes
             // first, and they for the create): nothing to report yet.
-            Fop::Flush { fh, .. } if behind::is_ahead(*fh) && self.behind.making(*fh) => {
+            Fop::Flush { fh, .. } if is_ahead(*fh) && self.behind.making(*fh) => {
                 return Ok(Reply::Ok)
             }
-            Fop::Release { fh, .. } if behind::is_ahead(*fh) => {
-                match self.behind.release(*fh).await {
-                    Some(real) => fop.with_fh(real),
-                    None => return Ok(Reply::Ok),
-                }
-            }
+            Fop::Release { fh, .. } if is_ahead(*fh) => match self.behind.release(*fh).await {
+                Some(real) => fop.with_fh(real),
+                None => return Ok(Reply::Ok),
+            },
             // A directory's fsync: its changes ahead have landed, or
             // failed. (The bricks write names through: nothing to send.)
             Fop::Fsync {

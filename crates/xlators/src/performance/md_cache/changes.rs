@@ -221,10 +221,18 @@ impl MdCache {
         for g in changed.iter().filter(|g| !kept.contains(g)) {
             drop(*g);
         }
-        if unnames && !matches!(res, Ok(Reply::Unnamed(_)) if !kept.is_empty()) {
-            // The object the name pointed to is not known here,
-            // and its link count changed.
-            self.names_moved.fetch_add(1, Ordering::AcqRel);
+        if unnames && kept.is_empty() {
+            match &res {
+                // Every object the change touched is in the answer (a
+                // change of names made here meanwhile kept them from being
+                // kept): they go.
+                Ok(Reply::Unnamed(attrs)) => attrs.iter().for_each(|a| self.drop_attr(a.gfid)),
+                // The object the name pointed to is not known here,
+                // and its link count changed.
+                _ => {
+                    self.names_moved.fetch_add(1, Ordering::AcqRel);
+                }
+            }
         }
         let mark = self.mark();
         self.keep_attrs(&res, mark);

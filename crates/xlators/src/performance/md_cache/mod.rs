@@ -48,8 +48,10 @@ const MAX_OBJECTS: usize = 100_000;
 const SHARDS: usize = 16;
 /// Changes are clocked in this many buckets (by gfid, each within one
 /// shard): an answer is kept unless its object's bucket changed since
-/// the request, so concurrent work on other objects rarely stops it.
-const BUCKETS: usize = 256;
+/// the request, so concurrent work on other objects rarely stops it (a
+/// write answered behind a close runs while the application makes the
+/// next files). A multiple of `SHARDS` that divides 65536.
+const BUCKETS: usize = 4096;
 
 /// An xattr's value, or the errno that said it is missing.
 type Answer = Result<ByteBuf, i32>;

@@ -22,7 +22,9 @@ impl MdCache {
     /// The clock of `g`'s bucket. (A bucket lies within one shard, so a
     /// shard's lock orders every keep and drop of its buckets' objects.)
     pub(super) fn bucket(&self, g: &Gfid) -> &AtomicU64 {
-        &self.changed[g.0[15] as usize % BUCKETS]
+        // (Byte 15 picks the shard; byte 14 spreads its objects further.)
+        let i = u16::from_le_bytes([g.0[15], g.0[14]]) as usize;
+        &self.changed[i % BUCKETS]
     }
 
     /// Something about `g` changes: answers to requests marked before are

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
 fn mode(path: &str) -> u32 {
@@ -597,4 +597,51 @@ fn a_sequential_read_reaches_the_bricks_in_one_mib_requests() {
     // 16 reads, and the lookup, open and the like around them; 128 KiB
     // reads would be 128.
     assert!(asked <= 24, "{asked} requests to read 16 MiB");
+}
+
+/// A close of a file opened for writing returns before its writes reach
+/// the bricks (`performance.flush-behind`); another mount's first look at
+/// the file waits until they have landed (close-to-open), whether it
+/// cached the file before or never saw it.
+#[test]
+fn a_file_closed_behind_is_read_whole_by_another_mount() {
+    let c = Cluster::start();
+    let bricks = c.volume("fb", 3, &["b1", "b2", "b3"]);
+    // Every write this mount sends behind takes 300 ms to leave it.
+    let slow = c.mount_env("fb", &[("FAILPOINTS", "write-behind-send=return(300)")]);
+    let other = c.mount("fb");
+    for i in 0..4 {
+        fs::write(slow.p(&format!("f{i}")), b"old").unwrap();
+    }
+    requests_when_idle(&slow);
+    for i in 0..4 {
+        assert_eq!(fs::read(other.p(&format!("f{i}"))).unwrap(), b"old");
+    }
+    for i in 0..4 {
+        let name = format!("f{i}");
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(slow.p(&name))
+            .unwrap();
+        f.write_all_at(b"new", 0).unwrap();
+        drop(f);
+        assert_eq!(
+            fs::read(bricks[0].join(&name)).unwrap(),
+            b"old",
+            "{name}: the close waited for its write"
+        );
+        // Even a stat first: it must not leave the read an older size.
+        if i % 2 == 0 {
+            fs::metadata(other.p(&name)).unwrap();
+        }
+        assert_eq!(fs::read(other.p(&name)).unwrap(), b"new", "{name}");
+    }
+    // A file made and written here, never seen there.
+    fs::write(slow.p("g"), b"made").unwrap();
+    assert_eq!(fs::read(other.p("g")).unwrap(), b"made");
+    let graph = ok(&format!(
+        "getfattr --only-values -n trusted.mortar.client.graph {}",
+        slow.dir.display()
+    ));
+    assert!(!graph.contains("closes behind 0 "), "{graph}");
 }

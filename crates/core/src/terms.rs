@@ -1,7 +1,8 @@
 //! The terms clients and bricks share about caching: how long a client may
-//! cache what a brick told it (a lease, `features/leases`), and how long a
-//! brick waits for a client to drop it before disconnecting it. Both sides
-//! read them from the same volume options.
+//! cache what a brick told it (a lease, `features/leases`), how long a
+//! brick waits for a client to drop it before disconnecting it, and whether
+//! a file opened for writing is claimed for its writer (so that its close
+//! need not wait). Both sides read them from the same volume options.
 
 use crate::options::{Kind, Spec};
 use crate::Options;
@@ -32,6 +33,23 @@ pub static CACHE_INVALIDATION_TIMEOUT: Spec = Spec {
     help: "Seconds a client may cache a name, an object's attributes or a missing name under a lease (the kernel's entry and attribute timeouts).",
 };
 
+/// Read by write-behind, and by the leases (`FLUSH_BEHIND`).
+pub static WRITE_BEHIND: Spec = Spec {
+    key: "performance.write-behind",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Answers writes from the mount's memory and sends them to the bricks in order, joined into large requests; an error is reported at the file's next fsync or close; fsync waits until every write has landed, and close too unless performance.flush-behind lets it return first (GlusterFS's write-behind).",
+};
+
+/// Read by write-behind (whether a close waits) and by the leases (whether
+/// a file opened for writing is claimed for its opener).
+pub static FLUSH_BEHIND: Spec = Spec {
+    key: "performance.flush-behind",
+    kind: Kind::Bool,
+    default: "on",
+    help: "A close of a file opened for writing returns without waiting for its writes to reach the bricks: the bricks claim the file for its writer, and another client's first read or open of it waits until those writes have landed (close-to-open holds). An error of such a write is logged, and reported by fsync only while the file is still open. Needs features.cache-invalidation; off: every close waits for its writes (GlusterFS's flush-behind).",
+};
+
 /// The terms on which a brick grants leases now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Terms {
@@ -39,15 +57,21 @@ pub struct Terms {
     pub lease: Option<Duration>,
     /// How long a recall waits for a client before disconnecting it.
     pub recall_timeout: Duration,
+    /// Whether a file opened for writing is claimed for its opener, whose
+    /// close then does not wait for its writes (`FLUSH_BEHIND`, only with
+    /// leases).
+    pub claims: bool,
 }
 
 impl Terms {
     pub fn from_options(o: &Options) -> Terms {
+        let lease = CACHE_INVALIDATION
+            .bool(o)
+            .then(|| Duration::from_secs(CACHE_INVALIDATION_TIMEOUT.int(o).max(1) as u64));
         Terms {
-            lease: CACHE_INVALIDATION
-                .bool(o)
-                .then(|| Duration::from_secs(CACHE_INVALIDATION_TIMEOUT.int(o).max(1) as u64)),
+            lease,
             recall_timeout: Duration::from_secs(PING_TIMEOUT.int(o).max(1) as u64),
+            claims: lease.is_some() && WRITE_BEHIND.bool(o) && FLUSH_BEHIND.bool(o),
         }
     }
 }

@@ -112,7 +112,10 @@ pub static TABLE: &[Row] = &[
         side: Side::Client,
         place: Place::Above,
         enabled_by: Some(&mortar_xlators::performance::write_behind::WRITE_BEHIND),
-        options: &[&mortar_xlators::performance::write_behind::WINDOW_SIZE],
+        options: &[
+            &mortar_xlators::performance::write_behind::WINDOW_SIZE,
+            &mortar_xlators::performance::write_behind::FLUSH_BEHIND,
+        ],
         build: Some(write_behind),
         brick: None,
         about: "writes answered from memory and sent behind, in order, joined; errors at the next fsync or close",

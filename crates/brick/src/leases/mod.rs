@@ -27,11 +27,21 @@
 //! **Claims.** A directory's maker also holds a claim on it: until the
 //! lease's time, no other connection has looked at it, so the maker may
 //! answer changes of names in it before the bricks have them (md-cache's
-//! changes ahead). Any request of another connection naming the directory
-//! (a lookup in it, a listing, its attributes, a lock, a change) first ends
-//! the claim and recalls it, and waits until the maker has landed what it
-//! answered ahead; a lookup or listing whose answer tells of a claimed
-//! directory is asked again after that.
+//! changes ahead). With `performance.flush-behind`, a file opened (or made)
+//! for writing is claimed for that connection the same way, so that its
+//! closes need not wait for the writes behind them (write-behind); the
+//! open ends the leases others hold on the file first, so nobody caches it
+//! meanwhile.
+//!
+//! Any request of another connection naming a claimed directory (a lookup
+//! in it, a listing, its attributes, a lock, a change), or reading or
+//! opening a claimed file, first ends the claim and recalls it, and waits
+//! until the holder has landed what it answered ahead; a request that only
+//! reads and whose answer tells of a claimed object is asked again after
+//! that (the lease it takes and the claim it finds are looked at together,
+//! so that a claim taken while it ran is seen). Changes and locks of a
+//! claimed file pass (`end_claim`).
+
 use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
 use mortar_core::fop::HOLD_XATTR;
 
@@ -56,11 +66,20 @@ struct Holder {
     until: Instant,
 }
 
+/// Until another connection names the object (or `until`), only `conn`
+/// may hold changes of it that are not on the brick yet.
+struct Claim {
+    conn: ConnId,
+    until: Instant,
+    /// A file's claim (its writes behind a close) is ended only by a
+    /// request that looks at the file; a directory's by any request.
+    file: bool,
+}
+
 #[derive(Default)]
 struct Shard {
     holders: HashMap<Gfid, Vec<Holder>>,
-    /// Directories claimed by their maker, until when.
-    claims: HashMap<Gfid, (ConnId, Instant)>,
+    claims: HashMap<Gfid, Claim>,
     swept: Option<Instant>,
 }
 
@@ -110,9 +129,18 @@ impl Leases {
         &self.shards[gfid.0[15] as usize % SHARDS]
     }
 
-    fn grant(&self, conn: ConnId, gfid: Gfid, until: Instant) {
+    /// Grants `conn` a lease on `gfid`; with `claims_too`, ends another
+    /// connection's claim on it in the same step (so that a claim taken
+    /// while the answer was made is seen): its holder, to recall.
+    fn grant(
+        &self,
+        conn: ConnId,
+        gfid: Gfid,
+        until: Instant,
+        claims_too: bool,
+    ) -> Option<(ConnId, Gfid)> {
         if gfid == Gfid::NULL {
-            return;
+            return None;
         }
         let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let now = Instant::now();
@@ -123,7 +151,7 @@ impl Leases {
                 !hs.is_empty()
             });
             let before = sh.claims.len();
-            sh.claims.retain(|_, (_, until)| *until > now);
+            sh.claims.retain(|_, c| c.until > now);
             self.claimed
                 .fetch_sub(before - sh.claims.len(), Ordering::AcqRel);
             sh.swept = Some(now);
@@ -135,6 +163,10 @@ impl Leases {
                 h.until = until;
             }
             None => hs.push(Holder { conn, seq, until }),
+        }
+        match claims_too {
+            true => self.end_claim(conn, gfid, &mut sh, true),
+            false => None,
         }
     }
 
@@ -192,40 +224,79 @@ impl Leases {
         self.wait_recalls(waits, timeout).await;
     }
 
-    /// `conn` made directory `gfid`: it holds the claim until `until`.
-    fn claim(&self, conn: ConnId, gfid: Gfid, until: Instant) {
+    /// `conn` made directory `gfid`, or opened (or made) file `gfid` for
+    /// writing: it holds the claim until `until`. Another connection's
+    /// claim on it, taken while this request ran, is ended: returned, to
+    /// recall.
+    fn claim(
+        &self,
+        conn: ConnId,
+        gfid: Gfid,
+        until: Instant,
+        file: bool,
+    ) -> Option<(ConnId, Gfid)> {
+        let now = Instant::now();
         let mut sh = self.shard(&gfid).lock().unwrap();
-        if sh.claims.insert(gfid, (conn, until)).is_none() {
-            self.claimed.fetch_add(1, Ordering::AcqRel);
+        match sh.claims.insert(gfid, Claim { conn, until, file }) {
+            None => {
+                self.claimed.fetch_add(1, Ordering::AcqRel);
+                None
+            }
+            Some(c) => (c.conn != conn && c.until > now).then_some((c.conn, gfid)),
         }
     }
 
+    /// Ends another connection's claim on `gfid` (in shard `sh`) for a
+    /// request that `looks` at it or not: its holder, to recall, unless it
+    /// had lapsed.
+    ///
+    /// A file's claim outlives changes and locks of others: the writes its
+    /// holder closed behind may need the file's lock, which such a request
+    /// may hold while it waits (two clients writing one file), and they
+    /// land in either order then, as concurrent writes do. What looks
+    /// (a read, an open, a lookup or listing telling of it) waits for them.
+    fn end_claim(
+        &self,
+        caller: ConnId,
+        gfid: Gfid,
+        sh: &mut Shard,
+        looks: bool,
+    ) -> Option<(ConnId, Gfid)> {
+        let c = sh.claims.get(&gfid)?;
+        if c.conn == caller || (c.file && !looks) {
+            return None;
+        }
+        let live = c.until > Instant::now();
+        let holder = c.conn;
+        sh.claims.remove(&gfid);
+        self.claimed.fetch_sub(1, Ordering::AcqRel);
+        live.then_some((holder, gfid))
+    }
+
     /// Ends the claims of other connections on `objects`, recalls them
-    /// and waits until each maker has answered (it landed what it answered
-    /// ahead in them) or times out. Whether any was ended.
+    /// and waits until each holder has answered (it landed what it
+    /// answered ahead in them) or times out. Whether any was ended.
     async fn end_claims(
         &self,
         caller: ConnId,
         objects: impl IntoIterator<Item = Gfid>,
+        looks: bool,
         timeout: Duration,
     ) -> bool {
         if self.claimed.load(Ordering::Acquire) == 0 {
             return false;
         }
-        let now = Instant::now();
         let mut ended = Vec::new();
         for gfid in objects {
             let mut sh = self.shard(&gfid).lock().unwrap();
-            if let Some(&(holder, until)) = sh.claims.get(&gfid) {
-                if holder != caller {
-                    sh.claims.remove(&gfid);
-                    self.claimed.fetch_sub(1, Ordering::AcqRel);
-                    if until > now {
-                        ended.push((holder, gfid));
-                    }
-                }
-            }
+            ended.extend(self.end_claim(caller, gfid, &mut sh, looks));
         }
+        self.recall_claims(ended, timeout).await
+    }
+
+    /// Recalls the claims `ended` from their holders and waits until each
+    /// has answered or times out. Whether there were any.
+    async fn recall_claims(&self, ended: Vec<(ConnId, Gfid)>, timeout: Duration) -> bool {
         if ended.is_empty() {
             return false;
         }
@@ -290,8 +361,19 @@ impl Leases {
         }
     }
 
-    /// What `fop` changes that other clients may cache.
-    async fn targets(&self, conn: &Arc<Conn>, cx: &Ctx, fop: &Fop) -> Vec<Target> {
+    /// What `fop` changes that other clients may cache (a file about to
+    /// be claimed, `claiming`, counts as changed: nobody else may go on
+    /// caching it).
+    async fn targets(
+        &self,
+        conn: &Arc<Conn>,
+        cx: &Ctx,
+        fop: &Fop,
+        claiming: Option<Gfid>,
+    ) -> Vec<Target> {
+        if let Some(gfid) = claiming.filter(|_| matches!(fop, Fop::Open { .. })) {
+            return vec![(gfid, None)];
+        }
         let mut t: Vec<Target> = match fop {
             Fop::Setattr { gfid, .. }
             | Fop::Write { gfid, .. }
@@ -348,24 +430,63 @@ impl Leases {
 
 /// The objects a request names (a directory it looks in or changes, an
 /// object it reads or changes): what another connection's claim on them
-/// must be ended for.
+/// must be ended for. (Not a connection's own handles going: those wait
+/// for nobody.)
 fn named_objects(fop: &Fop) -> impl Iterator<Item = Gfid> {
+    let own = matches!(
+        fop,
+        Fop::Release { .. } | Fop::Releasedir { .. } | Fop::Flush { .. }
+    );
     let newparent = match fop {
         Fop::Rename { newparent, .. } | Fop::Link { newparent, .. } => Some(*newparent),
         _ => None,
     };
     std::iter::once(fop.gfid())
         .chain(newparent)
-        .filter(|g| *g != Gfid::NULL)
+        .filter(move |g| *g != Gfid::NULL && !own)
 }
 
 /// Whether the recalls a change sends end the leases they recall: only
-/// for a change of a file's data, after which the client has nothing of
-/// the file left.
-fn ends_leases(fop: &Fop) -> bool {
+/// for a change of a file's data (or a file about to be claimed), after
+/// which the client has nothing of the file left.
+fn ends_leases(fop: &Fop, claiming: bool) -> bool {
     match fop {
         Fop::Write { .. } | Fop::Fallocate { .. } => true,
-        Fop::Open { flags, .. } => flags & libc::O_TRUNC != 0,
+        Fop::Open { flags, .. } => claiming || flags & libc::O_TRUNC != 0,
+        _ => false,
+    }
+}
+
+/// The file a request opens (or makes) for writing on a user's behalf:
+/// what it claims for the connection when claims are on.
+fn opens_for_writing(cx: &Ctx, fop: &Fop) -> Option<Gfid> {
+    match fop {
+        Fop::Open { gfid, flags } | Fop::Create { gfid, flags, .. }
+            if !cx.internal && flags & libc::O_ACCMODE != libc::O_RDONLY =>
+        {
+            Some(*gfid)
+        }
+        _ => None,
+    }
+}
+
+/// Whether a request only reads: one whose answer may be asked again
+/// (after claims it tells of have ended) without changing anything.
+fn only_reads(fop: &Fop) -> bool {
+    match fop {
+        Fop::Lookup { .. }
+        | Fop::Getattr { .. }
+        | Fop::Readlink { .. }
+        | Fop::Read { .. }
+        | Fop::Readdir { .. }
+        | Fop::Opendir { .. }
+        | Fop::Getxattr { .. }
+        | Fop::Listxattr { .. }
+        | Fop::Parent { .. }
+        | Fop::Resolve { .. } => true,
+        Fop::Open { flags, .. } => {
+            flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0
+        }
         _ => false,
     }
 }
@@ -428,7 +549,7 @@ impl BrickXlator for Leases {
             claims += s.claims.len();
         }
         vec![format!(
-            "objects under lease: {objects}, leases: {leases}, directories claimed: {claims}"
+            "objects under lease: {objects}, leases: {leases}, objects claimed: {claims}"
         )]
     }
 
@@ -437,11 +558,13 @@ impl BrickXlator for Leases {
         let Some(lease) = terms.lease else {
             return self.below.call(conn, cx, fop).await;
         };
-        self.end_claims(conn.id, named_objects(&fop), terms.recall_timeout)
+        let looks = only_reads(&fop) || matches!(fop, Fop::Open { .. });
+        self.end_claims(conn.id, named_objects(&fop), looks, terms.recall_timeout)
             .await;
-        let targets = self.targets(conn, cx, &fop).await;
+        let claiming = opens_for_writing(cx, &fop).filter(|_| terms.claims);
+        let targets = self.targets(conn, cx, &fop, claiming).await;
         let since = self.seq.load(Ordering::Acquire);
-        let end = ends_leases(&fop);
+        let end = ends_leases(&fop, claiming.is_some());
         if !targets.is_empty() {
             self.recall(conn.id, &targets, 0, end, terms.recall_timeout)
                 .await;
@@ -449,36 +572,50 @@ impl BrickXlator for Leases {
         let told = told_by(&fop);
         // A missing name is cached too (a negative entry).
         let lookup = matches!(fop, Fop::Lookup { .. });
-        let made = match &fop {
+        let made_dir = match &fop {
             Fop::Mkdir { gfid, .. } => Some(*gfid),
             _ => None,
         };
-        // An answer that tells of directories claimed by others is asked
-        // again once their makers have landed what they answered ahead.
-        let again = (self.claimed.load(Ordering::Acquire) > 0
-            && matches!(fop, Fop::Lookup { .. } | Fop::Readdir { .. }))
-        .then(|| fop.clone());
+        // A read whose answer tells of objects claimed by others is asked
+        // again once their holders have landed what they answered ahead.
+        let again = only_reads(&fop).then(|| fop.clone());
         let mut res = self.below.call(conn, cx, fop).await;
-        if let Some(again) = again {
-            let mut seen = Vec::new();
-            told_in(&res, &mut seen);
-            if self.end_claims(conn.id, seen, terms.recall_timeout).await {
-                res = self.below.call(conn, cx, again).await;
-            }
-        }
         // Nobody else can have seen the directory just made: its maker may
         // change names in it ahead.
-        if let (Some(dir), Ok(_)) = (made, &res) {
-            self.claim(conn.id, dir, Instant::now() + lease);
+        if let (Some(dir), Ok(_)) = (made_dir, &res) {
+            self.claim(conn.id, dir, Instant::now() + lease, false);
         }
-        if let Some(mut gfids) = told.filter(|_| res.is_ok() || lookup) {
-            told_in(&res, &mut gfids);
+        // A file opened for writing: its writer may close it before its
+        // writes land. (Claimed before the leases granted meanwhile are
+        // recalled, below: a read that ran meanwhile is either recalled or
+        // sees the claim.)
+        if let (Some(file), Ok(Reply::Opened { .. } | Reply::Created { .. })) = (claiming, &res) {
+            let displaced = self.claim(conn.id, file, Instant::now() + lease, true);
+            self.recall_claims(displaced.into_iter().collect(), terms.recall_timeout)
+                .await;
+        }
+        if let Some(asked) = told {
             // The client's cache lasts `lease` from when it gets the
             // answer: the brick keeps the lease until any answer has
             // surely arrived.
-            let until = Instant::now() + lease + terms.recall_timeout;
-            for g in gfids {
-                self.grant(conn.id, g, until);
+            let grant = |res: &FsResult<Reply>, claims_too: bool| {
+                if res.is_err() && !lookup {
+                    return Vec::new();
+                }
+                let mut gfids = asked.clone();
+                told_in(res, &mut gfids);
+                let until = Instant::now() + lease + terms.recall_timeout;
+                gfids
+                    .into_iter()
+                    .filter_map(|g| self.grant(conn.id, g, until, claims_too))
+                    .collect()
+            };
+            let ended = grant(&res, again.is_some() && terms.claims);
+            if self.recall_claims(ended, terms.recall_timeout).await {
+                if let Some(again) = again {
+                    res = self.below.call(conn, cx, again).await;
+                    grant(&res, false);
+                }
             }
         }
         if !targets.is_empty() && res.is_ok() {
@@ -497,7 +634,7 @@ impl BrickXlator for Leases {
         for sh in &self.shards {
             let mut sh = sh.lock().unwrap();
             let before = sh.claims.len();
-            sh.claims.retain(|_, (c, _)| *c != conn.id);
+            sh.claims.retain(|_, c| c.conn != conn.id);
             self.claimed
                 .fetch_sub(before - sh.claims.len(), Ordering::AcqRel);
         }

@@ -41,6 +41,7 @@ fn leases(timeout: Duration) -> Arc<Leases> {
     let terms = Terms {
         lease: Some(Duration::from_secs(600)),
         recall_timeout: timeout,
+        claims: true,
     };
     Arc::new(Leases::new(Arc::new(Anything), terms))
 }
@@ -259,6 +260,7 @@ async fn without_leases_nothing_is_noted_or_recalled() {
     let terms = Terms {
         lease: None,
         recall_timeout: Duration::from_secs(30),
+        claims: false,
     };
     let l = Leases::new(Arc::new(Anything), terms);
     let (a, b) = (client(1), client(2));
@@ -302,4 +304,136 @@ async fn a_read_granted_while_a_change_waited_is_recalled_again_after_it() {
     );
     l.recalled(&c.conn, rc[0].0);
     change.await.unwrap().unwrap();
+}
+
+/// Opens files (each handle a new number), answers everything else.
+#[derive(Default)]
+struct Files(AtomicU64);
+
+#[async_trait]
+impl BrickXlator for Files {
+    async fn call(&self, _: &Arc<Conn>, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+        Ok(match fop {
+            Fop::Open { .. } => Reply::Opened {
+                fh: self.0.fetch_add(1, Ordering::Relaxed) + 1,
+            },
+            _ => Reply::Ok,
+        })
+    }
+}
+
+/// A user's request (a mount's), not mortar's own.
+fn user() -> Ctx {
+    Ctx {
+        internal: false,
+        ..Ctx::root()
+    }
+}
+
+fn open_for_writing(l: &Arc<Leases>, c: &Client, gfid: Gfid) -> tokio::task::JoinHandle<u64> {
+    let (l, conn) = (l.clone(), c.conn.clone());
+    tokio::spawn(async move {
+        let open = Fop::Open {
+            gfid,
+            flags: libc::O_WRONLY,
+        };
+        match l.call(&conn, &user(), open).await {
+            Ok(Reply::Opened { fh }) => fh,
+            other => panic!("{other:?}"),
+        }
+    })
+}
+
+async fn wait_recalls(c: &Client, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while recall_ids(c).len() < n {
+        assert!(Instant::now() < deadline, "no recall sent");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn files_leases() -> Arc<Leases> {
+    let terms = Terms {
+        lease: Some(Duration::from_secs(600)),
+        recall_timeout: Duration::from_secs(30),
+        claims: true,
+    };
+    Arc::new(Leases::new(Arc::new(Files::default()), terms))
+}
+
+#[tokio::test]
+async fn a_file_opened_for_writing_is_claimed_until_another_connection_names_it() {
+    let l = files_leases();
+    let (a, b) = (client(1), client(2));
+    l.connect(&a.conn);
+    l.connect(&b.conn);
+    let f = Gfid::random();
+    let fh = open_for_writing(&l, &a, f).await.unwrap();
+    // Released (the writer's close may still have writes on their way):
+    // the claim stays.
+    l.call(&a.conn, &user(), Fop::Release { gfid: f, fh })
+        .await
+        .unwrap();
+    // Another connection's look at the file waits for the writer.
+    let look = start(&l, &b, Fop::Getattr { gfid: f });
+    wait_recalls(&a, 1).await;
+    let (id, gfid, name) = recall_ids(&a)[0].clone();
+    assert_eq!((gfid, name), (f, None));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !look.is_finished(),
+        "the look went on before the writer answered"
+    );
+    l.recalled(&a.conn, id);
+    look.await.unwrap().unwrap();
+    // Over: the next look recalls nothing.
+    start(&l, &b, Fop::Getattr { gfid: f })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recall_ids(&a).len(), 1);
+    // Claimed again by a new open, which first ends what b caches.
+    let open = open_for_writing(&l, &a, f);
+    wait_recalls(&b, 1).await;
+    l.recalled(&b.conn, recall_ids(&b)[0].0);
+    open.await.unwrap();
+    let look = start(&l, &b, Fop::Getattr { gfid: f });
+    wait_recalls(&a, 2).await;
+    l.recalled(&a.conn, recall_ids(&a)[1].0);
+    look.await.unwrap().unwrap();
+    assert!(!a.closed.load(Ordering::SeqCst) && !b.closed.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn an_open_for_writing_ends_the_leases_others_hold_first() {
+    let l = files_leases();
+    let (a, b) = (client(1), client(2));
+    l.connect(&a.conn);
+    l.connect(&b.conn);
+    let f = Gfid::random();
+    start(&l, &b, Fop::Getattr { gfid: f })
+        .await
+        .unwrap()
+        .unwrap();
+    let open = open_for_writing(&l, &a, f);
+    wait_recalls(&b, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !open.is_finished(),
+        "the open went on while b cached the file"
+    );
+    l.recalled(&b.conn, recall_ids(&b)[0].0);
+    open.await.unwrap();
+    // mortar's own opens (heal, rebalance) claim nothing.
+    let g = Gfid::random();
+    let open = Fop::Open {
+        gfid: g,
+        flags: libc::O_RDWR,
+    };
+    l.call(&a.conn, &Ctx::root(), open).await.unwrap();
+    start(&l, &b, Fop::Getattr { gfid: g })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recall_ids(&a).len(), 0);
 }

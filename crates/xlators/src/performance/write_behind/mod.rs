@@ -2,9 +2,16 @@
 //! and sent to the bricks behind the application's back, as a local file
 //! system's page cache does. The application sees an error of a write sent
 //! behind at its next fsync or close of that file, as it would from a local
-//! file system; `fsync` and `close` wait until every write before them has
-//! landed, so fsync still means durable on every replica that is up, and
-//! another mount sees the data after close (close-to-open).
+//! file system; `fsync` waits until every write before it has landed, so
+//! fsync still means durable on every replica that is up.
+//!
+//! **Closes.** A close waits for the file's writes too, unless the bricks
+//! claim the file for this mount (`performance.flush-behind`,
+//! `brick::leases`, `claims.rs`): then it returns once the bricks have the
+//! file's open (at once, after the first), and a recall of the file
+//! (another client names it) is answered once the writes closed behind
+//! have landed, so another mount still sees the data after close
+//! (close-to-open).
 //!
 //! **Never at a write.** The kernel sends one `write(2)` as several
 //! requests when it starts inside a page the kernel does not hold (one per
@@ -46,17 +53,17 @@
 
 use async_trait::async_trait;
 use mortar_core::options::{Kind, Spec};
-use mortar_core::{Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, Xlator};
+use mortar_core::{Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Reply, Xlator};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-pub static WRITE_BEHIND: Spec = Spec {
-    key: "performance.write-behind",
-    kind: Kind::Bool,
-    default: "on",
-    help: "Answers writes from the mount's memory and sends them to the bricks in order, joined into large requests; an error is reported at the file's next fsync or close, and fsync and close wait until every write has landed (GlusterFS's write-behind).",
-};
+mod claims;
+
+/// (Defined with the terms: whether the bricks claim files for closes
+/// behind depends on it.)
+pub use mortar_core::terms::{FLUSH_BEHIND, WRITE_BEHIND};
 
 pub static WINDOW_SIZE: Spec = Spec {
     key: "performance.write-behind-window-size",
@@ -114,6 +121,9 @@ struct FileState {
     bytes: usize,
     /// The first error of a write sent behind, not yet reported.
     error: Option<FsError>,
+    /// The writes accepted up to this seq were closed behind: a recall of
+    /// the file is answered once they have landed.
+    closed: u64,
 }
 
 impl FileState {
@@ -165,6 +175,13 @@ pub struct WriteBehind {
     room: tokio::sync::Semaphore,
     sent: AtomicU64,
     joined: AtomicU64,
+    /// The files the bricks claim for this mount: closed behind.
+    claims: Mutex<claims::Claims>,
+    /// How long a recall waits for the writes closed behind before it is
+    /// answered anyway (half the bricks' recall timeout, so that the
+    /// bricks never disconnect this mount for it).
+    recall_wait: Mutex<Duration>,
+    closed_behind: AtomicU64,
 }
 
 fn writes_through(flags: i32) -> bool {
@@ -185,7 +202,99 @@ impl WriteBehind {
             room: tokio::sync::Semaphore::new(ALL_FILES_MAX),
             sent: AtomicU64::new(0),
             joined: AtomicU64::new(0),
+            claims: Mutex::default(),
+            recall_wait: Mutex::new(Duration::from_secs(5)),
+            closed_behind: AtomicU64::new(0),
         })
+    }
+
+    /// Marks the writes of `gfid` accepted up to `seq` closed behind: a
+    /// recall of the file waits for them.
+    fn closed_behind(&self, gfid: Gfid, seq: u64) {
+        if let Some(f) = self.file(gfid) {
+            let mut s = f.state.lock().unwrap();
+            s.closed = s.closed.max(seq);
+        }
+        self.closed_behind.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A close (flush) of handle `fh` of `gfid`. A file the bricks claim
+    /// for this mount is closed without waiting for its writes: another
+    /// client's first request naming it waits for them instead
+    /// (`recalled`). A claim begins once the bricks have the open (sent
+    /// ahead, `cluster::replicate::open`): the first close after it waits
+    /// for that.
+    async fn close(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
+        let seq = self.accepted.load(Ordering::Acquire);
+        let how = {
+            let claims = self.claims.lock().unwrap();
+            let how = claims.close(gfid, fh);
+            if how == claims::Close::Behind {
+                // (Under the claims' lock: a recall sees it.)
+                self.closed_behind(gfid, seq);
+            }
+            how
+        };
+        match how {
+            claims::Close::Behind => {
+                self.peek_error(gfid)?;
+                return Ok(Reply::Ok);
+            }
+            claims::Close::AfterOpen { mark, sent } => {
+                let res = self.child.call(cx, fop.clone()).await;
+                let behind = res.is_ok() && {
+                    let mut claims = self.claims.lock().unwrap();
+                    let ok = claims.confirm(gfid, mark, sent);
+                    if ok {
+                        self.closed_behind(gfid, seq);
+                    }
+                    ok
+                };
+                if behind {
+                    self.peek_error(gfid)?;
+                    return res;
+                }
+            }
+            claims::Close::Waiting => {}
+        }
+        self.settle_file(gfid).await;
+        self.peek_error(gfid)?;
+        self.child.call(cx, fop).await
+    }
+
+    /// Another client names the file (or a connection was lost): it is no
+    /// longer claimed for this mount. The recall's `ack` is held until the
+    /// writes closed behind have landed, or `recall_wait` has passed.
+    fn recalled(&self, gfid: Option<Gfid>, ack: Option<&mortar_core::xlator::Ack>) {
+        let owed = {
+            let mut claims = self.claims.lock().unwrap();
+            claims.recalled(gfid);
+            gfid.and_then(|g| self.file(g)).and_then(|f| {
+                let (closed, owes) = {
+                    let s = f.state.lock().unwrap();
+                    (s.closed, s.owes(s.closed))
+                };
+                owes.then_some((f, closed))
+            })
+        };
+        let (Some((f, closed)), Some(ack)) = (owed, ack) else {
+            return;
+        };
+        let (me, ack) = (self.me.clone(), ack.clone());
+        let wait = *self.recall_wait.lock().unwrap();
+        tokio::spawn(async move {
+            let Some(me) = me.upgrade() else { return };
+            let landed = me.wait_for(&f, |s| !s.owes(closed));
+            if tokio::time::timeout(wait, landed).await.is_err() {
+                tracing::warn!(
+                    xlator = %me.name,
+                    gfid = %gfid.unwrap_or(Gfid::NULL),
+                    "writes closed behind had not landed {wait:?} after another client asked for the file; answering the recall anyway"
+                );
+            }
+            drop(ack);
+        });
     }
 
     fn file(&self, gfid: Gfid) -> Option<Arc<File>> {
@@ -375,6 +484,11 @@ impl WriteBehind {
             data,
         };
         self.sent.fetch_add(1, Ordering::Relaxed);
+        // A slow brick, for the tests: `write-behind-send=return(MS)`.
+        let slow = fail::eval("write-behind-send", |ms| ms.and_then(|m| m.parse().ok()));
+        if let Some(Some(ms)) = slow {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         let res = match self.child.call(&first.cx, fop).await {
             Ok(Reply::Written(n, _)) if n as usize == len => Ok(()),
             Ok(Reply::Written(n, _)) => Err(FsError::new(
@@ -453,6 +567,28 @@ impl Xlator for WriteBehind {
     fn reconfigure(&self, options: &mortar_core::Options) {
         let w = WINDOW_SIZE.size(options).max(4096);
         self.window.store(w, Ordering::Relaxed);
+        let terms = mortar_core::terms::Terms::from_options(options);
+        // The bricks claim a file for a lease's time; writes closed behind
+        // land well within the margin left.
+        let length = match (terms.claims, terms.lease) {
+            (true, Some(lease)) => lease - terms.recall_timeout.min(lease / 2),
+            _ => Duration::ZERO,
+        };
+        self.claims.lock().unwrap().set_length(length);
+        *self.recall_wait.lock().unwrap() = terms.recall_timeout / 2;
+    }
+
+    fn notify(&self, _from: usize, ev: Event) -> Option<Event> {
+        match &ev {
+            Event::Recall {
+                gfid,
+                name: None,
+                ack,
+            } => self.recalled(Some(*gfid), Some(ack)),
+            Event::LeasesLost => self.recalled(None, None),
+            _ => {}
+        }
+        Some(ev)
     }
 
     async fn settle(&self) {
@@ -464,10 +600,12 @@ impl Xlator for WriteBehind {
 
     fn dump(&self) -> Vec<String> {
         vec![format!(
-            "files with writes out {} requests sent {} writes joined into others {}",
+            "files with writes out {} requests sent {} writes joined into others {} closes behind {} files claimed {}",
             self.files.lock().unwrap().len(),
             self.sent.load(Ordering::Relaxed),
-            self.joined.load(Ordering::Relaxed)
+            self.joined.load(Ordering::Relaxed),
+            self.closed_behind.load(Ordering::Relaxed),
+            self.claims.lock().unwrap().counts().0,
         )]
     }
 
@@ -490,16 +628,21 @@ impl Xlator for WriteBehind {
                 let me = self.me.upgrade().expect("a translator called is alive");
                 me.write(cx, fop).await
             }
-            Fop::Open { flags, .. } | Fop::Create { flags, .. }
-                if writes_through(flags) || flags & libc::O_APPEND != 0 =>
+            Fop::Open { flags, gfid } | Fop::Create { flags, gfid, .. }
+                if flags & libc::O_ACCMODE != libc::O_RDONLY =>
             {
-                let res = self.child.call(cx, fop).await;
+                let (mark, sent) = (self.claims.lock().unwrap().mark(), Instant::now());
+                let res = self.passed_on(cx, fop).await;
                 if let Ok(Reply::Opened { fh } | Reply::Created { fh, .. }) = &res {
+                    self.claims.lock().unwrap().opened(gfid, *fh, mark, sent);
                     let set = match writes_through(flags) {
-                        true => &self.write_through,
-                        false => &self.appending,
+                        true => Some(&self.write_through),
+                        false if flags & libc::O_APPEND != 0 => Some(&self.appending),
+                        false => None,
                     };
-                    set.lock().unwrap().insert(*fh);
+                    if let Some(set) = set {
+                        set.lock().unwrap().insert(*fh);
+                    }
                 }
                 res
             }
@@ -513,12 +656,9 @@ impl Xlator for WriteBehind {
             // close-on-exec too: it reports the error and leaves it for
             // the fsync (as a local file system's close leaves it), which
             // it must not steal from.
-            Fop::Flush { gfid, .. } => {
-                self.settle_file(gfid).await;
-                self.peek_error(gfid)?;
-                self.child.call(cx, fop).await
-            }
+            Fop::Flush { .. } => self.close(cx, fop).await,
             Fop::Release { gfid, fh } => {
+                self.claims.lock().unwrap().released(fh);
                 self.settle_file(gfid).await;
                 // The last close: nobody is left to report it to.
                 let _ = self.take_error(gfid);

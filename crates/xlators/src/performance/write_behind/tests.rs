@@ -292,3 +292,106 @@ async fn sync_handles_write_through() {
     w.await.unwrap().unwrap();
     assert_eq!(&disk.data.lock().unwrap()[..], b"sync");
 }
+
+/// With flush-behind on (and leases): the bricks claim files opened for
+/// writing for this mount.
+fn flushing_behind(wb: &Arc<WriteBehind>) {
+    let mut o = mortar_core::Options::new();
+    o.insert("performance.flush-behind".into(), "on".into());
+    wb.reconfigure(&o);
+}
+
+fn open_for_writing(gfid: Gfid) -> Fop {
+    Fop::Open {
+        gfid,
+        flags: libc::O_WRONLY,
+    }
+}
+
+/// A brick's recall of `gfid`; the flag is set once it is answered.
+fn recall(gfid: Gfid) -> (Event, Arc<std::sync::atomic::AtomicBool>) {
+    let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a = answered.clone();
+    let ev = Event::Recall {
+        gfid,
+        name: None,
+        ack: mortar_core::xlator::Ack::new(move || a.store(true, Ordering::SeqCst)),
+    };
+    (ev, answered)
+}
+
+#[tokio::test]
+async fn a_claimed_file_closes_behind_and_a_recall_waits_for_its_writes() {
+    let (disk, wb) = rig();
+    flushing_behind(&wb);
+    let (f, cx) = (Gfid::random(), Ctx::root());
+    let Reply::Opened { fh } = wb.call(&cx, open_for_writing(f)).await.unwrap() else {
+        panic!("not opened")
+    };
+    wb.call(&cx, write(f, 0, b"made")).await.unwrap();
+    // The close returns with the write still held at the gate.
+    let flush = Fop::Flush { gfid: f, fh };
+    tokio::time::timeout(Duration::from_secs(1), wb.call(&cx, flush))
+        .await
+        .expect("the close waited")
+        .unwrap();
+    assert!(disk.data.lock().unwrap().is_empty());
+    // Another client names the file: the recall is answered once the
+    // write has landed.
+    let (ev, answered) = recall(f);
+    drop(wb.notify(0, ev));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(
+        !answered.load(Ordering::SeqCst),
+        "answered before the write"
+    );
+    disk.gate.add_permits(1);
+    settled(&wb).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(answered.load(Ordering::SeqCst));
+    assert_eq!(&disk.data.lock().unwrap()[..], b"made");
+    // No longer claimed: the next close of the handle waits for its writes.
+    wb.call(&cx, write(f, 0, b"more")).await.unwrap();
+    let flush = wb.call(&cx, Fop::Flush { gfid: f, fh });
+    let waited = tokio::time::timeout(Duration::from_millis(50), flush).await;
+    assert!(waited.is_err(), "a close after the recall did not wait");
+    disk.gate.add_permits(10);
+    settled(&wb).await;
+}
+
+#[tokio::test]
+async fn without_flush_behind_a_close_waits_for_the_writes() {
+    let (disk, wb) = rig();
+    let (f, cx) = (Gfid::random(), Ctx::root());
+    let Reply::Opened { fh } = wb.call(&cx, open_for_writing(f)).await.unwrap() else {
+        panic!("not opened")
+    };
+    wb.call(&cx, write(f, 0, b"held")).await.unwrap();
+    let flush = wb.call(&cx, Fop::Flush { gfid: f, fh });
+    let waited = tokio::time::timeout(Duration::from_millis(50), flush).await;
+    assert!(waited.is_err(), "the close did not wait");
+    disk.gate.add_permits(1);
+    settled(&wb).await;
+}
+
+#[tokio::test]
+async fn a_recall_is_answered_anyway_once_its_wait_is_over() {
+    let (disk, wb) = rig();
+    flushing_behind(&wb);
+    *wb.recall_wait.lock().unwrap() = Duration::from_millis(100);
+    let (f, cx) = (Gfid::random(), Ctx::root());
+    let Reply::Opened { fh } = wb.call(&cx, open_for_writing(f)).await.unwrap() else {
+        panic!("not opened")
+    };
+    wb.call(&cx, write(f, 0, b"stuck")).await.unwrap();
+    wb.call(&cx, Fop::Flush { gfid: f, fh }).await.unwrap();
+    // The write cannot land (another client holds what it needs): the
+    // recall does not hold the other client for the bricks' whole timeout.
+    let (ev, answered) = recall(f);
+    drop(wb.notify(0, ev));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(answered.load(Ordering::SeqCst));
+    disk.gate.add_permits(10);
+    settled(&wb).await;
+    assert_eq!(&disk.data.lock().unwrap()[..], b"stuck");
+}

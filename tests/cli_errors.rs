@@ -242,7 +242,8 @@ fn peers_join_and_share_volumes() {
         "{st}"
     );
     let m = a.mount("pv");
-    ok(&format!("echo shared > {}", m.p("f")));
+    // (A close returns before its writes land: synced to read a brick.)
+    ok(&format!("echo shared > {0} && sync {0}", m.p("f")));
     assert_eq!(std::fs::read_to_string(b.path("p2/f")).unwrap(), "shared\n");
     assert!(a
         .fails(&["peer", "detach", &b.ip])

@@ -102,8 +102,10 @@ fn one_process_serves_a_servers_bricks_and_each_still_fails_alone() {
 
     // Files written through the mount are ordinary files on every brick.
     let m = c.mount("mv");
+    // (Closes return before creates and writes land: synced to read
+    // the bricks.)
     ok(&format!(
-        "mkdir {d} && for i in $(seq 1 30); do echo f-$i > {d}/f$i; done",
+        "mkdir {d} && for i in $(seq 1 30); do echo f-$i > {d}/f$i; done && sync {d} {d}/*",
         d = m.p("d")
     ));
     for b in &bricks {

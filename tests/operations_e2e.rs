@@ -408,7 +408,8 @@ fn the_try_out_script_starts_a_pool_of_three_servers_and_stops_it() {
     let d = pool.0.display().to_string();
     let out = ok(&format!("MORTAR={BIN} {script} start {d}"));
     assert!(out.contains("holds volume 'try'"), "{out}");
-    ok(&format!("echo hello > {d}/mnt/f"));
+    // (A close returns before its writes land: synced to read a brick.)
+    ok(&format!("echo hello > {d}/mnt/f && sync {d}/mnt/f"));
     for i in 1..=3 {
         let copy = std::fs::read_to_string(format!("{d}/s{i}/brick/f")).unwrap();
         assert_eq!(copy, "hello\n", "server {i}");

@@ -153,8 +153,9 @@ fn the_graph_is_the_tables_stack(dir: &std::path::Path) {
 
 /// Every file is on all three bricks with the same content and gfid.
 fn every_file_is_on_every_brick(dir: &std::path::Path, bricks: &[std::path::PathBuf]) {
+    // (A close returns before its writes land: each file synced first.)
     let files = ok(&format!(
-        "cd {} && find tree src docs test.txt largefile -type f",
+        "cd {} && find tree src docs test.txt largefile -type f -exec sync {{}} + -print",
         dir.display()
     ));
     assert!(files.lines().count() > 20);
@@ -264,7 +265,8 @@ os.close(fd)
             "the mount served a stale copy of o{i}"
         );
     }
-    ok(&format!("echo after > {}", m.p("after")));
+    // (A close returns before its writes land: synced to read a brick.)
+    ok(&format!("echo after > {0} && sync {0}", m.p("after")));
     assert_eq!(ok(&format!("cat {}", m.p("after"))), "after\n");
     assert_eq!(
         std::fs::read_to_string(bricks[1].join("after")).unwrap(),
@@ -281,8 +283,10 @@ fn plain_distribute_spreads_files_over_bricks() {
         .ok(&["volume", "info", "dist"])
         .contains("Type: Distribute"));
     let m = c.mount("dist");
+    // (Closes return before creates and writes land: synced to read
+    // the bricks.)
     ok(&format!(
-        "mkdir -p {0}/a/b && for i in $(seq 1 60); do echo $i > {0}/a/b/f$i; done",
+        "mkdir -p {0}/a/b && for i in $(seq 1 60); do echo $i > {0}/a/b/f$i; done && sync {0}/a/b {0}/a/b/*",
         m.dir.display()
     ));
     let on = |b: &std::path::Path| std::fs::read_dir(b.join("a/b")).unwrap().count();
@@ -414,7 +418,8 @@ fn mount_dot_mortar_works_as_mount8_calls_it() {
     );
     assert_eq!(ok(&format!("cat {}/f", dir.display())), "via-helper\n");
     remount("rw");
-    ok(&format!("echo again > {}/f", dir.display()));
+    // (A close returns before its writes land: synced to read the brick.)
+    ok(&format!("echo again > {0}/f && sync {0}/f", dir.display()));
     assert_eq!(std::fs::read_to_string(c.path("m1/f")).unwrap(), "again\n");
     ok(&format!("umount {}", dir.display()));
     wait_for("unmount", Duration::from_secs(10), || !is_mounted(&dir));

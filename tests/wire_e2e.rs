@@ -60,7 +60,7 @@ fn hostile_messages_cost_a_connection_and_nothing_else() {
     let c = Cluster::start();
     let bricks = c.volume("hw", 1, &["h1"]);
     let m = c.mount("hw");
-    ok(&format!("echo keep > {}", m.p("keep")));
+    ok(&format!("echo keep > {0} && sync {0}", m.p("keep")));
     let addr = brick_addr(&c, "hw", 0);
     let brick_path = bricks[0].display().to_string();
     let hello = hello_frame;
@@ -355,7 +355,8 @@ fn floods_of_connections_cost_a_brick_bounded_memory_and_never_its_life() {
     assert_eq!(brick_pid(&c, "fw", 0), pid, "the brick survived");
     let m2 = c.mount("fw");
     assert_eq!(ok(&format!("cat {}", m2.p("keep"))), "keep\n");
-    ok(&format!("echo more >> {}", m.p("keep")));
+    // (A close returns before its writes land: synced to read a brick.)
+    ok(&format!("echo more >> {0} && sync {0}", m.p("keep")));
     assert_eq!(
         std::fs::read_to_string(bricks[0].join("keep")).unwrap(),
         "keep\nmore\n"

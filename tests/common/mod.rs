@@ -578,6 +578,19 @@ pub fn requests_when_idle(m: &Mount) -> u64 {
     last
 }
 
+/// Writes `data` to `path` through a mount and syncs it, so that a brick
+/// can be read: a close returns before its writes land
+/// (`performance.flush-behind`).
+pub fn write_synced(
+    path: impl AsRef<std::path::Path>,
+    data: impl AsRef<[u8]>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(data.as_ref())?;
+    f.sync_all()
+}
+
 /// Requests the mount at `m` has sent to bricks so far.
 pub fn requests(m: &Mount) -> u64 {
     ok(&format!(

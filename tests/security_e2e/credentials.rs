@@ -47,7 +47,7 @@ fn client_credentials_mount_their_volume_only_and_are_revoked() {
     // Read-write: reads and writes its volume.
     let m = c.try_mount("cr", &[], &[&with(&rw)]).expect("mounts");
     assert_eq!(std::fs::read_to_string(m.p("f")).unwrap(), "data\n");
-    std::fs::write(m.p("g"), "from laptop\n").unwrap();
+    write_synced(m.p("g"), "from laptop\n").unwrap();
     assert_eq!(
         std::fs::read_to_string(bricks[0].join("g")).unwrap(),
         "from laptop\n"
@@ -213,7 +213,7 @@ fn a_detached_servers_certificates_and_any_it_makes_after_are_refused() {
     // The pool's own go on.
     pool_list_with(&a, &a.credential()).expect("the pool's administrator");
     let m = a.mount("dv");
-    std::fs::write(m.p("after"), "still served\n").unwrap();
+    write_synced(m.p("after"), "still served\n").unwrap();
     assert_eq!(
         std::fs::read_to_string(bricks[0].join("after")).unwrap(),
         "still served\n"

@@ -293,7 +293,7 @@ fn server_ssl_off_lets_clients_in_the_clear_and_on_cuts_them_off() {
 
     c.ok(&["volume", "set", "sv", "server.ssl", "off"]);
     let m = c.mount("sv");
-    std::fs::write(m.p("f"), "clear\n").unwrap();
+    write_synced(m.p("f"), "clear\n").unwrap();
     wait_for(
         "a brick that takes the clear",
         Duration::from_secs(20),
@@ -311,7 +311,7 @@ fn server_ssl_off_lets_clients_in_the_clear_and_on_cuts_them_off() {
         Ok(0) | Err(_)
     ));
     wait_for("the mount over TLS", Duration::from_secs(30), || {
-        std::fs::write(m.p("g"), "tls\n").is_ok()
+        write_synced(m.p("g"), "tls\n").is_ok()
     });
     assert_eq!(
         std::fs::read_to_string(bricks[0].join("f")).unwrap(),

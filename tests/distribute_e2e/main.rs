@@ -338,7 +338,8 @@ fn new_files_go_where_there_is_room_when_their_set_is_full() {
     let bricks = c.volume("room", 1, &["small/b", "large/b"]);
     let m = c.mount("room");
     ok(&format!(
-        "mkdir {0}/d && for i in $(seq 1 60); do head -c 131072 /dev/urandom > {0}/d/f$i || exit 1; done",
+        // (Synced: closes return before creates and writes land.)
+        "mkdir {0}/d && for i in $(seq 1 60); do head -c 131072 /dev/urandom > {0}/d/f$i || exit 1; done && sync {0}/d {0}/d/*",
         m.dir.display()
     ));
     let on_small = files_on(&bricks[0]);
@@ -378,7 +379,8 @@ fn a_weighted_rebalance_gives_a_larger_set_a_larger_share() {
     let bricks = c.volume("wt", 1, &["s32/b", "s96/b"]);
     let m = c.mount("wt");
     ok(&format!(
-        "mkdir {0}/d && for i in $(seq 1 300); do echo $i > {0}/d/f$i; done",
+        // (Synced: closes return before creates and writes land.)
+        "mkdir {0}/d && for i in $(seq 1 300); do echo $i > {0}/d/f$i; done && sync {0}/d {0}/d/*",
         m.dir.display()
     ));
     let count = |b: &Path, dir: &str| {

@@ -578,7 +578,11 @@ impl BrickXlator for Leases {
         };
         // A read whose answer tells of objects claimed by others is asked
         // again once their holders have landed what they answered ahead.
-        let again = only_reads(&fop).then(|| fop.clone());
+        // (Files are claimed from any open for writing with claims on, so a
+        // claim may be taken while this read runs; directories only by
+        // their makers, counted in `claimed`.)
+        let claims_may_be = terms.claims || self.claimed.load(Ordering::Acquire) > 0;
+        let again = (claims_may_be && only_reads(&fop)).then(|| fop.clone());
         let mut res = self.below.call(conn, cx, fop).await;
         // Nobody else can have seen the directory just made: its maker may
         // change names in it ahead.
@@ -610,7 +614,7 @@ impl BrickXlator for Leases {
                     .filter_map(|g| self.grant(conn.id, g, until, claims_too))
                     .collect()
             };
-            let ended = grant(&res, again.is_some() && terms.claims);
+            let ended = grant(&res, again.is_some());
             if self.recall_claims(ended, terms.recall_timeout).await {
                 if let Some(again) = again {
                     res = self.below.call(conn, cx, again).await;

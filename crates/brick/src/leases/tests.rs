@@ -437,3 +437,52 @@ async fn an_open_for_writing_ends_the_leases_others_hold_first() {
         .unwrap();
     assert_eq!(recall_ids(&a).len(), 0);
 }
+
+/// Answers every lookup with one object.
+struct Finds(Gfid);
+
+#[async_trait]
+impl BrickXlator for Finds {
+    async fn call(&self, _: &Arc<Conn>, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+        Ok(match fop {
+            Fop::Lookup { .. } => Reply::Entry(mortar_core::Entry::found(
+                mortar_core::Attr::plain_file(self.0, 0),
+            )),
+            _ => Reply::Ok,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_lookup_telling_of_a_claimed_directory_waits_for_its_maker_without_file_claims() {
+    let terms = Terms {
+        lease: Some(Duration::from_secs(600)),
+        recall_timeout: Duration::from_secs(30),
+        claims: false,
+    };
+    let dir = Gfid::random();
+    let l = Arc::new(Leases::new(Arc::new(Finds(dir)), terms));
+    let (a, b) = (client(1), client(2));
+    l.connect(&a.conn);
+    l.connect(&b.conn);
+    let mkdir = Fop::Mkdir {
+        parent: Gfid::ROOT,
+        name: Name::new("d").unwrap(),
+        gfid: dir,
+        mode: 0o755,
+        umask: 0,
+    };
+    start(&l, &a, mkdir).await.unwrap().unwrap();
+    // A lookup in the root whose answer is the claimed directory.
+    let lookup = Fop::Lookup {
+        parent: Gfid::ROOT,
+        name: Name::new("d").unwrap(),
+    };
+    let look = start(&l, &b, lookup);
+    wait_recalls(&a, 1).await;
+    assert_eq!(recall_ids(&a)[0].1, dir);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!look.is_finished(), "answered before the maker landed");
+    l.recalled(&a.conn, recall_ids(&a)[0].0);
+    look.await.unwrap().unwrap();
+}

@@ -95,11 +95,7 @@ async fn a_directory_is_claimed_by_its_maker_until_another_connection_names_it()
     assert!(recall_ids(&a).is_empty());
     // Another connection's mere lookup in it waits for the maker.
     let look = start(&l, &b, lookup("x"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while recall_ids(&a).is_empty() {
-        assert!(Instant::now() < deadline, "no recall sent");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_recalls(&a, 1).await;
     let (id, gfid, name) = recall_ids(&a)[0].clone();
     assert_eq!((gfid, name), (dir, None));
     tokio::time::sleep(Duration::from_millis(50)).await;

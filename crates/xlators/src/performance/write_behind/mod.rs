@@ -237,12 +237,9 @@ impl WriteBehind {
             how
         };
         match how {
-            claims::Close::Behind => {
-                self.peek_error(gfid)?;
-                return Ok(Reply::Ok);
-            }
+            claims::Close::Behind => self.peek_error(gfid).map(|()| Reply::Ok),
             claims::Close::AfterOpen { mark, sent } => {
-                let res = self.child.call(cx, fop.clone()).await;
+                let res = self.child.call(cx, fop).await;
                 let behind = res.is_ok() && {
                     let mut claims = self.claims.lock().unwrap();
                     let ok = claims.confirm(gfid, mark, sent);
@@ -251,16 +248,19 @@ impl WriteBehind {
                     }
                     ok
                 };
-                if behind {
-                    self.peek_error(gfid)?;
-                    return res;
+                // (Not claimed after all: the writes land first.)
+                if !behind {
+                    self.settle_file(gfid).await;
                 }
+                self.peek_error(gfid)?;
+                res
             }
-            claims::Close::Waiting => {}
+            claims::Close::Waiting => {
+                self.settle_file(gfid).await;
+                self.peek_error(gfid)?;
+                self.child.call(cx, fop).await
+            }
         }
-        self.settle_file(gfid).await;
-        self.peek_error(gfid)?;
-        self.child.call(cx, fop).await
     }
 
     /// Another client names the file (or a connection was lost): it is no
@@ -485,8 +485,10 @@ impl WriteBehind {
         };
         self.sent.fetch_add(1, Ordering::Relaxed);
         // A slow brick, for the tests: `write-behind-send=return(MS)`.
-        let slow = fail::eval("write-behind-send", |ms| ms.and_then(|m| m.parse().ok()));
-        if let Some(Some(ms)) = slow {
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(ms)) =
+            fail::eval("write-behind-send", |ms| ms.and_then(|m| m.parse().ok()))
+        {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         let res = match self.child.call(&first.cx, fop).await {

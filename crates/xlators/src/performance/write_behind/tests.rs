@@ -301,11 +301,29 @@ fn flushing_behind(wb: &Arc<WriteBehind>) {
     wb.reconfigure(&o);
 }
 
-fn open_for_writing(gfid: Gfid) -> Fop {
-    Fop::Open {
-        gfid,
-        flags: libc::O_WRONLY,
-    }
+/// Opens `gfid` for writing and writes `data` at its start: the handle.
+async fn open_and_write(wb: &Arc<WriteBehind>, gfid: Gfid, data: &[u8]) -> u64 {
+    let (open, cx) = (
+        Fop::Open {
+            gfid,
+            flags: libc::O_WRONLY,
+        },
+        Ctx::root(),
+    );
+    let Reply::Opened { fh } = wb.call(&cx, open).await.unwrap() else {
+        panic!("not opened")
+    };
+    wb.call(&cx, write(gfid, 0, data)).await.unwrap();
+    fh
+}
+
+/// Whether a close of `fh` is still waiting after 50 ms.
+async fn close_waits(wb: &Arc<WriteBehind>, gfid: Gfid, fh: u64) -> bool {
+    let cx = Ctx::root();
+    let flush = wb.call(&cx, Fop::Flush { gfid, fh });
+    tokio::time::timeout(Duration::from_millis(50), flush)
+        .await
+        .is_err()
 }
 
 /// A brick's recall of `gfid`; the flag is set once it is answered.
@@ -325,10 +343,7 @@ async fn a_claimed_file_closes_behind_and_a_recall_waits_for_its_writes() {
     let (disk, wb) = rig();
     flushing_behind(&wb);
     let (f, cx) = (Gfid::random(), Ctx::root());
-    let Reply::Opened { fh } = wb.call(&cx, open_for_writing(f)).await.unwrap() else {
-        panic!("not opened")
-    };
-    wb.call(&cx, write(f, 0, b"made")).await.unwrap();
+    let fh = open_and_write(&wb, f, b"made").await;
     // The close returns with the write still held at the gate.
     let flush = Fop::Flush { gfid: f, fh };
     tokio::time::timeout(Duration::from_secs(1), wb.call(&cx, flush))
@@ -352,9 +367,10 @@ async fn a_claimed_file_closes_behind_and_a_recall_waits_for_its_writes() {
     assert_eq!(&disk.data.lock().unwrap()[..], b"made");
     // No longer claimed: the next close of the handle waits for its writes.
     wb.call(&cx, write(f, 0, b"more")).await.unwrap();
-    let flush = wb.call(&cx, Fop::Flush { gfid: f, fh });
-    let waited = tokio::time::timeout(Duration::from_millis(50), flush).await;
-    assert!(waited.is_err(), "a close after the recall did not wait");
+    assert!(
+        close_waits(&wb, f, fh).await,
+        "a close after the recall did not wait"
+    );
     disk.gate.add_permits(10);
     settled(&wb).await;
 }
@@ -362,14 +378,9 @@ async fn a_claimed_file_closes_behind_and_a_recall_waits_for_its_writes() {
 #[tokio::test]
 async fn without_flush_behind_a_close_waits_for_the_writes() {
     let (disk, wb) = rig();
-    let (f, cx) = (Gfid::random(), Ctx::root());
-    let Reply::Opened { fh } = wb.call(&cx, open_for_writing(f)).await.unwrap() else {
-        panic!("not opened")
-    };
-    wb.call(&cx, write(f, 0, b"held")).await.unwrap();
-    let flush = wb.call(&cx, Fop::Flush { gfid: f, fh });
-    let waited = tokio::time::timeout(Duration::from_millis(50), flush).await;
-    assert!(waited.is_err(), "the close did not wait");
+    let f = Gfid::random();
+    let fh = open_and_write(&wb, f, b"held").await;
+    assert!(close_waits(&wb, f, fh).await, "the close did not wait");
     disk.gate.add_permits(1);
     settled(&wb).await;
 }
@@ -380,10 +391,7 @@ async fn a_recall_is_answered_anyway_once_its_wait_is_over() {
     flushing_behind(&wb);
     *wb.recall_wait.lock().unwrap() = Duration::from_millis(100);
     let (f, cx) = (Gfid::random(), Ctx::root());
-    let Reply::Opened { fh } = wb.call(&cx, open_for_writing(f)).await.unwrap() else {
-        panic!("not opened")
-    };
-    wb.call(&cx, write(f, 0, b"stuck")).await.unwrap();
+    let fh = open_and_write(&wb, f, b"stuck").await;
     wb.call(&cx, Fop::Flush { gfid: f, fh }).await.unwrap();
     // The write cannot land (another client holds what it needs): the
     // recall does not hold the other client for the bricks' whole timeout.

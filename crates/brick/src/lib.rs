@@ -41,11 +41,13 @@ pub enum Notice {
     /// Another client waits for a lock this one holds.
     Contention(Gfid),
     /// Drop what you cache of the object (`name` None) or of the name in
-    /// directory `gfid`, and answer recall `id` (`features/leases`).
+    /// directory `gfid`, and answer recall `id` (`features/leases`);
+    /// `claim`: it ends the client's claim on the object.
     Recall {
         id: u64,
         gfid: Gfid,
         name: Option<mortar_core::Name>,
+        claim: bool,
     },
 }
 

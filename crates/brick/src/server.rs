@@ -186,7 +186,17 @@ async fn serve_conn(
                         kind: wire::NOTICE_CONTENTION.into(),
                         gfid: Some(g),
                     },
-                    Notice::Recall { id, gfid, name } => Msg::Recall { id, gfid, name },
+                    Notice::Recall {
+                        id,
+                        gfid,
+                        name,
+                        claim,
+                    } => Msg::Recall {
+                        id,
+                        gfid,
+                        name,
+                        claim,
+                    },
                 };
                 let _ = tx.try_send(wire::encode(&msg));
             })

@@ -69,10 +69,13 @@ pub enum Event {
     /// else of that name in directory `gfid` (and the directory's
     /// attributes and listing). The brick applies another client's change
     /// once every copy of `ack` is dropped, or its recall times out: drop
-    /// the cache, then the event.
+    /// the cache, then the event. `claim`: the recall (also) ends this
+    /// client's claim on the object (`brick::leases`): another client
+    /// looks at it, and waits until the writes closed behind have landed.
     Recall {
         gfid: Gfid,
         name: Option<super::Name>,
+        claim: bool,
         ack: Ack,
     },
     /// A connection to a brick ended: what it promised to recall is no

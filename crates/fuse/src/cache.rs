@@ -229,7 +229,9 @@ pub async fn follow_recalls(active: Arc<Active>, inval: Arc<Invalidator>) {
         let was_switched = loop {
             tokio::select! {
                 ev = events.recv() => match ev {
-                    Ok(Event::Recall { gfid, name, ack }) => recall(&inval, gfid, name, ack),
+                    Ok(Event::Recall {
+                        gfid, name, ack, ..
+                    }) => recall(&inval, gfid, name, ack),
                     Ok(Event::LeasesLost) | Err(RecvError::Lagged(_)) => {
                         let _ = inval.send(Job::All);
                     }

@@ -382,6 +382,7 @@ impl StackConn {
                         id: recall,
                         gfid,
                         name,
+                        claim,
                     } => {
                         let (stack, c2) = (recalls.clone(), Arc::downgrade(&c));
                         let ack = Ack::new(move || {
@@ -393,7 +394,12 @@ impl StackConn {
                                 stack.recalled(&conn, recall);
                             }
                         });
-                        c.link.emit(Event::Recall { gfid, name, ack });
+                        c.link.emit(Event::Recall {
+                            gfid,
+                            name,
+                            claim,
+                            ack,
+                        });
                     }
                 }
             }),

@@ -463,9 +463,14 @@ async fn run_connection(
                         }
                     }
                 }
-                Ok(Some(Msg::Recall { id, gfid, name })) => {
+                Ok(Some(Msg::Recall {
+                    id,
+                    gfid,
+                    name,
+                    claim,
+                })) => {
                     sh.heard();
-                    tracing::debug!(client = %sh.name, %gfid, ?name, id, "recall");
+                    tracing::debug!(client = %sh.name, %gfid, ?name, id, claim, "recall");
                     // Answered once every translator and subscriber that
                     // got the recall has dropped it (and its cache).
                     let tx = tx.clone();
@@ -474,7 +479,12 @@ async fn run_connection(
                             tracing::debug!(id, "recall not answered: {e}");
                         }
                     });
-                    sh.link.emit(Event::Recall { gfid, name, ack });
+                    sh.link.emit(Event::Recall {
+                        gfid,
+                        name,
+                        claim,
+                        ack,
+                    });
                 }
                 Ok(Some(Msg::Notice { kind, gfid })) => {
                     sh.heard();

@@ -81,6 +81,9 @@ pub enum Msg {
         id: u64,
         gfid: mortar_core::Gfid,
         name: Option<mortar_core::Name>,
+        /// It ends the client's claim on the object: answer once the
+        /// writes closed behind have landed.
+        claim: bool,
     },
     /// Client → brick: recall `id` is done.
     Recalled {

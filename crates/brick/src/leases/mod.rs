@@ -218,7 +218,7 @@ impl Leases {
         let mut waits = Vec::new();
         for (gfid, name) in targets {
             for holder in self.take(caller, gfid, since, end) {
-                waits.extend(self.send_recall(holder, *gfid, name.clone()));
+                waits.extend(self.send_recall(holder, *gfid, name.clone(), false));
             }
         }
         self.wait_recalls(waits, timeout).await;
@@ -302,7 +302,7 @@ impl Leases {
         }
         let mut waits = Vec::new();
         for (holder, gfid) in ended {
-            if let Some(w) = self.send_recall(holder, gfid, None) {
+            if let Some(w) = self.send_recall(holder, gfid, None, true) {
                 waits.push(w);
             }
         }
@@ -310,18 +310,29 @@ impl Leases {
         true
     }
 
-    /// Sends `holder` a recall of `gfid` (or of `name` in it).
+    /// Sends `holder` a recall of `gfid` (or of `name` in it); `claim`:
+    /// it ends the holder's claim on `gfid` (the holder answers once what
+    /// it closed behind has landed; a recall of a lease alone is answered
+    /// at once, else a change holding the file's lock while it waits and
+    /// the holder's writes waiting for that lock would wait for each
+    /// other).
     fn send_recall(
         &self,
         holder: ConnId,
         gfid: Gfid,
         name: Option<Name>,
+        claim: bool,
     ) -> Option<(Arc<Conn>, oneshot::Receiver<()>)> {
         let conn = self.conns.get(holder)?;
         let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().unwrap().insert(id, (holder, tx));
-        (conn.notice)(Notice::Recall { id, gfid, name });
+        (conn.notice)(Notice::Recall {
+            id,
+            gfid,
+            name,
+            claim,
+        });
         Some((conn, rx))
     }
 

@@ -65,7 +65,7 @@ fn recall_ids(c: &Client) -> Vec<(u64, Gfid, Option<Name>)> {
         .unwrap()
         .iter()
         .filter_map(|n| match n {
-            Notice::Recall { id, gfid, name } => Some((*id, *gfid, name.clone())),
+            Notice::Recall { id, gfid, name, .. } => Some((*id, *gfid, name.clone())),
             _ => None,
         })
         .collect()

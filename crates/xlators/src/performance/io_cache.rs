@@ -566,6 +566,7 @@ mod tests {
             Event::Recall {
                 gfid: f,
                 name: None,
+                claim: false,
                 ack: Ack::none(),
             },
         );

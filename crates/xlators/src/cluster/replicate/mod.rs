@@ -308,14 +308,24 @@ impl Xlator for Replicate {
                 let was = self.up.swap(any, std::sync::atomic::Ordering::AcqRel);
                 (any != was).then_some(if any { Event::Up } else { Event::Down })
             }
-            Event::Recall { gfid, ack, name } => {
+            Event::Recall {
+                gfid,
+                ack,
+                name,
+                claim,
+            } => {
                 // A heal or another client's change may have made a copy
                 // good or bad since this client last asked.
                 if self.recheck.lock().unwrap().insert(gfid) {
                     self.rechecks
                         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 }
-                Some(Event::Recall { gfid, ack, name })
+                Some(Event::Recall {
+                    gfid,
+                    ack,
+                    name,
+                    claim,
+                })
             }
             ev @ Event::LeasesLost => {
                 self.blames.drop_child(from);

@@ -301,6 +301,7 @@ impl MdCache {
                         me.child.link.emit(Event::Recall {
                             gfid: *dir,
                             name: Some(name),
+                            claim: false,
                             ack: Ack::none(),
                         });
                     }
@@ -310,6 +311,7 @@ impl MdCache {
                     me.child.link.emit(Event::Recall {
                         gfid: *g,
                         name: None,
+                        claim: false,
                         ack: Ack::none(),
                     });
                 }
@@ -545,6 +547,7 @@ mod tests {
         let recall = Event::Recall {
             gfid: d,
             name: None,
+            claim: false,
             ack,
         };
         drop(md.notify(0, recall));

@@ -51,6 +51,7 @@ fn recall(md: &MdCache, gfid: Gfid, name: Option<Name>) {
         Event::Recall {
             gfid,
             name,
+            claim: false,
             ack: Ack::none(),
         },
     );

@@ -62,27 +62,38 @@ impl Claims {
         }
     }
 
-    /// How a close of handle `fh` of `gfid` may go.
+    /// How a close of handle `fh` of `gfid` may go. Never before the
+    /// handle's own open has reached the bricks: the bricks may hold that
+    /// open until another client answers a recall, and that client's
+    /// answer may wait for writes of its own closed behind the same way
+    /// (two mounts opening one file by turns would each wait for the
+    /// other).
     pub fn close(&self, gfid: Gfid, fh: u64) -> Close {
         if self.length.is_zero() {
             return Close::Waiting;
         }
-        if self.files.get(&gfid).is_some_and(|t| *t > Instant::now()) {
-            return Close::Behind;
-        }
         match self.opening.get(&fh) {
-            Some(&(g, mark, sent)) if g == gfid && mark == self.recalls => {
-                Close::AfterOpen { mark, sent }
-            }
-            _ => Close::Waiting,
+            Some(&(g, mark, sent)) if g == gfid => Close::AfterOpen { mark, sent },
+            Some(_) => Close::Waiting,
+            None if self.claimed(gfid) => Close::Behind,
+            None => Close::Waiting,
         }
     }
 
-    /// The bricks have the open sent at `sent` with `mark`: unless a
-    /// recall came since, `gfid` is claimed. Whether it is.
-    pub fn confirm(&mut self, gfid: Gfid, mark: u64, sent: Instant) -> bool {
-        if self.length.is_zero() || mark != self.recalls {
+    fn claimed(&self, gfid: Gfid) -> bool {
+        self.files.get(&gfid).is_some_and(|t| *t > Instant::now())
+    }
+
+    /// The bricks have the open of handle `fh`, sent at `sent` with
+    /// `mark`: unless a recall came since, `gfid` is claimed from then.
+    /// Whether it is claimed (by this open or still by an earlier one).
+    pub fn confirm(&mut self, gfid: Gfid, fh: u64, mark: u64, sent: Instant) -> bool {
+        self.opening.remove(&fh);
+        if self.length.is_zero() {
             return false;
+        }
+        if mark != self.recalls {
+            return self.claimed(gfid);
         }
         if self.files.len() >= FILES_MAX {
             let now = Instant::now();
@@ -143,12 +154,17 @@ mod tests {
         let Close::AfterOpen { mark, sent } = c.close(f, 1) else {
             panic!("not after the open")
         };
-        assert!(c.confirm(f, mark, sent));
-        // Any handle of it now, even one opened later.
+        assert!(c.confirm(f, 1, mark, sent));
+        // The handle again (a dup), or one made without an open behind.
+        assert_eq!(c.close(f, 1), Close::Behind);
         assert_eq!(c.close(f, 2), Close::Behind);
+        // A handle opened later: once its open has reached the bricks.
+        c.opened(f, 3, c.mark(), Instant::now());
+        assert!(matches!(c.close(f, 3), Close::AfterOpen { .. }));
         c.recalled(Some(f));
         assert_eq!(c.close(f, 2), Close::Waiting);
         assert_eq!(c.close(f, 1), Close::Waiting);
+        assert_eq!(c.close(f, 3), Close::Waiting);
     }
 
     #[test]
@@ -162,8 +178,20 @@ mod tests {
         // (Of another file: the recall may have overtaken this open's
         // answer all the same.)
         c.recalled(Some(g));
-        assert!(!c.confirm(f, mark, sent));
+        assert!(!c.confirm(f, 1, mark, sent));
         assert_eq!(c.close(f, 1), Close::Waiting);
+        // Already claimed by an earlier open: still claimed.
+        c.opened(g, 2, c.mark(), Instant::now());
+        let Close::AfterOpen { mark, sent } = c.close(g, 2) else {
+            panic!("not after the open")
+        };
+        assert!(c.confirm(g, 2, mark, sent));
+        c.opened(g, 3, c.mark(), Instant::now());
+        let Close::AfterOpen { mark, sent } = c.close(g, 3) else {
+            panic!("not after the open")
+        };
+        c.recalled(Some(f));
+        assert!(c.confirm(g, 3, mark, sent));
     }
 
     #[test]
@@ -171,11 +199,11 @@ mod tests {
         let mut c = claims();
         let f = Gfid::random();
         let long_ago = Instant::now() - Duration::from_secs(120);
-        assert!(c.confirm(f, c.mark(), long_ago));
+        assert!(c.confirm(f, 1, c.mark(), long_ago));
         assert_eq!(c.close(f, 1), Close::Waiting);
         c.set_length(Duration::ZERO);
         c.opened(f, 1, c.mark(), Instant::now());
         assert_eq!(c.close(f, 1), Close::Waiting);
-        assert!(!c.confirm(f, c.mark(), Instant::now()));
+        assert!(!c.confirm(f, 1, c.mark(), Instant::now()));
     }
 }

@@ -8,7 +8,7 @@
 //! **Closes.** A close waits for the file's writes too, unless the bricks
 //! claim the file for this mount (`performance.flush-behind`,
 //! `brick::leases`, `claims.rs`): then it returns once the bricks have the
-//! file's open (at once, after the first), and a recall of the file
+//! handle's open (sent ahead of the first write), and a recall of the file
 //! (another client names it) is answered once the writes closed behind
 //! have landed, so another mount still sees the data after close
 //! (close-to-open).
@@ -222,8 +222,8 @@ impl WriteBehind {
     /// for this mount is closed without waiting for its writes: another
     /// client's first request naming it waits for them instead
     /// (`recalled`). A claim begins once the bricks have the open (sent
-    /// ahead, `cluster::replicate::open`): the first close after it waits
-    /// for that.
+    /// ahead, `cluster::replicate::open`), and a handle's first close waits
+    /// for its open in any case (`Claims::close`).
     async fn close(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
         let seq = self.accepted.load(Ordering::Acquire);
@@ -242,7 +242,7 @@ impl WriteBehind {
                 let res = self.child.call(cx, fop).await;
                 let behind = res.is_ok() && {
                     let mut claims = self.claims.lock().unwrap();
-                    let ok = claims.confirm(gfid, mark, sent);
+                    let ok = claims.confirm(gfid, fh, mark, sent);
                     if ok {
                         self.closed_behind(gfid, seq);
                     }
@@ -322,6 +322,21 @@ impl WriteBehind {
             if rx.changed().await.is_err() {
                 return;
             }
+        }
+    }
+
+    /// Waits until the writes of `gfid` closed behind have landed. An open
+    /// of the file for writing does, before it goes down: the bricks may
+    /// make it wait for another client's writes closed behind, and
+    /// replicate keeps the file's lock state to itself while it waits (the
+    /// lock is taken behind the open, `cluster::replicate::open`), so ours
+    /// could not take the lock meanwhile, and a recall of the file, which
+    /// waits for them, would not be answered (two mounts opening one file
+    /// by turns).
+    async fn settle_closed(&self, gfid: Gfid) {
+        if let Some(f) = self.file(gfid) {
+            let closed = f.state.lock().unwrap().closed;
+            self.wait_for(&f, |s| !s.owes(closed)).await;
         }
     }
 
@@ -585,6 +600,7 @@ impl Xlator for WriteBehind {
             Event::Recall {
                 gfid,
                 name: None,
+                claim: true,
                 ack,
             } => self.recalled(Some(*gfid), Some(ack)),
             Event::LeasesLost => self.recalled(None, None),
@@ -633,6 +649,9 @@ impl Xlator for WriteBehind {
             Fop::Open { flags, gfid } | Fop::Create { flags, gfid, .. }
                 if flags & libc::O_ACCMODE != libc::O_RDONLY =>
             {
+                if matches!(fop, Fop::Open { .. }) {
+                    self.settle_closed(gfid).await;
+                }
                 let (mark, sent) = (self.claims.lock().unwrap().mark(), Instant::now());
                 let res = self.passed_on(cx, fop).await;
                 if let Ok(Reply::Opened { fh } | Reply::Created { fh, .. }) = &res {

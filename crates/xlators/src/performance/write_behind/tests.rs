@@ -326,13 +326,20 @@ async fn close_waits(wb: &Arc<WriteBehind>, gfid: Gfid, fh: u64) -> bool {
         .is_err()
 }
 
-/// A brick's recall of `gfid`; the flag is set once it is answered.
+/// A brick's recall of `gfid`, ending this mount's claim on it; the flag
+/// is set once it is answered.
 fn recall(gfid: Gfid) -> (Event, Arc<std::sync::atomic::AtomicBool>) {
+    recall_of(gfid, true)
+}
+
+/// A brick's recall of `gfid`, of a claim or of a lease alone.
+fn recall_of(gfid: Gfid, claim: bool) -> (Event, Arc<std::sync::atomic::AtomicBool>) {
     let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let a = answered.clone();
     let ev = Event::Recall {
         gfid,
         name: None,
+        claim,
         ack: mortar_core::xlator::Ack::new(move || a.store(true, Ordering::SeqCst)),
     };
     (ev, answered)
@@ -373,6 +380,31 @@ async fn a_claimed_file_closes_behind_and_a_recall_waits_for_its_writes() {
     );
     disk.gate.add_permits(10);
     settled(&wb).await;
+}
+
+#[tokio::test]
+async fn a_recall_of_a_lease_alone_is_answered_at_once_and_leaves_the_claim() {
+    let (disk, wb) = rig();
+    flushing_behind(&wb);
+    let (f, cx) = (Gfid::random(), Ctx::root());
+    let fh = open_and_write(&wb, f, b"made").await;
+    wb.call(&cx, Fop::Flush { gfid: f, fh }).await.unwrap();
+    // Another client changes the file (its write holds the file's lock
+    // while it waits for the answer): not waiting for our write, which
+    // may need that lock.
+    let (ev, answered) = recall_of(f, false);
+    drop(wb.notify(0, ev));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(answered.load(Ordering::SeqCst), "the answer waited");
+    // Still claimed: the next close goes behind too.
+    wb.call(&cx, write(f, 4, b"!")).await.unwrap();
+    assert!(
+        !close_waits(&wb, f, fh).await,
+        "a recall of a lease ended the claim"
+    );
+    disk.gate.add_permits(10);
+    settled(&wb).await;
+    assert_eq!(&disk.data.lock().unwrap()[..], b"made!");
 }
 
 #[tokio::test]

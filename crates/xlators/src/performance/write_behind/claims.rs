@@ -62,21 +62,28 @@ impl Claims {
         }
     }
 
-    /// How a close of handle `fh` of `gfid` may go. Never before the
-    /// handle's own open has reached the bricks: the bricks may hold that
-    /// open until another client answers a recall, and that client's
-    /// answer may wait for writes of its own closed behind the same way
-    /// (two mounts opening one file by turns would each wait for the
-    /// other).
+    /// How a close of handle `fh` of `gfid` may go.
+    ///
+    /// A close while the file is claimed goes behind even if the handle's
+    /// own open is still on its way. The bricks may hold that open until
+    /// another writer answers the recall of a claim; if that writer's
+    /// answer waits in turn for writes behind an open held the same way
+    /// (two handles of one file on each of two mounts), the answers go
+    /// after `recall_wait` (the write-behind translator's), logged. Waiting
+    /// for the open here instead made every close of a file opened again
+    /// a round trip (appends 2,900/s became 720/s).
     pub fn close(&self, gfid: Gfid, fh: u64) -> Close {
         if self.length.is_zero() {
             return Close::Waiting;
         }
+        if self.claimed(gfid) {
+            return Close::Behind;
+        }
         match self.opening.get(&fh) {
-            Some(&(g, mark, sent)) if g == gfid => Close::AfterOpen { mark, sent },
-            Some(_) => Close::Waiting,
-            None if self.claimed(gfid) => Close::Behind,
-            None => Close::Waiting,
+            Some(&(g, mark, sent)) if g == gfid && mark == self.recalls => {
+                Close::AfterOpen { mark, sent }
+            }
+            _ => Close::Waiting,
         }
     }
 
@@ -155,12 +162,10 @@ mod tests {
             panic!("not after the open")
         };
         assert!(c.confirm(f, 1, mark, sent));
-        // The handle again (a dup), or one made without an open behind.
+        // Any handle of it now, even one opened later.
         assert_eq!(c.close(f, 1), Close::Behind);
-        assert_eq!(c.close(f, 2), Close::Behind);
-        // A handle opened later: once its open has reached the bricks.
         c.opened(f, 3, c.mark(), Instant::now());
-        assert!(matches!(c.close(f, 3), Close::AfterOpen { .. }));
+        assert_eq!(c.close(f, 3), Close::Behind);
         c.recalled(Some(f));
         assert_eq!(c.close(f, 2), Close::Waiting);
         assert_eq!(c.close(f, 1), Close::Waiting);
@@ -186,12 +191,11 @@ mod tests {
             panic!("not after the open")
         };
         assert!(c.confirm(g, 2, mark, sent));
-        c.opened(g, 3, c.mark(), Instant::now());
-        let Close::AfterOpen { mark, sent } = c.close(g, 3) else {
-            panic!("not after the open")
-        };
+        // An open sent before a recall of another file, of a file still
+        // claimed by an earlier one: claimed all the same.
+        let mark3 = c.mark();
         c.recalled(Some(f));
-        assert!(c.confirm(g, 3, mark, sent));
+        assert!(c.confirm(g, 3, mark3, Instant::now()));
     }
 
     #[test]

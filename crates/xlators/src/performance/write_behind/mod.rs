@@ -8,7 +8,7 @@
 //! **Closes.** A close waits for the file's writes too, unless the bricks
 //! claim the file for this mount (`performance.flush-behind`,
 //! `brick::leases`, `claims.rs`): then it returns once the bricks have the
-//! handle's open (sent ahead of the first write), and a recall of the file
+//! file's open (at once, after the first), and a recall of the file
 //! (another client names it) is answered once the writes closed behind
 //! have landed, so another mount still sees the data after close
 //! (close-to-open).
@@ -222,8 +222,8 @@ impl WriteBehind {
     /// for this mount is closed without waiting for its writes: another
     /// client's first request naming it waits for them instead
     /// (`recalled`). A claim begins once the bricks have the open (sent
-    /// ahead, `cluster::replicate::open`), and a handle's first close waits
-    /// for its open in any case (`Claims::close`).
+    /// ahead, `cluster::replicate::open`): the first close after it waits
+    /// for that.
     async fn close(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
         let seq = self.accepted.load(Ordering::Acquire);

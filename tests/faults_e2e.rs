@@ -4,6 +4,7 @@
 
 mod common;
 use common::*;
+use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 const HEAL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -575,4 +576,81 @@ fn a_brick_that_crashes_inside_a_directory_rename_finds_the_directory_again_and_
         "more\n"
     );
     assert_eq!(ok(&format!("ls {d}/a/c")), "f\ng\n");
+}
+
+/// A writer whose closes went behind (the writes still in the mount) is
+/// killed, or frozen, on a loaded machine: another mount's reads of its
+/// files wait for nobody past the ping timeout and find each file whole,
+/// old or new, and the copies agree once healed.
+fn writer_gone_with_closes_behind(vol: &str, freeze: bool) {
+    let _load = Background::burners(2);
+    let c = Cluster::start();
+    let bricks = c.volume(vol, 3, &["w1", "w2", "w3"]);
+    set_options(&c, vol, &[("network.ping-timeout", "3")]);
+    // Let the bricks pick the option up (they poll every 2 s).
+    std::thread::sleep(Duration::from_secs(3));
+    // Every write this mount sends behind takes 4 s to leave it.
+    let writer = c.mount_env(vol, &[("FAILPOINTS", "write-behind-send=return(4000)")]);
+    let other = c.mount(vol);
+    let old = vec![b'o'; 8192];
+    let new = vec![b'n'; 8192];
+    for i in 0..8 {
+        std::fs::write(other.p(&format!("f{i}")), &old).unwrap();
+    }
+    for i in 0..8 {
+        let t = std::time::Instant::now();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(writer.p(&format!("f{i}")))
+            .unwrap();
+        f.write_all_at(&new, 0).unwrap();
+        drop(f);
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "f{i}: the close waited for its writes ({:?})",
+            t.elapsed()
+        );
+    }
+    let pid = client_pid(&writer.dir);
+    let _frozen = match freeze {
+        true => {
+            ok(&format!("kill -STOP {pid}"));
+            Some(Frozen(pid as u64))
+        }
+        false => {
+            ok(&format!("kill -9 {pid}"));
+            None
+        }
+    };
+    let t = std::time::Instant::now();
+    for i in 0..8 {
+        let got = std::fs::read(other.p(&format!("f{i}"))).unwrap();
+        assert!(got == old || got == new, "f{i}: {} bytes, mixed", got.len());
+    }
+    // The ping timeout (3 s) once, for the recall the writer does not
+    // answer, with room for the load.
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "the reads took {:?}",
+        t.elapsed()
+    );
+    drop(_frozen);
+    if !freeze {
+        let _ = sh(&format!("umount -l {}", writer.dir.display()));
+    }
+    drop(writer);
+    drop(other);
+    wait_healed(&c, vol, HEAL_TIMEOUT);
+    assert_bricks_identical(&bricks);
+}
+
+#[test]
+fn a_writer_killed_with_closes_behind_on_a_loaded_machine_holds_nobody_and_leaves_agreeing_copies()
+{
+    writer_gone_with_closes_behind("wk", false);
+}
+
+#[test]
+fn a_writer_frozen_with_closes_behind_on_a_loaded_machine_holds_nobody_past_the_ping_timeout() {
+    writer_gone_with_closes_behind("wf", true);
 }

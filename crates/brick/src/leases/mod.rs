@@ -36,7 +36,8 @@
 //! Any request of another connection naming a claimed directory (a lookup
 //! in it, a listing, its attributes, a lock, a change), or reading or
 //! opening a claimed file, first ends the claim and recalls it, and waits
-//! until the holder has landed what it answered ahead; a request that only
+//! until the holder has landed what it answered ahead (requests that come
+//! before the holder has answered wait for that answer too); a request that only
 //! reads and whose answer tells of a claimed object is asked again after
 //! that (the lease it takes and the claim it finds are looked at together,
 //! so that a claim taken while it ran is seen). Changes and locks of a
@@ -52,7 +53,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 /// Leases are kept in this many maps (by gfid).
 const SHARDS: usize = 64;
@@ -76,11 +77,53 @@ struct Claim {
     file: bool,
 }
 
+/// A claim ended whose holder has not answered the recall yet: requests
+/// it would have held wait for that answer too (not only the one that
+/// ended it).
+struct Ending {
+    holder: ConnId,
+    file: bool,
+    /// Tells of the answer (or of giving up on it) by closing.
+    done: watch::Receiver<()>,
+    id: u64,
+}
+
 #[derive(Default)]
 struct Shard {
     holders: HashMap<Gfid, Vec<Holder>>,
     claims: HashMap<Gfid, Claim>,
+    ending: HashMap<Gfid, Ending>,
     swept: Option<Instant>,
+}
+
+/// What a claim found in a request's way asks of it.
+enum Ended<'a> {
+    /// It ended the claim: recall it from `holder`; the others waiting
+    /// for that are let go when `ending` is dropped.
+    Recall {
+        holder: ConnId,
+        ending: EndingGuard<'a>,
+    },
+    /// Another request ended it: wait for that recall.
+    Wait(watch::Receiver<()>),
+}
+
+/// Forgets an ending claim, and lets its waiters go, when dropped.
+struct EndingGuard<'a> {
+    leases: &'a Leases,
+    gfid: Gfid,
+    id: u64,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for EndingGuard<'_> {
+    fn drop(&mut self) {
+        let mut sh = self.leases.shard(&self.gfid).lock().unwrap();
+        if sh.ending.get(&self.gfid).is_some_and(|e| e.id == self.id) {
+            sh.ending.remove(&self.gfid);
+            self.leases.claimed.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// What a change touches: an object, or a name in a directory.
@@ -99,7 +142,8 @@ pub struct Leases {
     next_recall: AtomicU64,
     /// Recalls not answered yet: their connection, and the change waiting.
     waiting: Mutex<HashMap<u64, (ConnId, oneshot::Sender<()>)>>,
-    /// Claims held (a request looks for them only when there are some).
+    /// Claims held or ending (a request looks for them only when there
+    /// are some).
     claimed: AtomicUsize,
 }
 
@@ -132,15 +176,16 @@ impl Leases {
     /// Grants `conn` a lease on `gfid`; with `claims_too`, ends another
     /// connection's claim on it in the same step (so that a claim taken
     /// while the answer was made is seen): its holder, to recall.
-    fn grant(
-        &self,
+    fn grant<'a>(
+        &'a self,
         conn: ConnId,
         gfid: Gfid,
         until: Instant,
         claims_too: bool,
-    ) -> Option<(ConnId, Gfid)> {
+        ended: &mut Vec<Ended<'a>>,
+    ) {
         if gfid == Gfid::NULL {
-            return None;
+            return;
         }
         let seq = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let now = Instant::now();
@@ -164,9 +209,8 @@ impl Leases {
             }
             None => hs.push(Holder { conn, seq, until }),
         }
-        match claims_too {
-            true => self.end_claim(conn, gfid, &mut sh, true),
-            false => None,
+        if claims_too {
+            self.end_claim(conn, gfid, &mut sh, true, ended);
         }
     }
 
@@ -228,13 +272,7 @@ impl Leases {
     /// writing: it holds the claim until `until`. Another connection's
     /// claim on it, taken while this request ran, is ended: returned, to
     /// recall.
-    fn claim(
-        &self,
-        conn: ConnId,
-        gfid: Gfid,
-        until: Instant,
-        file: bool,
-    ) -> Option<(ConnId, Gfid)> {
+    fn claim(&self, conn: ConnId, gfid: Gfid, until: Instant, file: bool) -> Option<Ended<'_>> {
         let now = Instant::now();
         let mut sh = self.shard(&gfid).lock().unwrap();
         match sh.claims.insert(gfid, Claim { conn, until, file }) {
@@ -242,40 +280,80 @@ impl Leases {
                 self.claimed.fetch_add(1, Ordering::AcqRel);
                 None
             }
-            Some(c) => (c.conn != conn && c.until > now).then_some((c.conn, gfid)),
+            Some(c) if c.conn != conn && c.until > now => {
+                self.claimed.fetch_add(1, Ordering::AcqRel);
+                Some(self.ending(&mut sh, gfid, c.conn, c.file))
+            }
+            Some(_) => None,
         }
     }
 
     /// Ends another connection's claim on `gfid` (in shard `sh`) for a
     /// request that `looks` at it or not: its holder, to recall, unless it
-    /// had lapsed.
+    /// had lapsed; and a claim being ended by another request, to wait for.
     ///
     /// A file's claim outlives changes and locks of others: the writes its
     /// holder closed behind may need the file's lock, which such a request
     /// may hold while it waits (two clients writing one file), and they
     /// land in either order then, as concurrent writes do. What looks
     /// (a read, an open, a lookup or listing telling of it) waits for them.
-    fn end_claim(
-        &self,
+    fn end_claim<'a>(
+        &'a self,
         caller: ConnId,
         gfid: Gfid,
         sh: &mut Shard,
         looks: bool,
-    ) -> Option<(ConnId, Gfid)> {
-        let c = sh.claims.get(&gfid)?;
-        if c.conn == caller || (c.file && !looks) {
-            return None;
+        out: &mut Vec<Ended<'a>>,
+    ) {
+        let holds = |holder: ConnId, file: bool| holder != caller && (looks || !file);
+        if let Some(e) = sh.ending.get(&gfid).filter(|e| holds(e.holder, e.file)) {
+            out.push(Ended::Wait(e.done.clone()));
         }
-        let live = c.until > Instant::now();
-        let holder = c.conn;
+        let Some(c) = sh.claims.get(&gfid) else {
+            return;
+        };
+        if !holds(c.conn, c.file) {
+            return;
+        }
+        let (holder, live, file) = (c.conn, c.until > Instant::now(), c.file);
         sh.claims.remove(&gfid);
-        self.claimed.fetch_sub(1, Ordering::AcqRel);
-        live.then_some((holder, gfid))
+        match live {
+            true => out.push(self.ending(sh, gfid, holder, file)),
+            false => {
+                self.claimed.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Notes `holder`'s claim on `gfid` ending (counted in `claimed`
+    /// already), for the request that ends it to recall.
+    fn ending(&self, sh: &mut Shard, gfid: Gfid, holder: ConnId, file: bool) -> Ended<'_> {
+        let (done, rx) = watch::channel(());
+        let id = self.next_recall.fetch_add(1, Ordering::Relaxed);
+        let e = Ending {
+            holder,
+            file,
+            done: rx,
+            id,
+        };
+        if sh.ending.insert(gfid, e).is_some() {
+            // (Its waiters keep waiting for their own end of it.)
+            self.claimed.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ended::Recall {
+            holder,
+            ending: EndingGuard {
+                leases: self,
+                gfid,
+                id,
+                _done: done,
+            },
+        }
     }
 
     /// Ends the claims of other connections on `objects`, recalls them
     /// and waits until each holder has answered (it landed what it
-    /// answered ahead in them) or times out. Whether any was ended.
+    /// answered ahead in them) or times out. Whether any was in the way.
     async fn end_claims(
         &self,
         caller: ConnId,
@@ -289,24 +367,35 @@ impl Leases {
         let mut ended = Vec::new();
         for gfid in objects {
             let mut sh = self.shard(&gfid).lock().unwrap();
-            ended.extend(self.end_claim(caller, gfid, &mut sh, looks));
+            self.end_claim(caller, gfid, &mut sh, looks, &mut ended);
         }
         self.recall_claims(ended, timeout).await
     }
 
     /// Recalls the claims `ended` from their holders and waits until each
-    /// has answered or times out. Whether there were any.
-    async fn recall_claims(&self, ended: Vec<(ConnId, Gfid)>, timeout: Duration) -> bool {
+    /// has answered, and for the recalls of other requests among them,
+    /// or times out. Whether there were any.
+    async fn recall_claims(&self, ended: Vec<Ended<'_>>, timeout: Duration) -> bool {
         if ended.is_empty() {
             return false;
         }
-        let mut waits = Vec::new();
-        for (holder, gfid) in ended {
-            if let Some(w) = self.send_recall(holder, gfid, None, true) {
-                waits.push(w);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (mut waits, mut guards, mut others) = (Vec::new(), Vec::new(), Vec::new());
+        for e in ended {
+            match e {
+                Ended::Recall { holder, ending } => {
+                    waits.extend(self.send_recall(holder, ending.gfid, None, true));
+                    guards.push(ending);
+                }
+                Ended::Wait(rx) => others.push(rx),
             }
         }
         self.wait_recalls(waits, timeout).await;
+        drop(guards);
+        for mut rx in others {
+            // (Closed once that recall is over.)
+            let _ = tokio::time::timeout_at(deadline, rx.changed()).await;
+        }
         true
     }
 
@@ -598,7 +687,9 @@ impl BrickXlator for Leases {
         // Nobody else can have seen the directory just made: its maker may
         // change names in it ahead.
         if let (Some(dir), Ok(_)) = (made_dir, &res) {
-            self.claim(conn.id, dir, Instant::now() + lease, false);
+            let displaced = self.claim(conn.id, dir, Instant::now() + lease, false);
+            self.recall_claims(displaced.into_iter().collect(), terms.recall_timeout)
+                .await;
         }
         // A file opened for writing: its writer may close it before its
         // writes land. (Claimed before the leases granted meanwhile are
@@ -620,10 +711,11 @@ impl BrickXlator for Leases {
                 let mut gfids = asked.clone();
                 told_in(res, &mut gfids);
                 let until = Instant::now() + lease + terms.recall_timeout;
-                gfids
-                    .into_iter()
-                    .filter_map(|g| self.grant(conn.id, g, until, claims_too))
-                    .collect()
+                let mut ended = Vec::new();
+                for g in gfids {
+                    self.grant(conn.id, g, until, claims_too, &mut ended);
+                }
+                ended
             };
             let ended = grant(&res, again.is_some());
             if self.recall_claims(ended, terms.recall_timeout).await {

@@ -401,6 +401,50 @@ async fn a_file_opened_for_writing_is_claimed_until_another_connection_names_it(
 }
 
 #[tokio::test]
+async fn every_look_at_a_file_whose_claim_is_ending_waits_for_the_writers_answer() {
+    let l = files_leases();
+    let (a, b, c) = (client(1), client(2), client(3));
+    for x in [&a, &b, &c] {
+        l.connect(&x.conn);
+    }
+    let f = Gfid::random();
+    open_for_writing(&l, &a, f).await.unwrap();
+    // b's look ends the claim; c's, and b's second, come before the
+    // writer has answered: they wait for the same answer (no second
+    // recall).
+    let first = start(&l, &b, Fop::Getattr { gfid: f });
+    wait_recalls(&a, 1).await;
+    let looks = [
+        start(&l, &c, Fop::Getattr { gfid: f }),
+        start(
+            &l,
+            &b,
+            Fop::Read {
+                gfid: f,
+                fh: 0,
+                offset: 0,
+                size: 10,
+            },
+        ),
+    ];
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(looks.iter().all(|h| !h.is_finished()), "a look went on");
+    assert!(!first.is_finished());
+    assert_eq!(recall_ids(&a).len(), 1);
+    l.recalled(&a.conn, recall_ids(&a)[0].0);
+    first.await.unwrap().unwrap();
+    for h in looks {
+        h.await.unwrap().unwrap();
+    }
+    // Nothing is left ending: the next look waits for nobody.
+    start(&l, &c, Fop::Getattr { gfid: f })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(l.claimed.load(Ordering::Acquire), 0);
+}
+
+#[tokio::test]
 async fn an_open_for_writing_ends_the_leases_others_hold_first() {
     let l = files_leases();
     let (a, b) = (client(1), client(2));

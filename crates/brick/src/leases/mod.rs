@@ -175,7 +175,8 @@ impl Leases {
 
     /// Grants `conn` a lease on `gfid`; with `claims_too`, ends another
     /// connection's claim on it in the same step (so that a claim taken
-    /// while the answer was made is seen): its holder, to recall.
+    /// while the answer was made is seen): what to recall or wait for is
+    /// added to `ended`.
     fn grant<'a>(
         &'a self,
         conn: ConnId,
@@ -270,8 +271,8 @@ impl Leases {
 
     /// `conn` made directory `gfid`, or opened (or made) file `gfid` for
     /// writing: it holds the claim until `until`. Another connection's
-    /// claim on it, taken while this request ran, is ended: returned, to
-    /// recall.
+    /// claim on it, taken while this request ran, is ended: returned, for
+    /// the request to recall.
     fn claim(&self, conn: ConnId, gfid: Gfid, until: Instant, file: bool) -> Option<Ended<'_>> {
         let now = Instant::now();
         let mut sh = self.shard(&gfid).lock().unwrap();

@@ -71,6 +71,17 @@ fn recall_ids(c: &Client) -> Vec<(u64, Gfid, Option<Name>)> {
         .collect()
 }
 
+/// Makes directory `d` in the root, as `dir`.
+fn mkdir_d(dir: Gfid) -> Fop {
+    Fop::Mkdir {
+        parent: Gfid::ROOT,
+        name: Name::new("d").unwrap(),
+        gfid: dir,
+        mode: 0o755,
+        umask: 0,
+    }
+}
+
 #[tokio::test]
 async fn a_directory_is_claimed_by_its_maker_until_another_connection_names_it() {
     let l = leases(Duration::from_secs(30));
@@ -78,14 +89,7 @@ async fn a_directory_is_claimed_by_its_maker_until_another_connection_names_it()
     l.connect(&a.conn);
     l.connect(&b.conn);
     let dir = Gfid::random();
-    let mkdir = Fop::Mkdir {
-        parent: Gfid::ROOT,
-        name: Name::new("d").unwrap(),
-        gfid: dir,
-        mode: 0o755,
-        umask: 0,
-    };
-    start(&l, &a, mkdir).await.unwrap().unwrap();
+    start(&l, &a, mkdir_d(dir)).await.unwrap().unwrap();
     // The maker's own requests in it recall nothing.
     let lookup = |n: &str| Fop::Lookup {
         parent: dir,
@@ -505,14 +509,7 @@ async fn a_lookup_telling_of_a_claimed_directory_waits_for_its_maker_without_fil
     let (a, b) = (client(1), client(2));
     l.connect(&a.conn);
     l.connect(&b.conn);
-    let mkdir = Fop::Mkdir {
-        parent: Gfid::ROOT,
-        name: Name::new("d").unwrap(),
-        gfid: dir,
-        mode: 0o755,
-        umask: 0,
-    };
-    start(&l, &a, mkdir).await.unwrap().unwrap();
+    start(&l, &a, mkdir_d(dir)).await.unwrap().unwrap();
     // A lookup in the root whose answer is the claimed directory.
     let lookup = Fop::Lookup {
         parent: Gfid::ROOT,

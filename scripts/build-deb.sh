@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-deb >/dev/null || cargo install cargo-deb --locked
+scripts/build-deps.sh
 cargo build --release --locked
 target="${CARGO_TARGET_DIR:-target}"
 extra="$target/deb-extra"

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 if ! command -v fusermount3 >/dev/null || ! command -v bc >/dev/null || ! command -v getfattr >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 bc attr >/dev/null
 fi
+scripts/build-deps.sh
 cargo build --release --quiet
 install -m 0755 target/release/mortar /usr/local/sbin/mortar
 # The brick alone, a smaller program the daemon starts for each brick.

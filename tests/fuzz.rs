@@ -287,6 +287,7 @@ fn write_the_corpus() {
             fh: 7,
             offset: 0,
             data: Bytes::from_static(b"hello, bricks"),
+            grow: 0,
         },
         Fop::Readdir {
             gfid: g,

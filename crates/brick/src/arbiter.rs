@@ -36,12 +36,14 @@ impl BrickXlator for Arbiter {
                 fh,
                 offset,
                 data,
+                ..
             } => {
                 let empty = Fop::Write {
                     gfid,
                     fh,
                     offset,
                     data: bytes::Bytes::new(),
+                    grow: 0,
                 };
                 self.below.call(conn, cx, empty).await?;
                 Ok(Reply::Written(data.len() as u32, None))
@@ -54,6 +56,7 @@ impl BrickXlator for Arbiter {
                     fh,
                     offset,
                     data: bytes::Bytes::new(),
+                    grow: 0,
                 };
                 self.below.call(conn, cx, empty).await.map(|_| Reply::Ok)
             }

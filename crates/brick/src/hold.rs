@@ -326,6 +326,7 @@ mod tests {
             fh: 1,
             offset: 0,
             data: bytes::Bytes::from_static(b"x"),
+            grow: 0,
         }
     }
 

@@ -358,6 +358,11 @@ pub enum Fop {
         /// so that one buffer serves every replica without a copy.
         #[serde(skip)]
         data: bytes::Bytes,
+        /// Then lengthens the file to at least this many bytes, never
+        /// shortening it (0: leaves its length to the write): a dispersed
+        /// file's fragments are each as long as the file
+        /// (docs/disperse.md), including those a write gives no bytes.
+        grow: u64,
     },
     Flush {
         gfid: Gfid,
@@ -762,6 +767,7 @@ mod tests {
             fh: 3,
             offset: 10,
             data: bytes::Bytes::from_static(b"abc"),
+            grow: 0,
         };
         assert_eq!((w.gfid(), w.fh()), (g, Some(3)));
         match w.with_fh(9) {
@@ -770,6 +776,7 @@ mod tests {
                 fh,
                 offset,
                 data,
+                grow: 0,
             } => assert_eq!((gfid, fh, offset, &data[..]), (g, 9, 10, &b"abc"[..])),
             other => panic!("{other:?}"),
         }

@@ -459,6 +459,7 @@ impl Filesystem for MortarFs {
                         fh: fh.0,
                         offset,
                         data,
+                        grow: 0,
                     },
                 )
                 .await

@@ -347,6 +347,7 @@ mod tests {
                     fh,
                     offset: 0,
                     data: bytes::Bytes::from_static(b"ab"),
+                    grow: 0,
                 },
             )
             .await

@@ -227,6 +227,7 @@ impl World {
                         fh,
                         offset,
                         data: data.clone().into(),
+                        grow: 0,
                     },
                 )
                 .await;

@@ -471,6 +471,7 @@ impl Set {
                             fh: h,
                             offset: at,
                             data,
+                            grow: 0,
                         },
                     )
                     .await?;

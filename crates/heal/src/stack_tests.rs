@@ -63,6 +63,7 @@ impl Vol {
             fh,
             offset,
             data: data.to_vec().into(),
+            grow: 0,
         })
         .await;
     }

@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// "MRTR": the first word of every handshake.
 pub const MAGIC: u32 = 0x4d52_5452;
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 
@@ -613,6 +613,7 @@ mod tests {
                 fh: 1,
                 offset: 0,
                 data: data.clone(),
+                grow: 0,
             },
         };
         let f = encode(&msg);
@@ -673,6 +674,7 @@ mod tests {
                 fh: 1,
                 offset: 4096,
                 data: data.clone(),
+                grow: 0,
             },
         };
         let f = encode(&msg);

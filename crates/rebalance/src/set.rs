@@ -194,6 +194,7 @@ pub(super) async fn copy_extents(
                 fh: wfh,
                 offset: off,
                 data: buf,
+                grow: 0,
             };
             dst.call(&root(), write).await?;
             off += len;

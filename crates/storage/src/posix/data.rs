@@ -169,6 +169,7 @@ impl Posix {
         fh: u64,
         offset: u64,
         data: &[u8],
+        grow: u64,
     ) -> FsResult<Reply> {
         let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
@@ -196,6 +197,9 @@ impl Posix {
                 }
             }
             r => r?,
+        }
+        if grow > 0 {
+            lengthen(f, gfid, grow)?;
         }
         // The attributes after it, as a getattr would answer them.
         let after = || -> FsResult<Attr> {
@@ -466,4 +470,17 @@ impl Posix {
         };
         Ok(Reply::Offset(rfs::seek(as_file(&h), pos)?))
     }
+}
+
+/// Lengthens `f` to at least `size` bytes, never shortening it: two writes
+/// that each lengthen the file, carried out together, leave it as long as
+/// the longer asks whatever their order (the length is looked at and set
+/// under a lock of the file).
+fn lengthen(f: &File, gfid: Gfid, size: u64) -> FsResult<()> {
+    static LOCKS: [Mutex<()>; 64] = [const { Mutex::new(()) }; 64];
+    let _held = LOCKS[gfid.0[15] as usize % LOCKS.len()].lock().unwrap();
+    if f.metadata()?.len() < size {
+        f.set_len(size)?;
+    }
+    Ok(())
 }

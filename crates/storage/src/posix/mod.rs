@@ -465,7 +465,8 @@ impl Posix {
                 fh,
                 offset,
                 data,
-            } => self.write(cx, fds, *gfid, *fh, *offset, data),
+                grow,
+            } => self.write(cx, fds, *gfid, *fh, *offset, data, *grow),
             Fop::Flush { gfid, fh } => self.file_for(cx, fds, *gfid, *fh).map(|_| Reply::Ok),
             Fop::Fsync { gfid, fh, datasync } => self.fsync(cx, fds, *gfid, *fh, *datasync),
             Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => {

@@ -312,6 +312,7 @@ impl IoCache {
             fh,
             offset,
             ref data,
+            ..
         } = fop
         else {
             unreachable!()
@@ -526,6 +527,7 @@ mod tests {
             fh,
             offset,
             data: bytes::Bytes::copy_from_slice(data),
+            grow: 0,
         };
         io.call(&Ctx::root(), fop).await.unwrap();
     }

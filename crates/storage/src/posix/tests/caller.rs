@@ -362,6 +362,7 @@ fn what_she_opened_stays_hers(s: &Scene) {
             fh,
             offset: 0,
             data: bytes::Bytes::from_static(b"still mine"),
+            grow: 0,
         },
     );
     assert_eq!(errno_of(write), 0);

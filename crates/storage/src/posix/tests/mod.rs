@@ -1,4 +1,5 @@
 mod caller;
+mod data;
 mod layout;
 mod reaper;
 
@@ -94,6 +95,7 @@ fn files_round_trip_and_keep_their_gfid_across_renames() {
         fh,
         offset: 0,
         data: bytes::Bytes::from_static(b"hello"),
+        grow: 0,
     })
     .unwrap();
     assert_eq!(b.fds.len(), 1);
@@ -174,6 +176,7 @@ fn anonymous_reads_and_open_files_outlive_their_names() {
         fh,
         offset: 0,
         data: bytes::Bytes::from_static(b"data"),
+        grow: 0,
     })
     .unwrap();
     // Read without ever opening: the brick opens it by gfid.
@@ -195,6 +198,7 @@ fn anonymous_reads_and_open_files_outlive_their_names() {
         fh: ANON_FH,
         offset: 0,
         data: bytes::Bytes::from_static(b"x"),
+        grow: 0,
     };
     assert_eq!(b.call(w).unwrap_err().errno, libc::EBADF);
     // A connection that holds it open for real, not anonymously.
@@ -643,6 +647,7 @@ fn strict_o_direct_opens_direct_and_takes_any_offset_and_buffer() {
             fh,
             offset,
             data,
+            grow: 0,
         };
         assert!(matches!(b.call(w), Ok(Reply::Written(_, Some(_)))));
     }

@@ -378,11 +378,14 @@ impl WriteBehind {
             fh,
             offset,
             data,
+            grow,
         } = fop
         else {
             unreachable!()
         };
-        if self.write_through.lock().unwrap().contains(&fh) {
+        // A write that lengthens the file as well (`grow`, written below a
+        // disperse translator only) is not merged with others.
+        if grow != 0 || self.write_through.lock().unwrap().contains(&fh) {
             // (An error of the writes behind is left for fsync or close.)
             self.settle_file(gfid).await;
             let fop = Fop::Write {
@@ -390,6 +393,7 @@ impl WriteBehind {
                 fh,
                 offset,
                 data,
+                grow,
             };
             return self.child.call(cx, fop).await;
         }
@@ -497,6 +501,7 @@ impl WriteBehind {
             fh: first.fh,
             offset: first.offset,
             data,
+            grow: 0,
         };
         self.sent.fetch_add(1, Ordering::Relaxed);
         // A slow brick, for the tests: `write-behind-send=return(MS)`.

@@ -64,6 +64,7 @@ fn write(gfid: Gfid, offset: u64, b: &[u8]) -> Fop {
         fh: 1,
         offset,
         data: bytes::Bytes::copy_from_slice(b),
+        grow: 0,
     }
 }
 
@@ -219,6 +220,7 @@ async fn appends_go_one_at_a_time() {
             fh,
             offset: 2 * i as u64 + 100,
             data: bytes::Bytes::copy_from_slice(line),
+            grow: 0,
         };
         wb.call(&cx, w).await.unwrap();
     }
@@ -283,6 +285,7 @@ async fn sync_handles_write_through() {
             fh,
             offset: 0,
             data: bytes::Bytes::from_static(b"sync"),
+            grow: 0,
         };
         wb2.call(&Ctx::root(), fop).await
     });

@@ -73,6 +73,16 @@ pub static TABLE: &[Row] = &[
         about: "copies every change to each brick of a replica set; reads from one good copy",
     },
     Row {
+        kind: "cluster/disperse",
+        side: Side::Client,
+        place: Place::Set,
+        enabled_by: None,
+        options: &[],
+        build: Some(disperse),
+        brick: None,
+        about: "erasure-codes each file over a disperse set's bricks: K data fragments and R of parity",
+    },
+    Row {
         kind: "cluster/distribute",
         side: Side::Client,
         place: Place::Volume,
@@ -285,6 +295,20 @@ fn replicate(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlat
     Ok(Arc::new(
         Replicate::new(cx.desc.name.clone(), children).with_arbiter(arbiter),
     ))
+}
+
+/// A disperse set: `data` (K) and `redundancy` (R) as volgen writes them.
+fn disperse(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let num = |key: &str| -> anyhow::Result<usize> {
+        cx.desc
+            .param(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("{}: a disperse set needs its {key}", cx.desc.name))
+    };
+    let set = Replicate::new(cx.desc.name.clone(), children)
+        .with_disperse(num("data")?, num("redundancy")?)
+        .map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(set))
 }
 
 fn distribute(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {

@@ -59,6 +59,22 @@ pub fn desc_over(sets: usize, replica: usize) -> VolDesc {
     }
 }
 
+/// `sets` disperse sets of `k + r` bricks each under distribute.
+pub fn desc_disperse(sets: usize, k: usize, r: usize) -> VolDesc {
+    let mut d = desc_over(sets * (k + r), 1);
+    let leaves = std::mem::take(&mut d.top.children);
+    d.top.children = leaves
+        .chunks(k + r)
+        .enumerate()
+        .map(|(i, c)| {
+            XlDesc::new("cluster/disperse", format!("t-disperse-{i}"), c.to_vec())
+                .with("data", k.to_string())
+                .with("redundancy", r.to_string())
+        })
+        .collect();
+    d
+}
+
 /// `desc_over` for `sets` sets of one brick whose layout commit is
 /// `commit`: a volume whose set list changed since it was made.
 pub fn desc_grown(sets: usize, commit: u64) -> VolDesc {
@@ -95,6 +111,17 @@ impl Rig {
         Rig {
             graph: graph_over(bricks, sets, replica),
             bricks: bricks.to_vec(),
+        }
+    }
+
+    /// A client of `sets` disperse sets of `k + r` bricks each, over new
+    /// bricks.
+    pub fn disperse(sets: usize, k: usize, r: usize) -> Rig {
+        let bricks = test_bricks(sets * (k + r));
+        let desc = desc_disperse(sets, k, r);
+        Rig {
+            graph: Graph::build(&desc, &env_over(&bricks)).expect("test graph builds"),
+            bricks,
         }
     }
 
@@ -151,6 +178,7 @@ impl Rig {
                 fh,
                 offset: 0,
                 data: bytes::Bytes::copy_from_slice(data),
+                grow: 0,
             })
             .await?;
         }
@@ -173,6 +201,7 @@ impl Rig {
                 fh,
                 offset,
                 data: bytes::Bytes::copy_from_slice(data),
+                grow: 0,
             })
             .await;
         self.call(Fop::Release { gfid, fh }).await?;
@@ -265,6 +294,7 @@ pub async fn write_at(r: &Rig, gfid: Gfid, fh: u64, offset: usize, data: &[u8]) 
         fh,
         offset: offset as u64,
         data: bytes::Bytes::copy_from_slice(data),
+        grow: 0,
     })
     .await
     .map(|_| ())

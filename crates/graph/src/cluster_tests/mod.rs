@@ -7,6 +7,7 @@ use mortar_core::fop::UNSETTLED;
 use mortar_core::{Fop, Gfid, SetAttr};
 use std::collections::BTreeMap;
 
+mod disperse;
 mod distribute;
 mod stacked;
 
@@ -293,6 +294,7 @@ async fn writers_over_one_region(clients: usize, handles: usize) {
                     fh,
                     offset: rng.u64(0..(SIZE - len) as u64),
                     data: vec![rng.u8(..); len].into(),
+                    grow: 0,
                 };
                 top.call(&cx, write).await.unwrap();
             }

@@ -77,6 +77,7 @@ async fn two_clients_writing_one_file_at_once_leave_equal_copies() {
                 fh,
                 offset: (i % 4) * 2048,
                 data: vec![byte; 4096].into(),
+                grow: 0,
             };
             call(g, fop).await.unwrap();
         }
@@ -135,6 +136,7 @@ async fn a_change_by_one_client_is_seen_by_another_that_cached_the_file() {
             fh: fb,
             offset: 0,
             data: vec![1u8; 100].into(),
+            grow: 0,
         },
     )
     .await
@@ -207,6 +209,7 @@ fn write(f: Gfid, fh: u64, data: &'static [u8]) -> Fop {
         fh,
         offset: 0,
         data: bytes::Bytes::from_static(data),
+        grow: 0,
     }
 }
 

@@ -15,6 +15,7 @@
 //! and `readable` the single place where copies are chosen for reading.
 
 mod changes;
+pub mod disperse;
 mod handles;
 mod open;
 pub mod options;
@@ -76,6 +77,9 @@ pub struct Replicate {
     /// What each child last said it blames (`Fop::Blamed`), kept under
     /// its lease (`Gfid::BLAMES`) while the bricks grant leases.
     blames: reads::BlamesKept,
+    /// A disperse set's code: each child holds a fragment of each file's
+    /// data instead of a copy (`disperse.rs`).
+    coding: Option<disperse::Coding>,
 }
 
 /// The answers of several replicas, judged as one.
@@ -134,6 +138,7 @@ impl Replicate {
             arbiter: None,
             up: Default::default(),
             blames: reads::BlamesKept::new(children.len()),
+            coding: None,
             name,
             children,
         }
@@ -347,10 +352,13 @@ impl Xlator for Replicate {
             options::READ_HASH_MODE.int(set) as u8,
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.txns.set_quorum(Quorum::from_options(
-            options::QUORUM_TYPE.str(set),
-            Some(options::QUORUM_COUNT.int(set) as usize),
-        ));
+        if self.coding.is_none() {
+            // (A disperse set's quorum is its K.)
+            self.txns.set_quorum(Quorum::from_options(
+                options::QUORUM_TYPE.str(set),
+                Some(options::QUORUM_COUNT.int(set) as usize),
+            ));
+        }
     }
 
     async fn call(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
@@ -388,10 +396,22 @@ impl Xlator for Replicate {
                 if stats.is_empty() {
                     return Err(FsError::notconn(format!("{}: no replica is up", self.name)));
                 }
-                Ok(Reply::StatFs(min_statfs(stats)))
+                let mut s = min_statfs(stats);
+                if let Some(c) = &self.coding {
+                    // Each brick holds 1/K of the data.
+                    let k = c.g.k() as u64;
+                    (s.blocks, s.bfree, s.bavail) = (s.blocks * k, s.bfree * k, s.bavail * k);
+                }
+                Ok(Reply::StatFs(s))
+            }
+            Fop::Create { .. } | Fop::Open { .. } if self.coding.is_some() => {
+                self.coded_open(cx, fop).await
             }
             Fop::Create { .. } => self.create(cx, fop).await,
             Fop::Open { .. } | Fop::Opendir { .. } => self.open_all(cx, fop).await,
+            Fop::Read { .. } | Fop::Lseek { .. } if self.coding.is_some() => {
+                self.coded_read(cx, fop).await
+            }
             Fop::Read { .. } | Fop::Lseek { .. } => self.read_handle(cx, fop).await,
             Fop::Readdir {
                 gfid,
@@ -399,9 +419,13 @@ impl Xlator for Replicate {
                 offset,
                 plus,
             } => self.readdir(cx, gfid, fh, offset, plus).await,
+            Fop::Write { .. } | Fop::Fallocate { .. } if self.coding.is_some() => {
+                self.coded_write(cx, fop).await
+            }
             Fop::Write { .. } | Fop::Fallocate { .. } => self.change_handles(cx, fop).await,
             Fop::Flush { .. } | Fop::Fsync { .. } => self.with_handles(cx, fop).await,
             Fop::Release { gfid, fh } => {
+                self.appending_ends(fh);
                 self.behind_ends(gfid, fh);
                 self.opening_ends(cx, fh).await;
                 self.release(cx, fop).await;
@@ -430,6 +454,10 @@ impl Xlator for Replicate {
                 self.open_for_real(cx, parent, name, Behind::Dirs).await;
                 self.change(cx, fop).await
             }
+            Fop::Setattr {
+                set: SetAttr { size: Some(_), .. },
+                ..
+            } if self.coding.is_some() => self.coded_truncate(cx, fop).await,
             Fop::Setattr { .. }
             | Fop::Mknod { .. }
             | Fop::Mkdir { .. }

@@ -80,6 +80,18 @@ struct Held {
     on: Vec<Option<u64>>,
     /// The blame already recorded in this lock's sessions.
     blamed: u32,
+    /// A dispersed file's size as this client's last change under this
+    /// lock left it: nobody else changes the file while the lock is held
+    /// (forgotten with the lock).
+    size: Option<u64>,
+}
+
+impl Held {
+    fn let_go(&mut self) {
+        self.on.iter_mut().for_each(|h| *h = None);
+        self.blamed = 0;
+        self.size = None;
+    }
 }
 
 /// One change in progress on one object: where it may go.
@@ -87,6 +99,8 @@ pub struct Ticket {
     gfid: Gfid,
     txn: Arc<Txn>,
     pub targets: Vec<usize>,
+    /// The size known under the lock (`Held::size`), when it was taken.
+    pub size: Option<u64>,
 }
 
 impl Ticket {
@@ -246,6 +260,7 @@ impl Txns {
                     held: tokio::sync::Mutex::new(Held {
                         on: vec![None; self.children.len()],
                         blamed: 0,
+                        size: None,
                     }),
                     inflight: AtomicUsize::new(0),
                     drained: tokio::sync::Notify::new(),
@@ -338,11 +353,13 @@ impl Txns {
             got
         };
         txn.inflight.fetch_add(1, Ordering::AcqRel);
+        let size = held.size;
         drop(held);
         let ticket = Ticket {
             gfid,
             txn,
             targets: locked,
+            size,
         };
         if let Err(e) = self.check_quorum(&ticket.targets, "locked") {
             self.end(ticket);
@@ -396,8 +413,7 @@ impl Txns {
         let idx: Vec<usize> = (0..held.on.len())
             .filter(|&i| held.on[i] == Some(self.children[i].epoch()) && self.children[i].is_up())
             .collect();
-        held.on.iter_mut().for_each(|h| *h = None);
-        held.blamed = 0;
+        held.let_go();
         if !idx.is_empty() {
             self.each(&idx, |_| Fop::Unlock { gfids: vec![gfid] }).await;
         }
@@ -450,6 +466,13 @@ impl Txns {
         failed
     }
 
+    /// Records a dispersed file's size as a change under `ticket` left it
+    /// (None: not known), for the next change under the same lock. (The
+    /// lock cannot go while the ticket is out.)
+    pub async fn set_size(&self, ticket: &Ticket, size: Option<u64>) {
+        ticket.txn.held.lock().await.size = size;
+    }
+
     fn end(self: &Arc<Self>, ticket: Ticket) {
         let txn = ticket.txn;
         txn.last_used.store(self.now(), Ordering::Relaxed);
@@ -489,6 +512,7 @@ impl Txns {
             held.on[i] = Some(epochs[i]);
         }
         held.blamed = blame;
+        held.size = None;
         txn.last_used.store(self.now(), Ordering::Relaxed);
         out
     }
@@ -572,8 +596,7 @@ impl Txns {
         })
         .await;
         for (_, _, held) in &mut guards {
-            held.on.iter_mut().for_each(|h| *h = None);
-            held.blamed = 0;
+            held.let_go();
         }
         // Forgotten only if nobody took it up meanwhile (the map's and
         // `idle`'s references are the only ones).

@@ -1,0 +1,239 @@
+//! Disperse sets over the real brick stack in memory: fragments on the
+//! bricks, reads and changes healthy and with bricks away.
+
+use crate::testkit::{errno, open_for_writing, write_at, Rig};
+use mortar_core::{Fop, Gfid, Reply, SetAttr};
+use mortar_ec::{Codec, Geometry};
+use mortar_xlators::cluster::replicate::disperse::UNIT;
+use std::os::unix::fs::MetadataExt;
+
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.u8(..)).collect()
+}
+
+/// Each brick's fragment of `name` is as long as the file, its data
+/// fragments hold the file's units, and its parity is the file coded.
+fn assert_coded(r: &Rig, name: &str, k: usize, want: &[u8]) {
+    let g = Geometry::new(k, UNIT);
+    let frags: Vec<Vec<u8>> = r
+        .bricks
+        .iter()
+        .map(|b| b.content(&[name]).expect("every brick has a fragment").1)
+        .collect();
+    for (i, f) in frags.iter().enumerate() {
+        assert_eq!(f.len(), want.len(), "fragment {i} is as long as the file");
+    }
+    let size = want.len() as u64;
+    let ranges = g.fragment_ranges(0, size);
+    let parts: Vec<&[u8]> = (0..k)
+        .map(|i| &frags[i][ranges[i].start as usize..ranges[i].end as usize])
+        .collect();
+    assert_eq!(
+        g.gather(0, size, &parts),
+        want,
+        "the data fragments hold the file"
+    );
+    let plen = g.parity_len(size) as usize;
+    let codec = Codec::new(k, frags.len() - k).unwrap();
+    let data: Vec<&[u8]> = (0..k).map(|i| &frags[i][..plen]).collect();
+    let mut parity = vec![vec![0u8; plen]; frags.len() - k];
+    codec.encode(&data, &mut parity).unwrap();
+    for (j, p) in parity.iter().enumerate() {
+        assert!(
+            frags[k + j][..plen] == p[..],
+            "parity {j} is the file coded"
+        );
+    }
+}
+
+async fn truncate(r: &Rig, gfid: Gfid, size: u64) -> mortar_core::FsResult<Reply> {
+    let set = SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    r.call(Fop::Setattr { gfid, set }).await
+}
+
+#[tokio::test]
+async fn a_file_is_stored_as_k_data_fragments_and_r_of_parity() {
+    let r = Rig::disperse(1, 4, 2);
+    let want = bytes(200_000, 1);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    assert_coded(&r, "f", 4, &want);
+    assert_eq!(r.read(f).await.unwrap(), want);
+    let Reply::Attr(a) = r.call(Fop::Getattr { gfid: f }).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(a.size, want.len() as u64);
+}
+
+#[tokio::test]
+async fn a_small_file_takes_blocks_on_one_data_brick_and_the_parity() {
+    let r = Rig::disperse(1, 4, 2);
+    r.create(Gfid::ROOT, "small", &bytes(4096, 2))
+        .await
+        .unwrap();
+    let blocks: Vec<u64> = r
+        .bricks
+        .iter()
+        .map(|b| std::fs::metadata(b.root().join("small")).unwrap().blocks())
+        .collect();
+    assert!(
+        blocks[0] > 0 && blocks[4] > 0 && blocks[5] > 0,
+        "{blocks:?}"
+    );
+    assert_eq!(
+        &blocks[1..4],
+        [0, 0, 0],
+        "the other data fragments are holes"
+    );
+}
+
+#[tokio::test]
+async fn overwrites_appends_and_truncations_keep_the_file_coded() {
+    let r = Rig::disperse(1, 3, 2);
+    let mut want = bytes(100_000, 3);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    let mut rng = fastrand::Rng::with_seed(4);
+    for round in 0..30 {
+        match rng.u8(..4) {
+            0 => {
+                let size = rng.u64(..150_000);
+                truncate(&r, f, size).await.unwrap();
+                want.resize(size as usize, 0);
+            }
+            _ => {
+                let at = rng.usize(..want.len() + 20_000);
+                let data = bytes(rng.usize(1..70_000), round);
+                r.write(f, at as u64, &data).await.unwrap();
+                if want.len() < at + data.len() {
+                    want.resize(at + data.len(), 0);
+                }
+                want[at..at + data.len()].copy_from_slice(&data);
+            }
+        }
+        assert_eq!(r.read(f).await.unwrap(), want, "round {round}");
+    }
+    assert_coded(&r, "f", 3, &want);
+}
+
+#[tokio::test]
+async fn appends_land_at_the_end() {
+    let r = Rig::disperse(1, 2, 1);
+    let f = r.create(Gfid::ROOT, "log", b"first\n").await.unwrap();
+    let fh = r
+        .call(Fop::Open {
+            gfid: f,
+            flags: libc::O_WRONLY | libc::O_APPEND,
+        })
+        .await
+        .unwrap()
+        .into_fh()
+        .unwrap();
+    for line in [&b"second\n"[..], b"third\n"] {
+        write_at(&r, f, fh, 0, line).await.unwrap();
+    }
+    r.call(Fop::Release { gfid: f, fh }).await.unwrap();
+    assert_eq!(r.read(f).await.unwrap(), b"first\nsecond\nthird\n");
+    assert_coded(&r, "log", 2, b"first\nsecond\nthird\n");
+}
+
+#[tokio::test]
+async fn with_r_bricks_away_reads_and_writes_go_on() {
+    let r = Rig::disperse(1, 4, 2);
+    let mut want = bytes(300_000, 5);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    // A data brick and a parity brick away: reads rebuild fragment 0.
+    r.bricks[0].set_down(true);
+    r.bricks[5].set_down(true);
+    assert_eq!(r.read(f).await.unwrap(), want);
+    // An overwrite whose old bytes are on the missing data brick, an
+    // append, a truncation.
+    let data = bytes(5_000, 6);
+    r.write(f, 1_000, &data).await.unwrap();
+    want[1_000..6_000].copy_from_slice(&data);
+    let more = bytes(70_000, 7);
+    r.write(f, want.len() as u64, &more).await.unwrap();
+    want.extend_from_slice(&more);
+    truncate(&r, f, 250_001).await.unwrap();
+    want.truncate(250_001);
+    assert_eq!(r.read(f).await.unwrap(), want);
+    // Back, but stale: blamed, and never read.
+    r.bricks[0].set_down(false);
+    r.bricks[5].set_down(false);
+    r.graph.fini().await;
+    assert_ne!(r.bricks[1].blame(f) & 1, 0, "fragment 0 is blamed");
+    assert_eq!(r.read(f).await.unwrap(), want);
+    // A new file made meanwhile is read whole too.
+    let g = r.create(Gfid::ROOT, "g", &more).await.unwrap();
+    assert_eq!(r.read(g).await.unwrap(), more);
+}
+
+#[tokio::test]
+async fn with_more_than_r_bricks_away_reads_and_writes_fail_and_change_nothing() {
+    let r = Rig::disperse(1, 4, 2);
+    let want = bytes(100_000, 8);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    r.graph.fini().await;
+    for b in &r.bricks[..3] {
+        b.set_down(true);
+    }
+    assert_eq!(errno(r.read(f).await), libc::ENOTCONN);
+    assert_eq!(errno(r.write(f, 0, b"x").await), libc::ENOTCONN);
+    for b in &r.bricks[..3] {
+        b.set_down(false);
+    }
+    assert_eq!(r.read(f).await.unwrap(), want);
+    assert_coded(&r, "f", 4, &want);
+}
+
+#[tokio::test]
+async fn a_volume_reports_the_room_of_its_data_fragments() {
+    let r = Rig::disperse(1, 4, 2);
+    let Reply::StatFs(s) = r.call(Fop::Statfs { gfid: Gfid::ROOT }).await.unwrap() else {
+        panic!()
+    };
+    // Every brick is on the same file system here: the volume holds K
+    // times one brick's room.
+    let one = rustix::fs::statvfs(r.bricks[0].root()).unwrap();
+    assert_eq!(s.blocks * s.frsize as u64, 4 * one.f_blocks * one.f_frsize);
+}
+
+#[tokio::test]
+async fn an_open_that_truncates_empties_every_fragment_under_the_lock() {
+    let r = Rig::disperse(1, 2, 1);
+    let f = r.create(Gfid::ROOT, "f", &bytes(50_000, 9)).await.unwrap();
+    let fh = r
+        .call(Fop::Open {
+            gfid: f,
+            flags: libc::O_WRONLY | libc::O_TRUNC,
+        })
+        .await
+        .unwrap()
+        .into_fh()
+        .unwrap();
+    write_at(&r, f, fh, 0, b"new").await.unwrap();
+    r.call(Fop::Release { gfid: f, fh }).await.unwrap();
+    assert_eq!(r.read(f).await.unwrap(), b"new");
+    assert_coded(&r, "f", 2, b"new");
+}
+
+#[tokio::test]
+async fn a_series_of_whole_stripe_writes_costs_one_request_per_fragment() {
+    let r = Rig::disperse(1, 4, 2);
+    let f = r.create(Gfid::ROOT, "f", b"").await.unwrap();
+    let fh = open_for_writing(&r, f).await;
+    let stripe = 4 * UNIT as usize;
+    let data = bytes(stripe, 10);
+    let write = |i: usize| write_at(&r, f, fh, i * stripe, &data);
+    write(0).await.unwrap();
+    let before = r.calls();
+    for i in 1..6 {
+        write(i).await.unwrap();
+    }
+    // Nothing read, the size known under the lock: six writes each.
+    assert_eq!(r.calls() - before, 5 * 6);
+    r.call(Fop::Release { gfid: f, fh }).await.unwrap();
+    assert_eq!(r.read(f).await.unwrap(), data.repeat(6));
+}

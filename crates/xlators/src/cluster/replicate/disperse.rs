@@ -1,0 +1,683 @@
+//! The data path of a dispersed set (`cluster/disperse`, docs/disperse.md).
+//!
+//! A disperse set is this translator with a code: names, attributes,
+//! locks, transactions and blame are replicate's, kept the same on every
+//! brick, and only file data differs. Each brick holds one fragment of
+//! each file (`mortar_ec`): data fragments 0..K hold the file's own bytes
+//! unit by unit, parity fragments K..K+R the code of them, and every
+//! fragment is, as a file, as long as the file, so any brick answers its
+//! attributes.
+//!
+//! - A read asks the data fragments that hold the bytes wanted, each for
+//!   one piece, and decodes nothing; with one of them away or blamed, it
+//!   reads the stripes from K good fragments and rebuilds.
+//! - A write, under the file's lock, reads the old bytes its partial
+//!   stripes need (`mortar_ec::Write`), then sends each fragment one write.
+//!   A fragment that misses it is blamed, as a replica is; the change
+//!   stands if K good fragments took it.
+//! - A truncation cuts every fragment and updates the parity of the stripe
+//!   the new end falls in.
+//!
+//! Appends (`O_APPEND`) are placed here at the file's size: the bricks'
+//! files are opened without it.
+
+use super::*;
+use mortar_core::fop::ANON_FH;
+use mortar_ec::{Codec, Geometry};
+use std::ops::Range;
+
+/// The stripe unit: bytes of a file each data fragment holds in a row.
+/// Files up to this size are in one data fragment and the parity.
+pub const UNIT: u64 = 16 << 10;
+
+/// The code of a `K + R` set and where a file's bytes go in it.
+pub struct Coding {
+    pub g: Geometry,
+    pub codec: Codec,
+    /// Our handles opened with `O_APPEND` (the bricks' are not).
+    appending: Mutex<std::collections::HashSet<u64>>,
+}
+
+impl Coding {
+    pub fn new(k: usize, r: usize, unit: u64) -> Result<Coding, mortar_ec::CodecError> {
+        Ok(Coding {
+            g: Geometry::new(k, unit),
+            codec: Codec::new(k, r)?,
+            appending: Mutex::default(),
+        })
+    }
+
+    fn k(&self) -> usize {
+        self.g.k()
+    }
+
+    fn r(&self) -> usize {
+        self.codec.r()
+    }
+}
+
+/// A change of a dispersed file under way (`Replicate::coded_begin`).
+struct Started {
+    _claim: txn::Claim,
+    tickets: Vec<txn::Ticket>,
+    /// The fragments locked.
+    targets: Vec<usize>,
+    /// Of those, the ones no other blames.
+    good: Vec<usize>,
+    /// The file's size before the change.
+    size: u64,
+}
+
+fn eio(what: String) -> FsError {
+    FsError::new(libc::EIO, what)
+}
+
+/// The bytes of a read's answer, zeros after a short one, `len` in all.
+fn padded(r: FsResult<Reply>, len: u64) -> FsResult<Vec<u8>> {
+    match r? {
+        Reply::Data(b) => {
+            let mut v = b.to_vec();
+            v.resize(len as usize, 0);
+            Ok(v)
+        }
+        other => Err(mortar_core::fop::unexpected(other)),
+    }
+}
+
+impl Replicate {
+    /// Makes this a disperse set of `k` data and `r` parity fragments
+    /// (`k + r` children): changes need K good fragments (the quorum).
+    pub fn with_disperse(mut self, k: usize, r: usize) -> Result<Self, String> {
+        if k + r != self.children.len() || r == 0 || 2 * r >= k + r {
+            return Err(format!(
+                "{}: a disperse set of {} bricks cannot keep {k} + {r}",
+                self.name,
+                self.children.len()
+            ));
+        }
+        self.coding = Some(Coding::new(k, r, UNIT).map_err(|e| e.to_string())?);
+        self.txns.set_quorum(Quorum::Fixed(k));
+        Ok(self)
+    }
+
+    /// An open or create of a dispersed file. The bricks' files are opened
+    /// without `O_APPEND` (appends are placed here) and without `O_TRUNC`:
+    /// a truncation is a change of the file's fragments under its lock
+    /// (`coded_truncate`), made right after the open. An open for writing
+    /// needs K fragments up (ENOTCONN): its lock would otherwise record the
+    /// fragments away as missing a change none could make.
+    pub(super) async fn coded_open(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let gfid = fop.gfid();
+        let mut fop = fop;
+        let (appends, truncates) = match &mut fop {
+            Fop::Open { flags, .. } => {
+                let (up, k) = (self.up().len(), self.coding().k());
+                if *flags & libc::O_ACCMODE != libc::O_RDONLY && up < k {
+                    return Err(FsError::notconn(format!(
+                        "{}: {gfid}: {up} of {} fragments are up, {k} are needed to write",
+                        self.name,
+                        self.children.len()
+                    )));
+                }
+                let t = *flags & libc::O_TRUNC != 0 && *flags & libc::O_ACCMODE != libc::O_RDONLY;
+                let a = *flags & libc::O_APPEND != 0;
+                *flags &= !(libc::O_APPEND | libc::O_TRUNC);
+                (a, t)
+            }
+            Fop::Create { flags, .. } => {
+                let a = *flags & libc::O_APPEND != 0;
+                *flags &= !libc::O_APPEND;
+                (a, false)
+            }
+            _ => unreachable!("opens only"),
+        };
+        let r = match fop {
+            Fop::Create { .. } => self.create(cx, fop).await,
+            _ => self.open_all(cx, fop).await,
+        };
+        let fh = match &r {
+            Ok(Reply::Opened { fh }) | Ok(Reply::Created { fh, .. }) => *fh,
+            _ => return r,
+        };
+        if truncates {
+            let set = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            if let Err(e) = self.coded_truncate(cx, Fop::Setattr { gfid, set }).await {
+                self.release(cx, Fop::Release { gfid, fh }).await;
+                return Err(e);
+            }
+        }
+        if appends {
+            self.coding().appending.lock().unwrap().insert(fh);
+        }
+        r
+    }
+
+    pub(super) fn appending_ends(&self, fh: u64) {
+        if let Some(c) = &self.coding {
+            c.appending.lock().unwrap().remove(&fh);
+        }
+    }
+
+    fn coding(&self) -> &Coding {
+        self.coding.as_ref().expect("a disperse set")
+    }
+
+    /// Of `among`, the fragments of `gfid` no other blames; EIO when fewer
+    /// than K.
+    async fn good_fragments(&self, cx: &Ctx, gfid: Gfid, among: &[usize]) -> FsResult<Vec<usize>> {
+        let k = self.coding().k();
+        let good = |me: &Self| {
+            let bad = me.stale_copies(gfid);
+            among
+                .iter()
+                .copied()
+                .filter(|&i| bad & (1 << i) == 0)
+                .collect::<Vec<usize>>()
+        };
+        let mut g = good(self);
+        if g.len() < k {
+            self.refresh(cx, gfid).await;
+            g = good(self);
+        }
+        if g.len() < k {
+            return Err(if among.len() < k {
+                FsError::notconn(format!(
+                    "{}: {gfid}: {} of {} fragments are up, {k} are needed",
+                    self.name,
+                    among.len(),
+                    self.children.len()
+                ))
+            } else {
+                eio(format!(
+                    "{}: {gfid}: {} good fragments are up (others missed changes and are not healed yet), {k} are needed",
+                    self.name,
+                    g.len()
+                ))
+            });
+        }
+        Ok(g)
+    }
+
+    /// The file's size, as one good fragment's length tells it.
+    async fn coded_size(&self, cx: &Ctx, gfid: Gfid, good: &[usize]) -> FsResult<u64> {
+        let mut last = FsError::notconn("no fragment answered");
+        for &i in good {
+            match self.children[i].call(cx, Fop::Getattr { gfid }).await {
+                Ok(r) => return Ok(r.into_attr()?.size),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Reads `range` of fragment `i` (zeros after its end) through `fh`.
+    async fn fragment_read(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        i: usize,
+        fh: u64,
+        range: Range<u64>,
+    ) -> FsResult<Vec<u8>> {
+        let len = range.end - range.start;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let fop = Fop::Read {
+            gfid,
+            fh,
+            offset: range.start,
+            size: len as u32,
+        };
+        padded(self.children[i].call(cx, fop).await, len)
+    }
+
+    /// Every fragment's bytes of `range`, rebuilt from the good fragments
+    /// `good` (K at least): K + R buffers, data first.
+    async fn rebuilt(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        good: &[usize],
+        fh: impl Fn(usize) -> u64,
+        range: Range<u64>,
+    ) -> FsResult<Vec<Vec<u8>>> {
+        let c = self.coding();
+        let n = self.children.len();
+        let reads = good.iter().map(|&i| {
+            let (fh, range) = (fh(i), range.clone());
+            async move { (i, self.fragment_read(cx, gfid, i, fh, range).await) }
+        });
+        let len = (range.end - range.start) as usize;
+        let mut frags = vec![vec![0u8; len]; n];
+        let mut present = vec![false; n];
+        let mut got = 0;
+        let mut last = None;
+        for (i, r) in join_all(reads).await {
+            match r {
+                Ok(b) => {
+                    frags[i] = b;
+                    present[i] = true;
+                    got += 1;
+                }
+                Err(e) => {
+                    if copy_fault(&e) {
+                        self.distrust(gfid, i, &e);
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        if got < c.k() {
+            return Err(
+                last.unwrap_or_else(|| eio(format!("{}: {gfid}: too few fragments", self.name)))
+            );
+        }
+        c.codec
+            .rebuild(&mut frags, &present)
+            .map_err(|e| eio(format!("{}: {gfid}: {e}", self.name)))?;
+        Ok(frags)
+    }
+
+    /// A read (or a seek for data or a hole) of a dispersed file.
+    pub(super) async fn coded_read(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let (gfid, fh) = (fop.gfid(), fop.fh().unwrap_or(0));
+        let fhs = self.handles(cx, gfid, fh).await?;
+        let live = fhs.live(&self.children);
+        let handle = |i: usize| {
+            if live.contains(&i) {
+                fhs.fh(i)
+            } else {
+                ANON_FH
+            }
+        };
+        let good = self.good_fragments(cx, gfid, &self.up()).await?;
+        let (offset, len) = match fop {
+            Fop::Read { offset, size, .. } => (offset, size as u64),
+            Fop::Lseek { offset, whence, .. } => {
+                // A dispersed file has no holes to tell of: its data runs
+                // to its end.
+                let size = self.coded_size(cx, gfid, &good).await?;
+                return match whence {
+                    _ if offset >= size => Err(FsError::errno(libc::ENXIO)),
+                    libc::SEEK_DATA => Ok(Reply::Offset(offset)),
+                    libc::SEEK_HOLE => Ok(Reply::Offset(size)),
+                    _ => Err(FsError::errno(libc::EINVAL)),
+                };
+            }
+            _ => unreachable!("reads only"),
+        };
+        let g = self.coding().g;
+        let ranges = g.fragment_ranges(offset, len);
+        let wanted: Vec<usize> = (0..g.k()).filter(|&i| !ranges[i].is_empty()).collect();
+        // The size, asked along with the bytes: a read past the end is cut.
+        let size = self.coded_size(cx, gfid, &good);
+        let healthy = async {
+            if !wanted.iter().all(|i| good.contains(i)) {
+                return None;
+            }
+            let reads = wanted.iter().map(|&i| {
+                let range = ranges[i].clone();
+                async move { (i, self.fragment_read(cx, gfid, i, handle(i), range).await) }
+            });
+            let mut parts = vec![Vec::new(); g.k()];
+            for (i, r) in join_all(reads).await {
+                match r {
+                    Ok(b) => parts[i] = b,
+                    Err(e) => {
+                        if copy_fault(&e) {
+                            self.distrust(gfid, i, &e);
+                        }
+                        return Some(Err(e));
+                    }
+                }
+            }
+            Some(Ok(parts))
+        };
+        let (size, parts) = tokio::join!(size, healthy);
+        let size = size?;
+        let end = size.min(offset.saturating_add(len));
+        if end <= offset {
+            return Ok(Reply::Data(bytes::Bytes::new()));
+        }
+        let parts = match parts {
+            Some(Ok(p)) => p,
+            Some(Err(e)) if !copy_fault(&e) => return Err(e),
+            _ => {
+                // A data fragment is away, blamed or failed: the stripes
+                // from the good ones, none of them halfway through a write
+                // of this client's (they would not rebuild). (Another
+                // client's write in flight is not waited for yet: docs/
+                // disperse.md.)
+                let _claim = self.txns.claim(gfid, 0, u64::MAX).await;
+                let good = self.good_fragments(cx, gfid, &self.up()).await?;
+                let sr = g.stripe_range(offset, end - offset);
+                let frags = self.rebuilt(cx, gfid, &good, handle, sr.clone()).await?;
+                (0..g.k())
+                    .map(|i| {
+                        let r = &ranges[i];
+                        let (a, b) = ((r.start - sr.start) as usize, (r.end - sr.start) as usize);
+                        frags[i][a.min(frags[i].len())..b.min(frags[i].len())].to_vec()
+                    })
+                    .collect()
+            }
+        };
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let mut out = g.gather(offset, len, &refs);
+        out.truncate((end - offset) as usize);
+        Ok(Reply::Data(bytes::Bytes::from(out)))
+    }
+
+    /// The old bytes a change's plan needs, read from the good fragments
+    /// (as the brick itself: the change's own rights were checked by the
+    /// bricks it changes); those of a data fragment that cannot give them
+    /// rebuilt from the stripes `stripes` of the others. None for a parity
+    /// fragment that cannot give them.
+    async fn old_bytes(
+        &self,
+        gfid: Gfid,
+        needs: &[mortar_ec::Need],
+        good: &[usize],
+        stripes: Range<u64>,
+    ) -> FsResult<Vec<Option<Vec<u8>>>> {
+        let root = Ctx::root();
+        let k = self.coding().k();
+        let reads = needs.iter().map(|n| {
+            let root = &root;
+            async move {
+                if !good.contains(&n.fragment) {
+                    return None;
+                }
+                self.fragment_read(root, gfid, n.fragment, ANON_FH, n.range.clone())
+                    .await
+                    .ok()
+            }
+        });
+        let mut old: Vec<Option<Vec<u8>>> = join_all(reads).await;
+        let lost_data = needs
+            .iter()
+            .zip(&old)
+            .any(|(n, o)| n.fragment < k && o.is_none());
+        if lost_data {
+            let frags = self
+                .rebuilt(&root, gfid, good, |_| ANON_FH, stripes.clone())
+                .await?;
+            for (n, o) in needs.iter().zip(old.iter_mut()) {
+                if o.is_none() && n.fragment < k {
+                    let (a, b) = (
+                        (n.range.start - stripes.start) as usize,
+                        (n.range.end - stripes.start) as usize,
+                    );
+                    *o = Some(frags[n.fragment][a..b].to_vec());
+                }
+            }
+        }
+        Ok(old)
+    }
+
+    /// Whether a change of a dispersed file that the fragments answered
+    /// `res` must not stand: it needs K fragments that were good before.
+    fn coded_lost(&self, gfid: Gfid, res: &[(usize, FsResult<Reply>)]) -> Option<FsError> {
+        let took = txn::succeeded(res);
+        if took.is_empty() {
+            return None;
+        }
+        let bad = self.stale_copies(gfid);
+        let good = took.iter().filter(|&&i| bad & (1 << i) == 0).count();
+        let k = self.coding().k();
+        (good < k).then(|| {
+            eio(format!(
+                "{}: {gfid}: the change reached {good} good fragments of the {k} it needs; change refused",
+                self.name
+            ))
+        })
+    }
+
+    /// Starts a change of dispersed file `gfid` on the fragments `among`:
+    /// this client's claim on the file (one change at a time: each reads
+    /// what the one before wrote), the lock, the good fragments locked and
+    /// the size (kept under the lock, else asked of one of them).
+    async fn coded_begin(&self, cx: &Ctx, gfid: Gfid, among: &[usize]) -> FsResult<Started> {
+        let claim = self.txns.claim(gfid, 0, u64::MAX).await;
+        self.good_fragments(cx, gfid, among).await?;
+        let (tickets, targets) = self.begin(&[gfid], among).await?;
+        let known = tickets[0].size;
+        let ready = async {
+            let good = self.good_fragments(cx, gfid, &targets).await?;
+            let size = match known {
+                Some(s) => s,
+                None => self.coded_size(cx, gfid, &good).await?,
+            };
+            Ok::<_, FsError>((good, size))
+        };
+        match ready.await {
+            Ok((good, size)) => Ok(Started {
+                _claim: claim,
+                tickets,
+                targets,
+                good,
+                size,
+            }),
+            Err(e) => Err(self.coded_abandon(tickets, e).await),
+        }
+    }
+
+    /// Ends a change that sent nothing, with its error.
+    async fn coded_abandon(&self, tickets: Vec<txn::Ticket>, e: FsError) -> FsError {
+        self.finish(tickets, &[], false, false).await;
+        e
+    }
+
+    /// Ends a change the fragments answered `res`: the size it leaves is
+    /// kept under the lock if it stands, the fragments that missed it are
+    /// blamed, and the answers of those that took it are handed back.
+    async fn coded_end(
+        &self,
+        gfid: Gfid,
+        tickets: Vec<txn::Ticket>,
+        res: Vec<(usize, FsResult<Reply>)>,
+        new_size: u64,
+    ) -> FsResult<Vec<(usize, Reply)>> {
+        let judged = merge(res.clone());
+        let lost = self.coded_lost(gfid, &res);
+        let stands = judged.is_ok() && lost.is_none();
+        self.txns
+            .set_size(&tickets[0], stands.then_some(new_size))
+            .await;
+        self.finish(tickets, &res, judged.is_ok(), lost.is_some())
+            .await;
+        let ok = judged?;
+        match lost {
+            Some(e) => Err(e),
+            None => Ok(ok),
+        }
+    }
+
+    /// A write to a dispersed file.
+    pub(super) async fn coded_write(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let Fop::Write {
+            gfid,
+            fh,
+            offset,
+            data,
+            ..
+        } = fop
+        else {
+            return Err(FsError::new(
+                libc::EOPNOTSUPP,
+                "fallocate is not built for dispersed volumes yet",
+            ));
+        };
+        if data.is_empty() {
+            return Ok(Reply::Written(0, None));
+        }
+        let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
+        let appending = self.coding().appending.lock().unwrap().contains(&fh);
+        let Started {
+            _claim,
+            tickets,
+            targets,
+            good,
+            size,
+        } = self.coded_begin(cx, gfid, &live).await?;
+        let planned = async {
+            let at = if appending { size } else { offset };
+            let c = self.coding();
+            let plan = mortar_ec::Write::new(c.g, c.r(), at, data.len() as u64, size);
+            let stripes = c.g.stripe_range(at, data.len() as u64);
+            let stripes = stripes.start..stripes.end.min(c.g.parity_len(size));
+            let old = self.old_bytes(gfid, plan.needs(), &good, stripes).await?;
+            let writes = plan
+                .writes(&c.codec, &data, &old)
+                .map_err(|e| eio(format!("{}: {gfid}: {e}", self.name)))?;
+            let grow = if plan.new_size() > size {
+                plan.new_size()
+            } else {
+                0
+            };
+            Ok::<_, FsError>((writes, grow, plan.new_size()))
+        };
+        let (writes, grow, new_size) = match planned.await {
+            Ok(p) => p,
+            Err(e) => return Err(self.coded_abandon(tickets, e).await),
+        };
+        let k = self.coding().k();
+        let mut res: Vec<(usize, FsResult<Reply>)> = Vec::new();
+        let mut send = Vec::new();
+        for &i in &targets {
+            match &writes[i] {
+                Some(_) => send.push(i),
+                None if i >= k && writes[k..].iter().any(Option::is_some) => {
+                    // Its old parity could not be read: it misses this.
+                    res.push((i, Err(eio("old parity unreadable".into()))));
+                }
+                None if grow > 0 => send.push(i),
+                None => res.push((i, Ok(Reply::Ok))),
+            }
+        }
+        let sent = self
+            .fan_out(cx, &send, |i| {
+                let (offset, bytes) = match &writes[i] {
+                    Some(w) => (w.offset, bytes::Bytes::from(w.bytes.clone())),
+                    None => (0, bytes::Bytes::new()),
+                };
+                Some(Fop::Write {
+                    gfid,
+                    fh: fhs.fh(i),
+                    offset,
+                    data: bytes,
+                    grow,
+                })
+            })
+            .await;
+        res.extend(sent);
+        let ok = self.coded_end(gfid, tickets, res, new_size).await?;
+        let attr = ok.into_iter().find_map(|(_, r)| match r {
+            Reply::Written(_, a) => a,
+            _ => None,
+        });
+        Ok(Reply::Written(data.len() as u32, attr))
+    }
+
+    /// A truncation of a dispersed file (`Setattr` with a size): each
+    /// fragment is cut where the new size ends its content, the parity of
+    /// the stripe the new end falls in is updated, then every fragment is
+    /// set to the new size with the rest of the change.
+    pub(super) async fn coded_truncate(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        let Fop::Setattr {
+            gfid,
+            set: SetAttr {
+                size: Some(new_size),
+                ..
+            },
+            ..
+        } = fop
+        else {
+            unreachable!("truncations only")
+        };
+        self.settle_opens_of(cx, &[gfid]).await;
+        let Started {
+            _claim,
+            tickets,
+            targets,
+            good,
+            size,
+        } = self.coded_begin(cx, gfid, &self.up()).await?;
+        let planned = async {
+            let c = self.coding();
+            let plan = mortar_ec::Truncate::new(c.g, c.r(), size, new_size);
+            let stripes = c.g.stripe_range(new_size, 1);
+            let stripes = stripes.start..stripes.end.min(c.g.parity_len(size));
+            let old = self.old_bytes(gfid, plan.needs(), &good, stripes).await?;
+            let parity = plan
+                .parity_writes(&c.codec, &old)
+                .map_err(|e| eio(format!("{}: {gfid}: {e}", self.name)))?;
+            Ok::<_, FsError>((plan, parity))
+        };
+        let (plan, parity) = match planned.await {
+            Ok(p) => p,
+            Err(e) => return Err(self.coded_abandon(tickets, e).await),
+        };
+        let k = self.coding().k();
+        let steps = targets.iter().map(|&i| {
+            let (fop, plan, parity) = (&fop, &plan, &parity);
+            async move {
+                let child = &self.children[i];
+                if let Some(cut) = plan.cut(i) {
+                    let set = SetAttr {
+                        size: Some(cut),
+                        ..Default::default()
+                    };
+                    child.call(cx, Fop::Setattr { gfid, set }).await?;
+                }
+                if let Some(w) = i.checked_sub(k).and_then(|j| parity[j].as_ref()) {
+                    self.parity_write(gfid, i, w).await?;
+                }
+                child.call(cx, fop.clone()).await
+            }
+        });
+        let res: Vec<(usize, FsResult<Reply>)> =
+            targets.iter().copied().zip(join_all(steps).await).collect();
+        let ok = self.coded_end(gfid, tickets, res, new_size).await?;
+        Ok(self.pick(gfid, ok))
+    }
+
+    /// Writes parity bytes to fragment `i` as the brick itself, through a
+    /// handle opened for it.
+    async fn parity_write(
+        &self,
+        gfid: Gfid,
+        i: usize,
+        w: &mortar_ec::FragmentWrite,
+    ) -> FsResult<()> {
+        let root = Ctx::root();
+        let child = &self.children[i];
+        let fh = child
+            .call(
+                &root,
+                Fop::Open {
+                    gfid,
+                    flags: libc::O_WRONLY,
+                },
+            )
+            .await?
+            .into_fh()?;
+        let wrote = child
+            .call(
+                &root,
+                Fop::Write {
+                    gfid,
+                    fh,
+                    offset: w.offset,
+                    data: bytes::Bytes::from(w.bytes.clone()),
+                    grow: 0,
+                },
+            )
+            .await;
+        let _ = child.call(&root, Fop::Release { gfid, fh }).await;
+        wrote.map(|_| ())
+    }
+}

@@ -201,6 +201,7 @@ mod tests {
             status: VolStatus::Started,
             options: [("network.ping-timeout".to_string(), "10".to_string())].into(),
             arbiter: 0,
+            redundancy: 0,
             version: 1,
             tasks: Vec::new(),
             set_ids: Vec::new(),

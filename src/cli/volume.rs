@@ -13,7 +13,7 @@ use clap::Subcommand;
 
 #[derive(Subcommand)]
 pub enum VolumeCmd {
-    /// volume create NAME [replica N [arbiter 1]] [transport tcp] HOST:/PATH... [force]
+    /// volume create NAME [replica N [arbiter 1] | disperse [N] [disperse-data K] [redundancy R]] [transport tcp] HOST:/PATH... [force]
     Create {
         name: String,
         #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
@@ -264,6 +264,7 @@ async fn create(server: &Server, out: &Out, name: String, args: &[String]) -> an
             name: name.clone(),
             replica: a.replica,
             arbiter: a.arbiter,
+            redundancy: a.redundancy,
             transport: a.transport,
             bricks: a.bricks,
             force: a.force,
@@ -371,8 +372,11 @@ async fn get(server: &Server, out: &Out, name: String, key: &str) -> anyhow::Res
 }
 
 pub struct CreateArgs {
+    /// Bricks per set: the replica count, or the disperse count.
     pub replica: usize,
     pub arbiter: usize,
+    /// Parity bricks per disperse set (0: not dispersed).
+    pub redundancy: usize,
     pub transport: String,
     pub bricks: Vec<String>,
     pub force: bool,
@@ -382,6 +386,17 @@ pub struct CreateArgs {
 pub fn parse_create(args: &[String]) -> Result<CreateArgs, Usage> {
     let mut replica = 1;
     let mut arbiter = 0;
+    // disperse N, disperse-data K, redundancy R (None: not given).
+    let (mut disperse, mut data, mut redundancy): (Option<usize>, Option<usize>, Option<usize>) =
+        (None, None, None);
+    // `disperse` may come without its count (then: every brick).
+    let count = |i: usize, what: &str| -> Result<usize, Usage> {
+        let n = args
+            .get(i + 1)
+            .ok_or_else(|| format!("{what} needs a count"))?;
+        Ok(n.parse::<usize>()
+            .map_err(|_| format!("{what} count {n} is not a number"))?)
+    };
     let mut transport = "tcp".to_string();
     let mut bricks = Vec::new();
     let mut force = false;
@@ -413,8 +428,29 @@ pub fn parse_create(args: &[String]) -> Result<CreateArgs, Usage> {
                 arbiter = 1;
                 i += 2;
             }
-            "disperse" | "redundancy" | "stripe" => {
-                return Err(format!("'{}' volumes are not supported yet", args[i]).into());
+            "disperse" => match args.get(i + 1).and_then(|n| n.parse::<usize>().ok()) {
+                Some(n) => {
+                    disperse = Some(n);
+                    i += 2;
+                }
+                None => {
+                    disperse = Some(0);
+                    i += 1;
+                }
+            },
+            "disperse-data" => {
+                data = Some(count(i, "disperse-data")?);
+                i += 2;
+            }
+            "redundancy" => {
+                redundancy = Some(count(i, "redundancy")?);
+                i += 2;
+            }
+            "stripe" => {
+                return Err(
+                    "'stripe' volumes are not supported (GlusterFS removed them too): use disperse"
+                        .into(),
+                );
             }
             "force" if i == args.len() - 1 => {
                 force = true;
@@ -432,18 +468,113 @@ pub fn parse_create(args: &[String]) -> Result<CreateArgs, Usage> {
     if arbiter > 0 && replica != 3 {
         return Err("For arbiter configuration, replica count must be 3 and arbiter count must be 1. The 3rd brick of the replica will be the arbiter".into());
     }
+    let mut parity = 0;
+    if disperse.is_some() || data.is_some() || redundancy.is_some() {
+        if replica > 1 {
+            return Err(
+                "a volume is either replicated or dispersed: give replica or disperse, not both"
+                    .into(),
+            );
+        }
+        (replica, parity) = disperse_shape(disperse, data, redundancy, bricks.len())?;
+    }
     Ok(CreateArgs {
         replica,
         arbiter,
+        redundancy: parity,
         transport,
         bricks,
         force,
     })
 }
 
+/// The bricks per disperse set and the parity bricks among them, from
+/// GlusterFS's words: `disperse N` (N: every brick when not given),
+/// `disperse-data K`, `redundancy R`. Without a redundancy, the largest R
+/// that leaves a power of two of data bricks, or 1, as GlusterFS chooses.
+pub fn disperse_shape(
+    disperse: Option<usize>,
+    data: Option<usize>,
+    redundancy: Option<usize>,
+    bricks: usize,
+) -> Result<(usize, usize), Usage> {
+    let n = match (disperse, data, redundancy) {
+        (Some(n), _, _) if n > 0 => n,
+        (_, Some(k), Some(r)) => k + r,
+        (_, Some(_), None) => return Err("disperse-data needs a redundancy count".into()),
+        _ => bricks,
+    };
+    let r = match (redundancy, data) {
+        (Some(r), _) => r,
+        (None, Some(k)) => n.saturating_sub(k),
+        (None, None) => (1..n)
+            .rev()
+            .find(|&r| 2 * r < n && (n - r).is_power_of_two())
+            .unwrap_or(1),
+    };
+    if let (Some(k), Some(d)) = (data, disperse.filter(|&d| d > 0)) {
+        if k + r != d {
+            return Err(format!(
+                "disperse-data {k} and redundancy {r} make {} bricks, not the disperse count {d}",
+                k + r
+            )
+            .into());
+        }
+    }
+    // The daemon's own checks of a disperse set (it checks them again).
+    crate::mgmt::state::check_disperse(n, r, 0).map_err(|e| e.to_string())?;
+    if !bricks.is_multiple_of(n) {
+        return Err(format!(
+            "Incorrect number of bricks supplied {bricks} with count {n}: a distributed-disperse volume needs a multiple of the disperse count"
+        )
+        .into());
+    }
+    Ok((n, r))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disperse_grammar() {
+        let shape = |v: &[&str]| {
+            let a = parse_create(&s(v)).map_err(|e| e.to_string())?;
+            Ok::<_, String>((a.replica, a.redundancy))
+        };
+        let six = ["h:/1", "h:/2", "h:/3", "h:/4", "h:/5", "h:/6"];
+        let with = |w: &[&'static str]| -> Vec<&'static str> { [w, &six[..]].concat() };
+        assert_eq!(
+            shape(&with(&["disperse", "6", "redundancy", "2"])),
+            Ok((6, 2))
+        );
+        assert_eq!(
+            shape(&with(&["disperse-data", "4", "redundancy", "2"])),
+            Ok((6, 2))
+        );
+        // Without a count, every brick; without a redundancy, 4 + 2.
+        assert_eq!(shape(&with(&["disperse"])), Ok((6, 2)));
+        assert_eq!(shape(&with(&["disperse", "3"])), Ok((3, 1)));
+        assert_eq!(shape(&with(&["redundancy", "1"])), Ok((6, 1)));
+        for bad in [
+            &["disperse", "6", "redundancy", "0"][..],
+            &["disperse", "6", "redundancy", "3"],
+            &["disperse", "2"],
+            &["disperse", "4"],
+            &["disperse-data", "4"],
+            &["disperse", "6", "disperse-data", "3", "redundancy", "2"],
+            &["replica", "3", "disperse", "3"],
+            &["stripe", "2"],
+        ] {
+            assert!(shape(&with(bad)).is_err(), "{bad:?} accepted");
+        }
+        let err = shape(&with(&["disperse", "6", "redundancy", "3"])).unwrap_err();
+        assert!(err.contains("redundancy must be less than 3"), "{err}");
+        let twenty: Vec<String> = (0..20).map(|i| format!("h:/{i}")).collect();
+        let mut v = s(&["disperse", "20", "redundancy", "2"]);
+        v.extend(twenty);
+        assert!(parse_create(&v).is_err(), "18 data bricks");
+    }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

@@ -37,7 +37,9 @@ pub struct BenchArgs {
     /// group NAME`), e.g. metadata-cache, nl-cache.
     #[arg(long, value_delimiter = ',')]
     pub glusterfs_group: Vec<String>,
-    /// Volume shape: replica3, replica2, distributeN, RxN (sets x replica).
+    /// Volume shape: replica3, replica2, distributeN, RxN (sets x replica),
+    /// disperseK+R (K data and R parity bricks, as `disperse K+R
+    /// redundancy R`).
     #[arg(long, default_value = "replica3")]
     pub shape: String,
     /// Workloads (comma-separated), or "all": seed-smallfile, seed-largefile,
@@ -302,14 +304,17 @@ impl Run<'_> {
             Shape {
                 replica: 1,
                 sets: 3,
+                redundancy: 0,
             },
             Shape {
                 replica: 2,
                 sets: 1,
+                redundancy: 0,
             },
             Shape {
                 replica: 3,
                 sets: 1,
+                redundancy: 0,
             },
         ] {
             self.bar
@@ -356,6 +361,7 @@ impl Run<'_> {
                 Shape {
                     replica: 1,
                     sets: n,
+                    redundancy: 0,
                 },
                 "mortar-scale",
                 2,

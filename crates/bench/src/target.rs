@@ -18,37 +18,55 @@ pub const BENCH_MGMT_PORT: u16 = 24198;
 pub struct Shape {
     pub replica: usize,
     pub sets: usize,
+    /// Parity bricks per set of a dispersed volume (`replica` is then the
+    /// disperse count); 0 for copies.
+    pub redundancy: usize,
 }
 
 impl Shape {
-    /// `replica3`, `replica2`, `distribute4` (or `4`), `2x3` (2 sets of replica 3).
+    /// `replica3`, `replica2`, `distribute4` (or `4`), `2x3` (2 sets of
+    /// replica 3), `disperse4+2` (4 data and 2 parity bricks).
     pub fn parse(s: &str) -> anyhow::Result<Shape> {
         let num = |v: &str| {
             v.parse::<usize>()
                 .with_context(|| format!("bad volume shape {s}"))
         };
-        let shape = if let Some(n) = s.strip_prefix("replica") {
+        let shape = if let Some((k, r)) = s.strip_prefix("disperse").and_then(|x| x.split_once('+'))
+        {
+            let (k, r) = (num(k)?, num(r)?);
+            Shape {
+                replica: k + r,
+                sets: 1,
+                redundancy: r,
+            }
+        } else if let Some(n) = s.strip_prefix("replica") {
             Shape {
                 replica: num(n)?,
                 sets: 1,
+                redundancy: 0,
             }
         } else if let Some(n) = s.strip_prefix("distribute") {
             Shape {
                 replica: 1,
                 sets: num(n)?,
+                redundancy: 0,
             }
         } else if let Some((a, b)) = s.split_once('x') {
             Shape {
                 replica: num(b)?,
                 sets: num(a)?,
+                redundancy: 0,
             }
         } else {
             Shape {
                 replica: 1,
                 sets: num(s)?,
+                redundancy: 0,
             }
         };
-        if shape.replica == 0 || shape.sets == 0 || shape.bricks() > 64 {
+        let bad_disperse =
+            shape.redundancy > 0 && (2 * shape.redundancy >= shape.replica || shape.replica < 3);
+        if shape.replica == 0 || shape.sets == 0 || shape.bricks() > 64 || bad_disperse {
             bail!("bad volume shape {s}");
         }
         Ok(shape)
@@ -57,6 +75,13 @@ impl Shape {
         self.replica * self.sets
     }
     pub fn label(&self) -> String {
+        if self.redundancy > 0 {
+            let (k, r) = (self.replica - self.redundancy, self.redundancy);
+            return match self.sets {
+                1 => format!("disperse {k} + {r}"),
+                n => format!("{n} x ({k} + {r})"),
+            };
+        }
         match (self.replica, self.sets) {
             (1, n) => format!("distribute {n}"),
             (r, 1) => format!("replica {r}"),
@@ -271,6 +296,7 @@ pub fn mortar(
             name: vol.clone(),
             replica: shape.replica,
             arbiter: 0,
+            redundancy: shape.redundancy,
             transport: "tcp".into(),
             bricks,
             force: true,
@@ -358,7 +384,14 @@ pub fn glusterfs(base: &Path, shape: Shape, groups: &[String]) -> anyhow::Result
     // gluster creates the bricks, but not their parent.
     std::fs::create_dir_all(root.join("bricks"))?;
     let mut args: Vec<String> = vec!["volume".into(), "create".into(), vol.into()];
-    if shape.replica > 1 {
+    if shape.redundancy > 0 {
+        args.extend([
+            "disperse".into(),
+            shape.replica.to_string(),
+            "redundancy".into(),
+            shape.redundancy.to_string(),
+        ]);
+    } else if shape.replica > 1 {
         args.extend(["replica".into(), shape.replica.to_string()]);
     }
     args.extend(["transport".into(), "tcp".into()]);
@@ -409,31 +442,41 @@ mod tests {
             Shape::parse("replica3").unwrap(),
             Shape {
                 replica: 3,
-                sets: 1
+                sets: 1,
+                redundancy: 0,
             }
         );
         assert_eq!(
             Shape::parse("distribute4").unwrap(),
             Shape {
                 replica: 1,
-                sets: 4
+                sets: 4,
+                redundancy: 0,
             }
         );
         assert_eq!(
             Shape::parse("4").unwrap(),
             Shape {
                 replica: 1,
-                sets: 4
+                sets: 4,
+                redundancy: 0,
             }
         );
         assert_eq!(
             Shape::parse("2x3").unwrap(),
             Shape {
                 replica: 3,
-                sets: 2
+                sets: 2,
+                redundancy: 0,
             }
         );
         assert_eq!(Shape::parse("2x3").unwrap().label(), "2 x 3");
+        let d = Shape::parse("disperse4+2").unwrap();
+        assert_eq!(
+            (d.bricks(), d.redundancy, d.label().as_str()),
+            (6, 2, "disperse 4 + 2")
+        );
+        assert!(Shape::parse("disperse2+2").is_err());
         assert!(Shape::parse("replica0").is_err());
         assert!(Shape::parse("lots").is_err());
     }

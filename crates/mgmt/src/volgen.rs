@@ -153,11 +153,22 @@ pub fn generate_sets(
                 .enumerate()
                 .map(move |(j, b)| client(si * width + j, b));
             if vol.replica > 1 {
+                let kind = if vol.dispersed() {
+                    "cluster/disperse"
+                } else {
+                    set.kind
+                };
                 let d = XlDesc::new(
-                    set.kind,
-                    format!("{}-{}-{si}", vol.name, short(set.kind)),
+                    kind,
+                    format!("{}-{}-{si}", vol.name, short(kind)),
                     leaves.collect(),
                 );
+                let d = if vol.dispersed() {
+                    d.with("data", (vol.replica - vol.redundancy).to_string())
+                        .with("redundancy", vol.redundancy.to_string())
+                } else {
+                    d
+                };
                 let d = d.with("set-id", id);
                 let d = if draining {
                     d.with("draining", "on")
@@ -211,6 +222,7 @@ mod tests {
             id: "id".into(),
             replica,
             arbiter,
+            redundancy: 0,
             transport: "tcp".into(),
             bricks: (0..bricks)
                 .map(|i| Brick {
@@ -237,6 +249,36 @@ mod tests {
             .iter()
             .map(|x| format!("{}:{}", x.kind, x.name))
             .collect()
+    }
+
+    #[test]
+    fn a_dispersed_volume_has_disperse_sets() {
+        let st = ClusterState::default();
+        let mut v = volume(6, 12, 0);
+        v.redundancy = 2;
+        assert_eq!(v.type_name(), "Distributed-Disperse");
+        assert_eq!(v.brick_count_line(), "2 x (4 + 2) = 12");
+        let d = generate(&st, &v, "h", "h:24107", 24107);
+        let dht = d
+            .top
+            .walk()
+            .into_iter()
+            .find(|x| x.kind == "cluster/distribute")
+            .unwrap()
+            .clone();
+        assert_eq!(dht.children.len(), 2);
+        let set = &dht.children[1];
+        assert_eq!(
+            (set.kind.as_str(), set.name.as_str()),
+            ("cluster/disperse", "gv0-disperse-1")
+        );
+        assert_eq!(
+            (set.param("data"), set.param("redundancy")),
+            (Some("4"), Some("2"))
+        );
+        assert_eq!(set.children.len(), 6);
+        v.bricks.truncate(6);
+        assert_eq!(v.type_name(), "Disperse");
     }
 
     #[test]

@@ -17,6 +17,7 @@ impl Daemon {
                 name,
                 replica,
                 arbiter,
+                redundancy,
                 transport,
                 bricks,
                 force,
@@ -24,7 +25,13 @@ impl Daemon {
                 if arbiter > 0 && (replica != 3 || arbiter != 1) {
                     return Err("For arbiter configuration, replica count must be 3 and arbiter count must be 1".into());
                 }
-                self.create_volume(name, replica, arbiter, transport, bricks, force)
+                if redundancy > 0 {
+                    // Checked again here: the request may not come from
+                    // this CLI.
+                    crate::state::check_disperse(replica, redundancy, arbiter)?;
+                }
+                let shape = (replica, arbiter, redundancy);
+                self.create_volume(name, shape, transport, bricks, force)
                     .await
             }
             Request::VolumeAddBrick {

@@ -46,6 +46,9 @@ impl Daemon {
             }
             RebalanceOp::Start { migrate } => migrate,
         };
+        if migrate {
+            v.not_dispersed("rebalance (beyond fix-layout)")?;
+        }
         if v.status != VolStatus::Started {
             return Err(format!("Volume {name} needs to be started to perform rebalance").into());
         }
@@ -113,6 +116,7 @@ impl Daemon {
         op: RemoveOp,
     ) -> Result<String, Error> {
         let v = self.volume(&name)?;
+        v.not_dispersed("remove-brick")?;
         let sets = whole_sets(&v, &bricks)?;
         let last = v
             .tasks

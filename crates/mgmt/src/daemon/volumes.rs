@@ -235,8 +235,7 @@ impl Daemon {
     pub(super) async fn create_volume(
         self: &Arc<Self>,
         name: String,
-        replica: usize,
-        arbiter: usize,
+        (replica, arbiter, redundancy): (usize, usize, usize),
         transport: String,
         bricks: Vec<String>,
         force: bool,
@@ -285,6 +284,7 @@ impl Daemon {
             options: Default::default(),
             version: 1,
             arbiter,
+            redundancy,
             tasks: Vec::new(),
             set_ids: Vec::new(),
             layout_commit: 1,

@@ -46,6 +46,10 @@ pub enum Request {
         /// Arbiter bricks per replica set (0 or 1).
         #[serde(default)]
         arbiter: usize,
+        /// Parity bricks per disperse set (0: `replica` is a replica count;
+        /// else it is the disperse count).
+        #[serde(default)]
+        redundancy: usize,
         transport: String,
         bricks: Vec<String>,
         force: bool,

@@ -28,6 +28,12 @@ impl Volume {
             self.set_ids = ids;
             self.bricks.extend(bricks.iter().cloned());
             self.raise_layout_commit();
+        } else if self.dispersed() {
+            return Err(format!(
+                "the disperse count of a volume cannot change: add bricks in whole disperse sets of {}",
+                self.replica
+            )
+            .into());
         } else if replica > self.replica {
             if self.arbiter > 0 {
                 return Err("the replica count of an arbiter volume cannot be raised".into());
@@ -126,7 +132,20 @@ impl Volume {
     /// Puts brick `to` where `from` was (same replica set, same role),
     /// or says why not. Only a replicated volume's brick can be replaced:
     /// the new one is healed from its replicas.
+    /// Refuses `what` on a dispersed volume: moving or replacing its
+    /// fragments needs the heal of disperse sets, not built yet.
+    pub fn not_dispersed(&self, what: &str) -> Result<(), Error> {
+        if self.dispersed() {
+            return Err(format!(
+                "{what} of a dispersed volume is not built yet: a new or emptied brick's fragments need the heal of disperse sets (docs/disperse.md)"
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     pub fn replace_brick(&mut self, from: &Brick, to: &Brick) -> Result<(), Error> {
+        self.not_dispersed("replace-brick")?;
         let i = self.brick_index(from).ok_or_else(|| {
             Error::not_found(format!(
                 "brick: {from} does not exist in volume: {}",
@@ -158,6 +177,11 @@ impl Volume {
         if replica == 0 || replica >= width {
             return Err(
                 format!("replica count {replica} is not below the volume's ({width})").into(),
+            );
+        }
+        if self.dispersed() {
+            return Err(
+                "the disperse count of a volume cannot change: remove whole disperse sets".into(),
             );
         }
         if self.arbiter > 0 {
@@ -199,6 +223,7 @@ impl Volume {
     /// Marks brick `b` taken down by `reset-brick start` (`down`), or
     /// brought back by its commit.
     pub fn reset_brick(&mut self, b: &Brick, down: bool) -> Result<(), Error> {
+        self.not_dispersed("reset-brick")?;
         if self.brick_index(b).is_none() {
             return Err(Error::not_found(format!(
                 "brick: {b} does not exist in volume: {}",

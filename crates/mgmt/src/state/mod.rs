@@ -101,6 +101,10 @@ pub struct Volume {
     /// metadata, no file data).
     #[serde(default)]
     pub arbiter: usize,
+    /// Parity bricks per set of a dispersed volume, whose sets are
+    /// `replica` bricks each (0: replicated or distributed only).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub redundancy: usize,
     /// The last task of each kind run on the volume.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<Task>,
@@ -172,6 +176,43 @@ fn first_commit() -> u64 {
     1
 }
 
+/// Whether sets of `width` bricks with `redundancy` parity bricks make a
+/// disperse volume (the rules of GlusterFS's `volume create`).
+pub fn check_disperse(
+    width: usize,
+    redundancy: usize,
+    arbiter: usize,
+) -> Result<(), crate::error::Error> {
+    if arbiter > 0 {
+        return Err("an arbiter belongs to a replica set, not a disperse set".into());
+    }
+    if width < 3 {
+        return Err(format!("disperse count must be greater than 2 (it is {width})").into());
+    }
+    if redundancy == 0 {
+        return Err("redundancy must be greater than 0".into());
+    }
+    if 2 * redundancy >= width {
+        return Err(format!(
+            "redundancy must be less than {} for a disperse {width} volume",
+            width.div_ceil(2)
+        )
+        .into());
+    }
+    if width - redundancy > 16 {
+        return Err(format!(
+            "a disperse set holds at most 16 data bricks ({} asked)",
+            width - redundancy
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 impl Volume {
     /// A one-brick volume for unit tests.
     #[cfg(test)]
@@ -190,6 +231,7 @@ impl Volume {
             options: Default::default(),
             version: 1,
             arbiter: 0,
+            redundancy: 0,
             tasks: Vec::new(),
             set_ids: Vec::new(),
             layout_commit: 1,
@@ -204,16 +246,31 @@ impl Volume {
         let sets = self.bricks.len() / self.replica.max(1);
         match (self.replica > 1, sets > 1) {
             (false, _) => "Distribute",
+            _ if self.redundancy > 0 && sets > 1 => "Distributed-Disperse",
+            _ if self.redundancy > 0 => "Disperse",
             (true, false) => "Replicate",
             (true, true) => "Distributed-Replicate",
         }
+    }
+
+    /// Whether its sets are dispersed (erasure-coded) rather than copies.
+    pub fn dispersed(&self) -> bool {
+        self.redundancy > 0
     }
     /// Whether brick `i` is an arbiter.
     pub fn is_arbiter(&self, i: usize) -> bool {
         self.arbiter > 0 && self.replica > 1 && i % self.replica == self.replica - 1
     }
     pub fn brick_count_line(&self) -> String {
-        if self.arbiter > 0 && self.replica > 1 {
+        if self.dispersed() {
+            format!(
+                "{} x ({} + {}) = {}",
+                self.bricks.len() / self.replica,
+                self.replica - self.redundancy,
+                self.redundancy,
+                self.bricks.len()
+            )
+        } else if self.arbiter > 0 && self.replica > 1 {
             format!(
                 "{} x ({} + {}) = {}",
                 self.bricks.len() / self.replica,
@@ -410,6 +467,30 @@ mod tests {
         let mut one = Volume::sample("b");
         assert!(one.replace_brick(&b("h:/b"), &b("h:/c")).is_err());
         assert!(one.reset_brick(&b("h:/b"), true).is_err());
+    }
+
+    #[test]
+    fn a_dispersed_volume_grows_by_whole_sets_and_keeps_its_bricks_in_place() {
+        let b = |s: &str| Brick::parse(s).unwrap();
+        let set = |from: usize| -> Vec<Brick> {
+            (from..from + 6).map(|i| b(&format!("h:/{i}"))).collect()
+        };
+        let mut v = Volume::sample("e");
+        (v.replica, v.redundancy, v.bricks) = (6, 2, set(0));
+        let before = v.clone();
+        assert!(v.add_bricks(6, &set(6)[..3]).is_err(), "half a set");
+        let err = v.add_bricks(8, &set(6)).unwrap_err().to_string();
+        assert!(err.contains("disperse count"), "{err}");
+        assert!(v.lower_replica(5, &[b("h:/0")]).is_err());
+        assert!(v.replace_brick(&b("h:/1"), &b("g:/1")).is_err());
+        assert!(v.reset_brick(&b("h:/1"), true).is_err());
+        assert_eq!(v, before, "refusals change nothing");
+        v.add_bricks(6, &set(6)).unwrap();
+        assert_eq!(
+            (v.bricks.len(), v.type_name()),
+            (12, "Distributed-Disperse")
+        );
+        assert_eq!(v.brick_count_line(), "2 x (4 + 2) = 12");
     }
 
     #[test]

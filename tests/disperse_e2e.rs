@@ -1,0 +1,128 @@
+//! Dispersed volumes end to end: real daemons, bricks, mounts and tools;
+//! each brick holding one fragment of every file, and bricks frozen past
+//! the ping timeout (`SIGSTOP`).
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+/// Creates and starts `disperse 6 redundancy 2` over bricks d1..d6.
+fn four_plus_two(c: &Cluster, vol: &str) -> Vec<std::path::PathBuf> {
+    let names: Vec<String> = (1..=6).map(|i| format!("{vol}{i}")).collect();
+    let mut args: Vec<String> = ["volume", "create", vol, "disperse", "6", "redundancy", "2"]
+        .map(String::from)
+        .to_vec();
+    args.extend(names.iter().map(|b| c.brick(b)));
+    args.push("force".into());
+    c.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    c.ok(&["volume", "start", vol]);
+    names.iter().map(|b| c.path(b)).collect()
+}
+
+#[test]
+fn volume_info_shows_the_disperse_shape_and_bad_shapes_are_refused() {
+    let c = Cluster::start();
+    four_plus_two(&c, "iv");
+    let info = c.ok(&["volume", "info", "iv"]);
+    for want in ["Type: Disperse", "Number of Bricks: 1 x (4 + 2) = 6"] {
+        assert!(info.contains(want), "{want} missing from:\n{info}");
+    }
+    let bricks: Vec<String> = (1..=6).map(|i| c.brick(&format!("bad{i}"))).collect();
+    for (words, says) in [
+        (
+            &["disperse", "6", "redundancy", "3"][..],
+            "redundancy must be less than 3",
+        ),
+        (
+            &["disperse", "6", "redundancy", "0"],
+            "redundancy must be greater than 0",
+        ),
+        (&["disperse", "4"], "Incorrect number of bricks"),
+        (
+            &["replica", "3", "disperse", "6"],
+            "either replicated or dispersed",
+        ),
+    ] {
+        let mut args = vec!["volume", "create", "bad"];
+        args.extend(words);
+        args.extend(bricks.iter().map(String::as_str));
+        let err = c.fails(&args);
+        assert!(err.contains(says), "{words:?}: {err}");
+    }
+    assert!(!c.ok(&["volume", "list"]).contains("bad"));
+}
+
+#[test]
+fn with_redundancy_bricks_frozen_every_file_reads_back_and_takes_writes() {
+    let c = Cluster::start();
+    c.one_process_per_brick();
+    let bricks = four_plus_two(&c, "ev");
+    c.ok(&["volume", "set", "ev", "network.ping-timeout", "2"]);
+    let m = c.mount("ev");
+    // A tree, and a file of 48 MiB (many whole stripes and a partial one).
+    let src = c.path("src");
+    ok(&format!(
+        "mkdir -p {s} && cd {s} && for d in $(seq 1 4); do mkdir -p d$d/e; \
+         for f in $(seq 1 25); do head -c $((f * 1999)) /dev/urandom > d$d/e/f$f; done; \
+         chmod 750 d$d; ln -s e/f2 d$d/sym; done && \
+         head -c $((48 * 1048576 + 12345)) /dev/urandom > {big}",
+        s = src.display(),
+        big = c.path("big").display()
+    ));
+    ok(&format!("cp -a {} {}", src.display(), m.p("tree")));
+    ok(&format!("cp {} {}", c.path("big").display(), m.p("big")));
+    ok(&format!("diff -r {} {}", src.display(), m.p("tree")));
+    ok(&format!("cmp {} {}", c.path("big").display(), m.p("big")));
+    // Each brick holds a fragment as long as the file; none holds it whole.
+    for b in &bricks {
+        let len = std::fs::metadata(b.join("big")).unwrap().len();
+        assert_eq!(len, 48 * 1048576 + 12345, "{}", b.display());
+    }
+    let whole = ok(&format!("md5sum < {}", c.path("big").display()));
+    for b in &bricks {
+        assert_ne!(ok(&format!("md5sum < {}", b.join("big").display())), whole);
+    }
+    // Mounts that have read nothing yet: what they read comes from bricks.
+    let m2 = c.mount("ev");
+    let m3 = c.mount("ev");
+    // A data brick and a parity brick away.
+    let frozen = [freeze(&c, "ev", 0), freeze(&c, "ev", 5)];
+    ok(&format!("diff -r {} {}", src.display(), m2.p("tree")));
+    ok(&format!("cmp {} {}", c.path("big").display(), m2.p("big")));
+    // Writes go on: an overwrite in the middle, an append, a truncation,
+    // done to the local copy alike.
+    let local = c.path("big").display().to_string();
+    for target in [local.as_str(), &m2.p("big")] {
+        ok(&format!(
+            "dd if=/dev/zero of={target} bs=1000 seek=7777 count=300 conv=notrunc status=none && \
+             echo appended >> {target} && truncate -s 40000123 {target}"
+        ));
+    }
+    ok(&format!("cmp {local} {}", m2.p("big")));
+    // One brick more away: a read is refused, not answered wrong.
+    let third = freeze(&c, "ev", 2);
+    let o = sh(&format!("cat {} > /dev/null", m3.p("tree/d1/e/f7")));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "a read with 3 of 6 bricks away");
+    assert!(
+        err.contains("Transport endpoint is not connected") || err.contains("Input/output error"),
+        "{err}"
+    );
+    for pid in frozen.into_iter().chain([third]) {
+        thaw(pid);
+    }
+    // The bricks back (their fragments of `big` stale and never read).
+    // `big` needs the third brick: two of its fragments are stale, and the
+    // mount may have reconnected to the other two first.
+    wait_for("the bricks to be back", Duration::from_secs(30), || {
+        sh(&format!(
+            "cat {} {} > /dev/null",
+            m3.p("tree/d1/e/f7"),
+            m3.p("big")
+        ))
+        .status
+        .success()
+    });
+    ok(&format!("cmp {local} {}", m3.p("big")));
+    ok(&format!("diff -r {} {}", src.display(), m3.p("tree")));
+}

@@ -354,6 +354,11 @@ fn listings_kept_by_the_kernel_follow_every_change_of_names() {
     for i in 0..20 {
         fs::write(m1.p(&format!("d/f{i}")), "x").unwrap();
     }
+    // Settled first: creates still landing from m1 would recall names in
+    // "d" from m2 while its first lookup of "d" is out, and an answer
+    // that raced a recall is not cached (the kernel would look again).
+    fs::File::open(m1.p("d")).unwrap().sync_all().unwrap();
+    requests_when_idle(&m1);
     let list = |m: &Mount| {
         let mut v: Vec<String> = fs::read_dir(m.p("d"))
             .unwrap()

@@ -80,13 +80,16 @@ pub fn brick_label(n: &Node) -> String {
     BrickNode::of(n).label()
 }
 
-/// A replica set (cluster/replicate) and its bricks, in set order.
+/// A replica set (cluster/replicate) or a disperse set (cluster/disperse)
+/// and its bricks, in set order.
 pub struct ReplicaSet {
     /// Its translator's name (`gv0-replicate-0`).
     pub name: String,
     pub bricks: Vec<BrickNode>,
     /// The brick that keeps names and metadata but no file data.
     pub arbiter: Option<usize>,
+    /// A disperse set's data and parity fragments (K, R).
+    pub coding: Option<(usize, usize)>,
 }
 
 /// A set below distribute: its stable id, whether a remove-brick empties
@@ -103,9 +106,11 @@ impl Graph {
         self.leaves().map(BrickNode::of)
     }
 
-    /// The replica sets, in graph order.
+    /// The replica and disperse sets, in graph order (a volume has sets of
+    /// one kind).
     pub fn replica_sets(&self) -> Vec<ReplicaSet> {
         self.of_kind("cluster/replicate")
+            .chain(self.of_kind("cluster/disperse"))
             .map(|r| {
                 let bricks: Vec<BrickNode> = r
                     .children
@@ -113,10 +118,16 @@ impl Graph {
                     .map(|&c| BrickNode::of(&self.nodes()[c]))
                     .collect();
                 let arbiter = arbiter_of(param(r, "arbiter"), bricks.len());
+                let num = |k: &str| param(r, k).and_then(|v| v.parse::<usize>().ok());
+                let coding = match r.kind.as_str() {
+                    "cluster/disperse" => num("data").zip(num("redundancy")),
+                    _ => None,
+                };
                 ReplicaSet {
                     name: r.name.clone(),
                     bricks,
                     arbiter,
+                    coding,
                 }
             })
             .collect()

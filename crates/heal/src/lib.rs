@@ -8,6 +8,7 @@
 //! healed by `object::Set::heal`. The same connections answer
 //! `heal VOL info` for all bricks.
 
+pub mod coded;
 pub mod names;
 pub mod object;
 pub mod source;
@@ -140,6 +141,10 @@ impl Healer {
                 name: r.name,
                 bricks,
                 arbiter: r.arbiter,
+                coding: match r.coding {
+                    Some((k, r)) => Some(coded::Coded::new(k, r).map_err(anyhow::Error::msg)?),
+                    None => None,
+                },
                 busy: Default::default(),
                 fresh: Default::default(),
                 parked: Default::default(),
@@ -615,6 +620,8 @@ async fn list_on(b: &Brick, d: Gfid) -> FsResult<Vec<(Gfid, bool)>> {
 
 #[cfg(test)]
 mod cluster_tests;
+#[cfg(test)]
+mod coded_tests;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]

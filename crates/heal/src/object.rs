@@ -38,6 +38,8 @@ pub struct Set {
     pub bricks: Vec<Brick>,
     /// The brick that keeps names and metadata but no file data.
     pub arbiter: Option<usize>,
+    /// A disperse set's code: its files' data heals by `coded`.
+    pub coding: Option<super::coded::Coded>,
     /// Objects being healed now, each by one task: the bricks grant a lock
     /// again to the connection that holds it, so the healer's own tasks
     /// (an index pass, a full crawl, a directory's new children) must be
@@ -152,7 +154,7 @@ impl Set {
             .collect()
     }
 
-    async fn lock(&self, gfid: Gfid, idx: &[usize]) -> Vec<usize> {
+    pub(super) async fn lock(&self, gfid: Gfid, idx: &[usize]) -> Vec<usize> {
         let mut got = Vec::new();
         for &i in idx {
             let lock = Fop::Lock {
@@ -176,11 +178,11 @@ impl Set {
         futures_util::future::join_all(calls).await
     }
 
-    async fn unlock(&self, gfid: Gfid, idx: &[usize]) {
+    pub(super) async fn unlock(&self, gfid: Gfid, idx: &[usize]) {
         self.each(idx, Fop::Unlock { gfids: vec![gfid] }).await;
     }
 
-    async fn stat(&self, gfid: Gfid, idx: &[usize]) -> FsResult<Vec<(usize, Attr)>> {
+    pub(super) async fn stat(&self, gfid: Gfid, idx: &[usize]) -> FsResult<Vec<(usize, Attr)>> {
         let mut out = Vec::new();
         for (i, r) in self.each(idx, Fop::Getattr { gfid }).await {
             match r {
@@ -263,6 +265,10 @@ impl Set {
         }
         let kind = copies[0].1.kind;
         let all_locked = locked.len() == self.bricks.len();
+        if kind == FileKind::File && self.coding.is_some() {
+            let out = self.heal_coded(gfid, &copies, locked, all_locked).await?;
+            return Ok((out, vec![]));
+        }
         let plan = match source::choose(&copies, self.arbiter, all_locked, policy, forced)? {
             Choice::Defer => {
                 out.deferred = true;
@@ -387,7 +393,7 @@ impl Set {
         (healed, children)
     }
 
-    async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
+    pub(super) async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
         self.each(idx, Fop::Clear { gfid, unblame }).await;
     }
 
@@ -502,7 +508,7 @@ impl Set {
     }
 
     /// Owner, mode, times and xattrs of `sink` made those of `src`.
-    async fn heal_meta(&self, gfid: Gfid, (src, sink): (usize, usize), a: &Attr) -> FsResult<()> {
+    pub(super) async fn heal_meta(&self, gfid: Gfid, (src, sink): (usize, usize), a: &Attr) -> FsResult<()> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
         let symlink = a.kind == FileKind::Symlink;
         let set = SetAttr {

@@ -1,0 +1,343 @@
+//! Healing a dispersed file (docs/disperse.md, "Heal"): its fragments
+//! that missed changes are rebuilt from K good ones.
+//!
+//! Names, attributes and xattrs of a disperse set are the same on every
+//! brick and heal as a replica set's do (`object`); only a file's data
+//! differs per brick. Under the file's lock on every fragment up, the
+//! fragments nobody blames are the sources (K at least, else the heal
+//! waits), the blamed ones the sinks. Chunk by chunk, K sources are read
+//! (data fragments first: rebuilding from them is encoding), every
+//! fragment is computed, and each sink is written only where its bytes
+//! differ, so a heal writes the ranges that changed, and holes stay holes.
+//! The lock is let go between chunks, as for a replica.
+//!
+//! A change of unknown outcome (a client or brick died mid-write, so
+//! nobody is blamed but `UNSETTLED` is marked) may have reached some
+//! fragments and not others: the data fragments are taken as they are
+//! (each holds the old or the new bytes of the write, as a local disk may
+//! after a crash) and the parity is computed from them anew.
+
+use super::object::*;
+use mortar_core::fop::{ANON_FH, UNSETTLED};
+use mortar_core::{Attr, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
+use mortar_ec::{Codec, Geometry};
+use mortar_xlators::cluster::replicate::{bits, disperse::UNIT};
+use std::collections::HashMap;
+
+/// Bytes of each fragment rebuilt per lock hold (N buffers of it in
+/// memory per object healed).
+const CHUNK: u64 = 2 << 20;
+/// Bytes compared at once between a sink and what it should hold.
+const BLOCK: usize = 64 << 10;
+
+/// The code of a disperse set, as its translator has it.
+pub struct Coded {
+    pub g: Geometry,
+    pub codec: Codec,
+}
+
+impl Coded {
+    pub fn new(k: usize, r: usize) -> Result<Coded, String> {
+        Ok(Coded {
+            g: Geometry::new(k, UNIT),
+            codec: Codec::new(k, r).map_err(|e| e.to_string())?,
+        })
+    }
+}
+
+/// Reads `len` bytes at `offset` of fragment `b`, zeros after its end.
+async fn read_padded(b: &Brick, gfid: Gfid, offset: u64, len: u64) -> FsResult<Vec<u8>> {
+    let fop = Fop::Read {
+        gfid,
+        fh: ANON_FH,
+        offset,
+        size: len as u32,
+    };
+    match call(b, &root(), fop).await? {
+        Reply::Data(d) => {
+            let mut v = d.to_vec();
+            v.resize(len as usize, 0);
+            Ok(v)
+        }
+        _ => Err(FsError::new(libc::EIO, "read answered without data")),
+    }
+}
+
+/// The runs of `want` that differ from `have` (same length), compared
+/// `BLOCK` bytes at a time, neighbours joined: (offset, length).
+fn differing(want: &[u8], have: &[u8]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (n, (w, h)) in want.chunks(BLOCK).zip(have.chunks(BLOCK)).enumerate() {
+        if w == h {
+            continue;
+        }
+        let at = n * BLOCK;
+        match runs.last_mut() {
+            Some((o, l)) if *o + *l == at => *l += w.len(),
+            _ => runs.push((at, w.len())),
+        }
+    }
+    runs
+}
+
+impl Set {
+    fn coded(&self) -> &Coded {
+        self.coding.as_ref().expect("a disperse set")
+    }
+
+    /// Heals file `gfid` of a disperse set, its `copies` read under the
+    /// lock of `locked` (every brick of the set, if `all_locked`).
+    pub(super) async fn heal_coded(
+        &self,
+        gfid: Gfid,
+        copies: &[(usize, Attr)],
+        locked: &[usize],
+        all_locked: bool,
+    ) -> FsResult<Outcome> {
+        let k = self.coded().g.k();
+        let mut out = Outcome::default();
+        let marks = copies.iter().fold(0, |b, (_, a)| b | a.blame);
+        let blamed = marks & !UNSETTLED;
+        let everyone: Vec<usize> = copies.iter().map(|(i, _)| *i).collect();
+        let good: Vec<usize> = everyone
+            .iter()
+            .copied()
+            .filter(|i| blamed & (1 << i) == 0)
+            .collect();
+        let unsettled = marks & UNSETTLED != 0;
+        let data_good = (0..k).all(|i| good.contains(&i));
+        let sources: Vec<usize> = if good.len() < k || (unsettled && !data_good && !all_locked) {
+            // A fragment away may be good (or the one a change of unknown
+            // outcome needs to be judged by): wait for it.
+            if all_locked {
+                tracing::error!(set = %self.name, %gfid, good = good.len(), k, "fewer good fragments than the code needs: the file cannot be rebuilt");
+            }
+            out.deferred = true;
+            return Ok(out);
+        } else if unsettled && data_good {
+            (0..k).collect()
+        } else {
+            good
+        };
+        let sinks: Vec<usize> = everyone
+            .iter()
+            .copied()
+            .filter(|i| !sources.contains(i))
+            .collect();
+        let attr = |i: usize| &copies.iter().find(|(j, _)| *j == i).unwrap().1;
+        let size = sources.iter().map(|&i| attr(i).size).max().unwrap_or(0);
+        let src = *sources.iter().find(|&&i| attr(i).size == size).unwrap();
+        let src_attr = attr(src).clone();
+        // Sources of another length (a change of unknown outcome that
+        // lengthened some) are given the one chosen.
+        for &i in sources.iter().filter(|&&i| attr(i).size != size) {
+            let set = SetAttr {
+                size: Some(size),
+                ..Default::default()
+            };
+            call(&self.bricks[i], &root(), Fop::Setattr { gfid, set }).await?;
+        }
+        let sizes: HashMap<usize, u64> = sinks.iter().map(|&i| (i, attr(i).size)).collect();
+        let (healed, bytes) = self
+            .rebuild_sinks(gfid, &sources, sinks.clone(), &sizes, size, locked)
+            .await;
+        out.bytes = bytes;
+        let mut done = Vec::new();
+        for sink in healed {
+            match self.heal_meta(gfid, (src, sink), &src_attr).await {
+                Ok(()) => done.push(sink),
+                Err(e) => {
+                    tracing::warn!(set = %self.name, %gfid, sink = %self.bricks[sink].label, "heal failed: {e}");
+                }
+            }
+        }
+        out.healed = done.len() as u32;
+        // Changed while the lock was let go between chunks: look again.
+        let now = self.stat(gfid, &[src]).await?;
+        if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
+            out.deferred = true;
+            out.healed = 0;
+            return Ok(out);
+        }
+        let reached = bits(&done) | (bits(&everyone) & !bits(&sinks));
+        let mut settled = 0;
+        if unsettled {
+            if all_locked && reached & bits(&sinks) == bits(&sinks) {
+                settled = UNSETTLED;
+            } else {
+                out.deferred = true;
+            }
+        }
+        self.clear(gfid, locked, (blamed & reached) | settled).await;
+        if blamed & !reached != 0 {
+            out.deferred = true;
+        }
+        Ok(out)
+    }
+
+    /// Makes each of `sinks` the fragment `sources` say it is, for a file
+    /// of `size` bytes; `sizes` are the sinks' lengths now. Answers the
+    /// sinks healed and the bytes written. A sink that fails is left out
+    /// (its blame stays); a source that fails ends the heal of all.
+    async fn rebuild_sinks(
+        &self,
+        gfid: Gfid,
+        sources: &[usize],
+        mut sinks: Vec<usize>,
+        sizes: &HashMap<usize, u64>,
+        size: u64,
+        locked: &[usize],
+    ) -> (Vec<usize>, u64) {
+        let c = self.coded();
+        let n = self.bricks.len();
+        let content = c.g.parity_len(size);
+        // Rebuilding from the data fragments alone is encoding.
+        let mut from = sources.to_vec();
+        from.sort_unstable();
+        from.truncate(c.g.k());
+        let mut written = 0u64;
+        let mut fhs: HashMap<usize, u64> = HashMap::new();
+        let fail = |sinks: &mut Vec<usize>, s: usize, e: &FsError| {
+            tracing::warn!(set = %self.name, %gfid, sink = %self.bricks[s].label, "heal failed: {e}");
+            sinks.retain(|&x| x != s);
+        };
+        // What a longer file left past the content goes first.
+        for s in sinks.clone() {
+            if sizes[&s] > content {
+                let set = SetAttr {
+                    size: Some(content),
+                    ..Default::default()
+                };
+                if let Err(e) = call(&self.bricks[s], &root(), Fop::Setattr { gfid, set }).await {
+                    fail(&mut sinks, s, &e);
+                }
+            }
+        }
+        let mut off = 0u64;
+        while off < content && !sinks.is_empty() {
+            let len = (content - off).min(CHUNK);
+            let reads = from
+                .iter()
+                .map(|&i| async move { (i, read_padded(&self.bricks[i], gfid, off, len).await) });
+            let mut frags = vec![vec![0u8; len as usize]; n];
+            let mut present = vec![false; n];
+            for (i, r) in futures_util::future::join_all(reads).await {
+                match r {
+                    Ok(b) => {
+                        frags[i] = b;
+                        present[i] = true;
+                    }
+                    Err(e) => {
+                        tracing::warn!(set = %self.name, %gfid, source = %self.bricks[i].label, "heal: a source failed: {e}");
+                        return (Vec::new(), written);
+                    }
+                }
+            }
+            if let Err(e) = c.codec.rebuild(&mut frags, &present) {
+                tracing::warn!(set = %self.name, %gfid, "heal: {e}");
+                return (Vec::new(), written);
+            }
+            let fixes = sinks.iter().map(|&s| {
+                let (want, had) = (&frags[s], sizes[&s].min(content));
+                let fh = fhs.get(&s).copied();
+                async move { (s, self.fix_range(gfid, s, fh, off, want, had).await) }
+            });
+            for (s, r) in futures_util::future::join_all(fixes).await {
+                match r {
+                    Ok((fh, n)) => {
+                        if let Some(fh) = fh {
+                            fhs.insert(s, fh);
+                        }
+                        written += n;
+                    }
+                    Err(e) => fail(&mut sinks, s, &e),
+                }
+            }
+            off += len;
+            if off >= content {
+                break;
+            }
+            // Let an application waiting for the file have a turn.
+            self.unlock(gfid, locked).await;
+            if self.lock(gfid, locked).await.len() != locked.len() {
+                tracing::warn!(set = %self.name, %gfid, "a fragment went away during heal");
+                sinks.clear();
+            }
+        }
+        for (&s, &fh) in &fhs {
+            let _ = call(&self.bricks[s], &root(), Fop::Release { gfid, fh }).await;
+        }
+        // Every fragment is as long as the file.
+        for s in sinks.clone() {
+            let set = SetAttr {
+                size: Some(size),
+                ..Default::default()
+            };
+            if let Err(e) = call(&self.bricks[s], &root(), Fop::Setattr { gfid, set }).await {
+                fail(&mut sinks, s, &e);
+            }
+        }
+        (sinks, written)
+    }
+
+    /// Writes to sink `s` the runs of `want` (its bytes at `off`) that
+    /// differ from what it holds (`had`: its length, zeros after), opening
+    /// it first unless `fh`. Answers the handle opened and bytes written.
+    async fn fix_range(
+        &self,
+        gfid: Gfid,
+        s: usize,
+        fh: Option<u64>,
+        off: u64,
+        want: &[u8],
+        had: u64,
+    ) -> FsResult<(Option<u64>, u64)> {
+        let b = &self.bricks[s];
+        let have = if off < had {
+            read_padded(b, gfid, off, want.len() as u64).await?
+        } else {
+            vec![0u8; want.len()]
+        };
+        let mut fh = fh;
+        let mut n = 0u64;
+        for (at, len) in differing(want, &have) {
+            let h = match fh {
+                Some(h) => h,
+                None => {
+                    let open = Fop::Open {
+                        gfid,
+                        flags: libc::O_WRONLY,
+                    };
+                    *fh.insert(call(b, &root(), open).await?.into_fh()?)
+                }
+            };
+            let write = Fop::Write {
+                gfid,
+                fh: h,
+                offset: off + at as u64,
+                data: bytes::Bytes::copy_from_slice(&want[at..at + len]),
+                grow: 0,
+            };
+            call(b, &root(), write).await?;
+            n += len as u64;
+        }
+        Ok((fh, n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differing;
+
+    #[test]
+    fn only_the_blocks_that_differ_are_written_neighbours_joined() {
+        let b = super::BLOCK;
+        let have = vec![0u8; 4 * b + 10];
+        let mut want = have.clone();
+        assert!(differing(&want, &have).is_empty());
+        want[1] = 1;
+        want[b + 5] = 1;
+        want[4 * b + 3] = 1;
+        assert_eq!(differing(&want, &have), vec![(0, 2 * b), (4 * b, 10)]);
+    }
+}

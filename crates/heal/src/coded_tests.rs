@@ -1,0 +1,206 @@
+//! The heal of dispersed files over the real brick stack: fragments that
+//! missed writes and truncations while their bricks were down are rebuilt
+//! from the others, equal to what coding the file anew gives, with holes
+//! kept and blame and index cleared.
+
+use crate::Healer;
+use mortar_core::fop::SetAttr;
+use mortar_core::{Ctx, Fop, Gfid, Reply};
+use mortar_ec::{Codec, Geometry};
+use mortar_graph::stacked::{stack_bricks, stack_env, StackBrick};
+use mortar_graph::testkit::{desc_disperse, n};
+use mortar_graph::Graph;
+use mortar_xlators::cluster::replicate::disperse::UNIT;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+const K: usize = 4;
+const R: usize = 2;
+
+struct Vol {
+    bricks: Vec<Arc<StackBrick>>,
+    graph: Graph,
+}
+
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.u8(..)).collect()
+}
+
+impl Vol {
+    async fn new() -> Vol {
+        let bricks = stack_bricks(K + R);
+        let graph = Graph::build(&desc_disperse(1, K, R), &stack_env(&bricks)).unwrap();
+        assert_eq!(graph.wait_up(Duration::from_secs(3)).await, K + R);
+        Vol { bricks, graph }
+    }
+
+    async fn call(&self, fop: Fop) -> Reply {
+        let what = format!("{fop:.80?}");
+        self.graph
+            .top()
+            .call(&Ctx::root(), fop)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    async fn create(&self, name: &str) -> (Gfid, u64) {
+        let gfid = Gfid::random();
+        let Reply::Created { fh, .. } = self
+            .call(Fop::Create {
+                parent: Gfid::ROOT,
+                name: n(name),
+                gfid,
+                flags: libc::O_RDWR,
+                mode: 0o644,
+                umask: 0,
+            })
+            .await
+        else {
+            panic!("not created")
+        };
+        (gfid, fh)
+    }
+
+    async fn write(&self, gfid: Gfid, fh: u64, offset: u64, data: &[u8]) {
+        self.call(Fop::Write {
+            gfid,
+            fh,
+            offset,
+            data: data.to_vec().into(),
+            grow: 0,
+        })
+        .await;
+    }
+
+    async fn heal(&self) {
+        let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&self.bricks)).unwrap();
+        h.wait_up(Duration::from_secs(3)).await;
+        for _ in 0..3 {
+            h.index_pass().await;
+        }
+        let left: usize = h.info(false).await.iter().map(|b| b.entries.len()).sum();
+        assert_eq!(left, 0, "objects left in the heal index");
+    }
+
+    /// Every fragment of `name` is what coding `want` gives, as long as
+    /// the file, and nobody is blamed.
+    fn assert_coded(&self, gfid: Gfid, name: &str, want: &[u8]) {
+        let g = Geometry::new(K, UNIT);
+        let size = want.len() as u64;
+        let plen = g.parity_len(size) as usize;
+        let mut whole = want.to_vec();
+        whole.resize(g.stripes(0, size).end as usize * g.stripe_bytes() as usize, 0);
+        let data: Vec<Vec<u8>> = g
+            .scatter(0, &whole)
+            .into_iter()
+            .map(|mut d| {
+                d.truncate(plen);
+                d
+            })
+            .collect();
+        let mut parity = vec![vec![0u8; plen]; R];
+        Codec::new(K, R).unwrap().encode(&data, &mut parity).unwrap();
+        for (i, b) in self.bricks.iter().enumerate() {
+            let got = b.content(&[name]).expect("a fragment").1;
+            assert_eq!(got.len(), want.len(), "fragment {i} is as long as the file");
+            let frag = if i < K { &data[i] } else { &parity[i - K] };
+            assert!(got[..plen] == frag[..], "fragment {i} is the file coded");
+            assert!(got[plen..].iter().all(|&x| x == 0), "fragment {i} ends in zeros");
+            assert_eq!(b.blame(gfid), 0, "fragment {i} is blamed");
+        }
+    }
+}
+
+#[tokio::test]
+async fn fragments_that_missed_writes_are_rebuilt_from_the_others() {
+    let v = Vol::new().await;
+    let (f, fh) = v.create("f").await;
+    let mut want = bytes(300_000, 1);
+    v.write(f, fh, 0, &want).await;
+    // A data fragment and a parity fragment away: an overwrite inside,
+    // an append, and a truncation into the middle of a stripe.
+    v.bricks[1].set_down(true);
+    v.bricks[5].set_down(true);
+    let over = bytes(40_000, 2);
+    v.write(f, fh, 20_000, &over).await;
+    want[20_000..60_000].copy_from_slice(&over);
+    let tail = bytes(150_000, 3);
+    v.write(f, fh, want.len() as u64, &tail).await;
+    want.extend_from_slice(&tail);
+    let set = SetAttr {
+        size: Some(400_001),
+        ..Default::default()
+    };
+    v.call(Fop::Setattr { gfid: f, set }).await;
+    want.truncate(400_001);
+    v.call(Fop::Release { gfid: f, fh }).await;
+    v.bricks[1].set_down(false);
+    v.bricks[5].set_down(false);
+    assert_ne!(v.bricks[0].blame(f), 0, "the fragments away are blamed");
+    v.heal().await;
+    v.assert_coded(f, "f", &want);
+    v.graph.fini().await;
+}
+
+#[tokio::test]
+async fn a_sparse_file_heals_without_filling_its_holes() {
+    let v = Vol::new().await;
+    let (f, fh) = v.create("sparse").await;
+    v.write(f, fh, 0, b"head").await;
+    v.bricks[0].set_down(true);
+    v.bricks[4].set_down(true);
+    let far = 64 << 20;
+    v.write(f, fh, far, b"tail").await;
+    v.call(Fop::Release { gfid: f, fh }).await;
+    v.bricks[0].set_down(false);
+    v.bricks[4].set_down(false);
+    v.heal().await;
+    let mut want = vec![0u8; far as usize + 4];
+    want[..4].copy_from_slice(b"head");
+    want[far as usize..].copy_from_slice(b"tail");
+    v.assert_coded(f, "sparse", &want);
+    for i in [0, 4] {
+        let m = std::fs::metadata(v.bricks[i].root().join("sparse")).unwrap();
+        assert!(
+            m.blocks() * 512 < 1 << 20,
+            "fragment {i} took {} bytes of disk for 8 written",
+            m.blocks() * 512
+        );
+    }
+    v.graph.fini().await;
+}
+
+#[tokio::test]
+async fn fewer_good_fragments_than_k_wait_and_lose_nothing() {
+    let v = Vol::new().await;
+    let (f, fh) = v.create("f").await;
+    let want = bytes(100_000, 4);
+    v.write(f, fh, 0, &want).await;
+    v.call(Fop::Release { gfid: f, fh }).await;
+    // Blame three fragments by hand on every brick: only three good are
+    // left of the four needed.
+    let before: Vec<Vec<u8>> = v
+        .bricks
+        .iter()
+        .map(|b| b.content(&["f"]).unwrap().1)
+        .collect();
+    for b in &v.bricks {
+        b.ask(Fop::Lock {
+            gfid: f,
+            wait: true,
+            mark: Some(0b111),
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(v.bricks[5].blame(f) & 0b111, 0b111);
+    let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&v.bricks)).unwrap();
+    h.wait_up(Duration::from_secs(3)).await;
+    h.index_pass().await;
+    for (i, b) in v.bricks.iter().enumerate() {
+        assert_eq!(b.content(&["f"]).unwrap().1, before[i], "fragment {i} untouched");
+    }
+    v.graph.fini().await;
+}

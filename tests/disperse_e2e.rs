@@ -138,3 +138,51 @@ fn with_redundancy_bricks_frozen_every_file_reads_back_and_takes_writes() {
         thaw(pid);
     }
 }
+
+#[test]
+fn a_brick_replaced_empty_is_rebuilt_from_the_others_and_serves_reads() {
+    let c = Cluster::start();
+    c.one_process_per_brick();
+    four_plus_two(&c, "rp");
+    c.ok(&["volume", "set", "rp", "network.ping-timeout", "2"]);
+    let m = c.mount("rp");
+    let src = c.path("src");
+    ok(&format!(
+        "mkdir -p {s}/d && for f in $(seq 1 30); do head -c $((f * 3001)) /dev/urandom > {s}/d/f$f; done && \
+         head -c $((9 * 1048576 + 7)) /dev/urandom > {s}/big && \
+         truncate -s 200M {s}/sparse && echo end >> {s}/sparse",
+        s = src.display()
+    ));
+    ok(&format!("cp -a {} {}", src.display(), m.p("tree")));
+    let out = c.ok(&[
+        "volume",
+        "replace-brick",
+        "rp",
+        &c.brick("rp3"),
+        &c.brick("new3"),
+        "commit",
+        "force",
+    ]);
+    assert!(out.contains("healed"), "{out}");
+    wait_full_heal(&c, "rp");
+    let new = c.path("new3");
+    for (f, len) in [("big", 9 * 1048576 + 7), ("sparse", 200 * 1048576 + 4)] {
+        let meta = std::fs::metadata(new.join("tree").join(f)).unwrap();
+        assert_eq!(
+            meta.len(),
+            len,
+            "{f}: the new fragment is as long as the file"
+        );
+    }
+    use std::os::unix::fs::MetadataExt;
+    let sparse = std::fs::metadata(new.join("tree/sparse")).unwrap();
+    assert!(sparse.blocks() * 512 < 1 << 20, "the hole stays a hole");
+    // Two other bricks away: the files decode from the new fragment and
+    // three others.
+    let frozen = [freeze(&c, "rp", 0), freeze(&c, "rp", 5)];
+    let m2 = c.mount("rp");
+    ok(&format!("diff -r {} {}", src.display(), m2.p("tree")));
+    for pid in frozen {
+        thaw(pid);
+    }
+}

@@ -8,21 +8,6 @@ use common::*;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Waits until the volume's last full heal has completed and nothing is
-/// left to heal.
-fn wait_full_heal(c: &Cluster, vol: &str) {
-    wait_for("the full heal to complete", Duration::from_secs(90), || {
-        let info: serde_json::Value =
-            serde_json::from_str(&c.ok(&["--json", "volume", "info", vol])).unwrap();
-        let done = info[0]["tasks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| t["kind"] == "HealFull" && t["status"] == "Completed");
-        done && heal_pending(c, vol) == Some(0)
-    });
-}
-
 /// Files of several kinds: small and sparse files, a symlink, a hard
 /// link, nested directories with an odd mode.
 fn fill(m: &Mount) {

@@ -523,6 +523,21 @@ pub fn wait_healed(c: &Cluster, vol: &str, timeout: Duration) {
     }
 }
 
+/// Waits until the volume's last full heal has completed and nothing is
+/// left to heal.
+pub fn wait_full_heal(c: &Cluster, vol: &str) {
+    wait_for("the full heal to complete", Duration::from_secs(90), || {
+        let info: serde_json::Value =
+            serde_json::from_str(&c.ok(&["--json", "volume", "info", vol])).unwrap();
+        let done = info[0]["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["kind"] == "HealFull" && t["status"] == "Completed");
+        done && heal_pending(c, vol) == Some(0)
+    });
+}
+
 /// Waits until the client log shows `n` brick connections in all.
 pub fn wait_connections(c: &Cluster, n: usize) {
     wait_for("the client to reconnect", Duration::from_secs(30), || {

@@ -1,5 +1,6 @@
 //! Healing a dispersed file (docs/disperse.md, "Heal"): its fragments
-//! that missed changes are rebuilt from K good ones.
+//! that missed changes, or are shorter than the file (a brick replaced
+//! empty), are rebuilt from K good ones.
 //!
 //! Names, attributes and xattrs of a disperse set are the same on every
 //! brick and heal as a replica set's do (`object`); only a file's data
@@ -117,7 +118,21 @@ impl Set {
         } else if unsettled && data_good {
             (0..k).collect()
         } else {
-            good
+            // Every fragment is as long as the file: one shorter than
+            // others nobody blames is stale too (a fragment a name heal
+            // just made on a brick replaced empty).
+            let attr = |i: usize| &copies.iter().find(|(j, _)| *j == i).unwrap().1;
+            let longest = good.iter().map(|&i| attr(i).size).max().unwrap_or(0);
+            let full: Vec<usize> = good
+                .iter()
+                .copied()
+                .filter(|&i| attr(i).size == longest)
+                .collect();
+            if full.len() >= k {
+                full
+            } else {
+                good
+            }
         };
         let sinks: Vec<usize> = everyone
             .iter()

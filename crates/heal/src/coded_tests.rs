@@ -91,7 +91,10 @@ impl Vol {
         let size = want.len() as u64;
         let plen = g.parity_len(size) as usize;
         let mut whole = want.to_vec();
-        whole.resize(g.stripes(0, size).end as usize * g.stripe_bytes() as usize, 0);
+        whole.resize(
+            g.stripes(0, size).end as usize * g.stripe_bytes() as usize,
+            0,
+        );
         let data: Vec<Vec<u8>> = g
             .scatter(0, &whole)
             .into_iter()
@@ -101,13 +104,19 @@ impl Vol {
             })
             .collect();
         let mut parity = vec![vec![0u8; plen]; R];
-        Codec::new(K, R).unwrap().encode(&data, &mut parity).unwrap();
+        Codec::new(K, R)
+            .unwrap()
+            .encode(&data, &mut parity)
+            .unwrap();
         for (i, b) in self.bricks.iter().enumerate() {
             let got = b.content(&[name]).expect("a fragment").1;
             assert_eq!(got.len(), want.len(), "fragment {i} is as long as the file");
             let frag = if i < K { &data[i] } else { &parity[i - K] };
             assert!(got[..plen] == frag[..], "fragment {i} is the file coded");
-            assert!(got[plen..].iter().all(|&x| x == 0), "fragment {i} ends in zeros");
+            assert!(
+                got[plen..].iter().all(|&x| x == 0),
+                "fragment {i} ends in zeros"
+            );
             assert_eq!(b.blame(gfid), 0, "fragment {i} is blamed");
         }
     }
@@ -200,7 +209,34 @@ async fn fewer_good_fragments_than_k_wait_and_lose_nothing() {
     h.wait_up(Duration::from_secs(3)).await;
     h.index_pass().await;
     for (i, b) in v.bricks.iter().enumerate() {
-        assert_eq!(b.content(&["f"]).unwrap().1, before[i], "fragment {i} untouched");
+        assert_eq!(
+            b.content(&["f"]).unwrap().1,
+            before[i],
+            "fragment {i} untouched"
+        );
     }
+    v.graph.fini().await;
+}
+
+#[tokio::test]
+async fn a_brick_replaced_empty_is_rebuilt_by_a_full_heal() {
+    let v = Vol::new().await;
+    let (f, fh) = v.create("f").await;
+    let want = bytes(500_000, 5);
+    v.write(f, fh, 0, &want).await;
+    v.call(Fop::Release { gfid: f, fh }).await;
+    let (e, fh) = v.create("empty").await;
+    v.call(Fop::Release { gfid: e, fh }).await;
+    v.graph.fini().await;
+    // Brick 2 replaced by a new, empty one.
+    let mut bricks = v.bricks.clone();
+    bricks[2] = StackBrick::new("s2-new", false);
+    let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&bricks)).unwrap();
+    h.wait_up(Duration::from_secs(3)).await;
+    assert_eq!(h.full().await, 0, "every set crawled");
+    let graph = Graph::build(&desc_disperse(1, K, R), &stack_env(&bricks)).unwrap();
+    let v = Vol { bricks, graph };
+    v.assert_coded(f, "f", &want);
+    v.assert_coded(e, "empty", b"");
     v.graph.fini().await;
 }

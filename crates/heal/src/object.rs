@@ -508,7 +508,12 @@ impl Set {
     }
 
     /// Owner, mode, times and xattrs of `sink` made those of `src`.
-    pub(super) async fn heal_meta(&self, gfid: Gfid, (src, sink): (usize, usize), a: &Attr) -> FsResult<()> {
+    pub(super) async fn heal_meta(
+        &self,
+        gfid: Gfid,
+        (src, sink): (usize, usize),
+        a: &Attr,
+    ) -> FsResult<()> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
         let symlink = a.kind == FileKind::Symlink;
         let set = SetAttr {

@@ -137,7 +137,7 @@ impl Volume {
     pub fn not_dispersed(&self, what: &str) -> Result<(), Error> {
         if self.dispersed() {
             return Err(format!(
-                "{what} of a dispersed volume is not built yet: a new or emptied brick's fragments need the heal of disperse sets (docs/disperse.md)"
+                "{what} of a dispersed volume is not built yet: it moves fragments between disperse sets, which is not built yet (docs/disperse.md)"
             )
             .into());
         }
@@ -145,7 +145,6 @@ impl Volume {
     }
 
     pub fn replace_brick(&mut self, from: &Brick, to: &Brick) -> Result<(), Error> {
-        self.not_dispersed("replace-brick")?;
         let i = self.brick_index(from).ok_or_else(|| {
             Error::not_found(format!(
                 "brick: {from} does not exist in volume: {}",
@@ -223,7 +222,6 @@ impl Volume {
     /// Marks brick `b` taken down by `reset-brick start` (`down`), or
     /// brought back by its commit.
     pub fn reset_brick(&mut self, b: &Brick, down: bool) -> Result<(), Error> {
-        self.not_dispersed("reset-brick")?;
         if self.brick_index(b).is_none() {
             return Err(Error::not_found(format!(
                 "brick: {b} does not exist in volume: {}",

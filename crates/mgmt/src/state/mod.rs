@@ -482,9 +482,12 @@ mod tests {
         let err = v.add_bricks(8, &set(6)).unwrap_err().to_string();
         assert!(err.contains("disperse count"), "{err}");
         assert!(v.lower_replica(5, &[b("h:/0")]).is_err());
-        assert!(v.replace_brick(&b("h:/1"), &b("g:/1")).is_err());
-        assert!(v.reset_brick(&b("h:/1"), true).is_err());
         assert_eq!(v, before, "refusals change nothing");
+        // A brick replaced keeps its place in its set (its fragment is
+        // rebuilt by heal).
+        v.replace_brick(&b("h:/1"), &b("g:/1")).unwrap();
+        assert_eq!(v.bricks[1], b("g:/1"));
+        v.reset_brick(&b("h:/2"), true).unwrap();
         v.add_bricks(6, &set(6)).unwrap();
         assert_eq!(
             (v.bricks.len(), v.type_name()),

@@ -16,10 +16,13 @@ pub const PORT: u16 = 24199;
 static NEXT: AtomicU32 = AtomicU32::new(1);
 
 pub mod bricks;
+pub mod heal;
 pub mod net;
 
 #[allow(unused_imports)]
 pub use bricks::*;
+#[allow(unused_imports)]
+pub use heal::*;
 
 pub struct Cluster {
     pub ip: String,
@@ -491,51 +494,6 @@ pub fn assert_bricks_identical(bricks: &[PathBuf]) {
             .collect();
         assert!(diff.is_empty(), "bricks differ:\n{}", diff.join("\n"));
     }
-}
-
-/// Number of objects the bricks' heal index names (None if a brick is down).
-pub fn heal_pending(c: &Cluster, vol: &str) -> Option<usize> {
-    let o = c.cli(&["--json", "volume", "heal", vol, "info"]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
-    let mut n = 0;
-    for b in v["bricks"].as_array()? {
-        if b["connected"] != true {
-            return None;
-        }
-        n += b["entries"].as_array()?.len();
-    }
-    Some(n)
-}
-
-/// Waits until self-heal has nothing left, by itself.
-pub fn wait_healed(c: &Cluster, vol: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while heal_pending(c, vol) != Some(0) {
-        if Instant::now() > deadline {
-            let o = c.cli(&["--json", "volume", "heal", vol, "info"]);
-            panic!(
-                "timed out waiting for self-heal to finish; heal info says: {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Waits until the volume's last full heal has completed and nothing is
-/// left to heal.
-pub fn wait_full_heal(c: &Cluster, vol: &str) {
-    wait_for("the full heal to complete", Duration::from_secs(90), || {
-        let info: serde_json::Value =
-            serde_json::from_str(&c.ok(&["--json", "volume", "info", vol])).unwrap();
-        let done = info[0]["tasks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| t["kind"] == "HealFull" && t["status"] == "Completed");
-        done && heal_pending(c, vol) == Some(0)
-    });
 }
 
 /// Waits until the client log shows `n` brick connections in all.

@@ -402,7 +402,7 @@ fn a_weighted_rebalance_gives_a_larger_set_a_larger_share() {
     assert!(quarter.contains(&small), "{small} of 300 on the small set");
     // A directory made afterwards takes its parent's shares.
     ok(&format!(
-        "mkdir {0}/e && for i in $(seq 1 300); do echo $i > {0}/e/f$i; done",
+        "mkdir {0}/e && for i in $(seq 1 300); do echo $i > {0}/e/f$i; done && sync {0}/e {0}/e/*",
         m.dir.display()
     ));
     let small = count(&bricks[0], "e/");

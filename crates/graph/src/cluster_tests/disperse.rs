@@ -237,3 +237,46 @@ async fn a_series_of_whole_stripe_writes_costs_one_request_per_fragment() {
     r.call(Fop::Release { gfid: f, fh }).await.unwrap();
     assert_eq!(r.read(f).await.unwrap(), data.repeat(6));
 }
+
+#[tokio::test]
+async fn a_degraded_read_never_meets_another_clients_write_half_done() {
+    let r = Rig::disperse(1, 2, 1);
+    let stripe = 2 * UNIT as usize;
+    let f = r.create(Gfid::ROOT, "f", &vec![0u8; stripe]).await.unwrap();
+    // Another client writes whole stripes of one byte value, landing on
+    // the data fragment and the parity at different moments.
+    let w = Rig {
+        graph: crate::Graph::build(
+            &crate::testkit::desc_disperse(1, 2, 1),
+            &crate::testkit::env_over(&r.bricks),
+        )
+        .unwrap(),
+        bricks: r.bricks.clone(),
+    };
+    for b in &r.bricks[1..] {
+        b.set_write_jitter(std::time::Duration::from_millis(4));
+    }
+    // Data fragment 0 away: every read rebuilds it from the others.
+    r.bricks[0].set_down(true);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let writes = async {
+        for v in 1..=60u8 {
+            w.write(f, 0, &vec![v; stripe]).await.unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let reads = async {
+        let mut n = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let got = r.read(f).await.unwrap();
+            assert_eq!(got.len(), stripe);
+            let odd = got.iter().filter(|&&b| b != got[0]).count();
+            assert_eq!(odd, 0, "read {n}: {odd} bytes not of one write");
+            n += 1;
+            tokio::task::yield_now().await;
+        }
+        n
+    };
+    let ((), n) = tokio::join!(writes, reads);
+    assert!(n > 5, "only {n} reads ran beside the writes");
+}

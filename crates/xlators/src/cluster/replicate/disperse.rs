@@ -348,14 +348,17 @@ impl Replicate {
             Some(Err(e)) if !copy_fault(&e) => return Err(e),
             _ => {
                 // A data fragment is away, blamed or failed: the stripes
-                // from the good ones, none of them halfway through a write
-                // of this client's (they would not rebuild). (Another
-                // client's write in flight is not waited for yet: docs/
-                // disperse.md.)
+                // from the good ones, none of them halfway through a
+                // write (they would not rebuild): this client's are kept
+                // off by the claim, other clients' by the file's lock.
                 let _claim = self.txns.claim(gfid, 0, u64::MAX).await;
-                let good = self.good_fragments(cx, gfid, &self.up()).await?;
+                let up = self.up();
                 let sr = g.stripe_range(offset, end - offset);
-                let frags = self.rebuilt(cx, gfid, &good, handle, sr.clone()).await?;
+                let rebuild = async {
+                    let good = self.good_fragments(cx, gfid, &up).await?;
+                    self.rebuilt(cx, gfid, &good, handle, sr.clone()).await
+                };
+                let frags = self.txns.read_locked(gfid, &up, rebuild).await?;
                 (0..g.k())
                     .map(|i| {
                         let r = &ranges[i];

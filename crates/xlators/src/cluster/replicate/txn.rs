@@ -368,6 +368,58 @@ impl Txns {
         Ok(ticket)
     }
 
+    /// Runs `f` with `gfid` locked on `targets`, without a change session:
+    /// a read that must not meet another client's change half done (a
+    /// dispersed file's stripes rebuilt from fragments some of which took
+    /// a write and some not yet). A lock this client keeps for its changes
+    /// serves as it is, held until `f` ends; else the lock is taken in
+    /// replica order, waiting, and let go after.
+    pub async fn read_locked<T>(
+        &self,
+        gfid: Gfid,
+        targets: &[usize],
+        f: impl std::future::Future<Output = T>,
+    ) -> T {
+        let txn = self.txn(gfid);
+        let kept = |held: &Held| {
+            targets
+                .iter()
+                .all(|&i| held.on[i] == Some(self.children[i].epoch()))
+        };
+        let mut held = loop {
+            let drained = txn.drained.notified();
+            let held = txn.held.lock().await;
+            if kept(&held) || txn.inflight.load(Ordering::Acquire) == 0 {
+                break held;
+            }
+            drop(held);
+            drained.await;
+        };
+        if kept(&held) {
+            return f.await;
+        }
+        self.unlock_held(gfid, &mut held).await;
+        let mut got = Vec::new();
+        for &i in targets {
+            let lock = Fop::Lock {
+                gfid,
+                wait: true,
+                mark: None,
+            };
+            if self.children[i]
+                .call(&mortar_core::Ctx::root(), lock)
+                .await
+                .is_ok()
+            {
+                got.push(i);
+            }
+        }
+        let out = f.await;
+        self.each(&got, |_| Fop::Unlock { gfids: vec![gfid] }).await;
+        txn.last_used.store(self.now(), Ordering::Relaxed);
+        out
+    }
+
     /// Locks `gfid` on `targets`: all at once when nobody else holds it,
     /// else one replica after another in replica order, waiting.
     async fn acquire(&self, gfid: Gfid, targets: &[usize], blame: u32) -> Vec<usize> {

@@ -32,6 +32,8 @@ pub struct StackBrick {
     /// Writes wait up to this long before they reach the stack (a disk
     /// whose latency varies): requests sent together land in any order.
     write_jitter: Mutex<std::time::Duration>,
+    /// How long each read waits before it reaches the stack.
+    read_delay: Mutex<std::time::Duration>,
     /// Writes in flight (with jitter): object and byte range.
     writing: Mutex<Vec<(Gfid, u64, u64)>>,
     /// Writes that arrived while another write of some of their bytes was
@@ -70,6 +72,7 @@ impl StackBrick {
             inject: Mutex::default(),
             die: Mutex::new(None),
             write_jitter: Mutex::default(),
+            read_delay: Mutex::default(),
             writing: Mutex::default(),
             overlapping: AtomicU64::new(0),
             conns: Mutex::new(Vec::new()),
@@ -320,6 +323,12 @@ impl StackBrick {
         *self.write_jitter.lock().unwrap() = max;
     }
 
+    /// Makes each read wait `d` before it reaches the stack (a brick that
+    /// answers late).
+    pub fn set_read_delay(&self, d: std::time::Duration) {
+        *self.read_delay.lock().unwrap() = d;
+    }
+
     /// How many writes arrived while another write of some of their bytes
     /// was in flight (with `set_write_jitter`): such writes may land in
     /// different orders on different copies.
@@ -463,6 +472,10 @@ impl Xlator for StackConn {
                 "{} died with the call in flight",
                 self.brick.name
             )));
+        }
+        let delay = *self.brick.read_delay.lock().unwrap();
+        if matches!(fop, Fop::Read { .. }) && !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
         let max = *self.brick.write_jitter.lock().unwrap();
         let Fop::Write {

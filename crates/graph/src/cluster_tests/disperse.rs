@@ -280,3 +280,24 @@ async fn a_degraded_read_never_meets_another_clients_write_half_done() {
     let ((), n) = tokio::join!(writes, reads);
     assert!(n > 5, "only {n} reads ran beside the writes");
 }
+
+#[tokio::test]
+async fn a_brick_that_answers_late_is_read_around() {
+    let r = Rig::disperse(1, 4, 2);
+    let want = bytes(4 * 4 * UNIT as usize, 11);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    assert_eq!(r.read(f).await.unwrap(), want);
+    // Data brick 1 answers reads after 3 s (its connection is up).
+    r.bricks[1].set_read_delay(std::time::Duration::from_secs(3));
+    let t = std::time::Instant::now();
+    for _ in 0..20 {
+        assert_eq!(r.read(f).await.unwrap(), want);
+    }
+    // Not one of the 20 reads waited for it: the first waited a moment
+    // and rebuilt from the others, the rest did not ask it.
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        t.elapsed()
+    );
+}

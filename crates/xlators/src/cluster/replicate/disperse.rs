@@ -36,6 +36,8 @@ pub struct Coding {
     pub codec: Codec,
     /// Our handles opened with `O_APPEND` (the bricks' are not).
     appending: Mutex<std::collections::HashSet<u64>>,
+    /// How quickly each brick answers reads (`pace`).
+    pub pace: super::pace::Pace,
 }
 
 impl Coding {
@@ -44,6 +46,7 @@ impl Coding {
             g: Geometry::new(k, unit),
             codec: Codec::new(k, r)?,
             appending: Mutex::default(),
+            pace: super::pace::Pace::new(k + r),
         })
     }
 
@@ -232,11 +235,18 @@ impl Replicate {
             offset: range.start,
             size: len as u32,
         };
-        padded(self.children[i].call(cx, fop).await, len)
+        let t = std::time::Instant::now();
+        let r = self.children[i].call(cx, fop).await;
+        if r.is_ok() {
+            self.coding().pace.record(i, t.elapsed());
+        }
+        padded(r, len)
     }
 
     /// Every fragment's bytes of `range`, rebuilt from the good fragments
-    /// `good` (K at least): K + R buffers, data first.
+    /// `good` (K at least): K + R buffers, data first. All of them are
+    /// asked and the first K answers serve: a brick that answers late is
+    /// not waited for (and is charged for it, `pace`).
     async fn rebuilt(
         &self,
         cx: &Ctx,
@@ -245,23 +255,31 @@ impl Replicate {
         fh: impl Fn(usize) -> u64,
         range: Range<u64>,
     ) -> FsResult<Vec<Vec<u8>>> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
         let c = self.coding();
         let n = self.children.len();
-        let reads = good.iter().map(|&i| {
-            let (fh, range) = (fh(i), range.clone());
-            async move { (i, self.fragment_read(cx, gfid, i, fh, range).await) }
-        });
+        let t = std::time::Instant::now();
+        let mut reads: FuturesUnordered<_> = good
+            .iter()
+            .map(|&i| {
+                let (fh, range) = (fh(i), range.clone());
+                async move { (i, self.fragment_read(cx, gfid, i, fh, range).await) }
+            })
+            .collect();
         let len = (range.end - range.start) as usize;
         let mut frags = vec![vec![0u8; len]; n];
         let mut present = vec![false; n];
         let mut got = 0;
         let mut last = None;
-        for (i, r) in join_all(reads).await {
+        while let Some((i, r)) = reads.next().await {
             match r {
                 Ok(b) => {
                     frags[i] = b;
                     present[i] = true;
                     got += 1;
+                    if got == c.k() {
+                        break;
+                    }
                 }
                 Err(e) => {
                     if copy_fault(&e) {
@@ -271,11 +289,18 @@ impl Replicate {
                 }
             }
         }
+        drop(reads);
         if got < c.k() {
             return Err(
                 last.unwrap_or_else(|| eio(format!("{}: {gfid}: too few fragments", self.name)))
             );
         }
+        // Those not heard from are charged (the slow ones already are:
+        // probes tell when they are quick again).
+        for &i in good.iter().filter(|&&i| !present[i] && !c.pace.is_slow(i)) {
+            c.pace.record(i, t.elapsed() * 2);
+        }
+        // Only the K answers are used: the others' buffers are rebuilt.
         c.codec
             .rebuild(&mut frags, &present)
             .map_err(|e| eio(format!("{}: {gfid}: {e}", self.name)))?;
@@ -315,16 +340,37 @@ impl Replicate {
         let wanted: Vec<usize> = (0..g.k()).filter(|&i| !ranges[i].is_empty()).collect();
         // The size, asked along with the bytes: a read past the end is cut.
         let size = self.coded_size(cx, gfid, &good);
+        let pace = &self.coding().pace;
+        let probe = pace.probe();
         let healthy = async {
-            if !wanted.iter().all(|i| good.contains(i)) {
+            if !wanted
+                .iter()
+                .all(|&i| good.contains(&i) && (probe || !pace.is_slow(i)))
+            {
                 return None;
             }
+            let answered: Vec<std::sync::atomic::AtomicBool> =
+                (0..g.k()).map(|_| Default::default()).collect();
             let reads = wanted.iter().map(|&i| {
-                let range = ranges[i].clone();
-                async move { (i, self.fragment_read(cx, gfid, i, handle(i), range).await) }
+                let (range, answered) = (ranges[i].clone(), &answered);
+                async move {
+                    let r = self.fragment_read(cx, gfid, i, handle(i), range).await;
+                    answered[i].store(true, std::sync::atomic::Ordering::Relaxed);
+                    (i, r)
+                }
             });
+            // A fragment that answers late is read around.
+            let patience = pace.patience();
+            let Ok(results) = tokio::time::timeout(patience, join_all(reads)).await else {
+                for &i in &wanted {
+                    if !answered[i].load(std::sync::atomic::Ordering::Relaxed) {
+                        pace.record(i, patience * 2);
+                    }
+                }
+                return None;
+            };
             let mut parts = vec![Vec::new(); g.k()];
-            for (i, r) in join_all(reads).await {
+            for (i, r) in results {
                 match r {
                     Ok(b) => parts[i] = b,
                     Err(e) => {
@@ -352,7 +398,13 @@ impl Replicate {
                 // write (they would not rebuild): this client's are kept
                 // off by the claim, other clients' by the file's lock.
                 let _claim = self.txns.claim(gfid, 0, u64::MAX).await;
-                let up = self.up();
+                // The lock of K fragments keeps off any change (it needs
+                // K), so the slow ones are left out of it when they can be.
+                let mut up = self.up();
+                let quick: Vec<usize> = up.iter().copied().filter(|&i| !pace.is_slow(i)).collect();
+                if quick.len() >= g.k() {
+                    up = quick;
+                }
                 let sr = g.stripe_range(offset, end - offset);
                 let rebuild = async {
                     let good = self.good_fragments(cx, gfid, &up).await?;

@@ -19,6 +19,7 @@ pub mod disperse;
 mod handles;
 mod open;
 pub mod options;
+pub mod pace;
 mod reads;
 mod txn;
 

@@ -1,0 +1,141 @@
+//! How quickly each brick of a disperse set answers reads, so that a
+//! brick that keeps answering late is read around (GlusterFS's #251: one
+//! slow brick held a dispersed volume to its pace).
+//!
+//! Each child's read times are averaged (an exponentially weighted mean);
+//! a child is slow when its mean is many times the set's median and above
+//! a floor. A read of data fragments waits for them for a few times the
+//! median (`patience`), then rebuilds from the others; a child that had
+//! not answered by then is charged twice the time waited, so a frozen
+//! brick soon counts as slow and is no longer asked first. One read in
+//! `PROBE_EVERY` asks a slow child anyway: once it answers in time again,
+//! its past is forgotten.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A child is slow above this many times the median...
+const SLOW_FACTOR: u64 = 8;
+/// ...and above this mean, in microseconds.
+const SLOW_FLOOR_US: u64 = 20_000;
+/// A read waits at least this long for the data fragments it asks.
+const PATIENCE_FLOOR: Duration = Duration::from_millis(100);
+/// ...or this many times the median read time.
+const PATIENCE_FACTOR: u64 = 4;
+/// One read in this many asks the slow children too.
+const PROBE_EVERY: u64 = 32;
+
+pub struct Pace {
+    /// Per child: its mean read time in microseconds (0: no sample yet).
+    mean_us: Vec<AtomicU64>,
+    reads: AtomicU64,
+}
+
+impl Pace {
+    pub fn new(children: usize) -> Pace {
+        Pace {
+            mean_us: (0..children).map(|_| AtomicU64::new(0)).collect(),
+            reads: AtomicU64::new(0),
+        }
+    }
+
+    /// Child `i` answered a read in `took`.
+    pub fn record(&self, i: usize, took: Duration) {
+        let us = took.as_micros().min(u64::MAX as u128) as u64;
+        let m = &self.mean_us[i];
+        let old = m.load(Ordering::Relaxed);
+        let in_time = us <= SLOW_FLOOR_US.max(SLOW_FACTOR * self.median_us());
+        let new = if old == 0 || (in_time && self.is_slow(i)) {
+            us
+        } else {
+            (old * 7 + us) / 8
+        };
+        m.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether this read asks the slow children too (one in
+    /// `PROBE_EVERY`), to learn whether they are quick again.
+    pub fn probe(&self) -> bool {
+        self.reads
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PROBE_EVERY)
+    }
+
+    fn median_us(&self) -> u64 {
+        let mut v: Vec<u64> = self
+            .mean_us
+            .iter()
+            .map(|m| m.load(Ordering::Relaxed))
+            .filter(|&m| m > 0)
+            .collect();
+        if v.is_empty() {
+            return 0;
+        }
+        v.sort_unstable();
+        v[v.len() / 2]
+    }
+
+    /// Whether child `i` keeps answering late.
+    pub fn is_slow(&self, i: usize) -> bool {
+        let m = self.mean_us[i].load(Ordering::Relaxed);
+        m > SLOW_FLOOR_US && m > SLOW_FACTOR * self.median_us()
+    }
+
+    /// The children slow now.
+    pub fn slow(&self) -> Vec<usize> {
+        (0..self.mean_us.len())
+            .filter(|&i| self.is_slow(i))
+            .collect()
+    }
+
+    /// How long a read waits for the fragments it asked before it
+    /// rebuilds from others.
+    pub fn patience(&self) -> Duration {
+        PATIENCE_FLOOR.max(Duration::from_micros(PATIENCE_FACTOR * self.median_us()))
+    }
+
+    /// `among` with the slow children last (in order otherwise).
+    pub fn fastest_first(&self, among: &[usize]) -> Vec<usize> {
+        let mut v = among.to_vec();
+        v.sort_by_key(|&i| self.is_slow(i));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_many_times_slower_than_the_others_is_slow_and_asked_last() {
+        let p = Pace::new(6);
+        for _ in 0..10 {
+            for i in 0..6 {
+                let ms = if i == 2 { 400 } else { 2 };
+                p.record(i, Duration::from_millis(ms));
+            }
+        }
+        assert_eq!(p.slow(), [2]);
+        assert_eq!(p.fastest_first(&[0, 1, 2, 3]), [0, 1, 3, 2]);
+        assert_eq!(p.patience(), PATIENCE_FLOOR);
+        // It answers in time again: no longer slow at once.
+        p.record(2, Duration::from_millis(2));
+        assert!(p.slow().is_empty());
+        // One read in PROBE_EVERY asks it anyway.
+        let probes = (0..PROBE_EVERY * 3).filter(|_| p.probe()).count();
+        assert_eq!(probes, 3);
+    }
+
+    #[test]
+    fn a_set_slow_alike_has_no_slow_child_and_waits_longer() {
+        let p = Pace::new(3);
+        for i in 0..3 {
+            p.record(i, Duration::from_millis(60));
+        }
+        assert!(p.slow().is_empty());
+        assert_eq!(p.patience(), Duration::from_millis(240));
+        // Without samples: nobody slow, the floor.
+        assert!(Pace::new(3).slow().is_empty());
+        assert_eq!(Pace::new(3).patience(), PATIENCE_FLOOR);
+    }
+}

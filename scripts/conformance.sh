@@ -12,7 +12,9 @@
 #          -e generic/103, which fills the file system the bricks share),
 #        OUT=file to append Markdown table rows to, IP and PORT=where the
 #        daemon listens (127.0.77.1:24198), SETS and REPLICA=the volumes'
-#        shape (1 and 3: replica 3; SETS=2 REPLICA=1: distribute over 2)
+#        shape (1 and 3: replica 3; SETS=2 REPLICA=1: distribute over 2),
+#        or SETS and DISPERSE with REDUNDANCY (SETS=2 DISPERSE=3
+#        REDUNDANCY=1: 2 x (2 + 1))
 # --keep leaves the volumes mounted and the daemon running for a look.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +40,18 @@ PORT=${PORT:-24198}
 XFSTESTS=${XFSTESTS:--g quick -e generic/103}
 SETS=${SETS:-1}
 REPLICA=${REPLICA:-3}
-if [ "$REPLICA" -gt 1 ]; then SHAPE="$SETS x replica $REPLICA"; else SHAPE="distribute $SETS"; fi
+DISPERSE=${DISPERSE:-0}
+REDUNDANCY=${REDUNDANCY:-1}
+if [ "$DISPERSE" -gt 0 ]; then
+    SHAPE="$SETS x disperse $DISPERSE redundancy $REDUNDANCY"
+    WIDTH=$DISPERSE
+elif [ "$REPLICA" -gt 1 ]; then
+    SHAPE="$SETS x replica $REPLICA"
+    WIDTH=$REPLICA
+else
+    SHAPE="distribute $SETS"
+    WIDTH=1
+fi
 
 # Build packages, from Debian, as the suites' READMEs list them.
 need=()
@@ -86,14 +99,18 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 100); do cli volume list >/dev/null 2>&1 && break; sleep 0.1; done
 
-# A started volume NAME of SETS x REPLICA bricks under $WORK/bricks.
+# A started volume NAME of SETS sets of WIDTH bricks under $WORK/bricks.
 volume() {
     local b=() r=()
-    for i in $(seq 1 $((SETS * REPLICA))); do
+    for i in $(seq 1 $((SETS * WIDTH))); do
         mkdir -p "$WORK/bricks/$1-$i"
         b+=("$IP:$WORK/bricks/$1-$i")
     done
-    [ "$REPLICA" -gt 1 ] && r=(replica "$REPLICA")
+    if [ "$DISPERSE" -gt 0 ]; then
+        r=(disperse "$DISPERSE" redundancy "$REDUNDANCY")
+    elif [ "$REPLICA" -gt 1 ]; then
+        r=(replica "$REPLICA")
+    fi
     cli volume create "$1" "${r[@]}" transport tcp "${b[@]}" force >/dev/null
     cli volume start "$1" >/dev/null
     mkdir -p "$WORK/mnt-$1"

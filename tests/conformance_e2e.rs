@@ -1,6 +1,6 @@
-//! The conformance suites, run through mounted replica-3 volumes by
-//! `scripts/conformance.sh` (which builds them from the source snapshots in
-//! `../shared/suites`): all of pjdfstest, and a fast subset of xfstests
+//! The conformance suites, run through mounted replica-3 (and dispersed)
+//! volumes by `scripts/conformance.sh` (which builds them from the source
+//! snapshots in `../shared/suites`): all of pjdfstest, and a fast subset of xfstests
 //! (the whole `-g quick` group is run by hand, docs/conformance.md). Every
 //! test run must pass; where mortar cannot behave as a local file system,
 //! docs/semantics.md says why.
@@ -74,6 +74,12 @@ fn pjdfstest_passes_through_a_distribute_volume_of_two_sets() {
     pjdfstest_passes("IP=127.0.77.3 SETS=2 REPLICA=1");
 }
 
+/// Two disperse sets of 2 + 1: names spread over both, each file coded.
+#[test]
+fn pjdfstest_passes_through_a_distributed_disperse_volume() {
+    pjdfstest_passes("IP=127.0.77.4 SETS=2 DISPERSE=3 REDUNDANCY=1");
+}
+
 /// The xfstests that exercise data paths hardest (fsx, fsx with AIO,
 /// fsstress and `rm -rf` of its tree, also with xattrs and whiteouts), and
 /// ones fixed here: fstat after a rename replaced an open file or
@@ -83,13 +89,26 @@ fn pjdfstest_passes_through_a_distribute_volume_of_two_sets() {
 const XFSTESTS_SUBSET: &str =
     "generic/013 generic/035 generic/070 generic/075 generic/112 generic/193 generic/257 generic/426";
 
-#[test]
-fn an_xfstests_subset_passes_through_replica_3_volumes() {
-    let env = format!("IP=127.0.77.2 XFSTESTS='{XFSTESTS_SUBSET}'");
+/// Runs the xfstests subset with `env` and checks that every test ran
+/// and passed.
+fn xfstests_subset_passes(env: &str) {
+    let env = format!("{env} XFSTESTS='{XFSTESTS_SUBSET}'");
     let Some(Run { out, summary, log }) = run("xfstests", &env) else {
         return;
     };
     // "xfstests: 4 run, 4 passed, 0 failed, 0 not run"
     assert!(summary.contains(" 0 failed"), "{out}\n{log}");
     assert!(summary.contains(" 0 not run"), "{out}\n{log}");
+}
+
+#[test]
+fn an_xfstests_subset_passes_through_replica_3_volumes() {
+    xfstests_subset_passes("IP=127.0.77.2");
+}
+
+/// fsx and fsstress over `disperse 6 redundancy 2`: unaligned writes,
+/// truncations and holes through the stripe code.
+#[test]
+fn an_xfstests_subset_passes_through_disperse_4_plus_2_volumes() {
+    xfstests_subset_passes("IP=127.0.77.5 DISPERSE=6 REDUNDANCY=2");
 }

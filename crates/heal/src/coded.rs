@@ -21,8 +21,7 @@
 use super::object::*;
 use mortar_core::fop::{ANON_FH, UNSETTLED};
 use mortar_core::{Attr, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
-use mortar_ec::{Codec, Geometry};
-use mortar_xlators::cluster::replicate::{bits, disperse::UNIT};
+use mortar_xlators::cluster::replicate::bits;
 use std::collections::HashMap;
 
 /// Bytes of each fragment rebuilt per lock hold (N buffers of it in
@@ -30,21 +29,6 @@ use std::collections::HashMap;
 const CHUNK: u64 = 2 << 20;
 /// Bytes compared at once between a sink and what it should hold.
 const BLOCK: usize = 64 << 10;
-
-/// The code of a disperse set, as its translator has it.
-pub struct Coded {
-    pub g: Geometry,
-    pub codec: Codec,
-}
-
-impl Coded {
-    pub fn new(k: usize, r: usize) -> Result<Coded, String> {
-        Ok(Coded {
-            g: Geometry::new(k, UNIT),
-            codec: Codec::new(k, r).map_err(|e| e.to_string())?,
-        })
-    }
-}
 
 /// Reads `len` bytes at `offset` of fragment `b`, zeros after its end.
 async fn read_padded(b: &Brick, gfid: Gfid, offset: u64, len: u64) -> FsResult<Vec<u8>> {

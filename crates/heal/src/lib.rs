@@ -142,7 +142,7 @@ impl Healer {
                 bricks,
                 arbiter: r.arbiter,
                 coding: match r.coding {
-                    Some((k, r)) => Some(coded::Coded::new(k, r).map_err(anyhow::Error::msg)?),
+                    Some((k, r)) => Some(object::Coded::new(k, r).map_err(anyhow::Error::msg)?),
                     None => None,
                 },
                 busy: Default::default(),

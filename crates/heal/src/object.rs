@@ -15,6 +15,7 @@ use super::source::{self, Choice, Plan};
 use futures_util::future::BoxFuture;
 use mortar_core::fop::{FileKind, TimeSet, ANON_FH, UNSETTLED};
 use mortar_core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
+use mortar_ec::{Codec, Geometry};
 use mortar_xlators::cluster::replicate::bits;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -39,7 +40,7 @@ pub struct Set {
     /// The brick that keeps names and metadata but no file data.
     pub arbiter: Option<usize>,
     /// A disperse set's code: its files' data heals by `coded`.
-    pub coding: Option<super::coded::Coded>,
+    pub coding: Option<Coded>,
     /// Objects being healed now, each by one task: the bricks grant a lock
     /// again to the connection that holds it, so the healer's own tasks
     /// (an index pass, a full crawl, a directory's new children) must be
@@ -54,6 +55,22 @@ pub struct Set {
     /// that changes, instead of locking and reading every copy of every
     /// one of them every few seconds.
     pub parked: Mutex<HashMap<Gfid, u32>>,
+}
+
+/// The code of a disperse set, as its translator has it (its files heal
+/// by `coded`).
+pub struct Coded {
+    pub g: Geometry,
+    pub codec: Codec,
+}
+
+impl Coded {
+    pub fn new(k: usize, r: usize) -> Result<Coded, String> {
+        Ok(Coded {
+            g: Geometry::new(k, mortar_xlators::cluster::replicate::disperse::UNIT),
+            codec: Codec::new(k, r).map_err(|e| e.to_string())?,
+        })
+    }
 }
 
 /// Per-object exclusion among the tasks of one healer.

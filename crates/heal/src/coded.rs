@@ -89,6 +89,7 @@ impl Set {
             .copied()
             .filter(|i| blamed & (1 << i) == 0)
             .collect();
+        let attr = |i: usize| &copies.iter().find(|(j, _)| *j == i).unwrap().1;
         let unsettled = marks & UNSETTLED != 0;
         let data_good = (0..k).all(|i| good.contains(&i));
         let sources: Vec<usize> = if good.len() < k || (unsettled && !data_good && !all_locked) {
@@ -105,7 +106,6 @@ impl Set {
             // Every fragment is as long as the file: one shorter than
             // others nobody blames is stale too (a fragment a name heal
             // just made on a brick replaced empty).
-            let attr = |i: usize| &copies.iter().find(|(j, _)| *j == i).unwrap().1;
             let longest = good.iter().map(|&i| attr(i).size).max().unwrap_or(0);
             let full: Vec<usize> = good
                 .iter()
@@ -123,7 +123,6 @@ impl Set {
             .copied()
             .filter(|i| !sources.contains(i))
             .collect();
-        let attr = |i: usize| &copies.iter().find(|(j, _)| *j == i).unwrap().1;
         let size = sources.iter().map(|&i| attr(i).size).max().unwrap_or(0);
         let src = *sources.iter().find(|&&i| attr(i).size == size).unwrap();
         let src_attr = attr(src).clone();

@@ -10,6 +10,11 @@ use std::time::Duration;
 /// Creates and starts `disperse 6 redundancy 2` over bricks d1..d6.
 fn four_plus_two(c: &Cluster, vol: &str) -> Vec<std::path::PathBuf> {
     let names: Vec<String> = (1..=6).map(|i| format!("{vol}{i}")).collect();
+    four_plus_two_over(c, vol, &names)
+}
+
+/// Creates and starts `disperse 6 redundancy 2` over the bricks `names`.
+fn four_plus_two_over(c: &Cluster, vol: &str, names: &[String]) -> Vec<std::path::PathBuf> {
     let mut args: Vec<String> = ["volume", "create", vol, "disperse", "6", "redundancy", "2"]
         .map(String::from)
         .to_vec();
@@ -185,4 +190,80 @@ fn a_brick_replaced_empty_is_rebuilt_from_the_others_and_serves_reads() {
     for pid in frozen {
         thaw(pid);
     }
+}
+
+#[test]
+fn a_full_brick_fails_writes_with_enospc_and_every_file_keeps_its_content() {
+    let c = Cluster::start();
+    // Brick 2 on a file system of 8 MiB; the others on the disk.
+    let _small = SmallFs::new(c.path("small"), "8m");
+    let names: Vec<String> = (1..=6)
+        .map(|i| match i {
+            2 => "small/fv2".to_string(),
+            i => format!("fv{i}"),
+        })
+        .collect();
+    four_plus_two_over(&c, "fv", &names);
+    // Room for one write in flight per fragment (docs/disperse.md).
+    c.ok(&["volume", "set", "fv", "storage.reserve", "2MB"]);
+    let m = c.mount("fv");
+    let src = c.path("src");
+    ok(&format!(
+        "head -c $((64 << 20)) /dev/urandom > {}",
+        src.display()
+    ));
+    ok(&format!(
+        "head -c 300000 {} > {}",
+        src.display(),
+        m.p("keep")
+    ));
+    // Each fragment holds a quarter of the file: the small brick is full
+    // at about 24 MiB of 64.
+    let o = sh(&format!(
+        "dd if={} of={} bs=1M conv=fsync 2>&1",
+        src.display(),
+        m.p("big")
+    ));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{said}");
+    assert!(said.contains("No space left on device"), "{said}");
+    // An overwrite of a file that fits fails too, and changes nothing.
+    let o = sh(&format!(
+        "dd if=/dev/zero of={} bs=64k count=2 conv=notrunc,fsync 2>&1",
+        m.p("keep")
+    ));
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // Through a mount of its own (the first one's page cache may hold
+    // what it failed to write): every file reads back whole, the big one
+    // as far as its writes went.
+    let m2 = c.mount("fv");
+    ok(&format!("cmp -n 300000 {} {}", src.display(), m2.p("keep")));
+    let got = c.path("got");
+    ok(&format!("cat {} > {}", m2.p("big"), got.display()));
+    let len = std::fs::metadata(&got).unwrap().len();
+    assert!((8 << 20..64 << 20).contains(&len), "{len}");
+    ok(&format!("cmp -n {len} {} {}", got.display(), src.display()));
+    // No fragment missed a write: nothing waits for heal.
+    assert_eq!(heal_pending(&c, "fv"), Some(0));
+    // Room again once the big file's blocks are freed (the bricks free
+    // them after its last close): writes go on.
+    std::fs::remove_file(m.p("big")).unwrap();
+    wait_for("room again", Duration::from_secs(30), || {
+        sh(&format!(
+            "head -c $((4 << 20)) {} > {}",
+            src.display(),
+            m.p("after")
+        ))
+        .status
+        .success()
+    });
+    ok(&format!(
+        "cmp -n $((4 << 20)) {} {}",
+        src.display(),
+        m2.p("after")
+    ));
 }

@@ -288,6 +288,7 @@ fn write_the_corpus() {
             offset: 0,
             data: Bytes::from_static(b"hello, bricks"),
             grow: 0,
+            reserve: false,
         },
         Fop::Readdir {
             gfid: g,

@@ -166,6 +166,7 @@ pub async fn start(
                     let now = t.borrow_and_update().clone();
                     stack.reconfigure(&now.options);
                     posix.set_strict_o_direct(now.strict_o_direct);
+                    posix.set_reserve(now.reserve);
                     if t.changed().await.is_err() {
                         return;
                     }

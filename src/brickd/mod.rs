@@ -105,6 +105,8 @@ pub struct Tunables {
     pub health_check: Option<Duration>,
     /// `performance.strict-o-direct`.
     pub strict_o_direct: bool,
+    /// `storage.reserve`.
+    pub reserve: crate::core::options::ShareOrSize,
     /// `auth.allow` and `auth.reject`.
     pub auth: crate::protocol::auth::Rules,
     /// The volume's options, for the brick's translators
@@ -121,6 +123,7 @@ impl Tunables {
         Tunables {
             health_check: secs(&crate::storage::posix::health::HEALTH_CHECK_INTERVAL),
             strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
+            reserve: crate::storage::posix::room::RESERVE.share_or_size(o),
             auth: crate::protocol::auth::Rules::from_options(o),
             options: o.clone(),
         }

@@ -44,6 +44,7 @@ impl BrickXlator for Arbiter {
                     offset,
                     data: bytes::Bytes::new(),
                     grow: 0,
+                    reserve: false,
                 };
                 self.below.call(conn, cx, empty).await?;
                 Ok(Reply::Written(data.len() as u32, None))
@@ -57,6 +58,7 @@ impl BrickXlator for Arbiter {
                     offset,
                     data: bytes::Bytes::new(),
                     grow: 0,
+                    reserve: false,
                 };
                 self.below.call(conn, cx, empty).await.map(|_| Reply::Ok)
             }

@@ -327,6 +327,7 @@ mod tests {
             offset: 0,
             data: bytes::Bytes::from_static(b"x"),
             grow: 0,
+            reserve: false,
         }
     }
 

@@ -10,58 +10,8 @@
 
 use super::{FsError, FsResult, Gfid};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
-/// One validated path component: not empty, not `.` or `..`, no `/`, no NUL,
-/// at most 255 bytes. Built only through `Name::new`, so that a brick never
-/// sees a name that could leave the directory it was given.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "serde_bytes::ByteBuf", into = "serde_bytes::ByteBuf")]
-pub struct Name(Vec<u8>);
-
-pub const NAME_MAX: usize = 255;
-
-impl Name {
-    pub fn new(b: impl Into<Vec<u8>>) -> FsResult<Name> {
-        let b = b.into();
-        if b.is_empty() || b == b"." || b == b".." {
-            return Err(FsError::inval("invalid name"));
-        }
-        if b.len() > NAME_MAX {
-            return Err(FsError::new(libc::ENAMETOOLONG, "name too long"));
-        }
-        if b.iter().any(|&c| c == b'/' || c == 0) {
-            return Err(FsError::inval("name contains '/' or NUL"));
-        }
-        Ok(Name(b))
-    }
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-    pub fn as_os_str(&self) -> &std::ffi::OsStr {
-        use std::os::unix::ffi::OsStrExt;
-        std::ffi::OsStr::from_bytes(&self.0)
-    }
-}
-
-impl TryFrom<serde_bytes::ByteBuf> for Name {
-    type Error = FsError;
-    fn try_from(b: serde_bytes::ByteBuf) -> FsResult<Name> {
-        Name::new(b.into_vec())
-    }
-}
-
-impl From<Name> for serde_bytes::ByteBuf {
-    fn from(n: Name) -> Self {
-        serde_bytes::ByteBuf::from(n.0)
-    }
-}
-
-impl fmt::Debug for Name {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(&self.0))
-    }
-}
+pub use super::name::{Name, NAME_MAX};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileKind {
@@ -363,6 +313,13 @@ pub enum Fop {
         /// file's fragments are each as long as the file
         /// (docs/disperse.md), including those a write gives no bytes.
         grow: u64,
+        /// May use the room the brick keeps free (`storage.reserve`): a
+        /// fragment's part of a dispersed write for which room was set
+        /// aside first (a `Fallocate` the reserve allowed), or that the
+        /// other fragments already took. Other writes are refused with
+        /// ENOSPC, changing nothing, once the brick's free space would fall
+        /// within the reserve.
+        reserve: bool,
     },
     Flush {
         gfid: Gfid,
@@ -768,6 +725,7 @@ mod tests {
             offset: 10,
             data: bytes::Bytes::from_static(b"abc"),
             grow: 0,
+            reserve: false,
         };
         assert_eq!((w.gfid(), w.fh()), (g, Some(3)));
         match w.with_fh(9) {
@@ -777,6 +735,7 @@ mod tests {
                 offset,
                 data,
                 grow: 0,
+                reserve: false,
             } => assert_eq!((gfid, fh, offset, &data[..]), (g, 9, 10, &b"abc"[..])),
             other => panic!("{other:?}"),
         }

@@ -11,6 +11,7 @@ pub mod desc;
 pub mod error;
 pub mod fop;
 pub mod gfid;
+pub mod name;
 pub mod options;
 pub mod recalls;
 pub mod terms;

@@ -24,6 +24,36 @@ pub enum Kind {
     Addresses,
     /// Names (letters, digits, `-`, `_`), comma-separated; `*` for any.
     Names,
+    /// A share of a whole (`1%`, or a bare number: a share, as GlusterFS
+    /// reads `storage.reserve`) or a size (`10GB`).
+    ShareOrSize,
+}
+
+/// A `ShareOrSize` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShareOrSize {
+    /// Percent of the whole.
+    Share(u64),
+    Bytes(u64),
+}
+
+impl ShareOrSize {
+    pub fn parse(v: &str) -> Option<ShareOrSize> {
+        let t = v.trim();
+        if t.ends_with('%') || t.bytes().all(|b| b.is_ascii_digit()) {
+            parse_percent(t).map(ShareOrSize::Share)
+        } else {
+            parse_size(t).map(ShareOrSize::Bytes)
+        }
+    }
+
+    /// The bytes it is of `whole`.
+    pub fn of(self, whole: u64) -> u64 {
+        match self {
+            ShareOrSize::Share(p) => (whole as u128 * p as u128 / 100) as u64,
+            ShareOrSize::Bytes(b) => b,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -116,6 +146,11 @@ impl Spec {
                     detail: Some(e.to_string()),
                 }),
             Kind::Names => parse_names(value).ok_or_else(bad),
+            Kind::ShareOrSize => match ShareOrSize::parse(value) {
+                Some(ShareOrSize::Share(p)) => Ok(format!("{p}%")),
+                Some(ShareOrSize::Bytes(_)) => Ok(value.trim().to_string()),
+                None => Err(bad()),
+            },
             Kind::Text if !value.is_empty() => Ok(value.to_string()),
             Kind::Text => Err(bad()),
         }
@@ -151,6 +186,14 @@ impl Spec {
             .unwrap_or(0)
     }
 
+    /// The value as a share or a size (the default if the one set does
+    /// not parse).
+    pub fn share_or_size(&'static self, set: &Options) -> ShareOrSize {
+        ShareOrSize::parse(self.str(set))
+            .or_else(|| ShareOrSize::parse(self.default))
+            .unwrap_or(ShareOrSize::Bytes(0))
+    }
+
     /// The value as an integer (the default if the one set does not parse).
     pub fn int(&'static self, set: &Options) -> i64 {
         self.str(set)
@@ -171,6 +214,7 @@ fn describe(k: Kind) -> String {
         Kind::Addresses => {
             "addresses, networks (10.0.0.0/8, 10.0.*.*) or host names, comma-separated; * for any, none for no one".into()
         }
+        Kind::ShareOrSize => "a share such as 1% or a size such as 10GB".into(),
         Kind::Names => "names (letters, digits, - and _, not starting with -), comma-separated; * for any".into(),
     }
 }
@@ -237,5 +281,19 @@ mod tests {
         set.insert("test.count".into(), "7".into());
         assert!(!FLAG.bool(&set));
         assert_eq!(COUNT.int(&set), 7);
+    }
+
+    #[test]
+    fn a_share_or_size_reads_bare_numbers_as_shares_as_glusterfs_does() {
+        assert_eq!(ShareOrSize::parse("1"), Some(ShareOrSize::Share(1)));
+        assert_eq!(ShareOrSize::parse(" 5% "), Some(ShareOrSize::Share(5)));
+        assert_eq!(
+            ShareOrSize::parse("10GB"),
+            Some(ShareOrSize::Bytes(10 << 30))
+        );
+        assert_eq!(ShareOrSize::parse("101"), None);
+        assert_eq!(ShareOrSize::parse("lots"), None);
+        assert_eq!(ShareOrSize::Share(1).of(1000), 10);
+        assert_eq!(ShareOrSize::Bytes(7).of(1000), 7);
     }
 }

@@ -460,6 +460,7 @@ impl Filesystem for MortarFs {
                         offset,
                         data,
                         grow: 0,
+                        reserve: false,
                     },
                 )
                 .await

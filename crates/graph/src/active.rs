@@ -348,6 +348,7 @@ mod tests {
                     offset: 0,
                     data: bytes::Bytes::from_static(b"ab"),
                     grow: 0,
+                    reserve: false,
                 },
             )
             .await

@@ -34,6 +34,9 @@ pub struct StackBrick {
     write_jitter: Mutex<std::time::Duration>,
     /// How long each read waits before it reaches the stack.
     read_delay: Mutex<std::time::Duration>,
+    /// `storage.reserve` as set here, and the running process's posix.
+    reserve: Mutex<Option<mortar_core::options::ShareOrSize>>,
+    posix: Mutex<Option<Arc<Posix>>>,
     /// Writes in flight (with jitter): object and byte range.
     writing: Mutex<Vec<(Gfid, u64, u64)>>,
     /// Writes that arrived while another write of some of their bytes was
@@ -73,6 +76,8 @@ impl StackBrick {
             die: Mutex::new(None),
             write_jitter: Mutex::default(),
             read_delay: Mutex::default(),
+            reserve: Mutex::default(),
+            posix: Mutex::default(),
             writing: Mutex::default(),
             overlapping: AtomicU64::new(0),
             conns: Mutex::new(Vec::new()),
@@ -93,6 +98,10 @@ impl StackBrick {
     /// A brick process's start: the stack built over the directory.
     fn start(&self) -> Arc<Stack> {
         let posix = Arc::new(Posix::open(&self.root()).expect("the brick opens"));
+        if let Some(r) = *self.reserve.lock().unwrap() {
+            posix.set_reserve(r);
+        }
+        *self.posix.lock().unwrap() = Some(posix.clone());
         let env = BrickEnv {
             posix,
             arbiter: self.arbiter,
@@ -327,6 +336,15 @@ impl StackBrick {
     /// answers late).
     pub fn set_read_delay(&self, d: std::time::Duration) {
         *self.read_delay.lock().unwrap() = d;
+    }
+
+    /// Sets the room the brick keeps free (`storage.reserve`), now and
+    /// after restarts: `Share(100)` makes a brick with no room.
+    pub fn set_reserve(&self, r: mortar_core::options::ShareOrSize) {
+        *self.reserve.lock().unwrap() = Some(r);
+        if let Some(p) = &*self.posix.lock().unwrap() {
+            p.set_reserve(r);
+        }
     }
 
     /// How many writes arrived while another write of some of their bytes

@@ -158,6 +158,7 @@ pub static TABLE: &[Row] = &[
         options: &[
             &mortar_storage::posix::health::HEALTH_CHECK_INTERVAL,
             &mortar_storage::posix::STRICT_O_DIRECT,
+            &mortar_storage::posix::room::RESERVE,
         ],
         build: None,
         brick: Some(mortar_brick::posix::build),

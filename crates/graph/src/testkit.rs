@@ -179,6 +179,7 @@ impl Rig {
                 offset: 0,
                 data: bytes::Bytes::copy_from_slice(data),
                 grow: 0,
+                reserve: false,
             })
             .await?;
         }
@@ -202,6 +203,7 @@ impl Rig {
                 offset,
                 data: bytes::Bytes::copy_from_slice(data),
                 grow: 0,
+                reserve: false,
             })
             .await;
         self.call(Fop::Release { gfid, fh }).await?;
@@ -295,6 +297,7 @@ pub async fn write_at(r: &Rig, gfid: Gfid, fh: u64, offset: usize, data: &[u8]) 
         offset: offset as u64,
         data: bytes::Bytes::copy_from_slice(data),
         grow: 0,
+        reserve: false,
     })
     .await
     .map(|_| ())

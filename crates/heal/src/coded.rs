@@ -315,6 +315,7 @@ impl Set {
                 offset: off + at as u64,
                 data: bytes::Bytes::copy_from_slice(&want[at..at + len]),
                 grow: 0,
+                reserve: false,
             };
             call(b, &root(), write).await?;
             n += len as u64;

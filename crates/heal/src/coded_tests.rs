@@ -70,6 +70,7 @@ impl Vol {
             offset,
             data: data.to_vec().into(),
             grow: 0,
+            reserve: false,
         })
         .await;
     }

@@ -228,6 +228,7 @@ impl World {
                         offset,
                         data: data.clone().into(),
                         grow: 0,
+                        reserve: false,
                     },
                 )
                 .await;

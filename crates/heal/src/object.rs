@@ -495,6 +495,7 @@ impl Set {
                             offset: at,
                             data,
                             grow: 0,
+                            reserve: false,
                         },
                     )
                     .await?;

@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// "MRTR": the first word of every handshake.
 pub const MAGIC: u32 = 0x4d52_5452;
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 
@@ -614,6 +614,7 @@ mod tests {
                 offset: 0,
                 data: data.clone(),
                 grow: 0,
+                reserve: false,
             },
         };
         let f = encode(&msg);
@@ -675,6 +676,7 @@ mod tests {
                 offset: 4096,
                 data: data.clone(),
                 grow: 0,
+                reserve: false,
             },
         };
         let f = encode(&msg);

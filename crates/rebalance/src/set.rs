@@ -195,6 +195,7 @@ pub(super) async fn copy_extents(
                 offset: off,
                 data: buf,
                 grow: 0,
+                reserve: false,
             };
             dst.call(&root(), write).await?;
             off += len;

@@ -162,6 +162,7 @@ async fn a_change_waits_until_the_other_cacher_has_dropped_its_copy() {
         offset: 0,
         data: bytes::Bytes::from_static(b"x"),
         grow: 0,
+        reserve: false,
     };
     let change = start(&l, &a, write.clone());
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -250,6 +251,7 @@ async fn a_cacher_that_does_not_answer_is_disconnected_after_the_timeout() {
         offset: 0,
         data: bytes::Bytes::from_static(b"x"),
         grow: 0,
+        reserve: false,
     };
     l.call(&a.conn, &cx, write).await.unwrap();
     assert!(t.elapsed() >= Duration::from_millis(200));

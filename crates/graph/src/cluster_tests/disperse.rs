@@ -301,3 +301,42 @@ async fn a_brick_that_answers_late_is_read_around() {
         t.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_brick_with_no_room_fails_writes_with_enospc_and_leaves_the_file_as_it_was() {
+    use mortar_core::options::ShareOrSize;
+    let r = Rig::disperse(1, 4, 2);
+    let mut want = bytes(100_000, 5);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    // Brick 1 keeps all of its file system free: it has no room.
+    r.bricks[1].set_reserve(ShareOrSize::Share(100));
+    // The set did not know: brick 1 refuses the write, then takes it into
+    // its reserve, as the others took it.
+    let new = bytes(50_000, 6);
+    r.write(f, 10_000, &new).await.unwrap();
+    want[10_000..60_000].copy_from_slice(&new);
+    assert_coded(&r, "f", 4, &want);
+    // Now it knows: writes set their room aside first, brick 1 has none,
+    // and nothing is written anywhere: an overwrite, and an append.
+    for at in [20_000, 100_000] {
+        let e = errno(r.write(f, at, &bytes(60_000, 7)).await);
+        assert_eq!(e, libc::ENOSPC, "write at {at}");
+        assert_eq!(r.read(f).await.unwrap(), want);
+        assert_coded(&r, "f", 4, &want);
+    }
+    for b in &r.bricks {
+        assert_eq!(
+            b.blame(f),
+            0,
+            "{}: no fragment is blamed",
+            b.root().display()
+        );
+    }
+    // Room again: writes go on.
+    r.bricks[1].set_reserve(ShareOrSize::Share(0));
+    let more = bytes(60_000, 8);
+    r.write(f, 100_000, &more).await.unwrap();
+    want.extend_from_slice(&more);
+    assert_eq!(r.read(f).await.unwrap(), want);
+    assert_coded(&r, "f", 4, &want);
+}

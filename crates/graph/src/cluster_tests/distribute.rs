@@ -514,6 +514,7 @@ async fn a_file_moved_to_another_set_is_found_by_a_client_that_knew_its_old_plac
                 offset: 0,
                 data: bytes::Bytes::from_static(b"new"),
                 grow: 0,
+                reserve: false,
             },
         )
         .await

@@ -295,6 +295,7 @@ async fn writers_over_one_region(clients: usize, handles: usize) {
                     offset: rng.u64(0..(SIZE - len) as u64),
                     data: vec![rng.u8(..); len].into(),
                     grow: 0,
+                    reserve: false,
                 };
                 top.call(&cx, write).await.unwrap();
             }

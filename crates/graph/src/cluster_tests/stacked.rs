@@ -78,6 +78,7 @@ async fn two_clients_writing_one_file_at_once_leave_equal_copies() {
                 offset: (i % 4) * 2048,
                 data: vec![byte; 4096].into(),
                 grow: 0,
+                reserve: false,
             };
             call(g, fop).await.unwrap();
         }
@@ -137,6 +138,7 @@ async fn a_change_by_one_client_is_seen_by_another_that_cached_the_file() {
             offset: 0,
             data: vec![1u8; 100].into(),
             grow: 0,
+            reserve: false,
         },
     )
     .await
@@ -210,6 +212,7 @@ fn write(f: Gfid, fh: u64, data: &'static [u8]) -> Fop {
         offset: 0,
         data: bytes::Bytes::from_static(data),
         grow: 0,
+        reserve: false,
     }
 }
 

@@ -191,7 +191,7 @@ impl Posix {
             frsize: s.f_frsize as u32,
             blocks: s.f_blocks,
             bfree: s.f_bfree,
-            bavail: s.f_bavail,
+            bavail: self.room.available(s.f_bavail, s.f_blocks, s.f_frsize),
             files: s.f_files,
             ffree: s.f_ffree,
             namelen: s.f_namemax as u32,

@@ -67,6 +67,14 @@ impl Posix {
             Err(e) => return Err(e),
         };
         let h = Arc::new(Handle::File(f, gfid, None));
+        if !fds
+            .anon_known
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let mut tables = self.anon_tables.lock().unwrap();
+            tables.retain(|t| t.strong_count() > 0);
+            tables.push(Arc::downgrade(&fds.anon));
+        }
         let mut anon = fds.anon.lock().unwrap();
         if anon.len() >= ANON_MAX {
             anon.clear();
@@ -169,10 +177,13 @@ impl Posix {
         fh: u64,
         offset: u64,
         data: &[u8],
-        grow: u64,
+        (grow, reserve): (u64, bool),
     ) -> FsResult<Reply> {
         let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
+        if !reserve {
+            self.room.take(&self.root, data.len() as u64)?;
+        }
         // Written in pieces: measured on this project's machines, extending a
         // file by one 1 MiB pwrite costs several times more than by eight of
         // 128 KiB (docs/benchmarks.md).
@@ -443,6 +454,9 @@ impl Posix {
         (offset, len): (u64, u64),
     ) -> FsResult<Reply> {
         let h = self.file_for(cx, fds, gfid, fh)?;
+        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) == 0 {
+            self.room.take(&self.root, len)?;
+        }
         rfs::fallocate(
             as_file(&h),
             rfs::FallocateFlags::from_bits_retain(mode as u32),

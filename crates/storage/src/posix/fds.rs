@@ -88,8 +88,15 @@ pub struct FdTable {
     pub(crate) next: AtomicU64,
     pub(crate) map: Mutex<HashMap<u64, Arc<Handle>>>,
     /// Files read through the anonymous handle (`ANON_FH`), by gfid.
-    pub(crate) anon: Mutex<HashMap<Gfid, Arc<Handle>>>,
+    pub(crate) anon: Arc<AnonFiles>,
+    /// Whether the brick knows of `anon` (`Posix::anon_tables`).
+    pub(crate) anon_known: std::sync::atomic::AtomicBool,
 }
+
+/// A connection's files read through the anonymous handle, by gfid: let go
+/// when their last name goes (`Posix::drop_handle`), so that an idle
+/// connection does not keep a deleted file's blocks.
+pub(crate) type AnonFiles = Mutex<HashMap<Gfid, Arc<Handle>>>;
 
 /// Anonymous files kept open per connection.
 pub(crate) const ANON_MAX: usize = 1024;

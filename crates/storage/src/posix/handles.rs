@@ -105,6 +105,11 @@ impl Posix {
 
     pub(crate) fn drop_handle(&self, gfid: Gfid) {
         self.dirs.lock().unwrap().remove(&gfid);
+        for t in self.anon_tables.lock().unwrap().iter() {
+            if let Some(t) = t.upgrade() {
+                t.lock().unwrap().remove(&gfid);
+            }
+        }
         if let Some(f) = self.forget.get() {
             f(gfid);
         }

@@ -58,6 +58,7 @@ pub mod health;
 mod identity;
 mod namespace;
 pub mod reaper;
+pub mod room;
 #[cfg(test)]
 mod tests;
 
@@ -80,6 +81,10 @@ pub struct Posix {
     /// `performance.strict-o-direct`: files opened with O_DIRECT are
     /// opened so here too.
     direct: std::sync::atomic::AtomicBool,
+    /// `storage.reserve`.
+    room: room::Room,
+    /// Every connection's files read through the anonymous handle.
+    anon_tables: Mutex<Vec<std::sync::Weak<fds::AnonFiles>>>,
 }
 
 pub static STRICT_O_DIRECT: mortar_core::options::Spec = mortar_core::options::Spec {
@@ -249,6 +254,11 @@ impl Posix {
         self.direct.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Follows `storage.reserve`.
+    pub fn set_reserve(&self, r: mortar_core::options::ShareOrSize) {
+        self.room.set_reserve(r);
+    }
+
     /// The open flags a client's flags become here.
     fn brick_flags(&self, flags: i32, keep: i32) -> OFlags {
         let mut keep = keep;
@@ -290,6 +300,8 @@ impl Posix {
             forget: std::sync::OnceLock::new(),
             open: OpenCounts::default(),
             direct: Default::default(),
+            room: Default::default(),
+            anon_tables: Mutex::default(),
         };
         let moved = p.migrate()?;
         if moved > 0 {
@@ -466,7 +478,8 @@ impl Posix {
                 offset,
                 data,
                 grow,
-            } => self.write(cx, fds, *gfid, *fh, *offset, data, *grow),
+                reserve,
+            } => self.write(cx, fds, *gfid, *fh, *offset, data, (*grow, *reserve)),
             Fop::Flush { gfid, fh } => self.file_for(cx, fds, *gfid, *fh).map(|_| Reply::Ok),
             Fop::Fsync { gfid, fh, datasync } => self.fsync(cx, fds, *gfid, *fh, *datasync),
             Fop::Release { fh, .. } | Fop::Releasedir { fh, .. } => {

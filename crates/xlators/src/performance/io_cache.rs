@@ -528,6 +528,7 @@ mod tests {
             offset,
             data: bytes::Bytes::copy_from_slice(data),
             grow: 0,
+            reserve: false,
         };
         io.call(&Ctx::root(), fop).await.unwrap();
     }

@@ -363,6 +363,7 @@ fn what_she_opened_stays_hers(s: &Scene) {
             offset: 0,
             data: bytes::Bytes::from_static(b"still mine"),
             grow: 0,
+            reserve: false,
         },
     );
     assert_eq!(errno_of(write), 0);

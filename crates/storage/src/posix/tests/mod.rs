@@ -96,6 +96,7 @@ fn files_round_trip_and_keep_their_gfid_across_renames() {
         offset: 0,
         data: bytes::Bytes::from_static(b"hello"),
         grow: 0,
+        reserve: false,
     })
     .unwrap();
     assert_eq!(b.fds.len(), 1);
@@ -177,6 +178,7 @@ fn anonymous_reads_and_open_files_outlive_their_names() {
         offset: 0,
         data: bytes::Bytes::from_static(b"data"),
         grow: 0,
+        reserve: false,
     })
     .unwrap();
     // Read without ever opening: the brick opens it by gfid.
@@ -199,6 +201,7 @@ fn anonymous_reads_and_open_files_outlive_their_names() {
         offset: 0,
         data: bytes::Bytes::from_static(b"x"),
         grow: 0,
+        reserve: false,
     };
     assert_eq!(b.call(w).unwrap_err().errno, libc::EBADF);
     // A connection that holds it open for real, not anonymously.
@@ -615,57 +618,6 @@ fn the_brick_counts_open_files_and_forgets_them_with_their_connection() {
         flags: 0,
     });
     assert_eq!(set.unwrap_err().errno, libc::EPERM);
-}
-
-#[test]
-fn strict_o_direct_opens_direct_and_takes_any_offset_and_buffer() {
-    let b = brick();
-    b.p.set_strict_o_direct(true);
-    let gfid = Gfid::random();
-    let created = b.call(Fop::Create {
-        parent: Gfid::ROOT,
-        name: n("d"),
-        gfid,
-        mode: 0o644,
-        umask: 0,
-        flags: libc::O_RDWR | libc::O_DIRECT,
-    });
-    let Ok(Reply::Created { fh, .. }) = created else {
-        panic!("{created:?}")
-    };
-    let Handle::File(f, ..) = &*b.fds.file(fh).unwrap() else {
-        panic!()
-    };
-    let flags = rustix::fs::fcntl_getfl(f).unwrap();
-    assert!(flags.contains(OFlags::DIRECT), "{flags:?}");
-    // Aligned and not: every write lands, every read answers.
-    let page = bytes::Bytes::from(vec![b'p'; 8192]);
-    let odd = bytes::Bytes::from(vec![b'o'; 100]);
-    for (offset, data) in [(0, page), (10, odd)] {
-        let w = Fop::Write {
-            gfid,
-            fh,
-            offset,
-            data,
-            grow: 0,
-        };
-        assert!(matches!(b.call(w), Ok(Reply::Written(_, Some(_)))));
-    }
-    let mut want = vec![b'p'; 8192];
-    want[10..110].fill(b'o');
-    for (offset, size) in [(0u64, 8192u32), (5, 200)] {
-        let r = b.call(Fop::Read {
-            gfid,
-            fh,
-            offset,
-            size,
-        });
-        let Ok(Reply::Data(d)) = r else {
-            panic!("{r:?}")
-        };
-        assert_eq!(&d[..], &want[offset as usize..][..size as usize]);
-    }
-    assert_eq!(std::fs::read(b.root.join("d")).unwrap(), want);
 }
 
 #[test]

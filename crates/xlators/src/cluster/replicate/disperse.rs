@@ -36,6 +36,8 @@ pub struct Coding {
     pub codec: Codec,
     /// Our handles opened with `O_APPEND` (the bricks' are not).
     appending: Mutex<std::collections::HashSet<u64>>,
+    /// Whether the bricks were seen full lately (`room`).
+    pub room: super::room::Room,
     /// How quickly each brick answers reads (`pace`).
     pub pace: super::pace::Pace,
 }
@@ -46,6 +48,7 @@ impl Coding {
             g: Geometry::new(k, unit),
             codec: Codec::new(k, r)?,
             appending: Mutex::default(),
+            room: Default::default(),
             pace: super::pace::Pace::new(k + r),
         })
     }
@@ -164,7 +167,7 @@ impl Replicate {
         }
     }
 
-    fn coding(&self) -> &Coding {
+    pub(super) fn coding(&self) -> &Coding {
         self.coding.as_ref().expect("a disperse set")
     }
 
@@ -613,22 +616,17 @@ impl Replicate {
                 None => res.push((i, Ok(Reply::Ok))),
             }
         }
+        let parts: room::Parts = writes
+            .into_iter()
+            .map(|w| w.map(|w| (w.offset, bytes::Bytes::from(w.bytes))))
+            .collect();
         let sent = self
-            .fan_out(cx, &send, |i| {
-                let (offset, bytes) = match &writes[i] {
-                    Some(w) => (w.offset, bytes::Bytes::from(w.bytes.clone())),
-                    None => (0, bytes::Bytes::new()),
-                };
-                Some(Fop::Write {
-                    gfid,
-                    fh: fhs.fh(i),
-                    offset,
-                    data: bytes,
-                    grow,
-                })
-            })
+            .send_parts(cx, gfid, |i| fhs.fh(i), &send, (&parts, grow))
             .await;
-        res.extend(sent);
+        match sent {
+            Ok(sent) => res.extend(sent),
+            Err(e) => return Err(self.coded_abandon(tickets, e).await),
+        }
         let ok = self.coded_end(gfid, tickets, res, new_size).await?;
         let attr = ok.into_iter().find_map(|(_, r)| match r {
             Reply::Written(_, a) => a,
@@ -729,6 +727,9 @@ impl Replicate {
                     offset: w.offset,
                     data: bytes::Bytes::from(w.bytes.clone()),
                     grow: 0,
+                    // An overwrite of bytes the fragment holds, for a
+                    // truncation: it needs no room, and frees some.
+                    reserve: true,
                 },
             )
             .await;

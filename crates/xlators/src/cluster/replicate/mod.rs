@@ -21,6 +21,7 @@ mod open;
 pub mod options;
 pub mod pace;
 mod reads;
+mod room;
 mod txn;
 
 use super::HandleMap;

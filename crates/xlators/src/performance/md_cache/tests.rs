@@ -189,6 +189,7 @@ async fn attributes_are_kept_until_this_mount_or_another_changes_them() {
         offset: 0,
         data: bytes::Bytes::from_static(b"x"),
         grow: 0,
+        reserve: false,
     };
     // A write here: the bricks tell the attributes after it, and a
     // stat asks nothing.

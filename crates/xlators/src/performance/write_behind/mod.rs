@@ -379,13 +379,15 @@ impl WriteBehind {
             offset,
             data,
             grow,
+            reserve,
         } = fop
         else {
             unreachable!()
         };
-        // A write that lengthens the file as well (`grow`, written below a
-        // disperse translator only) is not merged with others.
-        if grow != 0 || self.write_through.lock().unwrap().contains(&fh) {
+        // A write that lengthens the file as well (`grow`) or may use the
+        // bricks' reserve (both written below a disperse translator only)
+        // is not merged with others.
+        if grow != 0 || reserve || self.write_through.lock().unwrap().contains(&fh) {
             // (An error of the writes behind is left for fsync or close.)
             self.settle_file(gfid).await;
             let fop = Fop::Write {
@@ -394,6 +396,7 @@ impl WriteBehind {
                 offset,
                 data,
                 grow,
+                reserve,
             };
             return self.child.call(cx, fop).await;
         }
@@ -502,6 +505,7 @@ impl WriteBehind {
             offset: first.offset,
             data,
             grow: 0,
+            reserve: false,
         };
         self.sent.fetch_add(1, Ordering::Relaxed);
         // A slow brick, for the tests: `write-behind-send=return(MS)`.

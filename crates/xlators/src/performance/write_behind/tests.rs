@@ -65,6 +65,7 @@ fn write(gfid: Gfid, offset: u64, b: &[u8]) -> Fop {
         offset,
         data: bytes::Bytes::copy_from_slice(b),
         grow: 0,
+        reserve: false,
     }
 }
 
@@ -221,6 +222,7 @@ async fn appends_go_one_at_a_time() {
             offset: 2 * i as u64 + 100,
             data: bytes::Bytes::copy_from_slice(line),
             grow: 0,
+            reserve: false,
         };
         wb.call(&cx, w).await.unwrap();
     }
@@ -286,6 +288,7 @@ async fn sync_handles_write_through() {
             offset: 0,
             data: bytes::Bytes::from_static(b"sync"),
             grow: 0,
+            reserve: false,
         };
         wb2.call(&Ctx::root(), fop).await
     });

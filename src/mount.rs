@@ -219,8 +219,15 @@ async fn watch_volume(mgmts: Vec<String>, mut current: VolDesc, active: Arc<Acti
     };
     let (name, known) = (current.volume.clone(), Some(current.version));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // The daemons are told which bricks this mount reads around.
+    let graph = Arc::downgrade(&active);
+    let slow = move || {
+        graph
+            .upgrade()
+            .map_or_else(Vec::new, |a| a.graph().slow_bricks())
+    };
     tokio::spawn(async move {
-        rpc::follow_volume(&mgmts, &name, known, Some(me), false, |desc| {
+        rpc::follow_volume(&mgmts, &name, known, Some(me), false, slow, |desc| {
             let _ = tx.send(desc);
         })
         .await
@@ -269,13 +276,19 @@ fn client_metrics(
         let Some(active) = weak.upgrade() else { return };
         let graph = active.graph();
         m.brick_up.clear();
+        m.brick_slow.clear();
+        let slow = graph.slow_bricks();
         for b in graph.bricks() {
+            let labels = crate::metrics::BrickLabels {
+                volume: volume.clone(),
+                brick: b.label(),
+            };
             m.brick_up
-                .get_or_create(&crate::metrics::BrickLabels {
-                    volume: volume.clone(),
-                    brick: b.label(),
-                })
+                .get_or_create(&labels)
                 .set(b.child.is_up() as i64);
+            m.brick_slow
+                .get_or_create(&labels)
+                .set(slow.contains(&labels.brick) as i64);
         }
     });
     let registry = crate::metrics::registry(

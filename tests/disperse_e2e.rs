@@ -267,3 +267,55 @@ fn a_full_brick_fails_writes_with_enospc_and_every_file_keeps_its_content() {
         m2.p("after")
     ));
 }
+
+#[test]
+fn a_brick_that_answers_late_is_read_around_and_volume_status_says_so() {
+    let env = [("FAILPOINTS", "posix-read:sl1=sleep(400)")];
+    need_fail_points(&env);
+    let mut c = Cluster::start();
+    c.one_process_per_brick();
+    c.kill_daemon();
+    // Brick sl1 (data fragment 0) takes 400 ms for every read; the
+    // bricks inherit the daemon's environment.
+    c.start_daemon_env(&env);
+    four_plus_two(&c, "sl");
+    let m = c.mount("sl");
+    let src = c.path("src");
+    ok(&format!(
+        "head -c $((4 << 20)) /dev/urandom > {}",
+        src.display()
+    ));
+    ok(&format!("cp {} {}", src.display(), m.p("f")));
+    // 64 reads of 64 KiB, each wanting a piece of fragment 0: after the
+    // first, they are rebuilt from the others instead of waiting.
+    let t = std::time::Instant::now();
+    ok(&format!(
+        "dd if={} iflag=direct bs=64k of={} && cmp {} {}",
+        m.p("f"),
+        c.path("back").display(),
+        src.display(),
+        c.path("back").display()
+    ));
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "64 reads took {:?}: the slow brick was waited for",
+        t.elapsed()
+    );
+    // The mount tells its daemon at its next question (every 25 s at most).
+    let slow = c.path("sl1").display().to_string();
+    wait_for(
+        "volume status to show the slow brick",
+        Duration::from_secs(60),
+        || {
+            let st = c.ok(&["volume", "status", "sl"]);
+            let mut lines = st.lines();
+            lines.any(|l| l.contains(&slow))
+                && lines
+                    .next()
+                    .is_some_and(|l| l.contains("Slow: answers late"))
+        },
+    );
+    let st = c.ok(&["volume", "status", "sl"]);
+    assert_eq!(st.matches("Slow:").count(), 1, "{st}");
+    assert!(st.contains(&m.dir.display().to_string()), "{st}");
+}

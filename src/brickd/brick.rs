@@ -289,7 +289,10 @@ fn check_volume_id(path: &Path, volume_id: &str) -> anyhow::Result<()> {
 /// Keeps `tx` at the volume's options, asking the daemon every few seconds.
 /// While the daemon cannot be reached the last known values stay.
 async fn follow_options(volume: String, mgmt: String, tx: Arc<watch::Sender<Tunables>>) {
-    rpc::follow_volume(&[mgmt], &volume, None, None, true, |d| apply(&tx, &d)).await
+    rpc::follow_volume(&[mgmt], &volume, None, None, true, Vec::new, |d| {
+        apply(&tx, &d)
+    })
+    .await
 }
 
 /// Puts the options of the volume's description `d` in force.

@@ -59,6 +59,13 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
             if let Some(r) = &b.reason {
                 let _ = writeln!(s, "  Offline: {r}");
             }
+            if !b.slow_for.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  Slow: answers late; read around by {}",
+                    b.slow_for.join(", ")
+                );
+            }
         }
         let _ = writeln!(s, " ");
         let _ = writeln!(s, "Task Status of Volume {}", v.name);

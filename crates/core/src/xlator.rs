@@ -179,6 +179,11 @@ pub trait Xlator: Send + Sync {
     fn requests(&self) -> u64 {
         0
     }
+    /// The children this translator reads around because they answer
+    /// late (a disperse set's slow bricks), by position.
+    fn slow(&self) -> Vec<usize> {
+        Vec::new()
+    }
     /// What this translator would tell a person debugging it (counters,
     /// state), one line each; shown with the graph.
     fn dump(&self) -> Vec<String> {

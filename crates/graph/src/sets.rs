@@ -106,6 +106,22 @@ impl Graph {
         self.leaves().map(BrickNode::of)
     }
 
+    /// The bricks the sets read around because they answer late
+    /// (`Xlator::slow`), as `host:/path`.
+    pub fn slow_bricks(&self) -> Vec<String> {
+        self.nodes()
+            .iter()
+            .flat_map(|n| {
+                n.child
+                    .xl
+                    .slow()
+                    .into_iter()
+                    .filter_map(|i| n.children.get(i))
+                    .map(|&c| BrickNode::of(&self.nodes()[c]).label())
+            })
+            .collect()
+    }
+
     /// The replica and disperse sets, in graph order (a volume has sets of
     /// one kind).
     pub fn replica_sets(&self) -> Vec<ReplicaSet> {

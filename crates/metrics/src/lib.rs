@@ -99,6 +99,9 @@ pub struct Metrics {
     /// Client: its connection to each brick; daemon: each local brick
     /// process (1 up, 0 down).
     pub brick_up: Family<BrickLabels, Gauge>,
+    /// Client: whether it reads around the brick because it answers late
+    /// (a disperse set's slow brick: 1).
+    pub brick_slow: Family<BrickLabels, Gauge>,
     /// Brick: its file system's size and what is free, labelled with the
     /// brick where a process serves several (none where it serves one:
     /// its registry names it).
@@ -133,6 +136,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     written_bytes: Counter::default(),
     clients: Gauge::default(),
     brick_up: Family::default(),
+    brick_slow: Family::default(),
     disk_bytes: Family::default(),
     disk_free_bytes: Family::default(),
     inodes: Family::default(),
@@ -343,6 +347,11 @@ pub fn registry(role: Role, labels: Vec<(String, String)>) -> Registry {
                 "brick_up",
                 "Whether this client is connected to the brick (1) or not (0)",
                 m.brick_up.clone(),
+            );
+            r.register(
+                "brick_slow",
+                "Whether this client reads around the brick because it answers late (1) or not (0)",
+                m.brick_slow.clone(),
             );
             r.register(
                 "cache_lookups",

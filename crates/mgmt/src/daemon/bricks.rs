@@ -230,6 +230,7 @@ impl Daemon {
                             pid: st.pid,
                             online: st.port.is_some(),
                             reason: st.offline,
+                            slow_for: Vec::new(),
                         })
                     }
                     // Stopped here for want of server quorum.
@@ -239,6 +240,7 @@ impl Daemon {
                         pid: None,
                         online: false,
                         reason: Some(why.clone()),
+                        slow_for: Vec::new(),
                     }),
                     _ => None,
                 }
@@ -279,6 +281,21 @@ impl Daemon {
         self.statuses(vol, out)
     }
 
+    /// Notes, on the bricks of dispersed volume `vol`, the mounts that read
+    /// around them because they answer late, as the mounts told the
+    /// pool's daemons lately (each asks at least every 25 s).
+    pub(super) async fn mark_slow(&self, vol: &Volume, bricks: &mut [BrickStatus]) {
+        if !vol.dispersed() {
+            return;
+        }
+        for c in self.clients_anywhere(&vol.name).await {
+            for b in bricks.iter_mut().filter(|b| c.slow.contains(&b.brick)) {
+                b.slow_for
+                    .push(format!("{}:{}", c.client.host, c.client.mount));
+            }
+        }
+    }
+
     /// The status of every brick of `vol` in order, from what the hosts
     /// answered: a brick no host spoke of is down.
     pub(super) fn statuses(&self, vol: &Volume, answers: Vec<BrickStatus>) -> Vec<BrickStatus> {
@@ -294,6 +311,7 @@ impl Daemon {
                     pid: None,
                     online: false,
                     reason: None,
+                    slow_for: Vec::new(),
                 })
             })
             .collect()

@@ -4,8 +4,9 @@
 use super::*;
 use crate::error::Error;
 
-/// The graph version a client runs and when it last asked.
-pub(super) type Seen = (Option<u64>, std::time::Instant);
+/// The graph version a client runs, when it last asked, and the bricks it
+/// said it reads around.
+pub(super) type Seen = (Option<u64>, std::time::Instant, Vec<String>);
 
 /// A client not heard from for this long is no longer listed (it asks at
 /// least every `WATCH_MAX`).
@@ -18,15 +19,16 @@ impl Daemon {
     /// The clients that followed volume `name` here lately.
     pub(super) fn clients_of(&self, name: &str) -> Vec<rpc::ClientSeen> {
         let mut clients = self.clients.lock().unwrap();
-        clients.retain(|_, (_, seen)| seen.elapsed() < CLIENT_GONE);
+        clients.retain(|_, (_, seen, _)| seen.elapsed() < CLIENT_GONE);
         let mut out: Vec<rpc::ClientSeen> = clients
             .iter()
             .filter(|((v, _), _)| v == name)
-            .map(|((_, c), (version, seen))| rpc::ClientSeen {
+            .map(|((_, c), (version, seen, slow))| rpc::ClientSeen {
                 client: c.clone(),
                 server: self.me.host.clone(),
                 version: *version,
                 seen_secs_ago: seen.elapsed().as_secs(),
+                slow: slow.clone(),
             })
             .collect();
         out.sort_by(|a, b| {
@@ -114,14 +116,14 @@ impl Daemon {
         &self,
         name: String,
         known: Option<u64>,
-        client: Option<rpc::ClientInfo>,
+        client: Option<(rpc::ClientInfo, Vec<String>)>,
         options_only: bool,
     ) -> Response {
-        if let Some(c) = client {
+        if let Some((c, slow)) = client {
             self.clients
                 .lock()
                 .unwrap()
-                .insert((name.clone(), c), (known, std::time::Instant::now()));
+                .insert((name.clone(), c), (known, std::time::Instant::now(), slow));
         }
         let mut rx = self.changed.subscribe();
         let deadline = tokio::time::Instant::now() + WATCH_MAX;

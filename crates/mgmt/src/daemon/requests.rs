@@ -42,7 +42,11 @@ impl Daemon {
                 known,
                 client,
                 options_only,
-            } => self.watch(name, known, client, options_only).await,
+                slow,
+            } => {
+                self.watch(name, known, client.map(|c| (c, slow)), options_only)
+                    .await
+            }
             Request::Portmap { path } => {
                 let bricks = self.bricks.lock().unwrap();
                 match bricks.get(&path).and_then(|(_, i)| i.get().port) {
@@ -164,7 +168,8 @@ impl Daemon {
         };
         let mut out = Vec::new();
         for v in vols {
-            let s = self.status_of(&v).await;
+            let mut s = self.status_of(&v).await;
+            self.mark_slow(&v, &mut s).await;
             out.push((v.public(), s));
         }
         Response::Status(out)

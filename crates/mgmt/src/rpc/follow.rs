@@ -17,7 +17,8 @@ const WATCH_ANSWERED: Duration = Duration::from_secs(60);
 /// Follows volume `name`'s description at the daemon at `mgmt`: hands
 /// `changed` each version other than `known` (the one already in use, if
 /// any) as soon as the daemon has it (`WatchVolDesc` waits on the daemon
-/// for a change), on a connection kept open to each daemon. `mgmts` are
+/// for a change), on a connection kept open to each daemon. Each question
+/// carries `slow()`, the bricks the client reads around now. `mgmts` are
 /// the daemons to ask, in order: one that does not answer is left for the
 /// next at once (a mount's `backup-volfile-servers`); after a round of
 /// failures all are asked again after `FOLLOW_RETRY`. With `options_only`, the descriptions handed
@@ -28,6 +29,7 @@ pub async fn follow_volume(
     mut known: Option<u64>,
     client: Option<ClientInfo>,
     options_only: bool,
+    slow: impl Fn() -> Vec<String>,
     mut changed: impl FnMut(VolDesc),
 ) {
     // One connection to each daemon, kept open from one question to the
@@ -44,6 +46,7 @@ pub async fn follow_volume(
             known,
             client: client.clone(),
             options_only,
+            slow: slow(),
         };
         match channels[at].ask(&req, WATCH_ANSWERED).await {
             Ok(Response::VolDesc(d)) => {

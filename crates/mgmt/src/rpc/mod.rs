@@ -110,6 +110,10 @@ pub enum Request {
         /// brick needs (at 300 bricks the graph is 60 KB to parse).
         #[serde(default)]
         options_only: bool,
+        /// The bricks the client reads around because they answer late
+        /// (`host:/path`): what `volume status` shows as slow.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        slow: Vec<String>,
     },
     /// The clients mounting a volume that asked this daemon (`all`: and
     /// its peers) for its description lately.
@@ -365,6 +369,10 @@ pub struct BrickStatus {
     /// Why a brick that went offline stays so (its health check failed…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The mounts (`host:/mount`) that read around it because it answers
+    /// late, as they told their daemons lately.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow_for: Vec<String>,
 }
 
 /// A peer as this daemon sees it now.
@@ -397,6 +405,9 @@ pub struct ClientSeen {
     pub server: String,
     pub version: Option<u64>,
     pub seen_secs_ago: u64,
+    /// The bricks it reads around because they answer late.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow: Vec<String>,
 }
 
 /// What `volume credentials` does.

@@ -141,6 +141,8 @@ impl Posix {
         offset: u64,
         size: u32,
     ) -> FsResult<Reply> {
+        // A slow disk, for tests: `posix-read:<brick dir>=sleep(ms)`.
+        fail::fail_point!(self.fail_point_name("read").as_str());
         let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
         let mut buf = vec![0u8; size as usize];

@@ -297,6 +297,12 @@ impl Xlator for Replicate {
         self.name.clone()
     }
 
+    fn slow(&self) -> Vec<usize> {
+        self.coding
+            .as_ref()
+            .map_or_else(Vec::new, |c| c.pace.slow())
+    }
+
     fn notify(&self, from: usize, ev: Event) -> Option<Event> {
         match ev {
             // The child's list of blamed objects is about to grow.

@@ -10,7 +10,8 @@
 //! (data fragments first: rebuilding from them is encoding), every
 //! fragment is computed, and each sink is written only where its bytes
 //! differ, so a heal writes the ranges that changed, and holes stay holes.
-//! The lock is let go between chunks, as for a replica.
+//! The next chunk is read while one is written; the lock is let go every
+//! few chunks, as for a replica.
 //!
 //! A change of unknown outcome (a client or brick died mid-write, so
 //! nobody is blamed but `UNSETTLED` is marked) may have reached some
@@ -24,9 +25,11 @@ use mortar_core::{Attr, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
 use mortar_xlators::cluster::replicate::bits;
 use std::collections::HashMap;
 
-/// Bytes of each fragment rebuilt per lock hold (N buffers of it in
-/// memory per object healed).
+/// Bytes of each fragment rebuilt at once (2 N buffers of it in memory per
+/// object healed: one chunk written while the next is read).
 const CHUNK: u64 = 2 << 20;
+/// Chunks rebuilt per hold of the file's lock.
+const WINDOW: usize = 4;
 /// Bytes compared at once between a sink and what it should hold.
 const BLOCK: usize = 64 << 10;
 
@@ -187,7 +190,6 @@ impl Set {
         locked: &[usize],
     ) -> (Vec<usize>, u64) {
         let c = self.coded();
-        let n = self.bricks.len();
         let content = c.g.parity_len(size);
         // Rebuilding from the data fragments alone is encoding.
         let mut from = sources.to_vec();
@@ -211,36 +213,40 @@ impl Set {
                 }
             }
         }
+        // Chunk by chunk, the next one read while the last is written; the
+        // lock is let go every `WINDOW` chunks.
         let mut off = 0u64;
-        while off < content && !sinks.is_empty() {
-            let len = (content - off).min(CHUNK);
-            let reads = from
-                .iter()
-                .map(|&i| async move { (i, read_padded(&self.bricks[i], gfid, off, len).await) });
-            let mut frags = vec![vec![0u8; len as usize]; n];
-            let mut present = vec![false; n];
-            for (i, r) in futures_util::future::join_all(reads).await {
-                match r {
-                    Ok(b) => {
-                        frags[i] = b;
-                        present[i] = true;
-                    }
-                    Err(e) => {
-                        tracing::warn!(set = %self.name, %gfid, source = %self.bricks[i].label, "heal: a source failed: {e}");
-                        return (Vec::new(), written);
-                    }
-                }
-            }
-            if let Err(e) = c.codec.rebuild(&mut frags, &present) {
-                tracing::warn!(set = %self.name, %gfid, "heal: {e}");
+        let mut held = 0;
+        let mut next = Some(
+            self.chunk(gfid, &from, off, (content - off).min(CHUNK))
+                .await,
+        );
+        while let Some(frags) = next.take() {
+            let Some(mut frags) = frags else {
                 return (Vec::new(), written);
-            }
+            };
+            let len = frags[0].len() as u64;
+            let after = off + len;
+            held += 1;
+            let ahead = after < content && held < WINDOW;
             let fixes = sinks.iter().map(|&s| {
-                let (want, had) = (&frags[s], sizes[&s].min(content));
+                // Handed over whole: written without a copy.
+                let want = bytes::Bytes::from(std::mem::take(&mut frags[s]));
+                let had = sizes[&s].min(content);
                 let fh = fhs.get(&s).copied();
                 async move { (s, self.fix_range(gfid, s, fh, off, want, had).await) }
             });
-            for (s, r) in futures_util::future::join_all(fixes).await {
+            let read_ahead = async {
+                match ahead {
+                    true => Some(
+                        self.chunk(gfid, &from, after, (content - after).min(CHUNK))
+                            .await,
+                    ),
+                    false => None,
+                }
+            };
+            let (fixed, read) = tokio::join!(futures_util::future::join_all(fixes), read_ahead);
+            for (s, r) in fixed {
                 match r {
                     Ok((fh, n)) => {
                         if let Some(fh) = fh {
@@ -251,16 +257,27 @@ impl Set {
                     Err(e) => fail(&mut sinks, s, &e),
                 }
             }
-            off += len;
-            if off >= content {
+            off = after;
+            if off >= content || sinks.is_empty() {
                 break;
             }
-            // Let an application waiting for the file have a turn.
-            self.unlock(gfid, locked).await;
-            if self.lock(gfid, locked).await.len() != locked.len() {
-                tracing::warn!(set = %self.name, %gfid, "a fragment went away during heal");
-                sinks.clear();
-            }
+            next = match read {
+                Some(r) => Some(r),
+                None => {
+                    // Let an application waiting for the file have a turn.
+                    self.unlock(gfid, locked).await;
+                    held = 0;
+                    if self.lock(gfid, locked).await.len() != locked.len() {
+                        tracing::warn!(set = %self.name, %gfid, "a fragment went away during heal");
+                        sinks.clear();
+                        break;
+                    }
+                    Some(
+                        self.chunk(gfid, &from, off, (content - off).min(CHUNK))
+                            .await,
+                    )
+                }
+            };
         }
         for (&s, &fh) in &fhs {
             let _ = call(&self.bricks[s], &root(), Fop::Release { gfid, fh }).await;
@@ -281,13 +298,46 @@ impl Set {
     /// Writes to sink `s` the runs of `want` (its bytes at `off`) that
     /// differ from what it holds (`had`: its length, zeros after), opening
     /// it first unless `fh`. Answers the handle opened and bytes written.
+    /// Every fragment's bytes of `off..off + len`, read from the sources
+    /// `from` (K of them) and rebuilt; None (said in the log) if a source
+    /// failed.
+    async fn chunk(&self, gfid: Gfid, from: &[usize], off: u64, len: u64) -> Option<Vec<Vec<u8>>> {
+        let c = self.coded();
+        let n = self.bricks.len();
+        let reads = from
+            .iter()
+            .map(|&i| async move { (i, read_padded(&self.bricks[i], gfid, off, len).await) });
+        let mut frags = vec![Vec::new(); n];
+        let mut present = vec![false; n];
+        for (i, r) in futures_util::future::join_all(reads).await {
+            match r {
+                Ok(b) => {
+                    frags[i] = b;
+                    present[i] = true;
+                }
+                Err(e) => {
+                    tracing::warn!(set = %self.name, %gfid, source = %self.bricks[i].label, "heal: a source failed: {e}");
+                    return None;
+                }
+            }
+        }
+        for f in frags.iter_mut().filter(|f| f.is_empty()) {
+            *f = vec![0u8; len as usize];
+        }
+        if let Err(e) = c.codec.rebuild(&mut frags, &present) {
+            tracing::warn!(set = %self.name, %gfid, "heal: {e}");
+            return None;
+        }
+        Some(frags)
+    }
+
     async fn fix_range(
         &self,
         gfid: Gfid,
         s: usize,
         fh: Option<u64>,
         off: u64,
-        want: &[u8],
+        want: bytes::Bytes,
         had: u64,
     ) -> FsResult<(Option<u64>, u64)> {
         let b = &self.bricks[s];
@@ -298,7 +348,7 @@ impl Set {
         };
         let mut fh = fh;
         let mut n = 0u64;
-        for (at, len) in differing(want, &have) {
+        for (at, len) in differing(&want, &have) {
             let h = match fh {
                 Some(h) => h,
                 None => {
@@ -313,7 +363,7 @@ impl Set {
                 gfid,
                 fh: h,
                 offset: off + at as u64,
-                data: bytes::Bytes::copy_from_slice(&want[at..at + len]),
+                data: want.slice(at..at + len),
                 grow: 0,
                 reserve: false,
             };

@@ -1,0 +1,71 @@
+#!/bin/bash
+# Rebuild speed of a brick replaced empty: a `disperse 6 redundancy 2`
+# volume on this host; FILES files of MIB MiB in all are written through
+# the mount; brick 6 is replaced by an empty directory (`replace-brick …
+# commit force`), and the time from then until the full heal has completed
+# and nothing is left to heal is the rebuild time. The new brick must then
+# hold, file by file, what the old one held.
+#
+# The figure to compare with the disk: the new brick receives MIB / 4 MiB
+# (one fragment of each file), rebuilt from 4 of the other 5.
+#
+# Usage: scripts/replace-heal-bench.sh   (env: MORTAR=path/to/mortar DIR=/var/tmp/mortar-rebuild FILES=8 MIB=8192)
+set -euo pipefail
+B=${MORTAR:-mortar}
+D=${DIR:-/var/tmp/mortar-rebuild}
+FILES=${FILES:-8}
+MIB=${MIB:-8192}
+IP=127.0.0.10
+P=24176
+S="--server $IP:$P"
+
+cleanup() {
+    umount -l "$D/mnt" 2>/dev/null || true
+    pkill -f "state-dir $D/state" 2>/dev/null || true
+}
+trap cleanup EXIT
+cleanup
+rm -rf "$D" && mkdir -p "$D"/{b1,b2,b3,b4,b5,b6,mnt}
+export MORTAR_CREDENTIAL=$D/state/tls/admin.pem
+"$B" daemon --listen $IP:$P --host $IP --state-dir "$D/state" >"$D/daemon.log" 2>&1 &
+for _ in $(seq 50); do "$B" $S volume list >/dev/null 2>&1 && break; sleep 0.1; done
+"$B" $S volume create rb disperse 6 redundancy 2 $(for i in 1 2 3 4 5 6; do echo $IP:"$D/b$i"; done) force >/dev/null
+"$B" $S volume start rb >/dev/null
+"$B" mount --port $P $IP:/rb "$D/mnt" --log-file "$D/client.log"
+sleep 1
+
+echo "writing $FILES files, $MIB MiB in all ..."
+t=$(date +%s.%N)
+for i in $(seq "$FILES"); do
+    head -c $((MIB * 1048576 / FILES)) /dev/urandom >"$D/mnt/f$i"
+done
+sync
+echo "written in $(python3 -c "import time; print(f'{time.time() - $t:.1f}')") s"
+held=$(du -sm --exclude=.mortar "$D/b6" | cut -f1)
+echo "brick 6 holds $held MiB of fragments; replacing it by an empty one ..."
+mkdir -p "$D/b6new"
+# Through the page cache of neither side: what the disks do.
+sync && echo 3 >/proc/sys/vm/drop_caches
+start=$(date +%s.%N)
+"$B" $S volume replace-brick rb $IP:"$D/b6" $IP:"$D/b6new" commit force >/dev/null
+for _ in $(seq 36000); do
+    done=$("$B" $S --json volume info rb | python3 -c '
+import json, sys
+v = json.load(sys.stdin)[0]
+print(any(t["kind"] == "HealFull" and t["status"] == "Completed" for t in v.get("tasks", [])))')
+    if [ "$done" = True ]; then
+        pending=$("$B" $S --json volume heal rb info | python3 -c 'import json,sys; print(sum(len(b["entries"]) for b in json.load(sys.stdin)["bricks"]))')
+        [ "$pending" = 0 ] && break
+    fi
+    sleep 0.5
+done
+end=$(date +%s.%N)
+python3 - "$start" "$end" "$held" <<'PY'
+import sys
+s, e, mib = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+t = e - s
+print(f"rebuilt {mib} MiB of fragments in {t:.1f} s: {mib * 1.048576 / t:.1f} MB/s written to the new brick")
+PY
+diff <(cd "$D/b6" && find . -path ./.mortar -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
+     <(cd "$D/b6new" && find . -path ./.mortar -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
+    && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }

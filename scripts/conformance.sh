@@ -69,7 +69,12 @@ if want xfstests; then
     done
 fi
 if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    # Runs side by side (the tests run the suites at once) take turns with
+    # apt, which refuses a second at once.
+    flock /var/lock/mortar-conformance-apt.lock sh -c \
+        'apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+         DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@" >/dev/null' \
+        sh "${need[@]}"
 fi
 
 if [ -z "${MORTAR:-}" ]; then

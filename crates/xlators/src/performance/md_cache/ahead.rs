@@ -256,7 +256,14 @@ impl MdCache {
             };
             let (dirs, objects): (Vec<Attr>, Vec<Attr>) =
                 real.into_iter().partition(|a| keys.dirs.contains(&a.gfid));
-            me.keep_all_after_change(&objects, mark);
+            // Not kept (something about the object, or another in its
+            // bucket, changed since): what is kept of it may still be the
+            // made-up attributes, whose times are not the bricks'. They go,
+            // so that the next stat asks the bricks.
+            let kept = me.keep_all_after_change(&objects, mark);
+            for a in objects.iter().filter(|a| !kept.contains(&a.gfid)) {
+                me.drop_attr(a.gfid);
+            }
             // The directories changed on the bricks just now: an answer
             // about one, to a request sent before, is older than this.
             for d in &keys.dirs {

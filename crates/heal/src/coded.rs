@@ -217,10 +217,7 @@ impl Set {
         // lock is let go every `WINDOW` chunks.
         let mut off = 0u64;
         let mut held = 0;
-        let mut next = Some(
-            self.chunk(gfid, &from, off, (content - off).min(CHUNK))
-                .await,
-        );
+        let mut next = Some(self.chunk(gfid, &from, off, content).await);
         while let Some(frags) = next.take() {
             let Some(mut frags) = frags else {
                 return (Vec::new(), written);
@@ -238,10 +235,7 @@ impl Set {
             });
             let read_ahead = async {
                 match ahead {
-                    true => Some(
-                        self.chunk(gfid, &from, after, (content - after).min(CHUNK))
-                            .await,
-                    ),
+                    true => Some(self.chunk(gfid, &from, after, content).await),
                     false => None,
                 }
             };
@@ -272,10 +266,7 @@ impl Set {
                         sinks.clear();
                         break;
                     }
-                    Some(
-                        self.chunk(gfid, &from, off, (content - off).min(CHUNK))
-                            .await,
-                    )
+                    Some(self.chunk(gfid, &from, off, content).await)
                 }
             };
         }
@@ -295,14 +286,18 @@ impl Set {
         (sinks, written)
     }
 
-    /// Writes to sink `s` the runs of `want` (its bytes at `off`) that
-    /// differ from what it holds (`had`: its length, zeros after), opening
-    /// it first unless `fh`. Answers the handle opened and bytes written.
-    /// Every fragment's bytes of `off..off + len`, read from the sources
-    /// `from` (K of them) and rebuilt; None (said in the log) if a source
-    /// failed.
-    async fn chunk(&self, gfid: Gfid, from: &[usize], off: u64, len: u64) -> Option<Vec<Vec<u8>>> {
+    /// Every fragment's bytes of the chunk at `off` (up to `CHUNK`, not
+    /// past `content`), read from the sources `from` (K of them) and
+    /// rebuilt; None (said in the log) if a source failed.
+    async fn chunk(
+        &self,
+        gfid: Gfid,
+        from: &[usize],
+        off: u64,
+        content: u64,
+    ) -> Option<Vec<Vec<u8>>> {
         let c = self.coded();
+        let len = (content - off).min(CHUNK);
         let n = self.bricks.len();
         let reads = from
             .iter()
@@ -331,6 +326,9 @@ impl Set {
         Some(frags)
     }
 
+    /// Writes to sink `s` the runs of `want` (its bytes at `off`) that
+    /// differ from what it holds (`had`: its length, zeros after), opening
+    /// it first unless `fh`. Answers the handle opened and bytes written.
     async fn fix_range(
         &self,
         gfid: Gfid,

@@ -401,10 +401,7 @@ impl Replicate {
         let ok = txn::succeeded(&res);
         let full: Vec<usize> = res
             .iter()
-            .filter(|(_, r)| {
-                r.as_ref()
-                    .is_err_and(|e| e.is(libc::ENOSPC) || e.is(libc::EDQUOT))
-            })
+            .filter(|(_, r)| r.as_ref().is_err_and(no_room))
             .map(|(i, _)| *i)
             .collect();
         let only_room = res.iter().all(|(i, r)| {

@@ -226,6 +226,11 @@ fn parent_in(r: &Reply) -> Option<Attr> {
     }
 }
 
+/// Errors that say a copy refused a change for want of room.
+fn no_room(e: &FsError) -> bool {
+    e.is(libc::ENOSPC) || e.is(libc::EDQUOT)
+}
+
 /// Errors that say one copy cannot serve a read, where another copy may:
 /// it is down, lacks the object (ESTALE, ENOENT), lost the handle (EBADF),
 /// or failed to read (EIO). Any other error is the answer itself.

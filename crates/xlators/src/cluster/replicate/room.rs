@@ -47,13 +47,9 @@ impl Room {
 /// lengthens the fragment, `grow`).
 pub(super) type Parts = Vec<Option<(u64, bytes::Bytes)>>;
 
-fn no_room(e: &FsError) -> bool {
-    e.errno == libc::ENOSPC || e.errno == libc::EDQUOT
-}
-
 impl Replicate {
     /// A fragment's write of its `part`, through handle `fh`.
-    pub(super) fn fragment_write(
+    fn fragment_write(
         gfid: Gfid,
         fh: u64,
         part: &Option<(u64, bytes::Bytes)>,
@@ -74,7 +70,7 @@ impl Replicate {
     /// Sets aside room for `parts` on the fragments `send`; ENOSPC if one
     /// has none (nothing written anywhere). A fragment that fails for
     /// another reason is left to fail the write itself (and be blamed).
-    pub(super) async fn set_aside(
+    async fn set_aside(
         &self,
         cx: &Ctx,
         gfid: Gfid,

@@ -6,20 +6,7 @@ use super::*;
 fn a_write_that_grows_the_file_never_shortens_it() {
     use std::os::unix::fs::MetadataExt;
     let b = brick();
-    let gfid = Gfid::random();
-    let Reply::Created { fh, .. } = b
-        .call(Fop::Create {
-            parent: Gfid::ROOT,
-            name: n("frag"),
-            gfid,
-            mode: 0o644,
-            umask: 0,
-            flags: libc::O_RDWR,
-        })
-        .unwrap()
-    else {
-        panic!()
-    };
+    let (gfid, fh) = b.create(Gfid::ROOT, "frag");
     let write = |offset: u64, data: &'static [u8], grow: u64| {
         b.call(Fop::Write {
             gfid,
@@ -67,20 +54,7 @@ fn a_write_that_grows_the_file_never_shortens_it() {
 #[test]
 fn the_reserve_refuses_writes_and_allocations_unless_a_write_may_use_it() {
     let b = brick();
-    let gfid = Gfid::random();
-    let Reply::Created { fh, .. } = b
-        .call(Fop::Create {
-            parent: Gfid::ROOT,
-            name: n("f"),
-            gfid,
-            mode: 0o644,
-            umask: 0,
-            flags: libc::O_RDWR,
-        })
-        .unwrap()
-    else {
-        panic!()
-    };
+    let (gfid, fh) = b.create(Gfid::ROOT, "f");
     let write = |data: &'static [u8], reserve: bool| {
         b.call(Fop::Write {
             gfid,
@@ -116,20 +90,7 @@ fn the_reserve_refuses_writes_and_allocations_unless_a_write_may_use_it() {
 #[test]
 fn a_file_read_anonymously_is_let_go_when_its_last_name_goes() {
     let b = brick();
-    let gfid = Gfid::random();
-    let Reply::Created { fh, .. } = b
-        .call(Fop::Create {
-            parent: Gfid::ROOT,
-            name: n("f"),
-            gfid,
-            mode: 0o644,
-            umask: 0,
-            flags: libc::O_RDWR,
-        })
-        .unwrap()
-    else {
-        panic!()
-    };
+    let (gfid, fh) = b.create(Gfid::ROOT, "f");
     b.call(Fop::Release { gfid, fh }).unwrap();
     // Another connection reads it without opening it, and stays.
     let other = FdTable::default();

@@ -57,20 +57,7 @@ fn a_brick_of_the_first_index_layout_is_moved_to_one_level_whole() {
         let e = b.mkdir(d, "e\nwith a newline");
         let mut files = Vec::new();
         for i in 0..5 {
-            let gfid = Gfid::random();
-            let Reply::Created { fh, .. } = b
-                .call(Fop::Create {
-                    parent: e,
-                    name: n(&format!("f{i}")),
-                    gfid,
-                    mode: 0o644,
-                    umask: 0,
-                    flags: libc::O_RDWR,
-                })
-                .unwrap()
-            else {
-                panic!()
-            };
+            let (gfid, fh) = b.create(e, &format!("f{i}"));
             b.call(Fop::Release { gfid, fh }).unwrap();
             files.push(gfid);
         }

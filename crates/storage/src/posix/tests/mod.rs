@@ -58,6 +58,25 @@ impl Brick {
         .unwrap();
         gfid
     }
+    /// Creates file `name` in `parent`, open for reading and writing:
+    /// its gfid and handle.
+    fn create(&self, parent: Gfid, name: &str) -> (Gfid, u64) {
+        let gfid = Gfid::random();
+        let Reply::Created { fh, .. } = self
+            .call(Fop::Create {
+                parent,
+                name: n(name),
+                gfid,
+                mode: 0o644,
+                umask: 0,
+                flags: libc::O_RDWR,
+            })
+            .unwrap()
+        else {
+            panic!("a create answers Created")
+        };
+        (gfid, fh)
+    }
     fn outside_untouched(&self) {
         let names: Vec<_> = std::fs::read_dir(&self.outside)
             .unwrap()
@@ -581,20 +600,7 @@ fn pointers_and_layouts_are_the_clients_to_keep_and_nothing_else_internal_is() {
 fn the_brick_counts_open_files_and_forgets_them_with_their_connection() {
     use mortar_core::fop::OPEN_COUNT_XATTR;
     let b = brick();
-    let f = Gfid::random();
-    let Reply::Created { fh, .. } = b
-        .call(Fop::Create {
-            parent: Gfid::ROOT,
-            name: n("f"),
-            gfid: f,
-            mode: 0o644,
-            umask: 0,
-            flags: libc::O_RDWR,
-        })
-        .unwrap()
-    else {
-        panic!("create answers a handle");
-    };
+    let (f, fh) = b.create(Gfid::ROOT, "f");
     let count = |b: &Brick| match b.call(Fop::Getxattr {
         gfid: f,
         name: OPEN_COUNT_XATTR.into(),

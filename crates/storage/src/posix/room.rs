@@ -30,11 +30,9 @@ pub static RESERVE: Spec = Spec {
 /// How long a look at the free space serves while it is far from the line.
 const FRESH: Duration = Duration::from_millis(100);
 
-pub struct Room {
-    reserve: Mutex<ShareOrSize>,
-    /// The last look at the file system, less the bytes taken since.
-    seen: Mutex<Option<Seen>>,
-}
+/// The reserve, and the last look at the file system less the bytes
+/// taken since: one lock per write.
+pub struct Room(Mutex<(ShareOrSize, Option<Seen>)>);
 
 #[derive(Clone, Copy)]
 struct Seen {
@@ -46,10 +44,8 @@ struct Seen {
 
 impl Default for Room {
     fn default() -> Room {
-        Room {
-            reserve: Mutex::new(ShareOrSize::parse(RESERVE.default).expect("a valid default")),
-            seen: Mutex::default(),
-        }
+        let reserve = ShareOrSize::parse(RESERVE.default).expect("a valid default");
+        Room(Mutex::new((reserve, None)))
     }
 }
 
@@ -64,19 +60,21 @@ fn look(fs: impl AsFd) -> FsResult<Seen> {
 
 impl Room {
     pub fn set_reserve(&self, r: ShareOrSize) {
-        *self.reserve.lock().unwrap() = r;
-        *self.seen.lock().unwrap() = None;
+        self.0.lock().unwrap().0 = r;
     }
 
     /// Whether `len` more bytes may be written on the file system of `fs`
     /// (the brick's): ENOSPC, saying why, if they would reach into the
     /// reserve. Counts them as written when they may.
     pub fn take(&self, fs: impl AsFd, len: u64) -> FsResult<()> {
-        let reserve = *self.reserve.lock().unwrap();
-        if len == 0 || reserve.of(u64::MAX) == 0 {
+        if len == 0 {
             return Ok(());
         }
-        let mut seen = self.seen.lock().unwrap();
+        let mut state = self.0.lock().unwrap();
+        let (reserve, seen) = &mut *state;
+        if reserve.of(u64::MAX) == 0 {
+            return Ok(());
+        }
         let (mut s, looked) = match *seen {
             Some(s) if s.at.elapsed() < FRESH => (s, false),
             _ => (look(fs.as_fd())?, true),
@@ -107,11 +105,7 @@ impl Room {
     /// Of `bavail` blocks of `frsize` bytes in a file system of `blocks`,
     /// those outside the reserve.
     pub fn available(&self, bavail: u64, blocks: u64, frsize: u64) -> u64 {
-        let line = self
-            .reserve
-            .lock()
-            .unwrap()
-            .of(blocks.saturating_mul(frsize));
+        let line = self.0.lock().unwrap().0.of(blocks.saturating_mul(frsize));
         bavail.saturating_sub(line.div_ceil(frsize.max(1)))
     }
 }

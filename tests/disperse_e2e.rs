@@ -319,3 +319,54 @@ fn a_brick_that_answers_late_is_read_around_and_volume_status_says_so() {
     assert_eq!(st.matches("Slow:").count(), 1, "{st}");
     assert!(st.contains(&m.dir.display().to_string()), "{st}");
 }
+
+/// Flips the bits of `len` bytes at `at` of a brick's file, behind the
+/// brick's back.
+fn damage(path: &std::path::Path, at: u64, len: usize) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = vec![0u8; len];
+    f.read_exact_at(&mut b, at).unwrap();
+    b.iter_mut().for_each(|x| *x = !*x);
+    f.write_all_at(&b, at).unwrap();
+}
+
+#[test]
+fn a_fragment_damaged_behind_its_bricks_back_is_read_around_and_healed() {
+    let c = Cluster::start();
+    let bricks = four_plus_two(&c, "dm");
+    let info = c.ok(&["volume", "info", "dm"]);
+    assert!(info.contains("storage.checksums: on"), "{info}");
+    let m = c.mount("dm");
+    let src = c.path("src");
+    ok(&format!(
+        "head -c $((3 * 1048576 + 777)) /dev/urandom > {}",
+        src.display()
+    ));
+    ok(&format!("cp {} {}", src.display(), m.p("f")));
+    let md5 = |p: &std::path::Path| ok(&format!("md5sum < {}", p.display()));
+    let frag = bricks[1].join("f");
+    let good = md5(&frag);
+    // Data fragment 1, in two places (one a run over a block's edge).
+    damage(&frag, 20_000, 3);
+    damage(&frag, 400_000 - 2, 5);
+    assert_ne!(md5(&frag), good);
+    // A mount that has read nothing: its reads come from the bricks, and
+    // never return the damaged bytes.
+    let m2 = c.mount("dm");
+    ok(&format!("cmp {} {}", src.display(), m2.p("f")));
+    // The read recorded the fragment for heal: the self-heal daemon makes
+    // it what coding the file gives again.
+    wait_for(
+        "the damaged fragment to be healed",
+        Duration::from_secs(60),
+        || md5(&frag) == good,
+    );
+    wait_healed(&c, "dm", Duration::from_secs(60));
+    let m3 = c.mount("dm");
+    ok(&format!("cmp {} {}", src.display(), m3.p("f")));
+}

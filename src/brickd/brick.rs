@@ -167,6 +167,7 @@ pub async fn start(
                     stack.reconfigure(&now.options);
                     posix.set_strict_o_direct(now.strict_o_direct);
                     posix.set_reserve(now.reserve);
+                    posix.set_checksums(now.checksums);
                     if t.changed().await.is_err() {
                         return;
                     }

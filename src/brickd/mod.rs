@@ -107,6 +107,8 @@ pub struct Tunables {
     pub strict_o_direct: bool,
     /// `storage.reserve`.
     pub reserve: crate::core::options::ShareOrSize,
+    /// `storage.checksums`.
+    pub checksums: bool,
     /// `auth.allow` and `auth.reject`.
     pub auth: crate::protocol::auth::Rules,
     /// The volume's options, for the brick's translators
@@ -124,6 +126,7 @@ impl Tunables {
             health_check: secs(&crate::storage::posix::health::HEALTH_CHECK_INTERVAL),
             strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
             reserve: crate::storage::posix::room::RESERVE.share_or_size(o),
+            checksums: crate::storage::posix::sums::CHECKSUMS.bool(o),
             auth: crate::protocol::auth::Rules::from_options(o),
             options: o.clone(),
         }

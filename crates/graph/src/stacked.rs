@@ -37,6 +37,8 @@ pub struct StackBrick {
     /// `storage.reserve` as set here, and the running process's posix.
     reserve: Mutex<Option<mortar_core::options::ShareOrSize>>,
     posix: Mutex<Option<Arc<Posix>>>,
+    /// `storage.checksums` as set here.
+    checksums: std::sync::atomic::AtomicBool,
     /// Writes in flight (with jitter): object and byte range.
     writing: Mutex<Vec<(Gfid, u64, u64)>>,
     /// Writes that arrived while another write of some of their bytes was
@@ -78,6 +80,7 @@ impl StackBrick {
             read_delay: Mutex::default(),
             reserve: Mutex::default(),
             posix: Mutex::default(),
+            checksums: Default::default(),
             writing: Mutex::default(),
             overlapping: AtomicU64::new(0),
             conns: Mutex::new(Vec::new()),
@@ -101,6 +104,7 @@ impl StackBrick {
         if let Some(r) = *self.reserve.lock().unwrap() {
             posix.set_reserve(r);
         }
+        posix.set_checksums(self.checksums.load(Ordering::Relaxed));
         *self.posix.lock().unwrap() = Some(posix.clone());
         let env = BrickEnv {
             posix,
@@ -344,6 +348,15 @@ impl StackBrick {
         *self.reserve.lock().unwrap() = Some(r);
         if let Some(p) = &*self.posix.lock().unwrap() {
             p.set_reserve(r);
+        }
+    }
+
+    /// Keeps and checks block checksums (`storage.checksums`), now and
+    /// after restarts.
+    pub fn set_checksums(&self, on: bool) {
+        self.checksums.store(on, Ordering::Relaxed);
+        if let Some(p) = &*self.posix.lock().unwrap() {
+            p.set_checksums(on);
         }
     }
 

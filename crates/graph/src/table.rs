@@ -159,6 +159,7 @@ pub static TABLE: &[Row] = &[
             &mortar_storage::posix::health::HEALTH_CHECK_INTERVAL,
             &mortar_storage::posix::STRICT_O_DIRECT,
             &mortar_storage::posix::room::RESERVE,
+            &mortar_storage::posix::sums::CHECKSUMS,
         ],
         build: None,
         brick: Some(mortar_brick::posix::build),

@@ -340,7 +340,24 @@ impl Set {
     ) -> FsResult<(Option<u64>, u64)> {
         let b = &self.bricks[s];
         let have = if off < had {
-            read_padded(b, gfid, off, want.len() as u64).await?
+            match read_padded(b, gfid, off, want.len() as u64).await {
+                Ok(have) => have,
+                // A block of it is damaged (its brick's checksums say so):
+                // looked at `BLOCK` by `BLOCK`, those that fail written anew.
+                Err(e) if e.is(libc::EIO) => {
+                    let mut have = Vec::with_capacity(want.len());
+                    for (n, w) in want.chunks(BLOCK).enumerate() {
+                        let at = off + (n * BLOCK) as u64;
+                        match read_padded(b, gfid, at, w.len() as u64).await {
+                            Ok(h) => have.extend(h),
+                            Err(e) if e.is(libc::EIO) => have.extend(w.iter().map(|x| !x)),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    have
+                }
+                Err(e) => return Err(e),
+            }
         } else {
             vec![0u8; want.len()]
         };

@@ -410,3 +410,44 @@ async fn a_forgotten_object_is_found_again_by_asking_every_set() {
         "a forgotten one is looked for everywhere"
     );
 }
+
+#[tokio::test]
+async fn a_copy_damaged_behind_its_bricks_back_is_read_around_and_blamed() {
+    use std::os::unix::fs::FileExt;
+    let r = rig(1, 3);
+    r.bricks.iter().for_each(|b| b.set_checksums(true));
+    let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+    // Files whose reads go to copies chosen by their gfids: two of the
+    // three copies of each damaged, each in another block.
+    let mut files = Vec::new();
+    for n in 0..12 {
+        let name = format!("f{n}");
+        files.push(r.create(Gfid::ROOT, &name, &data).await.unwrap());
+        for (i, at) in [(0usize, 100u64), (1, 30_000)] {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(r.bricks[i].root().join(&name))
+                .unwrap();
+            file.write_all_at(b"XYZ", at).unwrap();
+        }
+    }
+    r.graph.fini().await;
+    // None returns the damaged bytes.
+    for &f in &files {
+        assert_eq!(r.read(f).await.unwrap(), data);
+    }
+    // A copy found damaged is recorded for heal on the good one (nearly
+    // every file's first read went to a damaged copy).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while files.iter().all(|&f| r.bricks[2].blame(f) == 0) {
+        assert!(std::time::Instant::now() < deadline, "no copy blamed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for &f in &files {
+        assert_eq!(
+            r.bricks[2].blame(f) & !0b11,
+            0,
+            "only damaged copies are blamed"
+        );
+    }
+}

@@ -11,6 +11,21 @@ fn nested(a: &str, b: &str) -> bool {
     a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
 }
 
+/// The options a new volume starts with: a dispersed one checks its
+/// fragments' blocks (`storage.checksums`), so that a fragment damaged
+/// behind its brick's back is read around and healed, never decoded into
+/// a file (docs/disperse.md). Shown, and changed, as any option set.
+fn new_volume_options(redundancy: usize) -> std::collections::BTreeMap<String, String> {
+    let mut o = std::collections::BTreeMap::new();
+    if redundancy > 0 {
+        o.insert(
+            mortar_storage::posix::sums::CHECKSUMS.key.to_string(),
+            "on".to_string(),
+        );
+    }
+    o
+}
+
 /// Checks a local brick path before a volume is created on it (or,
 /// `rejoin`ing, before it comes back to the volume of that id).
 pub(super) fn check_local_brick(
@@ -281,7 +296,7 @@ impl Daemon {
             transport,
             bricks: parsed,
             status: VolStatus::Created,
-            options: Default::default(),
+            options: new_volume_options(redundancy),
             version: 1,
             arbiter,
             redundancy,

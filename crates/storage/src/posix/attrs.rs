@@ -106,6 +106,7 @@ impl Posix {
                     .write(true)
                     .open(proc_path(&*fd))?)
             });
+            let _held = self.sums_lock(gfid);
             match opened {
                 Ok(f) => f.set_len(size)?,
                 // ftruncate of a descriptor open for writing, whatever the
@@ -116,6 +117,7 @@ impl Posix {
                 },
                 Err(e) => return Err(e),
             }
+            self.cut_sums(gfid, size);
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let ts = |t: Option<TimeSet>| match t {

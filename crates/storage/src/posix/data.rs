@@ -1,6 +1,7 @@
 //! File data and listings: opening by gfid, reads and writes through a
 //! connection's handles (or an anonymous one), directory listings.
 
+use super::sums::SUM_BLOCK;
 use super::*;
 
 /// The open flags a brick passes on from a client's open. O_DIRECT is
@@ -32,6 +33,10 @@ impl Posix {
         flags: i32,
     ) -> FsResult<Reply> {
         let f = self.open_gfid(cx, gfid, flags)?;
+        if flags & libc::O_TRUNC != 0 {
+            let _held = self.sums_lock(gfid);
+            self.cut_sums(gfid, 0);
+        }
         Ok(Reply::Opened {
             fh: fds.insert(Handle::File(f, gfid, Some(self.open.mark(gfid)))),
         })
@@ -101,7 +106,7 @@ impl Posix {
         Ok(File::from(f))
     }
 
-    fn open_gfid_as_brick(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
+    pub(super) fn open_gfid_as_brick(&self, gfid: Gfid, flags: i32) -> FsResult<File> {
         let (idx, file) = self.index_dir(gfid)?;
         // The type first, through the handle (an object's never changes):
         // a FIFO, socket or device named by a hostile request is never
@@ -145,8 +150,36 @@ impl Posix {
         fail::fail_point!(self.fail_point_name("read").as_str());
         let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
-        let mut buf = vec![0u8; size as usize];
-        let got = match read_full(f, &mut buf, offset) {
+        let Some(sums) = self.sum_file(gfid, false).unwrap_or_else(|e| {
+            tracing::warn!(brick = %self.path.display(), %gfid, "cannot open checksums: {e}");
+            None
+        }) else {
+            let mut buf = vec![0u8; size as usize];
+            let got = self.read_into(f, gfid, &mut buf, offset)?;
+            buf.truncate(got);
+            return Ok(Reply::Data(bytes::Bytes::from(buf)));
+        };
+        // Whole blocks, to check them against their sums.
+        let start = offset / SUM_BLOCK * SUM_BLOCK;
+        let end = (offset + size as u64).div_ceil(SUM_BLOCK) * SUM_BLOCK;
+        let read = |buf: &mut Vec<u8>| -> FsResult<()> {
+            buf.resize((end - start) as usize, 0);
+            let got = self.read_into(f, gfid, buf, start)?;
+            buf.truncate(got);
+            Ok(())
+        };
+        let mut buf = Vec::new();
+        read(&mut buf)?;
+        self.check_sums(&sums, gfid, start / SUM_BLOCK, &mut buf, read)?;
+        let from = ((offset - start) as usize).min(buf.len());
+        let to = (from + size as usize).min(buf.len());
+        Ok(Reply::Data(bytes::Bytes::from(buf).slice(from..to)))
+    }
+
+    /// Reads into `buf` at `offset` of `f` (file `gfid`) until it is full
+    /// or the file ends; the bytes read.
+    fn read_into(&self, f: &File, gfid: Gfid, buf: &mut [u8], offset: u64) -> FsResult<usize> {
+        Ok(match read_full(f, buf, offset) {
             // An O_DIRECT file (`performance.strict-o-direct`) wants an
             // aligned buffer, and an aligned offset and size: read into one,
             // or else through the page cache after all.
@@ -157,18 +190,14 @@ impl Posix {
                         buf.copy_from_slice(aligned.as_mut());
                         n
                     }
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => read_full(
-                        &self.open_gfid_as_brick(gfid, libc::O_RDONLY)?,
-                        &mut buf,
-                        offset,
-                    )?,
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        read_full(&self.open_gfid_as_brick(gfid, libc::O_RDONLY)?, buf, offset)?
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
             r => r?,
-        };
-        buf.truncate(got);
-        Ok(Reply::Data(bytes::Bytes::from(buf)))
+        })
     }
 
     pub(crate) fn write(
@@ -186,6 +215,16 @@ impl Posix {
         if !reserve {
             self.room.take(&self.root, data.len() as u64)?;
         }
+        let sums = self.sum_file(gfid, true).unwrap_or_else(|e| {
+            tracing::warn!(brick = %self.path.display(), %gfid, "cannot keep checksums: {e}");
+            None
+        });
+        let _held = sums.as_ref().map(|_| self.sums_lock(gfid));
+        // Where the bytes land: at the end, for a file opened to append.
+        let at = match &sums {
+            Some(_) if rfs::fcntl_getfl(f)?.contains(OFlags::APPEND) => f.metadata()?.len(),
+            _ => offset,
+        };
         // Written in pieces: measured on this project's machines, extending a
         // file by one 1 MiB pwrite costs several times more than by eight of
         // 128 KiB (docs/benchmarks.md).
@@ -195,22 +234,34 @@ impl Posix {
             }
             Ok(())
         };
-        match write_all(f, data) {
-            // An O_DIRECT file (`performance.strict-o-direct`): from an
-            // aligned buffer, or if the offset or size is not aligned,
-            // through the page cache after all.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let mut aligned = Aligned::new(data.len());
-                aligned.as_mut().copy_from_slice(data);
-                match write_all(f, aligned.as_mut()) {
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        write_all(&self.open_gfid_as_brick(gfid, libc::O_WRONLY)?, data)?
+        let written = (|| -> FsResult<()> {
+            match write_all(f, data) {
+                // An O_DIRECT file (`performance.strict-o-direct`): from an
+                // aligned buffer, or if the offset or size is not aligned,
+                // through the page cache after all.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let mut aligned = Aligned::new(data.len());
+                    aligned.as_mut().copy_from_slice(data);
+                    match write_all(f, aligned.as_mut()) {
+                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                            write_all(&self.open_gfid_as_brick(gfid, libc::O_WRONLY)?, data)?
+                        }
+                        r => r?,
                     }
-                    r => r?,
                 }
+                r => r?,
             }
-            r => r?,
+            Ok(())
+        })();
+        if let Some(s) = &sums {
+            match &written {
+                Ok(()) => self.record_sums(s, gfid, at, data),
+                // Some of it may have been written: those blocks are no
+                // longer checked.
+                Err(_) => self.forget_sums(gfid, at, data.len() as u64, false),
+            }
         }
+        written?;
         if grow > 0 {
             lengthen(f, gfid, grow)?;
         }
@@ -368,16 +419,7 @@ impl Posix {
         let mut buf = vec![0u8; block as usize];
         let mut out = Vec::new();
         for i in 0..count as u64 {
-            let at = offset + i * block as u64;
-            let mut got = 0;
-            while got < buf.len() {
-                match f.read_at(&mut buf[got..], at + got as u64) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            let got = read_full(&f, &mut buf, offset + i * block as u64)?;
             if got == 0 {
                 break;
             }
@@ -388,20 +430,6 @@ impl Posix {
         }
         Ok(out)
     }
-}
-
-/// Reads until `buf` is full or the file ends; the bytes read.
-fn read_full(f: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// The alignment O_DIRECT wants of a buffer (a page covers every block
@@ -459,12 +487,19 @@ impl Posix {
         if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) == 0 {
             self.room.take(&self.root, len)?;
         }
-        rfs::fallocate(
+        let moves = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
+        let zeroes = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE | moves;
+        let _held = (mode & zeroes != 0).then(|| self.sums_lock(gfid));
+        let done = rfs::fallocate(
             as_file(&h),
             rfs::FallocateFlags::from_bits_retain(mode as u32),
             offset,
             len,
-        )?;
+        );
+        if mode & zeroes != 0 {
+            self.forget_sums(gfid, offset, len, mode & moves != 0);
+        }
+        done?;
         Ok(Reply::Ok)
     }
 

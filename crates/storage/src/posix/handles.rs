@@ -13,35 +13,7 @@ impl Posix {
     /// The index directory `gfid`'s handle is in (made if missing, and
     /// kept open), and the handle's name there.
     pub(crate) fn index_dir(&self, gfid: Gfid) -> FsResult<(BorrowedFd<'_>, String)> {
-        let file = gfid.to_string();
-        let slot = &self.index_dirs[gfid.0[0] as usize];
-        if let Some(fd) = slot.get() {
-            return Ok((fd.as_fd(), file));
-        }
-        let rel = format!("{INDEX_REL}/{}", &file[..2]);
-        let open = |_: ()| {
-            rfs::openat2(
-                &self.root,
-                rel.as_str(),
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-                beneath() | ResolveFlags::NO_SYMLINKS,
-            )
-        };
-        let fd = match open(()) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => {
-                match rfs::mkdirat(&self.root, rel.as_str(), Mode::from_raw_mode(0o700)) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                    Err(e) => return Err(e.into()),
-                }
-                open(())?
-            }
-            Err(e) => return Err(e.into()),
-        };
-        // Two threads may open it at once: one descriptor is kept.
-        let _ = slot.set(fd);
-        Ok((slot.get().expect("set just now").as_fd(), file))
+        hashed_dir(&self.root, &self.index_dirs, INDEX_REL, gfid)
     }
 
     pub(crate) fn make_dir_handle_target(&self, gfid: Gfid, target: &[u8]) -> FsResult<()> {
@@ -116,6 +88,7 @@ impl Posix {
         if let Ok((idx, file)) = self.index_dir(gfid) {
             let _ = rfs::unlinkat(idx, file.as_str(), AtFlags::empty());
         }
+        self.drop_sums(gfid);
     }
 
     /// Whether object `gfid` exists on this brick (ESTALE if not): one
@@ -459,4 +432,47 @@ fn names_in(dir: &OwnedFd) -> FsResult<Vec<String>> {
 
 fn is_hex2(name: &str) -> bool {
     name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `base/ab` for `gfid` (`ab` its first byte), made and opened once into
+/// `slots` (256 of them); with the gfid's name in it.
+pub(crate) fn hashed_dir<'a>(
+    root: &OwnedFd,
+    slots: &'a [std::sync::OnceLock<OwnedFd>],
+    base: &str,
+    gfid: Gfid,
+) -> FsResult<(BorrowedFd<'a>, String)> {
+    let file = gfid.to_string();
+    let slot = &slots[gfid.0[0] as usize];
+    if let Some(fd) = slot.get() {
+        return Ok((fd.as_fd(), file));
+    }
+    let rel = format!("{base}/{}", &file[..2]);
+    let open = || {
+        rfs::openat2(
+            root,
+            rel.as_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath() | ResolveFlags::NO_SYMLINKS,
+        )
+    };
+    let fd = match open() {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => {
+            match rfs::mkdirat(root, base, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            match rfs::mkdirat(root, rel.as_str(), Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            open()?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Two threads may open it at once: one descriptor is kept.
+    let _ = slot.set(fd);
+    Ok((slot.get().expect("set just now").as_fd(), file))
 }

@@ -59,6 +59,7 @@ mod identity;
 mod namespace;
 pub mod reaper;
 pub mod room;
+pub mod sums;
 #[cfg(test)]
 mod tests;
 
@@ -85,6 +86,8 @@ pub struct Posix {
     room: room::Room,
     /// Every connection's files read through the anonymous handle.
     anon_tables: Mutex<Vec<std::sync::Weak<fds::AnonFiles>>>,
+    /// `storage.checksums`: the sums of files' blocks.
+    sums: sums::Sums,
 }
 
 pub static STRICT_O_DIRECT: mortar_core::options::Spec = mortar_core::options::Spec {
@@ -302,6 +305,7 @@ impl Posix {
             direct: Default::default(),
             room: Default::default(),
             anon_tables: Mutex::default(),
+            sums: Default::default(),
         };
         let moved = p.migrate()?;
         if moved > 0 {
@@ -346,7 +350,13 @@ impl Posix {
             let _ = rfs::unlinkat(&root, f, AtFlags::empty());
         }
         let index_dir = format!("{INDEX_REL}/{dir}");
-        for d in [index_dir.as_str(), INDEX_REL, PENDING_REL, META_DIR] {
+        for d in [
+            index_dir.as_str(),
+            INDEX_REL,
+            PENDING_REL,
+            sums::SUMS_REL,
+            META_DIR,
+        ] {
             let _ = rfs::unlinkat(&root, d, AtFlags::REMOVEDIR);
         }
         if rfs::statat(&root, META_DIR, AtFlags::SYMLINK_NOFOLLOW).is_err() {
@@ -540,4 +550,18 @@ impl Posix {
                 .map(Reply::Sums),
         }
     }
+}
+
+/// Reads until `buf` is full or the file ends; the bytes read.
+pub(crate) fn read_full(f: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }

@@ -2,6 +2,7 @@ mod caller;
 mod data;
 mod layout;
 mod reaper;
+mod sums;
 
 use super::*;
 use mortar_core::fop::{TimeSet, ANON_FH};

@@ -194,6 +194,33 @@ impl Replicate {
             tracing::info!(xlator = %self.name, %gfid, replica = i, "a copy failed a read ({e}); reading another copy");
         }
         self.learn(gfid, 1 << i, false);
+        if e.is(libc::EIO) {
+            self.blame_damaged(gfid, i);
+        }
+    }
+
+    /// Copy `i` of `gfid` failed a read with EIO: its brick found a block
+    /// that does not match its checksum (`storage.checksums`), or cannot
+    /// read it. Recorded on the other copies up, as a change it missed
+    /// would be, so that the heal rebuilds it; in the background.
+    fn blame_damaged(&self, gfid: Gfid, i: usize) {
+        let others: Vec<usize> = self.up().into_iter().filter(|&x| x != i).collect();
+        let (txns, name) = (self.txns.clone(), self.name.clone());
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            match txns.begin(gfid, &others).await {
+                Ok(t) => {
+                    let ok: Vec<_> = t.targets.iter().map(|&x| (x, Ok(Reply::Ok))).collect();
+                    txns.finish(t, &ok, false).await;
+                    tracing::warn!(xlator = %name, %gfid, replica = i, "a copy failed a read with EIO; recorded for heal");
+                }
+                Err(e) => {
+                    tracing::warn!(xlator = %name, %gfid, replica = i, "a copy failed a read with EIO, and cannot be recorded for heal: {e}")
+                }
+            }
+        });
     }
 }
 

@@ -159,6 +159,9 @@ impl Posix {
             buf.truncate(got);
             return Ok(Reply::Data(bytes::Bytes::from(buf)));
         };
+        if offset.saturating_add(size as u64) > i64::MAX as u64 {
+            return Err(FsError::inval("a read past the largest file offset"));
+        }
         // Whole blocks, to check them against their sums.
         let start = offset / SUM_BLOCK * SUM_BLOCK;
         let end = (offset + size as u64).div_ceil(SUM_BLOCK) * SUM_BLOCK;

@@ -307,6 +307,7 @@ impl Posix {
             anon_tables: Mutex::default(),
             sums: Default::default(),
         };
+        p.look_for_sums();
         let moved = p.migrate()?;
         if moved > 0 {
             tracing::info!(brick = %path.display(), moved, "gfid index moved to one level");

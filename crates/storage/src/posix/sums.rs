@@ -44,6 +44,9 @@ const LOCKS: usize = 256;
 
 pub(crate) struct Sums {
     on: AtomicBool,
+    /// Whether this brick has any sums (`.mortar/sums` exists): while it
+    /// has none and checksums are off, nothing is looked for.
+    seen: AtomicBool,
     /// `.mortar/sums/ab`, each opened once.
     dirs: Vec<OnceLock<OwnedFd>>,
     /// By gfid: the file's sums, or None if it has none.
@@ -55,6 +58,7 @@ impl Default for Sums {
     fn default() -> Sums {
         Sums {
             on: AtomicBool::new(false),
+            seen: AtomicBool::new(false),
             dirs: (0..256).map(|_| OnceLock::new()).collect(),
             open: Mutex::default(),
             locks: (0..LOCKS).map(|_| Mutex::new(())).collect(),
@@ -102,6 +106,12 @@ impl Posix {
         self.sums.on.store(on, Ordering::Relaxed);
     }
 
+    /// Learns whether the brick has sums already (at its start).
+    pub(crate) fn look_for_sums(&self) {
+        let there = rfs::statat(&self.root, SUMS_REL, AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        self.sums.seen.store(there, Ordering::Relaxed);
+    }
+
     /// The lock `gfid`'s data and sums change under.
     pub(crate) fn sums_lock(&self, gfid: Gfid) -> MutexGuard<'_, ()> {
         self.sums.locks[gfid.0[15] as usize % LOCKS].lock().unwrap()
@@ -111,6 +121,9 @@ impl Posix {
     /// if it has none.
     pub(crate) fn sum_file(&self, gfid: Gfid, make: bool) -> FsResult<Option<Arc<SumFile>>> {
         let make = make && self.sums.on.load(Ordering::Relaxed);
+        if !make && !self.sums.seen.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         if let Some(s) = self.sums.open.lock().unwrap().get(&gfid) {
             if s.is_some() || !make {
                 return Ok(s.clone());
@@ -136,6 +149,7 @@ impl Posix {
                 // Only for a file with a name: the sums of one that has
                 // none left would never be removed.
                 self.exists(gfid)?;
+                self.sums.seen.store(true, Ordering::Relaxed);
                 Some(open(OFlags::CREATE)?)
             }
             Err(rustix::io::Errno::NOENT) => None,
@@ -241,6 +255,9 @@ impl Posix {
 
     /// `gfid` has no name left: its sums go.
     pub(crate) fn drop_sums(&self, gfid: Gfid) {
+        if !self.sums.seen.load(Ordering::Relaxed) {
+            return;
+        }
         self.sums.open.lock().unwrap().remove(&gfid);
         if let Ok((dir, name)) = handles::hashed_dir(&self.root, &self.sums.dirs, SUMS_REL, gfid) {
             let _ = rfs::unlinkat(dir, name.as_str(), AtFlags::empty());

@@ -68,6 +68,11 @@ fn a_byte_changed_behind_the_bricks_back_fails_the_reads_of_its_block_with_eio()
     }
     assert_eq!(b.read_at(gfid, 0, 64 << 10).unwrap(), want);
     assert_eq!(b.read_at(gfid, 4_001, 333).unwrap(), &want[4_001..4_334]);
+    // A hostile offset is refused, not wrapped around.
+    assert!(b
+        .read_at(gfid, u64::MAX - 10, 4096)
+        .unwrap_err()
+        .is(libc::EINVAL));
     b.flip("f", 9_000);
     // Reads touching block 2 (8192..12288) fail; the others do not.
     let e = b.read_at(gfid, 8_192, 10).unwrap_err();
@@ -146,10 +151,17 @@ fn truncations_allocations_and_appends_keep_the_sums_right() {
 #[test]
 fn sums_are_kept_only_when_on_and_go_with_the_files_last_name() {
     let b = brick();
+    let none = b.root.join(".mortar/sums");
     let (plain, fh) = b.create(Gfid::ROOT, "plain");
     b.write_at(plain, fh, 0, b"no sums");
     b.flip("plain", 1);
     assert_eq!(b.read_at(plain, 0, 100).unwrap(), b"nO sums");
+    b.call(Fop::Unlink {
+        parent: Gfid::ROOT,
+        name: n("plain"),
+    })
+    .unwrap();
+    assert!(!none.exists(), "a brick without sums looks for none");
     b.p.set_checksums(true);
     let (gfid, fh) = b.create(Gfid::ROOT, "summed");
     b.write_at(gfid, fh, 0, b"sums");

@@ -223,10 +223,14 @@ impl Posix {
             None
         });
         let _held = sums.as_ref().map(|_| self.sums_lock(gfid));
+        let flags = match &sums {
+            Some(_) => rfs::fcntl_getfl(f)?,
+            None => OFlags::empty(),
+        };
         // Where the bytes land: at the end, for a file opened to append.
-        let at = match &sums {
-            Some(_) if rfs::fcntl_getfl(f)?.contains(OFlags::APPEND) => f.metadata()?.len(),
-            _ => offset,
+        let at = match flags.contains(OFlags::APPEND) {
+            true => f.metadata()?.len(),
+            false => offset,
         };
         // Written in pieces: measured on this project's machines, extending a
         // file by one 1 MiB pwrite costs several times more than by eight of
@@ -258,7 +262,13 @@ impl Posix {
         })();
         if let Some(s) = &sums {
             match &written {
-                Ok(()) => self.record_sums(s, gfid, at, data),
+                Ok(()) => {
+                    self.record_sums(s, gfid, at, data);
+                    // A file opened for synchronous writes: its sums too.
+                    if flags.intersects(OFlags::SYNC | OFlags::DSYNC) {
+                        self.sync_sums(gfid)?;
+                    }
+                }
                 // Some of it may have been written: those blocks are no
                 // longer checked.
                 Err(_) => self.forget_sums(gfid, at, data.len() as u64, false),
@@ -474,6 +484,8 @@ impl Posix {
         } else {
             rfs::fsync(as_file(&h))?;
         }
+        // Durable data whose sums were lost would read as damaged.
+        self.sync_sums(gfid)?;
         Ok(Reply::Ok)
     }
 

@@ -18,9 +18,11 @@
 //!   may have come between the two reads).
 //! - Files that have sums keep them up to date while checksums are off;
 //!   files first written while off get none.
-//! - A crash of the server between a write's data and its sums reaching
-//!   the disk may leave blocks that do not match: they read as damaged,
-//!   and heal as any damaged block does.
+//! - An fsync of a file makes its sums durable too, and so does each
+//!   synchronous write (`O_SYNC`, `O_DSYNC`). A power loss between a write
+//!   that was not synced and its sums reaching the disk may leave blocks
+//!   that do not match: they read as damaged, and heal as any damaged
+//!   block does.
 
 use super::*;
 use mortar_core::options::{Kind, Spec};
@@ -251,6 +253,15 @@ impl Posix {
                 .sums
                 .set_len((first * 4).min(s.sums.metadata().map(|m| m.len()).unwrap_or(0)));
         }
+    }
+
+    /// Makes `gfid`'s sums durable (at an fsync of the file, or a
+    /// synchronous write).
+    pub(crate) fn sync_sums(&self, gfid: Gfid) -> FsResult<()> {
+        if let Some(s) = self.sum_file(gfid, false)? {
+            rfs::fdatasync(&s.sums)?;
+        }
+        Ok(())
     }
 
     /// `gfid` has no name left: its sums go.

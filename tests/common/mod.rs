@@ -18,11 +18,14 @@ static NEXT: AtomicU32 = AtomicU32::new(1);
 pub mod bricks;
 pub mod heal;
 pub mod net;
+pub mod pattern;
 
 #[allow(unused_imports)]
 pub use bricks::*;
 #[allow(unused_imports)]
 pub use heal::*;
+#[allow(unused_imports)]
+pub use pattern::*;
 
 pub struct Cluster {
     pub ip: String,

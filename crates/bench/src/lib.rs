@@ -42,6 +42,12 @@ pub struct BenchArgs {
     /// redundancy R`).
     #[arg(long, default_value = "replica3")]
     pub shape: String,
+    /// A degraded run: this many bricks of each set are taken down (`volume
+    /// reset-brick … start`, on mortar and GlusterFS alike) once the volume
+    /// is mounted: the first of each set, a dispersed set's data bricks,
+    /// so that its reads decode.
+    #[arg(long, default_value_t = 0)]
+    pub down: usize,
     /// Workloads (comma-separated), or "all": seed-smallfile, seed-largefile,
     /// smallfile-ops, block-size, file-size, streams, everyday, replication, scale.
     #[arg(
@@ -305,16 +311,19 @@ impl Run<'_> {
                 replica: 1,
                 sets: 3,
                 redundancy: 0,
+                down: 0,
             },
             Shape {
                 replica: 2,
                 sets: 1,
                 redundancy: 0,
+                down: 0,
             },
             Shape {
                 replica: 3,
                 sets: 1,
                 redundancy: 0,
+                down: 0,
             },
         ] {
             self.bar
@@ -362,6 +371,7 @@ impl Run<'_> {
                     replica: 1,
                     sets: n,
                     redundancy: 0,
+                    down: 0,
                 },
                 "mortar-scale",
                 2,
@@ -456,7 +466,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         return saved(cmd);
     }
     let wl = chosen_workloads(&a)?;
-    let shape = Shape::parse(&a.shape)?;
+    let shape = Shape::parse(&a.shape)?.with_down(a.down)?;
     let base = a.dir.clone();
     std::fs::create_dir_all(&base)?;
     let scratch = base.join("scratch");

@@ -21,6 +21,9 @@ pub struct Shape {
     /// Parity bricks per set of a dispersed volume (`replica` is then the
     /// disperse count); 0 for copies.
     pub redundancy: usize,
+    /// Bricks of each set taken down before the workloads run (the first
+    /// of each set: a dispersed set's data bricks, so reads decode).
+    pub down: usize,
 }
 
 impl Shape {
@@ -38,30 +41,35 @@ impl Shape {
                 replica: k + r,
                 sets: 1,
                 redundancy: r,
+                down: 0,
             }
         } else if let Some(n) = s.strip_prefix("replica") {
             Shape {
                 replica: num(n)?,
                 sets: 1,
                 redundancy: 0,
+                down: 0,
             }
         } else if let Some(n) = s.strip_prefix("distribute") {
             Shape {
                 replica: 1,
                 sets: num(n)?,
                 redundancy: 0,
+                down: 0,
             }
         } else if let Some((a, b)) = s.split_once('x') {
             Shape {
                 replica: num(b)?,
                 sets: num(a)?,
                 redundancy: 0,
+                down: 0,
             }
         } else {
             Shape {
                 replica: 1,
                 sets: num(s)?,
                 redundancy: 0,
+                down: 0,
             }
         };
         let bad_disperse =
@@ -71,10 +79,40 @@ impl Shape {
         }
         Ok(shape)
     }
+    /// The shape with `down` bricks of each set down: no more than its
+    /// redundancy, or for copies than leaves a majority up (the quorum).
+    pub fn with_down(self, down: usize) -> anyhow::Result<Shape> {
+        let most = match self.redundancy {
+            0 => (self.replica - 1) / 2,
+            r => r,
+        };
+        if down > most {
+            bail!(
+                "--down {down}: a {} volume serves with at most {most} brick(s) of each set down",
+                self.label()
+            );
+        }
+        Ok(Shape { down, ..self })
+    }
+
+    /// The bricks taken down: the first `down` of each set, 0-based.
+    pub fn down_bricks(&self) -> Vec<usize> {
+        (0..self.sets)
+            .flat_map(|s| (0..self.down).map(move |j| s * self.replica + j))
+            .collect()
+    }
+
     pub fn bricks(&self) -> usize {
         self.replica * self.sets
     }
     pub fn label(&self) -> String {
+        match self.down {
+            0 => self.healthy_label(),
+            n => format!("{}, {n} brick(s) of each set down", self.healthy_label()),
+        }
+    }
+
+    fn healthy_label(&self) -> String {
         if self.redundancy > 0 {
             let (k, r) = (self.replica - self.redundancy, self.redundancy);
             return match self.sets {
@@ -340,7 +378,27 @@ pub fn mortar(
         t.close();
         return Err(e);
     }
-    t.mounted(mnt)
+    let t = t.mounted(mnt)?;
+    let down = rt.block_on(async {
+        for i in shape.down_bricks() {
+            let brick = format!("127.0.0.1:{}/bricks/b{}", root.display(), i + 1);
+            ask(
+                &addr,
+                Request::VolumeResetBrick {
+                    name: vol.clone(),
+                    brick,
+                    down: true,
+                },
+            )
+            .await?;
+        }
+        anyhow::Ok(())
+    });
+    if let Err(e) = down {
+        t.close();
+        return Err(e.context("cannot take the mortar bricks down"));
+    }
+    Ok(t)
 }
 
 /// A GlusterFS volume of the same shape, through the `gluster` CLI.
@@ -429,12 +487,33 @@ pub fn glusterfs(base: &Path, shape: Shape, groups: &[String]) -> anyhow::Result
         t.close();
         return Err(e);
     }
-    t.mounted(mnt)
+    let t = t.mounted(mnt)?;
+    for i in shape.down_bricks() {
+        let brick = format!("{host}:{}/bricks/b{}", root.display(), i + 1);
+        if let Err(e) = run(g().args(["volume", "reset-brick", vol, &brick, "start"])) {
+            t.close();
+            return Err(e.context("cannot take the GlusterFS bricks down"));
+        }
+    }
+    Ok(t)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_degraded_shape_takes_the_first_bricks_of_each_set_down_within_its_redundancy() {
+        let d = Shape::parse("disperse4+2").unwrap().with_down(2).unwrap();
+        assert_eq!(d.down_bricks(), vec![0, 1]);
+        assert_eq!(d.label(), "disperse 4 + 2, 2 brick(s) of each set down");
+        assert!(Shape::parse("disperse4+2").unwrap().with_down(3).is_err());
+        let r = Shape::parse("2x3").unwrap().with_down(1).unwrap();
+        assert_eq!(r.down_bricks(), vec![0, 3]);
+        assert!(Shape::parse("replica3").unwrap().with_down(2).is_err());
+        assert!(Shape::parse("distribute2").unwrap().with_down(1).is_err());
+        assert!(Shape::parse("replica2").unwrap().with_down(0).is_ok());
+    }
 
     #[test]
     fn shapes_parse() {
@@ -444,6 +523,7 @@ mod tests {
                 replica: 3,
                 sets: 1,
                 redundancy: 0,
+                down: 0,
             }
         );
         assert_eq!(
@@ -452,6 +532,7 @@ mod tests {
                 replica: 1,
                 sets: 4,
                 redundancy: 0,
+                down: 0,
             }
         );
         assert_eq!(
@@ -460,6 +541,7 @@ mod tests {
                 replica: 1,
                 sets: 4,
                 redundancy: 0,
+                down: 0,
             }
         );
         assert_eq!(
@@ -468,6 +550,7 @@ mod tests {
                 replica: 3,
                 sets: 2,
                 redundancy: 0,
+                down: 0,
             }
         );
         assert_eq!(Shape::parse("2x3").unwrap().label(), "2 x 3");

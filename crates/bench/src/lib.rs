@@ -49,7 +49,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub down: usize,
     /// Workloads (comma-separated), or "all": seed-smallfile, seed-largefile,
-    /// smallfile-ops, block-size, file-size, streams, everyday, replication, scale.
+    /// smallfile-ops, block-size, file-size, streams, everyday, space (disk
+    /// used for 1,000 files of 4 KiB and one of --large-mib), replication, scale.
     #[arg(
         long,
         default_value = "seed-smallfile,seed-largefile",
@@ -285,7 +286,7 @@ impl Run<'_> {
                 let t = &targets[(rep + k) % targets.len()];
                 self.bar
                     .set_message(format!("{w} on {} (repetition {}/{reps})", t.name, rep + 1));
-                let samples = workloads::run(w, &t.dir, &self.params)
+                let samples = workloads::run(w, &t.dir, &t.store, &self.params)
                     .map_err(|e| e.context(format!("{w} on {}", t.name)))?;
                 for s in samples {
                     let m = Metric {
@@ -332,7 +333,7 @@ impl Run<'_> {
             let mut run_one = || -> anyhow::Result<()> {
                 for _ in 0..self.args_reps() {
                     for w in ["seed-smallfile", "streams"] {
-                        for s in workloads::run(w, &t.dir, &self.params)? {
+                        for s in workloads::run(w, &t.dir, &t.store, &self.params)? {
                             let metric = format!("{w}: {}", s.metric);
                             let m = Metric {
                                 workload: "replication",
@@ -381,7 +382,7 @@ impl Run<'_> {
             let mut run_one = || -> anyhow::Result<()> {
                 for _ in 0..self.args_reps() {
                     let before = request_count(&t);
-                    let s = workloads::run("seed-smallfile", &t.dir, &self.params)?;
+                    let s = workloads::run("seed-smallfile", &t.dir, &t.store, &self.params)?;
                     let after = request_count(&t);
                     let creates = s
                         .iter()
@@ -414,7 +415,7 @@ impl Run<'_> {
                             per,
                         );
                     }
-                    for s in workloads::run("streams", &t.dir, &self.params)? {
+                    for s in workloads::run("streams", &t.dir, &t.store, &self.params)? {
                         let metric = s.metric.split(',').next().unwrap_or("").to_string();
                         self.results.add(
                             Metric {
@@ -535,7 +536,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 files: 20,
                 ..p.clone()
             };
-            workloads::run("seed-smallfile", &t.dir, &tiny)?;
+            workloads::run("seed-smallfile", &t.dir, &t.store, &tiny)?;
         }
         for w in &per_target {
             run.measure(w, &targets, reps)?;

@@ -134,6 +134,9 @@ pub struct Target {
     pub dir: PathBuf,
     /// The mount point, for targets that are mounts.
     pub mnt: Option<PathBuf>,
+    /// Where its bytes land on the local disk (a volume's bricks), for
+    /// the `space` workload.
+    pub store: Vec<PathBuf>,
     teardown: Vec<Box<dyn FnOnce()>>,
 }
 
@@ -193,6 +196,7 @@ pub fn local(base: &Path) -> anyhow::Result<Target> {
     let d = dir.clone();
     Ok(Target {
         name: "local".into(),
+        store: vec![dir.clone()],
         dir,
         mnt: None,
         teardown: vec![Box::new(move || {
@@ -212,6 +216,7 @@ pub fn directory(path: &Path) -> anyhow::Result<Target> {
     let name = path.display().to_string();
     Ok(Target {
         name,
+        store: vec![dir.clone()],
         dir,
         mnt: None,
         teardown: vec![Box::new(move || {
@@ -235,6 +240,7 @@ pub fn bindfs(base: &Path) -> anyhow::Result<Target> {
         name: "bindfs".into(),
         dir: PathBuf::new(),
         mnt: None,
+        store: vec![src.clone()],
         teardown: vec![Box::new(move || {
             let _ = std::fs::remove_dir_all(&root);
         })],
@@ -302,6 +308,9 @@ pub fn mortar(
         name: name.into(),
         dir: PathBuf::new(),
         mnt: None,
+        store: (1..=shape.bricks())
+            .map(|i| root.join(format!("bricks/b{i}")))
+            .collect(),
         teardown,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -460,6 +469,9 @@ pub fn glusterfs(base: &Path, shape: Shape, groups: &[String]) -> anyhow::Result
         name: "glusterfs".into(),
         dir: PathBuf::new(),
         mnt: None,
+        store: (1..=shape.bricks())
+            .map(|i| root.join(format!("bricks/b{i}")))
+            .collect(),
         teardown: Vec::new(),
     };
     let r2 = root.clone();

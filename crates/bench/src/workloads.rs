@@ -21,6 +21,7 @@ pub const ALL: &[&str] = &[
     "streams",
     "everyday",
     "dbench",
+    "space",
 ];
 
 #[derive(Clone, Debug)]
@@ -98,6 +99,17 @@ fn mbps(metric: &str, bytes: u64, secs: f64, x: Option<f64>) -> Sample {
     }
 }
 
+/// A figure where less is better, in `unit`.
+fn cost(metric: &str, unit: &'static str, value: f64) -> Sample {
+    Sample {
+        metric: metric.into(),
+        unit,
+        higher_is_better: false,
+        x: None,
+        value,
+    }
+}
+
 fn seconds(metric: &str, secs: f64) -> Sample {
     Sample {
         metric: metric.into(),
@@ -126,7 +138,68 @@ fn fresh(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(d)
 }
 
-pub fn run(workload: &str, dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>> {
+/// The bytes the file system holds for everything under `dirs` (blocks,
+/// as `du` counts them: a file's hard links once per directory).
+fn used(dirs: &[PathBuf]) -> anyhow::Result<u64> {
+    rustix::fs::sync();
+    let mut total = 0;
+    for d in dirs {
+        let out = Command::new("du").arg("-s").arg("-B1").arg(d).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        total += text
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .with_context(|| format!("du of {} answered {text:?}", d.display()))?;
+    }
+    Ok(total)
+}
+
+/// `space`: the disk a target uses for `SPACE_FILES` files of 4 KiB, and
+/// for one file of `large_mib` MiB, in all it stores on (`store`: a
+/// volume's bricks, their own metadata included), each file synced so
+/// that it has landed.
+fn space(dir: &Path, store: &[PathBuf], p: &Params) -> anyhow::Result<Vec<Sample>> {
+    const SPACE_FILES: usize = 1000;
+    let d = fresh(dir, "space")?;
+    let before = used(store)?;
+    let block = vec![0x5au8; 4096];
+    for i in 0..SPACE_FILES {
+        let mut f = File::create(d.join(format!("f{i}")))?;
+        f.write_all(&block)?;
+        f.sync_all()?;
+    }
+    let small = used(store)?.saturating_sub(before);
+    let mib = vec![0xa5u8; 1 << 20];
+    let mut f = File::create(d.join("large"))?;
+    for _ in 0..p.large_mib {
+        f.write_all(&mib)?;
+    }
+    f.sync_all()?;
+    drop(f);
+    let large = used(store)?.saturating_sub(before + small);
+    fs::remove_dir_all(&d)?;
+    Ok(vec![
+        cost(
+            "disk per 4 KiB file",
+            "KiB",
+            small as f64 / 1024.0 / SPACE_FILES as f64,
+        ),
+        cost(
+            "disk per byte of a large file",
+            "x",
+            large as f64 / (p.large_mib << 20) as f64,
+        ),
+    ])
+}
+
+/// Runs `workload` in `dir`, of a target whose bytes land in `store`.
+pub fn run(
+    workload: &str,
+    dir: &Path,
+    store: &[PathBuf],
+    p: &Params,
+) -> anyhow::Result<Vec<Sample>> {
     match workload {
         "seed-smallfile" => seed_smallfile(dir, p),
         "seed-largefile" => seed_largefile(dir, p),
@@ -136,6 +209,7 @@ pub fn run(workload: &str, dir: &Path, p: &Params) -> anyhow::Result<Vec<Sample>
         "streams" => streams(dir, p),
         "everyday" => everyday(dir, p),
         "dbench" => dbench(dir, p),
+        "space" => space(dir, store, p),
         other => bail!("unknown workload {other}; known: {}", ALL.join(", ")),
     }
 }
@@ -673,7 +747,8 @@ mod tests {
             ..tiny()
         };
         for w in ALL {
-            let s = run(w, d.path(), &p).unwrap_or_else(|e| panic!("{w}: {e}"));
+            let s = run(w, d.path(), &[d.path().to_path_buf()], &p)
+                .unwrap_or_else(|e| panic!("{w}: {e}"));
             assert!(!s.is_empty(), "{w}");
             assert!(
                 s.iter().all(|x| x.value.is_finite() && x.value > 0.0),

@@ -9,8 +9,77 @@
 # The figure to compare with the disk: the new brick receives MIB / 4 MiB
 # (one fragment of each file), rebuilt from 4 of the other 5.
 #
-# Usage: scripts/replace-heal-bench.sh   (env: MORTAR=path/to/mortar DIR=/var/tmp/mortar-rebuild FILES=8 MIB=8192)
+# `scripts/replace-heal-bench.sh glusterfs` does the same with GlusterFS
+# (glusterd running here, `gluster volume replace-brick … commit force`,
+# done when `gluster volume heal V info` lists nothing), for comparison.
+#
+# Usage: scripts/replace-heal-bench.sh [mortar|glusterfs]   (env: MORTAR=path/to/mortar DIR=/var/tmp/mortar-rebuild FILES=8 MIB=8192)
 set -euo pipefail
+SYSTEM=${1:-mortar}
+
+write_files() {
+    echo "writing $FILES files, $MIB MiB in all ..."
+    local t
+    t=$(date +%s.%N)
+    for i in $(seq "$FILES"); do
+        head -c $((MIB * 1048576 / FILES)) /dev/urandom >"$1/f$i"
+    done
+    sync
+    echo "written in $(python3 -c "import time; print(f'{time.time() - $t:.1f}')") s"
+}
+
+report() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import sys
+s, e, mib = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+t = e - s
+print(f"rebuilt {mib} MiB of fragments in {t:.1f} s: {mib * 1.048576 / t:.1f} MB/s written to the new brick")
+PY
+}
+
+if [ "$SYSTEM" = glusterfs ]; then
+    G="gluster --mode=script"
+    D=${DIR:-/var/tmp/glusterfs-rebuild}
+    FILES=${FILES:-8}
+    MIB=${MIB:-8192}
+    H=$(hostname)
+    pgrep -x glusterd >/dev/null || glusterd
+    gcleanup() {
+        umount -l "$D/mnt" 2>/dev/null || true
+        $G volume stop grb force >/dev/null 2>&1 || true
+        $G volume delete grb >/dev/null 2>&1 || true
+    }
+    trap gcleanup EXIT
+    gcleanup
+    rm -rf "$D" && mkdir -p "$D/mnt"
+    $G volume create grb disperse 6 redundancy 2 $(for i in 1 2 3 4 5 6; do echo "$H:$D/b$i"; done) force >/dev/null
+    $G volume start grb >/dev/null
+    mount -t glusterfs "$H:/grb" "$D/mnt"
+    write_files "$D/mnt"
+    held=$(du -sm --exclude=.glusterfs "$D/b6" | cut -f1)
+    echo "brick 6 holds $held MiB of fragments; replacing it by an empty one ..."
+    sync && echo 3 >/proc/sys/vm/drop_caches
+    start=$(date +%s.%N)
+    $G volume replace-brick grb "$H:$D/b6" "$H:$D/b6new" commit force >/dev/null
+    # As GlusterFS's documents advise for a dispersed volume (mortar's
+    # replace-brick starts its full heal itself).
+    $G volume heal grb full >/dev/null
+    for _ in $(seq 72000); do
+        info=$($G volume heal grb info 2>/dev/null || true)
+        left=$(echo "$info" | awk '/^Number of entries:/ {n += $4} END {print n + 0}')
+        listed=$(echo "$info" | grep -c '^Number of entries:' || true)
+        has=$(du -sm --exclude=.glusterfs "$D/b6new" 2>/dev/null | cut -f1 || echo 0)
+        [ "$listed" -ge 6 ] && [ "$left" = 0 ] && [ "${has:-0}" -ge "$held" ] && break
+        sleep 0.5
+    done
+    end=$(date +%s.%N)
+    report "$start" "$end" "$held"
+    diff <(cd "$D/b6" && find . -path ./.glusterfs -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
+         <(cd "$D/b6new" && find . -path ./.glusterfs -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
+        && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }
+    exit 0
+fi
+
 B=${MORTAR:-mortar}
 D=${DIR:-/var/tmp/mortar-rebuild}
 FILES=${FILES:-8}
@@ -34,13 +103,7 @@ for _ in $(seq 50); do "$B" $S volume list >/dev/null 2>&1 && break; sleep 0.1; 
 "$B" mount --port $P $IP:/rb "$D/mnt" --log-file "$D/client.log"
 sleep 1
 
-echo "writing $FILES files, $MIB MiB in all ..."
-t=$(date +%s.%N)
-for i in $(seq "$FILES"); do
-    head -c $((MIB * 1048576 / FILES)) /dev/urandom >"$D/mnt/f$i"
-done
-sync
-echo "written in $(python3 -c "import time; print(f'{time.time() - $t:.1f}')") s"
+write_files "$D/mnt"
 held=$(du -sm --exclude=.mortar "$D/b6" | cut -f1)
 echo "brick 6 holds $held MiB of fragments; replacing it by an empty one ..."
 mkdir -p "$D/b6new"
@@ -60,12 +123,7 @@ print(any(t["kind"] == "HealFull" and t["status"] == "Completed" for t in v.get(
     sleep 0.5
 done
 end=$(date +%s.%N)
-python3 - "$start" "$end" "$held" <<'PY'
-import sys
-s, e, mib = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-t = e - s
-print(f"rebuilt {mib} MiB of fragments in {t:.1f} s: {mib * 1.048576 / t:.1f} MB/s written to the new brick")
-PY
+report "$start" "$end" "$held"
 diff <(cd "$D/b6" && find . -path ./.mortar -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
      <(cd "$D/b6new" && find . -path ./.mortar -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
     && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }

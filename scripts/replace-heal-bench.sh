@@ -37,6 +37,14 @@ print(f"rebuilt {mib} MiB of fragments in {t:.1f} s: {mib * 1.048576 / t:.1f} MB
 PY
 }
 
+# Whether brick $2 holds, file by file, what brick $1 held (its own
+# directory $3 left out).
+same_files() {
+    diff <(cd "$1" && find . -path "./$3" -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
+         <(cd "$2" && find . -path "./$3" -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
+        && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }
+}
+
 if [ "$SYSTEM" = glusterfs ]; then
     G="gluster --mode=script"
     D=${DIR:-/var/tmp/glusterfs-rebuild}
@@ -74,9 +82,7 @@ if [ "$SYSTEM" = glusterfs ]; then
     done
     end=$(date +%s.%N)
     report "$start" "$end" "$held"
-    diff <(cd "$D/b6" && find . -path ./.glusterfs -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
-         <(cd "$D/b6new" && find . -path ./.glusterfs -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
-        && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }
+    same_files "$D/b6" "$D/b6new" .glusterfs
     exit 0
 fi
 
@@ -124,6 +130,4 @@ print(any(t["kind"] == "HealFull" and t["status"] == "Completed" for t in v.get(
 done
 end=$(date +%s.%N)
 report "$start" "$end" "$held"
-diff <(cd "$D/b6" && find . -path ./.mortar -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
-     <(cd "$D/b6new" && find . -path ./.mortar -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
-    && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }
+same_files "$D/b6" "$D/b6new" .mortar

@@ -451,35 +451,21 @@ fn redundancy_bricks_killed_during_cp_and_a_1gib_write_lose_nothing_and_heal_to_
     ));
     // A data brick and a parity brick, killed with both copies under way.
     let pids = [brick_pid(&c, "kd", 1), brick_pid(&c, "kd", 4)];
-    let cp = std::thread::spawn({
-        let (s, t) = (src.display().to_string(), m.p("tree"));
-        move || sh(&format!("cp -a {s} {t}"))
+    let took = copy_and_write_while(&src, &m.p("tree"), &m.p("big"), MIB, || {
+        ok(&format!("kill -9 {} {}", pids[0], pids[1]));
     });
+    eprintln!("cp -a and the 1 GiB write took {took:?}");
     let started = std::time::Instant::now();
-    let big = std::thread::spawn({
-        let f = m.p("big");
-        move || write_pattern(std::path::Path::new(&f), MIB)
-    });
-    std::thread::sleep(Duration::from_millis(700));
-    ok(&format!("kill -9 {} {}", pids[0], pids[1]));
-    let cp = cp.join().unwrap();
-    assert!(
-        cp.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cp.stderr)
-    );
-    big.join().unwrap().expect("the 1 GiB write");
-    eprintln!("cp -a and the 1 GiB write took {:?}", started.elapsed());
     assert_pattern(std::path::Path::new(&m.p("big")), MIB);
     ok(&format!("diff -r {} {}", src.display(), m.p("tree")));
-    eprintln!("read back after {:?}", started.elapsed());
+    eprintln!("read back in {:?}", started.elapsed());
     // The daemon starts them again, and the self-heal daemon rebuilds what
     // they missed: every data fragment is the file's units, and the parity
     // serves reads with two data bricks away.
     wait_brick_restarted(&c, "kd", 1, pids[0]);
     wait_brick_restarted(&c, "kd", 4, pids[1]);
     wait_healed(&c, "kd", Duration::from_secs(300));
-    eprintln!("healed after {:?}", started.elapsed());
+    eprintln!("read back and healed in {:?}", started.elapsed());
     let data: Vec<_> = bricks[..4].iter().map(|b| b.join("big")).collect();
     assert_data_fragments_of_pattern(&data, MIB);
     let frozen = [freeze(&c, "kd", 0), freeze(&c, "kd", 2)];

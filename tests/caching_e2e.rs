@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
 fn mode(path: &str) -> u32 {
@@ -182,12 +182,22 @@ fn a_file_created_ahead_shows_the_bricks_times_once_closed() {
     let m = c.mount("tv");
     fs::create_dir(m.p("d")).unwrap();
     let mut first = Vec::new();
-    for i in 0..20 {
+    for i in 0..30 {
         let path = m.p(&format!("d/f{i}"));
-        let f = fs::File::create(&path).unwrap();
+        // Every third one made read-only, `open(O_CREAT | O_RDONLY)` as
+        // pjdfstest's `create` does: a handle the kernel may close
+        // without a flush.
+        let f = match i % 3 {
+            2 => fs::File::options()
+                .read(true)
+                .custom_flags(libc::O_CREAT)
+                .open(&path)
+                .unwrap(),
+            _ => fs::File::create(&path).unwrap(),
+        };
         // (Until the close, the kernel may answer with the guess.)
         times(&f.metadata().unwrap());
-        if i % 2 == 1 {
+        if i % 3 == 1 {
             (&f).write_all(b"data").unwrap();
         }
         drop(f);

@@ -163,10 +163,38 @@ pub(super) fn open_flags(flags: i32) -> FopenFlags {
     f
 }
 
+/// The flags of a handle `create` made: as `open_flags`, except that a
+/// file created ahead of the bricks is always closed with a FLUSH, even
+/// read-only (`open(O_CREAT | O_RDONLY)`): that FLUSH drops the times the
+/// kernel keeps from the create, which are the mount's guess
+/// (docs/caching.md, "Changes of names ahead").
+pub(super) fn created_flags(flags: i32, fh: u64) -> FopenFlags {
+    let mut f = open_flags(flags);
+    if mortar_core::fop::is_ahead(fh) {
+        f.remove(FopenFlags::FOPEN_NOFLUSH);
+    }
+    f
+}
+
 pub(super) fn placeholder_attr() -> Attr {
     Attr {
         kind: FileKind::Dir,
         perm: 0,
         ..Attr::plain_file(Gfid::NULL, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mortar_core::fop::AHEAD_FH;
+
+    #[test]
+    fn read_only_handles_skip_the_flush_unless_created_ahead() {
+        let ro = libc::O_RDONLY | libc::O_CREAT;
+        assert!(open_flags(ro).contains(FopenFlags::FOPEN_NOFLUSH));
+        assert!(created_flags(ro, 5).contains(FopenFlags::FOPEN_NOFLUSH));
+        assert!(!created_flags(ro, AHEAD_FH | 5).contains(FopenFlags::FOPEN_NOFLUSH));
+        assert!(!created_flags(libc::O_WRONLY, 5).contains(FopenFlags::FOPEN_NOFLUSH));
     }
 }

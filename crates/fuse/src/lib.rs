@@ -706,7 +706,7 @@ impl Filesystem for MortarFs {
                         &fuse_attr(ino, &entry.attr),
                         fuser::Generation(0),
                         FileHandle(fh),
-                        open_flags(flags),
+                        created_flags(flags, fh),
                     );
                 }
                 Ok(_) => reply.error(Errno::EIO),

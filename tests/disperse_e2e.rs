@@ -379,6 +379,13 @@ fn a_fragment_damaged_behind_its_bricks_back_is_read_around_and_healed() {
         s = src.display(),
         f = m.p("f")
     ));
+    // A small file, kept whole on the first data brick (its sums in an
+    // xattr of the brick's file).
+    let small: Vec<u8> = (0..6_000u32).map(|i| (i * 7) as u8).collect();
+    std::fs::write(m.p("small"), &small).unwrap();
+    ok(&format!("sync {}", m.p("small")));
+    let whole = bricks[0].join("small");
+    assert_eq!(std::fs::read(&whole).unwrap(), small);
     let frag = bricks[1].join("f");
     let coded = || std::fs::read(&frag).unwrap() == data_fragment(&src, 1);
     assert!(coded(), "fragment 1 is the file's data coded");
@@ -386,16 +393,23 @@ fn a_fragment_damaged_behind_its_bricks_back_is_read_around_and_healed() {
     damage(&frag, 20_000, 3);
     damage(&frag, 400_000 - 2, 5);
     assert!(!coded());
+    damage(&whole, 5_000, 2);
     // A mount that has read nothing: its reads come from the bricks, and
     // never return the damaged bytes.
     let m2 = c.mount("dm");
     ok(&format!("cmp {} {}", src.display(), m2.p("f")));
-    // The read recorded the fragment for heal: the self-heal daemon makes
-    // it what coding the file gives again.
+    assert_eq!(std::fs::read(m2.p("small")).unwrap(), small);
+    // The reads recorded the fragments for heal: the self-heal daemon
+    // makes them what coding the files gives again.
     wait_for(
         "the damaged fragment to be healed",
         Duration::from_secs(60),
         coded,
+    );
+    wait_for(
+        "the damaged small file to be healed",
+        Duration::from_secs(60),
+        || std::fs::read(&whole).unwrap() == small,
     );
     wait_healed(&c, "dm", Duration::from_secs(60));
     let m3 = c.mount("dm");

@@ -108,16 +108,21 @@ impl Posix {
             });
             let _held = self.sums_lock(gfid);
             match opened {
-                Ok(f) => f.set_len(size)?,
+                Ok(f) => {
+                    f.set_len(size)?;
+                    self.cut_sums(gfid, &f, size);
+                }
                 // ftruncate of a descriptor open for writing, whatever the
                 // mode says now, as a local process may.
                 Err(e) if e.is(libc::EACCES) => match fds.writable(gfid) {
-                    Some(h) => as_file(&h).set_len(size)?,
+                    Some(h) => {
+                        as_file(&h).set_len(size)?;
+                        self.cut_sums(gfid, as_file(&h), size);
+                    }
                     None => return Err(e),
                 },
                 Err(e) => return Err(e),
             }
-            self.cut_sums(gfid, size);
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let ts = |t: Option<TimeSet>| match t {

@@ -35,7 +35,7 @@ impl Posix {
         let f = self.open_gfid(cx, gfid, flags)?;
         if flags & libc::O_TRUNC != 0 {
             let _held = self.sums_lock(gfid);
-            self.cut_sums(gfid, 0);
+            self.cut_sums(gfid, &f, 0);
         }
         Ok(Reply::Opened {
             fh: fds.insert(Handle::File(f, gfid, Some(self.open.mark(gfid)))),
@@ -150,7 +150,7 @@ impl Posix {
         fail::fail_point!(self.fail_point_name("read").as_str());
         let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
-        let Some(sums) = self.sum_file(gfid, false).unwrap_or_else(|e| {
+        let Some(sums) = self.sum_file(gfid, false, f).unwrap_or_else(|e| {
             tracing::warn!(brick = %self.path.display(), %gfid, "cannot open checksums: {e}");
             None
         }) else {
@@ -173,7 +173,7 @@ impl Posix {
         };
         let mut buf = Vec::new();
         read(&mut buf)?;
-        self.check_sums(&sums, gfid, start / SUM_BLOCK, &mut buf, read)?;
+        self.check_sums(&sums, gfid, f, start / SUM_BLOCK, &mut buf, read)?;
         let from = ((offset - start) as usize).min(buf.len());
         let to = (from + size as usize).min(buf.len());
         Ok(Reply::Data(bytes::Bytes::from(buf).slice(from..to)))
@@ -218,10 +218,13 @@ impl Posix {
         if !reserve {
             self.room.take(&self.root, data.len() as u64)?;
         }
-        let sums = self.sum_file(gfid, true).unwrap_or_else(|e| {
-            tracing::warn!(brick = %self.path.display(), %gfid, "cannot keep checksums: {e}");
-            None
-        });
+        // (An empty write, which only sets the size, makes no sums.)
+        let sums = self
+            .sum_file(gfid, !data.is_empty(), f)
+            .unwrap_or_else(|e| {
+                tracing::warn!(brick = %self.path.display(), %gfid, "cannot keep checksums: {e}");
+                None
+            });
         let _held = sums.as_ref().map(|_| self.sums_lock(gfid));
         let flags = match &sums {
             Some(_) => rfs::fcntl_getfl(f)?,
@@ -263,15 +266,15 @@ impl Posix {
         if let Some(s) = &sums {
             match &written {
                 Ok(()) => {
-                    self.record_sums(s, gfid, at, data);
+                    self.record_sums(s, gfid, f, at, data);
                     // A file opened for synchronous writes: its sums too.
                     if flags.intersects(OFlags::SYNC | OFlags::DSYNC) {
-                        self.sync_sums(gfid)?;
+                        self.sync_sums(gfid, f)?;
                     }
                 }
                 // Some of it may have been written: those blocks are no
                 // longer checked.
-                Err(_) => self.forget_sums(gfid, at, data.len() as u64, false),
+                Err(_) => self.forget_sums(gfid, f, (at, data.len() as u64), false),
             }
         }
         written?;
@@ -485,7 +488,7 @@ impl Posix {
             rfs::fsync(as_file(&h))?;
         }
         // Durable data whose sums were lost would read as damaged.
-        self.sync_sums(gfid)?;
+        self.sync_sums(gfid, as_file(&h))?;
         Ok(Reply::Ok)
     }
 
@@ -512,7 +515,7 @@ impl Posix {
             len,
         );
         if mode & zeroes != 0 {
-            self.forget_sums(gfid, offset, len, mode & moves != 0);
+            self.forget_sums(gfid, as_file(&h), (offset, len), mode & moves != 0);
         }
         done?;
         Ok(Reply::Ok)

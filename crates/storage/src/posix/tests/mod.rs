@@ -37,6 +37,23 @@ fn brick() -> Brick {
 }
 
 impl Brick {
+    /// The same brick directory served anew (its handles gone).
+    fn restarted(self) -> Brick {
+        let Brick {
+            _dir,
+            outside,
+            root,
+            ..
+        } = self;
+        let p = Posix::open(&root).unwrap();
+        Brick {
+            _dir,
+            outside,
+            root,
+            p,
+            fds: FdTable::default(),
+        }
+    }
     fn call(&self, fop: Fop) -> FsResult<Reply> {
         self.p.call(&Ctx::root(), &self.fds, &fop)
     }

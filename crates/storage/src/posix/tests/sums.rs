@@ -39,6 +39,21 @@ impl Brick {
     }
 }
 
+impl Brick {
+    /// The sums kept in the xattr of file `name`, if any.
+    fn inline_sums(&self, name: &str) -> Option<Vec<u8>> {
+        let p = self.root.join(name);
+        let mut buf = [0u8; 256];
+        rfs::getxattr(&p, super::super::sums::SUMS_XATTR, &mut buf[..])
+            .ok()
+            .map(|n| buf[..n].to_vec())
+    }
+    fn sums_file(&self, gfid: Gfid) -> PathBuf {
+        self.root
+            .join(format!(".mortar/sums/{}/{gfid}", &gfid.to_string()[..2]))
+    }
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
@@ -165,20 +180,90 @@ fn sums_are_kept_only_when_on_and_go_with_the_files_last_name() {
     b.p.set_checksums(true);
     let (gfid, fh) = b.create(Gfid::ROOT, "summed");
     b.write_at(gfid, fh, 0, b"sums");
-    let sums = b
-        .root
-        .join(format!(".mortar/sums/{}/{gfid}", &gfid.to_string()[..2]));
-    assert_eq!(std::fs::metadata(&sums).unwrap().len(), 4);
+    assert_eq!(b.inline_sums("summed").map(|v| v.len()), Some(4));
+    // Past 16 KiB, they move to a sums file of their own.
+    b.write_at(gfid, fh, 20_000, b"far");
+    let sums = b.sums_file(gfid);
+    assert_eq!(std::fs::metadata(&sums).unwrap().len(), 20);
+    assert_eq!(b.inline_sums("summed"), None);
     // Turned off: a file that has sums keeps them up to date.
     b.p.set_checksums(false);
     b.write_at(gfid, fh, 0, b"SUMS");
-    assert_eq!(b.read_at(gfid, 0, 100).unwrap(), b"SUMS");
+    assert_eq!(b.read_at(gfid, 0, 4).unwrap(), b"SUMS");
     b.flip("summed", 0);
-    assert!(b.read_at(gfid, 0, 100).is_err());
+    assert!(b.read_at(gfid, 0, 4).is_err());
     b.call(Fop::Unlink {
         parent: Gfid::ROOT,
         name: n("summed"),
     })
     .unwrap();
     assert!(!sums.exists(), "the sums go with the file");
+}
+
+/// A file of up to 16 KiB keeps its sums in an xattr, not a 4 KiB file:
+/// checked all the same, after a restart too, until it outgrows them.
+#[test]
+fn small_files_keep_their_sums_in_an_xattr_until_they_outgrow_it() {
+    let b = brick();
+    b.p.set_checksums(true);
+    let (gfid, fh) = b.create(Gfid::ROOT, "small");
+    // A write that only sets the size (as disperse sends the bricks that
+    // hold none of a small file's bytes) makes no sums.
+    b.call(Fop::Write {
+        gfid,
+        fh,
+        offset: 0,
+        data: bytes::Bytes::new(),
+        grow: 4096,
+        reserve: false,
+    })
+    .unwrap();
+    assert_eq!(b.inline_sums("small"), None);
+    let mut want = pattern(16_384, 5);
+    b.write_at(gfid, fh, 0, &want);
+    assert_eq!(b.inline_sums("small").map(|v| v.len()), Some(16));
+    assert!(!b.sums_file(gfid).exists());
+    // Cut, then an unaligned write into the last block.
+    b.call(Fop::Setattr {
+        gfid,
+        set: SetAttr {
+            size: Some(10_000),
+            ..Default::default()
+        },
+    })
+    .unwrap();
+    assert_eq!(b.inline_sums("small").map(|v| v.len()), Some(12));
+    want.truncate(10_000);
+    b.write_at(gfid, fh, 9_000, b"tail");
+    want[9_000..9_004].copy_from_slice(b"tail");
+    assert_eq!(b.read_at(gfid, 0, 64 << 10).unwrap(), want);
+    // Damage is found, by a brick started anew too.
+    b.flip("small", 5_000);
+    let b = b.restarted();
+    b.p.set_checksums(false);
+    assert!(b.read_at(gfid, 4_096, 10).unwrap_err().is(libc::EIO));
+    assert_eq!(b.read_at(gfid, 0, 4_096).unwrap(), &want[..4_096]);
+    // Healed by a write of the block, then grown past 16 KiB: the sums
+    // move to a file, and every block is still checked.
+    let Reply::Opened { fh } = b
+        .call(Fop::Open {
+            gfid,
+            flags: libc::O_RDWR,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    b.write_at(gfid, fh, 4_096, &want[4_096..8_192]);
+    let more = pattern(30_000, 9);
+    b.write_at(gfid, fh, 10_000, &more);
+    want.extend_from_slice(&more);
+    assert_eq!(b.inline_sums("small"), None);
+    assert_eq!(std::fs::metadata(b.sums_file(gfid)).unwrap().len(), 40);
+    assert_eq!(b.read_at(gfid, 0, 64 << 10).unwrap(), want);
+    b.flip("small", 100);
+    b.flip("small", 39_000);
+    assert!(b.read_at(gfid, 0, 10).unwrap_err().is(libc::EIO));
+    assert!(b.read_at(gfid, 38_000, 10).unwrap_err().is(libc::EIO));
+    assert_eq!(b.read_at(gfid, 4_096, 8_192).unwrap(), &want[4_096..12_288]);
 }

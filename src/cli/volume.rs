@@ -31,7 +31,7 @@ pub enum VolumeCmd {
     },
     /// volume remove-brick NAME [replica N] HOST:/PATH... {start | status |
     /// stop | commit | force}: `start` moves the files of these bricks
-    /// (whole replica sets) to the others; `commit`, refused until they
+    /// (whole replica or disperse sets) to the others; `commit`, refused until they
     /// have all left, takes the bricks out; `force` takes them out at
     /// once, their files with them. With `replica N` below the volume's
     /// count, `force` takes the bricks (as many of every set) out of their

@@ -3,6 +3,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod disperse;
 mod moves;
 
 use common::*;

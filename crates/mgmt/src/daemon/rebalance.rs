@@ -46,9 +46,6 @@ impl Daemon {
             }
             RebalanceOp::Start { migrate } => migrate,
         };
-        if migrate {
-            v.not_dispersed("rebalance (beyond fix-layout)")?;
-        }
         if v.status != VolStatus::Started {
             return Err(format!("Volume {name} needs to be started to perform rebalance").into());
         }
@@ -108,7 +105,7 @@ impl Daemon {
     }
 
     /// `volume remove-brick NAME BRICK... start|stop|commit|force`, on
-    /// the leader. The bricks must make whole replica sets.
+    /// the leader. The bricks must make whole replica (or disperse) sets.
     pub(super) async fn remove_brick(
         self: &Arc<Self>,
         name: String,
@@ -116,7 +113,6 @@ impl Daemon {
         op: RemoveOp,
     ) -> Result<String, Error> {
         let v = self.volume(&name)?;
-        v.not_dispersed("remove-brick")?;
         let sets = whole_sets(&v, &bricks)?;
         let last = v
             .tasks
@@ -412,10 +408,12 @@ fn whole_sets(v: &crate::state::Volume, bricks: &[String]) -> Result<Vec<u32>, E
     for &i in &pos {
         let s = i / width;
         if (s * width..(s + 1) * width).any(|j| !pos.contains(&j)) {
-            return Err(format!(
-                "{} is one of a replica set of {width}: give all of its bricks, or lower the replica count with remove-brick NAME replica N BRICK... force",
-                bricks[pos.iter().position(|&p| p == i).unwrap()]
-            ).into());
+            let brick = &bricks[pos.iter().position(|&p| p == i).unwrap()];
+            return Err(match v.dispersed() {
+                true => format!("{brick} is one of a disperse set of {width}: give all of its bricks"),
+                false => format!("{brick} is one of a replica set of {width}: give all of its bricks, or lower the replica count with remove-brick NAME replica N BRICK... force"),
+            }
+            .into());
         }
         if !sets.contains(&ids[s]) {
             sets.push(ids[s]);

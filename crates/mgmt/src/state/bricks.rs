@@ -132,18 +132,6 @@ impl Volume {
     /// Puts brick `to` where `from` was (same replica set, same role),
     /// or says why not. Only a replicated volume's brick can be replaced:
     /// the new one is healed from its replicas.
-    /// Refuses `what` on a dispersed volume: moving or replacing its
-    /// fragments needs the heal of disperse sets, not built yet.
-    pub fn not_dispersed(&self, what: &str) -> Result<(), Error> {
-        if self.dispersed() {
-            return Err(format!(
-                "{what} of a dispersed volume is not built yet: it moves fragments between disperse sets, which is not built yet (docs/disperse.md)"
-            )
-            .into());
-        }
-        Ok(())
-    }
-
     pub fn replace_brick(&mut self, from: &Brick, to: &Brick) -> Result<(), Error> {
         let i = self.brick_index(from).ok_or_else(|| {
             Error::not_found(format!(

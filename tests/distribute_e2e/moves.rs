@@ -390,8 +390,22 @@ fn a_target_filled_during_the_move_keeps_every_file_and_no_partial_copy() {
 
 #[test]
 fn files_with_several_names_leave_a_removed_set_with_all_of_them() {
+    several_names_leave(&["h1", "h2"]);
+}
+
+/// With two sets left, a file's names hash to both: the set that takes
+/// the file holds every name of it, and pointers lead to it from the
+/// other (lookups follow a pointer by name).
+#[test]
+fn files_with_several_names_leave_a_removed_set_for_two_others() {
+    several_names_leave(&["h1", "h2", "h3"]);
+}
+
+/// Files with three names each (two directories) leave the second of
+/// the sets `names` by remove-brick: every name still leads to one file.
+fn several_names_leave(names: &[&str]) {
     let c = Cluster::start();
-    let bricks = c.volume("hl", 1, &["h1", "h2"]);
+    let bricks = c.volume("hl", 1, names);
     any_room(&c, "hl");
     let m = c.mount("hl");
     ok(&format!(
@@ -413,17 +427,34 @@ fn files_with_several_names_leave_a_removed_set_with_all_of_them() {
     c.ok(&["volume", "remove-brick", "hl", &second, "commit"]);
     assert!(files_on(&bricks[1]).values().all(|pointer| *pointer));
     // The mount runs the graph without the removed set a moment after
-    // the commit stopped its brick (until then a listing that reaches it
-    // fails with ENOTCONN, which the listing's pipe would hide).
+    // the commit (its brick serves for two seconds more).
     wait_for(
         "the mount to leave the removed set",
         Duration::from_secs(10),
         || switches(&m) > switched,
     );
     assert_same(&checksums(&m.dir.to_string_lossy()), &before);
-    // Each file's three names are still one file, on the set left.
+    // Each file's three names are still one file, on a set left, and
+    // through a mount that never knew where it was.
+    let m2 = c.mount("hl");
+    assert_same(&checksums(&m2.dir.to_string_lossy()), &before);
     for i in 1..=30 {
-        let inode = |p: &str| ok(&format!("stat -c '%i' {}", bricks[0].join(p).display()));
+        let on = |b: &std::path::Path, p: &str| {
+            ok(&format!(
+                "stat -c '%i' {} 2>/dev/null || true",
+                b.join(p).display()
+            ))
+        };
+        let held: Vec<&std::path::PathBuf> = [&bricks[0]]
+            .into_iter()
+            .chain(bricks.get(2))
+            .filter(|b| {
+                files_on(b).get(&format!("d/h{i}")) == Some(&false)
+                    || files_on(b).get(&format!("e/l{i}")) == Some(&false)
+            })
+            .collect();
+        assert_eq!(held.len(), 1, "file {i} on sets {held:?}");
+        let inode = |p: &str| on(held[0], p);
         let first = inode(&format!("d/h{i}"));
         let links = ok(&format!("stat -c %h {}", m.p(&format!("d/h{i}"))));
         assert_eq!(links.trim(), "3", "d/h{i}");

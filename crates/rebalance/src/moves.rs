@@ -194,8 +194,10 @@ impl Rebalancer {
     }
 
     /// Makes name `name` in `dir` on set `home` stand for file `gfid`,
-    /// which now lives on set `to`: a link of it there, or a pointer to
-    /// it (made, or turned towards `to`).
+    /// which now lives on set `to`: a link of it there, and unless `home`
+    /// is `to`, a pointer to it on `home` (made, or turned towards `to`).
+    /// (Lookups follow a pointer by its name: the set it points to must
+    /// know the file by that name too.)
     pub(super) async fn name_there(
         &self,
         dir: Gfid,
@@ -204,6 +206,20 @@ impl Rebalancer {
         home: usize,
         to: usize,
     ) -> FsResult<()> {
+        if home != to {
+            let link = Fop::Link {
+                gfid,
+                newparent: dir,
+                newname: name.clone(),
+            };
+            match lookup_on(&self.sets[to], dir, name).await? {
+                Some(t) if t.gfid == gfid && t.linkto.is_none() => {}
+                Some(_) => return Err(name_taken()),
+                None => {
+                    self.sets[to].call(&root(), link).await?;
+                }
+            }
+        }
         let set = &self.sets[home];
         let point = Fop::Setxattr {
             gfid,

@@ -189,9 +189,8 @@ fn a_volume_grows_from_2x3_to_3x3_under_a_writer_and_rebalances() {
     assert!(c
         .ok(&["volume", "info", "grow"])
         .contains("Number of Bricks: 2 x 3 = 6"));
-    // The commit stops the removed bricks at once; the mount switches to
-    // the graph without them a moment later (until then a listing that
-    // reaches their set fails with ENOTCONN).
+    // The mount switches to the graph without the removed bricks a
+    // moment after the commit (they serve for two seconds more).
     wait_for(
         "the mount to leave the removed set",
         Duration::from_secs(10),

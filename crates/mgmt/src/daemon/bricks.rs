@@ -6,6 +6,12 @@ use super::*;
 /// How long a host waits for its bricks to come up before it answers
 /// `BricksRun` (the start goes on asking for the others).
 const BRICKS_SETTLE: Duration = Duration::from_secs(5);
+/// How long a brick taken out of a volume that goes on (`remove-brick …
+/// commit`, `replace-brick`) keeps serving: its clients switch to the
+/// volume's new graph within this, and the one they use until then keeps
+/// every set it had (a removed set stopped at once fails their requests
+/// with ENOTCONN for a moment).
+const LEAVING_GRACE: Duration = Duration::from_secs(2);
 
 pub(super) struct BrickProc {
     pub(super) volume: String,
@@ -43,13 +49,32 @@ impl Daemon {
             }
         }
         let multiplex = options::BRICK_MULTIPLEX.bool(&st.options);
+        // Taken out of a volume that goes on (not stopped, not reset).
+        let taken_out = |vol: &str, path: &str| {
+            st.volumes.get(vol).is_some_and(|v| {
+                v.status == VolStatus::Started
+                    && !lost.contains(&v.name)
+                    && !v.bricks.iter().any(|b| b.path == path)
+            })
+        };
         let mut to_stop = Vec::new();
+        let mut leaving = Vec::new();
         {
             let mut bricks = self.bricks.lock().unwrap();
             let running: Vec<String> = bricks.keys().cloned().collect();
             for path in running {
                 if want.get(&path).map(|w| &w.0) != bricks.get(&path).map(|b| &b.0.volume) {
                     if let Some((mut p, _)) = bricks.remove(&path) {
+                        if !want.contains_key(&path) && taken_out(&p.volume, &path) {
+                            tracing::info!(brick = %path, volume = %p.volume, "brick taken out of the volume: stopped in {LEAVING_GRACE:?}, once its clients switched");
+                            self.leaving
+                                .lock()
+                                .unwrap()
+                                .entry(path.clone())
+                                .or_insert(false);
+                            leaving.push((path, p));
+                            continue;
+                        }
                         let _ = p.stop.send(true);
                         to_stop.extend(p.done.take());
                     }
@@ -93,10 +118,51 @@ impl Daemon {
                 );
             }
         }
+        if !leaving.is_empty() {
+            tokio::time::sleep(LEAVING_GRACE).await;
+            for (_, p) in &mut leaving {
+                let _ = p.stop.send(true);
+                to_stop.extend(p.done.take());
+            }
+        }
         for h in to_stop {
             let _ = h.await;
         }
+        drop(leaving);
+        // Bricks stopped now whose release waited for it.
+        let released: Vec<String> = {
+            let bricks = self.bricks.lock().unwrap();
+            let mut waiting = self.leaving.lock().unwrap();
+            let stopped: Vec<String> = waiting
+                .keys()
+                .filter(|p| !bricks.contains_key(*p))
+                .cloned()
+                .collect();
+            stopped
+                .into_iter()
+                .filter(|p| waiting.remove(p) == Some(true))
+                .collect()
+        };
+        for path in released {
+            release(&path);
+        }
         self.reconcile_healers(&st).await;
+    }
+
+    /// Gives back brick directory `path` (taken out of its volume): its
+    /// volume id and mortar's metadata go, once the brick stopped. One
+    /// still serving here (running, or leaving) is given back when it
+    /// stops: until then its clients' old graph still uses it.
+    pub(super) fn release_brick(&self, path: &str) {
+        let running = self.bricks.lock().unwrap().contains_key(path);
+        let mut leaving = self.leaving.lock().unwrap();
+        match leaving.get_mut(path) {
+            Some(later) => *later = true,
+            None if running => {
+                leaving.insert(path.to_string(), true);
+            }
+            None => release(path),
+        }
     }
 
     /// The options of volume `name` as its bricks here take them: from
@@ -339,4 +405,11 @@ impl Daemon {
             Err(e) => err(e),
         }
     }
+}
+
+/// Takes mortar's marks off brick directory `path`.
+fn release(path: &str) {
+    tracing::info!(brick = %path, "brick directory given back: its volume id and mortar's metadata go, the files stay");
+    let _ = rustix::fs::removexattr(path, VOLUME_ID_XATTR);
+    mortar_storage::posix::Posix::unprepare(Path::new(path));
 }

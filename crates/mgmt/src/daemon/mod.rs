@@ -98,6 +98,10 @@ pub struct Daemon {
     /// ask (locked after `state`).
     descs: Mutex<HashMap<String, Arc<mortar_core::desc::VolDesc>>>,
     bricks: Mutex<HashMap<String, (BrickProc, BrickInfo)>>,
+    /// Bricks taken out of a volume that still serve it for a moment
+    /// (`bricks::LEAVING_GRACE`), by path: whether their release
+    /// (`BrickRelease`) waits for them to stop.
+    leaving: Mutex<HashMap<String, bool>>,
     /// Told whenever a brick here comes up, goes down or goes offline.
     bricks_changed: Arc<tokio::sync::Notify>,
     op_lock: tokio::sync::Mutex<()>,
@@ -175,6 +179,7 @@ impl Daemon {
             healer_waits: Mutex::new(HashMap::new()),
             local_names: Mutex::new(HashMap::new()),
             bricks: Mutex::new(HashMap::new()),
+            leaving: Mutex::new(HashMap::new()),
             bricks_changed: Default::default(),
             op_lock: tokio::sync::Mutex::new(()),
             rotate_lock: tokio::sync::Mutex::new(()),

@@ -65,8 +65,7 @@ impl Daemon {
                 rejoin,
             } => self.init_brick(brick, volume_id, force, rejoin),
             Request::BrickRelease { brick } => {
-                let _ = rustix::fs::removexattr(brick.path.as_str(), VOLUME_ID_XATTR);
-                mortar_storage::posix::Posix::unprepare(Path::new(&brick.path));
+                self.release_brick(&brick.path);
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,

@@ -108,6 +108,12 @@ print(n)
     assert_eq!(t["status"], "Completed", "{t}");
     assert_eq!(t["progress"]["failed"], 0, "{t}");
     c.ok(&[remove.as_slice(), &["commit"]].concat());
+    // The mount goes on across the change of graph, with no error while
+    // it switches.
+    ok(&format!(
+        "for i in $(seq 1 40); do ls {0}/d > /dev/null && cat {0}/d/f7 > /dev/null || exit 1; sleep 0.02; done",
+        m.dir.display()
+    ));
     std::fs::write(&stop, "").unwrap();
     let w = writer.join().unwrap();
     assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));

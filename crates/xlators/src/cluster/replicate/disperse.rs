@@ -189,6 +189,25 @@ impl Replicate {
             g = good(self);
         }
         if g.len() < k {
+            // Fragments that no longer know the file (a rebalance moved it
+            // to another set and removed it here, one brick after
+            // another): ESTALE, so that distribute looks for it there.
+            let others: Vec<usize> = among.iter().copied().filter(|i| !g.contains(i)).collect();
+            let asked = others.iter().map(|&i| async move {
+                self.children[i]
+                    .call(&Ctx::root(), Fop::Getattr { gfid })
+                    .await
+            });
+            let gone = futures_util::future::join_all(asked)
+                .await
+                .iter()
+                .any(|r| matches!(r, Err(e) if e.is(libc::ESTALE)));
+            if gone {
+                return Err(FsError::new(
+                    libc::ESTALE,
+                    format!("{}: {gfid}: gone from some fragments", self.name),
+                ));
+            }
             return Err(if among.len() < k {
                 FsError::notconn(format!(
                     "{}: {gfid}: {} of {} fragments are up, {k} are needed",

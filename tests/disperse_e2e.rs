@@ -15,14 +15,8 @@ fn four_plus_two(c: &Cluster, vol: &str) -> Vec<std::path::PathBuf> {
 
 /// Creates and starts `disperse 6 redundancy 2` over the bricks `names`.
 fn four_plus_two_over(c: &Cluster, vol: &str, names: &[String]) -> Vec<std::path::PathBuf> {
-    let mut args: Vec<String> = ["volume", "create", vol, "disperse", "6", "redundancy", "2"]
-        .map(String::from)
-        .to_vec();
-    args.extend(names.iter().map(|b| c.brick(b)));
-    args.push("force".into());
-    c.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    c.ok(&["volume", "start", vol]);
-    names.iter().map(|b| c.path(b)).collect()
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    c.dispersed(vol, (6, 2), &names)
 }
 
 #[test]

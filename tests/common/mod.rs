@@ -294,6 +294,29 @@ impl Cluster {
         bricks.iter().map(|b| self.path(b)).collect()
     }
 
+    /// Creates and starts `disperse WIDTH redundancy R` over `bricks` (whole
+    /// sets of `width`); answers their paths.
+    pub fn dispersed(
+        &self,
+        vol: &str,
+        (width, r): (usize, usize),
+        bricks: &[&str],
+    ) -> Vec<PathBuf> {
+        let shape = [
+            "disperse".to_string(),
+            width.to_string(),
+            "redundancy".into(),
+            r.to_string(),
+        ];
+        let mut args: Vec<String> = vec!["volume".into(), "create".into(), vol.into()];
+        args.extend(shape);
+        args.extend(bricks.iter().map(|b| self.brick(b)));
+        args.push("force".into());
+        self.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        self.ok(&["volume", "start", vol]);
+        bricks.iter().map(|b| self.path(b)).collect()
+    }
+
     pub fn mount(&self, vol: &str) -> Mount {
         self.mount_env(vol, &[])
     }

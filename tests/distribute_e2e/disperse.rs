@@ -4,18 +4,6 @@
 
 use super::*;
 
-/// Creates and starts `disperse 3 redundancy 1` over `names` (sets of 3).
-fn two_plus_one(c: &Cluster, vol: &str, names: &[&str]) -> Vec<PathBuf> {
-    let mut args: Vec<String> = ["volume", "create", vol, "disperse", "3", "redundancy", "1"]
-        .map(String::from)
-        .to_vec();
-    args.extend(names.iter().map(|b| c.brick(b)));
-    args.push("force".into());
-    c.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    c.ok(&["volume", "start", vol]);
-    names.iter().map(|b| c.path(b)).collect()
-}
-
 /// Waits for the task `status` shows (`rebalance` or `remove-brick`) and
 /// answers its JSON status.
 fn task_done(c: &Cluster, status: &[&str]) -> serde_json::Value {
@@ -37,7 +25,7 @@ fn task_done(c: &Cluster, status: &[&str]) -> serde_json::Value {
 #[test]
 fn files_move_between_disperse_sets_on_rebalance_and_remove_brick_under_a_writer() {
     let c = Cluster::start();
-    let mut bricks = two_plus_one(&c, "dd", &["e1", "e2", "e3", "e4", "e5", "e6"]);
+    let mut bricks = c.dispersed("dd", (3, 1), &["e1", "e2", "e3", "e4", "e5", "e6"]);
     any_room(&c, "dd");
     let m = c.mount("dd");
     ok(&format!(
@@ -49,27 +37,7 @@ fn files_move_between_disperse_sets_on_rebalance_and_remove_brick_under_a_writer
     let before = checksums(&m.p("d"));
     let stop = c.path("stop-writing");
     let paths: Vec<String> = (1..=20).map(|i| m.p(&format!("d/a{i}"))).collect();
-    let writer = {
-        let (stop, paths) = (stop.display().to_string(), paths.join(" "));
-        std::thread::spawn(move || {
-            sh(&format!(
-                "python3 -c \"
-import os, time
-fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in '{paths}'.split()]
-n = 0
-while not os.path.exists('{stop}') or n < 30:
-    for fd in fds:
-        os.write(fd, b'%d\\n' % n)
-    n += 1
-    time.sleep(0.01)
-for fd in fds:
-    os.fsync(fd)
-    os.close(fd)
-print(n)
-\""
-            ))
-        })
-    };
+    let writer = appender(&paths, &stop, 30);
     std::thread::sleep(Duration::from_millis(300));
     c.ok(&[
         "volume",

@@ -61,6 +61,35 @@ fn checksums(dir: &str) -> BTreeMap<String, String> {
     .collect()
 }
 
+/// A writer that appends a numbered line to each of `paths`, kept open,
+/// every 10 ms until `stop` exists and at least `at_least` rounds are
+/// done; then syncs and closes them and prints the rounds written.
+fn appender(
+    paths: &[String],
+    stop: &Path,
+    at_least: usize,
+) -> std::thread::JoinHandle<std::process::Output> {
+    let (stop, paths) = (stop.display().to_string(), paths.join(" "));
+    std::thread::spawn(move || {
+        sh(&format!(
+            "python3 -c \"
+import os, time
+fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in '{paths}'.split()]
+n = 0
+while not os.path.exists('{stop}') or n < {at_least}:
+    for fd in fds:
+        os.write(fd, b'%d\\n' % n)
+    n += 1
+    time.sleep(0.01)
+for fd in fds:
+    os.fsync(fd)
+    os.close(fd)
+print(n)
+\""
+        ))
+    })
+}
+
 /// Lets every set take files however full this host's disk is. The bricks
 /// of these tests sit on the host's disk, and `cluster.min-free-disk`
 /// (10% by default) would leave every file in place on a host more than

@@ -219,28 +219,7 @@ fn open_files_move(replica: usize) {
     let stop = c.path("stop-writing");
     let paths: Vec<String> = (1..=30).map(|i| m.p(&format!("d/f{i}"))).collect();
     assert!(paths.iter().all(|p| Path::new(p).exists()));
-    let writer = {
-        let (stop, paths) = (stop.display().to_string(), paths.join(" "));
-        std::thread::spawn(move || {
-            sh(&format!(
-                "python3 -c \"
-import os, sys, time
-paths = '{paths}'.split()
-fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in paths]
-n = 0
-while not os.path.exists('{stop}') or n < 50:
-    for fd in fds:
-        os.write(fd, b'%d\\n' % n)
-    n += 1
-    time.sleep(0.01)
-for fd in fds:
-    os.fsync(fd)
-    os.close(fd)
-print(n)
-\""
-            ))
-        })
-    };
+    let writer = appender(&paths, &stop, 50);
     // It also opens and reads every file again and again: opens race
     // the moves.
     let reader = {

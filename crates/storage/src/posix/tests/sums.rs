@@ -26,6 +26,14 @@ impl Brick {
         let Reply::Data(d) = r else { panic!("{r:?}") };
         Ok(d.to_vec())
     }
+    /// Truncates (or lengthens) `gfid` to `size` bytes.
+    fn cut(&self, gfid: Gfid, size: u64) {
+        let set = SetAttr {
+            size: Some(size),
+            ..Default::default()
+        };
+        self.call(Fop::Setattr { gfid, set }).unwrap();
+    }
     /// Flips one byte of the brick's file behind the brick's back.
     fn flip(&self, name: &str, at: u64) {
         let f = std::fs::OpenOptions::new()
@@ -107,22 +115,8 @@ fn truncations_allocations_and_appends_keep_the_sums_right() {
     let (gfid, fh) = b.create(Gfid::ROOT, "f");
     b.write_at(gfid, fh, 0, &pattern(20_000, 7));
     // Cut inside a block, then made longer: zeros after the cut.
-    b.call(Fop::Setattr {
-        gfid,
-        set: SetAttr {
-            size: Some(10_000),
-            ..Default::default()
-        },
-    })
-    .unwrap();
-    b.call(Fop::Setattr {
-        gfid,
-        set: SetAttr {
-            size: Some(30_000),
-            ..Default::default()
-        },
-    })
-    .unwrap();
+    b.cut(gfid, 10_000);
+    b.cut(gfid, 30_000);
     let mut want = pattern(10_000, 7);
     want.resize(30_000, 0);
     assert_eq!(b.read_at(gfid, 0, 64 << 10).unwrap(), want);
@@ -224,14 +218,7 @@ fn small_files_keep_their_sums_in_an_xattr_until_they_outgrow_it() {
     assert_eq!(b.inline_sums("small").map(|v| v.len()), Some(16));
     assert!(!b.sums_file(gfid).exists());
     // Cut, then an unaligned write into the last block.
-    b.call(Fop::Setattr {
-        gfid,
-        set: SetAttr {
-            size: Some(10_000),
-            ..Default::default()
-        },
-    })
-    .unwrap();
+    b.cut(gfid, 10_000);
     assert_eq!(b.inline_sums("small").map(|v| v.len()), Some(12));
     want.truncate(10_000);
     b.write_at(gfid, fh, 9_000, b"tail");

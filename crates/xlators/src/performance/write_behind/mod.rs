@@ -2,8 +2,10 @@
 //! and sent to the bricks behind the application's back, as a local file
 //! system's page cache does. The application sees an error of a write sent
 //! behind at its next fsync or close of that file, as it would from a local
-//! file system; `fsync` waits until every write before it has landed, so
-//! fsync still means durable on every replica that is up.
+//! file system: every handle open when the write failed is told, by its
+//! next fsync, once (`errors.rs`); `fsync` waits until every write before
+//! it has landed, so fsync still means durable on every replica that is
+//! up.
 //!
 //! **Closes.** A close waits for the file's writes too, unless the bricks
 //! claim the file for this mount (`performance.flush-behind`,
@@ -60,6 +62,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod claims;
+mod errors;
 
 /// (Defined with the terms: whether the bricks claim files for closes
 /// behind depends on it.)
@@ -119,8 +122,6 @@ struct FileState {
     unlanded: BTreeMap<u64, u64>,
     /// Bytes accepted and not landed.
     bytes: usize,
-    /// The first error of a write sent behind, not yet reported.
-    error: Option<FsError>,
     /// The writes accepted up to this seq were closed behind: a recall of
     /// the file is answered once they have landed.
     closed: u64,
@@ -133,7 +134,7 @@ impl FileState {
     }
 
     fn idle(&self) -> bool {
-        self.unlanded.is_empty() && self.error.is_none()
+        self.unlanded.is_empty()
     }
 
     /// The size writes accepted at or before `seq`, still out, give the file.
@@ -163,8 +164,11 @@ pub struct WriteBehind {
     name: String,
     child: Child,
     window: AtomicU64,
-    /// Files with writes out or an error to report.
+    /// Files with writes out.
     files: Mutex<HashMap<Gfid, Arc<File>>>,
+    /// Writes sent behind that failed, and which handles were told
+    /// (locked after a file's state, never before).
+    errors: Mutex<errors::Errors>,
     /// The last seq given to a write.
     accepted: AtomicU64,
     /// The child's handles that write through.
@@ -196,6 +200,7 @@ impl WriteBehind {
             child,
             window: AtomicU64::new(1 << 20),
             files: Mutex::default(),
+            errors: Mutex::default(),
             accepted: AtomicU64::new(0),
             write_through: Mutex::default(),
             appending: Mutex::default(),
@@ -237,7 +242,7 @@ impl WriteBehind {
             how
         };
         match how {
-            claims::Close::Behind => self.peek_error(gfid).map(|()| Reply::Ok),
+            claims::Close::Behind => self.peek_error(gfid, fh).map(|()| Reply::Ok),
             claims::Close::AfterOpen { mark, sent } => {
                 let res = self.child.call(cx, fop).await;
                 let behind = res.is_ok() && {
@@ -252,12 +257,12 @@ impl WriteBehind {
                 if !behind {
                     self.settle_file(gfid).await;
                 }
-                self.peek_error(gfid)?;
+                self.peek_error(gfid, fh)?;
                 res
             }
             claims::Close::Waiting => {
                 self.settle_file(gfid).await;
-                self.peek_error(gfid)?;
+                self.peek_error(gfid, fh)?;
                 self.child.call(cx, fop).await
             }
         }
@@ -348,28 +353,24 @@ impl WriteBehind {
         }
     }
 
-    /// The error of a write sent behind, once.
-    fn take_error(&self, gfid: Gfid) -> FsResult<()> {
-        let e = match self.file(gfid) {
-            Some(f) => f.state.lock().unwrap().error.take(),
-            None => None,
-        };
-        self.tidy(gfid);
-        e.map_or(Ok(()), Err)
-    }
-
-    /// Settles the file's writes, then reports what failed.
-    async fn drain(&self, gfid: Gfid) -> FsResult<()> {
+    /// Settles the file's writes, then reports a failure of one that
+    /// handle `fh` was not told of yet, once.
+    async fn drain(&self, gfid: Gfid, fh: u64) -> FsResult<()> {
         self.settle_file(gfid).await;
-        self.take_error(gfid)
+        self.errors
+            .lock()
+            .unwrap()
+            .take(gfid, fh)
+            .map_or(Ok(()), Err)
     }
 
-    /// The error of a write sent behind, left to be taken.
-    fn peek_error(&self, gfid: Gfid) -> FsResult<()> {
-        let e = self
-            .file(gfid)
-            .and_then(|f| f.state.lock().unwrap().error.clone());
-        e.map_or(Ok(()), Err)
+    /// A failure handle `fh` was not told of, left for its fsync.
+    fn peek_error(&self, gfid: Gfid, fh: u64) -> FsResult<()> {
+        self.errors
+            .lock()
+            .unwrap()
+            .unseen(gfid, fh)
+            .map_or(Ok(()), Err)
     }
 
     async fn write(self: &Arc<Self>, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
@@ -539,7 +540,9 @@ impl WriteBehind {
                     len,
                     "a write sent behind failed (reported at the file's next fsync or close): {e}"
                 );
-                s.error.get_or_insert(e);
+                // (Under the file's lock: a drain that sees the write
+                // landed sees its failure too.)
+                self.errors.lock().unwrap().failed(gfid, e);
             }
         }
         f.landed.send_modify(|n| *n += 1);
@@ -627,8 +630,9 @@ impl Xlator for WriteBehind {
 
     fn dump(&self) -> Vec<String> {
         vec![format!(
-            "files with writes out {} requests sent {} writes joined into others {} closes behind {} files claimed {}",
+            "files with writes out {} files with a failed write not told to every handle {} requests sent {} writes joined into others {} closes behind {} files claimed {}",
             self.files.lock().unwrap().len(),
+            self.errors.lock().unwrap().files(),
             self.sent.load(Ordering::Relaxed),
             self.joined.load(Ordering::Relaxed),
             self.closed_behind.load(Ordering::Relaxed),
@@ -665,6 +669,7 @@ impl Xlator for WriteBehind {
                 let res = self.passed_on(cx, fop).await;
                 if let Ok(Reply::Opened { fh } | Reply::Created { fh, .. }) = &res {
                     self.claims.lock().unwrap().opened(gfid, *fh, mark, sent);
+                    self.errors.lock().unwrap().opened(gfid, *fh, true);
                     let set = match writes_through(flags) {
                         true => Some(&self.write_through),
                         false if flags & libc::O_APPEND != 0 => Some(&self.appending),
@@ -676,10 +681,18 @@ impl Xlator for WriteBehind {
                 }
                 res
             }
+            // A reader's handle: told of failures by its fsync only.
+            Fop::Open { gfid, .. } | Fop::Create { gfid, .. } => {
+                let res = self.passed_on(cx, fop).await;
+                if let Ok(Reply::Opened { fh } | Reply::Created { fh, .. }) = &res {
+                    self.errors.lock().unwrap().opened(gfid, *fh, false);
+                }
+                res
+            }
             // What must see every write accepted before it, and reports
             // what failed.
-            Fop::Fsync { gfid, .. } => {
-                self.drain(gfid).await?;
+            Fop::Fsync { gfid, fh, .. } => {
+                self.drain(gfid, fh).await?;
                 self.child.call(cx, fop).await
             }
             // Every close of the file sends one, a forked process's
@@ -690,8 +703,9 @@ impl Xlator for WriteBehind {
             Fop::Release { gfid, fh } => {
                 self.claims.lock().unwrap().released(fh);
                 self.settle_file(gfid).await;
-                // The last close: nobody is left to report it to.
-                let _ = self.take_error(gfid);
+                // (The last handle's release forgets a failure: nobody is
+                // left to report it to.)
+                self.errors.lock().unwrap().released(fh);
                 self.write_through.lock().unwrap().remove(&fh);
                 self.appending.lock().unwrap().remove(&fh);
                 self.child.call(cx, fop).await

@@ -10,6 +10,8 @@ struct Disk {
     writes: Mutex<Vec<(u64, usize)>>,
     gate: tokio::sync::Semaphore,
     fail: std::sync::atomic::AtomicBool,
+    /// Handles given so far.
+    opens: AtomicU64,
 }
 
 #[async_trait]
@@ -41,7 +43,9 @@ impl Xlator for Disk {
                     _ => Reply::Entry(mortar_core::Entry::found(a)),
                 })
             }
-            Fop::Open { .. } => Ok(Reply::Opened { fh: 7 }),
+            Fop::Open { .. } => Ok(Reply::Opened {
+                fh: 7 + self.opens.fetch_add(1, Ordering::Relaxed),
+            }),
             _ => Ok(Reply::Ok),
         }
     }
@@ -53,6 +57,7 @@ fn rig() -> (Arc<Disk>, Arc<WriteBehind>) {
         writes: Mutex::default(),
         gate: tokio::sync::Semaphore::new(0),
         fail: Default::default(),
+        opens: Default::default(),
     });
     let wb = WriteBehind::new("wb".into(), Child::standalone(disk.clone()));
     (disk, wb)
@@ -164,6 +169,60 @@ async fn a_flush_reports_an_error_and_leaves_it_for_the_fsync() {
     wb.call(&cx, fsync(f)).await.unwrap();
     wb.call(&cx, flush).await.unwrap();
     assert!(wb.files.lock().unwrap().is_empty(), "nothing kept");
+}
+
+/// A reader's close of the file (its release) leaves the failure of the
+/// writer's write for the writer's fsync: session 52 saw a write lost
+/// behind while the writer's fsync and close succeeded.
+#[tokio::test]
+async fn another_handles_release_leaves_the_error_for_the_writers_fsync() {
+    let (disk, wb) = rig();
+    let (f, cx) = (Gfid::random(), Ctx::root());
+    let open = |flags| Fop::Open { gfid: f, flags };
+    let Reply::Opened { fh: writer } = wb.call(&cx, open(libc::O_WRONLY)).await.unwrap() else {
+        panic!("not opened")
+    };
+    let Reply::Opened { fh: reader } = wb.call(&cx, open(libc::O_RDONLY)).await.unwrap() else {
+        panic!("not opened")
+    };
+    disk.fail.store(true, Ordering::Relaxed);
+    disk.gate.add_permits(1000);
+    let data = bytes::Bytes::from_static(b"lost");
+    let w = Fop::Write {
+        gfid: f,
+        fh: writer,
+        offset: 0,
+        data,
+        grow: 0,
+        reserve: false,
+    };
+    wb.call(&cx, w).await.unwrap();
+    settled(&wb).await;
+    let (flush, release) = (
+        Fop::Flush {
+            gfid: f,
+            fh: reader,
+        },
+        Fop::Release {
+            gfid: f,
+            fh: reader,
+        },
+    );
+    wb.call(&cx, flush).await.unwrap();
+    wb.call(&cx, release).await.unwrap();
+    let fsync = |fh| Fop::Fsync {
+        gfid: f,
+        fh,
+        datasync: false,
+    };
+    let e = wb.call(&cx, fsync(writer)).await.unwrap_err();
+    assert!(e.is(libc::ENOSPC), "the writer is told");
+    wb.call(&cx, fsync(writer)).await.unwrap();
+    // A handle opened since is not told of it.
+    let Reply::Opened { fh: later } = wb.call(&cx, open(libc::O_WRONLY)).await.unwrap() else {
+        panic!("not opened")
+    };
+    wb.call(&cx, fsync(later)).await.unwrap();
 }
 
 #[tokio::test]

@@ -13,7 +13,12 @@
 # (glusterd running here, `gluster volume replace-brick … commit force`,
 # done when `gluster volume heal V info` lists nothing), for comparison.
 #
-# Usage: scripts/replace-heal-bench.sh [mortar|glusterfs]   (env: MORTAR=path/to/mortar DIR=/var/tmp/mortar-rebuild FILES=8 MIB=8192)
+# With LOAD_MIB=N, a client writes a new file of N MiB through the mount
+# (`dd … conv=fsync`) as soon as the rebuild starts, and its speed is
+# reported: what the rebuild leaves the clients. PRIORITY=off (mortar) sets
+# `performance.enable-least-priority off` first, for the comparison.
+#
+# Usage: scripts/replace-heal-bench.sh [mortar|glusterfs]   (env: MORTAR=path/to/mortar DIR=/var/tmp/mortar-rebuild FILES=8 MIB=8192 LOAD_MIB= PRIORITY=)
 set -euo pipefail
 SYSTEM=${1:-mortar}
 
@@ -28,6 +33,19 @@ write_files() {
     echo "written in $(python3 -c "import time; print(f'{time.time() - $t:.1f}')") s"
 }
 
+# A client's write of LOAD_MIB MiB into directory $1, in the background,
+# while the rebuild runs; `load_report` waits for it and prints its speed.
+load_start() {
+    [ -n "${LOAD_MIB:-}" ] || return 0
+    (dd if=/dev/zero of="$1/load" bs=1M count="$LOAD_MIB" conv=fsync 2>&1 | tail -1 >"$D/load.out") &
+    LOAD_PID=$!
+}
+load_report() {
+    [ -n "${LOAD_MIB:-}" ] || return 0
+    wait "$LOAD_PID"
+    echo "a client's write of $LOAD_MIB MiB during the rebuild: $(sed 's/.*copied, //' "$D/load.out")"
+}
+
 report() {
     python3 - "$1" "$2" "$3" <<'PY'
 import sys
@@ -38,10 +56,10 @@ PY
 }
 
 # Whether brick $2 holds, file by file, what brick $1 held (its own
-# directory $3 left out).
+# directory $3 and the load written since left out).
 same_files() {
-    diff <(cd "$1" && find . -path "./$3" -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
-         <(cd "$2" && find . -path "./$3" -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
+    diff <(cd "$1" && find . -path "./$3" -prune -o -path ./load -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
+         <(cd "$2" && find . -path "./$3" -prune -o -path ./load -prune -o -type f -print0 | sort -z | xargs -0 md5sum) >/dev/null \
         && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }
 }
 
@@ -72,6 +90,7 @@ if [ "$SYSTEM" = glusterfs ]; then
     # As GlusterFS's documents advise for a dispersed volume (mortar's
     # replace-brick starts its full heal itself).
     $G volume heal grb full >/dev/null
+    load_start "$D/mnt"
     for _ in $(seq 72000); do
         info=$($G volume heal grb info 2>/dev/null || true)
         left=$(echo "$info" | awk '/^Number of entries:/ {n += $4} END {print n + 0}')
@@ -82,6 +101,7 @@ if [ "$SYSTEM" = glusterfs ]; then
     done
     end=$(date +%s.%N)
     report "$start" "$end" "$held"
+    load_report
     same_files "$D/b6" "$D/b6new" .glusterfs
     exit 0
 fi
@@ -108,6 +128,7 @@ for _ in $(seq 50); do "$B" $S volume list >/dev/null 2>&1 && break; sleep 0.1; 
 "$B" $S volume start rb >/dev/null
 "$B" mount --port $P $IP:/rb "$D/mnt" --log-file "$D/client.log"
 sleep 1
+[ "${PRIORITY:-on}" = off ] && "$B" $S volume set rb performance.enable-least-priority off >/dev/null
 
 write_files "$D/mnt"
 held=$(du -sm --exclude=.mortar "$D/b6" | cut -f1)
@@ -117,6 +138,7 @@ mkdir -p "$D/b6new"
 sync && echo 3 >/proc/sys/vm/drop_caches
 start=$(date +%s.%N)
 "$B" $S volume replace-brick rb $IP:"$D/b6" $IP:"$D/b6new" commit force >/dev/null
+load_start "$D/mnt"
 for _ in $(seq 36000); do
     done=$("$B" $S --json volume info rb | python3 -c '
 import json, sys
@@ -130,4 +152,5 @@ print(any(t["kind"] == "HealFull" and t["status"] == "Completed" for t in v.get(
 done
 end=$(date +%s.%N)
 report "$start" "$end" "$held"
+load_report
 same_files "$D/b6" "$D/b6new" .mortar

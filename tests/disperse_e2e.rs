@@ -176,6 +176,14 @@ fn a_brick_replaced_empty_is_rebuilt_from_the_others_and_serves_reads() {
     ]);
     assert!(out.contains("healed"), "{out}");
     wait_full_heal(&c, "rp");
+    // The daemon counted what its healer wrote (a fragment of every file).
+    let daemon = scrape(&format!("{}:24108", c.ip));
+    let healed = value(
+        &daemon,
+        "mortar_heal_written_bytes_total",
+        &["volume=\"rp\""],
+    );
+    assert!(healed >= (9 << 20) as f64 / 4.0, "{daemon}");
     let new = c.path("new3");
     for (f, len) in [("big", 9 * 1048576 + 7), ("sparse", 200 * 1048576 + 4)] {
         let meta = std::fs::metadata(new.join("tree").join(f)).unwrap();

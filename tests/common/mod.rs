@@ -17,6 +17,7 @@ static NEXT: AtomicU32 = AtomicU32::new(1);
 
 pub mod bricks;
 pub mod heal;
+pub mod metrics;
 pub mod net;
 pub mod pattern;
 
@@ -24,6 +25,8 @@ pub mod pattern;
 pub use bricks::*;
 #[allow(unused_imports)]
 pub use heal::*;
+#[allow(unused_imports)]
+pub use metrics::*;
 #[allow(unused_imports)]
 pub use pattern::*;
 

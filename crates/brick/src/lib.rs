@@ -7,6 +7,7 @@
 //! | kind | file | what it does |
 //! |---|---|---|
 //! | `storage/posix` | `posix.rs` | the brick directory (`storage::posix`); slow fops on the blocking pool |
+//! | `performance/priority` | `priority.rs` | self-heal's and rebalance's reads and writes give way to the clients' |
 //! | `features/arbiter` | `arbiter.rs` | on an arbiter brick: names and metadata, no file data |
 //! | `features/index` | `index/` | change sessions, blame and the heal index (`index/store.rs`) |
 //! | `features/locks` | `locks/` | object locks, contention notices, revocation (`locks/table.rs`) |
@@ -24,6 +25,7 @@ pub mod index;
 pub mod leases;
 pub mod locks;
 pub mod posix;
+pub mod priority;
 pub mod profile;
 pub mod server;
 

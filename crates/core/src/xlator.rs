@@ -44,6 +44,10 @@ pub struct Ctx {
     pub internal: bool,
 }
 
+/// The `pid` of the pool's background work (GlusterFS gives its daemons
+/// negative pids: self-heal -6).
+pub const BACKGROUND_PID: u32 = -6i32 as u32;
+
 impl Ctx {
     /// mortar's own requests, as root.
     pub fn root() -> Ctx {
@@ -51,6 +55,20 @@ impl Ctx {
             internal: true,
             ..Ctx::default()
         }
+    }
+
+    /// mortar's own requests, as root, for background work (self-heal,
+    /// rebalance): the bricks serve their clients first
+    /// (`brick::priority`).
+    pub fn background() -> Ctx {
+        Ctx {
+            pid: BACKGROUND_PID,
+            ..Ctx::root()
+        }
+    }
+
+    pub fn is_background(&self) -> bool {
+        self.internal && self.pid == BACKGROUND_PID
     }
 }
 

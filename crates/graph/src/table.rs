@@ -166,6 +166,16 @@ pub static TABLE: &[Row] = &[
         about: "the brick's directory: files at their own path, a gfid index beside them",
     },
     Row {
+        kind: "performance/priority",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[&mortar_brick::priority::LEAST_PRIORITY],
+        build: None,
+        brick: Some(mortar_brick::priority::build),
+        about: "self-heal's and rebalance's reads and writes give way to the clients' (GlusterFS io-threads' least priority)",
+    },
+    Row {
         kind: "features/arbiter",
         side: Side::Brick,
         place: Place::Brick,
@@ -424,6 +434,7 @@ mod tests {
                 .kinds(),
             vec![
                 "storage/posix",
+                "performance/priority",
                 "features/index",
                 "features/locks",
                 "features/hold",
@@ -437,6 +448,7 @@ mod tests {
                 .kinds(),
             vec![
                 "storage/posix",
+                "performance/priority",
                 "features/arbiter",
                 "features/index",
                 "features/locks",

@@ -247,6 +247,7 @@ impl Set {
                             fhs.insert(s, fh);
                         }
                         written += n;
+                        self.written.inc_by(n);
                     }
                     Err(e) => fail(&mut sinks, s, &e),
                 }

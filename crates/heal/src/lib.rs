@@ -148,6 +148,12 @@ impl Healer {
                 busy: Default::default(),
                 fresh: Default::default(),
                 parked: Default::default(),
+                written: mortar_metrics::get()
+                    .heal_written_bytes
+                    .get_or_create(&mortar_metrics::VolumeLabels {
+                        volume: desc.volume.clone(),
+                    })
+                    .clone(),
             });
         }
         let policy = Policy::parse(FAVORITE_CHILD_POLICY.str(&desc.options));
@@ -583,7 +589,7 @@ impl Healer {
 
 /// The objects in directory `d` on one brick: gfid and whether a directory.
 async fn list_on(b: &Brick, d: Gfid) -> FsResult<Vec<(Gfid, bool)>> {
-    let cx = Ctx::root();
+    let cx = Ctx::background();
     let Reply::Opened { fh } = b.x.call(&cx, Fop::Opendir { gfid: d }).await? else {
         return Ok(vec![]);
     };

@@ -131,7 +131,7 @@ impl Set {
         let cx = Ctx {
             uid: a.uid,
             gid: a.gid,
-            ..Ctx::root()
+            ..Ctx::background()
         };
         let (gfid, perm) = (a.gfid, a.perm);
         // The object may be on the sink already under another name (a hard

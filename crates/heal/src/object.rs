@@ -55,6 +55,9 @@ pub struct Set {
     /// that changes, instead of locking and reading every copy of every
     /// one of them every few seconds.
     pub parked: Mutex<HashMap<Gfid, u32>>,
+    /// Data written to sinks, counted as each chunk lands (the daemon's
+    /// `mortar_heal_written_bytes_total` for the volume).
+    pub written: mortar_metrics::Counter,
 }
 
 /// The code of a disperse set, as its translator has it (its files heal
@@ -126,8 +129,10 @@ pub(super) async fn call(b: &Brick, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
     b.x.call(cx, fop).await
 }
 
+/// The healer's requests: the pool's own, in the background (the bricks
+/// serve their clients first, `brick::priority`).
 pub(super) fn root() -> Ctx {
-    Ctx::root()
+    Ctx::background()
 }
 
 async fn sums(b: &Brick, gfid: Gfid, offset: u64) -> FsResult<Reply> {
@@ -485,7 +490,8 @@ impl Set {
                             *fh.insert(h)
                         }
                     };
-                    copied += data.len() as u64;
+                    let n = data.len() as u64;
+                    copied += n;
                     call(
                         k,
                         &root(),
@@ -499,6 +505,7 @@ impl Set {
                         },
                     )
                     .await?;
+                    self.written.inc_by(n);
                 }
                 off += BLOCK as u64 * CHUNK_BLOCKS as u64;
                 if off >= a.size {

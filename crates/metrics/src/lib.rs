@@ -11,7 +11,7 @@ pub mod serve;
 
 use mortar_core::{FsResult, Reply};
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+pub use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -114,6 +114,9 @@ pub struct Metrics {
     /// Daemon: objects its self-heal daemon healed, and failed to.
     pub healed: Family<VolumeLabels, Counter>,
     pub heal_failed: Family<VolumeLabels, Counter>,
+    /// Daemon: bytes its self-heal daemon wrote to copies and fragments,
+    /// counted as each chunk lands (a large file's heal shows progress).
+    pub heal_written_bytes: Family<VolumeLabels, Counter>,
     /// Daemon: a rebalance it runs, files by state (scanned, moved, failed,
     /// skipped).
     pub rebalance_files: Family<StateLabels, Gauge>,
@@ -144,6 +147,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     heal_pending: Family::default(),
     healed: Family::default(),
     heal_failed: Family::default(),
+    heal_written_bytes: Family::default(),
     rebalance_files: Family::default(),
     peers: Family::default(),
     quorum: Gauge::default(),
@@ -379,6 +383,12 @@ pub fn registry(role: Role, labels: Vec<(String, String)>) -> Registry {
                 "heal_failed",
                 "Heals of objects that failed",
                 m.heal_failed.clone(),
+            );
+            r.register_with_unit(
+                "heal_written",
+                "Data this server's self-heal daemon wrote to copies and fragments that missed changes, counted as each chunk lands",
+                Unit::Bytes,
+                m.heal_written_bytes.clone(),
             );
             r.register(
                 "rebalance_files",

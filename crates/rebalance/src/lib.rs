@@ -171,8 +171,10 @@ struct Linked {
 /// Files with several names kept in mind for a pass at most.
 const LINKED_MAX: usize = 100_000;
 
+/// The rebalance's requests: the pool's own, in the background (the
+/// bricks serve their clients first, `brick::priority`).
 fn root() -> Ctx {
-    Ctx::root()
+    Ctx::background()
 }
 
 fn absent(e: &FsError) -> bool {

@@ -7,14 +7,14 @@ use mortar_ec::{Codec, Geometry};
 use mortar_xlators::cluster::replicate::disperse::UNIT;
 use std::os::unix::fs::MetadataExt;
 
-fn bytes(len: usize, seed: u64) -> Vec<u8> {
+pub(super) fn bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut rng = fastrand::Rng::with_seed(seed);
     (0..len).map(|_| rng.u8(..)).collect()
 }
 
 /// Each brick's fragment of `name` is as long as the file, its data
 /// fragments hold the file's units, and its parity is the file coded.
-fn assert_coded(r: &Rig, name: &str, k: usize, want: &[u8]) {
+pub(super) fn assert_coded(r: &Rig, name: &str, k: usize, want: &[u8]) {
     let g = Geometry::new(k, UNIT);
     let frags: Vec<Vec<u8>> = r
         .bricks

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 mod disperse;
 mod distribute;
+mod holes;
 mod stacked;
 
 #[tokio::test]

@@ -63,15 +63,15 @@ impl Coding {
 }
 
 /// A change of a dispersed file under way (`Replicate::coded_begin`).
-struct Started {
-    _claim: txn::Claim,
-    tickets: Vec<txn::Ticket>,
+pub(super) struct Started {
+    pub(super) _claim: txn::Claim,
+    pub(super) tickets: Vec<txn::Ticket>,
     /// The fragments locked.
-    targets: Vec<usize>,
+    pub(super) targets: Vec<usize>,
     /// Of those, the ones no other blames.
-    good: Vec<usize>,
+    pub(super) good: Vec<usize>,
     /// The file's size before the change.
-    size: u64,
+    pub(super) size: u64,
 }
 
 fn eio(what: String) -> FsError {
@@ -173,7 +173,12 @@ impl Replicate {
 
     /// Of `among`, the fragments of `gfid` no other blames; EIO when fewer
     /// than K.
-    async fn good_fragments(&self, cx: &Ctx, gfid: Gfid, among: &[usize]) -> FsResult<Vec<usize>> {
+    pub(super) async fn good_fragments(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        among: &[usize],
+    ) -> FsResult<Vec<usize>> {
         let k = self.coding().k();
         let good = |me: &Self| {
             let bad = me.stale_copies(gfid);
@@ -227,7 +232,7 @@ impl Replicate {
     }
 
     /// The file's size, as one good fragment's length tells it.
-    async fn coded_size(&self, cx: &Ctx, gfid: Gfid, good: &[usize]) -> FsResult<u64> {
+    pub(super) async fn coded_size(&self, cx: &Ctx, gfid: Gfid, good: &[usize]) -> FsResult<u64> {
         let mut last = FsError::notconn("no fragment answered");
         for &i in good {
             match self.children[i].call(cx, Fop::Getattr { gfid }).await {
@@ -344,17 +349,6 @@ impl Replicate {
         let good = self.good_fragments(cx, gfid, &self.up()).await?;
         let (offset, len) = match fop {
             Fop::Read { offset, size, .. } => (offset, size as u64),
-            Fop::Lseek { offset, whence, .. } => {
-                // A dispersed file has no holes to tell of: its data runs
-                // to its end.
-                let size = self.coded_size(cx, gfid, &good).await?;
-                return match whence {
-                    _ if offset >= size => Err(FsError::errno(libc::ENXIO)),
-                    libc::SEEK_DATA => Ok(Reply::Offset(offset)),
-                    libc::SEEK_HOLE => Ok(Reply::Offset(size)),
-                    _ => Err(FsError::errno(libc::EINVAL)),
-                };
-            }
             _ => unreachable!("reads only"),
         };
         let g = self.coding().g;
@@ -517,7 +511,12 @@ impl Replicate {
     /// this client's claim on the file (one change at a time: each reads
     /// what the one before wrote), the lock, the good fragments locked and
     /// the size (kept under the lock, else asked of one of them).
-    async fn coded_begin(&self, cx: &Ctx, gfid: Gfid, among: &[usize]) -> FsResult<Started> {
+    pub(super) async fn coded_begin(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        among: &[usize],
+    ) -> FsResult<Started> {
         let claim = self.txns.claim(gfid, 0, u64::MAX).await;
         self.good_fragments(cx, gfid, among).await?;
         let (tickets, targets) = self.begin(&[gfid], among).await?;
@@ -551,7 +550,7 @@ impl Replicate {
     /// Ends a change the fragments answered `res`: the size it leaves is
     /// kept under the lock if it stands, the fragments that missed it are
     /// blamed, and the answers of those that took it are handed back.
-    async fn coded_end(
+    pub(super) async fn coded_end(
         &self,
         gfid: Gfid,
         tickets: Vec<txn::Ticket>,
@@ -583,16 +582,27 @@ impl Replicate {
             ..
         } = fop
         else {
-            return Err(FsError::new(
-                libc::EOPNOTSUPP,
-                "fallocate is not built for dispersed volumes yet",
-            ));
+            unreachable!("writes only")
         };
+        let appending = self.coding().appending.lock().unwrap().contains(&fh);
+        self.coded_write_at(cx, (gfid, fh), offset, data, appending)
+            .await
+    }
+
+    /// Writes `data` at `offset` of dispersed file `gfid` through handle
+    /// `fh` (at its end, `appending`).
+    pub(super) async fn coded_write_at(
+        &self,
+        cx: &Ctx,
+        (gfid, fh): (Gfid, u64),
+        offset: u64,
+        data: bytes::Bytes,
+        appending: bool,
+    ) -> FsResult<Reply> {
         if data.is_empty() {
             return Ok(Reply::Written(0, None));
         }
         let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
-        let appending = self.coding().appending.lock().unwrap().contains(&fh);
         let Started {
             _claim,
             tickets,

@@ -17,6 +17,7 @@
 mod changes;
 pub mod disperse;
 mod handles;
+mod holes;
 mod open;
 pub mod options;
 pub mod pace;
@@ -422,9 +423,8 @@ impl Xlator for Replicate {
             }
             Fop::Create { .. } => self.create(cx, fop).await,
             Fop::Open { .. } | Fop::Opendir { .. } => self.open_all(cx, fop).await,
-            Fop::Read { .. } | Fop::Lseek { .. } if self.coding.is_some() => {
-                self.coded_read(cx, fop).await
-            }
+            Fop::Read { .. } if self.coding.is_some() => self.coded_read(cx, fop).await,
+            Fop::Lseek { .. } if self.coding.is_some() => self.coded_seek(cx, fop).await,
             Fop::Read { .. } | Fop::Lseek { .. } => self.read_handle(cx, fop).await,
             Fop::Readdir {
                 gfid,
@@ -432,9 +432,8 @@ impl Xlator for Replicate {
                 offset,
                 plus,
             } => self.readdir(cx, gfid, fh, offset, plus).await,
-            Fop::Write { .. } | Fop::Fallocate { .. } if self.coding.is_some() => {
-                self.coded_write(cx, fop).await
-            }
+            Fop::Write { .. } if self.coding.is_some() => self.coded_write(cx, fop).await,
+            Fop::Fallocate { .. } if self.coding.is_some() => self.coded_fallocate(cx, fop).await,
             Fop::Write { .. } | Fop::Fallocate { .. } => self.change_handles(cx, fop).await,
             Fop::Flush { .. } | Fop::Fsync { .. } => self.with_handles(cx, fop).await,
             Fop::Release { gfid, fh } => {

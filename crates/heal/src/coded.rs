@@ -179,7 +179,11 @@ impl Set {
     /// Makes each of `sinks` the fragment `sources` say it is, for a file
     /// of `size` bytes; `sizes` are the sinks' lengths now. Answers the
     /// sinks healed and the bytes written. A sink that fails is left out
-    /// (its blame stays); a source that fails ends the heal of all.
+    /// (its blame stays). A source that fails (a block damaged behind its
+    /// brick's back, which nobody had read yet) is replaced by a spare
+    /// source if there is one, and becomes a sink from that chunk on: its
+    /// blocks that fail are written anew. Without a spare the heal of all
+    /// ends, to be tried again.
     async fn rebuild_sinks(
         &self,
         gfid: Gfid,
@@ -194,7 +198,8 @@ impl Set {
         // Rebuilding from the data fragments alone is encoding.
         let mut from = sources.to_vec();
         from.sort_unstable();
-        from.truncate(c.g.k());
+        let mut spares = from.split_off(c.g.k());
+        let mut sizes = sizes.clone();
         let mut written = 0u64;
         let mut fhs: HashMap<usize, u64> = HashMap::new();
         let fail = |sinks: &mut Vec<usize>, s: usize, e: &FsError| {
@@ -219,8 +224,20 @@ impl Set {
         let mut held = 0;
         let mut next = Some(self.chunk(gfid, &from, off, content).await);
         while let Some(frags) = next.take() {
-            let Some(mut frags) = frags else {
-                return (Vec::new(), written);
+            let mut frags = match frags {
+                Ok(f) => f,
+                Err(Some(bad)) if !spares.is_empty() => {
+                    let spare = spares.remove(0);
+                    tracing::warn!(set = %self.name, %gfid, source = %self.bricks[bad].label, instead = %self.bricks[spare].label, offset = off, "heal: a source failed; rebuilding from another, and healing it too from here");
+                    from.retain(|&i| i != bad);
+                    from.push(spare);
+                    from.sort_unstable();
+                    sinks.push(bad);
+                    sizes.insert(bad, content);
+                    next = Some(self.chunk(gfid, &from, off, content).await);
+                    continue;
+                }
+                Err(_) => return (Vec::new(), written),
             };
             let len = frags[0].len() as u64;
             let after = off + len;
@@ -289,14 +306,15 @@ impl Set {
 
     /// Every fragment's bytes of the chunk at `off` (up to `CHUNK`, not
     /// past `content`), read from the sources `from` (K of them) and
-    /// rebuilt; None (said in the log) if a source failed.
+    /// rebuilt; else (said in the log) the source that failed, or None if
+    /// the code did.
     async fn chunk(
         &self,
         gfid: Gfid,
         from: &[usize],
         off: u64,
         content: u64,
-    ) -> Option<Vec<Vec<u8>>> {
+    ) -> Result<Vec<Vec<u8>>, Option<usize>> {
         let c = self.coded();
         let len = (content - off).min(CHUNK);
         let n = self.bricks.len();
@@ -313,7 +331,7 @@ impl Set {
                 }
                 Err(e) => {
                     tracing::warn!(set = %self.name, %gfid, source = %self.bricks[i].label, "heal: a source failed: {e}");
-                    return None;
+                    return Err(Some(i));
                 }
             }
         }
@@ -322,9 +340,9 @@ impl Set {
         }
         if let Err(e) = c.codec.rebuild(&mut frags, &present) {
             tracing::warn!(set = %self.name, %gfid, "heal: {e}");
-            return None;
+            return Err(None);
         }
-        Some(frags)
+        Ok(frags)
     }
 
     /// Writes to sink `s` the runs of `want` (its bytes at `off`) that

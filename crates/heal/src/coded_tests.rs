@@ -154,6 +154,37 @@ async fn fragments_that_missed_writes_are_rebuilt_from_the_others() {
     v.graph.fini().await;
 }
 
+/// A source whose block was damaged behind its brick's back, which no
+/// read had found yet: the heal rebuilds from a spare source instead, and
+/// rewrites the damaged block too.
+#[tokio::test]
+async fn a_damaged_source_is_replaced_by_a_spare_and_healed_as_well() {
+    use std::os::unix::fs::FileExt;
+    let v = Vol::new().await;
+    for b in &v.bricks {
+        b.set_checksums(true);
+    }
+    let (f, fh) = v.create("f").await;
+    let mut want = bytes(300_000, 4);
+    v.write(f, fh, 0, &want).await;
+    v.bricks[1].set_down(true);
+    let over = bytes(30_000, 5);
+    v.write(f, fh, 100_000, &over).await;
+    want[100_000..130_000].copy_from_slice(&over);
+    v.call(Fop::Release { gfid: f, fh }).await;
+    v.bricks[1].set_down(false);
+    // Bytes of data fragment 0, a source, flipped on its disk.
+    let frag = std::fs::OpenOptions::new()
+        .write(true)
+        .open(v.bricks[0].root().join("f"))
+        .unwrap();
+    frag.write_all_at(b"damage", 5_000).unwrap();
+    drop(frag);
+    v.heal().await;
+    v.assert_coded(f, "f", &want);
+    v.graph.fini().await;
+}
+
 #[tokio::test]
 async fn a_sparse_file_heals_without_filling_its_holes() {
     let v = Vol::new().await;

@@ -62,7 +62,7 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
             if !b.slow_for.is_empty() {
                 let _ = writeln!(
                     s,
-                    "  Slow: answers late; read around by {}",
+                    "  Slow: answers late; avoided by {}",
                     b.slow_for.join(", ")
                 );
             }

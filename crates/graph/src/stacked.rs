@@ -34,6 +34,7 @@ pub struct StackBrick {
     write_jitter: Mutex<std::time::Duration>,
     /// How long each read waits before it reaches the stack.
     read_delay: Mutex<std::time::Duration>,
+    write_delay: Mutex<std::time::Duration>,
     /// `storage.reserve` as set here, and the running process's posix.
     reserve: Mutex<Option<mortar_core::options::ShareOrSize>>,
     posix: Mutex<Option<Arc<Posix>>>,
@@ -78,6 +79,7 @@ impl StackBrick {
             die: Mutex::new(None),
             write_jitter: Mutex::default(),
             read_delay: Mutex::default(),
+            write_delay: Mutex::default(),
             reserve: Mutex::default(),
             posix: Mutex::default(),
             checksums: Default::default(),
@@ -342,6 +344,12 @@ impl StackBrick {
         *self.read_delay.lock().unwrap() = d;
     }
 
+    /// Makes each write wait `d` before it reaches the stack (a brick
+    /// whose disk writes slowly).
+    pub fn set_write_delay(&self, d: std::time::Duration) {
+        *self.write_delay.lock().unwrap() = d;
+    }
+
     /// Sets the room the brick keeps free (`storage.reserve`), now and
     /// after restarts: `Share(100)` makes a brick with no room.
     pub fn set_reserve(&self, r: mortar_core::options::ShareOrSize) {
@@ -504,8 +512,12 @@ impl Xlator for StackConn {
                 self.brick.name
             )));
         }
-        let delay = *self.brick.read_delay.lock().unwrap();
-        if matches!(fop, Fop::Read { .. }) && !delay.is_zero() {
+        let delay = match fop {
+            Fop::Read { .. } => *self.brick.read_delay.lock().unwrap(),
+            Fop::Write { .. } => *self.brick.write_delay.lock().unwrap(),
+            _ => std::time::Duration::ZERO,
+        };
+        if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         let max = *self.brick.write_jitter.lock().unwrap();

@@ -303,6 +303,36 @@ async fn a_brick_that_answers_late_is_read_around() {
 }
 
 #[tokio::test]
+async fn a_brick_that_answers_writes_late_is_written_around_and_blamed() {
+    let r = Rig::disperse(1, 4, 2);
+    let mut want = bytes(4 * 4 * UNIT as usize, 12);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    // Data brick 1 takes 2 s per write (its locks are quick).
+    r.bricks[1].set_write_delay(std::time::Duration::from_secs(2));
+    let fh = open_for_writing(&r, f).await;
+    let t = std::time::Instant::now();
+    for n in 0..20u64 {
+        let data = bytes(3 * UNIT as usize, 100 + n);
+        let at = (n * 5000) as usize;
+        write_at(&r, f, fh, at, &data).await.unwrap();
+        want[at..at + data.len()].copy_from_slice(&data);
+    }
+    // The first write waited for it; the others, but at most one that
+    // probes it, did not.
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(7),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(r.read(f).await.unwrap(), want);
+    assert_ne!(
+        r.bricks[0].blame(f) & (1 << 1),
+        0,
+        "it is blamed, to be healed"
+    );
+}
+
+#[tokio::test]
 async fn a_brick_with_no_room_fails_writes_with_enospc_and_leaves_the_file_as_it_was() {
     use mortar_core::options::ShareOrSize;
     let r = Rig::disperse(1, 4, 2);

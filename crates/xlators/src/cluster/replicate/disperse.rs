@@ -40,6 +40,8 @@ pub struct Coding {
     pub room: super::room::Room,
     /// How quickly each brick answers reads (`pace`).
     pub pace: super::pace::Pace,
+    /// ...and writes: a disk may write slowly and read quickly.
+    pub write_pace: super::pace::Pace,
 }
 
 impl Coding {
@@ -50,6 +52,7 @@ impl Coding {
             appending: Mutex::default(),
             room: Default::default(),
             pace: super::pace::Pace::new(k + r),
+            write_pace: super::pace::Pace::new(k + r),
         })
     }
 
@@ -645,6 +648,12 @@ impl Replicate {
                 None => res.push((i, Ok(Reply::Ok))),
             }
         }
+        for i in self.written_around(&targets) {
+            if let Some(at) = send.iter().position(|&j| j == i) {
+                send.remove(at);
+                res.push((i, Err(FsError::notconn("answers late: written around"))));
+            }
+        }
         let parts: room::Parts = writes
             .into_iter()
             .map(|w| w.map(|w| (w.offset, bytes::Bytes::from(w.bytes))))
@@ -662,6 +671,25 @@ impl Replicate {
             _ => None,
         });
         Ok(Reply::Written(data.len() as u32, attr))
+    }
+
+    /// The fragments of `targets` a write leaves out because they keep
+    /// answering late (GlusterFS's #251: one slow brick held a dispersed
+    /// volume's writes to its pace): they miss it as if away, are blamed,
+    /// and heal. Only while the others are K + 1 at least (the write keeps
+    /// a fragment to spare), and never on one write in `pace::PROBE_EVERY`
+    /// (which learns whether they are quick again).
+    fn written_around(&self, targets: &[usize]) -> Vec<usize> {
+        let c = self.coding();
+        let slow: Vec<usize> = targets
+            .iter()
+            .copied()
+            .filter(|&i| c.write_pace.is_slow(i))
+            .collect();
+        if slow.is_empty() || targets.len() - slow.len() <= c.k() || c.write_pace.probe() {
+            return Vec::new();
+        }
+        slow
     }
 
     /// A truncation of a dispersed file (`Setattr` with a size): each

@@ -304,9 +304,13 @@ impl Xlator for Replicate {
     }
 
     fn slow(&self) -> Vec<usize> {
-        self.coding
-            .as_ref()
-            .map_or_else(Vec::new, |c| c.pace.slow())
+        self.coding.as_ref().map_or_else(Vec::new, |c| {
+            let mut slow = c.pace.slow();
+            slow.extend(c.write_pace.slow());
+            slow.sort_unstable();
+            slow.dedup();
+            slow
+        })
     }
 
     fn notify(&self, from: usize, ev: Event) -> Option<Event> {

@@ -1,6 +1,7 @@
-//! How quickly each brick of a disperse set answers reads, so that a
-//! brick that keeps answering late is read around (GlusterFS's #251: one
-//! slow brick held a dispersed volume to its pace).
+//! How quickly each brick of a disperse set answers reads (or, in a
+//! second `Pace`, writes), so that a brick that keeps answering late is
+//! read around (written around: `disperse::written_around`; GlusterFS's
+//! #251: one slow brick held a dispersed volume to its pace).
 //!
 //! Each child's read times are averaged (an exponentially weighted mean);
 //! a child is slow when its mean is many times the set's median and above
@@ -23,7 +24,7 @@ const PATIENCE_FLOOR: Duration = Duration::from_millis(100);
 /// ...or this many times the median read time.
 const PATIENCE_FACTOR: u64 = 4;
 /// One read in this many asks the slow children too.
-const PROBE_EVERY: u64 = 32;
+pub const PROBE_EVERY: u64 = 32;
 
 pub struct Pace {
     /// Per child: its mean read time in microseconds (0: no sample yet).

@@ -124,10 +124,21 @@ impl Replicate {
         if tight {
             self.set_aside(cx, gfid, &fh, send, parts).await?;
         }
-        let mut res = self
-            .fan_out(cx, send, |i| {
-                Some(Self::fragment_write(gfid, fh(i), &parts[i], grow, tight))
-            })
+        // Each fragment's write timed: a brick that keeps answering late
+        // is written around (`written_around`).
+        let pace = &self.coding().write_pace;
+        let start = Instant::now();
+        let mut res: Vec<(usize, FsResult<Reply>)> =
+            futures_util::future::join_all(send.iter().map(|&i| {
+                let fop = Self::fragment_write(gfid, fh(i), &parts[i], grow, tight);
+                async move {
+                    let r = self.children[i].call(cx, fop).await;
+                    if r.is_ok() {
+                        pace.record(i, start.elapsed());
+                    }
+                    (i, r)
+                }
+            }))
             .await;
         let full: Vec<usize> = res
             .iter()

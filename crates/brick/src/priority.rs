@@ -129,6 +129,10 @@ impl BrickXlator for PriorityXl {
             }
             return self.below.call(conn, cx, fop).await;
         }
+        // A client waiting for a lock keeps no disk busy, however long.
+        if let Fop::Lock { wait: true, .. } = fop {
+            return self.below.call(conn, cx, fop).await;
+        }
         self.busy.fetch_add(1, Ordering::Acquire);
         let _serving = Serving(self);
         self.below.call(conn, cx, fop).await

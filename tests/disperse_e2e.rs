@@ -637,8 +637,11 @@ fn a_brick_whose_directory_is_deleted_goes_offline_and_the_dispersed_volume_goes
     c.ok(&["volume", "set", "hd", "storage.health-check-interval", "1"]);
     let m = c.mount("hd");
     let src = c.path("src");
+    // Synced, file and directory: a create answered ahead that lands
+    // after the deletion fails whole on one brick's ESTALE (session 53's
+    // note: a bug of its own, not this test's subject).
     ok(&format!(
-        "head -c 300001 /dev/urandom > {s} && mkdir {d} && cp {s} {d}/f",
+        "head -c 300001 /dev/urandom > {s} && mkdir {d} && cp {s} {d}/f && sync {d}/f {d}",
         s = src.display(),
         d = m.p("d")
     ));

@@ -149,22 +149,18 @@ impl Replicate {
         let (fhs, live) = self.live_handles(cx, gfid, fh).await?;
         let g = self.coding().g;
         let sb = g.stripe_bytes();
-        let started = self.coded_begin(cx, gfid, &live).await?;
         let Started {
             _claim,
             tickets,
             targets,
             size,
             ..
-        } = started;
+        } = self.coded_begin(cx, gfid, &live).await?;
         let range = range.start..range.end.min(size);
         // The whole stripes inside the range.
         let inner = range.start.div_ceil(sb)..range.end / sb;
         let ends: Vec<std::ops::Range<u64>> = if inner.start < inner.end {
-            vec![
-                range.start..inner.start * sb,
-                (inner.end * sb).max(range.start)..range.end,
-            ]
+            vec![range.start..inner.start * sb, inner.end * sb..range.end]
         } else {
             vec![range.clone()]
         };

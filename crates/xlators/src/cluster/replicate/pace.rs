@@ -24,7 +24,7 @@ const PATIENCE_FLOOR: Duration = Duration::from_millis(100);
 /// ...or this many times the median read time.
 const PATIENCE_FACTOR: u64 = 4;
 /// One read in this many asks the slow children too.
-pub const PROBE_EVERY: u64 = 32;
+const PROBE_EVERY: u64 = 32;
 
 pub struct Pace {
     /// Per child: its mean read time in microseconds (0: no sample yet).

@@ -170,6 +170,48 @@ async fn with_r_bricks_away_reads_and_writes_go_on() {
     assert_eq!(r.read(g).await.unwrap(), more);
 }
 
+/// Reads shorter than a stripe, at offsets in every fragment, with a data
+/// brick away: each rebuilt from the stripes it touches (a fragment the
+/// read does not touch once made the client panic).
+#[tokio::test]
+async fn short_reads_with_a_data_brick_away_touch_some_fragments_only() {
+    let r = Rig::disperse(1, 4, 2);
+    let want = bytes(5 * 4 * UNIT as usize + 777, 8);
+    let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
+    r.bricks[1].set_down(true);
+    let fh = r
+        .call(Fop::Open {
+            gfid: f,
+            flags: libc::O_RDONLY,
+        })
+        .await
+        .unwrap()
+        .into_fh()
+        .unwrap();
+    for offset in (0..want.len() as u64).step_by(UNIT as usize / 3) {
+        for size in [1u32, 100, UNIT as u32 + 5] {
+            let Reply::Data(got) = r
+                .call(Fop::Read {
+                    gfid: f,
+                    fh,
+                    offset,
+                    size,
+                })
+                .await
+                .unwrap()
+            else {
+                panic!("a read answers data")
+            };
+            let end = (offset as usize + size as usize).min(want.len());
+            assert_eq!(
+                &got[..],
+                &want[offset as usize..end],
+                "{size} bytes at {offset}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn with_more_than_r_bricks_away_reads_and_writes_fail_and_change_nothing() {
     let r = Rig::disperse(1, 4, 2);

@@ -433,6 +433,10 @@ impl Replicate {
                 (0..g.k())
                     .map(|i| {
                         let r = &ranges[i];
+                        // (A fragment the read does not touch has 0..0.)
+                        if r.is_empty() {
+                            return Vec::new();
+                        }
                         let (a, b) = ((r.start - sr.start) as usize, (r.end - sr.start) as usize);
                         frags[i][a.min(frags[i].len())..b.min(frags[i].len())].to_vec()
                     })

@@ -172,6 +172,19 @@ impl StackBrick {
         }
     }
 
+    /// Ends every client connection, as a client killed: locks let go,
+    /// sessions left unsettled in the index; requests not yet delivered
+    /// (delayed) are lost.
+    pub fn cut_clients(&self) {
+        let Some(stack) = self.stack() else { return };
+        for c in self.live_conns() {
+            if let Some(conn) = c.conn.lock().unwrap().take() {
+                stack.disconnect(&conn);
+            }
+            c.link.emit(Event::Down);
+        }
+    }
+
     pub fn is_down(&self) -> bool {
         self.up.lock().unwrap().is_none()
     }
@@ -519,6 +532,10 @@ impl Xlator for StackConn {
         };
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
+            // A connection that ended meanwhile never delivers it.
+            if self.conn.lock().unwrap().is_none() {
+                return Err(FsError::notconn("the connection ended"));
+            }
         }
         let max = *self.brick.write_jitter.lock().unwrap();
         let Fop::Write {

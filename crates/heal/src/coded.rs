@@ -14,7 +14,8 @@
 //! few chunks, as for a replica.
 //!
 //! A change of unknown outcome (a client or brick died mid-write, so
-//! nobody is blamed but `UNSETTLED` is marked) may have reached some
+//! nobody is blamed but `UNSETTLED` is marked, or nothing is and only the
+//! index entry its ended session left says so) may have reached some
 //! fragments and not others: the data fragments are taken as they are
 //! (each holds the old or the new bytes of the write, as a local disk may
 //! after a crash) and the parity is computed from them anew.
@@ -93,7 +94,11 @@ impl Set {
             .filter(|i| blamed & (1 << i) == 0)
             .collect();
         let attr = |i: usize| &copies.iter().find(|(j, _)| *j == i).unwrap().1;
-        let unsettled = marks & UNSETTLED != 0;
+        // An entry that blames nobody at all is a change whose client went
+        // away in the middle (its session ended unsettled, `index`): it may
+        // have reached some fragments and not others, as an `UNSETTLED`
+        // one, and is judged as one.
+        let unsettled = marks & UNSETTLED != 0 || marks == 0;
         let data_good = (0..k).all(|i| good.contains(&i));
         let sources: Vec<usize> = if good.len() < k || (unsettled && !data_good && !all_locked) {
             // A fragment away may be good (or the one a change of unknown
@@ -168,6 +173,10 @@ impl Set {
             } else {
                 out.deferred = true;
             }
+        }
+        if marks == 0 && out.deferred {
+            // Nothing marks it but its index entry: kept for the next try.
+            return Ok(out);
         }
         self.clear(gfid, locked, (blamed & reached) | settled).await;
         if blamed & !reached != 0 {

@@ -185,6 +185,60 @@ async fn a_damaged_source_is_replaced_by_a_spare_and_healed_as_well() {
     v.graph.fini().await;
 }
 
+/// A client gone in the middle of a write (killed): the write reached the
+/// data fragments and not the parity; nobody is blamed, and only the index
+/// entries its ended sessions left say so. The heal codes the data
+/// fragments as they are anew.
+#[tokio::test]
+async fn a_write_whose_client_died_midway_is_settled_by_coding_the_data_anew() {
+    let v = Vol::new().await;
+    let (f, fh) = v.create("f").await;
+    v.write(f, fh, 0, &bytes(300_000, 9)).await;
+    v.call(Fop::Release { gfid: f, fh }).await;
+    let Reply::Opened { fh } = v
+        .call(Fop::Open {
+            gfid: f,
+            flags: libc::O_RDWR,
+        })
+        .await
+    else {
+        panic!("not opened")
+    };
+    for b in &v.bricks[K..] {
+        b.set_write_delay(Duration::from_secs(2));
+    }
+    let want = bytes(300_000, 10);
+    let top = v.graph.top().clone();
+    let data = want.clone();
+    let write = tokio::spawn(async move {
+        let fop = Fop::Write {
+            gfid: f,
+            fh,
+            offset: 0,
+            data: data.into(),
+            grow: 0,
+            reserve: false,
+        };
+        top.call(&Ctx::root(), fop).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for b in &v.bricks {
+        b.cut_clients();
+        b.set_write_delay(Duration::ZERO);
+    }
+    let _ = write.await;
+    for b in &v.bricks {
+        assert_eq!(b.blame(f), 0, "nobody is blamed");
+    }
+    assert!(
+        v.bricks[0].pending().contains(&f),
+        "the index keeps the file"
+    );
+    v.heal().await;
+    v.assert_coded(f, "f", &want);
+    v.graph.fini().await;
+}
+
 #[tokio::test]
 async fn a_sparse_file_heals_without_filling_its_holes() {
     let v = Vol::new().await;

@@ -634,6 +634,44 @@ fn a_client_killed_mid_write_keeps_its_synced_bytes_and_heals_to_the_coding() {
     }
 }
 
+/// A write still running on a brick when its client is killed finishes
+/// there before the client's locks go: a heal let in at once would read
+/// the fragments before it lands, and the write landing after would leave
+/// data and parity disagreeing. Brick lw1 (data fragment 0) takes 10 s
+/// for every large write after its first (nothing has shown it slow
+/// before: it is not written around).
+#[test]
+fn a_write_still_running_when_its_client_dies_lands_before_its_locks_go() {
+    use std::os::unix::fs::FileExt;
+    let env = [("FAILPOINTS", "posix-large-write:lw1=1*off->sleep(10000)")];
+    need_fail_points(&env);
+    let mut c = Cluster::start();
+    c.one_process_per_brick();
+    c.kill_daemon();
+    c.start_daemon_env(&env);
+    four_plus_two(&c, "lw");
+    let m = c.mount("lw");
+    let f = std::fs::File::create(m.p("f")).unwrap();
+    f.write_all_at(&pattern(1), 0).unwrap();
+    f.sync_all().unwrap();
+    // One write, within the write-behind window: answered at once.
+    f.write_all_at(&pattern(2), 0).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    ok(&format!("kill -9 {}", client_pid(&m.dir)));
+    let killed = std::time::Instant::now();
+    drop(f);
+    m.unmount();
+    c.ok(&["volume", "heal", "lw"]);
+    wait_healed(&c, "lw", Duration::from_secs(60));
+    // Compared once the write has landed, whenever the heal ended.
+    std::thread::sleep(Duration::from_secs(11).saturating_sub(killed.elapsed()));
+    let healed = std::fs::read(c.mount("lw").p("f")).unwrap();
+    for away in [[0, 1], [2, 3]] {
+        let decoded = read_with_away(&c, "lw", &["f"], away);
+        assert!(decoded[0] == healed, "the parity decodes another file");
+    }
+}
+
 /// A brick whose directory is deleted fails its health check and goes
 /// offline with the reason; the dispersed volume goes on with the other
 /// five fragments.

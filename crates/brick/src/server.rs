@@ -4,7 +4,8 @@
 //! one connection are in flight at once and are answered as they finish:
 //! a request the stack answers at once is answered right here, one that
 //! has to wait (a lock, a slow fop on the blocking pool) goes on in a task
-//! of its own.
+//! of its own. When a connection ends, the requests it had started finish
+//! before its locks and sessions go (`Running`).
 
 use crate::{Conn, Notice, Stack};
 use mortar_protocol::admit;
@@ -174,6 +175,7 @@ async fn serve_conn(
     let (tx, rx) = mpsc::channel::<wire::Frame>(4096);
     let writer = tokio::spawn(wire::pump(wr, rx));
     let closing = Arc::new(Notify::new());
+    let running = Running::default();
     let conn = Arc::new(Conn {
         id,
         peer: peer.to_string(),
@@ -248,6 +250,7 @@ async fn serve_conn(
             grant: &grant,
             internal,
             squash: &squash,
+            running: &running,
         };
         match msg {
             Msg::Call { id, cx, fop } => {
@@ -268,6 +271,7 @@ async fn serve_conn(
             }
         }
     };
+    running.finish(&conn.peer).await;
     stack.disconnect(&conn);
     // The connection ends now, answers still owed or not (a waiting lock
     // may hold a sender for a while): the client must see it close.
@@ -280,6 +284,48 @@ struct Access<'a> {
     grant: &'a Grant,
     internal: bool,
     squash: &'a Squash,
+    running: &'a Running,
+}
+
+/// A connection's requests still running on the stack. When the
+/// connection ends (a client killed, a lock holder's connection closed),
+/// they finish before its locks are let go and its change sessions end:
+/// a write that landed after its lock went to another client (a heal
+/// reading the fragments to compare them) would change what that one had
+/// read, and parity and data would disagree for good. A request waiting
+/// for a lock is not waited for: the connection's end cancels it.
+#[derive(Default)]
+struct Running(Arc<tokio::sync::RwLock<()>>);
+
+/// Held by a request while it runs (`Running`).
+type Runs = Option<tokio::sync::OwnedRwLockReadGuard<()>>;
+
+impl Running {
+    fn start(&self, fop: &mortar_core::Fop) -> Runs {
+        if matches!(fop, mortar_core::Fop::Lock { wait: true, .. }) {
+            return None;
+        }
+        // Only `finish` takes it for writing, after the last request.
+        self.0.clone().try_read_owned().ok()
+    }
+
+    /// Waits for the requests still running, saying so when that takes a
+    /// while (a disk that stopped answering).
+    async fn finish(&self, peer: &str) {
+        let mut waited = 0;
+        let done = self.0.write();
+        tokio::pin!(done);
+        while tokio::time::timeout(std::time::Duration::from_secs(10), &mut done)
+            .await
+            .is_err()
+        {
+            waited += 10;
+            tracing::warn!(
+                client = %peer,
+                "a connection ended {waited} s ago and its requests still run on the brick: its locks are kept until they end"
+            );
+        }
+    }
 }
 
 impl Access<'_> {
@@ -334,6 +380,7 @@ async fn serve_call(
         return;
     }
     let cx = access.identity(cx);
+    let runs = access.running.start(&fop);
     // The lock runs as a client's own locks do: as root, squashed.
     let lock_cx = access.identity(mortar_core::Ctx::root());
     let (top, conn) = (top.clone(), conn.clone());
@@ -352,6 +399,8 @@ async fn serve_call(
                 }
                 (Some(_), Err(_)) => Some(Err(FsError::errno(libc::ECANCELED))),
             };
+            // Done on the brick; the answer may wait for a slow client.
+            drop(runs);
             (result, lock)
         }
         .instrument(span.clone()),

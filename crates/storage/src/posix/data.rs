@@ -213,6 +213,15 @@ impl Posix {
         data: &[u8],
         (grow, reserve): (u64, bool),
     ) -> FsResult<Reply> {
+        // A disk slow on large writes, for tests:
+        // `posix-large-write:<brick dir>=sleep(ms)` (or `return`: EIO).
+        // Only writes of more than 64 KiB: smaller ones run on the
+        // brick's event loop, which a sleep there would stop whole.
+        fail::fail_point!(
+            self.fail_point_name("large-write").as_str(),
+            data.len() > 64 << 10,
+            |_| Err(FsError::errno(libc::EIO))
+        );
         let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
         if !reserve {

@@ -212,6 +212,25 @@ async fn short_reads_with_a_data_brick_away_touch_some_fragments_only() {
     }
 }
 
+/// A brick whose directory was deleted behind its back (before its health
+/// check takes it offline) lacks every parent: a create there answers
+/// ESTALE while the others make the file. It missed the create (the new
+/// file blames it), and the file is made and written on the others.
+#[tokio::test]
+async fn a_create_the_brick_without_the_directory_missed_is_made_on_the_others() {
+    let r = Rig::disperse(1, 4, 2);
+    let d = r.mkdir(Gfid::ROOT, "d").await.unwrap();
+    std::fs::remove_dir_all(r.bricks[2].root()).unwrap();
+    let want = bytes(100_000, 9);
+    let f = r.create(d, "f", &want).await.unwrap();
+    assert_eq!(r.read(f).await.unwrap(), want);
+    assert_ne!(
+        r.bricks[0].blame(f) & 1 << 2,
+        0,
+        "the file blames the brick"
+    );
+}
+
 #[tokio::test]
 async fn with_more_than_r_bricks_away_reads_and_writes_fail_and_change_nothing() {
     let r = Rig::disperse(1, 4, 2);

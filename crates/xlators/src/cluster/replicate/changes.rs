@@ -453,6 +453,9 @@ impl Replicate {
         let blame = txn::missed_by(self.children.len(), &targets);
         let send = self.with_lock_behind(cx, &fop, gfid, &targets, blame);
         let res = self.txns.lock_behind(gfid, blame, &epochs, send).await;
+        // A copy without the directory (its brick's directory deleted, or
+        // a heal not there yet) missed the create, when a quorum made it.
+        let res = self.excuse_stale(cx, &[parent], res).await;
         let lost = self.lost(cx, &[parent], &res, false).await;
         self.finish(tickets, &res, merged_ok(&res), lost.is_some())
             .await;

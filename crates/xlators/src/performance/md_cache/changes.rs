@@ -54,12 +54,18 @@ impl MdCache {
     /// A directory this mount just made is empty: every lookup in it is
     /// answered here until the leases its making got on every brick end
     /// (`start` + the lease time), or another client adds a name (the
-    /// bricks recall the directory first). Not when anything was recalled
-    /// or changed here since `(start, gen)`: the recall may have been of it.
-    pub(super) fn made_empty(&self, dir: Gfid, (start, tick): (Instant, u64)) {
+    /// bricks recall the directory first). Not when it was recalled or
+    /// changed here while it was made (`watch`), or everything was dropped
+    /// since `(start, tick)`.
+    pub(super) fn made_empty(
+        &self,
+        dir: Gfid,
+        (start, tick): (Instant, u64),
+        watch: &store::Making,
+    ) {
         let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
         let mut s = self.shard(&dir).lock().unwrap();
-        if !self.unchanged(&dir, tick) {
+        if watch.changed() || self.all_changed.load(Ordering::Acquire) > tick {
             return;
         }
         let o = s.entry(dir).or_insert_with(|| Object::new(until));
@@ -200,11 +206,15 @@ impl MdCache {
             drop(*g);
         }
         let names = names_only.then(|| fop.clone());
+        let watch = match &fop {
+            Fop::Mkdir { gfid, .. } => Some(self.making(*gfid)),
+            _ => None,
+        };
         let before = self.mark();
         let res = self.down(cx, fop).await;
         if let Some(f) = &names {
-            if let (Fop::Mkdir { gfid, .. }, Ok(_)) = (f, &res) {
-                self.made_empty(*gfid, before);
+            if let (Fop::Mkdir { gfid, .. }, Ok(_), Some(w)) = (f, &res, &watch) {
+                self.made_empty(*gfid, before, w);
             }
             self.follow_names(f, res.is_ok());
         }

@@ -128,6 +128,11 @@ pub struct MdCache {
     changed: Vec<AtomicU64>,
     /// The tick at which everything was last dropped.
     all_changed: AtomicU64,
+    /// Directories being made here, each with whether anything about it
+    /// changed since (`store::Making`): exact where a bucket is not.
+    making: Mutex<HashMap<Gfid, bool>>,
+    /// How many: 0 spares every change the look into `making`.
+    makes: std::sync::atomic::AtomicUsize,
     /// Attributes kept before a name was removed or moved here are stale.
     names_moved: AtomicU64,
     shards: Vec<Mutex<HashMap<Gfid, Object>>>,
@@ -171,6 +176,8 @@ impl MdCache {
             clock: AtomicU64::new(0),
             changed: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             all_changed: AtomicU64::new(0),
+            making: Mutex::default(),
+            makes: Default::default(),
             names_moved: AtomicU64::new(0),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             writing: Mutex::default(),

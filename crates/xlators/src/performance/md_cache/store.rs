@@ -31,6 +31,21 @@ impl MdCache {
     /// not kept. Called before the change is made to the kept state.
     pub(super) fn bump(&self, g: &Gfid) {
         self.bucket(g).fetch_max(self.tick(), Ordering::AcqRel);
+        if self.makes.load(Ordering::SeqCst) > 0 {
+            if let Some(changed) = self.making.lock().unwrap().get_mut(g) {
+                *changed = true;
+            }
+        }
+    }
+
+    /// Watches directory `g`, about to be made here, for changes until the
+    /// answer (`Making::changed`). Its bucket alone would not do: while a
+    /// thousand writes land (each bumps its file), a new directory's bucket
+    /// is bumped in one mkdir of six, and the directory is not known empty.
+    pub(super) fn making(&self, g: Gfid) -> Making<'_> {
+        self.making.lock().unwrap().insert(g, false);
+        self.makes.fetch_add(1, Ordering::SeqCst);
+        Making { cache: self, g }
     }
 
     /// The clock's next tick.
@@ -236,5 +251,25 @@ impl MdCache {
             }
             _ => {}
         }
+    }
+}
+
+/// A directory being made here, watched for changes (`MdCache::making`).
+pub(super) struct Making<'a> {
+    cache: &'a MdCache,
+    g: Gfid,
+}
+
+impl Making<'_> {
+    /// Whether anything about the directory changed since it was watched.
+    pub(super) fn changed(&self) -> bool {
+        self.cache.making.lock().unwrap().get(&self.g) != Some(&false)
+    }
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        self.cache.making.lock().unwrap().remove(&self.g);
+        self.cache.makes.fetch_sub(1, Ordering::SeqCst);
     }
 }

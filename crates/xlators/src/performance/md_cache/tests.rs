@@ -517,3 +517,62 @@ async fn names_found_are_answered_here_until_recalled_or_changed_here() {
     find("q").await;
     assert_eq!(asked(), 7);
 }
+
+/// Answers a mkdir once let through (`gate`).
+struct SlowMkdir {
+    gate: tokio::sync::Semaphore,
+}
+
+#[async_trait]
+impl Xlator for SlowMkdir {
+    fn name(&self) -> String {
+        "slow-mkdir".into()
+    }
+    async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+        match fop {
+            Fop::Mkdir { gfid, .. } => {
+                self.gate.acquire().await.unwrap().forget();
+                let attr = Attr {
+                    kind: mortar_core::fop::FileKind::Dir,
+                    ..Attr::plain_file(gfid, 4096)
+                };
+                Ok(Reply::Entry(mortar_core::Entry::found(attr)))
+            }
+            _ => Ok(Reply::Ok),
+        }
+    }
+}
+
+/// A directory made here is known empty though other objects of its
+/// bucket change while it is made (a thousand writes landing bump one
+/// mkdir's bucket in six); not when it is itself recalled meanwhile.
+#[tokio::test]
+async fn a_new_directory_is_known_empty_unless_it_changed_itself_while_made() {
+    let below = Arc::new(SlowMkdir {
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let md = leased(below.clone());
+    for recalled in [false, true] {
+        let d = Gfid::random();
+        // Another object in the same bucket.
+        let mut other = Gfid::random();
+        other.0[14..].copy_from_slice(&d.0[14..]);
+        let mkdir = Fop::Mkdir {
+            parent: Gfid::ROOT,
+            name: Name::new(if recalled { "r" } else { "d" }).unwrap(),
+            gfid: d,
+            mode: 0o755,
+            umask: 0,
+        };
+        let (m, cx) = (md.clone(), Ctx::root());
+        let made = tokio::spawn(async move { m.call(&cx, mkdir).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        md.bump(&other);
+        if recalled {
+            recall(&md, d, None);
+        }
+        below.gate.add_permits(1);
+        made.await.unwrap().unwrap();
+        assert_eq!(md.missing(d, b"x"), !recalled, "recalled: {recalled}");
+    }
+}

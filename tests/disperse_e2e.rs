@@ -589,7 +589,6 @@ fn fsx_and_overlapping_writes_from_two_mounts_leave_consistent_fragments() {
 /// wrote there or what was there before, and once healed the parity
 /// decodes to the same file with two data bricks away.
 #[test]
-#[ignore = "fails about one run in three (session 53): after the heal, a read with two data bricks away can decode another file than the data fragments hold; under study, see docs/disperse.md"]
 fn a_client_killed_mid_write_keeps_its_synced_bytes_and_heals_to_the_coding() {
     use std::os::unix::fs::FileExt;
     let c = Cluster::start();
@@ -682,11 +681,10 @@ fn a_brick_whose_directory_is_deleted_goes_offline_and_the_dispersed_volume_goes
     c.ok(&["volume", "set", "hd", "storage.health-check-interval", "1"]);
     let m = c.mount("hd");
     let src = c.path("src");
-    // Synced, file and directory: a create answered ahead that lands
-    // after the deletion fails whole on one brick's ESTALE (session 53's
-    // note: a bug of its own, not this test's subject).
+    // Not synced: a create answered ahead may land after the deletion,
+    // and the brick without the directory only misses it.
     ok(&format!(
-        "head -c 300001 /dev/urandom > {s} && mkdir {d} && cp {s} {d}/f && sync {d}/f {d}",
+        "head -c 300001 /dev/urandom > {s} && mkdir {d} && cp {s} {d}/f",
         s = src.display(),
         d = m.p("d")
     ));

@@ -334,6 +334,62 @@ fn a_brick_that_answers_late_is_read_around_and_volume_status_says_so() {
     assert!(st.contains(&m.dir.display().to_string()), "{st}");
 }
 
+/// A brick whose disk writes slowly (1 s for every large write) is
+/// written around once it has shown it: the writes go on at the others'
+/// speed, the brick is blamed and healed, and `volume status` says so.
+#[test]
+fn a_brick_that_writes_late_is_written_around_and_healed() {
+    let env = [("FAILPOINTS", "posix-large-write:sw1=sleep(1000)")];
+    need_fail_points(&env);
+    let mut c = Cluster::start();
+    c.one_process_per_brick();
+    c.kill_daemon();
+    c.start_daemon_env(&env);
+    four_plus_two(&c, "sw");
+    let m = c.mount("sw");
+    let src = c.path("src");
+    ok(&format!(
+        "head -c $((24 << 20)) /dev/urandom > {}",
+        src.display()
+    ));
+    // 24 writes of 1 MiB, each 256 KiB on sw1: 24 s if it were waited for.
+    let t = std::time::Instant::now();
+    ok(&format!(
+        "dd if={} of={} bs=1M oflag=direct conv=fsync 2>/dev/null",
+        src.display(),
+        m.p("f")
+    ));
+    assert!(
+        t.elapsed() < Duration::from_secs(12),
+        "24 writes took {:?}: the slow brick was waited for",
+        t.elapsed()
+    );
+    ok(&format!("cmp {} {}", src.display(), m.p("f")));
+    let slow = c.path("sw1").display().to_string();
+    wait_for(
+        "volume status to show the slow brick",
+        Duration::from_secs(60),
+        || {
+            let st = c.ok(&["volume", "status", "sw"]);
+            let mut lines = st.lines();
+            lines.any(|l| l.contains(&slow))
+                && lines
+                    .next()
+                    .is_some_and(|l| l.contains("Slow: answers late"))
+        },
+    );
+    // What it missed is healed (at its own pace) and decodes alike.
+    drop(m);
+    wait_healed(&c, "sw", Duration::from_secs(120));
+    for away in [[0, 1], [2, 3]] {
+        let decoded = read_with_away(&c, "sw", &["f"], away);
+        assert!(
+            decoded[0] == std::fs::read(&src).unwrap(),
+            "decoded without {away:?}"
+        );
+    }
+}
+
 /// Data fragment `i` of file `path` in a 4 + 2 volume: the file's stripe
 /// units (16 KiB) `i`, `i + 4`, `i + 8`... one after the other, zeros
 /// after, as long as the file (docs/disperse.md).

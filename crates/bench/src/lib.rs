@@ -9,6 +9,7 @@ pub mod report;
 pub mod results;
 pub mod stats;
 pub mod target;
+pub mod undo;
 pub mod workloads;
 
 use clap::{Args, Subcommand};
@@ -239,6 +240,7 @@ struct Run<'a> {
 /// in `report_dir/failed-logs/`, and the figures measured so far in
 /// `report_dir/results.json`.
 fn keep_failed(base: &Path, report_dir: &Path, results: &Results, error: &anyhow::Error) {
+    undo::settle();
     fn logs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
@@ -468,6 +470,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     let wl = chosen_workloads(&a)?;
     let shape = Shape::parse(&a.shape)?.with_down(a.down)?;
+    undo::on_signals()?;
     let base = a.dir.clone();
     std::fs::create_dir_all(&base)?;
     let scratch = base.join("scratch");

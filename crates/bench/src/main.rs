@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     match mortar_bench::run(Cli::parse().bench) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            mortar_bench::undo::settle();
             eprintln!("{e:#}");
             ExitCode::FAILURE
         }

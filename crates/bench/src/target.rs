@@ -3,6 +3,7 @@
 //! management daemon, so a running one is never touched), a GlusterFS volume
 //! of the same shape through the installed `gluster` CLI, or any directory.
 
+use crate::undo;
 use anyhow::{bail, Context};
 use mortar::mgmt::rpc::{self, Request, Response};
 use mortar::mount::{self, MountArgs};
@@ -137,7 +138,8 @@ pub struct Target {
     /// Where its bytes land on the local disk (a volume's bricks), for
     /// the `space` workload.
     pub store: Vec<PathBuf>,
-    teardown: Vec<Box<dyn FnOnce()>>,
+    /// Its steps in `undo`, run at close or drop.
+    teardown: Vec<u64>,
 }
 
 impl Target {
@@ -145,17 +147,20 @@ impl Target {
     /// the workloads run in a directory inside it.
     fn mounted(mut self, mnt: PathBuf) -> anyhow::Result<Target> {
         let m2 = mnt.clone();
-        self.teardown.push(Box::new(move || umount(&m2)));
+        self.teardown.push(undo::push(move || umount(&m2)));
         self.dir = mnt.join("work");
         self.mnt = Some(mnt);
         std::fs::create_dir_all(&self.dir)?;
         Ok(self)
     }
 
-    pub fn close(mut self) {
-        while let Some(f) = self.teardown.pop() {
-            f();
-        }
+    /// Takes it down (also done when it is dropped).
+    pub fn close(self) {}
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        undo::run(&self.teardown);
     }
 }
 
@@ -199,7 +204,7 @@ pub fn local(base: &Path) -> anyhow::Result<Target> {
         store: vec![dir.clone()],
         dir,
         mnt: None,
-        teardown: vec![Box::new(move || {
+        teardown: vec![undo::push(move || {
             let _ = std::fs::remove_dir_all(d);
         })],
     })
@@ -219,7 +224,7 @@ pub fn directory(path: &Path) -> anyhow::Result<Target> {
         store: vec![dir.clone()],
         dir,
         mnt: None,
-        teardown: vec![Box::new(move || {
+        teardown: vec![undo::push(move || {
             let _ = std::fs::remove_dir_all(d);
         })],
     })
@@ -241,7 +246,7 @@ pub fn bindfs(base: &Path) -> anyhow::Result<Target> {
         dir: PathBuf::new(),
         mnt: None,
         store: vec![src.clone()],
-        teardown: vec![Box::new(move || {
+        teardown: vec![undo::push(move || {
             let _ = std::fs::remove_dir_all(&root);
         })],
     };
@@ -292,13 +297,13 @@ pub fn mortar(
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()?;
-    let mut teardown: Vec<Box<dyn FnOnce()>> = Vec::new();
+    let mut teardown: Vec<u64> = Vec::new();
     let r2 = root.clone();
-    teardown.push(Box::new(move || {
+    teardown.push(undo::push(move || {
         let _ = std::fs::remove_dir_all(&r2);
     }));
     let pid = daemon.id();
-    teardown.push(Box::new(move || {
+    teardown.push(undo::push(move || {
         if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
@@ -475,7 +480,7 @@ pub fn glusterfs(base: &Path, shape: Shape, groups: &[String]) -> anyhow::Result
         teardown: Vec::new(),
     };
     let r2 = root.clone();
-    t.teardown.push(Box::new(move || {
+    t.teardown.push(undo::push(move || {
         let _ = run(g().args(["volume", "stop", vol, "force"]));
         let _ = run(g().args(["volume", "delete", vol]));
         let _ = std::fs::remove_dir_all(&r2);

@@ -143,3 +143,68 @@ fn bench_refuses_what_it_cannot_measure() {
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("bad volume shape"));
 }
+
+/// Interrupted (SIGTERM) in the middle of a run, the benchmark unmounts
+/// and stops what it set up, and exits as killed by the signal (143).
+#[test]
+fn an_interrupted_bench_takes_down_what_it_set_up() {
+    let dir = tempfile::Builder::new()
+        .prefix("mortar-bench-test-")
+        .tempdir()
+        .unwrap();
+    let work = dir.path().join("work");
+    let mut bench = std::process::Command::new(mortar())
+        .args([
+            "bench",
+            "--against",
+            "local",
+            "--workloads",
+            "smallfile-ops",
+        ])
+        .args(["--reps", "50"])
+        .arg("--dir")
+        .arg(&work)
+        .arg("--report")
+        .arg(dir.path().join("report"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mnt = work.join("mortar/mnt");
+    let mounted = || {
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .contains(&*mnt.to_string_lossy())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !mounted() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the volume was never mounted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = rustix::process::Pid::from_raw(bench.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = bench.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(bench.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(!mounted(), "the mount was left behind");
+    // Its daemon, bricks and mount are gone with their state.
+    assert!(
+        !work.join("mortar").exists(),
+        "the volume's state was left behind"
+    );
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &work.to_string_lossy()])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "processes left: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}

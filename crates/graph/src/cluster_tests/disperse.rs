@@ -170,15 +170,23 @@ async fn with_r_bricks_away_reads_and_writes_go_on() {
     assert_eq!(r.read(g).await.unwrap(), more);
 }
 
-/// Reads shorter than a stripe, at offsets in every fragment, with a data
-/// brick away: each rebuilt from the stripes it touches (a fragment the
-/// read does not touch once made the client panic).
+/// Reads shorter than a stripe, at offsets in every fragment, healthy
+/// (one unit's: the fragment's bytes as they came) and with a data brick
+/// away: each rebuilt from the stripes it touches (a fragment the read does
+/// not touch once made the client panic).
 #[tokio::test]
-async fn short_reads_with_a_data_brick_away_touch_some_fragments_only() {
+async fn short_reads_healthy_and_with_a_data_brick_away() {
     let r = Rig::disperse(1, 4, 2);
     let want = bytes(5 * 4 * UNIT as usize + 777, 8);
     let f = r.create(Gfid::ROOT, "f", &want).await.unwrap();
-    r.bricks[1].set_down(true);
+    for away in [false, true] {
+        r.bricks[1].set_down(away);
+        short_reads(&r, f, &want).await;
+    }
+}
+
+/// Reads of 1, 100 and a unit and a bit at offsets all through `f`.
+async fn short_reads(r: &Rig, f: Gfid, want: &[u8]) {
     let fh = r
         .call(Fop::Open {
             gfid: f,

@@ -259,18 +259,34 @@ impl Replicate {
         if len == 0 {
             return Ok(Vec::new());
         }
+        padded(self.fragment_bytes(cx, gfid, i, fh, range).await, len)
+    }
+
+    /// Bytes `range` of fragment `i` as the brick answered them (shorter
+    /// where the fragment ends early), not copied.
+    async fn fragment_bytes(
+        &self,
+        cx: &Ctx,
+        gfid: Gfid,
+        i: usize,
+        fh: u64,
+        range: Range<u64>,
+    ) -> FsResult<Reply> {
+        if range.is_empty() {
+            return Ok(Reply::Data(bytes::Bytes::new()));
+        }
         let fop = Fop::Read {
             gfid,
             fh,
             offset: range.start,
-            size: len as u32,
+            size: (range.end - range.start) as u32,
         };
         let t = std::time::Instant::now();
         let r = self.children[i].call(cx, fop).await;
         if r.is_ok() {
             self.coding().pace.record(i, t.elapsed());
         }
-        padded(r, len)
+        r
     }
 
     /// Every fragment's bytes of `range`, rebuilt from the good fragments
@@ -373,7 +389,11 @@ impl Replicate {
             let reads = wanted.iter().map(|&i| {
                 let (range, answered) = (ranges[i].clone(), &answered);
                 async move {
-                    let r = self.fragment_read(cx, gfid, i, handle(i), range).await;
+                    let r = match self.fragment_bytes(cx, gfid, i, handle(i), range).await {
+                        Ok(Reply::Data(b)) => Ok(b),
+                        Ok(other) => Err(mortar_core::fop::unexpected(other)),
+                        Err(e) => Err(e),
+                    };
                     answered[i].store(true, std::sync::atomic::Ordering::Relaxed);
                     (i, r)
                 }
@@ -388,7 +408,7 @@ impl Replicate {
                 }
                 return None;
             };
-            let mut parts = vec![Vec::new(); g.k()];
+            let mut parts = vec![bytes::Bytes::new(); g.k()];
             for (i, r) in results {
                 match r {
                     Ok(b) => parts[i] = b,
@@ -429,20 +449,28 @@ impl Replicate {
                     let good = self.good_fragments(cx, gfid, &up).await?;
                     self.rebuilt(cx, gfid, &good, handle, sr.clone()).await
                 };
-                let frags = self.txns.read_locked(gfid, &up, rebuild).await?;
+                let mut frags = self.txns.read_locked(gfid, &up, rebuild).await?;
                 (0..g.k())
                     .map(|i| {
                         let r = &ranges[i];
                         // (A fragment the read does not touch has 0..0.)
                         if r.is_empty() {
-                            return Vec::new();
+                            return bytes::Bytes::new();
                         }
                         let (a, b) = ((r.start - sr.start) as usize, (r.end - sr.start) as usize);
-                        frags[i][a.min(frags[i].len())..b.min(frags[i].len())].to_vec()
+                        let frag = bytes::Bytes::from(std::mem::take(&mut frags[i]));
+                        frag.slice(a.min(frag.len())..b.min(frag.len()))
                     })
                     .collect()
             }
         };
+        // A read within one stripe unit: that fragment's bytes as they came.
+        let n = (end - offset) as usize;
+        if let [only] = wanted[..] {
+            if parts[only].len() >= n {
+                return Ok(Reply::Data(parts[only].slice(..n)));
+            }
+        }
         let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
         let mut out = g.gather(offset, len, &refs);
         out.truncate((end - offset) as usize);

@@ -15,6 +15,7 @@
 //! and `readable` the single place where copies are chosen for reading.
 
 mod changes;
+mod coded_reads;
 pub mod disperse;
 mod handles;
 mod holes;

@@ -15,8 +15,13 @@ fn mortar() -> std::path::PathBuf {
     p
 }
 
+/// Held by a test that sets up mortar: the benchmark's daemon has one
+/// port, so two such runs at once would refuse each other.
+static ONE_DAEMON: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn bench_runs_every_workload_and_writes_its_report() {
+    let _daemon = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new()
         .prefix("mortar-bench-test-")
         .tempdir()
@@ -148,6 +153,7 @@ fn bench_refuses_what_it_cannot_measure() {
 /// and stops what it set up, and exits as killed by the signal (143).
 #[test]
 fn an_interrupted_bench_takes_down_what_it_set_up() {
+    let _daemon = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new()
         .prefix("mortar-bench-test-")
         .tempdir()

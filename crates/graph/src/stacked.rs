@@ -159,16 +159,13 @@ impl StackBrick {
             }
         };
         let stack = stack.expect("a stack");
+        if down {
+            self.end_conns(&stack);
+            return;
+        }
         for c in self.live_conns() {
-            if down {
-                if let Some(conn) = c.conn.lock().unwrap().take() {
-                    stack.disconnect(&conn);
-                }
-                c.link.emit(Event::Down);
-            } else {
-                c.open(&stack);
-                c.link.emit(Event::Up);
-            }
+            c.open(&stack);
+            c.link.emit(Event::Up);
         }
     }
 
@@ -176,7 +173,14 @@ impl StackBrick {
     /// sessions left unsettled in the index; requests not yet delivered
     /// (delayed) are lost.
     pub fn cut_clients(&self) {
-        let Some(stack) = self.stack() else { return };
+        if let Some(stack) = self.stack() {
+            self.end_conns(&stack);
+        }
+    }
+
+    /// Ends the brick's side of every client connection and tells the
+    /// clients their brick went down.
+    fn end_conns(&self, stack: &Stack) {
         for c in self.live_conns() {
             if let Some(conn) = c.conn.lock().unwrap().take() {
                 stack.disconnect(&conn);

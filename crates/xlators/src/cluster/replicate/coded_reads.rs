@@ -11,18 +11,6 @@ use futures_util::future::join_all;
 use mortar_core::fop::ANON_FH;
 use std::ops::Range;
 
-/// The bytes of a read's answer, zeros after a short one, `len` in all.
-fn padded(r: FsResult<Reply>, len: u64) -> FsResult<Vec<u8>> {
-    match r? {
-        Reply::Data(b) => {
-            let mut v = b.to_vec();
-            v.resize(len as usize, 0);
-            Ok(v)
-        }
-        other => Err(mortar_core::fop::unexpected(other)),
-    }
-}
-
 impl Replicate {
     /// Reads `range` of fragment `i` (zeros after its end) through `fh`.
     pub(super) async fn fragment_read(
@@ -33,11 +21,10 @@ impl Replicate {
         fh: u64,
         range: Range<u64>,
     ) -> FsResult<Vec<u8>> {
-        let len = range.end - range.start;
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        padded(self.fragment_bytes(cx, gfid, i, fh, range).await, len)
+        let len = (range.end - range.start) as usize;
+        let mut v = self.fragment_bytes(cx, gfid, i, fh, range).await?.to_vec();
+        v.resize(len, 0);
+        Ok(v)
     }
 
     /// Bytes `range` of fragment `i` as the brick answered them (shorter
@@ -49,9 +36,9 @@ impl Replicate {
         i: usize,
         fh: u64,
         range: Range<u64>,
-    ) -> FsResult<Reply> {
+    ) -> FsResult<bytes::Bytes> {
         if range.is_empty() {
-            return Ok(Reply::Data(bytes::Bytes::new()));
+            return Ok(bytes::Bytes::new());
         }
         let fop = Fop::Read {
             gfid,
@@ -64,7 +51,10 @@ impl Replicate {
         if r.is_ok() {
             self.coding().pace.record(i, t.elapsed());
         }
-        r
+        match r? {
+            Reply::Data(b) => Ok(b),
+            other => Err(mortar_core::fop::unexpected(other)),
+        }
     }
 
     /// Every fragment's bytes of `range`, rebuilt from the good fragments
@@ -167,11 +157,7 @@ impl Replicate {
             let reads = wanted.iter().map(|&i| {
                 let (range, answered) = (ranges[i].clone(), &answered);
                 async move {
-                    let r = match self.fragment_bytes(cx, gfid, i, handle(i), range).await {
-                        Ok(Reply::Data(b)) => Ok(b),
-                        Ok(other) => Err(mortar_core::fop::unexpected(other)),
-                        Err(e) => Err(e),
-                    };
+                    let r = self.fragment_bytes(cx, gfid, i, handle(i), range).await;
                     answered[i].store(true, std::sync::atomic::Ordering::Relaxed);
                     (i, r)
                 }

@@ -6,6 +6,7 @@
 //! brick storage, FUSE or the management daemon.
 
 pub mod addrs;
+pub mod changed;
 pub mod clock;
 pub mod desc;
 pub mod error;

@@ -48,6 +48,8 @@ pub struct StackBrick {
     conns: Mutex<Vec<Weak<StackConn>>>,
     next_conn: AtomicU64,
     calls: AtomicU64,
+    /// Bytes asked for by reads.
+    read: AtomicU64,
 }
 
 /// One client connection to a `StackBrick`: the leaf translator of a
@@ -88,6 +90,7 @@ impl StackBrick {
             conns: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            read: AtomicU64::new(0),
         });
         std::fs::create_dir(b.root()).expect("the brick directory");
         Posix::prepare(&b.root()).expect("the brick directory is prepared");
@@ -169,6 +172,20 @@ impl StackBrick {
         }
     }
 
+    /// Ends the brick process as a kill does: unlike `set_down`, its
+    /// translators are not told that connections end, so nothing they
+    /// keep in memory is written down (a change session's ranges).
+    pub fn kill(&self) {
+        *self.die.lock().unwrap() = None;
+        if self.up.lock().unwrap().take().is_none() {
+            return;
+        }
+        for c in self.live_conns() {
+            c.conn.lock().unwrap().take();
+            c.link.emit(Event::Down);
+        }
+    }
+
     /// Ends every client connection, as a client killed: locks let go,
     /// sessions left unsettled in the index; requests not yet delivered
     /// (delayed) are lost.
@@ -196,6 +213,11 @@ impl StackBrick {
     /// Requests the brick has been asked so far.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
+    }
+
+    /// Bytes its clients have asked to read.
+    pub fn read_bytes(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
     }
 
     /// The file or directory at `path` (names from the brick's root) as
@@ -502,6 +524,9 @@ impl Xlator for StackConn {
             return Err(FsError::notconn(format!("{} is down", self.brick.name)));
         };
         self.brick.calls.fetch_add(1, Ordering::Relaxed);
+        if let Fop::Read { size, .. } = fop {
+            self.brick.read.fetch_add(size as u64, Ordering::Relaxed);
+        }
         let name = fop.name();
         if let Some((errno, left)) = self.brick.inject.lock().unwrap().get_mut(name) {
             if *left > 0 {

@@ -13,6 +13,13 @@
 //! The next chunk is read while one is written; the lock is let go every
 //! few chunks, as for a replica.
 //!
+//! Only the ranges that may differ are looked at (granular heal): the
+//! union of the ranges each fragment's brick recorded as changed since the
+//! fragments last agreed (`mortar_core::changed`, kept by the brick's
+//! index), and, when fragments are of different lengths, everything from
+//! the stripe the shortest ends in. A brick that lost its record (stopped
+//! in the middle of a change) answers the whole file.
+//!
 //! A change of unknown outcome (a client or brick died mid-write, so
 //! nobody is blamed but `UNSETTLED` is marked, or nothing is and only the
 //! index entry its ended session left says so) may have reached some
@@ -21,6 +28,7 @@
 //! after a crash) and the parity is computed from them anew.
 
 use super::object::*;
+use mortar_core::changed::{Changed, CHANGED_XATTR};
 use mortar_core::fop::{ANON_FH, UNSETTLED};
 use mortar_core::{Attr, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
 use mortar_xlators::cluster::replicate::bits;
@@ -50,6 +58,27 @@ async fn read_padded(b: &Brick, gfid: Gfid, offset: u64, len: u64) -> FsResult<V
         }
         _ => Err(FsError::new(libc::EIO, "read answered without data")),
     }
+}
+
+/// The pieces of a fragment `content` bytes long to rebuild for `changed`:
+/// its ranges widened to whole `BLOCK`s, joined, cut into `CHUNK`s
+/// (offset, length).
+fn pieces(changed: &Changed, content: u64) -> Vec<(u64, u64)> {
+    let b = BLOCK as u64;
+    let mut wide = Changed::default();
+    for (s, e) in changed.within(content) {
+        wide.add(s / b * b, e.div_ceil(b).saturating_mul(b).min(content));
+    }
+    let mut out = Vec::new();
+    for (s, e) in wide.within(content) {
+        let mut at = s;
+        while at < e {
+            let len = (e - at).min(CHUNK);
+            out.push((at, len));
+            at += len;
+        }
+    }
+    out
 }
 
 /// The runs of `want` that differ from `have` (same length), compared
@@ -144,8 +173,20 @@ impl Set {
             call(&self.bricks[i], &root(), Fop::Setattr { gfid, set }).await?;
         }
         let sizes: HashMap<usize, u64> = sinks.iter().map(|&i| (i, attr(i).size)).collect();
+        let mut changed = self.changed(gfid, &everyone).await;
+        if copies.iter().any(|(_, a)| a.size != size) {
+            let shortest = copies.iter().map(|(_, a)| a.size).min().unwrap_or(0);
+            let shortest = shortest.min(size);
+            // Fragments of different lengths (a fragment made empty on a
+            // brick replaced, a change of unknown outcome that lengthened
+            // some): from the stripe the shortest ends in.
+            let g = &self.coded().g;
+            changed.add(shortest / g.stripe_bytes() * g.unit(), u64::MAX);
+        }
+        let pieces = pieces(&changed, self.coded().g.parity_len(size));
+        tracing::debug!(set = %self.name, %gfid, ?changed, pieces = pieces.len(), "healing the ranges changed");
         let (healed, bytes) = self
-            .rebuild_sinks(gfid, &sources, sinks.clone(), &sizes, size, locked)
+            .rebuild_sinks(gfid, &sources, sinks.clone(), &sizes, size, &pieces, locked)
             .await;
         out.bytes = bytes;
         let mut done = Vec::new();
@@ -185,8 +226,30 @@ impl Set {
         Ok(out)
     }
 
+    /// The union of the ranges of `gfid` the bricks `idx` say changed: the
+    /// whole file if one cannot say.
+    async fn changed(&self, gfid: Gfid, idx: &[usize]) -> Changed {
+        let mut all = Changed::default();
+        let ask = Fop::Getxattr {
+            gfid,
+            name: CHANGED_XATTR.into(),
+        };
+        for (i, r) in self.each(idx, ask).await {
+            match r {
+                Ok(Reply::Xattr(v)) => all.merge(&Changed::decode(&v)),
+                other => {
+                    let e = other.err().map(|e| e.to_string()).unwrap_or_default();
+                    tracing::info!(set = %self.name, %gfid, brick = %self.bricks[i].label, "cannot tell the ranges changed ({e}): healing the whole file");
+                    return Changed::Whole;
+                }
+            }
+        }
+        all
+    }
+
     /// Makes each of `sinks` the fragment `sources` say it is, for a file
-    /// of `size` bytes; `sizes` are the sinks' lengths now. Answers the
+    /// of `size` bytes, in the `pieces` (fragment offset, length) that may
+    /// differ; `sizes` are the sinks' lengths now. Answers the
     /// sinks healed and the bytes written. A sink that fails is left out
     /// (its blame stays). A source that fails (a block damaged behind its
     /// brick's back, which nobody had read yet) is replaced by a spare
@@ -200,6 +263,7 @@ impl Set {
         mut sinks: Vec<usize>,
         sizes: &HashMap<usize, u64>,
         size: u64,
+        pieces: &[(u64, u64)],
         locked: &[usize],
     ) -> (Vec<usize>, u64) {
         let c = self.coded();
@@ -227,12 +291,16 @@ impl Set {
                 }
             }
         }
-        // Chunk by chunk, the next one read while the last is written; the
-        // lock is let go every `WINDOW` chunks.
-        let mut off = 0u64;
+        // Piece by piece, the next one read while the last is written; the
+        // lock is let go every `WINDOW` pieces.
+        let mut at = 0;
         let mut held = 0;
-        let mut next = Some(self.chunk(gfid, &from, off, content).await);
+        let mut next = match pieces.first() {
+            Some(&p) => Some(self.chunk(gfid, &from, p).await),
+            None => None,
+        };
         while let Some(frags) = next.take() {
+            let off = pieces[at].0;
             let mut frags = match frags {
                 Ok(f) => f,
                 Err(Some(bad)) if !spares.is_empty() => {
@@ -243,15 +311,13 @@ impl Set {
                     from.sort_unstable();
                     sinks.push(bad);
                     sizes.insert(bad, content);
-                    next = Some(self.chunk(gfid, &from, off, content).await);
+                    next = Some(self.chunk(gfid, &from, pieces[at]).await);
                     continue;
                 }
                 Err(_) => return (Vec::new(), written),
             };
-            let len = frags[0].len() as u64;
-            let after = off + len;
             held += 1;
-            let ahead = after < content && held < WINDOW;
+            let ahead = at + 1 < pieces.len() && held < WINDOW;
             let fixes = sinks.iter().map(|&s| {
                 // Handed over whole: written without a copy.
                 let want = bytes::Bytes::from(std::mem::take(&mut frags[s]));
@@ -261,7 +327,7 @@ impl Set {
             });
             let read_ahead = async {
                 match ahead {
-                    true => Some(self.chunk(gfid, &from, after, content).await),
+                    true => Some(self.chunk(gfid, &from, pieces[at + 1]).await),
                     false => None,
                 }
             };
@@ -278,8 +344,8 @@ impl Set {
                     Err(e) => fail(&mut sinks, s, &e),
                 }
             }
-            off = after;
-            if off >= content || sinks.is_empty() {
+            at += 1;
+            if at >= pieces.len() || sinks.is_empty() {
                 break;
             }
             next = match read {
@@ -293,7 +359,7 @@ impl Set {
                         sinks.clear();
                         break;
                     }
-                    Some(self.chunk(gfid, &from, off, content).await)
+                    Some(self.chunk(gfid, &from, pieces[at]).await)
                 }
             };
         }
@@ -313,19 +379,16 @@ impl Set {
         (sinks, written)
     }
 
-    /// Every fragment's bytes of the chunk at `off` (up to `CHUNK`, not
-    /// past `content`), read from the sources `from` (K of them) and
-    /// rebuilt; else (said in the log) the source that failed, or None if
-    /// the code did.
+    /// Every fragment's bytes of the piece `len` bytes at `off`, read from
+    /// the sources `from` (K of them) and rebuilt; else (said in the log)
+    /// the source that failed, or None if the code did.
     async fn chunk(
         &self,
         gfid: Gfid,
         from: &[usize],
-        off: u64,
-        content: u64,
+        (off, len): (u64, u64),
     ) -> Result<Vec<Vec<u8>>, Option<usize>> {
         let c = self.coded();
-        let len = (content - off).min(CHUNK);
         let n = self.bricks.len();
         let reads = from
             .iter()

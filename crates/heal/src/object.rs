@@ -192,7 +192,7 @@ impl Set {
     }
 
     /// Sends `fop` to each brick of `idx` at once; answers in `idx` order.
-    async fn each(&self, idx: &[usize], fop: Fop) -> Vec<(usize, FsResult<Reply>)> {
+    pub(super) async fn each(&self, idx: &[usize], fop: Fop) -> Vec<(usize, FsResult<Reply>)> {
         let calls = idx.iter().map(|&i| {
             let fop = fop.clone();
             async move { (i, call(&self.bricks[i], &root(), fop).await) }

@@ -5,7 +5,8 @@
 //! connection that ends leaves its sessions unsettled, for heal.
 
 use crate::{BrickEnv, BrickXlator, Conn};
-use mortar_core::{Ctx, Fop, FsResult, Reply};
+use mortar_core::changed::{Changed, CHANGED_XATTR};
+use mortar_core::{Ctx, Fop, FsResult, Gfid, Reply};
 mod store;
 pub use store::{Index, PENDING_BASE};
 
@@ -28,6 +29,25 @@ pub fn build(
         index: Arc::new(index),
         below,
     })))
+}
+
+/// The bytes of an object's data `fop` may change: `start..end`.
+fn changes(fop: &Fop) -> Option<(Gfid, u64, u64)> {
+    match fop {
+        Fop::Write {
+            gfid,
+            offset,
+            data,
+            grow,
+            ..
+        } => Some((*gfid, *offset, (*offset + data.len() as u64).max(*grow))),
+        Fop::Fallocate {
+            gfid, offset, len, ..
+        } => Some((*gfid, *offset, offset.saturating_add(*len))),
+        Fop::Setattr { gfid, set } => set.size.map(|s| (*gfid, s, u64::MAX)),
+        Fop::Open { gfid, flags } if flags & libc::O_TRUNC != 0 => Some((*gfid, 0, u64::MAX)),
+        _ => None,
+    }
 }
 
 #[async_trait]
@@ -65,7 +85,24 @@ impl BrickXlator for IndexXl {
                     .map(Reply::Gfids)
             }
             Fop::Blamed { max } => Ok(Reply::Blames(self.index.blamed(max as usize))),
-            other => self.below.call(conn, cx, other).await,
+            Fop::Getxattr { gfid, name } if name == CHANGED_XATTR => {
+                let c = self.index.known_changed(gfid)?;
+                Ok(Reply::Xattr(c.encode().into()))
+            }
+            Fop::Setxattr {
+                gfid, name, value, ..
+            } if name == CHANGED_XATTR => {
+                self.index.add_changed(gfid, &Changed::decode(&value))?;
+                Ok(Reply::Ok)
+            }
+            other => {
+                // Before the change is made: a record larger than what
+                // happened is harmless, a smaller one is not.
+                if let Some((gfid, start, end)) = changes(&other) {
+                    self.index.changed(gfid, start, end);
+                }
+                self.below.call(conn, cx, other).await
+            }
         }
     }
 

@@ -15,9 +15,26 @@
 //! `Fop::Unlock`; if the client's connection ends first, the index entry
 //! stays and heal compares the copies. Every update runs under the
 //! `sessions` mutex, so the xattr and the index stay in step.
+//!
+//! **Changed ranges** (`mortar_core::changed`): while sessions are open on
+//! an object, the byte ranges its writes, truncations and fallocates touch
+//! are kept in memory; when the last session ends and the object stays in
+//! the index (blamed, or its client went away), they are written to its
+//! `trusted.mortar.changed` xattr, so that heal rebuilds those ranges
+//! alone. The record is kept true by three rules:
+//! - it exists only while the object is in the index (removed before the
+//!   entry is);
+//! - a session opened on an object already in the index takes the record
+//!   into memory and removes it, so that a brick stopped in the middle
+//!   leaves none;
+//! - an object in the index without a record (and no session open) is
+//!   `Changed::Whole`: its ranges were lost with a brick process.
 
+use mortar_core::changed::Changed;
 use mortar_core::{FsResult, Gfid};
-use mortar_storage::posix::{proc_path, read_blame, set_xattr, Posix, BLAME_XATTR, PENDING_REL};
+use mortar_storage::posix::{
+    proc_path, read_blame, read_changed, set_xattr, write_changed, Posix, BLAME_XATTR, PENDING_REL,
+};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
@@ -47,17 +64,27 @@ fn write_blame(fd: impl AsFd, blame: u32) -> FsResult<()> {
     }
 }
 
-/// Counts one session of `gfid` out; true if it was the last.
-fn end_session(sessions: &mut HashMap<Gfid, u32>, gfid: Gfid) -> bool {
+/// The change sessions open on one object, over all connections.
+struct Open {
+    n: u32,
+    /// The ranges changed since the object entered the index.
+    changed: Changed,
+}
+
+/// Counts one session of `gfid` out; when it was the last, answers the
+/// ranges the sessions changed.
+fn end_session(sessions: &mut HashMap<Gfid, Open>, gfid: Gfid) -> Option<Changed> {
     match sessions.get_mut(&gfid) {
-        Some(n) if *n > 1 => {
-            *n -= 1;
-            false
+        Some(o) if o.n > 1 => {
+            o.n -= 1;
+            None
         }
-        _ => {
-            sessions.remove(&gfid);
-            true
-        }
+        _ => Some(
+            sessions
+                .remove(&gfid)
+                .map(|o| o.changed)
+                .unwrap_or_default(),
+        ),
     }
 }
 
@@ -66,7 +93,7 @@ pub struct Index {
     /// `.mortar/pending`.
     pending: OwnedFd,
     /// Open change sessions per object, over all connections.
-    sessions: Mutex<HashMap<Gfid, u32>>,
+    sessions: Mutex<HashMap<Gfid, Open>>,
     /// The objects each connection has a session on.
     by_conn: Mutex<HashMap<ConnId, HashSet<Gfid>>>,
     /// Objects whose copy here blames others, with the blame: the blame
@@ -125,11 +152,13 @@ impl Index {
             .collect()
     }
 
-    fn add(&self, gfid: Gfid) -> FsResult<()> {
+    /// Adds `gfid` to the index; answers whether it was in it already.
+    fn add(&self, gfid: Gfid) -> FsResult<bool> {
         let dir = &self.pending;
         let name = gfid.to_string();
         match rfs::linkat(dir, PENDING_BASE, dir, name.as_str(), AtFlags::empty()) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Ok(()) => Ok(false),
+            Err(rustix::io::Errno::EXIST) => Ok(true),
             Err(rustix::io::Errno::NOENT) => {
                 // The base is made once per brick (and again if removed).
                 rfs::openat(
@@ -139,11 +168,86 @@ impl Index {
                     Mode::from_raw_mode(0o600),
                 )?;
                 match rfs::linkat(dir, PENDING_BASE, dir, name.as_str(), AtFlags::empty()) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+                    Ok(()) => Ok(false),
+                    Err(rustix::io::Errno::EXIST) => Ok(true),
                     Err(e) => Err(e.into()),
                 }
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    fn is_pending(&self, gfid: Gfid) -> bool {
+        rfs::statat(
+            &self.pending,
+            gfid.to_string().as_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+    }
+
+    /// The record of an object already in the index, taken into memory by
+    /// a session that opens: removed from the object, so that a brick
+    /// stopped before the session ends leaves none (`Whole`).
+    fn take_changed(&self, gfid: Gfid) -> Changed {
+        let Ok(fd) = self.posix.resolve(gfid) else {
+            return Changed::Whole;
+        };
+        match read_changed(&*fd) {
+            Ok(Some(c)) => match write_changed(&*fd, None) {
+                Ok(()) => c,
+                Err(_) => Changed::Whole,
+            },
+            _ => Changed::Whole,
+        }
+    }
+
+    /// Writes down the ranges of `gfid`'s sessions, which all ended with
+    /// the object staying in the index.
+    fn keep_changed(&self, gfid: Gfid, changed: &Changed) {
+        if let Ok(fd) = self.posix.resolve(gfid) {
+            if let Err(e) = write_changed(&*fd, Some(changed)) {
+                // Without it the object is `Whole`: a slower heal, no harm.
+                tracing::warn!(brick = %self.posix.path().display(), %gfid, "cannot record the ranges changed ({e}); a heal will compare the whole file");
+            }
+        }
+    }
+
+    /// Adds `start..end` to the ranges changed of `gfid`, if a change
+    /// session is open on it (changes outside sessions are a heal's or a
+    /// rebalance's own, which need no record).
+    pub fn changed(&self, gfid: Gfid, start: u64, end: u64) {
+        if let Some(o) = self.sessions.lock().unwrap().get_mut(&gfid) {
+            o.changed.add(start, end);
+        }
+    }
+
+    /// Adds `more` to the ranges changed of `gfid` (a client found a copy
+    /// damaged): only within a change session.
+    pub fn add_changed(&self, gfid: Gfid, more: &Changed) -> FsResult<()> {
+        match self.sessions.lock().unwrap().get_mut(&gfid) {
+            Some(o) => {
+                o.changed.merge(more);
+                Ok(())
+            }
+            None => Err(mortar_core::FsError::new(
+                libc::EINVAL,
+                "changed ranges are added within a change session",
+            )),
+        }
+    }
+
+    /// The ranges of `gfid` that may differ between its copies, as this
+    /// brick knows them: none if it is not in the index.
+    pub fn known_changed(&self, gfid: Gfid) -> FsResult<Changed> {
+        let sessions = self.sessions.lock().unwrap();
+        if let Some(o) = sessions.get(&gfid) {
+            return Ok(o.changed.clone());
+        }
+        match read_changed(&*self.posix.resolve(gfid)?)? {
+            Some(c) => Ok(c),
+            None if self.is_pending(gfid) => Ok(Changed::Whole),
+            None => Ok(Changed::default()),
         }
     }
 
@@ -175,16 +279,23 @@ impl Index {
             .or_default()
             .insert(gfid)
         {
-            let n = sessions.entry(gfid).or_insert(0);
-            *n += 1;
-            if *n == 1 {
-                if let Err(e) = self.add(gfid) {
-                    if let Some(s) = self.by_conn.lock().unwrap().get_mut(&conn) {
-                        s.remove(&gfid);
+            match sessions.get_mut(&gfid) {
+                Some(o) => o.n += 1,
+                None => match self.add(gfid) {
+                    Ok(was) => {
+                        let changed = match was {
+                            true => self.take_changed(gfid),
+                            false => Changed::default(),
+                        };
+                        sessions.insert(gfid, Open { n: 1, changed });
                     }
-                    end_session(&mut sessions, gfid);
-                    return Err(e);
-                }
+                    Err(e) => {
+                        if let Some(s) = self.by_conn.lock().unwrap().get_mut(&conn) {
+                            s.remove(&gfid);
+                        }
+                        return Err(e);
+                    }
+                },
             }
         }
         if let Some(fd) = fd {
@@ -209,15 +320,22 @@ impl Index {
                 .unwrap()
                 .get_mut(&conn)
                 .is_some_and(|s| s.remove(&gfid));
-            if !had || !end_session(&mut sessions, gfid) {
+            if !had {
                 continue;
             }
+            let Some(changed) = end_session(&mut sessions, gfid) else {
+                continue;
+            };
             let blamed = match self.posix.resolve(gfid) {
                 Ok(fd) => read_blame(&*fd).unwrap_or(1) != 0,
                 // Gone: nothing left to heal.
                 Err(_) => false,
             };
-            if !blamed {
+            if blamed {
+                self.keep_changed(gfid, &changed);
+            } else {
+                // No record exists while sessions are open: the entry goes
+                // alone.
                 let _ = self.remove(gfid);
             }
         }
@@ -234,7 +352,9 @@ impl Index {
             .remove(&conn)
             .unwrap_or_default()
         {
-            end_session(&mut sessions, gfid);
+            if let Some(changed) = end_session(&mut sessions, gfid) {
+                self.keep_changed(gfid, &changed);
+            }
         }
     }
 
@@ -242,6 +362,7 @@ impl Index {
     /// index entry once nothing is pending and no session is open.
     pub fn clear(&self, gfid: Gfid, unblame: u32) -> FsResult<u32> {
         let sessions = self.sessions.lock().unwrap();
+        let open = sessions.contains_key(&gfid);
         let left = match self.posix.resolve(gfid) {
             Ok(fd) => {
                 let old = read_blame(&*fd)?;
@@ -249,6 +370,10 @@ impl Index {
                     write_blame(&*fd, old & !unblame)?;
                 }
                 self.note_blame(gfid, old & !unblame);
+                if old & !unblame == 0 && !open {
+                    // The record goes before the entry (it never outlives it).
+                    write_changed(&*fd, None)?;
+                }
                 old & !unblame
             }
             Err(e) if e.is(libc::ESTALE) => {
@@ -257,7 +382,7 @@ impl Index {
             }
             Err(e) => return Err(e),
         };
-        if left == 0 && !sessions.contains_key(&gfid) {
+        if left == 0 && !open {
             self.remove(gfid)?;
         }
         Ok(left)
@@ -307,3 +432,7 @@ impl Index {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;

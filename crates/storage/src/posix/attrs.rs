@@ -1,6 +1,7 @@
 //! Attributes: modes, owners, sizes and times; xattr name rules; statfs.
 
 use super::*;
+use mortar_core::changed::{Changed, CHANGED_XATTR};
 use mortar_core::fop::{is_distribute_xattr, LINKTO_XATTR, POINTER_PERM};
 
 /// Replica positions a copy knows to have missed changes it has
@@ -25,6 +26,27 @@ pub(super) fn read_linkto(fd: impl AsFd, attr: &Attr) -> FsResult<Option<u32>> {
 /// descriptor.
 pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
     blame_of(get_xattr(fd, BLAME_XATTR))
+}
+
+/// The changed ranges recorded on an object (`changed::CHANGED_XATTR`),
+/// None when it has no record.
+pub fn read_changed(fd: impl AsFd) -> FsResult<Option<Changed>> {
+    match get_xattr(fd, CHANGED_XATTR) {
+        Ok(v) => Ok(Some(Changed::decode(&v))),
+        Err(e) if e.is(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Records `changed` on an object, or with None removes its record.
+pub fn write_changed(fd: impl AsFd, changed: Option<&Changed>) -> FsResult<()> {
+    match changed {
+        Some(c) => set_xattr(fd, CHANGED_XATTR, &c.encode(), rfs::XattrFlags::empty()),
+        None => match rfs::removexattr(proc_path(fd), CHANGED_XATTR) {
+            Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+            Err(e) => Err(e.into()),
+        },
+    }
 }
 
 /// `read_blame` of a file open for reading or writing.

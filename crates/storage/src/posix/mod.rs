@@ -63,7 +63,7 @@ pub mod sums;
 #[cfg(test)]
 mod tests;
 
-pub use attrs::{read_blame, BLAME_XATTR};
+pub use attrs::{read_blame, read_changed, write_changed, BLAME_XATTR};
 use fds::{as_file, ANON_MAX};
 pub use fds::{FdTable, Handle, Listing, OpenCounts};
 use identity::as_caller;

@@ -202,16 +202,35 @@ impl Replicate {
     /// Copy `i` of `gfid` failed a read with EIO: its brick found a block
     /// that does not match its checksum (`storage.checksums`), or cannot
     /// read it. Recorded on the other copies up, as a change it missed
-    /// would be, so that the heal rebuilds it; in the background.
+    /// would be, with the whole file as the ranges to compare (nothing was
+    /// written where the damage is), so that the heal rebuilds it; in the
+    /// background.
     fn blame_damaged(&self, gfid: Gfid, i: usize) {
+        use mortar_core::changed::{Changed, CHANGED_XATTR};
         let others: Vec<usize> = self.up().into_iter().filter(|&x| x != i).collect();
         let (txns, name) = (self.txns.clone(), self.name.clone());
+        let children: Vec<_> = others
+            .iter()
+            .map(|&x| self.children[x].xl.clone())
+            .collect();
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         rt.spawn(async move {
             match txns.begin(gfid, &others).await {
                 Ok(t) => {
+                    let whole = Fop::Setxattr {
+                        gfid,
+                        name: CHANGED_XATTR.into(),
+                        value: Changed::Whole.encode().into(),
+                        flags: 0,
+                    };
+                    let cx = Ctx::root();
+                    let marks = t.targets.iter().map(|&x| {
+                        let child = &children[others.iter().position(|&o| o == x).unwrap()];
+                        child.call(&cx, whole.clone())
+                    });
+                    futures_util::future::join_all(marks).await;
                     let ok: Vec<_> = t.targets.iter().map(|&x| (x, Ok(Reply::Ok))).collect();
                     txns.finish(t, &ok, false).await;
                     tracing::warn!(xlator = %name, %gfid, replica = i, "a copy failed a read with EIO; recorded for heal");

@@ -215,7 +215,7 @@ impl StackBrick {
         self.calls.load(Ordering::Relaxed)
     }
 
-    /// Bytes its clients have asked to read.
+    /// Bytes its clients have asked to read or to checksum.
     pub fn read_bytes(&self) -> u64 {
         self.read.load(Ordering::Relaxed)
     }
@@ -524,9 +524,12 @@ impl Xlator for StackConn {
             return Err(FsError::notconn(format!("{} is down", self.brick.name)));
         };
         self.brick.calls.fetch_add(1, Ordering::Relaxed);
-        if let Fop::Read { size, .. } = fop {
-            self.brick.read.fetch_add(size as u64, Ordering::Relaxed);
-        }
+        let asked = match fop {
+            Fop::Read { size, .. } => size as u64,
+            Fop::Checksum { block, count, .. } => block as u64 * count as u64,
+            _ => 0,
+        };
+        self.brick.read.fetch_add(asked, Ordering::Relaxed);
         let name = fop.name();
         if let Some((errno, left)) = self.brick.inject.lock().unwrap().get_mut(name) {
             if *left > 0 {

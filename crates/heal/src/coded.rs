@@ -28,7 +28,6 @@
 //! after a crash) and the parity is computed from them anew.
 
 use super::object::*;
-use mortar_core::changed::{Changed, CHANGED_XATTR};
 use mortar_core::fop::{ANON_FH, UNSETTLED};
 use mortar_core::{Attr, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
 use mortar_xlators::cluster::replicate::bits;
@@ -58,27 +57,6 @@ async fn read_padded(b: &Brick, gfid: Gfid, offset: u64, len: u64) -> FsResult<V
         }
         _ => Err(FsError::new(libc::EIO, "read answered without data")),
     }
-}
-
-/// The pieces of a fragment `content` bytes long to rebuild for `changed`:
-/// its ranges widened to whole `BLOCK`s, joined, cut into `CHUNK`s
-/// (offset, length).
-fn pieces(changed: &Changed, content: u64) -> Vec<(u64, u64)> {
-    let b = BLOCK as u64;
-    let mut wide = Changed::default();
-    for (s, e) in changed.within(content) {
-        wide.add(s / b * b, e.div_ceil(b).saturating_mul(b).min(content));
-    }
-    let mut out = Vec::new();
-    for (s, e) in wide.within(content) {
-        let mut at = s;
-        while at < e {
-            let len = (e - at).min(CHUNK);
-            out.push((at, len));
-            at += len;
-        }
-    }
-    out
 }
 
 /// The runs of `want` that differ from `have` (same length), compared
@@ -183,7 +161,12 @@ impl Set {
             let g = &self.coded().g;
             changed.add(shortest / g.stripe_bytes() * g.unit(), u64::MAX);
         }
-        let pieces = pieces(&changed, self.coded().g.parity_len(size));
+        let pieces = pieces(
+            &changed,
+            self.coded().g.parity_len(size),
+            BLOCK as u64,
+            CHUNK,
+        );
         tracing::debug!(set = %self.name, %gfid, ?changed, pieces = pieces.len(), "healing the ranges changed");
         let (healed, bytes) = self
             .rebuild_sinks(gfid, &sources, sinks.clone(), &sizes, size, &pieces, locked)
@@ -224,27 +207,6 @@ impl Set {
             out.deferred = true;
         }
         Ok(out)
-    }
-
-    /// The union of the ranges of `gfid` the bricks `idx` say changed: the
-    /// whole file if one cannot say.
-    async fn changed(&self, gfid: Gfid, idx: &[usize]) -> Changed {
-        let mut all = Changed::default();
-        let ask = Fop::Getxattr {
-            gfid,
-            name: CHANGED_XATTR.into(),
-        };
-        for (i, r) in self.each(idx, ask).await {
-            match r {
-                Ok(Reply::Xattr(v)) => all.merge(&Changed::decode(&v)),
-                other => {
-                    let e = other.err().map(|e| e.to_string()).unwrap_or_default();
-                    tracing::info!(set = %self.name, %gfid, brick = %self.bricks[i].label, "cannot tell the ranges changed ({e}): healing the whole file");
-                    return Changed::Whole;
-                }
-            }
-        }
-        all
     }
 
     /// Makes each of `sinks` the fragment `sources` say it is, for a file

@@ -13,6 +13,7 @@
 pub use super::source::Policy;
 use super::source::{self, Choice, Plan};
 use futures_util::future::BoxFuture;
+use mortar_core::changed::{Changed, CHANGED_XATTR};
 use mortar_core::fop::{FileKind, TimeSet, ANON_FH, UNSETTLED};
 use mortar_core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
 use mortar_ec::{Codec, Geometry};
@@ -135,12 +136,35 @@ pub(super) fn root() -> Ctx {
     Ctx::background()
 }
 
-async fn sums(b: &Brick, gfid: Gfid, offset: u64) -> FsResult<Reply> {
+/// The pieces of an object `end` bytes long to look at for `changed`: its
+/// ranges widened to whole `block`s, joined, cut into pieces of `chunk`
+/// bytes at most (offset, length).
+pub(super) fn pieces(changed: &Changed, end: u64, block: u64, chunk: u64) -> Vec<(u64, u64)> {
+    let mut wide = Changed::default();
+    for (s, e) in changed.within(end) {
+        wide.add(
+            s / block * block,
+            e.div_ceil(block).saturating_mul(block).min(end),
+        );
+    }
+    let mut out = Vec::new();
+    for (s, e) in wide.within(end) {
+        let mut at = s;
+        while at < e {
+            let len = (e - at).min(chunk);
+            out.push((at, len));
+            at += len;
+        }
+    }
+    out
+}
+
+async fn sums(b: &Brick, gfid: Gfid, (offset, len): (u64, u64)) -> FsResult<Reply> {
     let fop = Fop::Checksum {
         gfid,
         offset,
         block: BLOCK,
-        count: CHUNK_BLOCKS,
+        count: len.div_ceil(BLOCK as u64) as u32,
     };
     call(b, &root(), fop).await
 }
@@ -368,6 +392,10 @@ impl Set {
     ) -> (Vec<usize>, Vec<Gfid>) {
         let kind = src_attr.kind;
         let src = plan.src;
+        let changed = match kind {
+            FileKind::File => self.changed(gfid, &plan.everyone).await,
+            _ => Changed::default(),
+        };
         let mut children = Vec::new();
         let mut healed = Vec::new();
         for &sink in &plan.sinks {
@@ -393,7 +421,7 @@ impl Set {
                     FileKind::File if Some(sink) != self.arbiter => {
                         let pair = (src, sink);
                         out.bytes += self
-                            .heal_data(gfid, pair, src_attr, sink_attr.size, locked)
+                            .heal_data(gfid, pair, src_attr, (sink_attr.size, &changed), locked)
                             .await?;
                     }
                     _ => {}
@@ -415,38 +443,66 @@ impl Set {
         (healed, children)
     }
 
+    /// The union of the ranges of `gfid` the bricks `idx` say changed: the
+    /// whole file if one cannot say.
+    pub(super) async fn changed(&self, gfid: Gfid, idx: &[usize]) -> Changed {
+        let mut all = Changed::default();
+        let ask = Fop::Getxattr {
+            gfid,
+            name: CHANGED_XATTR.into(),
+        };
+        for (i, r) in self.each(idx, ask).await {
+            match r {
+                Ok(Reply::Xattr(v)) => all.merge(&Changed::decode(&v)),
+                other => {
+                    let e = other.err().map(|e| e.to_string()).unwrap_or_default();
+                    tracing::info!(set = %self.name, %gfid, brick = %self.bricks[i].label, "cannot tell the ranges changed ({e}): healing the whole file");
+                    return Changed::Whole;
+                }
+            }
+        }
+        all
+    }
+
     pub(super) async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
         self.each(idx, Fop::Clear { gfid, unblame }).await;
     }
 
     /// Copies the blocks of `src` whose checksums differ on `sink`, chunk
-    /// by chunk (an empty sink is not asked for its sums, and gets no
-    /// blocks of zeros: they are holes once its size is set, as on the
-    /// source), and sets the sink's size to the source's. Answers the bytes
-    /// copied.
+    /// by chunk, among those the ranges `changed` touch (an empty sink is
+    /// not asked for its sums, and gets no blocks of zeros: they are holes
+    /// once its size is set, as on the source), and sets the sink's size to
+    /// the source's. Answers the bytes copied.
     async fn heal_data(
         &self,
         gfid: Gfid,
         (src, sink): (usize, usize),
         a: &Attr,
-        sink_size: u64,
+        (sink_size, changed): (u64, &Changed),
         locked: &[usize],
     ) -> FsResult<u64> {
         let (s, k) = (&self.bricks[src], &self.bricks[sink]);
         let mut copied = 0u64;
         let mut fh = None;
-        let mut off = 0u64;
+        let block = BLOCK as u64;
+        let mut changed = changed.clone();
+        if sink_size != a.size {
+            // What one copy has past the other's end.
+            changed.add(sink_size.min(a.size) / block * block, u64::MAX);
+        }
+        let pieces = pieces(&changed, a.size, block, block * CHUNK_BLOCKS as u64);
         let res: FsResult<()> = async {
-            while off < a.size {
-                let blocks = (a.size - off)
-                    .div_ceil(BLOCK as u64)
-                    .min(CHUNK_BLOCKS as u64);
+            for (i, &(off, len)) in pieces.iter().enumerate() {
+                let blocks = len.div_ceil(block);
                 // Which blocks differ: all of them on an empty sink.
                 let differ: Vec<bool> = if sink_size == 0 {
                     vec![true; blocks as usize]
                 } else {
-                    let (want, have) =
-                        futures_util::future::join(sums(s, gfid, off), sums(k, gfid, off)).await;
+                    let (want, have) = futures_util::future::join(
+                        sums(s, gfid, (off, len)),
+                        sums(k, gfid, (off, len)),
+                    )
+                    .await;
                     let (Reply::Sums(want), Reply::Sums(have)) = (want?, have?) else {
                         return Err(FsError::new(libc::EIO, "checksum answered without sums"));
                     };
@@ -507,8 +563,7 @@ impl Set {
                     .await?;
                     self.written.inc_by(n);
                 }
-                off += BLOCK as u64 * CHUNK_BLOCKS as u64;
-                if off >= a.size {
+                if i + 1 == pieces.len() {
                     break;
                 }
                 // Let an application waiting for the file have a turn.

@@ -158,6 +158,7 @@ async fn run(a: &HostArgs) -> anyhow::Result<()> {
     }
     let what = format!("brick host {}:{port}", a.ip);
     crate::process::statedump::on_signal(what.clone());
+    super::stop_on_term(host.exports.clone());
     tokio::spawn(crate::brick::server::serve(
         listener,
         host.exports.clone(),

@@ -133,6 +133,24 @@ impl Tunables {
     }
 }
 
+/// Exits when told to stop (SIGTERM, as the daemon stops a brick), once
+/// every brick of `exports` has written down what must outlive the
+/// process (`brick::Stack::stopping`: the ranges of the change sessions
+/// open, so that their files heal by those ranges, not whole).
+fn stop_on_term(exports: Arc<server::Exports>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        tracing::warn!("cannot catch SIGTERM: a brick stopped leaves its open files to heal whole");
+        return;
+    };
+    tokio::spawn(async move {
+        term.recv().await;
+        tracing::info!("told to stop (SIGTERM): exiting");
+        exports.stopping();
+        std::process::exit(0);
+    });
+}
+
 /// Tells the daemon (if it still listens) why this brick stops serving,
 /// then exits.
 fn go_offline(reason: &str) -> ! {
@@ -290,6 +308,7 @@ pub async fn run(cfg: BrickConfig) -> anyhow::Result<()> {
     let brick = start(&cfg, opened, &exports, port, offline, options).await;
     let _brick = brick.unwrap_or_else(|e| go_offline(&e));
     crate::process::statedump::on_signal(format!("brick {}", cfg.path.display()));
+    stop_on_term(exports.clone());
     let mut out = std::io::stdout();
     let _ = writeln!(out, "{}", Said::Listening(port));
     let _ = out.flush();

@@ -94,6 +94,10 @@ pub trait BrickXlator: Send + Sync {
     fn disconnect(&self, _conn: &Conn) {}
     /// The client answered recall `id` (`Notice::Recall`).
     fn recalled(&self, _conn: &Conn, _id: u64) {}
+    /// The brick process was told to stop and exits next: what it keeps
+    /// in memory that must outlive it is written down now, and what
+    /// changes from here on as it happens (calls may still come).
+    fn stopping(&self) {}
     /// What it holds, one line per item, for a statedump.
     fn dump(&self) -> Vec<String> {
         Vec::new()
@@ -180,6 +184,12 @@ impl Stack {
     pub fn disconnect(&self, conn: &Conn) {
         for (_, x) in self.layers.iter().rev() {
             x.disconnect(conn);
+        }
+    }
+
+    pub fn stopping(&self) {
+        for (_, x) in self.layers.iter().rev() {
+            x.stopping();
         }
     }
 

@@ -72,6 +72,14 @@ impl Exports {
         }
     }
 
+    /// The process is about to exit (told to stop): every brick served
+    /// writes down what it keeps in memory (`Stack::stopping`).
+    pub fn stopping(&self) {
+        for e in self.0.lock().unwrap().values() {
+            e.stack.stopping();
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<Export>> {
         self.0.lock().unwrap().get(name).cloned()
     }

@@ -109,4 +109,8 @@ impl BrickXlator for IndexXl {
     fn disconnect(&self, conn: &Conn) {
         self.index.disconnect(conn.id);
     }
+
+    fn stopping(&self) {
+        self.index.stopping();
+    }
 }

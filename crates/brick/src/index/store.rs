@@ -29,6 +29,10 @@
 //!   leaves none;
 //! - an object in the index without a record (and no session open) is
 //!   `Changed::Whole`: its ranges were lost with a brick process.
+//!
+//! A brick process told to stop (SIGTERM) writes down the ranges of every
+//! session open, and from then on each change as it comes (`stopping`):
+//! only a process killed leaves objects `Whole`.
 
 use mortar_core::changed::Changed;
 use mortar_core::{FsResult, Gfid};
@@ -99,6 +103,9 @@ pub struct Index {
     /// Objects whose copy here blames others, with the blame: the blame
     /// xattrs' contents, kept in memory for `Fop::Blamed`.
     blamed: Arc<Mutex<HashMap<Gfid, u32>>>,
+    /// The process is stopping (`stopping`): ranges are written down as
+    /// they change.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Index {
@@ -120,6 +127,7 @@ impl Index {
             sessions: Mutex::new(HashMap::new()),
             by_conn: Mutex::new(HashMap::new()),
             blamed,
+            stopping: Default::default(),
         };
         let mut blamed = HashMap::new();
         for gfid in idx.entries(usize::MAX, |_| true)? {
@@ -218,8 +226,30 @@ impl Index {
     /// rebalance's own, which need no record).
     pub fn changed(&self, gfid: Gfid, start: u64, end: u64) {
         if let Some(o) = self.sessions.lock().unwrap().get_mut(&gfid) {
+            let before = o.changed.clone();
             o.changed.add(start, end);
+            if self.is_stopping() && o.changed != before {
+                self.keep_changed(gfid, &o.changed);
+            }
         }
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The brick process is about to exit: the ranges of every session
+    /// open are written down, and from now on as they change, so that its
+    /// objects heal by their ranges, not whole. (A process killed writes
+    /// nothing: `Whole`.)
+    pub fn stopping(&self) {
+        let sessions = self.sessions.lock().unwrap();
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for (gfid, o) in sessions.iter() {
+            self.keep_changed(*gfid, &o.changed);
+        }
+        tracing::info!(brick = %self.posix.path().display(), sessions = sessions.len(), "stopping: the ranges changed in open sessions are written down");
     }
 
     /// Adds `more` to the ranges changed of `gfid` (a client found a copy
@@ -228,6 +258,9 @@ impl Index {
         match self.sessions.lock().unwrap().get_mut(&gfid) {
             Some(o) => {
                 o.changed.merge(more);
+                if self.is_stopping() {
+                    self.keep_changed(gfid, &o.changed);
+                }
                 Ok(())
             }
             None => Err(mortar_core::FsError::new(
@@ -287,6 +320,9 @@ impl Index {
                             true => self.take_changed(gfid),
                             false => Changed::default(),
                         };
+                        if self.is_stopping() {
+                            self.keep_changed(gfid, &changed);
+                        }
                         sessions.insert(gfid, Open { n: 1, changed });
                     }
                     Err(e) => {
@@ -334,8 +370,13 @@ impl Index {
             if blamed {
                 self.keep_changed(gfid, &changed);
             } else {
-                // No record exists while sessions are open: the entry goes
-                // alone.
+                // No record exists while sessions are open (unless the
+                // process is stopping): the entry goes alone.
+                if self.is_stopping() {
+                    if let Ok(fd) = self.posix.resolve(gfid) {
+                        let _ = write_changed(&*fd, None);
+                    }
+                }
                 let _ = self.remove(gfid);
             }
         }

@@ -139,3 +139,22 @@ fn ranges_are_added_by_clients_only_within_a_session() {
     b.index.settle(1, &[b.gfid]);
     assert_eq!(b.known(), Changed::Whole);
 }
+
+#[test]
+fn a_brick_told_to_stop_writes_its_sessions_ranges_down_and_each_change_after() {
+    let b = brick();
+    b.index.mark(1, b.gfid, 0).unwrap();
+    b.index.changed(b.gfid, 0, 10);
+    b.index.stopping();
+    assert_eq!(b.recorded(), Some(ranges(&[(0, 10)])));
+    b.index.changed(b.gfid, 20, 30);
+    assert_eq!(b.recorded(), Some(ranges(&[(0, 10), (20, 30)])));
+    let b = b.restarted();
+    assert_eq!(b.known(), ranges(&[(0, 10), (20, 30)]));
+    // A session that settles with nothing to heal takes the record along.
+    b.index.stopping();
+    b.index.mark(2, b.gfid, 0).unwrap();
+    b.index.settle(2, &[b.gfid]);
+    assert_eq!(b.recorded(), None);
+    assert!(b.index.pending(10).unwrap().is_empty());
+}

@@ -73,22 +73,25 @@ struct Open {
     n: u32,
     /// The ranges changed since the object entered the index.
     changed: Changed,
+    /// It was in the index before these sessions opened (left by a client
+    /// or a brick process that went away, or blamed): it stays there for
+    /// heal when they end, whatever they did.
+    was_pending: bool,
 }
 
-/// Counts one session of `gfid` out; when it was the last, answers the
-/// ranges the sessions changed.
-fn end_session(sessions: &mut HashMap<Gfid, Open>, gfid: Gfid) -> Option<Changed> {
+/// Counts one session of `gfid` out; when it was the last, answers what
+/// the sessions leave.
+fn end_session(sessions: &mut HashMap<Gfid, Open>, gfid: Gfid) -> Option<Open> {
     match sessions.get_mut(&gfid) {
         Some(o) if o.n > 1 => {
             o.n -= 1;
             None
         }
-        _ => Some(
-            sessions
-                .remove(&gfid)
-                .map(|o| o.changed)
-                .unwrap_or_default(),
-        ),
+        _ => Some(sessions.remove(&gfid).unwrap_or(Open {
+            n: 0,
+            changed: Changed::default(),
+            was_pending: false,
+        })),
     }
 }
 
@@ -323,7 +326,12 @@ impl Index {
                         if self.is_stopping() {
                             self.keep_changed(gfid, &changed);
                         }
-                        sessions.insert(gfid, Open { n: 1, changed });
+                        let open = Open {
+                            n: 1,
+                            changed,
+                            was_pending: was,
+                        };
+                        sessions.insert(gfid, open);
                     }
                     Err(e) => {
                         if let Some(s) = self.by_conn.lock().unwrap().get_mut(&conn) {
@@ -359,16 +367,16 @@ impl Index {
             if !had {
                 continue;
             }
-            let Some(changed) = end_session(&mut sessions, gfid) else {
+            let Some(open) = end_session(&mut sessions, gfid) else {
                 continue;
             };
-            let blamed = match self.posix.resolve(gfid) {
-                Ok(fd) => read_blame(&*fd).unwrap_or(1) != 0,
+            let (blamed, exists) = match self.posix.resolve(gfid) {
+                Ok(fd) => (read_blame(&*fd).unwrap_or(1) != 0, true),
                 // Gone: nothing left to heal.
-                Err(_) => false,
+                Err(_) => (false, false),
             };
-            if blamed {
-                self.keep_changed(gfid, &changed);
+            if blamed || (open.was_pending && exists) {
+                self.keep_changed(gfid, &open.changed);
             } else {
                 // No record exists while sessions are open (unless the
                 // process is stopping): the entry goes alone.
@@ -393,8 +401,8 @@ impl Index {
             .remove(&conn)
             .unwrap_or_default()
         {
-            if let Some(changed) = end_session(&mut sessions, gfid) {
-                self.keep_changed(gfid, &changed);
+            if let Some(open) = end_session(&mut sessions, gfid) {
+                self.keep_changed(gfid, &open.changed);
             }
         }
     }

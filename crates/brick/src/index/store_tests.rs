@@ -151,10 +151,33 @@ fn a_brick_told_to_stop_writes_its_sessions_ranges_down_and_each_change_after() 
     assert_eq!(b.recorded(), Some(ranges(&[(0, 10), (20, 30)])));
     let b = b.restarted();
     assert_eq!(b.known(), ranges(&[(0, 10), (20, 30)]));
-    // A session that settles with nothing to heal takes the record along.
-    b.index.stopping();
+    // A session on an object not pending that settles with nothing to
+    // heal takes the record written meanwhile along.
+    let b2 = brick();
+    b2.index.stopping();
+    b2.index.mark(2, b2.gfid, 0).unwrap();
+    b2.index.changed(b2.gfid, 0, 5);
+    assert_eq!(b2.recorded(), Some(ranges(&[(0, 5)])));
+    b2.index.settle(2, &[b2.gfid]);
+    assert_eq!(b2.recorded(), None);
+    assert!(b2.index.pending(10).unwrap().is_empty());
+}
+
+#[test]
+fn an_entry_left_for_heal_outlives_the_next_clean_session() {
+    let b = brick();
+    // A client went away in the middle of a change.
+    b.index.mark(1, b.gfid, 0).unwrap();
+    b.index.changed(b.gfid, 0, 10);
+    b.index.disconnect(1);
+    // Another one's change settles with nobody blamed: the copies may
+    // still differ by the first one's, and heal must look.
     b.index.mark(2, b.gfid, 0).unwrap();
+    b.index.changed(b.gfid, 50, 60);
     b.index.settle(2, &[b.gfid]);
-    assert_eq!(b.recorded(), None);
+    assert_eq!(b.index.pending(10).unwrap(), vec![b.gfid]);
+    assert_eq!(b.known(), ranges(&[(0, 10), (50, 60)]));
+    b.index.clear(b.gfid, 0).unwrap();
     assert!(b.index.pending(10).unwrap().is_empty());
+    assert_eq!(b.recorded(), None);
 }

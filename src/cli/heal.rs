@@ -71,7 +71,21 @@ pub(super) fn time(secs: u64) -> String {
 pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
     match op {
         HealOp::Index | HealOp::Full | HealOp::SplitBrain { .. } => println!("{}", rep.message),
-        HealOp::Info => print_entries(rep, "Number of entries"),
+        HealOp::Info => {
+            for b in &rep.bricks {
+                println!("Brick {}", b.brick);
+                for e in &b.entries {
+                    println!("{e}");
+                }
+                println!("Status: {}", status(b.connected));
+                println!("Number of entries: {}", count(b.connected, b.entries.len()));
+                // Beyond GlusterFS's lines: what the heal of them will read.
+                println!(
+                    "Bytes to compare: {}\n",
+                    count(b.connected, b.to_compare as usize)
+                );
+            }
+        }
         HealOp::InfoSummary => {
             for b in &rep.bricks {
                 println!("Brick {}", b.brick);

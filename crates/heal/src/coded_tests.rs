@@ -278,6 +278,15 @@ async fn only_the_ranges_changed_are_read_and_rebuilt() {
     v.call(Fop::Release { gfid: f, fh }).await;
     v.bricks[2].set_down(false);
     v.bricks[4].set_down(false);
+    // `heal info` says how much of each fragment the heal will compare:
+    // the 4 KiB, the byte and the 100,000 bytes, as each data fragment
+    // and the parity took them (4,096 + 1 + 32,768 bytes at its offsets).
+    let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&v.bricks)).unwrap();
+    h.wait_up(Duration::from_secs(3)).await;
+    for b in h.info(false).await {
+        let want = if b.entries.is_empty() { 0 } else { 36_865 };
+        assert_eq!(b.to_compare, want, "{}", b.brick);
+    }
     let before: u64 = v.bricks.iter().map(|b| b.read_bytes()).sum();
     v.heal().await;
     let read: u64 = v.bricks.iter().map(|b| b.read_bytes()).sum::<u64>() - before;

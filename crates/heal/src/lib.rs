@@ -22,7 +22,7 @@ use mortar_graph::{Env, Graph};
 use mortar_xlators::cluster::replicate::options::FAVORITE_CHILD_POLICY;
 use object::{Brick, Outcome, Policy, Set};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -68,6 +68,11 @@ pub struct BrickHeal {
     /// Objects that may need heal: `<gfid:…>`, or `/` for the root.
     pub entries: Vec<String>,
     pub split_brain: Vec<String>,
+    /// The bytes of data (of each copy, or each fragment) the heal of these
+    /// entries will compare: the ranges their bricks recorded as changed
+    /// (`heal VOL info` only; 0 where not asked).
+    #[serde(default)]
+    pub to_compare: u64,
 }
 
 /// One brick's heal index as `scan` found it.
@@ -76,6 +81,7 @@ struct BrickScan {
     connected: bool,
     pending: Vec<Gfid>,
     split: Vec<Gfid>,
+    to_compare: u64,
 }
 
 pub struct Healer {
@@ -444,6 +450,7 @@ impl Healer {
                         b.pending.into_iter().map(show).collect()
                     },
                     split_brain,
+                    to_compare: b.to_compare,
                 }
             })
             .collect()
@@ -467,16 +474,25 @@ impl Healer {
             }))
             .await;
             let all: HashSet<Gfid> = lists.iter().flatten().flatten().copied().collect();
-            let split: HashSet<Gfid> = if judge {
-                stream::iter(all)
-                    .map(|g| async move { set.is_split_brain(g).await.then_some(g) })
+            let (split, to_compare): (HashSet<Gfid>, HashMap<Gfid, u64>) = if judge {
+                let judged: Vec<(Gfid, bool, u64)> = stream::iter(all)
+                    .map(|g| async move {
+                        let (split, bytes) =
+                            futures_util::future::join(set.is_split_brain(g), set.to_compare(g))
+                                .await;
+                        (g, split, bytes)
+                    })
                     .buffer_unordered(JUDGED_AT_ONCE)
-                    .filter_map(|g| async move { g })
                     .collect()
-                    .await
+                    .await;
+                (
+                    judged.iter().filter(|j| j.1).map(|j| j.0).collect(),
+                    judged.iter().map(|j| (j.0, j.2)).collect(),
+                )
             } else {
                 let known = self.split.lock().unwrap();
-                all.into_iter().filter(|g| known.contains(g)).collect()
+                let split = all.into_iter().filter(|g| known.contains(g)).collect();
+                (split, HashMap::new())
             };
             for (b, list) in set.bricks.iter().zip(lists) {
                 let pending = list.unwrap_or_default();
@@ -488,6 +504,7 @@ impl Healer {
                         .copied()
                         .filter(|g| split.contains(g))
                         .collect(),
+                    to_compare: pending.iter().filter_map(|g| to_compare.get(g)).sum(),
                     pending,
                 });
             }

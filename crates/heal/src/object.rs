@@ -241,6 +241,42 @@ impl Set {
         Ok(out)
     }
 
+    /// The bytes of each copy (each fragment) of `gfid` a heal would
+    /// compare now: the ranges its bricks up recorded as changed, within
+    /// the file (0 for what is no file).
+    pub async fn to_compare(&self, gfid: Gfid) -> u64 {
+        let Ok(copies) = self.stat(gfid, &self.up()).await else {
+            return 0;
+        };
+        let files: Vec<(usize, u64)> = copies
+            .iter()
+            .filter(|(i, a)| a.kind == FileKind::File && Some(*i) != self.arbiter)
+            .map(|(i, a)| (*i, a.size))
+            .collect();
+        let Some(size) = files.iter().map(|f| f.1).max() else {
+            return 0;
+        };
+        let idx: Vec<usize> = files.iter().map(|f| f.0).collect();
+        let mut changed = self.changed(gfid, &idx).await;
+        let shortest = files.iter().map(|f| f.1).min().unwrap_or(0);
+        let end = match &self.coding {
+            Some(c) => {
+                if shortest != size {
+                    let g = &c.g;
+                    changed.add(shortest / g.stripe_bytes() * g.unit(), u64::MAX);
+                }
+                c.g.parity_len(size)
+            }
+            None => {
+                if shortest != size {
+                    changed.add(shortest, u64::MAX);
+                }
+                size
+            }
+        };
+        changed.bytes_within(end)
+    }
+
     /// Whether the copies of `gfid` (a non-directory) all blame each other,
     /// so that no copy can be trusted without a decision.
     pub async fn is_split_brain(&self, gfid: Gfid) -> bool {

@@ -404,6 +404,15 @@ fn a_brick_back_heals_only_the_blocks_that_changed_while_it_was_away() {
         ));
     }
     let want = ok(&format!("md5sum < {}", f));
+    // `heal info` says how much the heal will compare: the three 4 KiB
+    // writes, in each fragment.
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["--json", "volume", "heal", "gr", "info"])).unwrap();
+    for b in info["bricks"].as_array().unwrap() {
+        if b["connected"] == true {
+            assert_eq!(b["to_compare"], 3 * 4096, "{b}");
+        }
+    }
     let before = bytes_read(&c, "gr");
     c.ok(&["volume", "reset-brick", "gr", &b6, &b6, "commit", "force"]);
     wait_full_heal(&c, "gr");

@@ -376,6 +376,9 @@ impl Index {
                 Err(_) => (false, false),
             };
             if blamed || (open.was_pending && exists) {
+                if !blamed {
+                    tracing::debug!(brick = %self.posix.path().display(), %gfid, "a session ended on an object pending before it: it stays in the index for heal");
+                }
                 self.keep_changed(gfid, &open.changed);
             } else {
                 // No record exists while sessions are open (unless the

@@ -237,6 +237,17 @@ impl Replicate {
                 }
             }
         }
+        // A copy that lacks a name or directory (ENOENT: its brick's
+        // directory was deleted, or it missed the name's creation) while a
+        // quorum of copies took the change is as far behind.
+        let took = res.iter().filter(|(_, r)| r.is_ok()).count();
+        if took >= self.txns.answers_needed() {
+            for (i, r) in &res {
+                if matches!(r, Err(e) if e.is(libc::ENOENT)) {
+                    stale |= 1 << i;
+                }
+            }
+        }
         if !good_answered(stale, &res) {
             return res;
         }

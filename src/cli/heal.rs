@@ -71,21 +71,7 @@ pub(super) fn time(secs: u64) -> String {
 pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
     match op {
         HealOp::Index | HealOp::Full | HealOp::SplitBrain { .. } => println!("{}", rep.message),
-        HealOp::Info => {
-            for b in &rep.bricks {
-                println!("Brick {}", b.brick);
-                for e in &b.entries {
-                    println!("{e}");
-                }
-                println!("Status: {}", status(b.connected));
-                println!("Number of entries: {}", count(b.connected, b.entries.len()));
-                // Beyond GlusterFS's lines: what the heal of them will read.
-                println!(
-                    "Bytes to compare: {}\n",
-                    count(b.connected, b.to_compare as usize)
-                );
-            }
-        }
+        HealOp::Info => print_entries(rep, "Number of entries", true),
         HealOp::InfoSummary => {
             for b in &rep.bricks {
                 println!("Brick {}", b.brick);
@@ -107,8 +93,8 @@ pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
                 );
             }
         }
-        HealOp::InfoSplitBrain => print_entries(rep, "Number of entries in split-brain"),
-        HealOp::Progress => print_entries(rep, "Number of entries"),
+        HealOp::InfoSplitBrain => print_entries(rep, "Number of entries in split-brain", false),
+        HealOp::Progress => print_entries(rep, "Number of entries", false),
         HealOp::Statistics => {
             println!("Gathering crawl statistics on volume {name} has been successful");
             println!("------------------------------------------------");
@@ -133,15 +119,22 @@ pub fn print(name: &str, op: &HealOp, rep: &HealReport) {
     }
 }
 
-/// Each brick's entries, its status and their count under `label`.
-fn print_entries(rep: &HealReport, label: &str) {
+/// Each brick's entries, its status and their count under `label`; with
+/// `to_compare`, also the bytes their heal will compare (a line beyond
+/// GlusterFS's).
+fn print_entries(rep: &HealReport, label: &str, to_compare: bool) {
     for b in &rep.bricks {
         println!("Brick {}", b.brick);
         for e in &b.entries {
             println!("{e}");
         }
         println!("Status: {}", status(b.connected));
-        println!("{label}: {}\n", count(b.connected, b.entries.len()));
+        println!("{label}: {}", count(b.connected, b.entries.len()));
+        if to_compare {
+            let bytes = count(b.connected, b.to_compare as usize);
+            println!("Bytes to compare: {bytes}");
+        }
+        println!();
     }
 }
 

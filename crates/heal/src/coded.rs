@@ -153,20 +153,13 @@ impl Set {
         let sizes: HashMap<usize, u64> = sinks.iter().map(|&i| (i, attr(i).size)).collect();
         let mut changed = self.changed(gfid, &everyone).await;
         if copies.iter().any(|(_, a)| a.size != size) {
-            let shortest = copies.iter().map(|(_, a)| a.size).min().unwrap_or(0);
-            let shortest = shortest.min(size);
             // Fragments of different lengths (a fragment made empty on a
             // brick replaced, a change of unknown outcome that lengthened
-            // some): from the stripe the shortest ends in.
-            let g = &self.coded().g;
-            changed.add(shortest / g.stripe_bytes() * g.unit(), u64::MAX);
+            // some).
+            let shortest = copies.iter().map(|(_, a)| a.size).min().unwrap_or(0);
+            self.past_end(&mut changed, shortest.min(size));
         }
-        let pieces = pieces(
-            &changed,
-            self.coded().g.parity_len(size),
-            BLOCK as u64,
-            CHUNK,
-        );
+        let pieces = pieces(&changed, self.copy_len(size), BLOCK as u64, CHUNK);
         tracing::debug!(set = %self.name, %gfid, ?changed, pieces = pieces.len(), "healing the ranges changed");
         let (healed, bytes) = self
             .rebuild_sinks(gfid, &sources, sinks.clone(), &sizes, size, &pieces, locked)

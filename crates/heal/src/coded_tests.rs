@@ -63,6 +63,18 @@ impl Vol {
         (gfid, fh)
     }
 
+    /// Opens file `gfid` for reading and writing: its handle.
+    async fn open(&self, gfid: Gfid) -> u64 {
+        let open = Fop::Open {
+            gfid,
+            flags: libc::O_RDWR,
+        };
+        let Reply::Opened { fh } = self.call(open).await else {
+            panic!("not opened")
+        };
+        fh
+    }
+
     async fn write(&self, gfid: Gfid, fh: u64, offset: u64, data: &[u8]) {
         self.call(Fop::Write {
             gfid,
@@ -197,15 +209,7 @@ async fn a_write_whose_client_died_midway_is_settled_by_coding_the_data_anew() {
     let (f, fh) = v.create("f").await;
     v.write(f, fh, 0, &bytes(300_000, 9)).await;
     v.call(Fop::Release { gfid: f, fh }).await;
-    let Reply::Opened { fh } = v
-        .call(Fop::Open {
-            gfid: f,
-            flags: libc::O_RDWR,
-        })
-        .await
-    else {
-        panic!("not opened")
-    };
+    let fh = v.open(f).await;
     for b in &v.bricks[K..] {
         b.set_write_delay(Duration::from_secs(2));
     }
@@ -257,15 +261,7 @@ async fn only_the_ranges_changed_are_read_and_rebuilt() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     v.bricks[2].set_down(true);
     v.bricks[4].set_down(true);
-    let Reply::Opened { fh } = v
-        .call(Fop::Open {
-            gfid: f,
-            flags: libc::O_RDWR,
-        })
-        .await
-    else {
-        panic!("not opened")
-    };
+    let fh = v.open(f).await;
     for (at, len) in [
         (3 << 20, 4096),
         ((5 << 20) + 70_000, 1),

@@ -259,22 +259,30 @@ impl Set {
         let idx: Vec<usize> = files.iter().map(|f| f.0).collect();
         let mut changed = self.changed(gfid, &idx).await;
         let shortest = files.iter().map(|f| f.1).min().unwrap_or(0);
-        let end = match &self.coding {
-            Some(c) => {
-                if shortest != size {
-                    let g = &c.g;
-                    changed.add(shortest / g.stripe_bytes() * g.unit(), u64::MAX);
-                }
-                c.g.parity_len(size)
-            }
-            None => {
-                if shortest != size {
-                    changed.add(shortest, u64::MAX);
-                }
-                size
-            }
+        if shortest != size {
+            self.past_end(&mut changed, shortest);
+        }
+        changed.bytes_within(self.copy_len(size))
+    }
+
+    /// Adds to `changed` what copies (fragments) of different lengths may
+    /// differ in: everything from where the shorter ends, at `shortest`
+    /// bytes of the file (for a disperse set, from the stripe that end is
+    /// in).
+    pub(super) fn past_end(&self, changed: &mut Changed, shortest: u64) {
+        let from = match &self.coding {
+            Some(c) => shortest / c.g.stripe_bytes() * c.g.unit(),
+            None => shortest,
         };
-        changed.bytes_within(end)
+        changed.add(from, u64::MAX);
+    }
+
+    /// The bytes each copy (each fragment) of a file of `size` bytes holds.
+    pub(super) fn copy_len(&self, size: u64) -> u64 {
+        match &self.coding {
+            Some(c) => c.g.parity_len(size),
+            None => size,
+        }
     }
 
     /// Whether the copies of `gfid` (a non-directory) all blame each other,
@@ -523,8 +531,9 @@ impl Set {
         let block = BLOCK as u64;
         let mut changed = changed.clone();
         if sink_size != a.size {
-            // What one copy has past the other's end.
-            changed.add(sink_size.min(a.size) / block * block, u64::MAX);
+            // What one copy has past the other's end (`pieces` widens it
+            // to whole blocks).
+            self.past_end(&mut changed, sink_size.min(a.size));
         }
         let pieces = pieces(&changed, a.size, block, block * CHUNK_BLOCKS as u64);
         let res: FsResult<()> = async {

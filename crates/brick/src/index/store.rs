@@ -229,9 +229,10 @@ impl Index {
     /// rebalance's own, which need no record).
     pub fn changed(&self, gfid: Gfid, start: u64, end: u64) {
         if let Some(o) = self.sessions.lock().unwrap().get_mut(&gfid) {
-            let before = o.changed.clone();
+            // Compared only while stopping: no copy on every write.
+            let before = self.is_stopping().then(|| o.changed.clone());
             o.changed.add(start, end);
-            if self.is_stopping() && o.changed != before {
+            if before.is_some_and(|b| b != o.changed) {
                 self.keep_changed(gfid, &o.changed);
             }
         }

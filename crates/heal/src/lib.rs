@@ -477,9 +477,7 @@ impl Healer {
             let (split, to_compare): (HashSet<Gfid>, HashMap<Gfid, u64>) = if judge {
                 let judged: Vec<(Gfid, bool, u64)> = stream::iter(all)
                     .map(|g| async move {
-                        let (split, bytes) =
-                            futures_util::future::join(set.is_split_brain(g), set.to_compare(g))
-                                .await;
+                        let (split, bytes) = set.judge(g).await;
                         (g, split, bytes)
                     })
                     .buffer_unordered(JUDGED_AT_ONCE)

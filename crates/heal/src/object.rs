@@ -241,13 +241,23 @@ impl Set {
         Ok(out)
     }
 
-    /// The bytes of each copy (each fragment) of `gfid` a heal would
-    /// compare now: the ranges its bricks up recorded as changed, within
-    /// the file (0 for what is no file).
-    pub async fn to_compare(&self, gfid: Gfid) -> u64 {
+    /// What `heal info` says of `gfid`, from one look at its copies up:
+    /// whether they are in split-brain, and the bytes of each copy (each
+    /// fragment) its heal would compare now.
+    pub async fn judge(&self, gfid: Gfid) -> (bool, u64) {
         let Ok(copies) = self.stat(gfid, &self.up()).await else {
-            return 0;
+            return (false, 0);
         };
+        (
+            self.is_split_brain(&copies),
+            self.to_compare(gfid, &copies).await,
+        )
+    }
+
+    /// The bytes of each copy (each fragment) of `gfid`, its `copies` up,
+    /// a heal would compare now: the ranges its bricks recorded as
+    /// changed, within the file (0 for what is no file).
+    async fn to_compare(&self, gfid: Gfid, copies: &[(usize, Attr)]) -> u64 {
         let files: Vec<(usize, u64)> = copies
             .iter()
             .filter(|(i, a)| a.kind == FileKind::File && Some(*i) != self.arbiter)
@@ -285,12 +295,9 @@ impl Set {
         }
     }
 
-    /// Whether the copies of `gfid` (a non-directory) all blame each other,
-    /// so that no copy can be trusted without a decision.
-    pub async fn is_split_brain(&self, gfid: Gfid) -> bool {
-        let Ok(copies) = self.stat(gfid, &self.up()).await else {
-            return false;
-        };
+    /// Whether `copies` (a non-directory's, every one up) all blame each
+    /// other, so that no copy can be trusted without a decision.
+    fn is_split_brain(&self, copies: &[(usize, Attr)]) -> bool {
         let blamed = copies.iter().fold(0, |b, (_, a)| b | a.blame);
         // With a copy away, that copy may be the good one.
         copies.len() == self.bricks.len()

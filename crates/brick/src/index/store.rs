@@ -74,8 +74,9 @@ struct Open {
     /// The ranges changed since the object entered the index.
     changed: Changed,
     /// It was in the index before these sessions opened (left by a client
-    /// or a brick process that went away, or blamed): it stays there for
-    /// heal when they end, whatever they did.
+    /// or a brick process that went away, or blamed), or a client went
+    /// away while they were open: it stays there for heal when they end,
+    /// whatever they did.
     was_pending: bool,
 }
 
@@ -405,8 +406,16 @@ impl Index {
             .remove(&conn)
             .unwrap_or_default()
         {
-            if let Some(open) = end_session(&mut sessions, gfid) {
-                self.keep_changed(gfid, &open.changed);
+            match end_session(&mut sessions, gfid) {
+                Some(open) => self.keep_changed(gfid, &open.changed),
+                // Others' sessions go on: when they end, the object stays
+                // for heal whatever they did (this client's change may
+                // have reached some copies only).
+                None => {
+                    if let Some(o) = sessions.get_mut(&gfid) {
+                        o.was_pending = true;
+                    }
+                }
             }
         }
     }

@@ -181,3 +181,16 @@ fn an_entry_left_for_heal_outlives_the_next_clean_session() {
     assert!(b.index.pending(10).unwrap().is_empty());
     assert_eq!(b.recorded(), None);
 }
+
+#[test]
+fn a_client_gone_while_another_changes_the_object_leaves_it_for_heal() {
+    let b = brick();
+    b.index.mark(1, b.gfid, 0).unwrap();
+    b.index.mark(2, b.gfid, 0).unwrap();
+    b.index.changed(b.gfid, 0, 10);
+    b.index.disconnect(1);
+    assert_eq!(b.recorded(), None, "a session is still open");
+    b.index.settle(2, &[b.gfid]);
+    assert_eq!(b.index.pending(10).unwrap(), vec![b.gfid]);
+    assert_eq!(b.known(), ranges(&[(0, 10)]));
+}

@@ -413,8 +413,26 @@ fn a_brick_back_heals_only_the_blocks_that_changed_while_it_was_away() {
             assert_eq!(b["to_compare"], 3 * 4096, "{b}");
         }
     }
+    // So do the metrics, per brick as each brick recorded its writes: a
+    // 4 KiB write changes one data fragment and the parity fragment up.
+    let backlog = || {
+        let daemon = scrape(&format!("{}:24108", c.ip));
+        value(&daemon, "mortar_heal_pending_bytes", &["volume=\"gr\""])
+    };
+    wait_for(
+        "the heal backlog in the metrics",
+        Duration::from_secs(30),
+        || backlog() > 0.0,
+    );
+    let bytes = backlog();
+    assert!(
+        bytes >= (3 * 4096 * 2) as f64 && bytes <= (5 * 3 * 4096) as f64,
+        "{bytes}"
+    );
     let before = bytes_read(&c, "gr");
     c.ok(&["volume", "reset-brick", "gr", &b6, &b6, "commit", "force"]);
+    // `heal --wait` returns once nothing is pending.
+    c.ok(&["volume", "heal", "gr", "--wait", "--timeout", "60"]);
     wait_full_heal(&c, "gr");
     let read = bytes_read(&c, "gr") - before;
     // The whole file would be 16 MiB from each of five bricks.

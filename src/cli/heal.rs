@@ -185,9 +185,11 @@ pub async fn wait(server: &Server, name: &str, timeout: Option<u64>) -> anyhow::
         bar.set_position((most - n) as u64);
         let split: std::collections::HashSet<&String> =
             rep.bricks.iter().flat_map(|b| &b.split_brain).collect();
+        let bytes: u64 = rep.bricks.iter().map(|b| b.to_compare).sum();
         bar.set_message(format!(
-            "{n} pending ({} in split-brain), {down} brick(s) down",
-            split.len()
+            "{n} pending ({} in split-brain), {} to compare, {down} brick(s) down",
+            split.len(),
+            indicatif::HumanBytes(bytes)
         ));
         if n == 0 {
             bar.finish_with_message("nothing pending".to_string());

@@ -404,7 +404,9 @@ pub enum Fop {
         gfid: Gfid,
         unblame: u32,
     },
-    /// The brick's heal index: objects that may differ between replicas.
+    /// The brick's heal index: objects that may differ between replicas,
+    /// with the bytes of their copies here a heal would compare
+    /// (`Reply::Pending`).
     Pending {
         max: u32,
     },
@@ -470,7 +472,10 @@ pub enum Reply {
     Listed(Vec<DirEntry>, Option<u64>),
     StatFs(StatFs),
     Xattr(serde_bytes::ByteBuf),
-    Gfids(Vec<Gfid>),
+    /// The objects of a brick's heal index (`Fop::Pending`), and the bytes
+    /// of their copies there that a heal would compare: the ranges
+    /// recorded as changed, the whole copy where none is.
+    Pending(Vec<Gfid>, u64),
     Sums(Vec<u64>),
     /// The blame left on an object (`Fop::Clear`).
     Blame(u32),

@@ -69,8 +69,9 @@ pub struct BrickHeal {
     pub entries: Vec<String>,
     pub split_brain: Vec<String>,
     /// The bytes of data (of each copy, or each fragment) the heal of these
-    /// entries will compare: the ranges their bricks recorded as changed
-    /// (`heal VOL info` only; 0 where not asked).
+    /// entries will compare: the ranges their bricks recorded as changed.
+    /// `heal VOL info` judges it over each set's copies; the progress of
+    /// `heal --wait` takes each brick's own record.
     #[serde(default)]
     pub to_compare: u64,
 }
@@ -277,7 +278,7 @@ impl Healer {
                 if !brick.x.is_up() {
                     continue;
                 }
-                let Ok(Reply::Gfids(gfids)) = brick
+                let Ok(Reply::Pending(gfids, bytes)) = brick
                     .x
                     .call(&Ctx::root(), Fop::Pending { max: BATCH })
                     .await
@@ -292,6 +293,13 @@ impl Healer {
                         brick: brick.label.clone(),
                     })
                     .set(gfids.len() as i64);
+                mortar_metrics::get()
+                    .heal_pending_bytes
+                    .get_or_create(&mortar_metrics::BrickLabels {
+                        volume: self.volume.clone(),
+                        brick: brick.label.clone(),
+                    })
+                    .set(bytes as i64);
                 for g in gfids {
                     if seen.insert(g) && !self.split.lock().unwrap().contains(&g) {
                         listed.push((g, b));
@@ -468,12 +476,12 @@ impl Healer {
                     return None;
                 }
                 match b.x.call(&Ctx::root(), Fop::Pending { max: u32::MAX }).await {
-                    Ok(Reply::Gfids(gfids)) => Some(gfids),
-                    _ => Some(vec![]),
+                    Ok(Reply::Pending(gfids, bytes)) => Some((gfids, bytes)),
+                    _ => Some((vec![], 0)),
                 }
             }))
             .await;
-            let all: HashSet<Gfid> = lists.iter().flatten().flatten().copied().collect();
+            let all: HashSet<Gfid> = lists.iter().flatten().flat_map(|l| &l.0).copied().collect();
             let (split, to_compare): (HashSet<Gfid>, HashMap<Gfid, u64>) = if judge {
                 let judged: Vec<(Gfid, bool, u64)> = stream::iter(all)
                     .map(|g| async move {
@@ -493,7 +501,7 @@ impl Healer {
                 (split, HashMap::new())
             };
             for (b, list) in set.bricks.iter().zip(lists) {
-                let pending = list.unwrap_or_default();
+                let (pending, bytes) = list.unwrap_or_default();
                 out.push(BrickScan {
                     brick: b.label.clone(),
                     connected: b.x.is_up(),
@@ -502,7 +510,12 @@ impl Healer {
                         .copied()
                         .filter(|g| split.contains(g))
                         .collect(),
-                    to_compare: pending.iter().filter_map(|g| to_compare.get(g)).sum(),
+                    // Judged: what the set's heal will compare; else what
+                    // the brick recorded.
+                    to_compare: match judge {
+                        true => pending.iter().filter_map(|g| to_compare.get(g)).sum(),
+                        false => bytes,
+                    },
                     pending,
                 });
             }

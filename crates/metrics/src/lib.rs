@@ -111,6 +111,9 @@ pub struct Metrics {
     pub inodes_free: DiskFamily,
     /// Daemon: entries in each local brick's heal index.
     pub heal_pending: Family<BrickLabels, Gauge>,
+    /// Daemon: the bytes of those entries' copies on the brick that a heal
+    /// would compare (recorded ranges, whole files where none).
+    pub heal_pending_bytes: Family<BrickLabels, Gauge>,
     /// Daemon: objects its self-heal daemon healed, and failed to.
     pub healed: Family<VolumeLabels, Counter>,
     pub heal_failed: Family<VolumeLabels, Counter>,
@@ -145,6 +148,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     inodes: Family::default(),
     inodes_free: Family::default(),
     heal_pending: Family::default(),
+    heal_pending_bytes: Family::default(),
     healed: Family::default(),
     heal_failed: Family::default(),
     heal_written_bytes: Family::default(),
@@ -373,6 +377,12 @@ pub fn registry(role: Role, labels: Vec<(String, String)>) -> Registry {
                 "heal_pending",
                 "Objects in the brick's heal index (changes not yet on every replica)",
                 m.heal_pending.clone(),
+            );
+            r.register_with_unit(
+                "heal_pending",
+                "Data of those objects' copies on the brick that a heal would compare: the ranges recorded as changed, whole files where none is",
+                Unit::Bytes,
+                m.heal_pending_bytes.clone(),
             );
             r.register(
                 "healed",

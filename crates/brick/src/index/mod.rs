@@ -74,15 +74,19 @@ impl BrickXlator for IndexXl {
             Fop::Pending { max } => {
                 // A crawl of the index directory: on the blocking pool.
                 let index = self.index.clone();
-                tokio::task::spawn_blocking(move || index.pending(max as usize))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(mortar_core::FsError::new(
-                            libc::EIO,
-                            format!("index task failed: {e}"),
-                        ))
-                    })
-                    .map(Reply::Gfids)
+                tokio::task::spawn_blocking(move || {
+                    let gfids = index.pending(max as usize)?;
+                    let bytes = index.backlog(&gfids);
+                    Ok((gfids, bytes))
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    Err(mortar_core::FsError::new(
+                        libc::EIO,
+                        format!("index task failed: {e}"),
+                    ))
+                })
+                .map(|(gfids, bytes)| Reply::Pending(gfids, bytes))
             }
             Fop::Blamed { max } => Ok(Reply::Blames(self.index.blamed(max as usize))),
             Fop::Getxattr { gfid, name } if name == CHANGED_XATTR => {

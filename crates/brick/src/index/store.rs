@@ -278,15 +278,36 @@ impl Index {
     /// The ranges of `gfid` that may differ between its copies, as this
     /// brick knows them: none if it is not in the index.
     pub fn known_changed(&self, gfid: Gfid) -> FsResult<Changed> {
+        self.known_changed_of(gfid, &*self.posix.resolve(gfid)?)
+    }
+
+    fn known_changed_of(&self, gfid: Gfid, fd: impl AsFd) -> FsResult<Changed> {
         let sessions = self.sessions.lock().unwrap();
         if let Some(o) = sessions.get(&gfid) {
             return Ok(o.changed.clone());
         }
-        match read_changed(&*self.posix.resolve(gfid)?)? {
+        match read_changed(fd)? {
             Some(c) => Ok(c),
             None if self.is_pending(gfid) => Ok(Changed::Whole),
             None => Ok(Changed::default()),
         }
+    }
+
+    /// The bytes of the copies here of `gfids` a heal would compare: the
+    /// ranges known as changed within each file (`known_changed`), none
+    /// for what is no file or is gone.
+    pub fn backlog(&self, gfids: &[Gfid]) -> u64 {
+        let bytes = |gfid: Gfid| -> FsResult<u64> {
+            let fd = self.posix.resolve(gfid)?;
+            let st = rfs::fstat(&*fd)?;
+            if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+                return Ok(0);
+            }
+            Ok(self
+                .known_changed_of(gfid, &*fd)?
+                .bytes_within(st.st_size as u64))
+        };
+        gfids.iter().map(|&g| bytes(g).unwrap_or(0)).sum()
     }
 
     fn remove(&self, gfid: Gfid) -> FsResult<()> {

@@ -194,3 +194,20 @@ fn a_client_gone_while_another_changes_the_object_leaves_it_for_heal() {
     assert_eq!(b.index.pending(10).unwrap(), vec![b.gfid]);
     assert_eq!(b.known(), ranges(&[(0, 10)]));
 }
+
+#[test]
+fn the_backlog_is_the_ranges_recorded_within_the_file_or_the_whole_file() {
+    let b = brick();
+    std::fs::write(b.root.join("f"), vec![1u8; 10_000]).unwrap();
+    assert_eq!(b.index.backlog(&[b.gfid]), 0, "not pending");
+    b.index.mark(1, b.gfid, 0b10).unwrap();
+    b.index.changed(b.gfid, 100, 200);
+    b.index.changed(b.gfid, 9_000, 20_000);
+    b.index.settle(1, &[b.gfid]);
+    assert_eq!(b.index.backlog(&[b.gfid]), 100 + 1_000);
+    // A session open when the brick stopped: the whole file.
+    b.index.mark(2, b.gfid, 0).unwrap();
+    let b = b.restarted();
+    assert_eq!(b.index.backlog(&[b.gfid]), 10_000);
+    assert_eq!(b.index.backlog(&[Gfid::random()]), 0, "gone");
+}

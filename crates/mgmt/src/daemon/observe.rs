@@ -93,6 +93,7 @@ impl Daemon {
             // Heal figures from the start, at zero until the self-heal
             // daemon finds work, so that alerts on them have a series.
             let _ = m.heal_pending.get_or_create(&labels);
+            let _ = m.heal_pending_bytes.get_or_create(&labels);
             let volume = VolumeLabels {
                 volume: proc.volume.clone(),
             };

@@ -490,6 +490,55 @@ fn a_brick_whose_directory_is_deleted_goes_offline_and_the_volume_goes_on() {
     drop(m);
 }
 
+/// A brick whose disk hangs while its process still answers pings (its
+/// large writes and its health check never return) holds a writer only
+/// until `storage.health-check-timeout`: it goes offline with the reason,
+/// and the write lands on the other copies.
+#[test]
+fn a_brick_whose_disk_hangs_goes_offline_at_the_health_check_timeout() {
+    let mut c = Cluster::start();
+    c.kill_daemon();
+    c.start_daemon_env(&[(
+        "FAILPOINTS",
+        "posix-large-write:g3=sleep(600000);posix-health-check:g3=sleep(600000)",
+    )]);
+    let bricks = c.volume("gv", 3, &["g1", "g2", "g3"]);
+    let m = c.mount("gv");
+    let mut dd = std::process::Command::new("dd")
+        .arg("if=/dev/urandom")
+        .arg(format!("of={}", m.p("f")))
+        .args(["bs=1M", "count=4", "conv=fsync", "status=none"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(dd.try_wait().unwrap().is_none(), "the hung disk holds it");
+    set_options(
+        &c,
+        "gv",
+        &[
+            ("storage.health-check-interval", "2"),
+            ("storage.health-check-timeout", "3"),
+        ],
+    );
+    // The option's way to the brick (polled every 2 s), the interval and
+    // the timeout, with room for a loaded machine: not the default minute.
+    wait_for("the write", Duration::from_secs(30), || {
+        dd.try_wait().unwrap().is_some()
+    });
+    assert!(dd.wait().unwrap().success());
+    let st = c.volume_status_json("gv");
+    assert_eq!(st[0]["bricks"][2]["online"], false, "{st}");
+    let reason = st[0]["bricks"][2]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("no answer from the brick's file system in 3 s"),
+        "{st}"
+    );
+    let want = ok(&format!("md5sum < {}", m.p("f")));
+    for b in &bricks[..2] {
+        assert_eq!(ok(&format!("md5sum < {}", b.join("f").display())), want);
+    }
+}
+
 /// A client frozen (SIGSTOP) while it holds a lock loses it after
 /// `features.locks-revocation-secs`: another client's write goes through.
 #[test]

@@ -325,7 +325,10 @@ async fn health_checks(
     offline: Offline,
 ) {
     loop {
-        let every = tunables.borrow_and_update().health_check;
+        let (every, limit) = {
+            let t = tunables.borrow_and_update();
+            (t.health_check, t.health_check_timeout)
+        };
         let Some(every) = every else {
             if tunables.changed().await.is_err() {
                 return;
@@ -340,19 +343,27 @@ async fn health_checks(
             }
         }
         let p = posix.clone();
-        // A file system that hangs fails too (GlusterFS's
-        // health-check-timeout).
-        let limit = every.max(Duration::from_secs(10));
-        let checked =
-            tokio::time::timeout(limit, tokio::task::spawn_blocking(move || p.health_check()))
-                .await;
+        // A file system that hangs fails too (`storage.health-check-timeout`,
+        // as GlusterFS's).
+        let check = tokio::task::spawn_blocking(move || {
+            // A disk that hangs, for tests (the periodic checks only):
+            // `posix-health-check:<brick dir>=sleep(ms)`.
+            fail::fail_point!(p.fail_point_name("health-check").as_str(), |_| Err(
+                "failed on purpose".into()
+            ));
+            p.health_check()
+        });
+        let checked = match limit {
+            Some(limit) => tokio::time::timeout(limit, check).await,
+            None => Ok(check.await),
+        };
         let failed = match checked {
             Ok(Ok(Ok(()))) => continue,
             Ok(Ok(Err(reason))) => format!("health check failed: {reason}"),
             Ok(Err(e)) => format!("health check could not run: {e}"),
             Err(_) => format!(
                 "health check failed: no answer from the brick's file system in {} s",
-                limit.as_secs()
+                limit.unwrap_or_default().as_secs()
             ),
         };
         return offline(failed);

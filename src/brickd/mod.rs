@@ -103,6 +103,8 @@ pub const METRICS_PORT_OFFSET: u16 = 1000;
 pub struct Tunables {
     /// `storage.health-check-interval`; None: off.
     pub health_check: Option<Duration>,
+    /// `storage.health-check-timeout`; None: no limit.
+    pub health_check_timeout: Option<Duration>,
     /// `performance.strict-o-direct`.
     pub strict_o_direct: bool,
     /// `storage.reserve`.
@@ -124,6 +126,7 @@ impl Tunables {
         };
         Tunables {
             health_check: secs(&crate::storage::posix::health::HEALTH_CHECK_INTERVAL),
+            health_check_timeout: secs(&crate::storage::posix::health::HEALTH_CHECK_TIMEOUT),
             strict_o_direct: crate::storage::posix::STRICT_O_DIRECT.bool(o),
             reserve: crate::storage::posix::room::RESERVE.share_or_size(o),
             checksums: crate::storage::posix::sums::CHECKSUMS.bool(o),
@@ -408,10 +411,13 @@ mod tests {
         let mut o = crate::core::Options::new();
         let t = Tunables::from_options(&o);
         assert_eq!(t.health_check, Some(Duration::from_secs(30)));
+        assert_eq!(t.health_check_timeout, Some(Duration::from_secs(20)));
         o.insert("storage.health-check-interval".into(), "0".into());
+        o.insert("storage.health-check-timeout".into(), "0".into());
         o.insert("features.locks-revocation-secs".into(), "5".into());
         let t = Tunables::from_options(&o);
         assert_eq!(t.health_check, None);
+        assert_eq!(t.health_check_timeout, None, "no limit");
         assert_eq!(t.options, o, "the translators' options");
     }
 

@@ -157,6 +157,7 @@ pub static TABLE: &[Row] = &[
         enabled_by: None,
         options: &[
             &mortar_storage::posix::health::HEALTH_CHECK_INTERVAL,
+            &mortar_storage::posix::health::HEALTH_CHECK_TIMEOUT,
             &mortar_storage::posix::STRICT_O_DIRECT,
             &mortar_storage::posix::room::RESERVE,
             &mortar_storage::posix::sums::CHECKSUMS,

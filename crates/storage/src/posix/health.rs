@@ -18,6 +18,14 @@ pub static HEALTH_CHECK_INTERVAL: mortar_core::options::Spec = mortar_core::opti
     help: "Seconds between checks that each brick's directory is still there and takes a write, fsync and read back; a brick that fails goes offline, with the reason in volume status, until volume start force. 0 turns the check off.",
 };
 
+/// Read by the brick process (`brickd`), which times the check.
+pub static HEALTH_CHECK_TIMEOUT: mortar_core::options::Spec = mortar_core::options::Spec {
+    key: "storage.health-check-timeout",
+    kind: mortar_core::options::Kind::Int(0, 3600),
+    default: "20",
+    help: "Seconds a brick's file system has to answer the health check; a brick whose disk hangs longer goes offline, so that clients stop waiting for it and go on with the other copies. 0: no limit.",
+};
+
 /// Why a brick directory is not fit to serve: what failed, on what.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -385,7 +385,7 @@ impl Posix {
     /// so that a test can crash one brick of several that share the
     /// daemon's environment.
     #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-    pub(crate) fn fail_point_name(&self, what: &str) -> String {
+    pub fn fail_point_name(&self, what: &str) -> String {
         let base = self
             .path
             .file_name()

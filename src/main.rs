@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         Cmd::Daemon(_)
             | Cmd::Brick(_)
             | Cmd::BrickHost(_)
+            | Cmd::NfsServer(_)
             | Cmd::Mount(_)
             | Cmd::Bench { .. }
             | Cmd::Man { .. }
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
         }
         Cmd::Brick(ref a) => mortar::brickd::main(a),
         Cmd::BrickHost(ref a) => mortar::brickd::host::main(a),
+        Cmd::NfsServer(ref a) => mortar::nfsd::main(a),
         Cmd::Mount(ref m) => {
             let args = MountArgs {
                 source: m.source.clone(),

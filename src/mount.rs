@@ -6,7 +6,6 @@
 //! in the background and returns once the mount is in place, as mount(8)
 //! expects of a helper.
 
-use crate::core::desc::VolDesc;
 use crate::fuse::{kmount, MortarFs};
 use crate::graph::{active::Active, Graph};
 use crate::mgmt::rpc::{self, Request, Response};
@@ -205,63 +204,6 @@ pub fn mount_background(a: &MountArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Follows the volume's description (from whichever of `mgmts` answers):
-/// changed options are applied to the running graph, a changed shape
-/// switches to a new graph (`graph::active`).
-async fn watch_volume(mgmts: Vec<String>, mut current: VolDesc, active: Arc<Active>, dir: PathBuf) {
-    let me = rpc::ClientInfo {
-        host: rustix::system::uname()
-            .nodename()
-            .to_string_lossy()
-            .into_owned(),
-        pid: std::process::id(),
-        mount: dir.display().to_string(),
-    };
-    let (name, known) = (current.volume.clone(), Some(current.version));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    // The daemons are told which bricks this mount reads around.
-    let graph = Arc::downgrade(&active);
-    let slow = move || {
-        graph
-            .upgrade()
-            .map_or_else(Vec::new, |a| a.graph().slow_bricks())
-    };
-    tokio::spawn(async move {
-        rpc::follow_volume(&mgmts, &name, known, Some(me), false, slow, |desc| {
-            let _ = tx.send(desc);
-        })
-        .await
-    });
-    while let Some(mut desc) = rx.recv().await {
-        // Only the newest description matters.
-        while let Ok(newer) = rx.try_recv() {
-            desc = newer;
-        }
-        let changed: Vec<String> = desc
-            .options
-            .iter()
-            .filter(|(k, v)| current.options.get(*k) != Some(v))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        tracing::info!(volume = %desc.volume, version = desc.version, "volume description changed: {}", changed.join(", "));
-        crate::protocol::tls::set_record(Some(&desc.pool));
-        if desc.top == current.top {
-            active.graph().reconfigure(&desc.options);
-        } else {
-            match Graph::build(&desc, &rpc::graph_env()) {
-                Ok(g) => {
-                    active.switch(g).await;
-                }
-                Err(e) => {
-                    tracing::error!(volume = %desc.volume, "cannot build the new graph, keeping the old one: {e:#}");
-                    continue;
-                }
-            }
-        }
-        current = desc;
-    }
-}
-
 /// Serves the client's metrics at `addr`; which bricks it is connected to
 /// is read from the graph in use when scraped.
 fn client_metrics(
@@ -368,11 +310,19 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     // Before the mount: after it, a look at the path waits for this
     // process's own session.
     let dir = a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone());
-    rt.spawn(watch_volume(
+    let me = rpc::ClientInfo {
+        host: rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+        pid: std::process::id(),
+        mount: dir.display().to_string(),
+    };
+    rt.spawn(rpc::follow_graph(
         mgmts.clone(),
         desc.clone(),
         active.clone(),
-        dir.clone(),
+        me,
     ));
     let fs = MortarFs::new(active.clone(), rt.handle().clone());
     let inval = fs.invalidator();

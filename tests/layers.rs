@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// keeps those pointing one way), re-exported by `src/lib.rs`.
 const LAYERS: &[&[&str]] = &[
     // The processes: a brick, a mount.
-    &["brickd", "mount"],
+    &["brickd", "mount", "nfsd"],
     &["cli"],
 ];
 

@@ -92,6 +92,9 @@ pub enum Cmd {
     /// daemon, which attaches them: cluster.brick-multiplex).
     #[command(hide = true)]
     BrickHost(crate::brickd::host::HostArgs),
+    /// Serve volumes over NFSv3 (started by the daemon, docs/nfs.md).
+    #[command(hide = true)]
+    NfsServer(crate::nfsd::NfsArgs),
     /// Write the manual pages, one per command (mortar.1,
     /// mortar-volume.1, mortar-volume-create.1, ...), to DIR.
     Man {
@@ -312,6 +315,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         | Cmd::Mount(_)
         | Cmd::Brick(_)
         | Cmd::BrickHost(_)
+        | Cmd::NfsServer(_)
         | Cmd::Bench { .. }
         | Cmd::Man { .. }
         | Cmd::Completions { .. } => {

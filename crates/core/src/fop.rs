@@ -426,7 +426,7 @@ pub enum Fop {
         count: u32,
     },
     /// The object whose inode number is `ino` (the first eight bytes of its
-    /// gfid, `fuse::inodes::ino_of`), found in the brick's gfid index: how
+    /// gfid, `Gfid::ino`), found in the brick's gfid index: how
     /// a file handle the kernel exported (`open_by_handle_at`, NFS) finds
     /// its object after the client forgot it. Answers an entry or ESTALE.
     Resolve {

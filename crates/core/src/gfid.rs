@@ -30,6 +30,22 @@ impl Gfid {
         (!g.is_null()).then_some(g)
     }
 
+    /// The object's inode number, as mounts show it (FUSE's inode, NFS's
+    /// fileid): its first eight bytes (random for every gfid but the
+    /// root's; they also name the brick index directory its handle is in,
+    /// so that a brick finds an object by number: `Fop::Resolve`), kept
+    /// clear of 0, the root's 1 and `u64::MAX`.
+    pub fn ino(&self) -> u64 {
+        if *self == Gfid::ROOT {
+            return 1;
+        }
+        let n = u64::from_be_bytes(self.0[..8].try_into().unwrap());
+        match n {
+            0 | 1 | u64::MAX => n ^ 0x5a5a_5a5a_5a5a_5a5a,
+            n => n,
+        }
+    }
+
     /// Relative path of this object's handle inside the brick's index
     /// directory: `ab/abcd....-....` (one level of 256 directories).
     pub fn handle_rel(&self) -> String {

@@ -16,19 +16,9 @@ struct Inner {
     by_gfid: HashMap<Gfid, u64>,
 }
 
-/// The inode number of `gfid`: its first eight bytes (random for every gfid
-/// but the root's; they also name the brick index directory its handle is
-/// in, so that a brick finds an object by number: `Fop::Resolve`), kept
-/// clear of 0, the root's 1 and `u64::MAX`.
+/// The inode number of `gfid` (`Gfid::ino`).
 pub fn ino_of(gfid: Gfid) -> u64 {
-    if gfid == Gfid::ROOT {
-        return 1;
-    }
-    let n = u64::from_be_bytes(gfid.0[..8].try_into().unwrap());
-    match n {
-        0 | 1 | u64::MAX => n ^ 0x5a5a_5a5a_5a5a_5a5a,
-        n => n,
-    }
+    gfid.ino()
 }
 
 pub struct InodeTable {

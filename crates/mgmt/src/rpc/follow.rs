@@ -3,7 +3,7 @@
 
 use super::*;
 use mortar_core::desc::XlDesc;
-use mortar_graph::Env;
+use mortar_graph::{active::Active, Env, Graph};
 use mortar_protocol::client::{ProtocolClient, Resolver};
 use std::sync::Arc;
 
@@ -65,6 +65,62 @@ pub async fn follow_volume(
                 }
             }
         }
+    }
+}
+
+/// Keeps a client's graph (`active`) in step with its volume's
+/// description (from whichever of `mgmts` answers), `me` telling the
+/// daemons who follows it:
+/// changed options are applied to the running graph, a changed shape
+/// switches to a new graph (`graph::active`).
+pub async fn follow_graph(
+    mgmts: Vec<String>,
+    mut current: VolDesc,
+    active: Arc<Active>,
+    me: ClientInfo,
+) {
+    let (name, known) = (current.volume.clone(), Some(current.version));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // The daemons are told which bricks this mount reads around.
+    let graph = Arc::downgrade(&active);
+    let slow = move || {
+        graph
+            .upgrade()
+            .map_or_else(Vec::new, |a| a.graph().slow_bricks())
+    };
+    tokio::spawn(async move {
+        follow_volume(&mgmts, &name, known, Some(me), false, slow, |desc| {
+            let _ = tx.send(desc);
+        })
+        .await
+    });
+    while let Some(mut desc) = rx.recv().await {
+        // Only the newest description matters.
+        while let Ok(newer) = rx.try_recv() {
+            desc = newer;
+        }
+        let changed: Vec<String> = desc
+            .options
+            .iter()
+            .filter(|(k, v)| current.options.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        tracing::info!(volume = %desc.volume, version = desc.version, "volume description changed: {}", changed.join(", "));
+        mortar_protocol::tls::set_record(Some(&desc.pool));
+        if desc.top == current.top {
+            active.graph().reconfigure(&desc.options);
+        } else {
+            match Graph::build(&desc, &graph_env()) {
+                Ok(g) => {
+                    active.switch(g).await;
+                }
+                Err(e) => {
+                    tracing::error!(volume = %desc.volume, "cannot build the new graph, keeping the old one: {e:#}");
+                    continue;
+                }
+            }
+        }
+        current = desc;
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 mod follow;
 mod wire;
 
-pub use follow::{follow_volume, graph_env, internal_env, FOLLOW_RETRY};
+pub use follow::{follow_graph, follow_volume, graph_env, internal_env, FOLLOW_RETRY};
 pub use wire::{
     call, call_any_of_ca, call_pinned, mgmt_addr, read_line_within, send_json, Channel,
     ChannelError, Pool, LINE_TIMEOUT, MAX_LINE, POOL_IDLE, REFUSED,

@@ -1,0 +1,128 @@
+//! The MOUNT program, version 3 (RFC 1813, appendix I): a client asks
+//! for the root handle of an export (`/VOLUME`, or a directory in it:
+//! `/VOLUME/DIR`), and lists the exports (`showmount -e`). Versions 1 and
+//! 2 answer NULL, DUMP, UMNT and EXPORT the same way.
+
+use crate::exports::Exports;
+use crate::handle::Handle;
+use crate::nfs3::stat;
+use crate::xdr::{Reader, Writer};
+use mortar_core::{Ctx, Fop, Gfid, Name, Reply};
+use std::sync::{Arc, Mutex};
+
+pub const PROGRAM: u32 = 100005;
+pub const VERSIONS: (u32, u32) = (1, 3);
+
+const MNTPATHLEN: usize = 1024;
+
+/// The MOUNT program of a server.
+pub struct Mount {
+    exports: Arc<Exports>,
+    /// Who mounted what (DUMP).
+    mounts: Mutex<Vec<(String, String)>>,
+}
+
+impl Mount {
+    pub fn new(exports: Arc<Exports>) -> Mount {
+        Mount {
+            exports,
+            mounts: Mutex::default(),
+        }
+    }
+
+    /// Answers procedure `proc_` of MOUNT `vers` for `cx`: None for a
+    /// procedure that does not exist, Err for arguments that do not
+    /// decode.
+    pub async fn call(
+        &self,
+        vers: u32,
+        proc_: u32,
+        cx: Ctx,
+        peer: &str,
+        args: &mut Reader,
+    ) -> Option<Result<Writer, crate::xdr::Garbage>> {
+        let mut w = Writer::new();
+        match proc_ {
+            0 => {}
+            1 if vers == 3 => {
+                let path = match args.opaque(MNTPATHLEN) {
+                    Ok(p) => p,
+                    Err(g) => return Some(Err(g)),
+                };
+                match self.mnt(&path, &cx).await {
+                    Ok(h) => {
+                        self.mounted(peer, &path);
+                        w.u32(0).opaque(&h.encode());
+                        // The flavors served: AUTH_SYS, AUTH_NULL.
+                        w.u32(2).u32(1).u32(0);
+                    }
+                    Err(status) => {
+                        w.u32(status);
+                    }
+                }
+            }
+            2 => {
+                for (host, dir) in self.mounts.lock().unwrap().iter() {
+                    w.bool(true).opaque(dir.as_bytes()).opaque(host.as_bytes());
+                }
+                w.bool(false);
+            }
+            3 => {
+                if let Ok(path) = args.opaque(MNTPATHLEN) {
+                    let dir = String::from_utf8_lossy(&path).into_owned();
+                    self.mounts
+                        .lock()
+                        .unwrap()
+                        .retain(|(h, d)| !(h == peer && *d == dir));
+                }
+            }
+            4 => self.mounts.lock().unwrap().retain(|(h, _)| h != peer),
+            5 => {
+                for e in self.exports.all() {
+                    // Every client may mount it (the volume's auth rules
+                    // are checked on each call).
+                    w.bool(true)
+                        .opaque(format!("/{}", e.name).as_bytes())
+                        .bool(false);
+                }
+                w.bool(false);
+            }
+            _ => return None,
+        }
+        Some(Ok(w))
+    }
+
+    fn mounted(&self, peer: &str, path: &[u8]) {
+        let dir = String::from_utf8_lossy(path).into_owned();
+        let mut mounts = self.mounts.lock().unwrap();
+        if !mounts.iter().any(|(h, d)| h == peer && *d == dir) {
+            mounts.push((peer.to_string(), dir));
+        }
+    }
+
+    /// The handle of `path`: `/VOLUME[/DIR...]`.
+    async fn mnt(&self, path: &[u8], cx: &Ctx) -> Result<Handle, u32> {
+        let path = std::str::from_utf8(path).map_err(|_| stat::NOENT)?;
+        let mut parts = path.split('/').filter(|p| !p.is_empty());
+        let vol = parts.next().ok_or(stat::NOENT)?;
+        let export = self.exports.named(vol).ok_or(stat::NOENT)?;
+        let mut gfid = Gfid::ROOT;
+        for p in parts {
+            let name = Name::new(p.as_bytes().to_vec()).map_err(|_| stat::INVAL)?;
+            let a = export
+                .xl
+                .call(cx, Fop::Lookup { parent: gfid, name })
+                .await
+                .and_then(Reply::into_attr)
+                .map_err(|e| crate::nfs3::status_of(&e))?;
+            if a.kind != mortar_core::fop::FileKind::Dir {
+                return Err(stat::NOTDIR);
+            }
+            gfid = a.gfid;
+        }
+        Ok(Handle {
+            volume: export.id,
+            gfid,
+        })
+    }
+}

@@ -1,0 +1,374 @@
+//! The NFS version 3 program (RFC 1813): each procedure's arguments
+//! decoded, answered through the volume's client graph, its results
+//! encoded. The procedures live by concern: `attrs` (attributes and the
+//! file system's figures), `names` (lookups and changes of names), `data`
+//! (reads, writes, commits, and the files kept open for them), `dirs`
+//! (listings).
+
+mod attrs;
+pub(crate) mod data;
+pub(crate) mod dirs;
+mod names;
+
+use crate::exports::{Export, Exports};
+use crate::handle::{BadHandle, Handle};
+use crate::xdr::{Garbage, Reader, Writer};
+use bytes::Bytes;
+use mortar_core::fop::{Attr, FileKind, SetAttr, TimeSet};
+use mortar_core::{Ctx, FsError, Gfid, Name};
+use std::sync::Arc;
+
+pub const PROGRAM: u32 = 100003;
+pub const VERSION: u32 = 3;
+
+/// nfsstat3 values used here.
+pub mod stat {
+    pub const OK: u32 = 0;
+    pub const PERM: u32 = 1;
+    pub const NOENT: u32 = 2;
+    pub const IO: u32 = 5;
+    pub const NXIO: u32 = 6;
+    pub const ACCES: u32 = 13;
+    pub const EXIST: u32 = 17;
+    pub const XDEV: u32 = 18;
+    pub const NODEV: u32 = 19;
+    pub const NOTDIR: u32 = 20;
+    pub const ISDIR: u32 = 21;
+    pub const INVAL: u32 = 22;
+    pub const FBIG: u32 = 27;
+    pub const NOSPC: u32 = 28;
+    pub const ROFS: u32 = 30;
+    pub const MLINK: u32 = 31;
+    pub const NAMETOOLONG: u32 = 63;
+    pub const NOTEMPTY: u32 = 66;
+    pub const DQUOT: u32 = 69;
+    pub const STALE: u32 = 70;
+    pub const BADHANDLE: u32 = 10001;
+    pub const NOT_SYNC: u32 = 10002;
+    pub const BAD_COOKIE: u32 = 10003;
+    pub const NOTSUPP: u32 = 10004;
+    pub const TOOSMALL: u32 = 10005;
+    pub const SERVERFAULT: u32 = 10006;
+    pub const BADTYPE: u32 = 10007;
+    pub const JUKEBOX: u32 = 10008;
+}
+
+/// The nfsstat3 of an errno.
+pub fn status_of(e: &FsError) -> u32 {
+    match e.errno {
+        libc::EPERM => stat::PERM,
+        libc::ENOENT => stat::NOENT,
+        libc::ENXIO => stat::NXIO,
+        libc::EACCES => stat::ACCES,
+        libc::EEXIST => stat::EXIST,
+        libc::EXDEV => stat::XDEV,
+        libc::ENODEV => stat::NODEV,
+        libc::ENOTDIR => stat::NOTDIR,
+        libc::EISDIR => stat::ISDIR,
+        libc::EINVAL => stat::INVAL,
+        libc::EFBIG => stat::FBIG,
+        libc::ENOSPC => stat::NOSPC,
+        libc::EROFS => stat::ROFS,
+        libc::EMLINK => stat::MLINK,
+        libc::ENAMETOOLONG => stat::NAMETOOLONG,
+        libc::ENOTEMPTY => stat::NOTEMPTY,
+        libc::EDQUOT => stat::DQUOT,
+        libc::ESTALE => stat::STALE,
+        libc::EOPNOTSUPP | libc::ENOSYS => stat::NOTSUPP,
+        // Come back later (a lock held, a brick starting).
+        libc::EAGAIN | libc::EBUSY => stat::JUKEBOX,
+        _ => stat::IO,
+    }
+}
+
+/// Why a procedure gives no results.
+pub enum Fail {
+    /// Its arguments could not be decoded.
+    Garbage,
+    /// It failed with this nfsstat3 (the results say nothing more).
+    Status(u32),
+}
+
+impl From<Garbage> for Fail {
+    fn from(_: Garbage) -> Fail {
+        Fail::Garbage
+    }
+}
+
+impl From<FsError> for Fail {
+    fn from(e: FsError) -> Fail {
+        Fail::Status(status_of(&e))
+    }
+}
+
+impl From<BadHandle> for Fail {
+    fn from(_: BadHandle) -> Fail {
+        Fail::Status(stat::BADHANDLE)
+    }
+}
+
+/// A procedure's results: `w`, and for READ the data after it.
+pub struct Body {
+    pub w: Writer,
+    pub data: Option<Bytes>,
+}
+
+impl Body {
+    fn ok() -> Body {
+        let mut w = Writer::new();
+        w.u32(stat::OK);
+        Body { w, data: None }
+    }
+}
+
+pub type Answer = Result<Body, Fail>;
+
+/// The results of `proc_` failed with `status`: the status, and each
+/// optional attribute its failure results carry, absent.
+pub fn failed(proc_: u32, status: u32) -> Writer {
+    let absent = match proc_ {
+        1 => 0,       // GETATTR
+        3..=6 => 1,   // LOOKUP, ACCESS, READLINK, READ
+        16..=20 => 1, // READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
+        15 => 3,      // LINK: the file's attributes, the directory's wcc
+        14 => 4,      // RENAME: two directories' wcc
+        _ => 2,       // one wcc_data
+    };
+    let mut w = Writer::new();
+    w.u32(status);
+    for _ in 0..absent {
+        w.bool(false);
+    }
+    w
+}
+
+/// The context of a procedure: the export its handle names and the
+/// caller as the volume sees it.
+pub struct Op<'a> {
+    pub service: &'a Nfs3,
+    pub export: Arc<Export>,
+    pub cx: Ctx,
+}
+
+impl Op<'_> {
+    pub async fn call(&self, fop: mortar_core::Fop) -> mortar_core::FsResult<mortar_core::Reply> {
+        self.export.xl.call(&self.cx, fop).await
+    }
+
+    /// The attributes of `gfid` (from the client's caches when they hold
+    /// them).
+    pub async fn attr(&self, gfid: Gfid) -> mortar_core::FsResult<Attr> {
+        let fop = mortar_core::Fop::Getattr { gfid };
+        if let Some(r) = self.export.xl.cached(&self.cx, &fop) {
+            return r.and_then(mortar_core::Reply::into_attr);
+        }
+        self.call(fop).await.and_then(mortar_core::Reply::into_attr)
+    }
+
+    /// The attributes of `gfid` if they can be had (post-operation
+    /// attributes are optional).
+    pub async fn attr_opt(&self, gfid: Gfid) -> Option<Attr> {
+        self.attr(gfid).await.ok()
+    }
+
+    pub fn handle(&self, gfid: Gfid) -> [u8; crate::handle::LEN] {
+        Handle {
+            volume: self.export.id,
+            gfid,
+        }
+        .encode()
+    }
+
+    pub fn fattr(&self, w: &mut Writer, a: &Attr) {
+        put_fattr(w, a, self.export.fsid);
+    }
+
+    pub fn post_op(&self, w: &mut Writer, a: Option<&Attr>) {
+        w.bool(a.is_some());
+        if let Some(a) = a {
+            self.fattr(w, a);
+        }
+    }
+
+    /// wcc_data: no attributes from before (mortar cannot take them
+    /// atomically with the change), the attributes after.
+    pub fn wcc(&self, w: &mut Writer, after: Option<&Attr>) {
+        w.bool(false);
+        self.post_op(w, after);
+    }
+}
+
+/// A file handle argument (nfs_fh3: at most 64 bytes).
+pub fn get_fh(r: &mut Reader) -> crate::xdr::Result<Bytes> {
+    r.opaque(64)
+}
+
+/// A name argument (filename3). Names longer than a brick allows get
+/// NAMETOOLONG; a name with '/' or NUL, or "" INVAL (the native mount
+/// can make neither either). "." and ".." are refused here: a procedure
+/// that takes them (LOOKUP) looks first.
+pub fn get_name(r: &mut Reader) -> Result<Name, Fail> {
+    let b = r.opaque(crate::MAX_NAME_ARG)?;
+    if b.len() > mortar_core::fop::NAME_MAX {
+        return Err(Fail::Status(stat::NAMETOOLONG));
+    }
+    if &b[..] == b"." || &b[..] == b".." {
+        return Err(Fail::Status(stat::EXIST));
+    }
+    Name::new(b.to_vec()).map_err(|_| Fail::Status(stat::INVAL))
+}
+
+pub fn put_time(w: &mut Writer, t: (i64, u32)) {
+    w.u32(t.0 as u32).u32(t.1);
+}
+
+/// fattr3 of `a`.
+pub fn put_fattr(w: &mut Writer, a: &Attr, fsid: u64) {
+    let ftype = match a.kind {
+        FileKind::File => 1,
+        FileKind::Dir => 2,
+        FileKind::BlockDev => 3,
+        FileKind::CharDev => 4,
+        FileKind::Symlink => 5,
+        FileKind::Socket => 6,
+        FileKind::Fifo => 7,
+    };
+    w.u32(ftype)
+        .u32(a.perm & 0o7777)
+        .u32(a.nlink)
+        .u32(a.uid)
+        .u32(a.gid)
+        .u64(a.size)
+        .u64(a.blocks.saturating_mul(512))
+        .u32(libc::major(a.rdev as libc::dev_t))
+        .u32(libc::minor(a.rdev as libc::dev_t))
+        .u64(fsid)
+        .u64(a.gfid.ino());
+    put_time(w, a.atime);
+    put_time(w, a.mtime);
+    put_time(w, a.ctime);
+}
+
+fn get_time(r: &mut Reader) -> crate::xdr::Result<(i64, u32)> {
+    let (s, ns) = (r.u32()?, r.u32()?);
+    if ns >= 1_000_000_000 {
+        return Err(Garbage);
+    }
+    Ok((s as i64, ns))
+}
+
+/// sattr3: what to set.
+pub fn get_sattr(r: &mut Reader) -> crate::xdr::Result<SetAttr> {
+    let mode = r.optional(Reader::u32)?;
+    let uid = r.optional(Reader::u32)?;
+    let gid = r.optional(Reader::u32)?;
+    let size = r.optional(Reader::u64)?;
+    let time = |r: &mut Reader| -> crate::xdr::Result<Option<TimeSet>> {
+        Ok(match r.u32()? {
+            0 => None,
+            1 => Some(TimeSet::Now),
+            2 => {
+                let (s, ns) = get_time(r)?;
+                Some(TimeSet::At(s, ns))
+            }
+            _ => return Err(Garbage),
+        })
+    };
+    let atime = time(r)?;
+    let mtime = time(r)?;
+    Ok(SetAttr {
+        mode: mode.map(|m| m & 0o7777),
+        uid,
+        gid,
+        size,
+        atime,
+        mtime,
+    })
+}
+
+/// The NFSv3 program of a server: its exports, and what it keeps for
+/// its clients between calls.
+pub struct Nfs3 {
+    exports: Arc<Exports>,
+    /// The write verifier: new with every start of the server, so that a
+    /// client resends the unstable writes a restart may have lost.
+    pub verifier: [u8; 8],
+    pub files: data::Files,
+    pub listings: dirs::Listings,
+}
+
+impl Nfs3 {
+    pub fn new(exports: Arc<Exports>) -> Nfs3 {
+        Nfs3 {
+            exports,
+            verifier: fastrand::u64(..).to_be_bytes(),
+            files: data::Files::default(),
+            listings: dirs::Listings::default(),
+        }
+    }
+
+    /// Closes the files and listings nobody used for a while.
+    pub fn close_idle(&self) {
+        self.files.close_idle();
+        self.listings.close_idle();
+    }
+
+    /// Answers procedure `proc_` of NFSv3 for `cx`: None for a procedure
+    /// that does not exist.
+    pub async fn call(&self, proc_: u32, cx: Ctx, args: &mut Reader) -> Option<Answer> {
+        if proc_ == 0 {
+            return Some(Ok(Body {
+                w: Writer::new(),
+                data: None,
+            }));
+        }
+        if proc_ > 21 {
+            return None;
+        }
+        // Every procedure starts with a handle.
+        let op = match get_fh(args)
+            .map_err(Fail::from)
+            .and_then(|fh| Ok(Handle::decode(&fh)?))
+            .and_then(|h| {
+                let export = self
+                    .exports
+                    .get(&h.volume)
+                    .ok_or(Fail::Status(stat::STALE))?;
+                Ok((
+                    h.gfid,
+                    Op {
+                        service: self,
+                        export,
+                        cx,
+                    },
+                ))
+            }) {
+            Ok(op) => op,
+            Err(e) => return Some(Err(e)),
+        };
+        let (gfid, op) = op;
+        Some(match proc_ {
+            1 => op.getattr(gfid).await,
+            2 => op.setattr(gfid, args).await,
+            3 => op.lookup(gfid, args).await,
+            4 => op.access(gfid, args).await,
+            5 => op.readlink(gfid).await,
+            6 => op.read(gfid, args).await,
+            7 => op.write(gfid, args).await,
+            8 => op.create(gfid, args).await,
+            9 => op.mkdir(gfid, args).await,
+            10 => op.symlink(gfid, args).await,
+            11 => op.mknod(gfid, args).await,
+            12 => op.remove(gfid, args, false).await,
+            13 => op.remove(gfid, args, true).await,
+            14 => op.rename(gfid, args).await,
+            15 => op.link(gfid, args).await,
+            16 => op.readdir(gfid, args, false).await,
+            17 => op.readdir(gfid, args, true).await,
+            18 => op.fsstat(gfid).await,
+            19 => op.fsinfo(gfid).await,
+            20 => op.pathconf(gfid).await,
+            _ => op.commit(gfid, args).await,
+        })
+    }
+}

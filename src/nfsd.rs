@@ -1,0 +1,93 @@
+//! `mortar nfs-server`: the NFS server of one server of the pool (started
+//! by its daemon, docs/nfs.md). Each volume it serves is a client graph,
+//! built from the description the daemon gives and kept in step with it,
+//! as a mount's is; NFS clients' calls are answered through it.
+
+use crate::graph::{active::Active, Graph};
+use crate::mgmt::rpc::{self, Request, Response};
+use crate::nfs::{handle::volume_id, server, Export, Service};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct NfsArgs {
+    /// Where to serve NFS and MOUNT.
+    #[arg(long, default_value = "0.0.0.0:2049")]
+    pub listen: String,
+    /// The management daemon that gives the volumes' descriptions.
+    #[arg(long, default_value_t = format!("127.0.0.1:{}", crate::mgmt::DEFAULT_MGMT_PORT))]
+    pub mgmt: String,
+    /// The credential to reach the bricks with (default: the server's;
+    /// not `--credential`: that one is the CLI's, for talking to a
+    /// daemon).
+    #[arg(long)]
+    pub server_credential: Option<std::path::PathBuf>,
+    /// The volumes to serve.
+    #[arg(required = true)]
+    pub volumes: Vec<String>,
+}
+
+pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
+    crate::process::init_logs();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let credential = crate::protocol::tls::credential_path(a.server_credential.as_deref());
+    crate::protocol::tls::install_file(&credential).map_err(anyhow::Error::msg)?;
+    let listen: std::net::SocketAddr = a
+        .listen
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--listen {}: {e}", a.listen))?;
+    rt.block_on(async {
+        let service = Arc::new(Service::new());
+        for vol in &a.volumes {
+            let active = volume(&a.mgmt, vol).await?;
+            service
+                .exports
+                .add(Export::new(vol.clone(), volume_id(&active.1), active.0));
+        }
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("nfs: cannot listen on {listen}: {e}"))?;
+        tracing::info!(%listen, volumes = a.volumes.join(","), "serving NFS");
+        server::serve(listener, service).await;
+        Ok(())
+    })
+}
+
+/// Volume `vol`'s client graph, followed at `mgmt`, and its id.
+async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, String)> {
+    let desc = match rpc::call(
+        mgmt,
+        &Request::GetVolDesc {
+            name: vol.to_string(),
+        },
+    )
+    .await
+    {
+        Ok(Response::VolDesc(d)) => d,
+        Ok(Response::Err(e)) => return Err(anyhow::Error::new(e)),
+        Ok(other) => anyhow::bail!("{mgmt}: unexpected answer {other:?}"),
+        Err(e) => anyhow::bail!("{mgmt}: {}", e.message),
+    };
+    crate::protocol::tls::set_record(Some(&desc.pool));
+    let graph = Graph::build(&desc, &rpc::graph_env())?;
+    let up = graph.wait_up(Duration::from_secs(10)).await;
+    tracing::info!(volume = %vol, bricks_up = up, "volume graph ready for NFS");
+    let active = Active::new(graph);
+    let me = rpc::ClientInfo {
+        host: rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+        pid: std::process::id(),
+        mount: "nfs".to_string(),
+    };
+    tokio::spawn(rpc::follow_graph(
+        vec![mgmt.to_string()],
+        desc.clone(),
+        active.clone(),
+        me,
+    ));
+    Ok((active, desc.id))
+}

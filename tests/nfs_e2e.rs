@@ -1,52 +1,26 @@
-//! The NFS server, end to end: a volume served by `mortar nfs-server`,
-//! reached with libnfs's tools (this machine has no kernel NFS client),
+//! The NFS server, end to end: a volume served by the pool's NFS servers
+//! (`nfs.disable off`), reached with libnfs's tools (this machine has no kernel NFS client),
 //! beside a native mount of the same volume.
 
 mod common;
 use common::*;
 use std::time::Duration;
 
-/// An NFS server of `vol`, killed when dropped.
-struct NfsServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for NfsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 const NFS_PORT: u16 = 2049;
 
-fn nfs_server(c: &Cluster, vol: &str) -> NfsServer {
+/// `vol` served over NFS by the pool (`nfs.disable off`): its URL for
+/// libnfs's tools.
+fn nfs_on(c: &Cluster, vol: &str) -> String {
     need("nfs-ls", "libnfs-utils");
-    let log = std::fs::File::create(c.path("nfs.log")).unwrap();
-    let child = std::process::Command::new(BIN)
-        .args(["nfs-server", "--listen"])
-        .arg(format!("{}:{NFS_PORT}", c.ip))
-        .arg("--mgmt")
-        .arg(format!("{}:{PORT}", c.ip))
-        .arg("--server-credential")
-        .arg(c.credential())
-        .arg(vol)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    c.ok(&["volume", "set", vol, "nfs.disable", "off"]);
     let addr = format!("{}:{NFS_PORT}", c.ip);
     wait_for("the NFS server", Duration::from_secs(20), || {
         std::net::TcpStream::connect(&addr).is_ok()
     });
-    NfsServer {
-        child,
-        url: format!(
-            "nfs://{}/{vol}?nfsport={NFS_PORT}&mountport={NFS_PORT}&version=3",
-            c.ip
-        ),
-    }
+    format!(
+        "nfs://{}/{vol}?nfsport={NFS_PORT}&mountport={NFS_PORT}&version=3",
+        c.ip
+    )
 }
 
 /// `url` with `path` in the export.
@@ -68,7 +42,7 @@ fn files_written_through_nfs_read_through_a_mount_and_the_other_way() {
     let c = Cluster::start();
     c.volume("nv", 3, &["n1", "n2", "n3"]);
     let m = c.mount("nv");
-    let nfs = nfs_server(&c, "nv");
+    let url = nfs_on(&c, "nv");
     // Native to NFS.
     std::fs::create_dir(m.p("d")).unwrap();
     ok(&format!(
@@ -76,14 +50,14 @@ fn files_written_through_nfs_read_through_a_mount_and_the_other_way() {
         m.p("d/big"),
         m.p("small")
     ));
-    let listing = ok(&format!("nfs-ls '{}'", nfs.url));
+    let listing = ok(&format!("nfs-ls '{}'", url));
     assert!(
         listing.contains("small") && listing.contains(" d"),
         "{listing}"
     );
-    assert_eq!(ok(&format!("nfs-cat '{}'", at(&nfs.url, "small"))), "hi\n");
+    assert_eq!(ok(&format!("nfs-cat '{}'", at(&url, "small"))), "hi\n");
     let want = ok(&format!("md5sum < {}", m.p("d/big")));
-    let got = ok(&format!("nfs-cat '{}' | md5sum", at(&nfs.url, "d/big")));
+    let got = ok(&format!("nfs-cat '{}' | md5sum", at(&url, "d/big")));
     assert_eq!(got, want);
     // NFS to native.
     let src = c.path("src");
@@ -91,8 +65,23 @@ fn files_written_through_nfs_read_through_a_mount_and_the_other_way() {
     ok(&format!(
         "nfs-cp {} '{}'",
         src.display(),
-        at(&nfs.url, "d/copied")
+        at(&url, "d/copied")
     ));
     let want = ok(&format!("md5sum < {}", src.display()));
     assert_eq!(ok(&format!("md5sum < {}", m.p("d/copied"))), want);
+}
+
+#[test]
+fn the_nfs_server_follows_nfs_disable() {
+    let c = Cluster::start();
+    c.volume("nd", 1, &["d1"]);
+    let url = nfs_on(&c, "nd");
+    assert!(ok(&format!("nfs-ls '{url}'")).is_empty());
+    c.ok(&["volume", "set", "nd", "nfs.disable", "on"]);
+    let addr = format!("{}:{NFS_PORT}", c.ip);
+    wait_for("the NFS server to stop", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(&addr).is_err()
+    });
+    let log = std::fs::read_to_string(c.path("daemon.log")).unwrap();
+    assert!(log.contains("NFS server stopped"), "{log}");
 }

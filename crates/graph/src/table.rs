@@ -272,6 +272,16 @@ pub static TABLE: &[Row] = &[
         brick: None,
         about: "a server cut off from the pool's majority stops its bricks",
     },
+    Row {
+        kind: "mgmt/nfs-server",
+        side: Side::Server,
+        place: Place::Volume,
+        enabled_by: None,
+        options: &[&crate::roles::NFS_DISABLE],
+        build: None,
+        brick: None,
+        about: "each server of the pool serves the volumes that turn it on over NFSv3 (mortar nfs-server)",
+    },
 ];
 
 pub fn row(kind: &str) -> Option<&'static Row> {

@@ -68,9 +68,19 @@ pub static BRICK_MULTIPLEX: Spec = Spec {
     help: "Serve all of a server's bricks from one process (one port, one runtime) instead of a process per brick; bricks started after the change follow it",
 };
 
+/// `nfs.port`: where each server's NFS server listens (NFS and MOUNT on
+/// the one port). One per server, so the pool's: GlusterFS sets it per
+/// volume for its one NFS process per server.
+pub static NFS_PORT: Spec = Spec {
+    key: "nfs.port",
+    kind: mortar_core::options::Kind::Int(1, 65535),
+    default: "2049",
+    help: "The port each server's NFS server takes (NFSv3 and MOUNT both), for the volumes with nfs.disable off",
+};
+
 /// The options of the pool rather than of one volume, as GlusterFS's
 /// global options: `volume set all KEY VALUE`, `volume get all KEY|all`.
-pub static POOL: &[&Spec] = &[&BRICK_MULTIPLEX];
+pub static POOL: &[&Spec] = &[&BRICK_MULTIPLEX, &NFS_PORT];
 
 pub fn pool_spec(key: &str) -> Option<&'static Spec> {
     POOL.iter().copied().find(|o| o.key == key)
@@ -142,7 +152,7 @@ mod tests {
             "{e}"
         );
         // Options without a translator that reads them are not accepted.
-        for inert in ["performance.quick-read", "client.ssl", "nfs.disable"] {
+        for inert in ["performance.quick-read", "client.ssl", "nfs.rpc-auth-allow"] {
             assert!(validate(inert, "on").is_err(), "{inert}");
         }
         assert_eq!(validate("server.ssl", "no").unwrap(), "off");

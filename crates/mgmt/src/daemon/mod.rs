@@ -32,6 +32,7 @@ mod follow;
 mod heal;
 mod leader;
 mod members;
+mod nfs;
 mod observe;
 mod ops;
 mod peers;
@@ -115,6 +116,8 @@ pub struct Daemon {
     /// Self-heal per replicated volume with bricks here: the graph it
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
+    /// The NFS server this server runs, if any volume wants one.
+    nfs: Mutex<Option<nfs::NfsProc>>,
     /// The rebalances this server runs, by volume.
     /// The rebalance rows running here, by task id and row host.
     rebalancers: Mutex<HashMap<(String, String), Arc<mortar_rebalance::Rebalancer>>>,
@@ -186,6 +189,7 @@ impl Daemon {
             reconcile_lock: tokio::sync::Mutex::new(()),
             balance_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
+            nfs: Mutex::new(None),
             rebalancers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             clients: Mutex::new(HashMap::new()),

@@ -14,7 +14,9 @@
 #        daemon listens (127.0.77.1:24198), SETS and REPLICA=the volumes'
 #        shape (1 and 3: replica 3; SETS=2 REPLICA=1: distribute over 2),
 #        or SETS and DISPERSE with REDUNDANCY (SETS=2 DISPERSE=3
-#        REDUNDANCY=1: 2 x (2 + 1))
+#        REDUNDANCY=1: 2 x (2 + 1)), ACCESS=nfs: pjdfstest through the
+#        volume's NFS server with fuse-nfs (an NFS client over FUSE, built
+#        from its snapshot) instead of a native mount
 # --keep leaves the volumes mounted and the daemon running for a look.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +44,7 @@ SETS=${SETS:-1}
 REPLICA=${REPLICA:-3}
 DISPERSE=${DISPERSE:-0}
 REDUNDANCY=${REDUNDANCY:-1}
+ACCESS=${ACCESS:-fuse}
 if [ "$DISPERSE" -gt 0 ]; then
     SHAPE="$SETS x disperse $DISPERSE redundancy $REDUNDANCY"
     WIDTH=$DISPERSE
@@ -59,6 +62,12 @@ command -v fusermount3 >/dev/null || need+=(fuse3)
 if want pjdfstest; then
     command -v autoreconf >/dev/null || need+=(autoconf automake libtool)
     command -v prove >/dev/null || need+=(perl)
+    if [ "$ACCESS" = nfs ]; then
+        # fuse-nfs's README lists them.
+        for p in libfuse-dev libnfs-dev libtool m4 automake xsltproc make gcc; do
+            dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+        done
+    fi
 fi
 if want xfstests; then
     for p in acl attr automake bc dbench dump e2fsprogs fio gawk gcc indent \
@@ -121,6 +130,26 @@ volume() {
     mkdir -p "$WORK/mnt-$1"
 }
 
+# Volume $1 served by the pool's NFS server, mounted at $2 with fuse-nfs:
+# each caller's ids in the calls (-o), permissions checked by the
+# server (-p 0), as a kernel NFS client does, and nothing kept by FUSE
+# (-T 0 -E 0 -N 0: fuse-nfs does not refresh what it changes, such as a
+# file's link count after a link).
+mount_nfs() {
+    local FNFS=$WORK/fuse-nfs/fuse/fuse-nfs
+    if [ ! -x "$FNFS" ]; then
+        tar -xzf "$SUITES/fuse-nfs.tar.gz" -C "$WORK"
+        (cd "$WORK/fuse-nfs" && ./setup.sh && ./configure && make) >"$WORK/fuse-nfs-build.log" 2>&1
+    fi
+    cli volume set "$1" nfs.disable off >/dev/null
+    for _ in $(seq 100); do
+        (echo >/dev/tcp/$IP/2049) 2>/dev/null && break
+        sleep 0.1
+    done
+    "$FNFS" -n "nfs://$IP/$1?nfsport=2049&mountport=2049&version=3" -m "$2" -a -o -p 0 -T 0 -E 0 -N 0 -q \
+        -L "$WORK/fuse-nfs-$1.log"
+}
+
 # --- pjdfstest: prove -r, as root, inside a directory of the mount ---
 run_pjdfstest() {
     local PJD=$WORK/pjdfstest
@@ -131,7 +160,11 @@ run_pjdfstest() {
     volume pjd
     local MNT=$WORK/mnt-pjd
     MOUNTS+=("$MNT")
-    "$MORTAR" mount --port $PORT $IP:/pjd "$MNT" --log-file "$WORK/client-pjd.log"
+    if [ "$ACCESS" = nfs ]; then
+        mount_nfs pjd "$MNT"
+    else
+        "$MORTAR" mount --port $PORT $IP:/pjd "$MNT" --log-file "$WORK/client-pjd.log"
+    fi
     mkdir -p "$MNT/pjd"
     local LOG=$WORK/pjdfstest.log
     set +e

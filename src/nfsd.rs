@@ -22,6 +22,10 @@ pub struct NfsArgs {
     /// daemon).
     #[arg(long)]
     pub server_credential: Option<std::path::PathBuf>,
+    /// Exit when standard input ends: the daemon that started the server
+    /// (and holds the other end) is gone.
+    #[arg(long)]
+    pub until_stdin_ends: bool,
     /// The volumes to serve.
     #[arg(required = true)]
     pub volumes: Vec<String>,
@@ -38,6 +42,13 @@ pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
         .listen
         .parse()
         .map_err(|e| anyhow::anyhow!("--listen {}: {e}", a.listen))?;
+    if a.until_stdin_ends {
+        std::thread::spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            tracing::info!("standard input ended (the daemon is gone): NFS server exits");
+            std::process::exit(0);
+        });
+    }
     rt.block_on(async {
         let service = Arc::new(Service::new());
         for vol in &a.volumes {

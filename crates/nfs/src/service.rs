@@ -53,10 +53,13 @@ impl Service {
                     Some(Err(Fail::Garbage)) => {
                         vec![rpc::accepted(xid, Accept::GarbageArgs).into_bytes()]
                     }
-                    Some(Err(Fail::Status(s))) => vec![
-                        rpc::accepted(xid, Accept::Success).into_bytes(),
-                        nfs3::failed(call.proc_, s).into_bytes(),
-                    ],
+                    Some(Err(Fail::Status(s))) => {
+                        tracing::debug!(xid, proc_ = call.proc_, status = s, %peer, "nfs call failed");
+                        vec![
+                            rpc::accepted(xid, Accept::Success).into_bytes(),
+                            nfs3::failed(call.proc_, s).into_bytes(),
+                        ]
+                    }
                     Some(Ok(body)) => {
                         let mut out = vec![
                             rpc::accepted(xid, Accept::Success).into_bytes(),

@@ -230,6 +230,7 @@ impl Daemon {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             tracing::info!("stopping: bricks first");
             d2.stop_all_bricks().await;
+            d2.stop_nfs().await;
             std::process::exit(0);
         });
         accept.await?

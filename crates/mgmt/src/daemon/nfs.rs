@@ -3,7 +3,8 @@
 //! `nfs.port` on the daemon's address. It is started again with the new
 //! list when the list or the port changes (its clients go on: their
 //! handles name the volume and the object, nothing of the process), and
-//! again after a second when it exits.
+//! again after a second when it exits. It stops with the daemon (told to,
+//! or when its input from the daemon ends).
 
 use super::*;
 use mortar_graph::roles::NFS_DISABLE;
@@ -60,6 +61,7 @@ impl Daemon {
             self.me.mgmt.clone().into(),
             "--server-credential".into(),
             authority::server_credential(&self.cfg.state_dir).into(),
+            "--until-stdin-ends".into(),
         ];
         args.extend(volumes.iter().map(Into::into));
         tracing::info!(port, volumes = volumes.join(","), "starting the NFS server");
@@ -76,6 +78,17 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Stops the NFS server (the daemon is stopping).
+    pub(super) async fn stop_nfs(&self) {
+        let running = self.nfs.lock().unwrap().take();
+        if let Some(p) = running {
+            let _ = p.stop.send(true);
+            let _ = p.done.await;
+        }
+    }
+}
+
 /// Keeps `mortar ARGS` running until told to stop; its pid is kept in
 /// `run/nfs.pid`, so that one a former daemon left is stopped first.
 async fn supervise_nfs(
@@ -88,8 +101,10 @@ async fn supervise_nfs(
     stop_left_over(&pid_file);
     loop {
         let mut cmd = tokio::process::Command::new(mortar_process::mortar_program());
+        // Its input is a pipe from here: when this daemon is gone (even
+        // killed), it ends, and the NFS server exits.
         cmd.args(&args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
         if let Ok(f) = std::fs::OpenOptions::new()
@@ -112,6 +127,7 @@ async fn supervise_nfs(
                 }
             }
         };
+        let _lifeline = child.stdin.take();
         if let Some(pid) = child.id() {
             let _ = std::fs::create_dir_all(&run);
             let _ = std::fs::write(&pid_file, format!("{pid}\n"));

@@ -78,8 +78,7 @@ impl Op<'_> {
                 return Ok(Body { w, data: None });
             }
         }
-        // A size change goes through the files kept open for writing, so
-        // that writes held behind land first.
+        // A size change goes after the writes held behind.
         if set.size.is_some() {
             self.service.files.flush(gfid).await;
         }

@@ -21,6 +21,8 @@ use std::time::Instant;
 struct Listing {
     export: Arc<Export>,
     gfid: Gfid,
+    /// Who opened it: only they continue it.
+    uid: u32,
     fh: u64,
     used: Instant,
 }
@@ -61,11 +63,11 @@ impl Listings {
         self.len() == 0
     }
 
-    /// The listing `verf` of `gfid`, if it is open.
-    fn find(&self, verf: u64, volume: [u8; 16], gfid: Gfid) -> Option<u64> {
+    /// The listing `verf` of `gfid` that `uid` opened, if it is open.
+    fn find(&self, verf: u64, volume: [u8; 16], gfid: Gfid, uid: u32) -> Option<u64> {
         let mut open = self.open.lock().unwrap();
         let l = open.get_mut(&verf)?;
-        if l.gfid != gfid || l.export.id != volume {
+        if l.gfid != gfid || l.export.id != volume || l.uid != uid {
             return None;
         }
         l.used = Instant::now();
@@ -89,7 +91,7 @@ impl Op<'_> {
     async fn listing(&self, dir: Gfid, verf: u64) -> mortar_core::FsResult<(u64, u64)> {
         let listings = &self.service.listings;
         if verf != 0 {
-            if let Some(fh) = listings.find(verf, self.export.id, dir) {
+            if let Some(fh) = listings.find(verf, self.export.id, dir, self.cx.uid) {
                 return Ok((verf, fh));
             }
         }
@@ -100,6 +102,7 @@ impl Op<'_> {
             Listing {
                 export: self.export.clone(),
                 gfid: dir,
+                uid: self.cx.uid,
                 fh,
                 used: Instant::now(),
             },

@@ -135,8 +135,10 @@ impl Posix {
                     self.cut_sums(gfid, &f, size);
                 }
                 // ftruncate of a descriptor open for writing, whatever the
-                // mode says now, as a local process may.
-                Err(e) if e.is(libc::EACCES) => match fds.writable(gfid) {
+                // mode says now, as a local process may: one the caller
+                // opened (a connection serves many users: a mount's, an
+                // NFS server's).
+                Err(e) if e.is(libc::EACCES) => match fds.writable(gfid, cx.uid) {
                     Some(h) => {
                         as_file(&h).set_len(size)?;
                         self.cut_sums(gfid, as_file(&h), size);

@@ -38,13 +38,13 @@ impl Posix {
             self.cut_sums(gfid, &f, 0);
         }
         Ok(Reply::Opened {
-            fh: fds.insert(Handle::File(f, gfid, Some(self.open.mark(gfid)))),
+            fh: fds.insert(Handle::File(f, gfid, Some(self.open.mark(gfid)), cx.uid)),
         })
     }
 
     /// The open file behind `fh`, or for `ANON_FH` the file `gfid` opened
     /// read-only on the connection's behalf (by the caller `cx`, or through
-    /// a handle the connection holds open on it).
+    /// a handle the caller holds open on it on this connection).
     pub(crate) fn file_for(
         &self,
         cx: &Ctx,
@@ -55,7 +55,10 @@ impl Posix {
         if fh != ANON_FH {
             return fds.file(fh);
         }
-        if let Some(h) = fds.anon.lock().unwrap().get(&gfid) {
+        // The connection's anonymous handle, if this caller opened it (a
+        // connection serves many users).
+        let mine = |h: &Arc<Handle>| matches!(&**h, Handle::File(.., opener) if *opener == cx.uid);
+        if let Some(h) = fds.anon.lock().unwrap().get(&gfid).filter(|h| mine(h)) {
             return Ok(h.clone());
         }
         let f = match self.open_gfid(cx, gfid, libc::O_RDONLY) {
@@ -65,13 +68,13 @@ impl Posix {
             // that, as through the descriptor a local process would hold.
             Err(e) if e.is(libc::ESTALE) || e.is(libc::EACCES) => {
                 return match fds.open_by_gfid(gfid) {
-                    Some(h) if matches!(&*h, Handle::File(..)) => Ok(h),
+                    Some(h) if mine(&h) => Ok(h),
                     _ => Err(e),
                 }
             }
             Err(e) => return Err(e),
         };
-        let h = Arc::new(Handle::File(f, gfid, None));
+        let h = Arc::new(Handle::File(f, gfid, None, cx.uid));
         if !fds
             .anon_known
             .swap(true, std::sync::atomic::Ordering::Relaxed)

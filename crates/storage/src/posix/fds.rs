@@ -48,9 +48,10 @@ impl Drop for OpenMark {
 
 /// An open file or a directory listing, held for one client connection.
 pub enum Handle {
-    /// An open file, its gfid, and its place among the brick's open files
-    /// (None for the anonymous handle).
-    File(File, Gfid, Option<OpenMark>),
+    /// An open file, its gfid, its place among the brick's open files
+    /// (None for the anonymous handle), and the uid of the caller that
+    /// opened it.
+    File(File, Gfid, Option<OpenMark>, u32),
     /// An open directory's listing, the directory itself (so that it can
     /// be stat'ed after its last name is gone, as `fstat` on a local
     /// file system can) and its gfid.
@@ -60,12 +61,12 @@ pub enum Handle {
 impl Handle {
     pub(crate) fn gfid(&self) -> Gfid {
         match self {
-            Handle::File(_, g, _) | Handle::Dir(_, _, g) => *g,
+            Handle::File(_, g, ..) | Handle::Dir(_, _, g) => *g,
         }
     }
     pub(crate) fn fstat(&self) -> FsResult<rfs::Stat> {
         Ok(match self {
-            Handle::File(f, _, _) => rfs::fstat(f)?,
+            Handle::File(f, ..) => rfs::fstat(f)?,
             Handle::Dir(_, d, _) => rfs::fstat(&**d)?,
         })
     }
@@ -116,13 +117,14 @@ impl FdTable {
         found.or_else(|| self.anon.lock().unwrap().get(&gfid).cloned())
     }
 
-    /// A file of this connection's open for writing under `gfid`.
-    pub(crate) fn writable(&self, gfid: Gfid) -> Option<Arc<Handle>> {
+    /// A file of this connection's open for writing under `gfid` by `uid`.
+    pub(crate) fn writable(&self, gfid: Gfid, uid: u32) -> Option<Arc<Handle>> {
         let open = self.map.lock().unwrap();
         open.values()
             .find(|h| match &***h {
-                Handle::File(f, g, _) => {
+                Handle::File(f, g, _, opener) => {
                     *g == gfid
+                        && *opener == uid
                         && rfs::fcntl_getfl(f)
                             .is_ok_and(|fl| (fl & OFlags::ACCMODE) != OFlags::RDONLY)
                 }
@@ -164,7 +166,7 @@ impl FdTable {
 
 pub(crate) fn as_file(h: &Handle) -> &File {
     match h {
-        Handle::File(f, _, _) => f,
+        Handle::File(f, ..) => f,
         Handle::Dir(..) => unreachable!("checked by FdTable::file"),
     }
 }

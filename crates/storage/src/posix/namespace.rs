@@ -212,6 +212,7 @@ impl Posix {
             File::from(file),
             gfid,
             Some(self.open.mark(gfid)),
+            cx.uid,
         ));
         Ok(Reply::Created {
             entry: Entry {

@@ -367,7 +367,7 @@ fn what_she_opened_stays_hers(s: &Scene) {
         },
     );
     assert_eq!(errno_of(write), 0);
-    assert_eq!(setattr(alice, hers, truncate), 0);
+    assert_eq!(setattr(alice, hers, truncate.clone()), 0);
     let read = b.call_as(
         alice,
         Fop::Read {
@@ -378,6 +378,20 @@ fn what_she_opened_stays_hers(s: &Scene) {
         },
     );
     assert_eq!(errno_of(read), 0);
+    // Not another user's of the same connection (a mount's, an NFS
+    // server's): what the mode says goes for him.
+    let bob = &s.bob;
+    assert_eq!(setattr(bob, hers, truncate), libc::EACCES);
+    let read = b.call_as(
+        bob,
+        Fop::Read {
+            gfid: hers,
+            fh: ANON_FH,
+            offset: 0,
+            size: 10,
+        },
+    );
+    assert_eq!(errno_of(read), libc::EACCES);
 }
 
 fn nothing_of_roots_changed(s: &Scene) {

@@ -33,6 +33,14 @@ pub struct NfsArgs {
 
 pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
     crate::process::init_logs();
+    // A descriptor per client connection and per file kept open: as many
+    // as the system lets this process have.
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut files = getrlimit(Resource::Nofile);
+    if files.current < files.maximum {
+        files.current = files.maximum;
+        let _ = setrlimit(Resource::Nofile, files);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -85,3 +85,132 @@ fn the_nfs_server_follows_nfs_disable() {
     let log = std::fs::read_to_string(c.path("daemon.log")).unwrap();
     assert!(log.contains("NFS server stopped"), "{log}");
 }
+
+/// A raw ONC RPC client: calls framed by hand, so that what no real
+/// client sends can be sent.
+mod raw {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    pub fn u32s(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    /// A call's record (AUTH_NULL): header, then `args`.
+    pub fn call(xid: u32, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+        let mut b = u32s(&[xid, 0, 2, prog, vers, proc_, 0, 0, 0, 0]);
+        b.extend_from_slice(args);
+        b
+    }
+
+    /// XDR opaque data.
+    pub fn opaque(data: &[u8]) -> Vec<u8> {
+        let mut b = u32s(&[data.len() as u32]);
+        b.extend_from_slice(data);
+        b.resize(b.len().next_multiple_of(4), 0);
+        b
+    }
+
+    /// Sends `record` in one fragment; the reply's words, or None when
+    /// the server closed the connection.
+    pub fn ask(s: &mut TcpStream, record: &[u8]) -> Option<Vec<u32>> {
+        let mut out = ((record.len() as u32) | 1 << 31).to_be_bytes().to_vec();
+        out.extend_from_slice(record);
+        s.write_all(&out).ok()?;
+        answer(s)
+    }
+
+    pub fn answer(s: &mut TcpStream) -> Option<Vec<u32>> {
+        let mut head = [0u8; 4];
+        s.read_exact(&mut head).ok()?;
+        let len = (u32::from_be_bytes(head) & !(1 << 31)) as usize;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).ok()?;
+        Some(
+            body.chunks(4)
+                .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+                .collect(),
+        )
+    }
+}
+
+/// Malformed and hostile calls get the errors RPC and NFS name (or a
+/// closed connection), and the server goes on serving.
+#[test]
+fn bad_calls_get_clear_errors_and_the_server_goes_on() {
+    use raw::*;
+    let c = Cluster::start();
+    c.volume("bv", 1, &["b1"]);
+    nfs_on(&c, "bv");
+    let addr = format!("{}:{NFS_PORT}", c.ip);
+    let connect = || {
+        let s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let mut s = connect();
+    // NULL: accepted (reply, accepted, null verifier, SUCCESS).
+    assert_eq!(
+        ask(&mut s, &call(1, 100003, 3, 0, &[])),
+        Some(vec![1, 1, 0, 0, 0, 0])
+    );
+    // NFS version 4: PROG_MISMATCH, 3 to 3. MOUNT 9: 1 to 3.
+    assert_eq!(
+        ask(&mut s, &call(2, 100003, 4, 0, &[])),
+        Some(vec![2, 1, 0, 0, 0, 2, 3, 3])
+    );
+    assert_eq!(
+        ask(&mut s, &call(3, 100005, 9, 0, &[])),
+        Some(vec![3, 1, 0, 0, 0, 2, 1, 3])
+    );
+    // Another program: PROG_UNAVAIL; procedure 99: PROC_UNAVAIL.
+    assert_eq!(
+        ask(&mut s, &call(4, 100099, 1, 0, &[])),
+        Some(vec![4, 1, 0, 0, 0, 1])
+    );
+    assert_eq!(
+        ask(&mut s, &call(5, 100003, 3, 99, &[])),
+        Some(vec![5, 1, 0, 0, 0, 3])
+    );
+    // Arguments cut short, or a length past the record: GARBAGE_ARGS.
+    assert_eq!(
+        ask(&mut s, &call(6, 100003, 3, 1, &u32s(&[33, 1, 2]))),
+        Some(vec![6, 1, 0, 0, 0, 4])
+    );
+    assert_eq!(
+        ask(&mut s, &call(7, 100003, 3, 1, &u32s(&[u32::MAX]))),
+        Some(vec![7, 1, 0, 0, 0, 4])
+    );
+    // Another RPC version: denied, RPC_MISMATCH 2 to 2. Kerberos
+    // credentials: denied, AUTH_ERROR, AUTH_TOOWEAK.
+    let mut v3 = call(8, 100003, 3, 0, &[]);
+    v3[8..12].copy_from_slice(&3u32.to_be_bytes());
+    assert_eq!(ask(&mut s, &v3), Some(vec![8, 1, 1, 0, 2, 2]));
+    let mut gss = call(9, 100003, 3, 0, &[]);
+    gss[24..28].copy_from_slice(&6u32.to_be_bytes());
+    assert_eq!(ask(&mut s, &gss), Some(vec![9, 1, 1, 1, 5]));
+    // A handle of another volume (forged): NFS3ERR_STALE; one that is no
+    // handle of mortar's: NFS3ERR_BADHANDLE. Never another object.
+    let mut forged = vec![1u8];
+    forged.extend_from_slice(&[7; 32]);
+    let stale = ask(&mut s, &call(10, 100003, 3, 1, &opaque(&forged))).unwrap();
+    assert_eq!(&stale[..6], &[10, 1, 0, 0, 0, 0]);
+    assert_eq!(stale[6], 70, "{stale:?}");
+    let bad = ask(&mut s, &call(11, 100003, 3, 1, &opaque(b"0123456789"))).unwrap();
+    assert_eq!(bad[6], 10001, "{bad:?}");
+    // MOUNT of a volume that is not exported: MNT3ERR_NOENT.
+    let mnt = ask(&mut s, &call(12, 100005, 3, 1, &opaque(b"/nosuch"))).unwrap();
+    assert_eq!(mnt[6], 2, "{mnt:?}");
+    // A record that claims 2 GiB: the connection ends, nothing is taken.
+    use std::io::Write;
+    s.write_all(&0x7fff_fff0u32.to_be_bytes()).unwrap();
+    assert_eq!(answer(&mut s), None);
+    // Hundreds of idle connections: the server still answers.
+    let idle: Vec<std::net::TcpStream> = (0..500).map(|_| connect()).collect();
+    let mut s = connect();
+    assert_eq!(
+        ask(&mut s, &call(13, 100003, 3, 0, &[])),
+        Some(vec![13, 1, 0, 0, 0, 0])
+    );
+    drop(idle);
+}

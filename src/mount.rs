@@ -323,6 +323,7 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         desc.clone(),
         active.clone(),
         me,
+        |_| {},
     ));
     let fs = MortarFs::new(active.clone(), rt.handle().clone());
     let inval = fs.invalidator();

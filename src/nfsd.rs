@@ -3,9 +3,11 @@
 //! built from the description the daemon gives and kept in step with it,
 //! as a mount's is; NFS clients' calls are answered through it.
 
+use crate::core::desc::VolDesc;
 use crate::graph::{active::Active, Graph};
 use crate::mgmt::rpc::{self, Request, Response};
 use crate::nfs::{handle::volume_id, server, Export, Service};
+use crate::protocol::auth::Rules;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,10 +62,15 @@ pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let service = Arc::new(Service::new());
         for vol in &a.volumes {
-            let active = volume(&a.mgmt, vol).await?;
-            service
-                .exports
-                .add(Export::new(vol.clone(), volume_id(&active.1), active.0));
+            let (active, desc) = volume(&a.mgmt, vol).await?;
+            let export = Arc::new(Export::new(
+                vol.clone(),
+                volume_id(&desc.id),
+                active.clone(),
+                Rules::from_desc(&desc),
+            ));
+            service.exports.add(export.clone());
+            follow(&a.mgmt, desc, active, export);
         }
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -74,8 +81,8 @@ pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Volume `vol`'s client graph, followed at `mgmt`, and its id.
-async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, String)> {
+/// Volume `vol`'s client graph, and its description.
+async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, VolDesc)> {
     let desc = match rpc::call(
         mgmt,
         &Request::GetVolDesc {
@@ -93,7 +100,12 @@ async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, String)> 
     let graph = Graph::build(&desc, &rpc::graph_env())?;
     let up = graph.wait_up(Duration::from_secs(10)).await;
     tracing::info!(volume = %vol, bricks_up = up, "volume graph ready for NFS");
-    let active = Active::new(graph);
+    Ok((Active::new(graph), desc))
+}
+
+/// Keeps `active` and `export`'s rules in step with the volume's
+/// description at `mgmt`.
+fn follow(mgmt: &str, desc: VolDesc, active: Arc<Active>, export: Arc<Export>) {
     let me = rpc::ClientInfo {
         host: rustix::system::uname()
             .nodename()
@@ -104,9 +116,9 @@ async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, String)> 
     };
     tokio::spawn(rpc::follow_graph(
         vec![mgmt.to_string()],
-        desc.clone(),
-        active.clone(),
+        desc,
+        active,
         me,
+        move |d| export.set_rules(Rules::from_desc(d)),
     ));
-    Ok((active, desc.id))
 }

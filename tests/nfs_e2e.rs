@@ -214,3 +214,44 @@ fn bad_calls_get_clear_errors_and_the_server_goes_on() {
     );
     drop(idle);
 }
+
+/// The volume's rules for clients hold for NFS clients: root squashed
+/// (`server.root-squash`), an address auth.allow leaves out refused.
+#[test]
+fn nfs_clients_are_squashed_and_refused_as_the_volume_says() {
+    let c = Cluster::start();
+    c.volume("sq", 1, &["s1"]);
+    let m = c.mount("sq");
+    std::fs::create_dir(m.p("open")).unwrap();
+    ok(&format!("chmod 1777 {}", m.p("open")));
+    let url = nfs_on(&c, "sq");
+    let src = c.path("src");
+    std::fs::write(&src, b"squashed\n").unwrap();
+    // Root's files are root's until root is squashed (libnfs sends the
+    // caller's ids: root's here).
+    ok(&format!(
+        "nfs-cp {} '{}'",
+        src.display(),
+        at(&url, "open/a")
+    ));
+    assert_eq!(ok(&format!("stat -c %u {}", m.p("open/a"))), "0\n");
+    c.ok(&["volume", "set", "sq", "server.root-squash", "on"]);
+    wait_for("root squashed", Duration::from_secs(20), || {
+        let _ = sh(&format!(
+            "nfs-cp {} '{}'",
+            src.display(),
+            at(&url, "open/b")
+        ));
+        sh(&format!("stat -c %u {}", m.p("open/b"))).stdout == b"65534\n"
+    });
+    // Root squashed may not write where only root may.
+    let denied = sh(&format!("nfs-cp {} '{}'", src.display(), at(&url, "c")));
+    assert!(!denied.status.success());
+    // An address auth.allow leaves out: refused (MOUNT and every call).
+    c.ok(&["volume", "set", "sq", "auth.allow", "10.9.9.9"]);
+    wait_for("the client refused", Duration::from_secs(20), || {
+        !sh(&format!("nfs-ls '{url}'")).status.success()
+    });
+    let log = std::fs::read_to_string(c.path("state/logs/nfs.log")).unwrap();
+    assert!(log.contains("NFS client refused"), "{log}");
+}

@@ -1,8 +1,18 @@
-//! The volumes an NFS server serves, by id (every handle names one).
+//! The volumes an NFS server serves, by id (every handle names one), and
+//! who may reach each: its `auth.allow` and `auth.reject` applied to NFS
+//! clients' addresses, `server.root-squash` and `server.all-squash` to
+//! their calls, as the bricks apply them to mounts.
 
-use mortar_core::Xlator;
+use mortar_core::{Ctx, Xlator};
+use mortar_protocol::auth::Rules;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long an address found allowed or refused is taken as such (host
+/// names in the rules are resolved again after it).
+const ADDRESS_KNOWN: Duration = Duration::from_secs(10);
 
 /// A volume served over NFS.
 pub struct Export {
@@ -14,16 +24,52 @@ pub struct Export {
     pub fsid: u64,
     /// The volume's client graph.
     pub xl: Arc<dyn Xlator>,
+    /// The volume's rules for clients (`set_rules` as they change).
+    rules: RwLock<Arc<Rules>>,
+    /// Addresses looked at lately: refused (with why) or not, and when.
+    seen: Mutex<HashMap<IpAddr, (Option<String>, Instant)>>,
 }
 
 impl Export {
-    pub fn new(name: String, id: [u8; 16], xl: Arc<dyn Xlator>) -> Export {
+    pub fn new(name: String, id: [u8; 16], xl: Arc<dyn Xlator>, rules: Rules) -> Export {
         Export {
             name,
             id,
             fsid: u64::from_be_bytes(id[..8].try_into().unwrap()),
             xl,
+            rules: RwLock::new(Arc::new(rules)),
+            seen: Mutex::default(),
         }
+    }
+
+    /// The volume's rules changed.
+    pub fn set_rules(&self, rules: Rules) {
+        *self.rules.write().unwrap() = Arc::new(rules);
+        self.seen.lock().unwrap().clear();
+    }
+
+    /// Why a client at `ip` may not reach the volume, if it may not.
+    pub async fn refuses(&self, ip: IpAddr) -> Option<String> {
+        if let Some((why, at)) = self.seen.lock().unwrap().get(&ip) {
+            if at.elapsed() < ADDRESS_KNOWN {
+                return why.clone();
+            }
+        }
+        let rules = self.rules.read().unwrap().clone();
+        let why = rules.refuses(ip).await;
+        if let Some(w) = &why {
+            tracing::warn!(volume = %self.name, %ip, "NFS client refused: {w}");
+        }
+        self.seen
+            .lock()
+            .unwrap()
+            .insert(ip, (why.clone(), Instant::now()));
+        why
+    }
+
+    /// Who a call claimed by `cx` runs as: the volume's squashing applied.
+    pub fn squash(&self, cx: &mut Ctx) {
+        self.rules.read().unwrap().squash.apply(cx, None);
     }
 }
 
@@ -34,12 +80,9 @@ pub struct Exports {
 
 impl Exports {
     /// Serves `export` (in place of one of the same volume).
-    pub fn add(&self, export: Export) {
+    pub fn add(&self, export: Arc<Export>) {
         tracing::info!(volume = %export.name, "exported over NFS");
-        self.by_id
-            .write()
-            .unwrap()
-            .insert(export.id, Arc::new(export));
+        self.by_id.write().unwrap().insert(export.id, export);
     }
 
     /// Stops serving the volume `id`.

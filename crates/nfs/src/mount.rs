@@ -38,7 +38,7 @@ impl Mount {
         vers: u32,
         proc_: u32,
         cx: Ctx,
-        peer: &str,
+        peer: std::net::IpAddr,
         args: &mut Reader,
     ) -> Option<Result<Writer, crate::xdr::Garbage>> {
         let mut w = Writer::new();
@@ -49,7 +49,7 @@ impl Mount {
                     Ok(p) => p,
                     Err(g) => return Some(Err(g)),
                 };
-                match self.mnt(&path, &cx).await {
+                match self.mnt(&path, cx, peer).await {
                     Ok(h) => {
                         self.mounted(peer, &path);
                         w.u32(0).opaque(&h.encode());
@@ -73,10 +73,14 @@ impl Mount {
                     self.mounts
                         .lock()
                         .unwrap()
-                        .retain(|(h, d)| !(h == peer && *d == dir));
+                        .retain(|(h, d)| !(*h == peer.to_string() && *d == dir));
                 }
             }
-            4 => self.mounts.lock().unwrap().retain(|(h, _)| h != peer),
+            4 => self
+                .mounts
+                .lock()
+                .unwrap()
+                .retain(|(h, _)| *h != peer.to_string()),
             5 => {
                 for e in self.exports.all() {
                     // Every client may mount it (the volume's auth rules
@@ -92,20 +96,27 @@ impl Mount {
         Some(Ok(w))
     }
 
-    fn mounted(&self, peer: &str, path: &[u8]) {
+    fn mounted(&self, peer: std::net::IpAddr, path: &[u8]) {
+        let peer = peer.to_string();
         let dir = String::from_utf8_lossy(path).into_owned();
         let mut mounts = self.mounts.lock().unwrap();
-        if !mounts.iter().any(|(h, d)| h == peer && *d == dir) {
-            mounts.push((peer.to_string(), dir));
+        if !mounts.iter().any(|(h, d)| *h == peer && *d == dir) {
+            mounts.push((peer, dir));
         }
     }
 
-    /// The handle of `path`: `/VOLUME[/DIR...]`.
-    async fn mnt(&self, path: &[u8], cx: &Ctx) -> Result<Handle, u32> {
+    /// The handle of `path`: `/VOLUME[/DIR...]`, for a client at `peer`
+    /// the volume's rules let in.
+    async fn mnt(&self, path: &[u8], mut cx: Ctx, peer: std::net::IpAddr) -> Result<Handle, u32> {
         let path = std::str::from_utf8(path).map_err(|_| stat::NOENT)?;
         let mut parts = path.split('/').filter(|p| !p.is_empty());
         let vol = parts.next().ok_or(stat::NOENT)?;
         let export = self.exports.named(vol).ok_or(stat::NOENT)?;
+        if export.refuses(peer).await.is_some() {
+            return Err(stat::ACCES);
+        }
+        export.squash(&mut cx);
+        let cx = &cx;
         let mut gfid = Gfid::ROOT;
         for p in parts {
             let name = Name::new(p.as_bytes().to_vec()).map_err(|_| stat::INVAL)?;

@@ -47,14 +47,19 @@ pub async fn serve(listener: TcpListener, service: Arc<Service>) {
         let _ = stream.set_nodelay(true);
         tokio::spawn(connection(
             stream,
-            peer.ip().to_string(),
+            peer.ip().to_canonical(),
             service.clone(),
             budget.clone(),
         ));
     }
 }
 
-async fn connection(stream: TcpStream, peer: String, service: Arc<Service>, budget: Budget) {
+async fn connection(
+    stream: TcpStream,
+    peer: std::net::IpAddr,
+    service: Arc<Service>,
+    budget: Budget,
+) {
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Vec<Bytes>>(IN_FLIGHT);
     let writer = tokio::spawn(async move {
@@ -101,9 +106,9 @@ async fn connection(stream: TcpStream, peer: String, service: Arc<Service>, budg
                 continue;
             }
         };
-        let (service, tx, peer) = (service.clone(), tx.clone(), peer.clone());
+        let (service, tx) = (service.clone(), tx.clone());
         tokio::spawn(async move {
-            let reply = service.answer(call, &peer).await;
+            let reply = service.answer(call, peer).await;
             drop(held);
             let _ = tx.send(reply).await;
             drop(permit);

@@ -43,12 +43,12 @@ impl Service {
 
     /// The reply to `call` from `peer`: its pieces, in order (a READ's
     /// data is one of them, not copied).
-    pub async fn answer(&self, mut call: Call, peer: &str) -> Vec<Bytes> {
+    pub async fn answer(&self, mut call: Call, peer: std::net::IpAddr) -> Vec<Bytes> {
         let cx = ctx_of(&call.cred, call.xid);
         let xid = call.xid;
         match call.prog {
             nfs3::PROGRAM if call.vers == nfs3::VERSION => {
-                match self.nfs3.call(call.proc_, cx, &mut call.args).await {
+                match self.nfs3.call(call.proc_, cx, peer, &mut call.args).await {
                     None => vec![rpc::accepted(xid, Accept::ProcUnavail).into_bytes()],
                     Some(Err(Fail::Garbage)) => {
                         vec![rpc::accepted(xid, Accept::GarbageArgs).into_bytes()]

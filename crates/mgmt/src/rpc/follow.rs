@@ -72,12 +72,14 @@ pub async fn follow_volume(
 /// description (from whichever of `mgmts` answers), `me` telling the
 /// daemons who follows it:
 /// changed options are applied to the running graph, a changed shape
-/// switches to a new graph (`graph::active`).
+/// switches to a new graph (`graph::active`); `taken` is told of each
+/// description taken.
 pub async fn follow_graph(
     mgmts: Vec<String>,
     mut current: VolDesc,
     active: Arc<Active>,
     me: ClientInfo,
+    taken: impl Fn(&VolDesc) + Send + 'static,
 ) {
     let (name, known) = (current.volume.clone(), Some(current.version));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -120,6 +122,7 @@ pub async fn follow_graph(
                 }
             }
         }
+        taken(&desc);
         current = desc;
     }
 }

@@ -315,7 +315,13 @@ impl Nfs3 {
 
     /// Answers procedure `proc_` of NFSv3 for `cx`: None for a procedure
     /// that does not exist.
-    pub async fn call(&self, proc_: u32, cx: Ctx, args: &mut Reader) -> Option<Answer> {
+    pub async fn call(
+        &self,
+        proc_: u32,
+        mut cx: Ctx,
+        peer: std::net::IpAddr,
+        args: &mut Reader,
+    ) -> Option<Answer> {
         if proc_ == 0 {
             return Some(Ok(Body {
                 w: Writer::new(),
@@ -339,14 +345,20 @@ impl Nfs3 {
                     Op {
                         service: self,
                         export,
-                        cx,
+                        cx: Ctx::default(),
                     },
                 ))
             }) {
             Ok(op) => op,
             Err(e) => return Some(Err(e)),
         };
-        let (gfid, op) = op;
+        let (gfid, mut op) = op;
+        // The volume's rules for this client: refused, or squashed.
+        if op.export.refuses(peer).await.is_some() {
+            return Some(Err(Fail::Status(stat::ACCES)));
+        }
+        op.export.squash(&mut cx);
+        op.cx = cx;
         Some(match proc_ {
             1 => op.getattr(gfid).await,
             2 => op.setattr(gfid, args).await,

@@ -7,7 +7,6 @@ use crate::core::desc::VolDesc;
 use crate::graph::{active::Active, Graph};
 use crate::mgmt::rpc::{self, Request, Response};
 use crate::nfs::{handle::volume_id, server, Export, Service};
-use crate::protocol::auth::Rules;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,7 +66,7 @@ pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
                 vol.clone(),
                 volume_id(&desc.id),
                 active.clone(),
-                Rules::from_desc(&desc),
+                &desc,
             ));
             service.exports.add(export.clone());
             follow(&a.mgmt, desc, active, export);
@@ -119,6 +118,6 @@ fn follow(mgmt: &str, desc: VolDesc, active: Arc<Active>, export: Arc<Export>) {
         desc,
         active,
         me,
-        move |d| export.set_rules(Rules::from_desc(d)),
+        move |d| export.follow(d),
     ));
 }

@@ -72,11 +72,31 @@ fn files_written_through_nfs_read_through_a_mount_and_the_other_way() {
 }
 
 #[test]
-fn the_nfs_server_follows_nfs_disable() {
+fn the_nfs_server_follows_the_volume_access_and_nfs_disable() {
     let c = Cluster::start();
     c.volume("nd", 1, &["d1"]);
     let url = nfs_on(&c, "nd");
     assert!(ok(&format!("nfs-ls '{url}'")).is_empty());
+    // Read-only for NFS clients: they read, change nothing.
+    let src = c.path("src");
+    std::fs::write(&src, b"x\n").unwrap();
+    ok(&format!(
+        "nfs-cp {} '{}'",
+        src.display(),
+        at(&url, "before")
+    ));
+    c.ok(&["volume", "set", "nd", "nfs.volume-access", "read-only"]);
+    wait_for(
+        "the volume read-only over NFS",
+        Duration::from_secs(20),
+        || {
+            !sh(&format!("nfs-cp {} '{}'", src.display(), at(&url, "after")))
+                .status
+                .success()
+        },
+    );
+    assert_eq!(ok(&format!("nfs-cat '{}'", at(&url, "before"))), "x\n");
+    assert!(!ok(&format!("nfs-ls '{url}'")).contains("after"));
     c.ok(&["volume", "set", "nd", "nfs.disable", "on"]);
     let addr = format!("{}:{NFS_PORT}", c.ip);
     wait_for("the NFS server to stop", Duration::from_secs(20), || {

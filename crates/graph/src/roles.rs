@@ -17,12 +17,3 @@ pub static SERVER_QUORUM_RATIO: Spec = Spec {
     default: "51",
     help: "Percentage of the pool's servers a server must reach for its bricks to serve, under cluster.server-quorum-type server.",
 };
-
-/// `nfs.disable` (GlusterFS's name and default): whether the pool's NFS
-/// servers leave the volume out.
-pub static NFS_DISABLE: Spec = Spec {
-    key: "nfs.disable",
-    kind: Kind::Bool,
-    default: "on",
-    help: "off: every server of the pool serves the volume over NFSv3 (and MOUNT) at nfs.port, as /VOLUME (docs/nfs.md); on: not over NFS.",
-};

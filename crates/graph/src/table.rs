@@ -277,7 +277,10 @@ pub static TABLE: &[Row] = &[
         side: Side::Server,
         place: Place::Volume,
         enabled_by: None,
-        options: &[&crate::roles::NFS_DISABLE],
+        options: &[
+            &mortar_nfs::options::NFS_DISABLE,
+            &mortar_nfs::options::NFS_VOLUME_ACCESS,
+        ],
         build: None,
         brick: None,
         about: "each server of the pool serves the volumes that turn it on over NFSv3 (mortar nfs-server)",

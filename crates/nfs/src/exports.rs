@@ -1,12 +1,15 @@
 //! The volumes an NFS server serves, by id (every handle names one), and
 //! who may reach each: its `auth.allow` and `auth.reject` applied to NFS
 //! clients' addresses, `server.root-squash` and `server.all-squash` to
-//! their calls, as the bricks apply them to mounts.
+//! their calls, as the bricks apply them to mounts; `nfs.volume-access`.
 
+use crate::options::NFS_VOLUME_ACCESS;
+use mortar_core::desc::VolDesc;
 use mortar_core::{Ctx, Xlator};
 use mortar_protocol::auth::Rules;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -26,26 +29,38 @@ pub struct Export {
     pub xl: Arc<dyn Xlator>,
     /// The volume's rules for clients (`set_rules` as they change).
     rules: RwLock<Arc<Rules>>,
+    /// `nfs.volume-access read-only`.
+    read_only: std::sync::atomic::AtomicBool,
     /// Addresses looked at lately: refused (with why) or not, and when.
     seen: Mutex<HashMap<IpAddr, (Option<String>, Instant)>>,
 }
 
 impl Export {
-    pub fn new(name: String, id: [u8; 16], xl: Arc<dyn Xlator>, rules: Rules) -> Export {
-        Export {
+    pub fn new(name: String, id: [u8; 16], xl: Arc<dyn Xlator>, desc: &VolDesc) -> Export {
+        let e = Export {
             name,
             id,
             fsid: u64::from_be_bytes(id[..8].try_into().unwrap()),
             xl,
-            rules: RwLock::new(Arc::new(rules)),
+            rules: RwLock::new(Arc::new(Rules::from_desc(desc))),
+            read_only: Default::default(),
             seen: Mutex::default(),
-        }
+        };
+        e.follow(desc);
+        e
     }
 
-    /// The volume's rules changed.
-    pub fn set_rules(&self, rules: Rules) {
-        *self.rules.write().unwrap() = Arc::new(rules);
+    /// The volume's description changed: its rules and options.
+    pub fn follow(&self, desc: &VolDesc) {
+        *self.rules.write().unwrap() = Arc::new(Rules::from_desc(desc));
         self.seen.lock().unwrap().clear();
+        let ro = NFS_VOLUME_ACCESS.str(&desc.options) == "read-only";
+        self.read_only.store(ro, Ordering::Relaxed);
+    }
+
+    /// Whether NFS clients may only read the volume.
+    pub fn read_only(&self) -> bool {
+        self.read_only.load(Ordering::Relaxed)
     }
 
     /// Why a client at `ip` may not reach the volume, if it may not.

@@ -13,6 +13,7 @@ pub mod exports;
 pub mod handle;
 pub mod mount;
 pub mod nfs3;
+pub mod options;
 pub mod rpc;
 pub mod server;
 pub mod service;

@@ -7,7 +7,7 @@
 //! or when its input from the daemon ends).
 
 use super::*;
-use mortar_graph::roles::NFS_DISABLE;
+use mortar_nfs::options::NFS_DISABLE;
 use std::process::Stdio;
 
 /// The NFS server running here: what it serves, how to stop it.

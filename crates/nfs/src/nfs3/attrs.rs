@@ -97,7 +97,11 @@ impl Op<'_> {
         let a = self.attr(gfid).await.map_err(stale)?;
         let mut b = Body::ok();
         self.post_op(&mut b.w, Some(&a));
-        b.w.u32(allowed(&a, &self.cx, asked));
+        let mut ok = allowed(&a, &self.cx, asked);
+        if self.export.read_only() {
+            ok &= READ | LOOKUP | EXECUTE;
+        }
+        b.w.u32(ok);
         Ok(b)
     }
 

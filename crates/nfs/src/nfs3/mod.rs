@@ -359,6 +359,10 @@ impl Nfs3 {
         }
         op.export.squash(&mut cx);
         op.cx = cx;
+        // Changes, on a volume NFS clients may only read.
+        if matches!(proc_, 2 | 7..=15) && op.export.read_only() {
+            return Some(Err(Fail::Status(stat::ROFS)));
+        }
         Some(match proc_ {
             1 => op.getattr(gfid).await,
             2 => op.setattr(gfid, args).await,

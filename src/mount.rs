@@ -310,14 +310,7 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
     // Before the mount: after it, a look at the path waits for this
     // process's own session.
     let dir = a.dir.canonicalize().unwrap_or_else(|_| a.dir.clone());
-    let me = rpc::ClientInfo {
-        host: rustix::system::uname()
-            .nodename()
-            .to_string_lossy()
-            .into_owned(),
-        pid: std::process::id(),
-        mount: dir.display().to_string(),
-    };
+    let me = rpc::ClientInfo::this_process(dir.display().to_string());
     rt.spawn(rpc::follow_graph(
         mgmts.clone(),
         desc.clone(),

@@ -105,14 +105,7 @@ async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, VolDesc)>
 /// Keeps `active` and `export`'s rules in step with the volume's
 /// description at `mgmt`.
 fn follow(mgmt: &str, desc: VolDesc, active: Arc<Active>, export: Arc<Export>) {
-    let me = rpc::ClientInfo {
-        host: rustix::system::uname()
-            .nodename()
-            .to_string_lossy()
-            .into_owned(),
-        pid: std::process::id(),
-        mount: "nfs".to_string(),
-    };
+    let me = rpc::ClientInfo::this_process("nfs".to_string());
     tokio::spawn(rpc::follow_graph(
         vec![mgmt.to_string()],
         desc,

@@ -286,19 +286,16 @@ impl Healer {
                     continue;
                 };
                 // (BATCH at most: a larger backlog shows as BATCH.)
-                mortar_metrics::get()
-                    .heal_pending
-                    .get_or_create(&mortar_metrics::BrickLabels {
-                        volume: self.volume.clone(),
-                        brick: brick.label.clone(),
-                    })
+                let labels = mortar_metrics::BrickLabels {
+                    volume: self.volume.clone(),
+                    brick: brick.label.clone(),
+                };
+                let m = mortar_metrics::get();
+                m.heal_pending
+                    .get_or_create(&labels)
                     .set(gfids.len() as i64);
-                mortar_metrics::get()
-                    .heal_pending_bytes
-                    .get_or_create(&mortar_metrics::BrickLabels {
-                        volume: self.volume.clone(),
-                        brick: brick.label.clone(),
-                    })
+                m.heal_pending_bytes
+                    .get_or_create(&labels)
                     .set(bytes as i64);
                 for g in gfids {
                     if seen.insert(g) && !self.split.lock().unwrap().contains(&g) {

@@ -396,6 +396,21 @@ pub struct ClientInfo {
     pub mount: String,
 }
 
+impl ClientInfo {
+    /// This process, serving `mount` (a mount point, or what else it
+    /// serves the volume as).
+    pub fn this_process(mount: String) -> ClientInfo {
+        ClientInfo {
+            host: rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned(),
+            pid: std::process::id(),
+            mount,
+        }
+    }
+}
+
 /// A client a daemon heard from: who, the graph version it runs, and how
 /// many seconds ago it last asked.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -80,7 +80,7 @@ impl Op<'_> {
         }
         // A size change goes after the writes held behind.
         if set.size.is_some() {
-            self.service.files.flush(gfid).await;
+            self.service.files.flush(self.export.id, gfid).await;
         }
         let after = match self.call(Fop::Setattr { gfid, set }).await {
             Ok(Reply::Attr(a)) => Some(a),

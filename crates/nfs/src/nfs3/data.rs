@@ -114,15 +114,8 @@ impl Files {
     }
 
     /// Lands the writes held behind for `gfid` (before its size changes).
-    pub async fn flush(&self, gfid: Gfid) {
-        let writers: Vec<(Arc<Export>, u64)> = {
-            let open = self.open.lock().unwrap();
-            open.iter()
-                .filter(|(k, _)| k.write && k.gfid == gfid)
-                .map(|(_, o)| (o.export.clone(), o.fh))
-                .collect()
-        };
-        for (export, fh) in writers {
+    pub async fn flush(&self, volume: [u8; 16], gfid: Gfid) {
+        for (export, fh) in self.writers(volume, gfid) {
             let _ = export.xl.call(&Ctx::root(), Fop::Flush { gfid, fh }).await;
         }
     }
@@ -130,29 +123,15 @@ impl Files {
     /// Closes the files idle for `IDLE`.
     pub fn close_idle(&self) {
         let now = Instant::now();
-        let idle: Vec<(Key, Open)> = {
-            let mut open = self.open.lock().unwrap();
-            let keys: Vec<Key> = open
-                .iter()
-                .filter(|(_, o)| now.duration_since(o.used) >= IDLE)
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| open.remove(&k).map(|o| (k, o)))
-                .collect()
-        };
+        let idle: Vec<(Key, Open)> = self
+            .open
+            .lock()
+            .unwrap()
+            .extract_if(|_, o| now.duration_since(o.used) >= IDLE)
+            .collect();
         for (k, o) in idle {
             release(o, k.gfid);
         }
-    }
-
-    /// How many files are open.
-    pub fn len(&self) -> usize {
-        self.open.lock().unwrap().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

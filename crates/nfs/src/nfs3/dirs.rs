@@ -35,16 +35,13 @@ pub struct Listings {
 impl Listings {
     pub fn close_idle(&self) {
         let now = Instant::now();
-        let idle: Vec<Listing> = {
-            let mut open = self.open.lock().unwrap();
-            let keys: Vec<u64> = open
-                .iter()
-                .filter(|(_, l)| now.duration_since(l.used) >= data::IDLE)
-                .map(|(k, _)| *k)
-                .collect();
-            keys.into_iter().filter_map(|k| open.remove(&k)).collect()
-        };
-        for l in idle {
+        let idle: Vec<(u64, Listing)> = self
+            .open
+            .lock()
+            .unwrap()
+            .extract_if(|_, l| now.duration_since(l.used) >= data::IDLE)
+            .collect();
+        for (_, l) in idle {
             tokio::spawn(async move {
                 let fop = Fop::Releasedir {
                     gfid: l.gfid,
@@ -53,14 +50,6 @@ impl Listings {
                 let _ = l.export.xl.call(&Ctx::root(), fop).await;
             });
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.open.lock().unwrap().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The listing `verf` of `gfid` that `uid` opened, if it is open.

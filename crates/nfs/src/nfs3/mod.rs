@@ -208,11 +208,15 @@ pub fn get_fh(r: &mut Reader) -> crate::xdr::Result<Bytes> {
 /// can make neither either). "." and ".." are refused here: a procedure
 /// that takes them (LOOKUP) looks first.
 pub fn get_name(r: &mut Reader) -> Result<Name, Fail> {
-    let b = r.opaque(crate::MAX_NAME_ARG)?;
+    name_of(&r.opaque(crate::MAX_NAME_ARG)?)
+}
+
+/// A name argument's bytes as a name (`get_name`).
+pub fn name_of(b: &[u8]) -> Result<Name, Fail> {
     if b.len() > mortar_core::fop::NAME_MAX {
         return Err(Fail::Status(stat::NAMETOOLONG));
     }
-    if &b[..] == b"." || &b[..] == b".." {
+    if b == b"." || b == b".." {
         return Err(Fail::Status(stat::EXIST));
     }
     Name::new(b.to_vec()).map_err(|_| Fail::Status(stat::INVAL))
@@ -332,33 +336,26 @@ impl Nfs3 {
             return None;
         }
         // Every procedure starts with a handle.
-        let op = match get_fh(args)
+        let handle = get_fh(args)
             .map_err(Fail::from)
-            .and_then(|fh| Ok(Handle::decode(&fh)?))
-            .and_then(|h| {
-                let export = self
-                    .exports
-                    .get(&h.volume)
-                    .ok_or(Fail::Status(stat::STALE))?;
-                Ok((
-                    h.gfid,
-                    Op {
-                        service: self,
-                        export,
-                        cx: Ctx::default(),
-                    },
-                ))
-            }) {
-            Ok(op) => op,
+            .and_then(|fh| Ok(Handle::decode(&fh)?));
+        let (gfid, export) = match handle.and_then(|h| {
+            let export = self.exports.get(&h.volume);
+            Ok((h.gfid, export.ok_or(Fail::Status(stat::STALE))?))
+        }) {
+            Ok(found) => found,
             Err(e) => return Some(Err(e)),
         };
-        let (gfid, mut op) = op;
         // The volume's rules for this client: refused, or squashed.
-        if op.export.refuses(peer).await.is_some() {
+        if export.refuses(peer).await.is_some() {
             return Some(Err(Fail::Status(stat::ACCES)));
         }
-        op.export.squash(&mut cx);
-        op.cx = cx;
+        export.squash(&mut cx);
+        let op = Op {
+            service: self,
+            export,
+            cx,
+        };
         // Changes, on a volume NFS clients may only read.
         if matches!(proc_, 2 | 7..=15) && op.export.read_only() {
             return Some(Err(Fail::Status(stat::ROFS)));

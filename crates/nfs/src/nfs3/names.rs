@@ -32,8 +32,7 @@ impl Op<'_> {
                 .and_then(Reply::into_attr)
                 .map_err(stale)?,
             _ => {
-                let mut r = Reader::new(self.name_arg(&raw));
-                let name = get_name(&mut r)?;
+                let name = name_of(&raw)?;
                 match self.call(Fop::Lookup { parent: dir, name }).await {
                     Ok(r) => r.into_attr()?,
                     Err(e) => {
@@ -52,13 +51,6 @@ impl Op<'_> {
         let d = self.attr_opt(dir).await;
         self.post_op(&mut b.w, d.as_ref());
         Ok(b)
-    }
-
-    /// `raw` as a name argument again, for `get_name`.
-    fn name_arg(&self, raw: &[u8]) -> Bytes {
-        let mut w = Writer::new();
-        w.opaque(raw);
-        w.into_bytes()
     }
 
     pub(super) async fn create(&self, dir: Gfid, args: &mut Reader) -> Answer {

@@ -3,6 +3,7 @@
 //! beside a native mount of the same volume.
 
 mod common;
+use common::net::Net;
 use common::*;
 use std::time::Duration;
 
@@ -20,6 +21,17 @@ fn nfs_on(c: &Cluster, vol: &str) -> String {
     format!(
         "nfs://{}/{vol}?nfsport={NFS_PORT}&mountport={NFS_PORT}&version=3",
         c.ip
+    )
+}
+
+/// The first NFS server's row for `vol` in `volume status --json`:
+/// online, pid, why not online.
+fn nfs_status(c: &Cluster, vol: &str) -> (bool, Option<u64>, String) {
+    let n = &c.volume_status_json(vol)[0]["nfs"][0];
+    (
+        n["online"].as_bool().unwrap_or(false),
+        n["pid"].as_u64(),
+        n["reason"].as_str().unwrap_or_default().to_string(),
     )
 }
 
@@ -77,6 +89,29 @@ fn the_nfs_server_follows_the_volume_access_and_nfs_disable() {
     c.volume("nd", 1, &["d1"]);
     let url = nfs_on(&c, "nd");
     assert!(ok(&format!("nfs-ls '{url}'")).is_empty());
+    // `volume status` lists the pool's NFS servers, as GlusterFS does.
+    let (online, pid, _) = nfs_status(&c, "nd");
+    assert!(online, "{}", c.ok(&["volume", "status", "nd"]));
+    let text = c.ok(&["volume", "status", "nd"]);
+    assert!(
+        text.lines().any(|l| l.starts_with("NFS Server on")
+            && l.contains(&format!("2049      N/A        Y       {}", pid.unwrap()))),
+        "{text}"
+    );
+    // Its port taken: it cannot listen, and status says so and why.
+    let taken = std::net::TcpListener::bind((c.ip.as_str(), 0)).unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    c.ok(&["volume", "set", "all", "nfs.port", &port]);
+    wait_for("the NFS server offline", Duration::from_secs(20), || {
+        let (online, _, reason) = nfs_status(&c, "nd");
+        !online && reason.contains("exited")
+    });
+    let log = std::fs::read_to_string(c.path("state/logs/nfs.log")).unwrap_or_default();
+    assert!(log.contains("Address already in use"), "{log}");
+    c.ok(&["volume", "set", "all", "nfs.port", &NFS_PORT.to_string()]);
+    wait_for("the NFS server back", Duration::from_secs(20), || {
+        nfs_status(&c, "nd").0
+    });
     // Read-only for NFS clients: they read, change nothing.
     let src = c.path("src");
     std::fs::write(&src, b"x\n").unwrap();
@@ -123,6 +158,19 @@ mod raw {
         b
     }
 
+    /// A call's record with AUTH_SYS credentials of `uid` (its group
+    /// the same number).
+    pub fn call_as(uid: u32, xid: u32, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+        let mut cred = u32s(&[0]);
+        cred.extend(opaque(b"raw"));
+        cred.extend(u32s(&[uid, uid, 0]));
+        let mut b = u32s(&[xid, 0, 2, prog, vers, proc_, 1]);
+        b.extend(opaque(&cred));
+        b.extend(u32s(&[0, 0]));
+        b.extend_from_slice(args);
+        b
+    }
+
     /// XDR opaque data.
     pub fn opaque(data: &[u8]) -> Vec<u8> {
         let mut b = u32s(&[data.len() as u32]);
@@ -152,6 +200,88 @@ mod raw {
                 .collect(),
         )
     }
+}
+
+/// A client that took its handles from one server goes on with them at
+/// another when the first is gone: a handle names the volume and the
+/// object, nothing of the server. `volume status` lists every server's
+/// NFS server, and says which is gone.
+#[test]
+fn handles_from_one_server_serve_at_another_when_it_is_gone() {
+    use raw::*;
+    need("nfs-cp", "libnfs-utils");
+    let mut net = Net::pool(2);
+    let bricks: Vec<String> = (0..2).map(|i| net.hosts[i].brick("f")).collect();
+    let a = &net.hosts[0];
+    a.ok(&[
+        "volume", "create", "fo", "replica", "2", &bricks[0], &bricks[1], "force",
+    ]);
+    a.ok(&["volume", "start", "fo"]);
+    a.ok(&["volume", "set", "fo", "nfs.disable", "off"]);
+    let ips: Vec<String> = net.hosts.iter().map(|h| h.ip.clone()).collect();
+    wait_for("both NFS servers", Duration::from_secs(30), || {
+        let st = a.volume_status_json("fo");
+        let rows = st[0]["nfs"].as_array().cloned().unwrap_or_default();
+        rows.len() == 2 && rows.iter().all(|r| r["online"] == true)
+    });
+    let src = a.path("src");
+    std::fs::write(&src, b"failed over\n").unwrap();
+    let url = format!(
+        "nfs://{}/fo/f?nfsport={NFS_PORT}&mountport={NFS_PORT}&version=3",
+        ips[0]
+    );
+    ok(&format!("nfs-cp {} '{url}'", src.display()));
+    // Handles from the first server: the export's root, then the file.
+    let connect = |ip: &str| {
+        let s = std::net::TcpStream::connect((ip, NFS_PORT)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    };
+    let handle = |words: &[u32]| -> Vec<u8> {
+        let len = words[0] as usize;
+        u32s(&words[1..1 + len.div_ceil(4)])[..len].to_vec()
+    };
+    let mut s = connect(&ips[0]);
+    let mnt = ask(&mut s, &call(1, 100005, 3, 1, &opaque(b"/fo"))).unwrap();
+    assert_eq!(mnt[6], 0, "MNT: {mnt:?}");
+    let root = handle(&mnt[7..]);
+    let lookup = |s: &mut std::net::TcpStream, xid: u32| {
+        let mut args = opaque(&root);
+        args.extend(opaque(b"f"));
+        ask(s, &call(xid, 100003, 3, 3, &args)).unwrap()
+    };
+    let found = lookup(&mut s, 2);
+    assert_eq!(found[6], 0, "LOOKUP: {found:?}");
+    let file = handle(&found[7..]);
+    drop(s);
+    // The first server gone (its NFS server ends with its daemon).
+    net.hosts[0].kill_daemon();
+    wait_for("the first NFS server gone", Duration::from_secs(20), || {
+        std::net::TcpStream::connect((ips[0].as_str(), NFS_PORT)).is_err()
+    });
+    // The second server takes both handles.
+    let mut s = connect(&ips[1]);
+    let found = lookup(&mut s, 3);
+    assert_eq!(found[6], 0, "LOOKUP at the second server: {found:?}");
+    assert_eq!(handle(&found[7..]), file);
+    let mut args = opaque(&file);
+    args.extend(u32s(&[0, 0, 4096]));
+    let read = ask(&mut s, &call_as(0, 4, 100003, 3, 6, &args)).unwrap();
+    assert_eq!(read[6], 0, "READ at the second server: {read:?}");
+    // status, attributes (follows + 21 words), count, eof, then the data.
+    let data = handle(&read[7 + 22 + 2..]);
+    assert_eq!(data, b"failed over\n");
+    // The second server's status: the first's NFS server offline.
+    let st = net.hosts[1].volume_status_json("fo");
+    let gone = st[0]["nfs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["host"] == ips[0].as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(gone["online"], false, "{st}");
+    assert!(gone["reason"].as_str().is_some(), "{st}");
 }
 
 /// Malformed and hostile calls get the errors RPC and NFS name (or a

@@ -1,7 +1,7 @@
 //! Text layouts of `volume info` and `volume status`, field for field as
 //! GlusterFS prints them, so that scripts written for it keep working.
 
-use crate::mgmt::rpc::BrickStatus;
+use crate::mgmt::rpc::VolumeStatus;
 use crate::mgmt::state::Volume;
 use std::fmt::Write;
 
@@ -29,10 +29,15 @@ pub fn info(vols: &[Volume]) -> String {
     s
 }
 
-pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
+pub fn status(st: &[VolumeStatus]) -> String {
     let mut s = String::new();
     let rule = "-".repeat(78);
-    for (v, bricks) in st {
+    for VolumeStatus {
+        volume: v,
+        bricks,
+        nfs,
+    } in st
+    {
         let _ = writeln!(s, "Status of volume: {}", v.name);
         let _ = writeln!(
             s,
@@ -67,6 +72,21 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
                 );
             }
         }
+        for n in nfs {
+            let port = n.port.filter(|_| n.online);
+            let _ = writeln!(
+                s,
+                "{:<50}{:<10}{:<11}{:<8}{}",
+                format!("NFS Server on {}", n.host),
+                port.map_or("N/A".into(), |p| p.to_string()),
+                "N/A",
+                if n.online { "Y" } else { "N" },
+                n.pid.map_or("N/A".into(), |p| p.to_string()),
+            );
+            if let Some(r) = n.reason.as_ref().filter(|_| !n.online) {
+                let _ = writeln!(s, "  Offline: {r}");
+            }
+        }
         let _ = writeln!(s, " ");
         let _ = writeln!(s, "Task Status of Volume {}", v.name);
         let _ = writeln!(s, "{rule}");
@@ -92,10 +112,17 @@ pub fn status(st: &[(Volume, Vec<BrickStatus>)]) -> String {
     s
 }
 
-pub fn status_json(st: &[(Volume, Vec<BrickStatus>)]) -> serde_json::Value {
+pub fn status_json(st: &[VolumeStatus]) -> serde_json::Value {
     serde_json::Value::Array(
         st.iter()
-            .map(|(v, b)| serde_json::json!({ "volume": v.name, "bricks": b, "tasks": v.tasks }))
+            .map(|v| {
+                serde_json::json!({
+                    "volume": v.volume.name,
+                    "bricks": v.bricks,
+                    "nfs": v.nfs,
+                    "tasks": v.volume.tasks,
+                })
+            })
             .collect(),
     )
 }

@@ -167,7 +167,7 @@ async fn status(server: &Server, json: bool, name: &str, what: &str) -> anyhow::
     )
     .await?
     {
-        Response::Status(st) => st.into_iter().flat_map(|(_, b)| b).collect(),
+        Response::Status(st) => st.into_iter().flat_map(|v| v.bricks).collect(),
         _ => Vec::new(),
     };
     print!("{}", show_status(name, what, &details, &ports));

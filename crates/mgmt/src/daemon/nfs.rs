@@ -14,8 +14,17 @@ use std::process::Stdio;
 pub(super) struct NfsProc {
     volumes: Vec<String>,
     port: u16,
+    /// Its process now, as its supervisor sees it.
+    running: Arc<Mutex<Running>>,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone, Default)]
+struct Running {
+    pid: Option<u32>,
+    /// How the last one ended, or why none could start.
+    ended: Option<String>,
 }
 
 /// Waits this long before starting an NFS server that exited again.
@@ -68,14 +77,110 @@ impl Daemon {
         let (stop, stop_rx) = watch::channel(false);
         let run = self.cfg.state_dir.join("run");
         let log = self.cfg.state_dir.join("logs").join("nfs.log");
-        let done = tokio::spawn(supervise_nfs(args, run, log, stop_rx));
+        let running = Arc::new(Mutex::new(Running::default()));
+        let done = tokio::spawn(supervise_nfs(args, run, log, running.clone(), stop_rx));
         *self.nfs.lock().unwrap() = Some(NfsProc {
             volumes,
             port,
+            running,
             stop,
             done,
         });
     }
+
+    /// This server's NFS server: online when its process runs and takes
+    /// connections.
+    pub(super) async fn nfs_status(&self) -> rpc::NfsStatus {
+        let mut st = rpc::NfsStatus {
+            host: self.me.host.clone(),
+            ..Default::default()
+        };
+        let running = match &*self.nfs.lock().unwrap() {
+            Some(p) => {
+                st.volumes = p.volumes.clone();
+                st.port = Some(p.port);
+                p.running.lock().unwrap().clone()
+            }
+            None => {
+                st.reason = Some("serves no volume".into());
+                return st;
+            }
+        };
+        st.pid = running.pid;
+        st.reason = running.ended;
+        if st.pid.is_none() {
+            return st;
+        }
+        let ip = match self.cfg.listen.ip() {
+            ip if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            ip => ip,
+        };
+        let at = SocketAddr::new(ip, st.port.unwrap_or_default());
+        let connect = tokio::net::TcpStream::connect(at);
+        match tokio::time::timeout(Duration::from_secs(2), connect).await {
+            Ok(Ok(_)) => {
+                st.online = true;
+                st.reason = None;
+            }
+            Ok(Err(e)) => st.reason = Some(format!("takes no connection at {at}: {e}")),
+            Err(_) => st.reason = Some(format!("takes no connection at {at} within 2 s")),
+        }
+        st
+    }
+
+    /// The NFS server of every server of the pool, this one first.
+    pub(super) async fn nfs_everywhere(self: &Arc<Self>) -> Vec<rpc::NfsStatus> {
+        let peers = self.state.lock().unwrap().peers.clone();
+        let hosts: Vec<String> = std::iter::once(self.me.host.clone())
+            .chain(peers.iter().map(|p| p.host.clone()))
+            .collect();
+        let reqs = hosts
+            .iter()
+            .map(|h| (h.clone(), Request::LocalNfs))
+            .collect();
+        let answers = self.on_hosts(reqs).await;
+        hosts
+            .into_iter()
+            .zip(answers)
+            .map(|(host, r)| match r {
+                Response::Nfs(s) => s,
+                Response::Err(e) => rpc::NfsStatus {
+                    host,
+                    reason: Some(e.to_string()),
+                    ..Default::default()
+                },
+                other => rpc::NfsStatus {
+                    host,
+                    reason: Some(format!("unexpected answer {other:?}")),
+                    ..Default::default()
+                },
+            })
+            .collect()
+    }
+}
+
+/// The rows of volume `name` among the pool's NFS servers: a server whose
+/// NFS server does not serve it (yet) is offline for it.
+pub(super) fn nfs_of(name: &str, all: &[rpc::NfsStatus]) -> Vec<rpc::NfsStatus> {
+    all.iter()
+        .map(|s| {
+            if s.volumes.iter().any(|v| v == name) {
+                return s.clone();
+            }
+            rpc::NfsStatus {
+                host: s.host.clone(),
+                port: None,
+                pid: None,
+                online: false,
+                volumes: Vec::new(),
+                reason: Some(
+                    s.reason
+                        .clone()
+                        .unwrap_or_else(|| format!("does not serve {name} yet")),
+                ),
+            }
+        })
+        .collect()
 }
 
 impl Daemon {
@@ -95,8 +200,15 @@ async fn supervise_nfs(
     args: Vec<std::ffi::OsString>,
     run: PathBuf,
     log: PathBuf,
+    running: Arc<Mutex<Running>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let ended = |why: String| {
+        *running.lock().unwrap() = Running {
+            pid: None,
+            ended: Some(why),
+        };
+    };
     let pid_file = run.join("nfs.pid");
     stop_left_over(&pid_file);
     loop {
@@ -121,6 +233,7 @@ async fn supervise_nfs(
             Ok(c) => c,
             Err(e) => {
                 tracing::error!("cannot start the NFS server: {e}");
+                ended(format!("cannot start: {e}"));
                 tokio::select! {
                     _ = tokio::time::sleep(AGAIN_AFTER) => continue,
                     _ = stop.changed() => return,
@@ -131,13 +244,16 @@ async fn supervise_nfs(
         if let Some(pid) = child.id() {
             let _ = std::fs::create_dir_all(&run);
             let _ = std::fs::write(&pid_file, format!("{pid}\n"));
+            running.lock().unwrap().pid = Some(pid);
         }
         tokio::select! {
             r = child.wait() => {
-                tracing::warn!("the NFS server exited ({}); starting it again", match r {
+                let how = match r {
                     Ok(s) => s.to_string(),
                     Err(e) => e.to_string(),
-                });
+                };
+                tracing::warn!("the NFS server exited ({how}); starting it again");
+                ended(format!("exited ({how}); see logs/nfs.log"));
                 tokio::select! {
                     _ = tokio::time::sleep(AGAIN_AFTER) => {}
                     _ = stop.changed() => return,

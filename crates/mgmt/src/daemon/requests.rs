@@ -3,7 +3,9 @@
 //! changes go to the leader (`leader`), and each family's work is in its
 //! module.
 
+use super::nfs::nfs_of;
 use super::*;
+use mortar_nfs::options::NFS_DISABLE;
 
 impl Daemon {
     pub(super) async fn handle(self: Arc<Self>, req: Request) -> Response {
@@ -58,6 +60,7 @@ impl Daemon {
                 Ok(v) => Response::Bricks(self.local_status(&v)),
                 Err(e) => err(e),
             },
+            Request::LocalNfs => Response::Nfs(self.nfs_status().await),
             Request::BrickInit {
                 brick,
                 volume_id,
@@ -165,11 +168,27 @@ impl Daemon {
                     .collect()
             }
         };
+        // Every server runs the NFS server of the volumes served so: all
+        // are asked, once, if any of these volumes is.
+        let nfs = if vols.iter().any(|v| !NFS_DISABLE.bool(&v.options)) {
+            self.nfs_everywhere().await
+        } else {
+            Vec::new()
+        };
         let mut out = Vec::new();
         for v in vols {
-            let mut s = self.status_of(&v).await;
-            self.mark_slow(&v, &mut s).await;
-            out.push((v.public(), s));
+            let mut bricks = self.status_of(&v).await;
+            self.mark_slow(&v, &mut bricks).await;
+            let nfs = if NFS_DISABLE.bool(&v.options) {
+                Vec::new()
+            } else {
+                nfs_of(&v.name, &nfs)
+            };
+            out.push(rpc::VolumeStatus {
+                volume: v.public(),
+                bricks,
+                nfs,
+            });
         }
         Response::Status(out)
     }

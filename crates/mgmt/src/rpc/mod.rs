@@ -183,6 +183,8 @@ pub enum Request {
     LocalStatus {
         volume: String,
     },
+    /// This server's NFS server, for `volume status`.
+    LocalNfs,
     /// `volume get all KEY|all`: the pool's options in force.
     PoolOptions,
     /// `pool credentials create|list|revoke`: administrator credentials
@@ -375,6 +377,33 @@ pub struct BrickStatus {
     pub slow_for: Vec<String>,
 }
 
+/// A started volume's processes, as `volume status` shows them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VolumeStatus {
+    pub volume: Volume,
+    pub bricks: Vec<BrickStatus>,
+    /// The NFS server of every server of the pool, when the volume is
+    /// served over NFS (`nfs.disable off`).
+    #[serde(default)]
+    pub nfs: Vec<NfsStatus>,
+}
+
+/// A server's NFS server (docs/nfs.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NfsStatus {
+    pub host: String,
+    /// Where it listens (MOUNT and NFS on the same port).
+    pub port: Option<u16>,
+    pub pid: Option<u32>,
+    /// It runs and accepts connections at `port`.
+    pub online: bool,
+    /// The volumes it serves.
+    pub volumes: Vec<String>,
+    /// Why it is not online (it exited, or did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// A peer as this daemon sees it now.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PeerState {
@@ -457,6 +486,7 @@ impl Request {
             | Request::VolumeClients { .. }
             | Request::GetVolDesc { .. }
             | Request::PoolOptions
+            | Request::LocalNfs
             | Request::Portmap { .. } => true,
             Request::VolumeCredentials { op, .. } | Request::PoolCredentials { op } => {
                 matches!(op, CredentialOp::List)
@@ -496,7 +526,7 @@ pub enum Response {
     Volumes(Vec<Volume>),
     /// Options and their values in force.
     Options(std::collections::BTreeMap<String, String>),
-    Status(Vec<(Volume, Vec<BrickStatus>)>),
+    Status(Vec<VolumeStatus>),
     VolDesc(VolDesc),
     Port(u16),
     Joined {
@@ -506,6 +536,7 @@ pub enum Response {
         certs: Vec<String>,
     },
     Bricks(Vec<BrickStatus>),
+    Nfs(NfsStatus),
     Heal(HealReport),
     Profile(Vec<BrickReport<mortar_brick::profile::ProfileReport>>),
     Top(Vec<BrickReport<mortar_brick::profile::TopReport>>),

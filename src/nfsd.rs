@@ -6,6 +6,7 @@
 use crate::core::desc::VolDesc;
 use crate::graph::{active::Active, Graph};
 use crate::mgmt::rpc::{self, Request, Response};
+use crate::nfs::portmap::{self, Portmap};
 use crate::nfs::{handle::volume_id, server, Export, Service};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,9 +76,34 @@ pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("nfs: cannot listen on {listen}: {e}"))?;
         tracing::info!(%listen, volumes = a.volumes.join(","), "serving NFS");
-        server::serve(listener, service).await;
+        tokio::join!(
+            server::serve(listener, service),
+            portmapper(listen.ip(), listen.port())
+        );
         Ok(())
     })
+}
+
+/// Answers portmapper calls at port 111 of `ip` for the NFS server at
+/// `port`, if the port is free; otherwise says so and serves without.
+async fn portmapper(ip: std::net::IpAddr, port: u16) {
+    let at = std::net::SocketAddr::new(ip, portmap::PORT);
+    let bound = async {
+        let tcp = tokio::net::TcpListener::bind(at).await?;
+        let udp = tokio::net::UdpSocket::bind(at).await?;
+        std::io::Result::Ok((tcp, udp))
+    };
+    match bound.await {
+        Ok((tcp, udp)) => {
+            tracing::info!(%at, "portmapper: NFS and MOUNT found at port {port}");
+            server::serve_portmap(tcp, udp, Arc::new(Portmap::new(port))).await;
+        }
+        Err(e) => tracing::warn!(
+            %at,
+            "portmapper not served ({e}; another portmapper, such as rpcbind, holds the port): \
+             clients need the port given (port={port},mountport={port})"
+        ),
+    }
 }
 
 /// Volume `vol`'s client graph, and its description.

@@ -231,6 +231,23 @@ fn handles_from_one_server_serve_at_another_when_it_is_gone() {
         ips[0]
     );
     ok(&format!("nfs-cp {} '{url}'", src.display()));
+    // Each server's portmapper tells where MOUNT and NFS are: showmount
+    // and libnfs find them without being given the port.
+    need("showmount", "nfs-common");
+    for ip in &ips {
+        let exports = ok(&format!("showmount -e {ip}"));
+        assert!(exports.lines().any(|l| l.starts_with("/fo ")), "{exports}");
+    }
+    let programs = ok(&format!("rpcinfo -p {}", ips[0]));
+    assert!(
+        programs.lines().any(|l| l
+            .split_whitespace()
+            .eq(["100003", "3", "tcp", "2049", "nfs"])),
+        "{programs}"
+    );
+    ok(&format!("rpcinfo -u {} 100000 2", ips[0]));
+    let listing = ok(&format!("nfs-ls nfs://{}/fo", ips[1]));
+    assert!(listing.lines().any(|l| l.ends_with(" f")), "{listing}");
     // Handles from the first server: the export's root, then the file.
     let connect = |ip: &str| {
         let s = std::net::TcpStream::connect((ip, NFS_PORT)).unwrap();

@@ -6,6 +6,7 @@
 //! - `handle`: file handles (the volume and the gfid);
 //! - `exports`: the volumes served;
 //! - `nfs3`, `mount`: the programs;
+//! - `portmap`: where they are, for clients that ask port 111;
 //! - `service`: the programs over the exports, the answer to a call;
 //! - `server`: connections.
 
@@ -14,6 +15,7 @@ pub mod handle;
 pub mod mount;
 pub mod nfs3;
 pub mod options;
+pub mod portmap;
 pub mod rpc;
 pub mod server;
 pub mod service;

@@ -2,13 +2,14 @@
 //! concurrently (many in flight per connection, replies sent as each is
 //! ready, matched by their xid), with bounded memory.
 
+use crate::portmap::Portmap;
 use crate::rpc::{self, Budget, NotCall};
 use crate::service::Service;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, Semaphore};
 
 /// The largest record taken: a WRITE of `MAX_IO` and its header.
@@ -116,4 +117,97 @@ async fn connection(
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// The largest portmapper call taken (its arguments are a few words and
+/// three short strings).
+const MAX_PORTMAP_CALL: usize = 1024;
+
+/// Answers portmapper calls over `tcp` and `udp` until the task is
+/// dropped.
+pub async fn serve_portmap(tcp: TcpListener, udp: UdpSocket, pm: Arc<Portmap>) {
+    tokio::join!(portmap_datagrams(udp, pm.clone()), portmap_streams(tcp, pm));
+}
+
+/// Portmapper calls over TCP: answered in turn on each connection.
+async fn portmap_streams(tcp: TcpListener, pm: Arc<Portmap>) {
+    let budget: Budget = Arc::new(Semaphore::new(1024));
+    loop {
+        let (mut stream, peer) = match tcp.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("portmapper: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (pm, budget) = (pm.clone(), budget.clone());
+        tokio::spawn(async move {
+            let Ok(at) = stream.local_addr() else {
+                return;
+            };
+            loop {
+                let read = rpc::read_record(&mut stream, MAX_PORTMAP_CALL, &budget);
+                let record = match read.await {
+                    Ok(Some((r, _held))) => r,
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::debug!(%peer, "portmapper: connection ended: {e}");
+                        return;
+                    }
+                };
+                let reply = match rpc::parse_call(record) {
+                    Ok(call) => pm.answer(call, at.ip().to_canonical()),
+                    Err(NotCall::Ignore) => continue,
+                    Err(NotCall::Answer(reply)) => reply,
+                };
+                let mut out = rpc::record_mark(reply.len()).to_vec();
+                out.extend_from_slice(&reply);
+                if stream.write_all(&out).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Portmapper calls over UDP: one call a datagram.
+async fn portmap_datagrams(udp: UdpSocket, pm: Arc<Portmap>) {
+    let mut buf = vec![0u8; MAX_PORTMAP_CALL];
+    let bound = udp.local_addr().map(|a| a.ip());
+    loop {
+        let (n, peer) = match udp.recv_from(&mut buf).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!("portmapper: {e}");
+                continue;
+            }
+        };
+        let record = Bytes::copy_from_slice(&buf[..n]);
+        let reply = match rpc::parse_call(record) {
+            Ok(call) => {
+                let at = match bound {
+                    Ok(ip) if !ip.is_unspecified() => ip,
+                    _ => local_address_towards(peer).unwrap_or(peer.ip()),
+                };
+                pm.answer(call, at.to_canonical())
+            }
+            Err(NotCall::Ignore) => continue,
+            Err(NotCall::Answer(reply)) => reply,
+        };
+        let _ = udp.send_to(&reply, peer).await;
+    }
+}
+
+/// This machine's address on the route to `peer` (a socket bound to every
+/// address does not say which one a datagram came to).
+fn local_address_towards(peer: std::net::SocketAddr) -> Option<std::net::IpAddr> {
+    let any: std::net::SocketAddr = if peer.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(any).ok()?;
+    s.connect(peer).ok()?;
+    Some(s.local_addr().ok()?.ip())
 }

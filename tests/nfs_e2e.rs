@@ -202,6 +202,71 @@ mod raw {
     }
 }
 
+/// Copies through NFS go on when a brick is killed under them and when
+/// the NFS server itself is killed (its daemon starts it again; libnfs
+/// connects again and sends again): every byte arrives.
+#[test]
+fn nfs_copies_survive_a_killed_brick_and_a_killed_nfs_server() {
+    let c = Cluster::start();
+    c.one_process_per_brick();
+    c.volume("kv", 3, &["k1", "k2", "k3"]);
+    let m = c.mount("kv");
+    let url = nfs_on(&c, "kv");
+    let src = c.path("src");
+    ok(&format!(
+        "head -c 300000000 /dev/urandom > {}",
+        src.display()
+    ));
+    let want = ok(&format!("md5sum < {}", src.display()));
+    let copy = |name: &str| {
+        std::process::Command::new("nfs-cp")
+            .arg(&src)
+            .arg(at(&url, name))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Waits for a tenth of the copy to have arrived.
+    let under_way = |name: &str| {
+        wait_for("the copy under way", Duration::from_secs(60), || {
+            std::fs::metadata(m.p(name)).is_ok_and(|md| md.len() > 30_000_000)
+        })
+    };
+    // A brick killed mid-copy.
+    let mut cp = copy("a");
+    under_way("a");
+    assert!(
+        cp.try_wait().unwrap().is_none(),
+        "the copy ended before the kill"
+    );
+    let brick = brick_pid(&c, "kv", 0);
+    ok(&format!("kill -9 {brick}"));
+    let out = cp.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ok(&format!("md5sum < {}", m.p("a"))), want);
+    // The NFS server killed mid-copy.
+    let mut cp = copy("b");
+    under_way("b");
+    assert!(
+        cp.try_wait().unwrap().is_none(),
+        "the copy ended before the kill"
+    );
+    let (_, pid, _) = nfs_status(&c, "kv");
+    ok(&format!("kill -9 {}", pid.unwrap()));
+    let out = cp.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ok(&format!("md5sum < {}", m.p("b"))), want);
+}
+
 /// A client that took its handles from one server goes on with them at
 /// another when the first is gone: a handle names the volume and the
 /// object, nothing of the server. `volume status` lists every server's

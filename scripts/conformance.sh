@@ -62,12 +62,6 @@ command -v fusermount3 >/dev/null || need+=(fuse3)
 if want pjdfstest; then
     command -v autoreconf >/dev/null || need+=(autoconf automake libtool)
     command -v prove >/dev/null || need+=(perl)
-    if [ "$ACCESS" = nfs ]; then
-        # fuse-nfs's README lists them.
-        for p in libfuse-dev libnfs-dev libtool m4 automake xsltproc make gcc; do
-            dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-        done
-    fi
 fi
 if want xfstests; then
     for p in acl attr automake bc dbench dump e2fsprogs fio gawk gcc indent \
@@ -136,11 +130,8 @@ volume() {
 # (-T 0 -E 0 -N 0: fuse-nfs does not refresh what it changes, such as a
 # file's link count after a link).
 mount_nfs() {
-    local FNFS=$WORK/fuse-nfs/fuse/fuse-nfs
-    if [ ! -x "$FNFS" ]; then
-        tar -xzf "$SUITES/fuse-nfs.tar.gz" -C "$WORK"
-        (cd "$WORK/fuse-nfs" && ./setup.sh && ./configure && make) >"$WORK/fuse-nfs-build.log" 2>&1
-    fi
+    local FNFS
+    FNFS=$(SUITES=$SUITES scripts/fuse-nfs.sh "$WORK")
     cli volume set "$1" nfs.disable off >/dev/null
     for _ in $(seq 100); do
         (echo >/dev/tcp/$IP/2049) 2>/dev/null && break

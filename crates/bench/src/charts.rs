@@ -392,24 +392,26 @@ fn sweeps(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()
     Ok(())
 }
 
-/// Every (workload, metric, x) with mortar's figure over each baseline's.
+/// Every (workload, metric, x) with mortar's figure over each baseline's,
+/// as `mortar / BASELINE`: reached the same way (an NFS baseline against
+/// mortar's NFS server, the others against the native mount).
 pub fn ratio_rows(r: &Results) -> Vec<(String, Vec<(String, f64)>)> {
-    let bases: Vec<&String> = r
+    let pairs: Vec<(&str, &String)> = r
         .targets
         .iter()
         .filter(|t| super::report::BASELINES.contains(&t.as_str()))
+        .map(|b| (super::report::mortar_beside(b), b))
         .collect();
     let mut out = Vec::new();
     for w in r.workloads() {
         for (metric, x, _, hib) in r.rows(&w) {
-            let Some(m) = r.get(&w, &metric, x, "mortar") else {
-                continue;
-            };
-            let ratios: Vec<(String, f64)> = bases
+            let ratios: Vec<(String, f64)> = pairs
                 .iter()
-                .filter_map(|b| {
+                .filter_map(|(m, b)| {
+                    let ours = r.get(&w, &metric, x, m)?;
                     let base = r.get(&w, &metric, x, b)?;
-                    Some(((*b).clone(), paired_ratio(&m.samples, &base.samples, hib)?))
+                    let v = paired_ratio(&ours.samples, &base.samples, hib)?;
+                    Some((format!("{m} / {b}"), v))
                 })
                 .filter(|(_, v)| v.is_finite() && *v > 0.0)
                 .collect();
@@ -503,7 +505,7 @@ fn ratios(r: &Results, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()
                 .collect();
             chart
                 .draw_series(bars)?
-                .label(format!("mortar / {b}"))
+                .label(b.clone())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
         }
         // A rule between rows, and the line of parity.

@@ -25,9 +25,17 @@ pub struct BenchArgs {
     /// Baselines measured beside mortar: local, glusterfs, bindfs (a
     /// pass-through FUSE file system over the local disk: the ceiling of
     /// one FUSE hop; `apt-get install bindfs`), mortar-plain (mortar with
-    /// server.ssl off: what TLS costs), comma-separated.
+    /// server.ssl off: what TLS costs), glusterfs-nfs (the GlusterFS volume
+    /// served by NFS-Ganesha's Gluster module, through fuse-nfs; `apt-get
+    /// install nfs-ganesha-gluster rpcbind`), comma-separated.
     #[arg(long, default_value = "local", value_delimiter = ',')]
     pub against: Vec<String>,
+    /// How the workloads reach the mortar volume, comma-separated: native
+    /// (its mount), nfs (the volume's NFS server, through fuse-nfs, an NFS
+    /// client over FUSE built by scripts/fuse-nfs.sh: this machine has no
+    /// kernel NFS client). Each is a target: mortar, mortar-nfs.
+    #[arg(long, default_value = "native", value_delimiter = ',')]
+    pub access: Vec<String>,
     /// Also measure these mounted directories (other file systems).
     #[arg(long)]
     pub target: Vec<PathBuf>,
@@ -331,7 +339,14 @@ impl Run<'_> {
         ] {
             self.bar
                 .set_message(format!("replication: mortar {}", shape.label()));
-            let t = target::mortar(base, shape, "mortar-replication", 2, &[])?;
+            let t = target::mortar(
+                base,
+                shape,
+                "mortar-replication",
+                2,
+                &[],
+                target::Access::Native,
+            )?;
             let mut run_one = || -> anyhow::Result<()> {
                 for _ in 0..self.args_reps() {
                     for w in ["seed-smallfile", "streams"] {
@@ -379,6 +394,7 @@ impl Run<'_> {
                 "mortar-scale",
                 2,
                 &[],
+                target::Access::Native,
             )?;
             let x = Some(n as f64);
             let mut run_one = || -> anyhow::Result<()> {
@@ -613,25 +629,55 @@ fn chosen_workloads(a: &BenchArgs) -> anyhow::Result<Vec<String>> {
         }
     }
     for b in &a.against {
-        if !["local", "glusterfs", "bindfs", "mortar-plain"].contains(&b.as_str()) {
+        if ![
+            "local",
+            "glusterfs",
+            "bindfs",
+            "mortar-plain",
+            "glusterfs-nfs",
+        ]
+        .contains(&b.as_str())
+        {
             anyhow::bail!(
-                "unknown baseline {b}: use local, glusterfs, bindfs, mortar-plain, or --target DIR for any directory"
+                "unknown baseline {b}: use local, glusterfs, bindfs, mortar-plain, glusterfs-nfs, or --target DIR for any directory"
             );
         }
+    }
+    for x in &a.access {
+        target::Access::parse(x)?;
     }
     Ok(wl)
 }
 
 /// Sets up every target asked for; on a failure, closes those set up.
 fn set_up(a: &BenchArgs, base: &Path, shape: Shape) -> anyhow::Result<Vec<Target>> {
+    use target::Access;
     let mut targets: Vec<Target> = Vec::new();
+    // Started first: mortar's NFS servers answer port 111 themselves
+    // where it is free.
+    let mut rpcbind = Vec::new();
     let setup = (|| -> anyhow::Result<()> {
+        if a.against.iter().any(|b| b == "glusterfs-nfs") {
+            rpcbind = target::rpcbind()?;
+        }
         if a.against.iter().any(|b| b == "local") {
             targets.push(target::local(base)?);
         }
-        if !a.no_mortar {
-            eprintln!("setting up a mortar {} volume ...", shape.label());
-            targets.push(target::mortar(base, shape, "mortar", 0, &[])?);
+        for access in a
+            .access
+            .iter()
+            .map(|x| Access::parse(x))
+            .collect::<Result<Vec<_>, _>>()?
+        {
+            if a.no_mortar {
+                break;
+            }
+            let (name, nth) = match access {
+                Access::Native => ("mortar", 0),
+                Access::Nfs => ("mortar-nfs", 3),
+            };
+            eprintln!("setting up a mortar {} volume ({name}) ...", shape.label());
+            targets.push(target::mortar(base, shape, name, nth, &[], access)?);
         }
         if a.against.iter().any(|b| b == "mortar-plain") {
             eprintln!(
@@ -644,11 +690,21 @@ fn set_up(a: &BenchArgs, base: &Path, shape: Shape) -> anyhow::Result<Vec<Target
                 "mortar-plain",
                 1,
                 &[("server.ssl", "off")],
+                Access::Native,
             )?);
         }
-        if a.against.iter().any(|b| b == "glusterfs") {
-            eprintln!("setting up a GlusterFS {} volume ...", shape.label());
-            targets.push(target::glusterfs(base, shape, &a.glusterfs_group)?);
+        for (b, access) in [
+            ("glusterfs", Access::Native),
+            ("glusterfs-nfs", Access::Nfs),
+        ] {
+            if a.against.iter().any(|x| x == b) {
+                eprintln!("setting up a GlusterFS {} volume ({b}) ...", shape.label());
+                let mut t = target::glusterfs(base, shape, &a.glusterfs_group, access)?;
+                if access == Access::Nfs {
+                    t.also_undo(std::mem::take(&mut rpcbind));
+                }
+                targets.push(t);
+            }
         }
         if a.against.iter().any(|b| b == "bindfs") {
             targets.push(target::bindfs(base)?);
@@ -662,6 +718,7 @@ fn set_up(a: &BenchArgs, base: &Path, shape: Shape) -> anyhow::Result<Vec<Target
         for t in targets {
             t.close();
         }
+        undo::run(&rpcbind);
         return Err(e);
     }
     Ok(targets)

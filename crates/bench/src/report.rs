@@ -7,7 +7,16 @@ use super::stats::{fmt, paired_ratio, summarize};
 use std::fmt::Write;
 
 /// The targets ratios are taken against, when present.
-pub const BASELINES: &[&str] = &["local", "glusterfs", "bindfs"];
+pub const BASELINES: &[&str] = &["local", "glusterfs", "bindfs", "glusterfs-nfs"];
+
+/// The mortar target a baseline is held against: the one reached the same
+/// way (through NFS, or mounted natively).
+pub fn mortar_beside(baseline: &str) -> &'static str {
+    match baseline.ends_with("-nfs") {
+        true => "mortar-nfs",
+        false => "mortar",
+    }
+}
 
 fn med(r: &Results, w: &str, metric: &str, t: &str) -> Option<f64> {
     summarize(&r.get(w, metric, None, t)?.samples).map(|s| s.median)

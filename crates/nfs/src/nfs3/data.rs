@@ -6,13 +6,17 @@
 //! open for the next calls of the same caller, and closes it once idle.
 //! Writes go through the volume's write-behind: an UNSTABLE write is
 //! answered once taken, and COMMIT (or a FILE_SYNC write) syncs the file
-//! on every brick that holds it.
+//! on every brick that holds it. A COMMIT waits for the closes of the
+//! file under way (their writes held behind landing); if those cannot
+//! land, the write verifier changes, and clients send again what they
+//! have not committed.
 
 use super::attrs::stale;
 use super::*;
 use crate::exports::Export;
 use mortar_core::{Fop, Reply};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -43,9 +47,30 @@ struct Open {
 }
 
 /// The files open for NFS calls.
-#[derive(Default)]
 pub struct Files {
     open: Mutex<HashMap<Key, Open>>,
+    /// The files opened for writing being closed (their writes held
+    /// behind landing): told when done.
+    closing: Arc<Mutex<Vec<Closing>>>,
+    /// The write verifier (RFC 1813's writeverf3).
+    verifier: Arc<AtomicU64>,
+}
+
+struct Closing {
+    id: u64,
+    volume: [u8; 16],
+    gfid: Gfid,
+    done: tokio::sync::watch::Receiver<()>,
+}
+
+impl Default for Files {
+    fn default() -> Self {
+        Files {
+            open: Mutex::default(),
+            closing: Arc::default(),
+            verifier: Arc::new(AtomicU64::new(fastrand::u64(..))),
+        }
+    }
 }
 
 fn key(export: &Export, cx: &Ctx, gfid: Gfid, write: bool) -> Key {
@@ -71,8 +96,14 @@ impl Files {
             },
         );
         if let Some(old) = old {
-            release(old, gfid);
+            self.release(key(export, cx, gfid, write), old);
         }
+    }
+
+    /// The write verifier now: new with every start of the server, and
+    /// again whenever writes answered as taken could not land.
+    pub fn verifier(&self) -> [u8; 8] {
+        self.verifier.load(Ordering::Acquire).to_be_bytes()
     }
 
     /// A handle on `gfid` open for `cx` (opened now if none is).
@@ -113,6 +144,23 @@ impl Files {
             .collect()
     }
 
+    /// Waits for the closes of `gfid` under way (their writes held behind
+    /// landed, or the verifier changed).
+    async fn closed(&self, volume: [u8; 16], gfid: Gfid) {
+        let waits: Vec<tokio::sync::watch::Receiver<()>> = self
+            .closing
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.gfid == gfid && c.volume == volume)
+            .map(|c| c.done.clone())
+            .collect();
+        for mut done in waits {
+            // Ends when the close's task drops its sender.
+            while done.changed().await.is_ok() {}
+        }
+    }
+
     /// Lands the writes held behind for `gfid` (before its size changes).
     pub async fn flush(&self, volume: [u8; 16], gfid: Gfid) {
         for (export, fh) in self.writers(volume, gfid) {
@@ -130,18 +178,45 @@ impl Files {
             .extract_if(|_, o| now.duration_since(o.used) >= IDLE)
             .collect();
         for (k, o) in idle {
-            release(o, k.gfid);
+            self.release(k, o);
         }
     }
-}
 
-/// Closes `o` in the background (its writes land first).
-fn release(o: Open, gfid: Gfid) {
-    tokio::spawn(async move {
-        let cx = Ctx::root();
-        let _ = o.export.xl.call(&cx, Fop::Flush { gfid, fh: o.fh }).await;
-        let _ = o.export.xl.call(&cx, Fop::Release { gfid, fh: o.fh }).await;
-    });
+    /// Closes `o` in the background: its writes held behind land first
+    /// (it is among the writers until then); if they cannot, the write
+    /// verifier changes.
+    fn release(&self, k: Key, o: Open) {
+        let (gfid, fh, export) = (k.gfid, o.fh, o.export);
+        let id = fastrand::u64(..);
+        let (told, done) = tokio::sync::watch::channel(());
+        if k.write {
+            self.closing.lock().unwrap().push(Closing {
+                id,
+                volume: k.volume,
+                gfid,
+                done,
+            });
+        }
+        let closing = self.closing.clone();
+        let verifier = self.verifier.clone();
+        tokio::spawn(async move {
+            let cx = Ctx::root();
+            let landed = export.xl.call(&cx, Fop::Flush { gfid, fh }).await;
+            if let Err(e) = landed {
+                let new = fastrand::u64(..);
+                verifier.store(new, Ordering::Release);
+                tracing::warn!(
+                    %gfid,
+                    volume = %export.name,
+                    "nfs: writes held behind could not land at an idle close ({e}): \
+                     the write verifier changes, so that clients send again what they have not committed"
+                );
+            }
+            closing.lock().unwrap().retain(|c| c.id != id);
+            drop(told);
+            let _ = export.xl.call(&cx, Fop::Release { gfid, fh }).await;
+        });
+    }
 }
 
 impl Op<'_> {
@@ -193,6 +268,8 @@ impl Op<'_> {
             .get(&self.export, &self.cx, gfid, true)
             .await
             .map_err(stale)?;
+        // Read before the write is taken: a loss after it changes it.
+        let verifier = files.verifier();
         let fop = Fop::Write {
             gfid,
             fh,
@@ -219,14 +296,18 @@ impl Op<'_> {
         };
         let mut b = Body::ok();
         self.wcc(&mut b.w, after.as_ref());
-        b.w.u32(n).u32(committed).fixed(&self.service.verifier);
+        b.w.u32(n).u32(committed).fixed(&verifier);
         Ok(b)
     }
 
     pub(super) async fn commit(&self, gfid: Gfid, args: &mut Reader) -> Answer {
         let (_offset, _count) = (args.u64()?, args.u32()?);
         // Every handle that wrote it: what any of them holds behind lands.
+        // The verifier first: if writes held behind fail to land
+        // meanwhile, the client sees it change.
         let files = &self.service.files;
+        let verifier = files.verifier();
+        files.closed(self.export.id, gfid).await;
         let mut writers = files.writers(self.export.id, gfid);
         if writers.is_empty() {
             let fh = files
@@ -246,7 +327,98 @@ impl Op<'_> {
         let a = self.attr_opt(gfid).await;
         let mut b = Body::ok();
         self.wcc(&mut b.w, a.as_ref());
-        b.w.fixed(&self.service.verifier);
+        b.w.fixed(&verifier);
         Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mortar_core::desc::{VolDesc, XlDesc};
+    use mortar_core::{FsError, FsResult, Xlator};
+
+    /// A volume whose writes held behind fail to land when `lose` is set.
+    struct Volume {
+        lose: bool,
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Xlator for Volume {
+        fn name(&self) -> String {
+            "volume".into()
+        }
+        async fn call(&self, _: &Ctx, fop: Fop) -> FsResult<Reply> {
+            let (name, reply) = match fop {
+                Fop::Open { .. } => ("open", Ok(Reply::Opened { fh: 7 })),
+                Fop::Flush { .. } if self.lose => ("flush", Err(FsError::errno(libc::EIO))),
+                Fop::Flush { .. } => ("flush", Ok(Reply::Ok)),
+                Fop::Fsync { .. } => ("fsync", Ok(Reply::Ok)),
+                Fop::Release { .. } => ("release", Ok(Reply::Ok)),
+                _ => ("other", Err(FsError::errno(libc::ENOSYS))),
+            };
+            self.calls.lock().unwrap().push(name);
+            reply
+        }
+    }
+
+    fn export(lose: bool) -> (Arc<Export>, Arc<Volume>) {
+        let v = Arc::new(Volume {
+            lose,
+            calls: Mutex::default(),
+        });
+        let desc = VolDesc {
+            volume: "v".into(),
+            id: "v".into(),
+            version: 1,
+            options: Default::default(),
+            top: XlDesc::new("debug/none", "v".into(), vec![]),
+            clients: Vec::new(),
+            pool: Vec::new(),
+            retired: Vec::new(),
+        };
+        let e = Export::new("v".into(), [1; 16], v.clone(), &desc);
+        (Arc::new(e), v)
+    }
+
+    /// Closes every file as if idle, and waits for the closes to end.
+    async fn close_all(files: &Files, export: &Export, gfid: Gfid) {
+        let all: Vec<(Key, Open)> = files.open.lock().unwrap().drain().collect();
+        for (k, o) in all {
+            files.release(k, o);
+        }
+        files.closed(export.id, gfid).await;
+    }
+
+    #[tokio::test]
+    async fn writes_lost_at_an_idle_close_change_the_write_verifier() {
+        let gfid = Gfid([9; 16]);
+        let cx = Ctx::root();
+        for lose in [false, true] {
+            let (export, volume) = export(lose);
+            let files = Files::default();
+            let before = files.verifier();
+            files.get(&export, &cx, gfid, true).await.unwrap();
+            close_all(&files, &export, gfid).await;
+            assert_eq!(files.verifier() != before, lose, "lose: {lose}");
+            assert_eq!(&volume.calls.lock().unwrap()[..2], ["open", "flush"]);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_commit_waits_for_the_closes_under_way() {
+        let gfid = Gfid([9; 16]);
+        let (export, volume) = export(false);
+        let files = Files::default();
+        files.get(&export, &Ctx::root(), gfid, true).await.unwrap();
+        let all: Vec<(Key, Open)> = files.open.lock().unwrap().drain().collect();
+        for (k, o) in all {
+            files.release(k, o);
+        }
+        // Once `closed` returns, the close's flush has been answered.
+        files.closed(export.id, gfid).await;
+        assert!(volume.calls.lock().unwrap().contains(&"flush"));
+        assert!(files.closing.lock().unwrap().is_empty());
     }
 }

@@ -294,9 +294,7 @@ pub fn get_sattr(r: &mut Reader) -> crate::xdr::Result<SetAttr> {
 /// its clients between calls.
 pub struct Nfs3 {
     exports: Arc<Exports>,
-    /// The write verifier: new with every start of the server, so that a
-    /// client resends the unstable writes a restart may have lost.
-    pub verifier: [u8; 8],
+    /// The files open for calls, and the write verifier.
     pub files: data::Files,
     pub listings: dirs::Listings,
 }
@@ -305,7 +303,6 @@ impl Nfs3 {
     pub fn new(exports: Arc<Exports>) -> Nfs3 {
         Nfs3 {
             exports,
-            verifier: fastrand::u64(..).to_be_bytes(),
             files: data::Files::default(),
             listings: dirs::Listings::default(),
         }

@@ -290,9 +290,13 @@ impl Op<'_> {
                 FILE_SYNC
             }
         };
-        let after = match after {
-            Some(a) => Some(a),
-            None => self.attr_opt(gfid).await,
+        // An unstable write is answered as soon as write-behind took it:
+        // its attributes after only if they are at hand (RFC 1813 lets
+        // them be left out), never by waiting for it to land.
+        let after = match (after, committed) {
+            (Some(a), _) => Some(a),
+            (None, UNSTABLE) => self.attr_at_hand(gfid),
+            (None, _) => self.attr_opt(gfid).await,
         };
         let mut b = Body::ok();
         self.wcc(&mut b.w, after.as_ref());

@@ -165,6 +165,15 @@ impl Op<'_> {
         self.call(fop).await.and_then(mortar_core::Reply::into_attr)
     }
 
+    /// The attributes of `gfid` if the client's caches hold them now:
+    /// what an answer gives without waiting (writes held behind, for one,
+    /// would have to land first).
+    pub fn attr_at_hand(&self, gfid: Gfid) -> Option<Attr> {
+        let fop = mortar_core::Fop::Getattr { gfid };
+        let r = self.export.xl.cached(&self.cx, &fop)?;
+        r.and_then(mortar_core::Reply::into_attr).ok()
+    }
+
     /// The attributes of `gfid` if they can be had (post-operation
     /// attributes are optional).
     pub async fn attr_opt(&self, gfid: Gfid) -> Option<Attr> {

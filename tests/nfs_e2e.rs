@@ -81,6 +81,24 @@ fn files_written_through_nfs_read_through_a_mount_and_the_other_way() {
     ));
     let want = ok(&format!("md5sum < {}", src.display()));
     assert_eq!(ok(&format!("md5sum < {}", m.p("d/copied"))), want);
+    // What the mount has looked up (and caches: a name that is not there)
+    // made through NFS: the mount sees it. A file the NFS server has read
+    // (and its graph caches) changed through the mount: NFS clients read
+    // the new content.
+    assert!(std::fs::metadata(m.p("fresh")).is_err());
+    std::fs::write(&src, b"made through nfs\n").unwrap();
+    ok(&format!("nfs-cp {} '{}'", src.display(), at(&url, "fresh")));
+    wait_for(
+        "the mount to see the file made through NFS",
+        Duration::from_secs(5),
+        || std::fs::read(m.p("fresh")).is_ok_and(|b| b == b"made through nfs\n"),
+    );
+    assert_eq!(ok(&format!("nfs-cat '{}'", at(&url, "small"))), "hi\n");
+    std::fs::write(m.p("small"), b"changed natively\n").unwrap();
+    assert_eq!(
+        ok(&format!("nfs-cat '{}'", at(&url, "small"))),
+        "changed natively\n"
+    );
 }
 
 #[test]

@@ -35,23 +35,38 @@ pub async fn serve(listener: TcpListener, service: Arc<Service>) {
             }
         });
     }
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Out of descriptors: wait for some to close.
-                tracing::warn!("nfs: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    accept_forever(listener, "nfs", move |stream, peer| {
         let _ = stream.set_nodelay(true);
-        tokio::spawn(connection(
+        connection(
             stream,
             peer.ip().to_canonical(),
             service.clone(),
             budget.clone(),
-        ));
+        )
+    })
+    .await
+}
+
+/// Accepts connections on `listener` until the task is dropped, each
+/// served by the future `serve` makes for it on a task of its own.
+async fn accept_forever<F>(
+    listener: TcpListener,
+    what: &'static str,
+    mut serve: impl FnMut(TcpStream, std::net::SocketAddr) -> F,
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(serve(stream, peer));
+            }
+            Err(e) => {
+                // Out of descriptors: wait for some to close.
+                tracing::warn!("{what}: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 }
 
@@ -132,42 +147,42 @@ pub async fn serve_portmap(tcp: TcpListener, udp: UdpSocket, pm: Arc<Portmap>) {
 /// Portmapper calls over TCP: answered in turn on each connection.
 async fn portmap_streams(tcp: TcpListener, pm: Arc<Portmap>) {
     let budget: Budget = Arc::new(Semaphore::new(1024));
+    accept_forever(tcp, "portmapper", move |stream, peer| {
+        portmap_stream(stream, peer, pm.clone(), budget.clone())
+    })
+    .await
+}
+
+/// One portmapper connection: its calls answered in turn.
+async fn portmap_stream(
+    mut stream: TcpStream,
+    peer: std::net::SocketAddr,
+    pm: Arc<Portmap>,
+    budget: Budget,
+) {
+    let Ok(at) = stream.local_addr() else {
+        return;
+    };
     loop {
-        let (mut stream, peer) = match tcp.accept().await {
-            Ok(c) => c,
+        let read = rpc::read_record(&mut stream, MAX_PORTMAP_CALL, &budget);
+        let record = match read.await {
+            Ok(Some((r, _held))) => r,
+            Ok(None) => return,
             Err(e) => {
-                tracing::warn!("portmapper: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+                tracing::debug!(%peer, "portmapper: connection ended: {e}");
+                return;
             }
         };
-        let (pm, budget) = (pm.clone(), budget.clone());
-        tokio::spawn(async move {
-            let Ok(at) = stream.local_addr() else {
-                return;
-            };
-            loop {
-                let read = rpc::read_record(&mut stream, MAX_PORTMAP_CALL, &budget);
-                let record = match read.await {
-                    Ok(Some((r, _held))) => r,
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::debug!(%peer, "portmapper: connection ended: {e}");
-                        return;
-                    }
-                };
-                let reply = match rpc::parse_call(record) {
-                    Ok(call) => pm.answer(call, at.ip().to_canonical()),
-                    Err(NotCall::Ignore) => continue,
-                    Err(NotCall::Answer(reply)) => reply,
-                };
-                let mut out = rpc::record_mark(reply.len()).to_vec();
-                out.extend_from_slice(&reply);
-                if stream.write_all(&out).await.is_err() {
-                    return;
-                }
-            }
-        });
+        let reply = match rpc::parse_call(record) {
+            Ok(call) => pm.answer(call, at.ip().to_canonical()),
+            Err(NotCall::Ignore) => continue,
+            Err(NotCall::Answer(reply)) => reply,
+        };
+        let mut out = rpc::record_mark(reply.len()).to_vec();
+        out.extend_from_slice(&reply);
+        if stream.write_all(&out).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -94,7 +94,11 @@ LOG {{ Default_Log_Level = EVENT; }}
         .spawn()
         .context("cannot start ganesha.nfsd")?;
     let pid = child.id();
-    let started = wait_port(GANESHA_MNT_PORT, Duration::from_secs(30), &mut child);
+    let started = wait_port(
+        ("127.0.0.1", GANESHA_MNT_PORT),
+        Duration::from_secs(30),
+        Some(&mut child),
+    );
     steps.push(undo::push(move || {
         if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -131,15 +135,20 @@ fn running(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Waits for 127.0.0.1:`port` to take connections while `child` runs.
-fn wait_port(port: u16, within: Duration, child: &mut Child) -> anyhow::Result<()> {
+/// Waits for `at` to take connections (while `child` runs, if one is
+/// given).
+fn wait_port(
+    at: (&str, u16),
+    within: Duration,
+    mut child: Option<&mut Child>,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = child.try_wait()? {
+    while std::net::TcpStream::connect(at).is_err() {
+        if let Some(status) = child.as_mut().map(|c| c.try_wait()).transpose()?.flatten() {
             bail!("it exited ({status})");
         }
         if Instant::now() > deadline {
-            bail!("nothing listens at port {port} after {within:?}");
+            bail!("nothing listens at {}:{} after {within:?}", at.0, at.1);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -177,13 +186,7 @@ pub(super) fn fuse_nfs(
 ) -> anyhow::Result<()> {
     let program = fuse_nfs_program()?;
     let (ip, nfs, mount) = server;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect((ip, nfs)).is_err() {
-        if Instant::now() > deadline {
-            bail!("no NFS server listens at {ip}:{nfs}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_port((ip, nfs), Duration::from_secs(30), None).context("no NFS server")?;
     let url = format!("nfs://{ip}/{vol}?nfsport={nfs}&mountport={mount}&version=3");
     run(Command::new(program)
         .arg("-n")

@@ -571,3 +571,95 @@ fn nfs_clients_are_squashed_and_refused_as_the_volume_says() {
     let log = std::fs::read_to_string(c.path("state/logs/nfs.log")).unwrap();
     assert!(log.contains("NFS client refused"), "{log}");
 }
+
+/// `nfs.export-volumes off` and `nfs.export-dir`: only the directories
+/// listed may be mounted, each by the clients it names; a client that
+/// mounted one stays beneath it (".." of its root is its root, a handle
+/// forged to the volume's root or to a directory not for it is refused).
+#[test]
+fn a_directory_export_keeps_its_clients_beneath_it() {
+    use raw::*;
+    let c = Cluster::start();
+    let bricks = c.volume("dx", 1, &["d1"]);
+    let m = c.mount("dx");
+    std::fs::create_dir_all(m.p("pub/in")).unwrap();
+    std::fs::create_dir(m.p("secret")).unwrap();
+    std::fs::write(m.p("secret/key"), b"k").unwrap();
+    nfs_on(&c, "dx");
+    for bad in ["/a/../secret", "pub", "/pub(10.0.0.1"] {
+        let e = c.fails(&["volume", "set", "dx", "nfs.export-dir", bad]);
+        assert!(e.contains("nfs.export-dir"), "{e}");
+    }
+    c.ok(&["volume", "set", "dx", "nfs.export-volumes", "off"]);
+    c.ok(&[
+        "volume",
+        "set",
+        "dx",
+        "nfs.export-dir",
+        "/pub,/secret(10.9.9.9)",
+    ]);
+    let mut s = std::net::TcpStream::connect((c.ip.as_str(), NFS_PORT)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut xid = 0;
+    let mut ask_ = |prog: u32, proc_: u32, args: &[u8]| {
+        xid += 1;
+        ask(&mut s, &call_as(0, xid, prog, 3, proc_, args)).unwrap()
+    };
+    // A reply's status and, when it carries one first, its handle.
+    let handle_of = |r: &[u32]| -> (u32, Vec<u8>) {
+        let len = r.get(7).copied().unwrap_or(0) as usize;
+        let words = r.get(8..8 + len.div_ceil(4)).unwrap_or(&[]);
+        (r[6], u32s(words).into_iter().take(len).collect())
+    };
+    let mut status = 0;
+    wait_for(
+        "the whole volume no longer mountable",
+        Duration::from_secs(20),
+        || {
+            status = ask_(100005, 1, &opaque(b"/dx"))[6];
+            status == 13
+        },
+    );
+    let exports = u32s(&ask_(100005, 5, &[]));
+    let has = |b: &[u8]| exports.windows(b.len()).any(|w| w == b);
+    assert!(has(&opaque(b"/dx/pub")) && has(&opaque(b"/dx/secret")));
+    assert!(has(&opaque(b"10.9.9.9")) && !has(&opaque(b"/dx")));
+    // Not for this client's address.
+    assert_eq!(ask_(100005, 1, &opaque(b"/dx/secret"))[6], 13);
+    let (st, root) = handle_of(&ask_(100005, 1, &opaque(b"/dx/pub")));
+    assert_eq!(st, 0);
+    type Ask<'a> = dyn FnMut(u32, u32, &[u8]) -> Vec<u32> + 'a;
+    let lookup = |ask_: &mut Ask, dir: &[u8], name: &[u8]| {
+        let mut args = opaque(dir);
+        args.extend(opaque(name));
+        handle_of(&ask_(100003, 3, &args))
+    };
+    assert_eq!(lookup(&mut ask_, &root, b".."), (0, root.clone()));
+    let (st, inner) = lookup(&mut ask_, &root, b"in");
+    assert_eq!(st, 0);
+    assert_eq!(lookup(&mut ask_, &inner, b".."), (0, root.clone()));
+    // Forged: the volume's root under this export's; the volume's root
+    // as the export; the directory not for this client as the export.
+    let mut forged = root.clone();
+    forged[33..49].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(ask_(100003, 1, &opaque(&forged))[6], 70);
+    forged.copy_within(33..49, 17);
+    assert_eq!(ask_(100003, 1, &opaque(&forged))[6], 13);
+    let secret = gfid_on_brick(&bricks[0].join("secret"));
+    forged[17..33].copy_from_slice(&secret);
+    forged[33..49].copy_from_slice(&secret);
+    assert_eq!(ask_(100003, 1, &opaque(&forged))[6], 13);
+    // A rename out of the export to a handle of another: NFS3ERR_XDEV.
+    let mut args = opaque(&root);
+    args.extend(opaque(b"in"));
+    args.extend(opaque(&forged));
+    args.extend(opaque(b"in"));
+    assert_eq!(ask_(100003, 14, &args)[6], 18);
+    // The whole volume again: its root mounts.
+    c.ok(&["volume", "set", "dx", "nfs.export-volumes", "on"]);
+    wait_for(
+        "the whole volume mountable",
+        Duration::from_secs(20),
+        || ask_(100005, 1, &opaque(b"/dx"))[6] == 0,
+    );
+}

@@ -75,6 +75,64 @@ impl Patterns {
     }
 }
 
+/// One directory of a volume exported on its own (`nfs.export-dir`,
+/// GlusterFS's spelling: `/DIR[(HOST|HOST...)]`, comma-separated), and
+/// the clients it is for (None: every client the volume takes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirExport {
+    /// `/a/b`: absolute in the volume, no `.` or `..`, not `/` itself.
+    pub path: String,
+    pub hosts: Option<Patterns>,
+}
+
+impl DirExport {
+    /// A list of them; empty for "".
+    pub fn parse_list(v: &str) -> Result<Vec<DirExport>, String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(DirExport::parse)
+            .collect()
+    }
+
+    fn parse(d: &str) -> Result<DirExport, String> {
+        let (path, hosts) = match d.split_once('(') {
+            Some((path, rest)) => {
+                let spec = rest
+                    .strip_suffix(')')
+                    .ok_or_else(|| format!("'{d}': the hosts end with ')'"))?;
+                let hosts =
+                    Patterns::parse(&spec.replace('|', ",")).map_err(|e| format!("'{d}': {e}"))?;
+                (path, Some(hosts))
+            }
+            None => (d, None),
+        };
+        if !path.starts_with('/') {
+            return Err(format!("'{path}' is not absolute (/DIR in the volume)"));
+        }
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        if parts.is_empty() {
+            return Err("'/' is the volume itself (nfs.export-volumes)".into());
+        }
+        if let Some(p) = parts.iter().find(|p| **p == "." || **p == "..") {
+            return Err(format!("'{path}': '{p}' is not a directory's name"));
+        }
+        Ok(DirExport {
+            path: format!("/{}", parts.join("/")),
+            hosts,
+        })
+    }
+
+    /// The form `volume get` shows.
+    pub fn canonical(list: &[DirExport]) -> String {
+        let one = |d: &DirExport| match &d.hosts {
+            None => d.path.clone(),
+            Some(h) => format!("{}({})", d.path, h.canonical().replace(',', "|")),
+        };
+        list.iter().map(one).collect::<Vec<_>>().join(",")
+    }
+}
+
 fn full(a: &IpAddr) -> u8 {
     if a.is_ipv4() {
         32
@@ -150,6 +208,30 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn directory_exports_take_glusterfs_spelling_and_refuse_escapes() {
+        let l = DirExport::parse_list("/foo(192.168.1.0/24|host1|10.1.1.8), /a//b/").unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].path, "/foo");
+        assert!(l[0].hosts.as_ref().unwrap().matches(ip("192.168.1.77")));
+        assert!(!l[0].hosts.as_ref().unwrap().matches(ip("10.1.1.9")));
+        assert_eq!(
+            l[1],
+            DirExport {
+                path: "/a/b".into(),
+                hosts: None
+            }
+        );
+        assert_eq!(
+            DirExport::canonical(&l),
+            "/foo(192.168.1.0/24|host1|10.1.1.8),/a/b"
+        );
+        assert!(DirExport::parse_list("").unwrap().is_empty());
+        for bad in ["foo", "/", "/a/../b", "/./a", "/a(10.0.0.1", "/a(no way)"] {
+            assert!(DirExport::parse_list(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

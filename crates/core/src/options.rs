@@ -27,6 +27,8 @@ pub enum Kind {
     /// A share of a whole (`1%`, or a bare number: a share, as GlusterFS
     /// reads `storage.reserve`) or a size (`10GB`).
     ShareOrSize,
+    /// Directories with the clients each is for (`addrs::DirExport`).
+    DirExports,
 }
 
 /// A `ShareOrSize` value.
@@ -146,6 +148,14 @@ impl Spec {
                     detail: Some(e.to_string()),
                 }),
             Kind::Names => parse_names(value).ok_or_else(bad),
+            Kind::DirExports => super::addrs::DirExport::parse_list(value)
+                .map(|l| super::addrs::DirExport::canonical(&l))
+                .map_err(|e| Error::BadValue {
+                    key: self.key,
+                    value: value.to_string(),
+                    expected: describe(self.kind),
+                    detail: Some(e),
+                }),
             Kind::ShareOrSize => match ShareOrSize::parse(value) {
                 Some(ShareOrSize::Share(p)) => Ok(format!("{p}%")),
                 Some(ShareOrSize::Bytes(_)) => Ok(value.trim().to_string()),
@@ -215,6 +225,9 @@ fn describe(k: Kind) -> String {
             "addresses, networks (10.0.0.0/8, 10.0.*.*) or host names, comma-separated; * for any, none for no one".into()
         }
         Kind::ShareOrSize => "a share such as 1% or a size such as 10GB".into(),
+        Kind::DirExports => {
+            "directories of the volume, each with the clients it is for if not all: /DIR[(HOST|NETWORK|...)], comma-separated".into()
+        }
         Kind::Names => "names (letters, digits, - and _, not starting with -), comma-separated; * for any".into(),
     }
 }

@@ -280,6 +280,9 @@ pub static TABLE: &[Row] = &[
         options: &[
             &mortar_nfs::options::NFS_DISABLE,
             &mortar_nfs::options::NFS_VOLUME_ACCESS,
+            &mortar_nfs::options::NFS_EXPORT_VOLUMES,
+            &mortar_nfs::options::NFS_EXPORT_DIRS,
+            &mortar_nfs::options::NFS_EXPORT_DIR,
         ],
         build: None,
         brick: None,

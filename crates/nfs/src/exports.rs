@@ -1,11 +1,16 @@
 //! The volumes an NFS server serves, by id (every handle names one), and
 //! who may reach each: its `auth.allow` and `auth.reject` applied to NFS
 //! clients' addresses, `server.root-squash` and `server.all-squash` to
-//! their calls, as the bricks apply them to mounts; `nfs.volume-access`.
+//! their calls, as the bricks apply them to mounts; `nfs.volume-access`;
+//! and what of it may be mounted: `nfs.export-volumes`,
+//! `nfs.export-dirs`, `nfs.export-dir`.
 
-use crate::options::NFS_VOLUME_ACCESS;
+use crate::options::{NFS_EXPORT_DIR, NFS_EXPORT_DIRS, NFS_EXPORT_VOLUMES, NFS_VOLUME_ACCESS};
+use crate::status::{stat, status_of};
+use mortar_core::addrs::DirExport;
 use mortar_core::desc::VolDesc;
-use mortar_core::{Ctx, Xlator};
+use mortar_core::fop::{Attr, FileKind};
+use mortar_core::{Ctx, Fop, Gfid, Name, Reply, Xlator};
 use mortar_protocol::auth::Rules;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,6 +38,24 @@ pub struct Export {
     read_only: std::sync::atomic::AtomicBool,
     /// Addresses looked at lately: refused (with why) or not, and when.
     seen: Mutex<HashMap<IpAddr, (Option<String>, Instant)>>,
+    /// What of the volume may be mounted.
+    mountable: RwLock<Arc<Mountable>>,
+    /// The listed directories' gfids (index in `Mountable::listed`), and
+    /// when they were found.
+    roots: Mutex<Option<(Instant, HashMap<Gfid, usize>)>>,
+    /// Addresses looked at lately for a listed directory: taken or not.
+    dir_seen: Mutex<HashMap<(IpAddr, usize), (bool, Instant)>>,
+}
+
+/// What of a volume NFS clients may mount.
+#[derive(Default)]
+struct Mountable {
+    /// `nfs.export-volumes`: the whole volume.
+    volume: bool,
+    /// `nfs.export-dirs`: directories in it.
+    dirs: bool,
+    /// `nfs.export-dir`: only these directories, if any.
+    listed: Vec<DirExport>,
 }
 
 impl Export {
@@ -45,6 +68,9 @@ impl Export {
             rules: RwLock::new(Arc::new(Rules::from_desc(desc))),
             read_only: Default::default(),
             seen: Mutex::default(),
+            mountable: Default::default(),
+            roots: Mutex::default(),
+            dir_seen: Mutex::default(),
         };
         e.follow(desc);
         e
@@ -56,6 +82,133 @@ impl Export {
         self.seen.lock().unwrap().clear();
         let ro = NFS_VOLUME_ACCESS.str(&desc.options) == "read-only";
         self.read_only.store(ro, Ordering::Relaxed);
+        let o = &desc.options;
+        let mountable = Mountable {
+            volume: NFS_EXPORT_VOLUMES.bool(o),
+            dirs: NFS_EXPORT_DIRS.bool(o),
+            listed: DirExport::parse_list(NFS_EXPORT_DIR.str(o)).unwrap_or_default(),
+        };
+        *self.mountable.write().unwrap() = Arc::new(mountable);
+        *self.roots.lock().unwrap() = None;
+        self.dir_seen.lock().unwrap().clear();
+    }
+
+    /// What `showmount -e` lists: each export's path and the clients it
+    /// is for (none named: every client the volume takes).
+    pub fn listed(&self) -> Vec<(String, Vec<String>)> {
+        let m = self.mountable.read().unwrap().clone();
+        let mut out = Vec::new();
+        if m.volume {
+            out.push((format!("/{}", self.name), Vec::new()));
+        }
+        if m.dirs {
+            for d in &m.listed {
+                let hosts = d.hosts.as_ref().map(|h| h.canonical());
+                let groups = hosts.map(|h| h.split(',').map(str::to_string).collect());
+                out.push((
+                    format!("/{}{}", self.name, d.path),
+                    groups.unwrap_or_default(),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Whether a client at `ip` may use the export whose root is `root`
+    /// (the volume's root, or the directory it mounted): Err(nfsstat3)
+    /// if not. The volume's own rules (`refuses`) are apart.
+    pub async fn admits(&self, root: Gfid, ip: IpAddr) -> Result<(), u32> {
+        let m = self.mountable.read().unwrap().clone();
+        if root == Gfid::ROOT {
+            return if m.volume { Ok(()) } else { Err(stat::ACCES) };
+        }
+        if !m.dirs {
+            return Err(stat::ACCES);
+        }
+        if m.listed.is_empty() {
+            return Ok(());
+        }
+        let i = self.listed_at(root, &m).await.ok_or(stat::ACCES)?;
+        let Some(hosts) = &m.listed[i].hosts else {
+            return Ok(());
+        };
+        let known = self.dir_seen.lock().unwrap().get(&(ip, i)).copied();
+        let taken = match known {
+            Some((taken, at)) if at.elapsed() < ADDRESS_KNOWN => taken,
+            _ => {
+                let taken = mortar_protocol::auth::matches(hosts, ip).await;
+                if !taken {
+                    let path = &m.listed[i].path;
+                    tracing::warn!(volume = %self.name, %ip, "NFS client refused: not among the clients of {path} in nfs.export-dir");
+                }
+                self.dir_seen
+                    .lock()
+                    .unwrap()
+                    .insert((ip, i), (taken, Instant::now()));
+                taken
+            }
+        };
+        if taken {
+            Ok(())
+        } else {
+            Err(stat::ACCES)
+        }
+    }
+
+    /// Which listed directory `root` is: looked up again when not known
+    /// (at most once a second) and every ADDRESS_KNOWN (directories are
+    /// renamed and made anew).
+    async fn listed_at(&self, root: Gfid, m: &Mountable) -> Option<usize> {
+        if let Some((at, found)) = &*self.roots.lock().unwrap() {
+            let age = at.elapsed();
+            match found.get(&root) {
+                Some(i) if age < ADDRESS_KNOWN => return Some(*i),
+                None if age < Duration::from_secs(1) => return None,
+                _ => {}
+            }
+        }
+        let mut found = HashMap::new();
+        for (i, d) in m.listed.iter().enumerate() {
+            if let Ok(a) = self.walk(&Ctx::root(), &d.path).await {
+                found.insert(a.gfid, i);
+            }
+        }
+        let i = found.get(&root).copied();
+        *self.roots.lock().unwrap() = Some((Instant::now(), found));
+        i
+    }
+
+    /// The directory at `path` (`/a/b`) in the volume, as `cx` finds it:
+    /// its attributes, or the nfsstat3 of why not.
+    pub async fn walk(&self, cx: &Ctx, path: &str) -> Result<Attr, u32> {
+        let mut at = self
+            .xl
+            .call(cx, Fop::Getattr { gfid: Gfid::ROOT })
+            .await
+            .and_then(Reply::into_attr)
+            .map_err(|e| status_of(&e))?;
+        for p in path.split('/').filter(|p| !p.is_empty()) {
+            if p == "." || p == ".." {
+                return Err(stat::INVAL);
+            }
+            let name = Name::new(p.as_bytes().to_vec()).map_err(|_| stat::INVAL)?;
+            at = self
+                .xl
+                .call(
+                    cx,
+                    Fop::Lookup {
+                        parent: at.gfid,
+                        name,
+                    },
+                )
+                .await
+                .and_then(Reply::into_attr)
+                .map_err(|e| status_of(&e))?;
+            if at.kind != FileKind::Dir {
+                return Err(stat::NOTDIR);
+            }
+        }
+        Ok(at)
     }
 
     /// Whether NFS clients may only read the volume.

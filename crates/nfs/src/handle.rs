@@ -3,17 +3,24 @@
 //! of the NFS server and on every server of the pool (a client that fails
 //! over to another server's address goes on with the handles it has).
 //!
-//! Layout (33 bytes, RFC 1813 allows 64): a version byte, the volume's
-//! id (16 bytes), the object's gfid (16 bytes).
+//! Layout (49 bytes, RFC 1813 allows 64): a version byte (2), the
+//! volume's id (16 bytes), the export's root directory (its gfid: the
+//! volume's root, or the directory the client mounted, which keeps it
+//! beneath), the object's gfid (16 bytes). Version 1 handles, without the
+//! export's root, are of the whole volume.
 
 use mortar_core::Gfid;
 
-const VERSION: u8 = 1;
-pub const LEN: usize = 33;
+const VERSION: u8 = 2;
+pub const LEN: usize = 49;
+/// A version 1 handle's length.
+const LEN_1: usize = 33;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Handle {
     pub volume: [u8; 16],
+    /// The directory the client mounted.
+    pub root: Gfid,
     pub gfid: Gfid,
 }
 
@@ -26,17 +33,22 @@ impl Handle {
         let mut b = [0u8; LEN];
         b[0] = VERSION;
         b[1..17].copy_from_slice(&self.volume);
-        b[17..].copy_from_slice(&self.gfid.0);
+        b[17..33].copy_from_slice(&self.root.0);
+        b[33..].copy_from_slice(&self.gfid.0);
         b
     }
 
     pub fn decode(b: &[u8]) -> Result<Handle, BadHandle> {
-        if b.len() != LEN || b[0] != VERSION {
-            return Err(BadHandle);
-        }
+        let gfid = |b: &[u8]| Gfid::from_slice(b).ok_or(BadHandle);
+        let (root, object) = match (b.len(), b.first()) {
+            (LEN, Some(&VERSION)) => (gfid(&b[17..33])?, &b[33..]),
+            (LEN_1, Some(1)) => (Gfid::ROOT, &b[17..]),
+            _ => return Err(BadHandle),
+        };
         Ok(Handle {
             volume: b[1..17].try_into().unwrap(),
-            gfid: Gfid::from_slice(&b[17..]).ok_or(BadHandle)?,
+            root,
+            gfid: gfid(object)?,
         })
     }
 }
@@ -75,17 +87,31 @@ mod tests {
     fn a_handle_decodes_to_what_it_was_and_nothing_else_decodes() {
         let h = Handle {
             volume: [7; 16],
+            root: Gfid::random(),
             gfid: Gfid::random(),
         };
         assert_eq!(Handle::decode(&h.encode()), Ok(h));
         let mut other = h.encode();
-        other[0] = 2;
+        other[0] = 3;
         assert_eq!(Handle::decode(&other), Err(BadHandle));
-        assert_eq!(Handle::decode(&h.encode()[..32]), Err(BadHandle));
-        assert_eq!(Handle::decode(&[1; 64]), Err(BadHandle));
+        assert_eq!(Handle::decode(&h.encode()[..48]), Err(BadHandle));
+        assert_eq!(Handle::decode(&[2; 64]), Err(BadHandle));
         let mut null = h.encode();
-        null[17..].fill(0);
+        null[33..].fill(0);
         assert_eq!(Handle::decode(&null), Err(BadHandle));
+        let mut no_root = h.encode();
+        no_root[17..33].fill(0);
+        assert_eq!(Handle::decode(&no_root), Err(BadHandle));
+    }
+
+    #[test]
+    fn a_version_1_handle_is_of_the_whole_volume() {
+        let gfid = Gfid::random();
+        let mut v1 = vec![1u8];
+        v1.extend_from_slice(&[7; 16]);
+        v1.extend_from_slice(&gfid.0);
+        let h = Handle::decode(&v1).unwrap();
+        assert_eq!((h.volume, h.root, h.gfid), ([7; 16], Gfid::ROOT, gfid));
     }
 
     #[test]

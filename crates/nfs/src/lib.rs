@@ -7,6 +7,7 @@
 //! - `exports`: the volumes served;
 //! - `nfs3`, `mount`: the programs;
 //! - `portmap`: where they are, for clients that ask port 111;
+//! - `status`: nfsstat3;
 //! - `service`: the programs over the exports, the answer to a call;
 //! - `server`: connections.
 
@@ -19,6 +20,7 @@ pub mod portmap;
 pub mod rpc;
 pub mod server;
 pub mod service;
+pub mod status;
 pub mod xdr;
 
 pub use exports::Export;

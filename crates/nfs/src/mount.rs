@@ -7,7 +7,7 @@ use crate::exports::Exports;
 use crate::handle::Handle;
 use crate::nfs3::stat;
 use crate::xdr::{Reader, Writer};
-use mortar_core::{Ctx, Fop, Gfid, Name, Reply};
+use mortar_core::Ctx;
 use std::sync::{Arc, Mutex};
 
 pub const PROGRAM: u32 = 100005;
@@ -83,11 +83,14 @@ impl Mount {
                 .retain(|(h, _)| *h != peer.to_string()),
             5 => {
                 for e in self.exports.all() {
-                    // Every client may mount it (the volume's auth rules
-                    // are checked on each call).
-                    w.bool(true)
-                        .opaque(format!("/{}", e.name).as_bytes())
-                        .bool(false);
+                    // (The volume's auth rules are checked on each call.)
+                    for (path, groups) in e.listed() {
+                        w.bool(true).opaque(path.as_bytes());
+                        for g in groups {
+                            w.bool(true).opaque(g.as_bytes());
+                        }
+                        w.bool(false);
+                    }
                 }
                 w.bool(false);
             }
@@ -106,34 +109,22 @@ impl Mount {
     }
 
     /// The handle of `path`: `/VOLUME[/DIR...]`, for a client at `peer`
-    /// the volume's rules let in.
+    /// the volume's rules let in, if what it names may be mounted.
     async fn mnt(&self, path: &[u8], mut cx: Ctx, peer: std::net::IpAddr) -> Result<Handle, u32> {
         let path = std::str::from_utf8(path).map_err(|_| stat::NOENT)?;
-        let mut parts = path.split('/').filter(|p| !p.is_empty());
-        let vol = parts.next().ok_or(stat::NOENT)?;
+        let path = path.trim_start_matches('/');
+        let (vol, dir) = path.split_once('/').unwrap_or((path, ""));
         let export = self.exports.named(vol).ok_or(stat::NOENT)?;
         if export.refuses(peer).await.is_some() {
             return Err(stat::ACCES);
         }
         export.squash(&mut cx);
-        let cx = &cx;
-        let mut gfid = Gfid::ROOT;
-        for p in parts {
-            let name = Name::new(p.as_bytes().to_vec()).map_err(|_| stat::INVAL)?;
-            let a = export
-                .xl
-                .call(cx, Fop::Lookup { parent: gfid, name })
-                .await
-                .and_then(Reply::into_attr)
-                .map_err(|e| crate::nfs3::status_of(&e))?;
-            if a.kind != mortar_core::fop::FileKind::Dir {
-                return Err(stat::NOTDIR);
-            }
-            gfid = a.gfid;
-        }
+        let root = export.walk(&cx, dir).await?.gfid;
+        export.admits(root, peer).await?;
         Ok(Handle {
             volume: export.id,
-            gfid,
+            root,
+            gfid: root,
         })
     }
 }

@@ -19,3 +19,27 @@ pub static NFS_VOLUME_ACCESS: Spec = Spec {
     default: "read-write",
     help: "read-only: NFS clients may read the volume but change nothing (NFS3ERR_ROFS); native mounts are not affected.",
 };
+
+/// Read by the NFS server.
+pub static NFS_EXPORT_VOLUMES: Spec = Spec {
+    key: "nfs.export-volumes",
+    kind: Kind::Bool,
+    default: "on",
+    help: "off: NFS clients may not mount the volume whole (/VOLUME), only the directories nfs.export-dir and nfs.export-dirs allow.",
+};
+
+/// Read by the NFS server.
+pub static NFS_EXPORT_DIRS: Spec = Spec {
+    key: "nfs.export-dirs",
+    kind: Kind::Bool,
+    default: "on",
+    help: "on: NFS clients may mount directories of the volume (/VOLUME/DIR): those nfs.export-dir lists if it lists any, else every one. A client that mounted a directory is kept beneath it (docs/nfs.md). off: only the whole volume.",
+};
+
+/// Read by the NFS server.
+pub static NFS_EXPORT_DIR: Spec = Spec {
+    key: "nfs.export-dir",
+    kind: Kind::DirExports,
+    default: "",
+    help: "The directories NFS clients may mount, each for the clients in parentheses or, without them, for every client the volume takes: /DIR[(HOST|NETWORK|...)], comma-separated, as /foo(192.168.1.0/24|host1),/bar. Empty: every directory (with nfs.export-dirs on).",
+};

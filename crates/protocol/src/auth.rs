@@ -251,7 +251,8 @@ impl Rules {
     }
 }
 
-async fn matches(p: &Patterns, ip: IpAddr) -> bool {
+/// Whether `p` takes a client at `ip`, host names in it resolved now.
+pub async fn matches(p: &Patterns, ip: IpAddr) -> bool {
     if p.matches(ip) {
         return true;
     }

@@ -21,65 +21,7 @@ use std::sync::Arc;
 pub const PROGRAM: u32 = 100003;
 pub const VERSION: u32 = 3;
 
-/// nfsstat3 values used here.
-pub mod stat {
-    pub const OK: u32 = 0;
-    pub const PERM: u32 = 1;
-    pub const NOENT: u32 = 2;
-    pub const IO: u32 = 5;
-    pub const NXIO: u32 = 6;
-    pub const ACCES: u32 = 13;
-    pub const EXIST: u32 = 17;
-    pub const XDEV: u32 = 18;
-    pub const NODEV: u32 = 19;
-    pub const NOTDIR: u32 = 20;
-    pub const ISDIR: u32 = 21;
-    pub const INVAL: u32 = 22;
-    pub const FBIG: u32 = 27;
-    pub const NOSPC: u32 = 28;
-    pub const ROFS: u32 = 30;
-    pub const MLINK: u32 = 31;
-    pub const NAMETOOLONG: u32 = 63;
-    pub const NOTEMPTY: u32 = 66;
-    pub const DQUOT: u32 = 69;
-    pub const STALE: u32 = 70;
-    pub const BADHANDLE: u32 = 10001;
-    pub const NOT_SYNC: u32 = 10002;
-    pub const BAD_COOKIE: u32 = 10003;
-    pub const NOTSUPP: u32 = 10004;
-    pub const TOOSMALL: u32 = 10005;
-    pub const SERVERFAULT: u32 = 10006;
-    pub const BADTYPE: u32 = 10007;
-    pub const JUKEBOX: u32 = 10008;
-}
-
-/// The nfsstat3 of an errno.
-pub fn status_of(e: &FsError) -> u32 {
-    match e.errno {
-        libc::EPERM => stat::PERM,
-        libc::ENOENT => stat::NOENT,
-        libc::ENXIO => stat::NXIO,
-        libc::EACCES => stat::ACCES,
-        libc::EEXIST => stat::EXIST,
-        libc::EXDEV => stat::XDEV,
-        libc::ENODEV => stat::NODEV,
-        libc::ENOTDIR => stat::NOTDIR,
-        libc::EISDIR => stat::ISDIR,
-        libc::EINVAL => stat::INVAL,
-        libc::EFBIG => stat::FBIG,
-        libc::ENOSPC => stat::NOSPC,
-        libc::EROFS => stat::ROFS,
-        libc::EMLINK => stat::MLINK,
-        libc::ENAMETOOLONG => stat::NAMETOOLONG,
-        libc::ENOTEMPTY => stat::NOTEMPTY,
-        libc::EDQUOT => stat::DQUOT,
-        libc::ESTALE => stat::STALE,
-        libc::EOPNOTSUPP | libc::ENOSYS => stat::NOTSUPP,
-        // Come back later (a lock held, a brick starting).
-        libc::EAGAIN | libc::EBUSY => stat::JUKEBOX,
-        _ => stat::IO,
-    }
-}
+pub use crate::status::{stat, status_of};
 
 /// Why a procedure gives no results.
 pub enum Fail {
@@ -142,11 +84,14 @@ pub fn failed(proc_: u32, status: u32) -> Writer {
     w
 }
 
-/// The context of a procedure: the export its handle names and the
-/// caller as the volume sees it.
+/// The context of a procedure: the export its handle names (the volume,
+/// and the directory the client mounted) and the caller as the volume
+/// sees it.
 pub struct Op<'a> {
     pub service: &'a Nfs3,
     pub export: Arc<Export>,
+    /// The directory the client mounted: it goes no higher.
+    pub root: Gfid,
     pub cx: Ctx,
 }
 
@@ -183,9 +128,20 @@ impl Op<'_> {
     pub fn handle(&self, gfid: Gfid) -> [u8; crate::handle::LEN] {
         Handle {
             volume: self.export.id,
+            root: self.root,
             gfid,
         }
         .encode()
+    }
+
+    /// The handle argument `fh` as one of the same export's (RENAME's and
+    /// LINK's second): NFS3ERR_XDEV if of another.
+    pub fn same_export(&self, fh: &[u8]) -> Result<Gfid, Fail> {
+        let h = Handle::decode(fh)?;
+        if h.volume != self.export.id || h.root != self.root {
+            return Err(Fail::Status(stat::XDEV));
+        }
+        Ok(h.gfid)
     }
 
     pub fn fattr(&self, w: &mut Writer, a: &Attr) {
@@ -345,21 +301,31 @@ impl Nfs3 {
         let handle = get_fh(args)
             .map_err(Fail::from)
             .and_then(|fh| Ok(Handle::decode(&fh)?));
-        let (gfid, export) = match handle.and_then(|h| {
+        let (h, export) = match handle.and_then(|h| {
             let export = self.exports.get(&h.volume);
-            Ok((h.gfid, export.ok_or(Fail::Status(stat::STALE))?))
+            Ok((h, export.ok_or(Fail::Status(stat::STALE))?))
         }) {
             Ok(found) => found,
             Err(e) => return Some(Err(e)),
         };
-        // The volume's rules for this client: refused, or squashed.
+        // The volume's rules for this client: refused, or squashed; and
+        // what it mounted: may it still, and is the object beneath it
+        // (the volume's root, whose gfid anyone knows, is not).
         if export.refuses(peer).await.is_some() {
             return Some(Err(Fail::Status(stat::ACCES)));
         }
+        if let Err(status) = export.admits(h.root, peer).await {
+            return Some(Err(Fail::Status(status)));
+        }
+        if h.gfid == Gfid::ROOT && h.root != Gfid::ROOT {
+            return Some(Err(Fail::Status(stat::STALE)));
+        }
+        let gfid = h.gfid;
         export.squash(&mut cx);
         let op = Op {
             service: self,
             export,
+            root: h.root,
             cx,
         };
         // Changes, on a volume NFS clients may only read.

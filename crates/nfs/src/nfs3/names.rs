@@ -25,7 +25,10 @@ impl Op<'_> {
         let raw = args.opaque(crate::MAX_NAME_ARG)?;
         let found = match &raw[..] {
             b"." => self.attr(dir).await.map_err(stale)?,
-            b".." if dir == Gfid::ROOT => self.attr(dir).await.map_err(stale)?,
+            // Above the export's root: the root itself.
+            b".." if dir == Gfid::ROOT || dir == self.root => {
+                self.attr(dir).await.map_err(stale)?
+            }
             b".." => self
                 .call(Fop::Parent { gfid: dir })
                 .await
@@ -199,20 +202,17 @@ impl Op<'_> {
 
     pub(super) async fn rename(&self, from: Gfid, args: &mut Reader) -> Answer {
         let name = get_name(args)?;
-        let to = Handle::decode(&get_fh(args)?)?;
-        if to.volume != self.export.id {
-            return Err(Fail::Status(stat::XDEV));
-        }
+        let to = self.same_export(&get_fh(args)?)?;
         let newname = get_name(args)?;
         let fop = Fop::Rename {
             parent: from,
             name,
-            newparent: to.gfid,
+            newparent: to,
             newname,
             flags: 0,
         };
         self.call(fop).await?;
-        let (f, t) = (self.attr_opt(from).await, self.attr_opt(to.gfid).await);
+        let (f, t) = (self.attr_opt(from).await, self.attr_opt(to).await);
         let mut b = Body::ok();
         self.wcc(&mut b.w, f.as_ref());
         self.wcc(&mut b.w, t.as_ref());
@@ -220,18 +220,15 @@ impl Op<'_> {
     }
 
     pub(super) async fn link(&self, gfid: Gfid, args: &mut Reader) -> Answer {
-        let dir = Handle::decode(&get_fh(args)?)?;
-        if dir.volume != self.export.id {
-            return Err(Fail::Status(stat::XDEV));
-        }
+        let dir = self.same_export(&get_fh(args)?)?;
         let newname = get_name(args)?;
         let fop = Fop::Link {
             gfid,
-            newparent: dir.gfid,
+            newparent: dir,
             newname,
         };
         let a = self.call(fop).await?.into_attr()?;
-        let d = self.attr_opt(dir.gfid).await;
+        let d = self.attr_opt(dir).await;
         let mut b = Body::ok();
         self.post_op(&mut b.w, Some(&a));
         self.wcc(&mut b.w, d.as_ref());

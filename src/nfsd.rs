@@ -106,9 +106,18 @@ async fn portmapper(ip: std::net::IpAddr, port: u16) {
     }
 }
 
+/// The options an NFS server's graphs hold whatever the volume says: no
+/// change of names answered ahead of the bricks (RFC 1813 has CREATE,
+/// REMOVE, RENAME and the others done when answered: a client goes on
+/// with what it was told across a restart of the server).
+fn pinned() -> crate::core::Options {
+    let off = |spec: &crate::core::options::Spec| (spec.key.to_string(), "off".to_string());
+    [off(&crate::performance::md_cache::ASYNC_DIROPS)].into()
+}
+
 /// Volume `vol`'s client graph, and its description.
 async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, VolDesc)> {
-    let desc = match rpc::call(
+    let mut desc = match rpc::call(
         mgmt,
         &Request::GetVolDesc {
             name: vol.to_string(),
@@ -121,6 +130,7 @@ async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, VolDesc)>
         Ok(other) => anyhow::bail!("{mgmt}: unexpected answer {other:?}"),
         Err(e) => anyhow::bail!("{mgmt}: {}", e.message),
     };
+    desc.options.extend(pinned());
     crate::protocol::tls::set_record(Some(&desc.pool));
     let graph = Graph::build(&desc, &rpc::graph_env())?;
     let up = graph.wait_up(Duration::from_secs(10)).await;
@@ -137,6 +147,7 @@ fn follow(mgmt: &str, desc: VolDesc, active: Arc<Active>, export: Arc<Export>) {
         desc,
         active,
         me,
+        pinned(),
         move |d| export.follow(d),
     ));
 }

@@ -663,3 +663,69 @@ fn a_directory_export_keeps_its_clients_beneath_it() {
         || ask_(100005, 1, &opaque(b"/dx"))[6] == 0,
     );
 }
+
+/// Changes of names are on the bricks when NFS answers them (RFC 1813: a
+/// client goes on with what it was told across a restart of the
+/// server): a REMOVE in a directory the NFS server made waits for its
+/// frozen brick, where a native mount would answer it ahead.
+#[test]
+fn removes_through_nfs_wait_for_the_bricks() {
+    use raw::*;
+    let c = Cluster::start();
+    c.one_process_per_brick();
+    let bricks = c.volume("ra", 1, &["r1"]);
+    nfs_on(&c, "ra");
+    let mut s = std::net::TcpStream::connect((c.ip.as_str(), NFS_PORT)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mnt = ask(&mut s, &call(1, 100005, 3, 1, &opaque(b"/ra"))).unwrap();
+    let len = mnt[7] as usize;
+    let root = u32s(&mnt[8..8 + len.div_ceil(4)])[..len].to_vec();
+    let in_dir = |dir: &[u8], name: &[u8], rest: &[u32]| {
+        let mut args = opaque(dir);
+        args.extend(opaque(name));
+        args.extend(u32s(rest));
+        args
+    };
+    let made = ask(
+        &mut s,
+        &call_as(
+            0,
+            2,
+            100003,
+            3,
+            9,
+            &in_dir(&root, b"d", &[1, 0o755, 0, 0, 0, 0, 0]),
+        ),
+    )
+    .unwrap();
+    assert_eq!((made[6], made[7]), (0, 1), "MKDIR: {made:?}");
+    let len = made[8] as usize;
+    let dir = u32s(&made[9..9 + len.div_ceil(4)])[..len].to_vec();
+    let created = ask(
+        &mut s,
+        &call_as(
+            0,
+            3,
+            100003,
+            3,
+            8,
+            &in_dir(&dir, b"f", &[0, 0, 0, 0, 0, 0, 0]),
+        ),
+    )
+    .unwrap();
+    assert_eq!(created[6], 0, "CREATE: {created:?}");
+    assert!(bricks[0].join("d/f").exists());
+    let pid = brick_pid(&c, "ra", 0);
+    ok(&format!("kill -STOP {pid}"));
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let removed = ask(
+        &mut s,
+        &call_as(0, 4, 100003, 3, 12, &in_dir(&dir, b"f", &[])),
+    );
+    ok(&format!("kill -CONT {pid}"));
+    assert_eq!(removed, None, "REMOVE answered while the brick was frozen");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let removed = answer(&mut s).unwrap();
+    assert_eq!((removed[0], removed[6]), (4, 0), "REMOVE: {removed:?}");
+    assert!(!bricks[0].join("d/f").exists());
+}

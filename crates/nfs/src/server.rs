@@ -9,8 +9,9 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{Mutex, Semaphore};
 
 /// The largest record taken: a WRITE of `MAX_IO` and its header.
 const MAX_RECORD: usize = crate::MAX_IO + 4096;
@@ -76,28 +77,11 @@ async fn connection(
     service: Arc<Service>,
     budget: Budget,
 ) {
-    let (mut rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<Vec<Bytes>>(IN_FLIGHT);
-    let writer = tokio::spawn(async move {
-        while let Some(pieces) = rx.recv().await {
-            let len: usize = pieces.iter().map(Bytes::len).sum();
-            let mut head = Vec::with_capacity(4 + len.min(16 << 10));
-            head.extend_from_slice(&rpc::record_mark(len));
-            let mut rest = pieces.into_iter().peekable();
-            // Small pieces go out with the mark in one write.
-            while let Some(p) = rest.next_if(|p| head.len() + p.len() <= 16 << 10) {
-                head.extend_from_slice(&p);
-            }
-            if wr.write_all(&head).await.is_err() {
-                return;
-            }
-            for p in rest {
-                if wr.write_all(&p).await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
+    let (rd, wr) = stream.into_split();
+    // Most records arrive whole in one read.
+    let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
+    // Each call's task writes its reply itself, as soon as it is ready.
+    let wr = Arc::new(Mutex::new(wr));
     let calls = Arc::new(Semaphore::new(IN_FLIGHT));
     loop {
         let permit = match calls.clone().acquire_owned().await {
@@ -116,22 +100,38 @@ async fn connection(
             Ok(c) => c,
             Err(NotCall::Ignore) => continue,
             Err(NotCall::Answer(reply)) => {
-                if tx.send(vec![reply]).await.is_err() {
+                if send(&wr, vec![reply]).await.is_err() {
                     break;
                 }
                 continue;
             }
         };
-        let (service, tx) = (service.clone(), tx.clone());
+        let (service, wr) = (service.clone(), wr.clone());
         tokio::spawn(async move {
             let reply = service.answer(call, peer).await;
             drop(held);
-            let _ = tx.send(reply).await;
+            let _ = send(&wr, reply).await;
             drop(permit);
         });
     }
-    drop(tx);
-    let _ = writer.await;
+}
+
+/// Writes a reply of `pieces` as one record: small pieces with the
+/// record mark in one write, large ones (a READ's data) as they are.
+async fn send(wr: &Mutex<OwnedWriteHalf>, pieces: Vec<Bytes>) -> std::io::Result<()> {
+    let len: usize = pieces.iter().map(Bytes::len).sum();
+    let mut head = Vec::with_capacity(4 + len.min(16 << 10));
+    head.extend_from_slice(&rpc::record_mark(len));
+    let mut rest = pieces.into_iter().peekable();
+    while let Some(p) = rest.next_if(|p| head.len() + p.len() <= 16 << 10) {
+        head.extend_from_slice(&p);
+    }
+    let mut wr = wr.lock().await;
+    wr.write_all(&head).await?;
+    for p in rest {
+        wr.write_all(&p).await?;
+    }
+    Ok(())
 }
 
 /// The largest portmapper call taken (its arguments are a few words and

@@ -377,12 +377,7 @@ pub fn mortar(
             log: Some(root.join("client.log")),
             options: vec![format!("credential={}", credential.display())],
         }),
-        Access::Nfs => fuse_nfs(
-            ("127.0.0.1", nfs_port, nfs_port),
-            &vol,
-            &mnt,
-            &root.join("client.log"),
-        ),
+        Access::Nfs => fuse_nfs(("127.0.0.1", nfs_port, nfs_port), &vol, &mnt),
     };
     if let Err(e) = mounted {
         t.close();
@@ -555,14 +550,7 @@ pub fn glusterfs(
         .map(drop),
         Access::Nfs => ganesha(&root, &host, vol)
             .map(|steps| t.teardown.extend(steps))
-            .and_then(|()| {
-                fuse_nfs(
-                    ("127.0.0.1", GANESHA_NFS_PORT, GANESHA_MNT_PORT),
-                    vol,
-                    &mnt,
-                    &root.join("client.log"),
-                )
-            }),
+            .and_then(|()| fuse_nfs(("127.0.0.1", GANESHA_NFS_PORT, GANESHA_MNT_PORT), vol, &mnt)),
     };
     if let Err(e) = mounted {
         t.close();

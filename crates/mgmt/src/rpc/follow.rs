@@ -73,12 +73,14 @@ pub async fn follow_volume(
 /// daemons who follows it:
 /// changed options are applied to the running graph, a changed shape
 /// switches to a new graph (`graph::active`); `taken` is told of each
-/// description taken.
+/// description taken. `pinned`: options this client holds whatever the
+/// volume says (in `current` already).
 pub async fn follow_graph(
     mgmts: Vec<String>,
     mut current: VolDesc,
     active: Arc<Active>,
     me: ClientInfo,
+    pinned: mortar_core::Options,
     taken: impl Fn(&VolDesc) + Send + 'static,
 ) {
     let (name, known) = (current.volume.clone(), Some(current.version));
@@ -101,6 +103,7 @@ pub async fn follow_graph(
         while let Ok(newer) = rx.try_recv() {
             desc = newer;
         }
+        desc.options.extend(pinned.clone());
         let changed: Vec<String> = desc
             .options
             .iter()

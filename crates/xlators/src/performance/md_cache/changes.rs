@@ -189,7 +189,7 @@ impl MdCache {
         );
         let drop = |g: Gfid| match names_only {
             true => self.drop_attr(g),
-            false => self.drop_object(g),
+            false => self.drop_meta(g),
         };
         let new = match &fop {
             Fop::Create { parent, gfid, .. } | Fop::Mknod { parent, gfid, .. } => {

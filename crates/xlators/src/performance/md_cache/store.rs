@@ -64,6 +64,18 @@ impl MdCache {
         self.shard(&gfid).lock().unwrap().remove(&gfid);
     }
 
+    /// Drops an object's attributes and xattrs (its metadata changed
+    /// here), not what is known of a directory's names: a change of its
+    /// mode, owner or xattrs leaves them as they were.
+    pub(super) fn drop_meta(&self, gfid: Gfid) {
+        self.bump(&gfid);
+        if let Some(o) = self.shard(&gfid).lock().unwrap().get_mut(&gfid) {
+            o.attr = None;
+            o.xattrs.clear();
+            o.list = None;
+        }
+    }
+
     /// Drops an object's attributes only (its data changed here).
     pub(super) fn drop_attr(&self, gfid: Gfid) {
         self.bump(&gfid);

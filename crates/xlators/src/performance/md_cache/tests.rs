@@ -383,6 +383,15 @@ async fn names_missing_from_a_directory_made_here_are_answered_here() {
         umask: 0,
     };
     md.call(&cx, mkdir).await.unwrap();
+    // Its owner set after (as NFS clients do): its names stay known.
+    let chown = Fop::Setattr {
+        gfid: d,
+        set: mortar_core::fop::SetAttr {
+            uid: Some(1000),
+            ..Default::default()
+        },
+    };
+    md.call(&cx, chown).await.unwrap();
     // Empty: any name is missing, on the FUSE thread too.
     let e = md.call(&cx, lookup("x")).await.unwrap_err();
     assert!(e.is(libc::ENOENT));

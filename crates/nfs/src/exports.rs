@@ -41,15 +41,19 @@ pub struct Export {
     /// What of the volume may be mounted.
     mountable: RwLock<Arc<Mountable>>,
     /// The listed directories' gfids (index in `Mountable::listed`), and
-    /// when they were found.
-    roots: Mutex<Option<(Instant, HashMap<Gfid, usize>)>>,
-    /// Addresses looked at lately for a listed directory: taken or not.
-    dir_seen: Mutex<HashMap<(IpAddr, usize), (bool, Instant)>>,
+    /// when they were found, for the `Mountable` of that generation.
+    roots: Mutex<Option<(u64, Instant, HashMap<Gfid, usize>)>>,
+    /// Addresses looked at lately for a listed directory (of a
+    /// generation): taken or not.
+    dir_seen: Mutex<HashMap<(IpAddr, u64, usize), (bool, Instant)>>,
 }
 
 /// What of a volume NFS clients may mount.
 #[derive(Default)]
 struct Mountable {
+    /// Moves on with every description: what was found for an older one
+    /// (the list's indexes) is not taken for this one.
+    generation: u64,
     /// `nfs.export-volumes`: the whole volume.
     volume: bool,
     /// `nfs.export-dirs`: directories in it.
@@ -83,7 +87,9 @@ impl Export {
         let ro = NFS_VOLUME_ACCESS.str(&desc.options) == "read-only";
         self.read_only.store(ro, Ordering::Relaxed);
         let o = &desc.options;
+        let generation = self.mountable.read().unwrap().generation + 1;
         let mountable = Mountable {
+            generation,
             volume: NFS_EXPORT_VOLUMES.bool(o),
             dirs: NFS_EXPORT_DIRS.bool(o),
             listed: DirExport::parse_list(NFS_EXPORT_DIR.str(o)).unwrap_or_default(),
@@ -132,7 +138,8 @@ impl Export {
         let Some(hosts) = &m.listed[i].hosts else {
             return Ok(());
         };
-        let known = self.dir_seen.lock().unwrap().get(&(ip, i)).copied();
+        let key = (ip, m.generation, i);
+        let known = self.dir_seen.lock().unwrap().get(&key).copied();
         let taken = match known {
             Some((taken, at)) if at.elapsed() < ADDRESS_KNOWN => taken,
             _ => {
@@ -144,7 +151,7 @@ impl Export {
                 self.dir_seen
                     .lock()
                     .unwrap()
-                    .insert((ip, i), (taken, Instant::now()));
+                    .insert(key, (taken, Instant::now()));
                 taken
             }
         };
@@ -159,12 +166,15 @@ impl Export {
     /// (at most once a second) and every ADDRESS_KNOWN (directories are
     /// renamed and made anew).
     async fn listed_at(&self, root: Gfid, m: &Mountable) -> Option<usize> {
-        if let Some((at, found)) = &*self.roots.lock().unwrap() {
-            let age = at.elapsed();
-            match found.get(&root) {
-                Some(i) if age < ADDRESS_KNOWN => return Some(*i),
-                None if age < Duration::from_secs(1) => return None,
-                _ => {}
+        {
+            let roots = self.roots.lock().unwrap();
+            if let Some((_, at, found)) = roots.as_ref().filter(|r| r.0 == m.generation) {
+                let age = at.elapsed();
+                match found.get(&root) {
+                    Some(i) if age < ADDRESS_KNOWN => return Some(*i),
+                    None if age < Duration::from_secs(1) => return None,
+                    _ => {}
+                }
             }
         }
         let mut found = HashMap::new();
@@ -174,7 +184,7 @@ impl Export {
             }
         }
         let i = found.get(&root).copied();
-        *self.roots.lock().unwrap() = Some((Instant::now(), found));
+        *self.roots.lock().unwrap() = Some((m.generation, Instant::now(), found));
         i
     }
 

@@ -42,11 +42,22 @@ pub struct Export {
     mountable: RwLock<Arc<Mountable>>,
     /// The listed directories' gfids (index in `Mountable::listed`), and
     /// when they were found, for the `Mountable` of that generation.
-    roots: Mutex<Option<(u64, Instant, HashMap<Gfid, usize>)>>,
+    roots: Mutex<Option<Found>>,
     /// Addresses looked at lately for a listed directory (of a
     /// generation): taken or not.
-    dir_seen: Mutex<HashMap<(IpAddr, u64, usize), (bool, Instant)>>,
+    dir_seen: Mutex<HashMap<DirClient, (bool, Instant)>>,
 }
+
+/// The listed directories' gfids, each with its index in the list of a
+/// generation, and when they were found.
+struct Found {
+    generation: u64,
+    at: Instant,
+    roots: HashMap<Gfid, usize>,
+}
+
+/// A client's address, a generation, a listed directory's index.
+type DirClient = (IpAddr, u64, usize);
 
 /// What of a volume NFS clients may mount.
 #[derive(Default)]
@@ -168,9 +179,9 @@ impl Export {
     async fn listed_at(&self, root: Gfid, m: &Mountable) -> Option<usize> {
         {
             let roots = self.roots.lock().unwrap();
-            if let Some((_, at, found)) = roots.as_ref().filter(|r| r.0 == m.generation) {
-                let age = at.elapsed();
-                match found.get(&root) {
+            if let Some(f) = roots.as_ref().filter(|f| f.generation == m.generation) {
+                let age = f.at.elapsed();
+                match f.roots.get(&root) {
                     Some(i) if age < ADDRESS_KNOWN => return Some(*i),
                     None if age < Duration::from_secs(1) => return None,
                     _ => {}
@@ -184,7 +195,11 @@ impl Export {
             }
         }
         let i = found.get(&root).copied();
-        *self.roots.lock().unwrap() = Some((m.generation, Instant::now(), found));
+        *self.roots.lock().unwrap() = Some(Found {
+            generation: m.generation,
+            at: Instant::now(),
+            roots: found,
+        });
         i
     }
 

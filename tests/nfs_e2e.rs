@@ -729,3 +729,41 @@ fn removes_through_nfs_wait_for_the_bricks() {
     assert_eq!((removed[0], removed[6]), (4, 0), "REMOVE: {removed:?}");
     assert!(!bricks[0].join("d/f").exists());
 }
+
+/// A name one caller looked up is not handed to another who may not
+/// search its directory (the answer would come from the server's caches,
+/// which the bricks' checks never see).
+#[test]
+fn a_lookup_needs_search_permission_whoever_looked_before() {
+    use raw::*;
+    let c = Cluster::start();
+    c.volume("lp", 1, &["l1"]);
+    let m = c.mount("lp");
+    std::fs::create_dir(m.p("p")).unwrap();
+    std::fs::write(m.p("p/s"), b"s").unwrap();
+    ok(&format!(
+        "chown -R 1000:1000 {0} && chmod 700 {0}",
+        m.p("p")
+    ));
+    nfs_on(&c, "lp");
+    let mut s = std::net::TcpStream::connect((c.ip.as_str(), NFS_PORT)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mnt = ask(&mut s, &call(1, 100005, 3, 1, &opaque(b"/lp"))).unwrap();
+    let len = mnt[7] as usize;
+    let root = u32s(&mnt[8..8 + len.div_ceil(4)])[..len].to_vec();
+    let mut xid = 1;
+    let mut lookup = |uid: u32, dir: &[u8], name: &[u8]| {
+        xid += 1;
+        let mut args = opaque(dir);
+        args.extend(opaque(name));
+        let r = ask(&mut s, &call_as(uid, xid, 100003, 3, 3, &args)).unwrap();
+        let len = r.get(7).copied().unwrap_or(0) as usize;
+        let words = r.get(8..8 + len.div_ceil(4)).unwrap_or(&[]);
+        (r[6], u32s(words).into_iter().take(len).collect::<Vec<u8>>())
+    };
+    let (st, p) = lookup(1000, &root, b"p");
+    assert_eq!(st, 0);
+    assert_eq!(lookup(1000, &p, b"s").0, 0);
+    assert_eq!(lookup(2000, &p, b"s").0, 13);
+    assert_eq!(lookup(1000, &p, b"s").0, 0);
+}

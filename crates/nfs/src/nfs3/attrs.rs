@@ -15,11 +15,31 @@ pub(super) fn stale(e: FsError) -> Fail {
 
 // ACCESS3 bits.
 const READ: u32 = 0x1;
-const LOOKUP: u32 = 0x2;
+pub(super) const LOOKUP: u32 = 0x2;
 const MODIFY: u32 = 0x4;
 const EXTEND: u32 = 0x8;
 const DELETE: u32 = 0x10;
 const EXECUTE: u32 = 0x20;
+
+impl Op<'_> {
+    /// Whether the caller may search directory `d` (its attributes): a
+    /// lookup answered from the client graph's caches never reaches the
+    /// bricks that would check. The permission bits decide, unless they
+    /// refuse someone other than the owner and the directory has an ACL,
+    /// which may grant more: then the bricks judge what the caller does
+    /// with what it finds.
+    pub(super) async fn may_search(&self, d: &Attr) -> bool {
+        let bits = allowed(d, &self.cx, LOOKUP) & LOOKUP != 0;
+        if bits || self.cx.uid == d.uid {
+            return bits;
+        }
+        let acl = Fop::Getxattr {
+            gfid: d.gfid,
+            name: "system.posix_acl_access".into(),
+        };
+        self.export.xl.call(&Ctx::root(), acl).await.is_ok()
+    }
+}
 
 /// What of `asked` the permission bits of `a` grant `cx` (the bricks
 /// check again on each call; this answers the client's question).

@@ -23,6 +23,13 @@ impl Op<'_> {
 
     pub(super) async fn lookup(&self, dir: Gfid, args: &mut Reader) -> Answer {
         let raw = args.opaque(crate::MAX_NAME_ARG)?;
+        let d = self.attr(dir).await.map_err(stale)?;
+        if d.kind != FileKind::Dir {
+            return Err(Fail::Status(stat::NOTDIR));
+        }
+        if !self.may_search(&d).await {
+            return Err(Fail::Status(stat::ACCES));
+        }
         let found = match &raw[..] {
             b"." => self.attr(dir).await.map_err(stale)?,
             // Above the export's root: the root itself.

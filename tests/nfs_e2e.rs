@@ -189,6 +189,14 @@ mod raw {
         b
     }
 
+    /// The handle (nfs_fh3) a reply holds at `words`: its length, then
+    /// its bytes; empty where the reply is shorter.
+    pub fn handle_at(words: &[u32]) -> Vec<u8> {
+        let len = words.first().copied().unwrap_or(0) as usize;
+        let body = words.get(1..1 + len.div_ceil(4)).unwrap_or(&[]);
+        u32s(body).into_iter().take(len).collect()
+    }
+
     /// XDR opaque data.
     pub fn opaque(data: &[u8]) -> Vec<u8> {
         let mut b = u32s(&[data.len() as u32]);
@@ -298,8 +306,7 @@ fn names_get_the_errors_rfc_1813_names() {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mnt = ask(&mut s, &call(1, 100005, 3, 1, &opaque(b"/nn"))).unwrap();
     assert_eq!(mnt[6], 0, "MNT: {mnt:?}");
-    let len = mnt[7] as usize;
-    let root = u32s(&mnt[8..8 + len.div_ceil(4)])[..len].to_vec();
+    let root = handle_at(&mnt[7..]);
     let mut xid = 1;
     let mut create = |name: &[u8]| {
         xid += 1;
@@ -377,14 +384,10 @@ fn handles_from_one_server_serve_at_another_when_it_is_gone() {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s
     };
-    let handle = |words: &[u32]| -> Vec<u8> {
-        let len = words[0] as usize;
-        u32s(&words[1..1 + len.div_ceil(4)])[..len].to_vec()
-    };
     let mut s = connect(&ips[0]);
     let mnt = ask(&mut s, &call(1, 100005, 3, 1, &opaque(b"/fo"))).unwrap();
     assert_eq!(mnt[6], 0, "MNT: {mnt:?}");
-    let root = handle(&mnt[7..]);
+    let root = handle_at(&mnt[7..]);
     let lookup = |s: &mut std::net::TcpStream, xid: u32| {
         let mut args = opaque(&root);
         args.extend(opaque(b"f"));
@@ -392,7 +395,7 @@ fn handles_from_one_server_serve_at_another_when_it_is_gone() {
     };
     let found = lookup(&mut s, 2);
     assert_eq!(found[6], 0, "LOOKUP: {found:?}");
-    let file = handle(&found[7..]);
+    let file = handle_at(&found[7..]);
     drop(s);
     // The first server gone (its NFS server ends with its daemon).
     net.hosts[0].kill_daemon();
@@ -403,13 +406,13 @@ fn handles_from_one_server_serve_at_another_when_it_is_gone() {
     let mut s = connect(&ips[1]);
     let found = lookup(&mut s, 3);
     assert_eq!(found[6], 0, "LOOKUP at the second server: {found:?}");
-    assert_eq!(handle(&found[7..]), file);
+    assert_eq!(handle_at(&found[7..]), file);
     let mut args = opaque(&file);
     args.extend(u32s(&[0, 0, 4096]));
     let read = ask(&mut s, &call_as(0, 4, 100003, 3, 6, &args)).unwrap();
     assert_eq!(read[6], 0, "READ at the second server: {read:?}");
     // status, attributes (follows + 21 words), count, eof, then the data.
-    let data = handle(&read[7 + 22 + 2..]);
+    let data = handle_at(&read[7 + 22 + 2..]);
     assert_eq!(data, b"failed over\n");
     // The second server's status: the first's NFS server offline.
     let st = net.hosts[1].volume_status_json("fo");
@@ -606,11 +609,7 @@ fn a_directory_export_keeps_its_clients_beneath_it() {
         ask(&mut s, &call_as(0, xid, prog, 3, proc_, args)).unwrap()
     };
     // A reply's status and, when it carries one first, its handle.
-    let handle_of = |r: &[u32]| -> (u32, Vec<u8>) {
-        let len = r.get(7).copied().unwrap_or(0) as usize;
-        let words = r.get(8..8 + len.div_ceil(4)).unwrap_or(&[]);
-        (r[6], u32s(words).into_iter().take(len).collect())
-    };
+    let handle_of = |r: &[u32]| -> (u32, Vec<u8>) { (r[6], handle_at(r.get(7..).unwrap_or(&[]))) };
     let mut status = 0;
     wait_for(
         "the whole volume no longer mountable",
@@ -678,8 +677,8 @@ fn removes_through_nfs_wait_for_the_bricks() {
     let mut s = std::net::TcpStream::connect((c.ip.as_str(), NFS_PORT)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mnt = ask(&mut s, &call(1, 100005, 3, 1, &opaque(b"/ra"))).unwrap();
-    let len = mnt[7] as usize;
-    let root = u32s(&mnt[8..8 + len.div_ceil(4)])[..len].to_vec();
+    assert_eq!(mnt[6], 0, "MNT: {mnt:?}");
+    let root = handle_at(&mnt[7..]);
     let in_dir = |dir: &[u8], name: &[u8], rest: &[u32]| {
         let mut args = opaque(dir);
         args.extend(opaque(name));
@@ -699,8 +698,7 @@ fn removes_through_nfs_wait_for_the_bricks() {
     )
     .unwrap();
     assert_eq!((made[6], made[7]), (0, 1), "MKDIR: {made:?}");
-    let len = made[8] as usize;
-    let dir = u32s(&made[9..9 + len.div_ceil(4)])[..len].to_vec();
+    let dir = handle_at(&made[8..]);
     let created = ask(
         &mut s,
         &call_as(
@@ -749,17 +747,15 @@ fn a_lookup_needs_search_permission_whoever_looked_before() {
     let mut s = std::net::TcpStream::connect((c.ip.as_str(), NFS_PORT)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mnt = ask(&mut s, &call(1, 100005, 3, 1, &opaque(b"/lp"))).unwrap();
-    let len = mnt[7] as usize;
-    let root = u32s(&mnt[8..8 + len.div_ceil(4)])[..len].to_vec();
+    assert_eq!(mnt[6], 0, "MNT: {mnt:?}");
+    let root = handle_at(&mnt[7..]);
     let mut xid = 1;
     let mut lookup = |uid: u32, dir: &[u8], name: &[u8]| {
         xid += 1;
         let mut args = opaque(dir);
         args.extend(opaque(name));
         let r = ask(&mut s, &call_as(uid, xid, 100003, 3, 3, &args)).unwrap();
-        let len = r.get(7).copied().unwrap_or(0) as usize;
-        let words = r.get(8..8 + len.div_ceil(4)).unwrap_or(&[]);
-        (r[6], u32s(words).into_iter().take(len).collect::<Vec<u8>>())
+        (r[6], handle_at(r.get(7..).unwrap_or(&[])))
     };
     let (st, p) = lookup(1000, &root, b"p");
     assert_eq!(st, 0);

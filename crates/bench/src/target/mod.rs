@@ -205,11 +205,15 @@ fn umount(dir: &Path) {
 }
 
 pub fn local(base: &Path) -> anyhow::Result<Target> {
-    let dir = base.join("local");
+    scratch("local".into(), base.join("local"))
+}
+
+/// Target `name`: directory `dir`, made now and removed after.
+fn scratch(name: String, dir: PathBuf) -> anyhow::Result<Target> {
     std::fs::create_dir_all(&dir)?;
     let d = dir.clone();
     Ok(Target {
-        name: "local".into(),
+        name,
         store: vec![dir.clone()],
         dir,
         mnt: None,
@@ -225,18 +229,7 @@ pub fn directory(path: &Path) -> anyhow::Result<Target> {
         bail!("--target {}: not a directory", path.display());
     }
     let dir = path.join(format!("mortar-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let d = dir.clone();
-    let name = path.display().to_string();
-    Ok(Target {
-        name,
-        store: vec![dir.clone()],
-        dir,
-        mnt: None,
-        teardown: vec![undo::push(move || {
-            let _ = std::fs::remove_dir_all(d);
-        })],
-    })
+    scratch(path.display().to_string(), dir)
 }
 
 /// bindfs (a pass-through FUSE file system) over a directory of the local

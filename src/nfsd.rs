@@ -106,13 +106,23 @@ async fn portmapper(ip: std::net::IpAddr, port: u16) {
     }
 }
 
-/// The options an NFS server's graphs hold whatever the volume says: no
-/// change of names answered ahead of the bricks (RFC 1813 has CREATE,
-/// REMOVE, RENAME and the others done when answered: a client goes on
-/// with what it was told across a restart of the server).
+/// The options an NFS server's graphs hold whatever the volume says,
+/// because an NFS client goes on with what it was told across a restart
+/// of the server:
+/// - no change of names answered ahead of the bricks (RFC 1813 has
+///   CREATE, REMOVE, RENAME and the others done when answered);
+/// - no write answered from the server's memory: an UNSTABLE write is
+///   answered once the bricks hold it (COMMIT makes it durable). RFC 1813
+///   would let a server lose it and change its write verifier, but
+///   clients that never compare verifiers exist (libnfs's `nfs-cp` lost
+///   1 MiB that way when its server was killed).
 fn pinned() -> crate::core::Options {
     let off = |spec: &crate::core::options::Spec| (spec.key.to_string(), "off".to_string());
-    [off(&crate::performance::md_cache::ASYNC_DIROPS)].into()
+    [
+        off(&crate::performance::md_cache::ASYNC_DIROPS),
+        off(&crate::performance::write_behind::WRITE_BEHIND),
+    ]
+    .into()
 }
 
 /// Volume `vol`'s client graph, and its description.

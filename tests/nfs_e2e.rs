@@ -663,12 +663,12 @@ fn a_directory_export_keeps_its_clients_beneath_it() {
     );
 }
 
-/// Changes of names are on the bricks when NFS answers them (RFC 1813: a
-/// client goes on with what it was told across a restart of the
-/// server): a REMOVE in a directory the NFS server made waits for its
-/// frozen brick, where a native mount would answer it ahead.
+/// Changes are on the bricks when NFS answers them (a client goes on with
+/// what it was told across a restart of the server): an UNSTABLE WRITE
+/// and a REMOVE in a directory the NFS server made wait for a frozen
+/// brick, where a native mount would answer both ahead.
 #[test]
-fn removes_through_nfs_wait_for_the_bricks() {
+fn changes_through_nfs_wait_for_the_bricks() {
     use raw::*;
     let c = Cluster::start();
     c.one_process_per_brick();
@@ -711,20 +711,33 @@ fn removes_through_nfs_wait_for_the_bricks() {
         ),
     )
     .unwrap();
-    assert_eq!(created[6], 0, "CREATE: {created:?}");
+    assert_eq!((created[6], created[7]), (0, 1), "CREATE: {created:?}");
     assert!(bricks[0].join("d/f").exists());
+    let file = handle_at(&created[8..]);
+    // Each call sent while the brick is frozen is answered only once it
+    // runs again.
     let pid = brick_pid(&c, "ra", 0);
-    ok(&format!("kill -STOP {pid}"));
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    let removed = ask(
-        &mut s,
-        &call_as(0, 4, 100003, 3, 12, &in_dir(&dir, b"f", &[])),
-    );
-    ok(&format!("kill -CONT {pid}"));
-    assert_eq!(removed, None, "REMOVE answered while the brick was frozen");
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let removed = answer(&mut s).unwrap();
-    assert_eq!((removed[0], removed[6]), (4, 0), "REMOVE: {removed:?}");
+    let mut frozen = |xid: u32, proc_: u32, args: &[u8]| {
+        ok(&format!("kill -STOP {pid}"));
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let early = ask(&mut s, &call_as(0, xid, 100003, 3, proc_, args));
+        ok(&format!("kill -CONT {pid}"));
+        assert_eq!(
+            early, None,
+            "call {proc_} answered while the brick was frozen"
+        );
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let got = answer(&mut s).unwrap();
+        assert_eq!((got[0], got[6]), (xid, 0), "call {proc_}: {got:?}");
+    };
+    // An UNSTABLE WRITE is on the brick when answered (not in the
+    // server's memory, lost if it were killed).
+    let mut args = opaque(&file);
+    args.extend(u32s(&[0, 0, 5, 0]));
+    args.extend(opaque(b"hello"));
+    frozen(4, 7, &args);
+    assert_eq!(std::fs::read(bricks[0].join("d/f")).unwrap(), b"hello");
+    frozen(5, 12, &in_dir(&dir, b"f", &[]));
     assert!(!bricks[0].join("d/f").exists());
 }
 

@@ -4,12 +4,14 @@
 //! The server opens the file through the volume as the caller (so the
 //! bricks check the caller's permission, as for a native mount), keeps it
 //! open for the next calls of the same caller, and closes it once idle.
-//! Writes go through the volume's write-behind: an UNSTABLE write is
-//! answered once taken, and COMMIT (or a FILE_SYNC write) syncs the file
-//! on every brick that holds it. A COMMIT waits for the closes of the
-//! file under way (their writes held behind landing); if those cannot
-//! land, the write verifier changes, and clients send again what they
-//! have not committed.
+//! An UNSTABLE write is answered once the bricks hold it (the server's
+//! graphs leave write-behind out, `src/nfsd.rs`: a client that never
+//! compares write verifiers loses nothing when the server is killed), and
+//! COMMIT (or a FILE_SYNC write) syncs the file on every brick that holds
+//! it. A COMMIT waits for the closes of the file under way; should writes
+//! held behind a close ever fail to land (a graph with write-behind), the
+//! write verifier changes, and clients send again what they have not
+//! committed.
 
 use super::attrs::stale;
 use super::*;
@@ -290,9 +292,8 @@ impl Op<'_> {
                 FILE_SYNC
             }
         };
-        // An unstable write is answered as soon as write-behind took it:
-        // its attributes after only if they are at hand (RFC 1813 lets
-        // them be left out), never by waiting for it to land.
+        // An unstable write's attributes after only if they are at hand
+        // (RFC 1813 lets them be left out), never by waiting for more.
         let after = match (after, committed) {
             (Some(a), _) => Some(a),
             (None, UNSTABLE) => self.attr_at_hand(gfid),

@@ -49,6 +49,10 @@
 //! `performance.write-behind-window-size` bytes, and all files together
 //! `ALL_FILES_MAX`; a write past either waits until some land.
 //!
+//! **Off.** A graph whose options turn `performance.write-behind` off
+//! while the translator is in it (the NFS server pins it off: its clients
+//! are answered only what the bricks hold) writes everything through.
+//!
 //! GlusterFS's write-behind (xlators/performance/write-behind) keeps the
 //! same rules with a per-inode request list and "liabilities"; this one
 //! keeps per file a queue, the writes out, and what failed.
@@ -164,6 +168,8 @@ pub struct WriteBehind {
     name: String,
     child: Child,
     window: AtomicU64,
+    /// `performance.write-behind` off: every write goes through.
+    off: std::sync::atomic::AtomicBool,
     /// Files with writes out.
     files: Mutex<HashMap<Gfid, Arc<File>>>,
     /// Writes sent behind that failed, and which handles were told
@@ -199,6 +205,7 @@ impl WriteBehind {
             name,
             child,
             window: AtomicU64::new(1 << 20),
+            off: Default::default(),
             files: Mutex::default(),
             errors: Mutex::default(),
             accepted: AtomicU64::new(0),
@@ -388,7 +395,11 @@ impl WriteBehind {
         // A write that lengthens the file as well (`grow`) or may use the
         // bricks' reserve (both written below a disperse translator only)
         // is not merged with others.
-        if grow != 0 || reserve || self.write_through.lock().unwrap().contains(&fh) {
+        if grow != 0
+            || reserve
+            || self.off.load(Ordering::Relaxed)
+            || self.write_through.lock().unwrap().contains(&fh)
+        {
             // (An error of the writes behind is left for fsync or close.)
             self.settle_file(gfid).await;
             let fop = Fop::Write {
@@ -596,6 +607,8 @@ impl Xlator for WriteBehind {
     fn reconfigure(&self, options: &mortar_core::Options) {
         let w = WINDOW_SIZE.size(options).max(4096);
         self.window.store(w, Ordering::Relaxed);
+        self.off
+            .store(!WRITE_BEHIND.bool(options), Ordering::Relaxed);
         let terms = mortar_core::terms::Terms::from_options(options);
         // The bricks claim a file for a lease's time; writes closed behind
         // land well within the margin left.

@@ -358,6 +358,23 @@ async fn sync_handles_write_through() {
     assert_eq!(&disk.data.lock().unwrap()[..], b"sync");
 }
 
+#[tokio::test]
+async fn switched_off_it_writes_through_after_the_writes_behind() {
+    let (disk, wb) = rig();
+    let (f, cx) = (Gfid::random(), Ctx::root());
+    wb.call(&cx, write(f, 0, b"behind")).await.unwrap();
+    let off = [(WRITE_BEHIND.key.to_string(), "off".to_string())].into();
+    wb.reconfigure(&off);
+    let wb2 = wb.clone();
+    let w = tokio::spawn(async move { wb2.call(&Ctx::root(), write(f, 0, b"though")).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!w.is_finished(), "answered only once it landed");
+    disk.gate.add_permits(2);
+    w.await.unwrap().unwrap();
+    assert_eq!(&disk.data.lock().unwrap()[..], b"though");
+    assert_eq!(disk.writes.lock().unwrap().len(), 2);
+}
+
 /// With flush-behind on (and leases): the bricks claim files opened for
 /// writing for this mount.
 fn flushing_behind(wb: &Arc<WriteBehind>) {

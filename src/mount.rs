@@ -316,7 +316,7 @@ pub fn mount_foreground(a: &MountArgs) -> anyhow::Result<()> {
         desc.clone(),
         active.clone(),
         me,
-        Default::default(),
+        |_| Default::default(),
         |_| {},
     ));
     let fs = MortarFs::new(active.clone(), rt.handle().clone());

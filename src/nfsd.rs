@@ -111,16 +111,25 @@ async fn portmapper(ip: std::net::IpAddr, port: u16) {
 /// of the server:
 /// - no change of names answered ahead of the bricks (RFC 1813 has
 ///   CREATE, REMOVE, RENAME and the others done when answered);
-/// - no write answered from the server's memory: an UNSTABLE write is
+/// - no write answered from the server's memory unless
+///   `performance.nfs.write-behind` says so: an UNSTABLE write is
 ///   answered once the bricks hold it (COMMIT makes it durable). RFC 1813
-///   would let a server lose it and change its write verifier, but
-///   clients that never compare verifiers exist (libnfs's `nfs-cp` lost
-///   1 MiB that way when its server was killed).
-fn pinned() -> crate::core::Options {
-    let off = |spec: &crate::core::options::Spec| (spec.key.to_string(), "off".to_string());
+///   lets a server lose it and change its write verifier, but clients
+///   that never compare verifiers exist (libnfs's `nfs-cp` lost 1 MiB
+///   that way when its server was killed).
+fn pinned(volume: &crate::core::Options) -> crate::core::Options {
+    let behind = crate::nfs::options::NFS_WRITE_BEHIND.bool(volume);
     [
-        off(&crate::performance::md_cache::ASYNC_DIROPS),
-        off(&crate::performance::write_behind::WRITE_BEHIND),
+        (
+            crate::performance::md_cache::ASYNC_DIROPS.key.to_string(),
+            "off".to_string(),
+        ),
+        (
+            crate::performance::write_behind::WRITE_BEHIND
+                .key
+                .to_string(),
+            if behind { "on" } else { "off" }.to_string(),
+        ),
     ]
     .into()
 }
@@ -140,7 +149,8 @@ async fn volume(mgmt: &str, vol: &str) -> anyhow::Result<(Arc<Active>, VolDesc)>
         Ok(other) => anyhow::bail!("{mgmt}: unexpected answer {other:?}"),
         Err(e) => anyhow::bail!("{mgmt}: {}", e.message),
     };
-    desc.options.extend(pinned());
+    let pinned = pinned(&desc.options);
+    desc.options.extend(pinned);
     crate::protocol::tls::set_record(Some(&desc.pool));
     let graph = Graph::build(&desc, &rpc::graph_env())?;
     let up = graph.wait_up(Duration::from_secs(10)).await;
@@ -157,7 +167,7 @@ fn follow(mgmt: &str, desc: VolDesc, active: Arc<Active>, export: Arc<Export>) {
         desc,
         active,
         me,
-        pinned(),
+        pinned,
         move |d| export.follow(d),
     ));
 }

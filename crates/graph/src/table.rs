@@ -283,6 +283,7 @@ pub static TABLE: &[Row] = &[
             &mortar_nfs::options::NFS_EXPORT_VOLUMES,
             &mortar_nfs::options::NFS_EXPORT_DIRS,
             &mortar_nfs::options::NFS_EXPORT_DIR,
+            &mortar_nfs::options::NFS_WRITE_BEHIND,
         ],
         build: None,
         brick: None,

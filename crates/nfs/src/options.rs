@@ -43,3 +43,12 @@ pub static NFS_EXPORT_DIR: Spec = Spec {
     default: "",
     help: "The directories NFS clients may mount, each for the clients in parentheses or, without them, for every client the volume takes: /DIR[(HOST|NETWORK|...)], comma-separated, as /foo(192.168.1.0/24|host1),/bar. Empty: every directory (with nfs.export-dirs on).",
 };
+
+/// Read by the NFS server (`src/nfsd.rs`), which sets its graphs'
+/// `performance.write-behind` from it.
+pub static NFS_WRITE_BEHIND: Spec = Spec {
+    key: "performance.nfs.write-behind",
+    kind: Kind::Bool,
+    default: "off",
+    help: "on: the NFS server answers an UNSTABLE WRITE from its memory and sends it to the bricks behind (faster for clients that send one write at a time); if the server dies first, the write is lost and its write verifier changes, which the Linux and macOS clients notice and send again, but libnfs's (fuse-nfs, nfs-cp) do not. off: an UNSTABLE WRITE is answered once the bricks hold it (GlusterFS's gNFS default was on).",
+};

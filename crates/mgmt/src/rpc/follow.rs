@@ -73,14 +73,14 @@ pub async fn follow_volume(
 /// daemons who follows it:
 /// changed options are applied to the running graph, a changed shape
 /// switches to a new graph (`graph::active`); `taken` is told of each
-/// description taken. `pinned`: options this client holds whatever the
-/// volume says (in `current` already).
+/// description taken. `pin`: the options this client holds whatever the
+/// volume says, given the volume's (in `current` already).
 pub async fn follow_graph(
     mgmts: Vec<String>,
     mut current: VolDesc,
     active: Arc<Active>,
     me: ClientInfo,
-    pinned: mortar_core::Options,
+    pin: fn(&mortar_core::Options) -> mortar_core::Options,
     taken: impl Fn(&VolDesc) + Send + 'static,
 ) {
     let (name, known) = (current.volume.clone(), Some(current.version));
@@ -103,7 +103,8 @@ pub async fn follow_graph(
         while let Ok(newer) = rx.try_recv() {
             desc = newer;
         }
-        desc.options.extend(pinned.clone());
+        let pinned = pin(&desc.options);
+        desc.options.extend(pinned);
         let changed: Vec<String> = desc
             .options
             .iter()

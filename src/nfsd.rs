@@ -7,6 +7,7 @@ use crate::core::desc::VolDesc;
 use crate::graph::{active::Active, Graph};
 use crate::mgmt::rpc::{self, Request, Response};
 use crate::nfs::portmap::{self, Portmap};
+use crate::nfs::rpcbind;
 use crate::nfs::{handle::volume_id, server, Export, Service};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,11 @@ pub struct NfsArgs {
     /// (and holds the other end) is gone.
     #[arg(long)]
     pub until_stdin_ends: bool,
+    /// Tell the machine's portmapper (rpcbind) where NFS and MOUNT are
+    /// when it holds port 111 (`nfs.register-with-portmap`), and take
+    /// them out again when standard input ends.
+    #[arg(long)]
+    pub register_with_portmap: bool,
     /// The volumes to serve.
     #[arg(required = true)]
     pub volumes: Vec<String>,
@@ -56,6 +62,14 @@ pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
         std::thread::spawn(|| {
             let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
             tracing::info!("standard input ended (the daemon is gone): NFS server exits");
+            if REGISTERED.load(std::sync::atomic::Ordering::Acquire) {
+                match rpcbind::unregister() {
+                    Ok(()) => tracing::info!("NFS and MOUNT taken out of the portmapper"),
+                    Err(e) => {
+                        tracing::warn!("cannot take NFS and MOUNT out of the portmapper: {e}")
+                    }
+                }
+            }
             std::process::exit(0);
         });
     }
@@ -78,15 +92,19 @@ pub fn main(a: &NfsArgs) -> anyhow::Result<()> {
         tracing::info!(%listen, volumes = a.volumes.join(","), "serving NFS");
         tokio::join!(
             server::serve(listener, service),
-            portmapper(listen.ip(), listen.port())
+            portmapper(listen.ip(), listen.port(), a.register_with_portmap)
         );
         Ok(())
     })
 }
 
+/// Whether this server registered with the machine's portmapper.
+static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Answers portmapper calls at port 111 of `ip` for the NFS server at
-/// `port`, if the port is free; otherwise says so and serves without.
-async fn portmapper(ip: std::net::IpAddr, port: u16) {
+/// `port`, if the port is free; otherwise registers with the portmapper
+/// that holds it (`register`), or says so and serves without.
+async fn portmapper(ip: std::net::IpAddr, port: u16, register: bool) {
     let at = std::net::SocketAddr::new(ip, portmap::PORT);
     let bound = async {
         let tcp = tokio::net::TcpListener::bind(at).await?;
@@ -98,10 +116,27 @@ async fn portmapper(ip: std::net::IpAddr, port: u16) {
             tracing::info!(%at, "portmapper: NFS and MOUNT found at port {port}");
             server::serve_portmap(tcp, udp, Arc::new(Portmap::new(port))).await;
         }
+        Err(e) if register => {
+            let told = tokio::task::spawn_blocking(move || rpcbind::register(port)).await;
+            match told.map_err(std::io::Error::other).and_then(|r| r) {
+                Ok(()) => {
+                    REGISTERED.store(true, std::sync::atomic::Ordering::Release);
+                    tracing::info!(
+                        %at,
+                        "port 111 is held by another portmapper ({e}): NFS and MOUNT registered with it at port {port}"
+                    );
+                }
+                Err(r) => tracing::warn!(
+                    %at,
+                    "port 111 is held by another portmapper ({e}), and registering with it failed ({r}): \
+                     clients need the port given (port={port},mountport={port})"
+                ),
+            }
+        }
         Err(e) => tracing::warn!(
             %at,
-            "portmapper not served ({e}; another portmapper, such as rpcbind, holds the port): \
-             clients need the port given (port={port},mountport={port})"
+            "portmapper not served ({e}; another portmapper, such as rpcbind, holds the port; \
+             nfs.register-with-portmap is off): clients need the port given (port={port},mountport={port})"
         ),
     }
 }

@@ -66,6 +66,11 @@ impl Net {
         net
     }
 
+    /// Host `i`'s network namespace.
+    pub fn netns(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
     fn route(&self, i: usize, j: usize, verb: &str) {
         for (from, to) in [(i, j), (j, i)] {
             ok(&format!(

@@ -78,9 +78,19 @@ pub static NFS_PORT: Spec = Spec {
     help: "The port each server's NFS server takes (NFSv3 and MOUNT both), for the volumes with nfs.disable off",
 };
 
+/// `nfs.register-with-portmap`: whether each server's NFS server tells
+/// the machine's portmapper (rpcbind) where it is, when that holds port
+/// 111. Pool-wide, as `nfs.port`.
+pub static NFS_REGISTER_WITH_PORTMAP: Spec = Spec {
+    key: "nfs.register-with-portmap",
+    kind: mortar_core::options::Kind::Bool,
+    default: "on",
+    help: "When the machine's portmapper (rpcbind) holds port 111, each server's NFS server registers NFS and MOUNT with it (and takes them out when it stops), so that clients find them without being given the port; off: it does not (for a machine that runs another NFS server, such as NFS-Ganesha, that registers). Where port 111 is free, the NFS server answers there itself either way (GlusterFS's option)",
+};
+
 /// The options of the pool rather than of one volume, as GlusterFS's
 /// global options: `volume set all KEY VALUE`, `volume get all KEY|all`.
-pub static POOL: &[&Spec] = &[&BRICK_MULTIPLEX, &NFS_PORT];
+pub static POOL: &[&Spec] = &[&BRICK_MULTIPLEX, &NFS_PORT, &NFS_REGISTER_WITH_PORTMAP];
 
 pub fn pool_spec(key: &str) -> Option<&'static Spec> {
     POOL.iter().copied().find(|o| o.key == key)

@@ -7,6 +7,8 @@
 //! - `exports`: the volumes served;
 //! - `nfs3`, `mount`: the programs;
 //! - `portmap`: where they are, for clients that ask port 111;
+//! - `rpcbind`: the same told to the machine's portmapper when it holds
+//!   port 111;
 //! - `status`: nfsstat3;
 //! - `service`: the programs over the exports, the answer to a call;
 //! - `server`: connections.
@@ -18,6 +20,7 @@ pub mod nfs3;
 pub mod options;
 pub mod portmap;
 pub mod rpc;
+pub mod rpcbind;
 pub mod server;
 pub mod service;
 pub mod status;

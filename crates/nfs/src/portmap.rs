@@ -25,16 +25,16 @@ const MAX_STRING: usize = 256;
 
 /// One program's version at a port (PMAP's `mapping`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Mapping {
-    prog: u32,
-    vers: u32,
-    proto: u32,
-    port: u16,
+pub(crate) struct Mapping {
+    pub prog: u32,
+    pub vers: u32,
+    pub proto: u32,
+    pub port: u16,
 }
 
 /// The programs of the NFS server at `port`.
 pub struct Portmap {
-    maps: Vec<Mapping>,
+    pub(crate) maps: Vec<Mapping>,
 }
 
 impl Portmap {

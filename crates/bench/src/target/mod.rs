@@ -416,6 +416,10 @@ async fn create_volume(
     };
     if let Some(port) = nfs {
         ask(addr, set("all", "nfs.port", &port.to_string())).await?;
+        // NFS-Ganesha (glusterfs-nfs) registers with the machine's
+        // rpcbind, which the bench may start: the bench's clients are
+        // given the ports.
+        ask(addr, set("all", "nfs.register-with-portmap", "off")).await?;
     }
     let create = Request::VolumeCreate {
         name: vol.into(),

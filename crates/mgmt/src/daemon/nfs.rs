@@ -1,7 +1,8 @@
 //! The NFS server this server runs (`mortar nfs-server`, docs/nfs.md):
 //! one process for every started volume with `nfs.disable off`, at
 //! `nfs.port` on the daemon's address. It is started again with the new
-//! list when the list or the port changes (its clients go on: their
+//! list when the list, the port or `nfs.register-with-portmap` changes
+//! (its clients go on: their
 //! handles name the volume and the object, nothing of the process), and
 //! again after a second when it exits. It stops with the daemon (told to,
 //! or when its input from the daemon ends).
@@ -14,6 +15,8 @@ use std::process::Stdio;
 pub(super) struct NfsProc {
     volumes: Vec<String>,
     port: u16,
+    /// Whether it registers with the machine's portmapper.
+    register: bool,
     /// Its process now, as its supervisor sees it.
     running: Arc<Mutex<Running>>,
     stop: watch::Sender<bool>,
@@ -26,6 +29,9 @@ struct Running {
     /// How the last one ended, or why none could start.
     ended: Option<String>,
 }
+
+/// How long a server told to stop may take before it is killed.
+const STOP_WITHIN: Duration = Duration::from_secs(3);
 
 /// Waits this long before starting an NFS server that exited again.
 const AGAIN_AFTER: Duration = Duration::from_secs(1);
@@ -41,11 +47,12 @@ impl Daemon {
             .collect();
         volumes.sort();
         let port = options::NFS_PORT.int(&st.options) as u16;
+        let register = options::NFS_REGISTER_WITH_PORTMAP.bool(&st.options);
         let old = {
             let mut nfs = self.nfs.lock().unwrap();
             if nfs
                 .as_ref()
-                .is_some_and(|p| p.volumes == volumes && p.port == port)
+                .is_some_and(|p| p.volumes == volumes && p.port == port && p.register == register)
                 || (nfs.is_none() && volumes.is_empty())
             {
                 return;
@@ -72,6 +79,9 @@ impl Daemon {
             authority::server_credential(&self.cfg.state_dir).into(),
             "--until-stdin-ends".into(),
         ];
+        if register {
+            args.push("--register-with-portmap".into());
+        }
         args.extend(volumes.iter().map(Into::into));
         tracing::info!(port, volumes = volumes.join(","), "starting the NFS server");
         let (stop, stop_rx) = watch::channel(false);
@@ -82,6 +92,7 @@ impl Daemon {
         *self.nfs.lock().unwrap() = Some(NfsProc {
             volumes,
             port,
+            register,
             running,
             stop,
             done,
@@ -240,7 +251,7 @@ async fn supervise_nfs(
                 }
             }
         };
-        let _lifeline = child.stdin.take();
+        let lifeline = child.stdin.take();
         if let Some(pid) = child.id() {
             let _ = std::fs::create_dir_all(&run);
             let _ = std::fs::write(&pid_file, format!("{pid}\n"));
@@ -260,8 +271,13 @@ async fn supervise_nfs(
                 }
             }
             _ = stop.changed() => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
+                // Told first (its input ends: it takes its registration
+                // out of the portmapper and exits), then killed.
+                drop(lifeline);
+                if tokio::time::timeout(STOP_WITHIN, child.wait()).await.is_err() {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                }
                 let _ = std::fs::remove_file(&pid_file);
                 return;
             }

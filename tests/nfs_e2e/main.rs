@@ -2,7 +2,9 @@
 //! (`nfs.disable off`), reached with libnfs's tools (this machine has no kernel NFS client),
 //! beside a native mount of the same volume.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod rpcbind;
 use common::net::Net;
 use common::*;
 use std::time::Duration;

@@ -48,8 +48,7 @@ impl Op<'_> {
                     Err(e) => {
                         let mut w = Writer::new();
                         w.u32(status_of(&e));
-                        let d = self.attr_opt(dir).await;
-                        self.post_op(&mut w, d.as_ref());
+                        self.post_op(&mut w, Some(&d));
                         return Ok(Body { w, data: None });
                     }
                 }
@@ -58,8 +57,8 @@ impl Op<'_> {
         let mut b = Body::ok();
         b.w.opaque(&self.handle(found.gfid));
         self.post_op(&mut b.w, Some(&found));
-        let d = self.attr_opt(dir).await;
-        self.post_op(&mut b.w, d.as_ref());
+        // (A lookup leaves the directory as it found it.)
+        self.post_op(&mut b.w, Some(&d));
         Ok(b)
     }
 

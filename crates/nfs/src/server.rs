@@ -6,9 +6,7 @@ use crate::portmap::Portmap;
 use crate::rpc::{self, Budget, NotCall};
 use crate::service::Service;
 use bytes::Bytes;
-use std::future::Future;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -109,19 +107,12 @@ async fn connection(
             }
         };
         let (service, wr) = (service.clone(), wr.clone());
-        let mut call = Box::pin(async move {
+        tokio::spawn(async move {
             let reply = service.answer(call, peer).await;
             drop(held);
             let _ = send(&wr, reply).await;
             drop(permit);
         });
-        // A call answered from the caches is done at its first poll: it
-        // is run here, sparing a task and a wakeup. One that waits goes on
-        // in a task of its own (this task may be woken once for nothing).
-        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-        if first.is_pending() {
-            tokio::spawn(call);
-        }
     }
 }
 

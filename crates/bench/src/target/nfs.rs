@@ -77,8 +77,8 @@ LOG {{ Default_Log_Level = EVENT; }}
         ),
     )?;
     let mut steps = Vec::new();
-    if !running("rpcbind") {
-        bail!("NFS-Ganesha registers with rpcbind, which is not running");
+    if !portmapper_answers() {
+        bail!("NFS-Ganesha registers with rpcbind, which does not answer at 127.0.0.1:111");
     }
     let log = root.join("ganesha.log");
     let mut child = Command::new("ganesha.nfsd")
@@ -116,23 +116,27 @@ LOG {{ Default_Log_Level = EVENT; }}
 /// before any mortar NFS server takes port 111 for its own portmapper;
 /// the steps that stop it again.
 pub fn rpcbind() -> anyhow::Result<Vec<u64>> {
-    if running("rpcbind") {
+    if portmapper_answers() {
         return Ok(Vec::new());
     }
     run(&mut Command::new("rpcbind")).context(
         "NFS-Ganesha registers with rpcbind, which cannot be started (apt-get install rpcbind)",
     )?;
-    Ok(vec![undo::push(|| {
+    let undo = undo::push(|| {
         let _ = Command::new("pkill").args(["-x", "rpcbind"]).status();
-    })])
+    });
+    if let Err(e) = wait_port(("127.0.0.1", 111), Duration::from_secs(10), None) {
+        undo::run(&[undo]);
+        bail!("rpcbind was started but does not answer at 127.0.0.1:111 ({e})");
+    }
+    Ok(vec![undo])
 }
 
-fn running(program: &str) -> bool {
-    Command::new("pgrep")
-        .args(["-x", program])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// Whether a portmapper answers at 127.0.0.1:111 (an rpcbind running in
+/// another network namespace, as the tests start, does not count).
+fn portmapper_answers() -> bool {
+    let at = std::net::SocketAddr::from(([127, 0, 0, 1], 111));
+    std::net::TcpStream::connect_timeout(&at, Duration::from_secs(1)).is_ok()
 }
 
 /// Waits for `at` to take connections (while `child` runs, if one is

@@ -2,10 +2,10 @@
 //! one process for every started volume with `nfs.disable off`, at
 //! `nfs.port` on the daemon's address. It is started again with the new
 //! list when the list, the port or `nfs.register-with-portmap` changes
-//! (its clients go on: their
-//! handles name the volume and the object, nothing of the process), and
-//! again after a second when it exits. It stops with the daemon (told to,
-//! or when its input from the daemon ends).
+//! (its clients go on: their handles name the volume and the object,
+//! nothing of the process), and again after a second when it exits. It
+//! stops with the daemon (told to, or when its input from the daemon
+//! ends).
 
 use super::*;
 use mortar_nfs::options::NFS_DISABLE;

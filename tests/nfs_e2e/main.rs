@@ -246,53 +246,36 @@ fn nfs_copies_survive_a_killed_brick_and_a_killed_nfs_server() {
         src.display()
     ));
     let want = ok(&format!("md5sum < {}", src.display()));
-    let copy = |name: &str| {
-        std::process::Command::new("nfs-cp")
+    // Copies the source to `name`, kills the process `victim` names once
+    // a tenth of it has arrived, and checks that every byte arrived.
+    let copy_through_a_kill = |name: &str, victim: &dyn Fn() -> u64| {
+        let mut cp = std::process::Command::new("nfs-cp")
             .arg(&src)
             .arg(at(&url, name))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .unwrap()
-    };
-    // Waits for a tenth of the copy to have arrived.
-    let under_way = |name: &str| {
+            .unwrap();
         wait_for("the copy under way", Duration::from_secs(60), || {
             std::fs::metadata(m.p(name)).is_ok_and(|md| md.len() > 30_000_000)
-        })
+        });
+        assert!(
+            cp.try_wait().unwrap().is_none(),
+            "the copy ended before the kill"
+        );
+        ok(&format!("kill -9 {}", victim()));
+        let out = cp.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(ok(&format!("md5sum < {}", m.p(name))), want);
     };
     // A brick killed mid-copy.
-    let mut cp = copy("a");
-    under_way("a");
-    assert!(
-        cp.try_wait().unwrap().is_none(),
-        "the copy ended before the kill"
-    );
-    let brick = brick_pid(&c, "kv", 0);
-    ok(&format!("kill -9 {brick}"));
-    let out = cp.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(ok(&format!("md5sum < {}", m.p("a"))), want);
+    copy_through_a_kill("a", &|| brick_pid(&c, "kv", 0));
     // The NFS server killed mid-copy.
-    let mut cp = copy("b");
-    under_way("b");
-    assert!(
-        cp.try_wait().unwrap().is_none(),
-        "the copy ended before the kill"
-    );
-    let (_, pid, _) = nfs_status(&c, "kv");
-    ok(&format!("kill -9 {}", pid.unwrap()));
-    let out = cp.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(ok(&format!("md5sum < {}", m.p("b"))), want);
+    copy_through_a_kill("b", &|| nfs_status(&c, "kv").1.unwrap());
 }
 
 /// Names RFC 1813 has errors for: with '/' NFS3ERR_INVAL, "." and ".."

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The last fragment of a record.
-const LAST_FRAGMENT: u32 = 1 << 31;
+pub(crate) const LAST_FRAGMENT: u32 = 1 << 31;
 /// An AUTH_SYS body is at most 400 bytes (RFC 5531).
 const MAX_AUTH: usize = 400;
 /// AUTH_SYS carries at most 16 supplementary groups.

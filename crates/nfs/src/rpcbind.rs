@@ -80,7 +80,7 @@ fn call(s: &mut TcpStream, proc_: u32, m: Mapping) -> std::io::Result<bool> {
     s.write_all(&body)?;
     let mut head = [0u8; 4];
     s.read_exact(&mut head)?;
-    let len = (u32::from_be_bytes(head) & 0x7fff_ffff) as usize;
+    let len = (u32::from_be_bytes(head) & !crate::rpc::LAST_FRAGMENT) as usize;
     if len > 4096 {
         return Err(garbled("an overlong reply"));
     }

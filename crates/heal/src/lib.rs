@@ -416,13 +416,25 @@ impl Healer {
                 let Ok(names) = list_on(src, d).await else {
                     continue;
                 };
+                // The directory's files, several at once (each under its
+                // own lock), as an index pass heals them; those its heal
+                // just made on a sink were healed with it (`fresh`).
+                let mut files = Vec::new();
                 for (g, is_dir) in names {
                     if is_dir {
                         dirs.push_back(g);
-                    } else {
-                        let r = set.heal(g, policy).await;
-                        self.count(&r, g);
+                    } else if !set.fresh.lock().unwrap().remove(&g) {
+                        files.push(g);
                     }
+                }
+                let heals = files
+                    .into_iter()
+                    .map(|g| -> BoxFuture<'_, (Gfid, FsResult<Outcome>)> {
+                        Box::pin(async move { (g, set.heal(g, policy).await) })
+                    })
+                    .collect();
+                for (g, r) in object::at_once(heals, object::PARALLEL).await {
+                    self.count(&r, g);
                 }
             }
         }

@@ -334,16 +334,33 @@ impl Set {
         // gfid order, which a heal holding the parent must not reverse.
         // Several at a time: each is mostly waiting on round trips.
         use futures_util::stream::{self, StreamExt};
+        // A child not healed is taken out of `fresh`, so that a crawl
+        // passing by heals it again; the first failure is answered once
+        // the others were tried.
         let mut done = stream::iter(children)
-            .map(|child| Box::pin(self.heal(child, policy)))
+            .map(|child| Box::pin(async move { (child, self.heal(child, policy).await) }))
             .buffer_unordered(PARALLEL);
-        while let Some(o) = done.next().await {
-            let o = o?;
-            out.entries += o.entries;
-            out.bytes += o.bytes;
-            out.deferred |= o.deferred;
+        let mut failed = None;
+        while let Some((child, o)) = done.next().await {
+            match o {
+                Ok(o) => {
+                    if o.deferred {
+                        self.fresh.lock().unwrap().remove(&child);
+                    }
+                    out.entries += o.entries;
+                    out.bytes += o.bytes;
+                    out.deferred |= o.deferred;
+                }
+                Err(e) => {
+                    self.fresh.lock().unwrap().remove(&child);
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        Ok(out)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     async fn heal_locked(

@@ -97,6 +97,17 @@ impl Vol {
         assert_eq!(left, 0, "objects left in the heal index");
     }
 
+    /// Closes this mount and replaces brick 2 by a new, empty one: the
+    /// bricks now, and a healer over them.
+    async fn replace_brick_2(self) -> (Vec<Arc<StackBrick>>, Arc<Healer>) {
+        self.graph.fini().await;
+        let mut bricks = self.bricks;
+        bricks[2] = StackBrick::new("s2-new", false);
+        let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&bricks)).unwrap();
+        h.wait_up(Duration::from_secs(3)).await;
+        (bricks, h)
+    }
+
     /// Every fragment of `name` is what coding `want` gives, as long as
     /// the file, and nobody is blamed.
     fn assert_coded(&self, gfid: Gfid, name: &str, want: &[u8]) {
@@ -397,12 +408,7 @@ async fn a_brick_replaced_empty_is_rebuilt_by_a_full_heal() {
     v.call(Fop::Release { gfid: f, fh }).await;
     let (e, fh) = v.create("empty").await;
     v.call(Fop::Release { gfid: e, fh }).await;
-    v.graph.fini().await;
-    // Brick 2 replaced by a new, empty one.
-    let mut bricks = v.bricks.clone();
-    bricks[2] = StackBrick::new("s2-new", false);
-    let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&bricks)).unwrap();
-    h.wait_up(Duration::from_secs(3)).await;
+    let (bricks, h) = v.replace_brick_2().await;
     assert_eq!(h.full().await, 0, "every set crawled");
     let graph = Graph::build(&desc_disperse(1, K, R), &stack_env(&bricks)).unwrap();
     let v = Vol { bricks, graph };
@@ -423,11 +429,7 @@ async fn a_full_heal_visits_each_file_it_rebuilt_once() {
         v.write(f, fh, 0, &bytes(20_000, i)).await;
         v.call(Fop::Release { gfid: f, fh }).await;
     }
-    v.graph.fini().await;
-    let mut bricks = v.bricks.clone();
-    bricks[2] = StackBrick::new("s2-new", false);
-    let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&bricks)).unwrap();
-    h.wait_up(Duration::from_secs(3)).await;
+    let (bricks, h) = v.replace_brick_2().await;
     let before = bricks[0].calls();
     assert_eq!(h.full().await, 0);
     let rebuild = bricks[0].calls() - before;

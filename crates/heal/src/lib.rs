@@ -363,21 +363,8 @@ impl Healer {
         let kinds = object::at_once(kinds, CLASSIFIED_AT_ONCE).await;
         let (dirs, files): (Vec<_>, Vec<_>) = kinds.into_iter().partition(|(_, d)| *d);
         for phase in [dirs, files] {
-            let heals = phase
-                .into_iter()
-                .map(
-                    |(g, _)| -> BoxFuture<'_, (Gfid, Option<FsResult<Outcome>>)> {
-                        Box::pin(async move {
-                            // Healed meanwhile as its directory's new child.
-                            if set.fresh.lock().unwrap().contains(&g) {
-                                return (g, None);
-                            }
-                            (g, Some(set.heal(g, policy).await))
-                        })
-                    },
-                )
-                .collect();
-            for (g, r) in object::at_once(heals, object::PARALLEL).await {
+            let phase = phase.into_iter().map(|(g, _)| g).collect();
+            for (g, r) in set.heal_each(phase, policy).await {
                 let Some(r) = r else { continue };
                 match &r {
                     Err(e) => {
@@ -416,25 +403,21 @@ impl Healer {
                 let Ok(names) = list_on(src, d).await else {
                     continue;
                 };
-                // The directory's files, several at once (each under its
-                // own lock), as an index pass heals them; those its heal
-                // just made on a sink were healed with it (`fresh`).
+                // The directory's files, several at once, as an index pass
+                // heals them; those its heal just made on a sink were
+                // healed with it.
                 let mut files = Vec::new();
                 for (g, is_dir) in names {
                     if is_dir {
                         dirs.push_back(g);
-                    } else if !set.fresh.lock().unwrap().remove(&g) {
+                    } else {
                         files.push(g);
                     }
                 }
-                let heals = files
-                    .into_iter()
-                    .map(|g| -> BoxFuture<'_, (Gfid, FsResult<Outcome>)> {
-                        Box::pin(async move { (g, set.heal(g, policy).await) })
-                    })
-                    .collect();
-                for (g, r) in object::at_once(heals, object::PARALLEL).await {
-                    self.count(&r, g);
+                for (g, r) in set.heal_each(files, policy).await {
+                    if let Some(r) = r {
+                        self.count(&r, g);
+                    }
                 }
             }
         }

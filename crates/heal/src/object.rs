@@ -310,6 +310,28 @@ impl Set {
         self.heal_with(gfid, policy, None).await
     }
 
+    /// Heals each of `gfids`, `PARALLEL` at a time, in the order they end;
+    /// one healed meanwhile as a directory's new child (`fresh`) is
+    /// skipped (None) and forgotten there.
+    pub async fn heal_each(
+        &self,
+        gfids: Vec<Gfid>,
+        policy: Policy,
+    ) -> Vec<(Gfid, Option<FsResult<Outcome>>)> {
+        let heals = gfids
+            .into_iter()
+            .map(|g| -> BoxFuture<'_, (Gfid, Option<FsResult<Outcome>>)> {
+                Box::pin(async move {
+                    if self.fresh.lock().unwrap().remove(&g) {
+                        return (g, None);
+                    }
+                    (g, Some(self.heal(g, policy).await))
+                })
+            })
+            .collect();
+        at_once(heals, PARALLEL).await
+    }
+
     /// Heals `gfid` from the copy on brick `source`, whatever the blame
     /// says (split-brain resolved by hand).
     pub async fn heal_from(&self, gfid: Gfid, source: usize) -> FsResult<Outcome> {

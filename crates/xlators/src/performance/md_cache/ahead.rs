@@ -24,6 +24,12 @@ pub static ASYNC_DIROPS: Spec = Spec {
     help: "Creates, unlinks and renames of files in a directory this mount made, while no other client has looked at it, are answered at the mount and sent to the bricks behind, in order (CephFS's asynchronous directory operations). Another client's first look at the directory waits until they have landed. A change that fails on the bricks is logged and reported by the next fsync of its directory. Needs features.cache-invalidation and performance.stat-prefetch.",
 };
 
+/// An object a name leads to, and its kind.
+type Found = (Gfid, FileKind);
+
+/// An answer given ahead, what its change touches, and a name it makes.
+type Planned = (Reply, Keys, Option<(Gfid, Name, Found)>);
+
 fn now() -> (i64, u32) {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -51,9 +57,16 @@ impl MdCache {
         Some(n.set.contains(name))
     }
 
-    /// A file `name` in `dir` leads to, as known here.
-    fn file_named(&self, dir: Gfid, name: &[u8]) -> Option<Attr> {
-        self.found(dir, name).filter(|a| a.kind != FileKind::Dir)
+    /// The file (anything but a directory) `name` in `dir` leads to, as
+    /// known here, with its attributes as they will be once `name` is
+    /// removed or moved at `t`, if they are kept.
+    fn file_named(&self, dir: Gfid, name: &[u8], t: (i64, u32)) -> Option<(Found, Option<Attr>)> {
+        let (gfid, kind) = self.found_object(dir, name)?;
+        if kind == FileKind::Dir {
+            return None;
+        }
+        let attr = self.cached_attr(gfid).map(|a| touched(&a, t, false));
+        Some(((gfid, kind), attr))
     }
 
     /// Keeps attributes this mount made up or changed ahead.
@@ -81,63 +94,14 @@ impl MdCache {
         let noting = self.noting.lock().unwrap();
         // The answer, what the change touches, and a name it makes.
         let (reply, keys, names_now) = match fop {
-            Fop::Unlink { parent, name } => {
-                let dir = self.cached_attr(*parent)?;
-                if !self.claimed(*parent, name.as_bytes())? {
-                    return None;
-                }
-                let obj = self.file_named(*parent, name.as_bytes())?;
-                let mut gone = touched(&obj, t, false);
-                gone.nlink = gone.nlink.saturating_sub(1);
-                let after = vec![touched(&dir, t, true), gone];
-                let keys = Keys {
-                    dirs: vec![*parent],
-                    names: vec![(*parent, name.as_bytes().to_vec())],
-                    objects: vec![obj.gfid],
-                };
-                (Reply::Unnamed(after), keys, None)
-            }
+            Fop::Unlink { parent, name } => self.unlink_ahead(*parent, name, t)?,
             Fop::Rename {
                 parent,
                 name,
                 newparent,
                 newname,
                 flags: 0,
-            } => {
-                let from = self.cached_attr(*parent)?;
-                let to = self.cached_attr(*newparent)?;
-                if !self.claimed(*parent, name.as_bytes())? {
-                    return None;
-                }
-                let replaces = self.claimed(*newparent, newname.as_bytes())?;
-                let obj = self.file_named(*parent, name.as_bytes())?;
-                let mut after = vec![touched(&from, t, true)];
-                if newparent != parent {
-                    after.push(touched(&to, t, true));
-                }
-                after.push(touched(&obj, t, false));
-                let mut objects = vec![obj.gfid];
-                if replaces {
-                    let old = self.file_named(*newparent, newname.as_bytes())?;
-                    if old.gfid == obj.gfid {
-                        return None;
-                    }
-                    let mut gone = touched(&old, t, false);
-                    gone.nlink = gone.nlink.saturating_sub(1);
-                    objects.push(old.gfid);
-                    after.push(gone);
-                }
-                let keys = Keys {
-                    dirs: vec![*parent, *newparent],
-                    names: vec![
-                        (*parent, name.as_bytes().to_vec()),
-                        (*newparent, newname.as_bytes().to_vec()),
-                    ],
-                    objects,
-                };
-                let moved = (*newparent, newname.clone(), obj.gfid);
-                (Reply::Unnamed(after), keys, Some(moved))
-            }
+            } => self.rename_ahead((*parent, name), (*newparent, newname), t)?,
             Fop::Create {
                 parent,
                 name,
@@ -180,7 +144,7 @@ impl MdCache {
                     attr: a,
                     parent: Some(touched(&dir, t, true)),
                 };
-                let made = (*parent, name.clone(), *gfid);
+                let made = (*parent, name.clone(), (*gfid, FileKind::File));
                 (Reply::Created { entry, fh: 0 }, keys, Some(made))
             }
             _ => return None,
@@ -201,16 +165,91 @@ impl MdCache {
             Reply::Unnamed(after) => {
                 let id = self.behind.start(keys.clone());
                 self.keep_made(&after);
+                // An object whose attributes were not kept has none made
+                // up: the next stat asks the bricks (after the change lands).
+                for g in keys
+                    .objects
+                    .iter()
+                    .filter(|g| after.iter().all(|a| a.gfid != **g))
+                {
+                    self.drop_attr(*g);
+                }
                 (id, None, Reply::Unnamed(after))
             }
             _ => unreachable!("answers ahead are Created or Unnamed"),
         };
-        if let Some((dir, name, gfid)) = names_now {
-            self.keep_found(dir, &name, gfid, self.mark());
+        if let Some((dir, name, found)) = names_now {
+            self.keep_found(dir, &name, found, self.mark());
         }
         drop(noting);
         self.send_behind(cx, fop.clone(), id, keys, fh);
         Some(Ok(reply))
+    }
+
+    /// The answer to an unlink of `name` in `parent` given ahead, what it
+    /// touches; None when it must wait for the bricks.
+    fn unlink_ahead(&self, parent: Gfid, name: &Name, t: (i64, u32)) -> Option<Planned> {
+        let dir = self.cached_attr(parent)?;
+        if !self.claimed(parent, name.as_bytes())? {
+            return None;
+        }
+        let ((obj, _), attr) = self.file_named(parent, name.as_bytes(), t)?;
+        let mut after = vec![touched(&dir, t, true)];
+        after.extend(attr.map(|mut gone| {
+            gone.nlink = gone.nlink.saturating_sub(1);
+            gone
+        }));
+        let keys = Keys {
+            dirs: vec![parent],
+            names: vec![(parent, name.as_bytes().to_vec())],
+            objects: vec![obj],
+        };
+        Some((Reply::Unnamed(after), keys, None))
+    }
+
+    /// The answer to a rename given ahead, what it touches and the name it
+    /// makes; None when it must wait for the bricks.
+    fn rename_ahead(
+        &self,
+        (parent, name): (Gfid, &Name),
+        (newparent, newname): (Gfid, &Name),
+        t: (i64, u32),
+    ) -> Option<Planned> {
+        let from = self.cached_attr(parent)?;
+        let to = self.cached_attr(newparent)?;
+        if !self.claimed(parent, name.as_bytes())? {
+            return None;
+        }
+        let replaces = self.claimed(newparent, newname.as_bytes())?;
+        let (moved, attr) = self.file_named(parent, name.as_bytes(), t)?;
+        let obj = moved.0;
+        let mut after = vec![touched(&from, t, true)];
+        if newparent != parent {
+            after.push(touched(&to, t, true));
+        }
+        after.extend(attr);
+        let mut objects = vec![obj];
+        if replaces {
+            let ((old, _), attr) = self.file_named(newparent, newname.as_bytes(), t)?;
+            if old == obj {
+                return None;
+            }
+            after.extend(attr.map(|mut gone| {
+                gone.nlink = gone.nlink.saturating_sub(1);
+                gone
+            }));
+            objects.push(old);
+        }
+        let keys = Keys {
+            dirs: vec![parent, newparent],
+            names: vec![
+                (parent, name.as_bytes().to_vec()),
+                (newparent, newname.as_bytes().to_vec()),
+            ],
+            objects,
+        };
+        let moved = (newparent, newname.clone(), moved);
+        Some((Reply::Unnamed(after), keys, Some(moved)))
     }
 
     /// What a file created ahead is known to lack: file capabilities, and
@@ -339,11 +378,13 @@ mod tests {
     use std::time::Duration;
     use tokio::sync::Semaphore;
 
-    /// A volume whose creates wait at a gate; `clash` exists already.
+    /// A volume whose creates and unlinks wait at a gate; `clash` exists
+    /// already.
     /// Its files' times are `BRICK_TIME`.
     struct Gated {
         gate: Semaphore,
         creates: AtomicU64,
+        unlinks: AtomicU64,
         opens: AtomicU64,
         made: std::sync::Mutex<Vec<(Vec<u8>, Gfid)>>,
     }
@@ -400,6 +441,11 @@ mod tests {
                         fh: 5,
                     })
                 }
+                Fop::Unlink { .. } => {
+                    self.gate.acquire().await.unwrap().forget();
+                    self.unlinks.fetch_add(1, Ordering::SeqCst);
+                    Ok(Reply::Ok)
+                }
                 Fop::Open { .. } => {
                     self.opens.fetch_add(1, Ordering::SeqCst);
                     Ok(Reply::Opened { fh: 6 })
@@ -413,6 +459,7 @@ mod tests {
         let below = Arc::new(Gated {
             gate: Semaphore::new(0),
             creates: AtomicU64::new(0),
+            unlinks: AtomicU64::new(0),
             opens: AtomicU64::new(0),
             made: Default::default(),
         });
@@ -573,5 +620,53 @@ mod tests {
         next.await.unwrap().unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert!(answered.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn an_unlink_is_answered_ahead_when_its_files_attributes_are_gone() {
+        // A write drops a file's attributes here; its name and kind are
+        // still known, which is all an unlink needs.
+        let (below, md) = rig();
+        let cx = Ctx::root();
+        let d = mkdir(&md).await;
+        let fop = create(d, "a");
+        let Fop::Create { gfid, .. } = fop else {
+            unreachable!()
+        };
+        md.call(&cx, fop).await.unwrap();
+        below.gate.add_permits(1);
+        let fsync = Fop::Fsync {
+            gfid: d,
+            fh: ANON_FH,
+            datasync: false,
+        };
+        md.call(&cx, fsync.clone()).await.unwrap();
+        md.drop_attr(gfid);
+        let unlink = Fop::Unlink {
+            parent: d,
+            name: n("a"),
+        };
+        let answer = tokio::time::timeout(Duration::from_secs(2), md.call(&cx, unlink));
+        let Reply::Unnamed(after) = answer.await.expect("waited for the bricks").unwrap() else {
+            panic!("not answered ahead")
+        };
+        assert_eq!(below.unlinks.load(Ordering::SeqCst), 0);
+        assert_eq!(after.iter().map(|a| a.gfid).collect::<Vec<_>>(), [d]);
+        assert!(md.cached(&cx, &Fop::Getattr { gfid }).is_none());
+        // The name is gone here at once, and on the bricks by the fsync.
+        let e = md
+            .call(
+                &cx,
+                Fop::Lookup {
+                    parent: d,
+                    name: n("a"),
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is(libc::ENOENT), "{e}");
+        below.gate.add_permits(1);
+        md.call(&cx, fsync).await.unwrap();
+        assert_eq!(below.unlinks.load(Ordering::SeqCst), 1);
     }
 }

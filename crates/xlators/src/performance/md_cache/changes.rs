@@ -263,7 +263,7 @@ impl MdCache {
         if let (Some((dir, name)), Ok(Reply::Entry(e) | Reply::Created { entry: e, .. })) =
             (made, &res)
         {
-            self.keep_found(dir, name, e.attr.gfid, mark);
+            self.keep_found(dir, name, (e.attr.gfid, e.attr.kind), mark);
         }
         if let (Some((parent, g, dir)), true) = (new, res.is_ok()) {
             self.born(cx, parent, g, dir, mark).await;

@@ -28,7 +28,9 @@ use async_trait::async_trait;
 use behind::Behind;
 use mortar_core::fop::{is_ahead, ANON_FH};
 use mortar_core::options::{Kind, Spec};
-use mortar_core::{Attr, Child, Ctx, Event, Fop, FsError, FsResult, Gfid, Name, Reply, Xlator};
+use mortar_core::{
+    Attr, Child, Ctx, Event, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply, Xlator,
+};
 use serde_bytes::ByteBuf;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,8 +65,9 @@ struct Object {
     /// leases its making was granted on every brick end.
     names: Option<Names>,
     /// For a directory: names a lookup found in it, each with the object
-    /// it led to, until the lease that answer was granted ends.
-    found: HashMap<Vec<u8>, (Gfid, Instant)>,
+    /// it led to and its kind, until the lease that answer was granted
+    /// ends.
+    found: HashMap<Vec<u8>, (Gfid, FileKind, Instant)>,
     xattrs: HashMap<String, Answer>,
     list: Option<ByteBuf>,
     until: Instant,
@@ -428,7 +431,7 @@ impl Xlator for MdCache {
                 let res = self.down(cx, fop).await;
                 self.keep_attrs(&res, mark);
                 if let Ok(Reply::Entry(e)) = &res {
-                    self.keep_found(parent, &name, e.attr.gfid, mark);
+                    self.keep_found(parent, &name, (e.attr.gfid, e.attr.kind), mark);
                 }
                 res
             }

@@ -92,7 +92,7 @@ impl MdCache {
             .lock()
             .unwrap()
             .get(&dir)
-            .and_then(|o| o.found.get(name.as_bytes()).map(|(g, _)| *g));
+            .and_then(|o| o.found.get(name.as_bytes()).map(|(g, ..)| *g));
         // (The bricks recall that object too; this covers its answers in
         // flight until then.)
         if let Some(g) = led_to {
@@ -125,13 +125,15 @@ impl MdCache {
     /// What a lookup of `name` in `dir` found before, if that answer's
     /// lease and the object's attributes are both still kept.
     pub(super) fn found(&self, dir: Gfid, name: &[u8]) -> Option<Attr> {
-        let now = Instant::now();
-        let gfid = {
-            let s = self.shard(&dir).lock().unwrap();
-            let (g, until) = s.get(&dir)?.found.get(name)?;
-            (*until > now).then_some(*g)?
-        };
-        self.cached_attr(gfid)
+        self.cached_attr(self.found_object(dir, name)?.0)
+    }
+
+    /// The object `name` in `dir` led to and its kind, while the lease of
+    /// that answer lasts (its attributes may be gone: a write drops them).
+    pub(super) fn found_object(&self, dir: Gfid, name: &[u8]) -> Option<(Gfid, FileKind)> {
+        let s = self.shard(&dir).lock().unwrap();
+        let &(g, kind, until) = s.get(&dir)?.found.get(name)?;
+        (until > Instant::now()).then_some((g, kind))
     }
 
     /// Keeps that `name` in `dir` leads to `gfid` (a lookup's answer, or
@@ -141,7 +143,7 @@ impl MdCache {
         &self,
         dir: Gfid,
         name: &Name,
-        gfid: Gfid,
+        (gfid, kind): (Gfid, FileKind),
         (start, tick): (Instant, u64),
     ) {
         let until = start + Duration::from_millis(self.keep_ms.load(Ordering::Relaxed));
@@ -153,7 +155,8 @@ impl MdCache {
         if o.found.len() >= MAX_NAMES {
             o.found.clear();
         }
-        o.found.insert(name.as_bytes().to_vec(), (gfid, until));
+        o.found
+            .insert(name.as_bytes().to_vec(), (gfid, kind, until));
     }
 
     pub(super) fn cached_attr(&self, gfid: Gfid) -> Option<Attr> {

@@ -522,7 +522,7 @@ async fn names_found_are_answered_here_until_recalled_or_changed_here() {
     // A lookup answered while a recall came in is not kept.
     let mark = md.mark();
     md.notify(0, Event::LeasesLost);
-    md.keep_found(d, &n("q"), spelled(b"q"), mark);
+    md.keep_found(d, &n("q"), (spelled(b"q"), FileKind::File), mark);
     find("q").await;
     assert_eq!(asked(), 7);
 }

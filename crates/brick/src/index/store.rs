@@ -37,7 +37,8 @@
 use mortar_core::changed::Changed;
 use mortar_core::{FsResult, Gfid};
 use mortar_storage::posix::{
-    proc_path, read_blame, read_changed, set_xattr, write_changed, Posix, BLAME_XATTR, PENDING_REL,
+    read_blame, read_changed, remove_xattr, set_xattr, write_changed, Posix, BLAME_XATTR,
+    PENDING_REL,
 };
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use std::collections::{HashMap, HashSet};
@@ -54,10 +55,7 @@ pub type ConnId = u64;
 
 fn write_blame(fd: impl AsFd, blame: u32) -> FsResult<()> {
     if blame == 0 {
-        match rfs::removexattr(proc_path(fd), BLAME_XATTR) {
-            Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        remove_xattr(fd, BLAME_XATTR)
     } else {
         set_xattr(
             fd,

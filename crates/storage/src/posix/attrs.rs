@@ -42,10 +42,7 @@ pub fn read_changed(fd: impl AsFd) -> FsResult<Option<Changed>> {
 pub fn write_changed(fd: impl AsFd, changed: Option<&Changed>) -> FsResult<()> {
     match changed {
         Some(c) => set_xattr(fd, CHANGED_XATTR, &c.encode(), rfs::XattrFlags::empty()),
-        None => match rfs::removexattr(proc_path(fd), CHANGED_XATTR) {
-            Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
-            Err(e) => Err(e.into()),
-        },
+        None => remove_xattr(fd, CHANGED_XATTR),
     }
 }
 

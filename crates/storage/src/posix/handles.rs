@@ -9,6 +9,14 @@
 
 use super::*;
 
+/// How directories reached by gfid are held open: for reading (never
+/// read through: a listing opens its own), not `O_PATH`, so that their
+/// xattrs are read through the descriptor (`get_xattr`). Opening a
+/// directory has no effect on it, unlike a device's or a FIFO's open.
+const DIR_HELD: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
+
 impl Posix {
     /// The index directory `gfid`'s handle is in (made if missing, and
     /// kept open), and the handle's name there.
@@ -162,12 +170,7 @@ impl Posix {
         let mut cur = gfid;
         let mut base = loop {
             if cur == Gfid::ROOT {
-                let fd = rfs::openat(
-                    &self.root,
-                    ".",
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
+                let fd = rfs::openat(&self.root, ".", DIR_HELD, Mode::empty())?;
                 break Arc::new(fd);
             }
             if let Some(fd) = self.dirs.lock().unwrap().get(&cur) {
@@ -187,7 +190,7 @@ impl Posix {
             let fd = rfs::openat2(
                 &*base,
                 name.as_os_str(),
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                DIR_HELD | OFlags::NOFOLLOW,
                 Mode::empty(),
                 beneath() | ResolveFlags::NO_SYMLINKS,
             )

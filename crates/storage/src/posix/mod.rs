@@ -116,14 +116,22 @@ fn open_child(dir: impl AsFd, name: &Name) -> FsResult<OwnedFd> {
     )?)
 }
 
-/// An xattr of an object reached by an `O_PATH` descriptor (through its
-/// `/proc/self/fd` path: the `f…xattr` calls refuse those with EBADF).
+/// An xattr of an object, through its descriptor, or for an `O_PATH`
+/// descriptor (the `f…xattr` calls refuse those with EBADF) through its
+/// `/proc/self/fd` path, whose walk costs three times the call itself:
+/// directories are held open for reading, so only files pay it.
 pub(crate) fn get_xattr(fd: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
-    let p = proc_path(fd);
-    read_xattr(
-        |buf| rfs::getxattr(&p, name, buf),
-        || rfs::getxattr_query(&p, name),
-    )
+    let fd = fd.as_fd();
+    match get_open_xattr(fd, name) {
+        Err(e) if e.is(libc::EBADF) => {
+            let p = proc_path(fd);
+            read_xattr(
+                |buf| rfs::getxattr(&p, name, buf),
+                || rfs::getxattr_query(&p, name),
+            )
+        }
+        r => r,
+    }
 }
 
 /// An xattr of a file open for reading or writing, through its descriptor:
@@ -163,6 +171,20 @@ pub fn set_xattr(fd: impl AsFd, name: &str, value: &[u8], flags: rfs::XattrFlags
     match rfs::fsetxattr(fd, name, value, flags) {
         Err(rustix::io::Errno::BADF) => Ok(rfs::setxattr(proc_path(fd), name, value, flags)?),
         r => Ok(r?),
+    }
+}
+
+/// Removes an xattr of an object (as `set_xattr` reaches it); one that is
+/// not there is no error.
+pub fn remove_xattr(fd: impl AsFd, name: &str) -> FsResult<()> {
+    let fd = fd.as_fd();
+    let r = match rfs::fremovexattr(fd, name) {
+        Err(rustix::io::Errno::BADF) => rfs::removexattr(proc_path(fd), name),
+        r => r,
+    };
+    match r {
+        Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -211,11 +233,26 @@ fn full_attr(fd: BorrowedFd<'_>, gfid: Gfid) -> FsResult<Attr> {
     Ok(attr)
 }
 
-/// The answer to a change of names: what the objects open at `fds` are
-/// left as, all of them, or nothing (the client then asks).
-fn unnamed(fds: &[(BorrowedFd<'_>, Gfid)]) -> Reply {
-    fds.iter()
-        .map(|&(fd, gfid)| full_attr(fd, gfid))
+/// An object's attributes as `st` shows it after a change of names, with
+/// the xattrs its lookup read (`was`): a change of names changes none.
+fn left(st: &rfs::Stat, was: &Attr) -> Attr {
+    Attr {
+        blame: was.blame,
+        linkto: was.linkto,
+        ..attr_of(st, was.gfid)
+    }
+}
+
+/// The answer to a change of names: what the directories open at `dirs`
+/// and the objects it removed or moved (open at each fd, as their lookup
+/// found them) are left as, all of them, or nothing (the client then
+/// asks).
+fn unnamed(dirs: &[(BorrowedFd<'_>, Gfid)], objects: &[(BorrowedFd<'_>, &Attr)]) -> Reply {
+    let dirs = dirs.iter().map(|&(fd, gfid)| full_attr(fd, gfid));
+    let objects = objects
+        .iter()
+        .map(|&(fd, was)| Ok(left(&rfs::fstat(fd)?, was)));
+    dirs.chain(objects)
         .collect::<FsResult<Vec<Attr>>>()
         .map_or(Reply::Ok, Reply::Unnamed)
 }

@@ -7,7 +7,7 @@ use super::*;
 /// the brick's file system applies instead (POSIX.1e, as a local file
 /// system does it; the client leaves the umask to the brick).
 fn effective_umask(dir: &OwnedFd, umask: u32) -> u32 {
-    if umask != 0 && rfs::getxattr_query(proc_path(dir), DEFAULT_ACL_XATTR).is_ok() {
+    if umask != 0 && get_xattr(dir, DEFAULT_ACL_XATTR).is_ok() {
         return 0;
     }
     umask
@@ -326,11 +326,15 @@ impl Posix {
         as_caller(cx, || {
             Ok(rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::empty())?)
         })?;
-        let last = rfs::fstat(&fd)?.st_nlink <= 1;
+        let st = rfs::fstat(&fd)?;
+        let last = st.st_nlink <= 1;
         if last {
             self.drop_handle(attr.gfid);
         }
-        let reply = unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]);
+        let reply = match full_attr(dir.as_fd(), parent) {
+            Ok(d) => Reply::Unnamed(vec![d, left(&st, &attr)]),
+            Err(_) => Reply::Ok,
+        };
         if last && attr.size >= reaper::FREE_BEHIND {
             // Its blocks are freed as `fd` closes: not on this thread.
             reaper::close_behind(fd);
@@ -348,7 +352,7 @@ impl Posix {
             Ok(rfs::unlinkat(&*dir, name.as_os_str(), AtFlags::REMOVEDIR)?)
         })?;
         self.drop_handle(attr.gfid);
-        Ok(unnamed(&[(dir.as_fd(), parent), (fd.as_fd(), attr.gfid)]))
+        Ok(unnamed(&[(dir.as_fd(), parent)], &[(fd.as_fd(), &attr)]))
     }
 
     pub(crate) fn rename(
@@ -405,17 +409,18 @@ impl Posix {
                 }
             }
         }
-        let mut changed = vec![(dir.as_fd(), parent), (src_fd.as_fd(), src.gfid)];
+        let mut dirs = vec![(dir.as_fd(), parent)];
         if newparent != parent {
-            changed.push((newdir.as_fd(), newparent));
+            dirs.push((newdir.as_fd(), newparent));
         }
+        let mut objects = vec![(src_fd.as_fd(), &src)];
         if let Some((fd, dst)) = &dst {
             if dst.gfid != src.gfid {
-                changed.push((fd.as_fd(), dst.gfid));
+                objects.push((fd.as_fd(), dst));
             }
         }
-        let reply = unnamed(&changed);
-        drop(changed);
+        let reply = unnamed(&dirs, &objects);
+        drop((dirs, objects));
         if let Some((fd, replaced)) = dst {
             if !exchanged && replaced.gfid != src.gfid && replaced.size >= reaper::FREE_BEHIND {
                 // A large file replaced: its blocks are freed as `fd`

@@ -63,6 +63,13 @@ same_files() {
         && echo "the new brick holds what the old one held" || { echo "the new brick differs from the old one"; exit 1; }
 }
 
+# How many files a brick holds outside its own directory $2 (and the
+# load's file), and their total length in bytes.
+fragments() {
+    find "$1" \( -path "$1/$2" -o -path "$1/load" \) -prune -o -type f -printf '%s\n' 2>/dev/null \
+        | awk '{n++; b += $1} END {print n + 0, b + 0}'
+}
+
 if [ "$SYSTEM" = glusterfs ]; then
     G="gluster --mode=script"
     D=${DIR:-/var/tmp/glusterfs-rebuild}
@@ -83,6 +90,7 @@ if [ "$SYSTEM" = glusterfs ]; then
     mount -t glusterfs "$H:/grb" "$D/mnt"
     write_files "$D/mnt"
     held=$(du -sm --exclude=.glusterfs "$D/b6" | cut -f1)
+    want=$(fragments "$D/b6" .glusterfs)
     echo "brick 6 holds $held MiB of fragments; replacing it by an empty one ..."
     sync && echo 3 >/proc/sys/vm/drop_caches
     start=$(date +%s.%N)
@@ -95,8 +103,11 @@ if [ "$SYSTEM" = glusterfs ]; then
         info=$($G volume heal grb info 2>/dev/null || true)
         left=$(echo "$info" | awk '/^Number of entries:/ {n += $4} END {print n + 0}')
         listed=$(echo "$info" | grep -c '^Number of entries:' || true)
-        has=$(du -sm --exclude=.glusterfs "$D/b6new" 2>/dev/null | cut -f1 || echo 0)
-        [ "$listed" -ge 6 ] && [ "$left" = 0 ] && [ "${has:-0}" -ge "$held" ] && break
+        # Its files and their lengths, not their blocks: a healed
+        # fragment need not take the blocks the written one took, so
+        # `du` of many small files may never reach the old brick's.
+        has=$(fragments "$D/b6new" .glusterfs)
+        [ "$listed" -ge 6 ] && [ "$left" = 0 ] && [ "$has" = "$want" ] && break
         sleep 0.5
     done
     end=$(date +%s.%N)

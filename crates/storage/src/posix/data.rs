@@ -271,6 +271,10 @@ impl Posix {
                         r => r?,
                     }
                 }
+                // Files unlinked just before may still hold their blocks.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && reaper::drain() => {
+                    write_all(f, data)?
+                }
                 r => r?,
             }
             Ok(())

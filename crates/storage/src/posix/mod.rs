@@ -88,6 +88,9 @@ pub struct Posix {
     anon_tables: Mutex<Vec<std::sync::Weak<fds::AnonFiles>>>,
     /// `storage.checksums`: the sums of files' blocks.
     sums: sums::Sums,
+    /// From how many blocks (of 512 bytes) an unlinked file is closed by
+    /// the reaper (`reaper::free_behind`).
+    free_behind: u64,
 }
 
 pub static STRICT_O_DIRECT: mortar_core::options::Spec = mortar_core::options::Spec {
@@ -332,6 +335,7 @@ impl Posix {
                 Err(e) => return Err(e.into()),
             }
         }
+        let free_behind = reaper::free_behind(&root);
         let p = Posix {
             path: path.to_path_buf(),
             root,
@@ -343,7 +347,11 @@ impl Posix {
             room: Default::default(),
             anon_tables: Mutex::default(),
             sums: Default::default(),
+            free_behind,
         };
+        if p.free_behind == 1 {
+            tracing::info!(brick = %path.display(), "mounted with discard: unlinked files are freed off the brick's thread");
+        }
         p.look_for_sums();
         let moved = p.migrate()?;
         if moved > 0 {

@@ -335,7 +335,7 @@ impl Posix {
             Ok(d) => Reply::Unnamed(vec![d, left(&st, &attr)]),
             Err(_) => Reply::Ok,
         };
-        if last && attr.size >= reaper::FREE_BEHIND {
+        if last && st.st_blocks as u64 >= self.free_behind.max(1) {
             // Its blocks are freed as `fd` closes: not on this thread.
             reaper::close_behind(fd);
         }
@@ -422,8 +422,9 @@ impl Posix {
         let reply = unnamed(&dirs, &objects);
         drop((dirs, objects));
         if let Some((fd, replaced)) = dst {
-            if !exchanged && replaced.gfid != src.gfid && replaced.size >= reaper::FREE_BEHIND {
-                // A large file replaced: its blocks are freed as `fd`
+            if !exchanged && replaced.gfid != src.gfid && replaced.blocks >= self.free_behind.max(1)
+            {
+                // A file with blocks replaced: they are freed as `fd`
                 // closes (if that was its last name), not on this thread.
                 reaper::close_behind(fd);
             }

@@ -16,7 +16,7 @@
 use mortar_core::options::{Kind, ShareOrSize, Spec};
 use mortar_core::{FsError, FsResult};
 use rustix::fs as rfs;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,18 @@ impl Room {
     /// (the brick's): ENOSPC, saying why, if they would reach into the
     /// reserve. Counts them as written when they may.
     pub fn take(&self, fs: impl AsFd, len: u64) -> FsResult<()> {
+        let fs = fs.as_fd();
+        match self.take_once(fs, len) {
+            // Files unlinked just before may still hold their blocks.
+            Err(e) if e.is(libc::ENOSPC) && super::reaper::drain() => {
+                self.0.lock().unwrap().1 = None;
+                self.take_once(fs, len)
+            }
+            r => r,
+        }
+    }
+
+    fn take_once(&self, fs: BorrowedFd<'_>, len: u64) -> FsResult<()> {
         if len == 0 {
             return Ok(());
         }

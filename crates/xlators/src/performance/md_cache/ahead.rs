@@ -498,6 +498,15 @@ mod tests {
         }
     }
 
+    /// A create of `name` in `parent`, and the gfid it gives the file.
+    fn create_with_gfid(parent: Gfid, name: &str) -> (Fop, Gfid) {
+        let fop = create(parent, name);
+        let Fop::Create { gfid, .. } = fop else {
+            unreachable!()
+        };
+        (fop, gfid)
+    }
+
     async fn settled<T>(h: &tokio::task::JoinHandle<T>) -> bool {
         tokio::time::sleep(Duration::from_millis(30)).await;
         h.is_finished()
@@ -509,10 +518,7 @@ mod tests {
         let (below, md) = rig();
         let cx = Ctx::root();
         let d = mkdir(&md).await;
-        let fop = create(d, "a");
-        let Fop::Create { gfid, .. } = fop else {
-            unreachable!()
-        };
+        let (fop, gfid) = create_with_gfid(d, "a");
         // Answered while the bricks' create waits at the gate.
         let Reply::Created { entry, fh } = md.call(&cx, fop).await.unwrap() else {
             panic!("not a create's answer")
@@ -629,10 +635,7 @@ mod tests {
         let (below, md) = rig();
         let cx = Ctx::root();
         let d = mkdir(&md).await;
-        let fop = create(d, "a");
-        let Fop::Create { gfid, .. } = fop else {
-            unreachable!()
-        };
+        let (fop, gfid) = create_with_gfid(d, "a");
         md.call(&cx, fop).await.unwrap();
         below.gate.add_permits(1);
         let fsync = Fop::Fsync {

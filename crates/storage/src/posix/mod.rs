@@ -88,9 +88,8 @@ pub struct Posix {
     anon_tables: Mutex<Vec<std::sync::Weak<fds::AnonFiles>>>,
     /// `storage.checksums`: the sums of files' blocks.
     sums: sums::Sums,
-    /// From how many blocks (of 512 bytes) an unlinked file is closed by
-    /// the reaper (`reaper::free_behind`).
-    free_behind: u64,
+    /// Which unlinked files the reaper closes.
+    free_behind: reaper::FreeBehind,
 }
 
 pub static STRICT_O_DIRECT: mortar_core::options::Spec = mortar_core::options::Spec {
@@ -335,7 +334,7 @@ impl Posix {
                 Err(e) => return Err(e.into()),
             }
         }
-        let free_behind = reaper::free_behind(&root);
+        let free_behind = reaper::FreeBehind::of(&root);
         let p = Posix {
             path: path.to_path_buf(),
             root,
@@ -349,7 +348,7 @@ impl Posix {
             sums: Default::default(),
             free_behind,
         };
-        if p.free_behind == 1 {
+        if p.free_behind.discards {
             tracing::info!(brick = %path.display(), "mounted with discard: unlinked files are freed off the brick's thread");
         }
         p.look_for_sums();

@@ -335,7 +335,7 @@ impl Posix {
             Ok(d) => Reply::Unnamed(vec![d, left(&st, &attr)]),
             Err(_) => Reply::Ok,
         };
-        if last && st.st_blocks as u64 >= self.free_behind.max(1) {
+        if last && self.free_behind.takes(st.st_blocks as u64) {
             // Its blocks are freed as `fd` closes: not on this thread.
             reaper::close_behind(fd);
         }
@@ -422,8 +422,7 @@ impl Posix {
         let reply = unnamed(&dirs, &objects);
         drop((dirs, objects));
         if let Some((fd, replaced)) = dst {
-            if !exchanged && replaced.gfid != src.gfid && replaced.blocks >= self.free_behind.max(1)
-            {
+            if !exchanged && replaced.gfid != src.gfid && self.free_behind.takes(replaced.blocks) {
                 // A file with blocks replaced: they are freed as `fd`
                 // closes (if that was its last name), not on this thread.
                 reaper::close_behind(fd);

@@ -5,7 +5,7 @@
 //! (an unlink among them) on its runtime's thread, where such a wait would
 //! hold up every other request. The last descriptor of a file that lost
 //! its last name and holds blocks (8 MiB of them, or any where the file
-//! system discards: `free_behind`) is handed to one thread of the
+//! system discards: `FreeBehind`) is handed to one thread of the
 //! process, which closes it; while `QUEUE` of them wait there, the caller
 //! closes its own.
 
@@ -20,14 +20,26 @@ use std::time::{Duration, Instant};
 /// only a file of many extents takes long.
 const LARGE: u64 = (8 << 20) / 512;
 
-/// From how many blocks (of 512 bytes) a file that lost its last name on
-/// the file system of `root` is closed by the reaper: any that holds one
-/// where the file system is mounted with `discard` (the close then waits
-/// for the disk to discard them), 8 MiB's worth elsewhere.
-pub(crate) fn free_behind(root: impl AsFd) -> u64 {
-    match rustix::fs::fstat(root) {
-        Ok(st) if discards(st.st_dev) => 1,
-        _ => LARGE,
+/// Which unlinked files the reaper closes on a brick's file system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FreeBehind {
+    /// The file system is mounted with `discard`: a close that frees
+    /// blocks waits for the disk to discard them.
+    pub(crate) discards: bool,
+}
+
+impl FreeBehind {
+    /// Reads the mount options of the file system of `root`.
+    pub(crate) fn of(root: impl AsFd) -> FreeBehind {
+        let discards = rustix::fs::fstat(root).is_ok_and(|st| discards(st.st_dev));
+        FreeBehind { discards }
+    }
+
+    /// Whether a file that lost its last name holding `blocks` (of 512
+    /// bytes) is closed by the reaper: any that holds one where the file
+    /// system discards, 8 MiB's worth elsewhere.
+    pub(crate) fn takes(self, blocks: u64) -> bool {
+        blocks >= if self.discards { 1 } else { LARGE }
     }
 }
 
@@ -122,5 +134,11 @@ mod tests {
         // A file system type or source named so is not the option.
         assert!(!discards_in(info, dev(0, 40)));
         assert!(!discards_in(info, dev(8, 1)), "a device not mounted");
+        let (discarding, other) = (
+            FreeBehind { discards: true },
+            FreeBehind { discards: false },
+        );
+        assert!(discarding.takes(1) && !discarding.takes(0));
+        assert!(!other.takes(LARGE - 1) && other.takes(LARGE));
     }
 }

@@ -772,3 +772,49 @@ fn a_brick_whose_directory_is_deleted_goes_offline_and_the_dispersed_volume_goes
     assert_eq!(ok(&format!("ls {} | wc -l", m.p("d"))).trim(), "21");
     drop(m);
 }
+
+#[test]
+fn small_files_written_around_a_brick_that_writes_late_read_back_whole() {
+    // Data fragment 0 holds all of a small file's data: written around,
+    // its bytes live on in the parity alone, and every later change must
+    // still leave K good fragments.
+    let env = [("FAILPOINTS", "posix-write:wa1=sleep(40)")];
+    need_fail_points(&env);
+    let mut c = Cluster::start();
+    c.one_process_per_brick();
+    c.kill_daemon();
+    c.start_daemon_env(&env);
+    four_plus_two(&c, "wa");
+    let m = c.mount("wa");
+    let n = 300;
+    let data = |i: usize, v: u8| vec![v ^ (i as u8); 4096];
+    for i in 0..n {
+        std::fs::write(m.p(&format!("f{i}")), data(i, 1)).unwrap();
+    }
+    for i in 0..n {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.p(&format!("f{i}")))
+            .unwrap();
+        f.write_all_at(&data(i, 2), 0).unwrap();
+    }
+    for i in 0..n {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(m.p(&format!("f{i}")))
+            .unwrap();
+        f.write_all(&data(i, 3)).unwrap();
+    }
+    ok("sync; echo 3 > /proc/sys/vm/drop_caches");
+    for i in 0..n {
+        let got = std::fs::read(m.p(&format!("f{i}"))).unwrap_or_else(|e| panic!("f{i}: {e}"));
+        assert_eq!(got, [data(i, 2), data(i, 3)].concat(), "f{i}");
+    }
+    let st = c.ok(&["volume", "status", "wa"]);
+    assert!(
+        st.contains("Slow: answers late"),
+        "the slow brick was not written around:\n{st}"
+    );
+}

@@ -225,6 +225,12 @@ impl Posix {
             data.len() > 64 << 10,
             |_| Err(FsError::errno(libc::EIO))
         );
+        // Any write (`posix-write:<brick dir>`): a small one stops the
+        // brick's lane while it sleeps (with a process per brick, only
+        // that brick).
+        fail::fail_point!(self.fail_point_name("write").as_str(), |_| Err(
+            FsError::errno(libc::EIO)
+        ));
         let h = self.file_for(cx, fds, gfid, fh)?;
         let f = as_file(&h);
         if !reserve {

@@ -13,6 +13,20 @@ fn four_plus_two(c: &Cluster, vol: &str) -> Vec<std::path::PathBuf> {
     four_plus_two_over(c, vol, &names)
 }
 
+/// A `disperse 6 redundancy 2` volume `vol` whose bricks run with
+/// `failpoints` (the bricks inherit the daemon's environment), each in
+/// a process of its own so that a brick made slow holds up no other.
+fn four_plus_two_failing(vol: &str, failpoints: &str) -> Cluster {
+    let env = [("FAILPOINTS", failpoints)];
+    need_fail_points(&env);
+    let mut c = Cluster::start();
+    c.one_process_per_brick();
+    c.kill_daemon();
+    c.start_daemon_env(&env);
+    four_plus_two(&c, vol);
+    c
+}
+
 /// Creates and starts `disperse 6 redundancy 2` over the bricks `names`.
 fn four_plus_two_over(c: &Cluster, vol: &str, names: &[String]) -> Vec<std::path::PathBuf> {
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -284,15 +298,8 @@ fn a_full_brick_fails_writes_with_enospc_and_every_file_keeps_its_content() {
 
 #[test]
 fn a_brick_that_answers_late_is_read_around_and_volume_status_says_so() {
-    let env = [("FAILPOINTS", "posix-read:sl1=sleep(400)")];
-    need_fail_points(&env);
-    let mut c = Cluster::start();
-    c.one_process_per_brick();
-    c.kill_daemon();
-    // Brick sl1 (data fragment 0) takes 400 ms for every read; the
-    // bricks inherit the daemon's environment.
-    c.start_daemon_env(&env);
-    four_plus_two(&c, "sl");
+    // Brick sl1 (data fragment 0) takes 400 ms for every read.
+    let c = four_plus_two_failing("sl", "posix-read:sl1=sleep(400)");
     let m = c.mount("sl");
     let src = c.path("src");
     ok(&format!(
@@ -339,13 +346,7 @@ fn a_brick_that_answers_late_is_read_around_and_volume_status_says_so() {
 /// speed, the brick is blamed and healed, and `volume status` says so.
 #[test]
 fn a_brick_that_writes_late_is_written_around_and_healed() {
-    let env = [("FAILPOINTS", "posix-large-write:sw1=sleep(1000)")];
-    need_fail_points(&env);
-    let mut c = Cluster::start();
-    c.one_process_per_brick();
-    c.kill_daemon();
-    c.start_daemon_env(&env);
-    four_plus_two(&c, "sw");
+    let c = four_plus_two_failing("sw", "posix-large-write:sw1=sleep(1000)");
     let m = c.mount("sw");
     let src = c.path("src");
     ok(&format!(
@@ -698,13 +699,7 @@ fn a_client_killed_mid_write_keeps_its_synced_bytes_and_heals_to_the_coding() {
 #[test]
 fn a_write_still_running_when_its_client_dies_lands_before_its_locks_go() {
     use std::os::unix::fs::FileExt;
-    let env = [("FAILPOINTS", "posix-large-write:lw1=1*off->sleep(10000)")];
-    need_fail_points(&env);
-    let mut c = Cluster::start();
-    c.one_process_per_brick();
-    c.kill_daemon();
-    c.start_daemon_env(&env);
-    four_plus_two(&c, "lw");
+    let c = four_plus_two_failing("lw", "posix-large-write:lw1=1*off->sleep(10000)");
     let m = c.mount("lw");
     let f = std::fs::File::create(m.p("f")).unwrap();
     f.write_all_at(&pattern(1), 0).unwrap();
@@ -777,13 +772,7 @@ fn a_brick_whose_directory_is_deleted_goes_offline_and_the_dispersed_volume_goes
 fn small_files_written_around_a_brick_that_writes_late_read_back_whole() {
     // Fragment 0 holds a small file's data; written around, the parity has it.
     use std::{fs::OpenOptions, os::unix::fs::FileExt};
-    let env = [("FAILPOINTS", "posix-write:wa1=sleep(200)")];
-    need_fail_points(&env);
-    let mut c = Cluster::start();
-    c.one_process_per_brick();
-    c.kill_daemon();
-    c.start_daemon_env(&env);
-    four_plus_two(&c, "wa");
+    let c = four_plus_two_failing("wa", "posix-write:wa1=sleep(200)");
     let m = c.mount("wa");
     let (f, data) = (|i| m.p(&format!("f{i}")), |i: u8, v: u8| vec![v ^ i; 4096]);
     let open = |i| OpenOptions::new().write(true).open(f(i)).unwrap();

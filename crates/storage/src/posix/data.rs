@@ -226,8 +226,8 @@ impl Posix {
             |_| Err(FsError::errno(libc::EIO))
         );
         // Any write (`posix-write:<brick dir>`): a small one stops the
-        // brick's lane while it sleeps (with a process per brick, only
-        // that brick).
+        // brick's event loop while it sleeps (with a process per brick,
+        // only that brick).
         fail::fail_point!(self.fail_point_name("write").as_str(), |_| Err(
             FsError::errno(libc::EIO)
         ));

@@ -86,9 +86,39 @@ pub struct Attr {
     /// it for a regular file of mode `POINTER_PERM` carrying
     /// `LINKTO_XATTR`; None for every other object.
     pub linkto: Option<u32>,
+    /// Which of `WATCHED_XATTRS` the object carries (bit `i` for name
+    /// `i`), as its brick listed them with these attributes; None where
+    /// they were not listed. A mount then answers that the others are
+    /// missing without asking (`performance/md-cache`).
+    pub watched: Option<u8>,
 }
 
+/// The xattrs a kernel asks about of its own accord: the security label
+/// and the access ACL of every entry `ls -l` shows, a directory's default
+/// ACL, and a file's capabilities before every write. A brick reports
+/// which of them an object has with its attributes (`Attr::watched`), as
+/// GlusterFS's bricks return the xattrs md-cache names in a lookup's or
+/// readdirplus's answer.
+pub const WATCHED_XATTRS: [&str; 4] = [
+    "security.selinux",
+    "system.posix_acl_access",
+    "system.posix_acl_default",
+    "security.capability",
+];
+
 impl Attr {
+    /// Whether the object is known to have no xattr `name` (one of
+    /// `WATCHED_XATTRS` its brick listed without it).
+    pub fn lacks(&self, name: &str) -> bool {
+        let Some(bits) = self.watched else {
+            return false;
+        };
+        WATCHED_XATTRS
+            .iter()
+            .position(|w| *w == name)
+            .is_some_and(|i| bits & (1 << i) == 0)
+    }
+
     /// A regular file (0644, one link, owned by root, all times zero) of
     /// this id and size: for tests and placeholders.
     pub fn plain_file(gfid: Gfid, size: u64) -> Attr {
@@ -108,6 +138,7 @@ impl Attr {
             ctime: (0, 0),
             blame: 0,
             linkto: None,
+            watched: None,
         }
     }
 }

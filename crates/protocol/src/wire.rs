@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// "MRTR": the first word of every handshake.
 pub const MAGIC: u32 = 0x4d52_5452;
-pub const VERSION: u32 = 12;
+pub const VERSION: u32 = 13;
 /// Largest frame accepted: a 16 MiB write plus headers.
 pub const MAX_FRAME: u32 = 17 << 20;
 

@@ -9,8 +9,8 @@ use mortar_core::fop::{is_distribute_xattr, LINKTO_XATTR, POINTER_PERM};
 pub const BLAME_XATTR: &str = "trusted.mortar.blame";
 
 /// The set a distribute pointer names: None unless `attr` is a regular
-/// file of the pointer mode carrying the linkto xattr (an ordinary file of
-/// mode `---------T` costs one getxattr per stat, nothing else does).
+/// file of the pointer mode carrying the linkto xattr (read only where the
+/// object's xattr names list it: `full_attr`).
 pub(super) fn read_linkto(fd: impl AsFd, attr: &Attr) -> FsResult<Option<u32>> {
     if attr.kind != FileKind::File || attr.perm != POINTER_PERM {
         return Ok(None);

@@ -223,16 +223,42 @@ fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
         ctime: (st.st_ctime, st.st_ctime_nsec as u32),
         blame: 0,
         linkto: None,
+        watched: None,
     }
 }
 
 /// What a stat of the object open at `fd` answers: its attributes with
-/// the blame its copy records and the set a pointer names.
+/// what its xattrs add, the blame its copy records, the set a pointer
+/// names and which of the watched xattrs it has. One listing of its
+/// xattr names tells all three; a value is read only where its name is
+/// listed (a healthy file has no blame), so an object costs as many calls
+/// as reading the blame alone did.
 fn full_attr(fd: BorrowedFd<'_>, gfid: Gfid) -> FsResult<Attr> {
     let mut attr = attr_of(&rfs::fstat(fd)?, gfid);
-    attr.blame = attrs::read_blame(fd)?;
-    attr.linkto = attrs::read_linkto(fd, &attr)?;
+    let names = list_xattrs(fd)?;
+    let has = |n: &str| names.split(|&c| c == 0).any(|x| x == n.as_bytes());
+    if has(BLAME_XATTR) {
+        attr.blame = attrs::read_blame(fd)?;
+    }
+    if has(mortar_core::fop::LINKTO_XATTR) {
+        attr.linkto = attrs::read_linkto(fd, &attr)?;
+    }
+    let watched = mortar_core::fop::WATCHED_XATTRS.iter().enumerate();
+    attr.watched = Some(watched.fold(0, |bits, (i, n)| bits | (u8::from(has(n)) << i)));
     Ok(attr)
+}
+
+/// The names of an object's xattrs, each ended by a zero byte, through its
+/// descriptor or (`O_PATH`) its `/proc/self/fd` path, as `get_xattr`.
+fn list_xattrs(fd: BorrowedFd<'_>) -> FsResult<Vec<u8>> {
+    let listed = read_xattr(|buf| rfs::flistxattr(fd, buf), || rfs::flistxattr_query(fd));
+    match listed {
+        Err(e) if e.is(libc::EBADF) => {
+            let p = proc_path(fd);
+            read_xattr(|buf| rfs::listxattr(&p, buf), || rfs::listxattr_query(&p))
+        }
+        r => r,
+    }
 }
 
 /// An object's attributes as `st` shows it after a change of names, with
@@ -241,6 +267,7 @@ fn left(st: &rfs::Stat, was: &Attr) -> Attr {
     Attr {
         blame: was.blame,
         linkto: was.linkto,
+        watched: was.watched,
         ..attr_of(st, was.gfid)
     }
 }

@@ -46,3 +46,48 @@ fn a_change_of_names_answers_what_it_left_blame_included() {
     assert_eq!(left[&a].nlink, 0);
     assert!(b.call(Fop::Getattr { gfid: a }).is_err());
 }
+
+#[test]
+fn lookups_and_listings_tell_which_watched_xattrs_an_object_has() {
+    // `ls -l` asks of every entry its label and access ACL: the answers
+    // say which of those the object has, so a mount asks for none it
+    // lacks.
+    let b = brick();
+    let d = b.mkdir(Gfid::ROOT, "d");
+    for f in ["plain", "labelled"] {
+        let (g, fh) = b.create(d, f);
+        b.call(Fop::Release { gfid: g, fh }).unwrap();
+    }
+    let p = b.root.join("d/labelled");
+    rfs::setxattr(&p, "security.selinux", b"x\0", rfs::XattrFlags::empty()).unwrap();
+    rfs::setxattr(
+        &p,
+        BLAME_XATTR,
+        &2u32.to_le_bytes(),
+        rfs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let plain = b.lookup(d, "plain").unwrap();
+    assert_eq!(plain.watched, Some(0));
+    assert!(plain.lacks("security.selinux") && plain.lacks("system.posix_acl_access"));
+    let labelled = b.lookup(d, "labelled").unwrap();
+    assert_eq!((labelled.watched, labelled.blame), (Some(1), 2));
+    assert!(!labelled.lacks("security.selinux") && labelled.lacks("security.capability"));
+    let Reply::Listed(ents, _) = b
+        .call(Fop::Readdir {
+            gfid: d,
+            fh: mortar_core::fop::ANON_FH,
+            offset: 0,
+            plus: true,
+        })
+        .unwrap()
+    else {
+        panic!("not a listing")
+    };
+    let listed: HashMap<_, _> = ents
+        .iter()
+        .map(|e| (e.name.to_vec(), e.attr.as_ref().and_then(|a| a.watched)))
+        .collect();
+    assert_eq!(listed[&b"plain"[..]], Some(0));
+    assert_eq!(listed[&b"labelled"[..]], Some(1));
+}

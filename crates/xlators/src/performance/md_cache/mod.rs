@@ -3,7 +3,9 @@
 //! asks again after every read of a file (its atime is out of date) and
 //! after every change it made; it does not cache xattrs at all, missing
 //! ones included, such as `security.capability`, which it asks about before
-//! every write, and the POSIX ACL names `ls -l` asks about. Kept for the
+//! every write, and the POSIX ACL names `ls -l` asks about; the bricks'
+//! attributes say which of those an object has (`Attr::watched`), so after
+//! a lookup or a readdirplus the missing ones cost no request. Kept for the
 //! bricks' lease time (`features.cache-invalidation-timeout`; one second
 //! without leases), dropped when a brick recalls the object, when this
 //! mount changes it, and when a connection to a brick ends (not when the

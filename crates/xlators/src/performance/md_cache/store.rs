@@ -242,7 +242,21 @@ impl MdCache {
         // The lease the bricks granted with this answer covers the object.
         o.until = until;
         match what {
-            Kept::Attr(a) => o.attr = Some((a, self.names_moved.load(Ordering::Acquire))),
+            Kept::Attr(a) => {
+                // The brick listed the object's xattrs with its
+                // attributes: those it lacks are missing, one it has is
+                // asked for (its value was not sent).
+                if a.watched.is_some() {
+                    for n in mortar_core::fop::WATCHED_XATTRS {
+                        if a.lacks(n) {
+                            o.xattrs.insert(n.to_string(), Err(libc::ENODATA));
+                        } else if o.xattrs.get(n).is_some_and(|v| v.is_err()) {
+                            o.xattrs.remove(n);
+                        }
+                    }
+                }
+                o.attr = Some((a, self.names_moved.load(Ordering::Acquire)))
+            }
             Kept::Xattr(n, a) => {
                 o.xattrs.insert(n, a);
             }

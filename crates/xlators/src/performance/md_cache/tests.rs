@@ -7,12 +7,17 @@ use std::sync::Arc;
 struct Xattrs {
     map: Mutex<HashMap<String, Vec<u8>>>,
     asked: AtomicU64,
+    /// Which watched xattrs attributes say the object has.
+    watched: Mutex<Option<u8>>,
 }
 
 impl Xattrs {
     /// Attributes whose size counts the requests asked so far.
     fn attr(&self, gfid: Gfid) -> Attr {
-        Attr::plain_file(gfid, self.asked.load(Ordering::Relaxed))
+        Attr {
+            watched: *self.watched.lock().unwrap(),
+            ..Attr::plain_file(gfid, self.asked.load(Ordering::Relaxed))
+        }
     }
 }
 
@@ -154,6 +159,48 @@ async fn answers_are_kept_until_recalled_or_changed() {
     md.notify(0, Event::LeasesLost);
     assert!(md.call(&cx, get(f, "security.capability")).await.is_err());
     assert_eq!(asked(), 7);
+}
+
+#[tokio::test]
+async fn xattrs_the_bricks_listed_with_attributes_are_answered_here() {
+    let below = Arc::new(Xattrs::default());
+    let md = leased(below.clone());
+    let (f, cx) = (Gfid::random(), Ctx::root());
+    let asked = || below.asked.load(Ordering::Relaxed);
+    let acl = "system.posix_acl_access";
+    below
+        .map
+        .lock()
+        .unwrap()
+        .insert(acl.into(), b"acl".to_vec());
+    // Attributes that say the object has an access ACL and nothing else
+    // watched: the label and capabilities are answered missing here, the
+    // ACL (whose value was not sent) is asked for, once.
+    *below.watched.lock().unwrap() = Some(0b10);
+    md.call(&cx, Fop::Getattr { gfid: f }).await.unwrap();
+    assert_eq!(asked(), 1);
+    for n in ["security.selinux", "security.capability"] {
+        let e = md.call(&cx, get(f, n)).await.unwrap_err();
+        assert!(e.is(libc::ENODATA));
+        assert!(md.cached(&cx, &get(f, n)).is_some());
+    }
+    assert_eq!(asked(), 1);
+    for _ in 0..2 {
+        let v = md.call(&cx, get(f, acl)).await.unwrap();
+        assert!(matches!(v, Reply::Xattr(b) if b.as_ref() == b"acl"));
+    }
+    assert_eq!(asked(), 2);
+    // A later answer that lists capabilities: the missing answer kept
+    // before is not given again.
+    md.drop_attr(f);
+    *below.watched.lock().unwrap() = Some(0b1010);
+    md.call(&cx, Fop::Getattr { gfid: f }).await.unwrap();
+    assert!(md.cached(&cx, &get(f, "security.capability")).is_none());
+    // Attributes from a brick that did not list xattrs tell nothing.
+    let g = Gfid::random();
+    *below.watched.lock().unwrap() = None;
+    md.call(&cx, Fop::Getattr { gfid: g }).await.unwrap();
+    assert!(md.cached(&cx, &get(g, "security.selinux")).is_none());
 }
 
 #[tokio::test]

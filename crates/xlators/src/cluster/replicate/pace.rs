@@ -11,6 +11,14 @@
 //! brick soon counts as slow and is no longer asked first. One read in
 //! `PROBE_EVERY` asks a slow child anyway: once it answers in time again,
 //! its past is forgotten.
+//!
+//! Writes are also weighed against the other fragments of the same write
+//! (`record_write`): a brick is written around only when it keeps
+//! answering many times later than the others did the same write. When
+//! hundreds of writes are in flight every brick answers late, and one
+//! that has more of them queued (the first data fragment holds all of a
+//! small file's bytes and answers its attributes) looks slow against the
+//! set's usual pace without being slow against its peers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,9 +34,16 @@ const PATIENCE_FACTOR: u64 = 4;
 /// One read in this many asks the slow children too.
 const PROBE_EVERY: u64 = 32;
 
+fn micros(t: Duration) -> u64 {
+    t.as_micros().min(u64::MAX as u128) as u64
+}
+
 pub struct Pace {
     /// Per child: its mean read time in microseconds (0: no sample yet).
     mean_us: Vec<AtomicU64>,
+    /// Per child: its mean time against the median of the same writes,
+    /// in thousandths (0: no sample yet; `record_write`).
+    against_us: Vec<AtomicU64>,
     reads: AtomicU64,
 }
 
@@ -36,20 +51,43 @@ impl Pace {
     pub fn new(children: usize) -> Pace {
         Pace {
             mean_us: (0..children).map(|_| AtomicU64::new(0)).collect(),
+            against_us: (0..children).map(|_| AtomicU64::new(0)).collect(),
             reads: AtomicU64::new(0),
         }
     }
 
     /// Child `i` answered a read in `took`.
     pub fn record(&self, i: usize, took: Duration) {
-        let us = took.as_micros().min(u64::MAX as u128) as u64;
-        let m = &self.mean_us[i];
-        let old = m.load(Ordering::Relaxed);
+        let us = micros(took);
         let in_time = us <= SLOW_FLOOR_US.max(SLOW_FACTOR * self.median_us());
-        let new = if old == 0 || (in_time && self.is_slow(i)) {
-            us
+        self.average(&self.mean_us[i], us, in_time && self.is_slow(i));
+    }
+
+    /// The fragments of one write answered in these times (by child):
+    /// each time is kept as a read's is, and weighed against the median of
+    /// the others (with two or more).
+    pub fn record_write(&self, took: &[(usize, Duration)]) {
+        let mut v: Vec<u64> = took.iter().map(|&(_, t)| micros(t)).collect();
+        v.sort_unstable();
+        let median = v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0);
+        for &(i, t) in took {
+            let slow = self.is_slow(i);
+            self.record(i, t);
+            if took.len() >= 2 {
+                let against = micros(t) * 1000 / median.max(1);
+                let in_time = against <= SLOW_FACTOR * 1000;
+                self.average(&self.against_us[i], against, in_time && slow);
+            }
+        }
+    }
+
+    /// Adds `sample` to mean `m`, or starts it again from `sample`.
+    fn average(&self, m: &AtomicU64, sample: u64, again: bool) {
+        let old = m.load(Ordering::Relaxed);
+        let new = if old == 0 || again {
+            sample
         } else {
-            (old * 7 + us) / 8
+            (old * 7 + sample) / 8
         };
         m.store(new.max(1), Ordering::Relaxed);
     }
@@ -76,10 +114,14 @@ impl Pace {
         v[v.len() / 2]
     }
 
-    /// Whether child `i` keeps answering late.
+    /// Whether child `i` keeps answering late: many times the set's
+    /// median, and for writes many times the others of the same writes.
     pub fn is_slow(&self, i: usize) -> bool {
         let m = self.mean_us[i].load(Ordering::Relaxed);
-        m > SLOW_FLOOR_US && m > SLOW_FACTOR * self.median_us()
+        let against = self.against_us[i].load(Ordering::Relaxed);
+        m > SLOW_FLOOR_US
+            && m > SLOW_FACTOR * self.median_us()
+            && (against == 0 || against > SLOW_FACTOR * 1000)
     }
 
     /// The children slow now.
@@ -125,6 +167,34 @@ mod tests {
         // One read in PROBE_EVERY asks it anyway.
         let probes = (0..PROBE_EVERY * 3).filter(|_| p.probe()).count();
         assert_eq!(probes, 3);
+    }
+
+    #[test]
+    fn a_brick_late_only_with_the_others_is_not_written_around() {
+        // Hundreds of writes in flight: the first fragment answers 3 to 4
+        // times later than the parity of the same writes (more of its
+        // requests are queued), far beyond the set's usual pace.
+        let p = Pace::new(6);
+        for _ in 0..20 {
+            p.record_write(&[(1, ms(1)), (2, ms(1)), (3, ms(1)), (4, ms(2)), (5, ms(2))]);
+        }
+        for _ in 0..20 {
+            p.record_write(&[(0, ms(200)), (4, ms(60)), (5, ms(50))]);
+        }
+        assert!(p.slow().is_empty());
+        // One that keeps answering many times later than the same
+        // writes' others is.
+        for _ in 0..20 {
+            p.record_write(&[(0, ms(200)), (4, ms(2)), (5, ms(3))]);
+        }
+        assert_eq!(p.slow(), [0]);
+        // In time with the others again: no longer slow at once.
+        p.record_write(&[(0, ms(3)), (4, ms(2)), (5, ms(3))]);
+        assert!(p.slow().is_empty());
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     #[test]

@@ -124,22 +124,24 @@ impl Replicate {
         if tight {
             self.set_aside(cx, gfid, &fh, send, parts).await?;
         }
-        // Each fragment's write timed: a brick that keeps answering late
-        // is written around (`written_around`).
-        let pace = &self.coding().write_pace;
+        // Each fragment's write of bytes timed: a brick that keeps
+        // answering late is written around (`written_around`). A write
+        // that only lengthens its fragment is not (those of a small file,
+        // to every fragment but the first and the parity, answer at once).
         let start = Instant::now();
-        let mut res: Vec<(usize, FsResult<Reply>)> =
-            futures_util::future::join_all(send.iter().map(|&i| {
-                let fop = Self::fragment_write(gfid, fh(i), &parts[i], grow, tight);
-                async move {
-                    let r = self.children[i].call(cx, fop).await;
-                    if r.is_ok() {
-                        pace.record(i, start.elapsed());
-                    }
-                    (i, r)
-                }
-            }))
-            .await;
+        let answers = futures_util::future::join_all(send.iter().map(|&i| {
+            let fop = Self::fragment_write(gfid, fh(i), &parts[i], grow, tight);
+            let timed = parts[i].as_ref().is_some_and(|(_, b)| !b.is_empty());
+            async move {
+                let r = self.children[i].call(cx, fop).await;
+                let took = (r.is_ok() && timed).then(|| start.elapsed());
+                ((i, r), took.map(|t| (i, t)))
+            }
+        }))
+        .await;
+        let (mut res, took): (Vec<(usize, FsResult<Reply>)>, Vec<_>) = answers.into_iter().unzip();
+        let took: Vec<(usize, std::time::Duration)> = took.into_iter().flatten().collect();
+        self.coding().write_pace.record_write(&took);
         let full: Vec<usize> = res
             .iter()
             .filter(|(_, r)| r.as_ref().is_err_and(no_room))

@@ -64,26 +64,33 @@ impl Pace {
     /// Child `i` answered a read in `took`.
     pub fn record(&self, i: usize, took: Duration) {
         let us = micros(took);
-        let in_time = us <= SLOW_FLOOR_US.max(SLOW_FACTOR * self.median_us());
-        self.average(&self.mean_us[i], us, in_time && self.is_slow(i));
+        let again = self.in_time(us) && self.is_slow(i);
+        self.average(&self.mean_us[i], us, again);
     }
 
     /// The fragments of one write answered in these times (by child):
     /// each time is kept as a read's is, and weighed against the median of
-    /// the others (with two or more).
+    /// the write's (with two or more). A slow child is quick again when it
+    /// answers in time by both.
     pub fn record_write(&self, took: &[(usize, Duration)]) {
         let mut v: Vec<u64> = took.iter().map(|&(_, t)| micros(t)).collect();
         v.sort_unstable();
         let median = v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0);
         for &(i, t) in took {
-            let slow = self.is_slow(i);
-            self.record(i, t);
-            if took.len() >= 2 {
-                let against = micros(t) * 1000 / median.max(1);
-                let in_time = against <= AGAINST_FACTOR * 1000;
-                self.average(&self.against_us[i], against, in_time && slow);
+            let us = micros(t);
+            let against = (took.len() >= 2).then(|| us * 1000 / median.max(1));
+            let in_time = self.in_time(us) && against.is_none_or(|a| a <= AGAINST_FACTOR * 1000);
+            let again = in_time && self.is_slow(i);
+            self.average(&self.mean_us[i], us, again);
+            if let Some(a) = against {
+                self.average(&self.against_us[i], a, again);
             }
         }
+    }
+
+    /// Whether an answer in `us` is in time for the set's pace.
+    fn in_time(&self, us: u64) -> bool {
+        us <= SLOW_FLOOR_US.max(SLOW_FACTOR * self.median_us())
     }
 
     /// Adds `sample` to mean `m`, or starts it again from `sample`.
@@ -192,6 +199,10 @@ mod tests {
         for _ in 0..20 {
             p.record_write(&[(0, ms(200)), (4, ms(2)), (5, ms(3))]);
         }
+        assert_eq!(p.slow(), [0]);
+        // Late together with loaded peers (in time against them, not
+        // against the set's pace): still slow.
+        p.record_write(&[(0, ms(400)), (4, ms(200)), (5, ms(150))]);
         assert_eq!(p.slow(), [0]);
         // In time with the others again: no longer slow at once.
         p.record_write(&[(0, ms(3)), (4, ms(2)), (5, ms(3))]);

@@ -267,11 +267,7 @@ impl Posix {
     /// without the brick's internal ones.
     pub(crate) fn listxattr(&self, cx: &Ctx, gfid: Gfid) -> FsResult<Reply> {
         let fd = self.resolve(gfid)?;
-        let p = proc_path(&*fd);
-        let n = rfs::listxattr_query(&p)?;
-        let mut buf = vec![0u8; n + 256];
-        let m = rfs::listxattr(&p, &mut buf[..])?;
-        buf.truncate(m);
+        let buf = list_xattrs(fd.as_fd())?;
         let mut out = Vec::new();
         for name in buf.split(|&c| c == 0).filter(|n| !n.is_empty()) {
             let internal = name.starts_with(INTERNAL_XATTR_PREFIX.as_bytes())

@@ -165,9 +165,20 @@ impl Set {
             .rebuild_sinks(gfid, &sources, sinks.clone(), &sizes, size, &pieces, locked)
             .await;
         out.bytes = bytes;
+        // The source's metadata as it is now (the lock was let go between
+        // chunks), not as it was at the start.
+        let src_now = match self.stat(gfid, &[src]).await?.first() {
+            Some((_, a)) => a.clone(),
+            None => {
+                return Err(FsError::new(
+                    libc::ESTALE,
+                    "the source went away during heal",
+                ))
+            }
+        };
         let mut done = Vec::new();
         for sink in healed {
-            match self.heal_meta(gfid, (src, sink), &src_attr).await {
+            match self.heal_meta(gfid, (src, sink), &src_now).await {
                 Ok(()) => done.push(sink),
                 Err(e) => {
                     tracing::warn!(set = %self.name, %gfid, sink = %self.bricks[sink].label, "heal failed: {e}");
@@ -176,8 +187,7 @@ impl Set {
         }
         out.healed = done.len() as u32;
         // Changed while the lock was let go between chunks: look again.
-        let now = self.stat(gfid, &[src]).await?;
-        if now.first().map(|(_, a)| a.ctime) != Some(src_attr.ctime) {
+        if src_now.ctime != src_attr.ctime {
             out.deferred = true;
             out.healed = 0;
             return Ok(out);
@@ -321,7 +331,17 @@ impl Set {
         for (&s, &fh) in &fhs {
             let _ = call(&self.bricks[s], &root(), Fop::Release { gfid, fh }).await;
         }
-        // Every fragment is as long as the file.
+        // Every fragment is as long as the file, as long as it is now: the
+        // lock is held since the last chunk, but was let go before it, and
+        // an application may have changed the length meanwhile (on the
+        // sinks too: the length read at the start would cut that off).
+        let size = match self.stat(gfid, &from).await {
+            Ok(now) => now.iter().map(|(_, a)| a.size).max().unwrap_or(size),
+            Err(e) => {
+                tracing::warn!(set = %self.name, %gfid, "heal: cannot read the file's length at the end ({e})");
+                return (Vec::new(), written);
+            }
+        };
         for s in sinks.clone() {
             let set = SetAttr {
                 size: Some(size),

@@ -445,3 +445,51 @@ async fn a_full_heal_visits_each_file_it_rebuilt_once() {
     );
     assert_eq!(bricks[2].pending().len(), 0);
 }
+
+/// An application appending while a heal rebuilds the parity of a file of
+/// many pieces (a brick killed in a change session left the whole file to
+/// compare, nobody blamed): the heal lets the lock go between windows of
+/// pieces, the appends reach every fragment, and the heal's end leaves
+/// them there (it once set the sinks' length to the one the file had at
+/// the start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_application_appends_during_a_heal_stays_on_every_fragment() {
+    let v = Vol::new().await;
+    let (f, fh) = v.create("f").await;
+    // More pieces than one turn of the lock takes.
+    let mut want = bytes(40 << 20, 13);
+    v.write(f, fh, 0, &want).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    v.write(f, fh, 100, b"x").await;
+    want[100] = b'x';
+    v.bricks[0].kill();
+    v.call(Fop::Release { gfid: f, fh }).await;
+    v.bricks[0].set_down(false);
+    for b in &v.bricks {
+        assert_eq!(b.blame(f), 0, "nobody is blamed");
+    }
+    let h = Healer::new(&desc_disperse(1, K, R), |_| true, &stack_env(&v.bricks)).unwrap();
+    h.wait_up(Duration::from_secs(3)).await;
+    let fh = v.open(f).await;
+    let read = v.bricks[0].read_bytes();
+    let pass = tokio::spawn({
+        let h = h.clone();
+        async move { h.index_pass().await }
+    });
+    // One append once the heal reads the sources (under the lock): it
+    // lands when the heal lets the lock go between windows of pieces.
+    while v.bricks[0].read_bytes() == read {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let more = bytes(4096, 14);
+    v.write(f, fh, want.len() as u64, &more).await;
+    want.extend_from_slice(&more);
+    pass.await.unwrap();
+    v.call(Fop::Release { gfid: f, fh }).await;
+    v.assert_coded(f, "f", &want);
+    // The next passes find the fragments agree (the file changed under
+    // the first, which left it in the index to look at again).
+    v.heal().await;
+    v.assert_coded(f, "f", &want);
+    v.graph.fini().await;
+}

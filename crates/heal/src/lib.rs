@@ -9,6 +9,7 @@
 //! `heal VOL info` for all bricks.
 
 pub mod coded;
+mod copy;
 pub mod names;
 pub mod object;
 pub mod source;

@@ -8,23 +8,20 @@
 //! resolved by `cluster.favorite-child-policy` or left alone and reported.
 //! Then: names (directories), data (files, only the blocks whose checksums
 //! differ, one chunk per lock hold so the application is not stalled),
-//! metadata (owner, mode, times, xattrs), and the blame is cleared.
+//! metadata (owner, mode, times, xattrs), and the blame is cleared. The
+//! copying itself is `copy`.
 
 pub use super::source::Policy;
 use super::source::{self, Choice, Plan};
 use futures_util::future::BoxFuture;
 use mortar_core::changed::{Changed, CHANGED_XATTR};
-use mortar_core::fop::{FileKind, TimeSet, ANON_FH, UNSETTLED};
-use mortar_core::{Attr, Child, Ctx, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
+use mortar_core::fop::{FileKind, UNSETTLED};
+use mortar_core::{Attr, Child, Ctx, Fop, FsResult, Gfid, Reply};
 use mortar_ec::{Codec, Geometry};
 use mortar_xlators::cluster::replicate::bits;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// Bytes compared per checksum and copied per write.
-const BLOCK: u32 = 128 << 10;
-/// Blocks per chunk: the lock is let go between chunks.
-const CHUNK_BLOCKS: u32 = 64;
 /// Objects healed at once.
 pub const PARALLEL: usize = 8;
 
@@ -157,35 +154,6 @@ pub(super) fn pieces(changed: &Changed, end: u64, block: u64, chunk: u64) -> Vec
         }
     }
     out
-}
-
-async fn sums(b: &Brick, gfid: Gfid, (offset, len): (u64, u64)) -> FsResult<Reply> {
-    let fop = Fop::Checksum {
-        gfid,
-        offset,
-        block: BLOCK,
-        count: len.div_ceil(BLOCK as u64) as u32,
-    };
-    call(b, &root(), fop).await
-}
-
-async fn xattr_names(b: &Brick, gfid: Gfid) -> FsResult<Vec<String>> {
-    Ok(match call(b, &root(), Fop::Listxattr { gfid }).await? {
-        Reply::Xattr(v) => v
-            .split(|&c| c == 0)
-            .filter(|n| !n.is_empty())
-            .map(|n| String::from_utf8_lossy(n).into_owned())
-            .collect(),
-        _ => vec![],
-    })
-}
-
-async fn get_xattr(b: &Brick, gfid: Gfid, name: &str) -> FsResult<Reply> {
-    let fop = Fop::Getxattr {
-        gfid,
-        name: name.to_string(),
-    };
-    call(b, &root(), fop).await
 }
 
 impl Set {
@@ -488,6 +456,9 @@ impl Set {
         };
         let mut children = Vec::new();
         let mut healed = Vec::new();
+        // The source as the last data heal left it (the lock is let go
+        // between chunks: an application may have changed it meanwhile).
+        let mut src_now = src_attr.clone();
         for &sink in &plan.sinks {
             let sink_attr = copies.iter().find(|(i, _)| *i == sink).unwrap().1.clone();
             if sink_attr.kind != kind {
@@ -509,17 +480,16 @@ impl Set {
                     }
                     // An arbiter gets no data.
                     FileKind::File if Some(sink) != self.arbiter => {
-                        let pair = (src, sink);
-                        out.bytes += self
-                            .heal_data(gfid, pair, src_attr, (sink_attr.size, &changed), locked)
-                            .await?;
+                        let (n, now) = self.heal_data(gfid, (src, sink), &changed, locked).await?;
+                        out.bytes += n;
+                        src_now = now;
                     }
                     _ => {}
                 }
                 if sink == src {
                     return Ok(());
                 }
-                self.heal_meta(gfid, (src, sink), src_attr).await
+                self.heal_meta(gfid, (src, sink), &src_now).await
             }
             .await;
             match r {
@@ -556,184 +526,6 @@ impl Set {
 
     pub(super) async fn clear(&self, gfid: Gfid, idx: &[usize], unblame: u32) {
         self.each(idx, Fop::Clear { gfid, unblame }).await;
-    }
-
-    /// Copies the blocks of `src` whose checksums differ on `sink`, chunk
-    /// by chunk, among those the ranges `changed` touch (an empty sink is
-    /// not asked for its sums, and gets no blocks of zeros: they are holes
-    /// once its size is set, as on the source), and sets the sink's size to
-    /// the source's. Answers the bytes copied.
-    async fn heal_data(
-        &self,
-        gfid: Gfid,
-        (src, sink): (usize, usize),
-        a: &Attr,
-        (sink_size, changed): (u64, &Changed),
-        locked: &[usize],
-    ) -> FsResult<u64> {
-        let (s, k) = (&self.bricks[src], &self.bricks[sink]);
-        let mut copied = 0u64;
-        let mut fh = None;
-        let block = BLOCK as u64;
-        let mut changed = changed.clone();
-        if sink_size != a.size {
-            // What one copy has past the other's end (`pieces` widens it
-            // to whole blocks).
-            self.past_end(&mut changed, sink_size.min(a.size));
-        }
-        let pieces = pieces(&changed, a.size, block, block * CHUNK_BLOCKS as u64);
-        let res: FsResult<()> = async {
-            for (i, &(off, len)) in pieces.iter().enumerate() {
-                let blocks = len.div_ceil(block);
-                // Which blocks differ: all of them on an empty sink.
-                let differ: Vec<bool> = if sink_size == 0 {
-                    vec![true; blocks as usize]
-                } else {
-                    let (want, have) = futures_util::future::join(
-                        sums(s, gfid, (off, len)),
-                        sums(k, gfid, (off, len)),
-                    )
-                    .await;
-                    let (Reply::Sums(want), Reply::Sums(have)) = (want?, have?) else {
-                        return Err(FsError::new(libc::EIO, "checksum answered without sums"));
-                    };
-                    want.iter()
-                        .enumerate()
-                        .map(|(n, w)| have.get(n) != Some(w))
-                        .collect()
-                };
-                for (n, _) in differ.iter().enumerate().filter(|(_, d)| **d) {
-                    let at = off + n as u64 * BLOCK as u64;
-                    let Reply::Data(data) = call(
-                        s,
-                        &root(),
-                        Fop::Read {
-                            gfid,
-                            fh: ANON_FH,
-                            offset: at,
-                            size: BLOCK,
-                        },
-                    )
-                    .await?
-                    else {
-                        return Err(FsError::new(libc::EIO, "read answered without data"));
-                    };
-                    if at >= sink_size && data.iter().all(|&b| b == 0) {
-                        continue;
-                    }
-                    let h = match fh {
-                        Some(h) => h,
-                        None => {
-                            let open = Fop::Open {
-                                gfid,
-                                flags: libc::O_WRONLY,
-                            };
-                            let Reply::Opened { fh: h } = call(k, &root(), open).await? else {
-                                return Err(FsError::new(
-                                    libc::EIO,
-                                    "open answered without a handle",
-                                ));
-                            };
-                            *fh.insert(h)
-                        }
-                    };
-                    let n = data.len() as u64;
-                    copied += n;
-                    call(
-                        k,
-                        &root(),
-                        Fop::Write {
-                            gfid,
-                            fh: h,
-                            offset: at,
-                            data,
-                            grow: 0,
-                            reserve: false,
-                        },
-                    )
-                    .await?;
-                    self.written.inc_by(n);
-                }
-                if i + 1 == pieces.len() {
-                    break;
-                }
-                // Let an application waiting for the file have a turn.
-                self.unlock(gfid, locked).await;
-                if self.lock(gfid, locked).await.len() != locked.len() {
-                    return Err(FsError::notconn("a replica went away during heal"));
-                }
-            }
-            Ok(())
-        }
-        .await;
-        if let Some(fh) = fh {
-            let _ = call(k, &root(), Fop::Release { gfid, fh }).await;
-        }
-        res?;
-        let set = SetAttr {
-            size: Some(a.size),
-            ..Default::default()
-        };
-        call(k, &root(), Fop::Setattr { gfid, set }).await?;
-        Ok(copied)
-    }
-
-    /// Owner, mode, times and xattrs of `sink` made those of `src`.
-    pub(super) async fn heal_meta(
-        &self,
-        gfid: Gfid,
-        (src, sink): (usize, usize),
-        a: &Attr,
-    ) -> FsResult<()> {
-        let (s, k) = (&self.bricks[src], &self.bricks[sink]);
-        let symlink = a.kind == FileKind::Symlink;
-        let set = SetAttr {
-            mode: (!symlink).then_some(a.perm),
-            uid: Some(a.uid),
-            gid: Some(a.gid),
-            size: None,
-            atime: (!symlink).then_some(TimeSet::At(a.atime.0, a.atime.1)),
-            mtime: (!symlink).then_some(TimeSet::At(a.mtime.0, a.mtime.1)),
-        };
-        if symlink {
-            return Ok(());
-        }
-        let (want, have) =
-            futures_util::future::join(xattr_names(s, gfid), xattr_names(k, gfid)).await;
-        let (want, have) = (want?, have?);
-        for n in &want {
-            let Reply::Xattr(v) = get_xattr(s, gfid, n).await? else {
-                continue;
-            };
-            if matches!(get_xattr(k, gfid, n).await, Ok(Reply::Xattr(w)) if w == v) {
-                continue;
-            }
-            call(
-                k,
-                &root(),
-                Fop::Setxattr {
-                    gfid,
-                    name: n.clone(),
-                    value: v,
-                    flags: 0,
-                },
-            )
-            .await?;
-        }
-        for n in have.iter().filter(|n| !want.contains(n)) {
-            call(
-                k,
-                &root(),
-                Fop::Removexattr {
-                    gfid,
-                    name: n.clone(),
-                },
-            )
-            .await?;
-        }
-        // Times last: healing data and names changes them.
-        call(k, &root(), Fop::Setattr { gfid, set }).await?;
-        Ok(())
     }
 }
 

@@ -204,3 +204,62 @@ async fn a_brick_that_restarts_keeps_its_heal_index_on_disk() {
     assert_eq!(v.pending(&h).await, 0);
     v.graph.fini().await;
 }
+
+/// An application appending while a heal copies a file of several chunks:
+/// the heal lets the lock go between chunks, the appends reach every copy,
+/// and the heal's end leaves them there (it once set the sink's length to
+/// the one the source had at the start: the appends were cut off on the
+/// sink alone, and the copies differed with nobody blamed for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_application_appends_during_a_heal_stays_on_every_copy() {
+    let v = Vol::new().await;
+    // Three chunks (`copy::CHUNK_BLOCKS` blocks of `copy::BLOCK`).
+    let len = 3 * 64 * (128 << 10);
+    let (f, fh) = v.create(Gfid::ROOT, "f", &vec![1u8; len]).await;
+    v.call(Fop::Release { gfid: f, fh }).await;
+    v.bricks[0].set_down(true);
+    let fh = open_rw(&v, f).await;
+    v.write(f, fh, 0, &vec![2u8; len]).await;
+    v.call(Fop::Release { gfid: f, fh }).await;
+    v.bricks[0].set_down(false);
+    assert!(blames(v.bricks[1].blame(f), 0));
+    let h = v.healer().await;
+    let fh = open_rw(&v, f).await;
+    let pass = tokio::spawn({
+        let h = h.clone();
+        async move { h.index_pass().await }
+    });
+    // Appends, one after another, until the pass is over: those asked for
+    // while the heal holds the lock land when it lets it go.
+    let mut end = len as u64;
+    let mut during = 0;
+    while !pass.is_finished() {
+        v.write(f, fh, end, &[3u8; 4096]).await;
+        end += 4096;
+        during += 1;
+    }
+    pass.await.unwrap();
+    v.call(Fop::Release { gfid: f, fh }).await;
+    assert!(during > 1, "no append while the heal ran");
+    let mut want = vec![2u8; len];
+    want.resize(end as usize, 3);
+    for (i, b) in v.bricks.iter().enumerate() {
+        let have = b.content(&["f"]).unwrap().1;
+        assert_eq!(have.len(), want.len(), "brick {i}: length");
+        assert!(have == want, "brick {i}: content");
+    }
+    v.graph.fini().await;
+}
+
+async fn open_rw(v: &Vol, gfid: Gfid) -> u64 {
+    let Reply::Opened { fh } = v
+        .call(Fop::Open {
+            gfid,
+            flags: libc::O_RDWR,
+        })
+        .await
+    else {
+        panic!("not opened")
+    };
+    fh
+}

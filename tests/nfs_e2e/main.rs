@@ -141,17 +141,26 @@ fn the_nfs_server_follows_the_volume_access_and_nfs_disable() {
         at(&url, "before")
     ));
     c.ok(&["volume", "set", "nd", "nfs.volume-access", "read-only"]);
+    // A fresh name each try: those before the change took effect land
+    // (one may be made and then refused its data, as the change comes).
+    let copy = |name: &str| {
+        sh(&format!("nfs-cp {} '{}'", src.display(), at(&url, name)))
+            .status
+            .success()
+    };
+    let mut tries = 0;
     wait_for(
         "the volume read-only over NFS",
         Duration::from_secs(20),
         || {
-            !sh(&format!("nfs-cp {} '{}'", src.display(), at(&url, "after")))
-                .status
-                .success()
+            tries += 1;
+            !copy(&format!("early-{tries}"))
         },
     );
+    assert!(!copy("after"), "a copy once refused");
     assert_eq!(ok(&format!("nfs-cat '{}'", at(&url, "before"))), "x\n");
-    assert!(!ok(&format!("nfs-ls '{url}'")).contains("after"));
+    let listing = ok(&format!("nfs-ls '{url}'"));
+    assert!(!listing.lines().any(|l| l.ends_with(" after")), "{listing}");
     c.ok(&["volume", "set", "nd", "nfs.disable", "on"]);
     let addr = format!("{}:{NFS_PORT}", c.ip);
     wait_for("the NFS server to stop", Duration::from_secs(20), || {

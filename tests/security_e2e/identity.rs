@@ -48,8 +48,14 @@ fn as_user(uid: u32, groups: &[u32], cmd: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// The owner of `p` on a brick, once it is there: a mount answers a
+/// create ahead of its bricks (`performance.async-dirops`), so the file an
+/// application made may reach the brick a moment after it returned.
 fn owner(p: &std::path::Path) -> (u32, u32) {
     use std::os::unix::fs::MetadataExt;
+    wait_for("the file on the brick", Duration::from_secs(10), || {
+        p.symlink_metadata().is_ok()
+    });
     let m = std::fs::symlink_metadata(p).unwrap();
     (m.uid(), m.gid())
 }

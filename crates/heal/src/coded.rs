@@ -430,16 +430,7 @@ impl Set {
         let mut fh = fh;
         let mut n = 0u64;
         for (at, len) in differing(&want, &have) {
-            let h = match fh {
-                Some(h) => h,
-                None => {
-                    let open = Fop::Open {
-                        gfid,
-                        flags: libc::O_WRONLY,
-                    };
-                    *fh.insert(call(b, &root(), open).await?.into_fh()?)
-                }
-            };
+            let h = sink_handle(b, gfid, &mut fh).await?;
             let write = Fop::Write {
                 gfid,
                 fh: h,

@@ -2,7 +2,7 @@
 //! its data, block by block where the checksums differ, chunk by chunk
 //! with the lock let go between chunks, and then its metadata.
 
-use super::object::{call, pieces, root, Brick, Set};
+use super::object::{call, pieces, root, sink_handle, Brick, Set};
 use mortar_core::changed::Changed;
 use mortar_core::fop::{FileKind, TimeSet, ANON_FH};
 use mortar_core::{Attr, Fop, FsError, FsResult, Gfid, Reply, SetAttr};
@@ -119,22 +119,7 @@ impl Set {
                     if at >= sink_size && data.iter().all(|&b| b == 0) {
                         continue;
                     }
-                    let h = match fh {
-                        Some(h) => h,
-                        None => {
-                            let open = Fop::Open {
-                                gfid,
-                                flags: libc::O_WRONLY,
-                            };
-                            let Reply::Opened { fh: h } = call(k, &root(), open).await? else {
-                                return Err(FsError::new(
-                                    libc::EIO,
-                                    "open answered without a handle",
-                                ));
-                            };
-                            *fh.insert(h)
-                        }
-                    };
+                    let h = sink_handle(k, gfid, &mut fh).await?;
                     let n = data.len() as u64;
                     copied += n;
                     call(

@@ -133,6 +133,19 @@ pub(super) fn root() -> Ctx {
     Ctx::background()
 }
 
+/// The handle of `gfid` open for writing on sink `b`: `fh`, or opened now
+/// (and kept in `fh`) the first time a heal writes there.
+pub(super) async fn sink_handle(b: &Brick, gfid: Gfid, fh: &mut Option<u64>) -> FsResult<u64> {
+    if let Some(h) = *fh {
+        return Ok(h);
+    }
+    let open = Fop::Open {
+        gfid,
+        flags: libc::O_WRONLY,
+    };
+    Ok(*fh.insert(call(b, &root(), open).await?.into_fh()?))
+}
+
 /// The pieces of an object `end` bytes long to look at for `changed`: its
 /// ranges widened to whole `block`s, joined, cut into pieces of `chunk`
 /// bytes at most (offset, length).

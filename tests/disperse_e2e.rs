@@ -784,6 +784,14 @@ fn small_files_written_around_a_brick_that_writes_late_read_back_whole() {
         let got = std::fs::read(f(i)).unwrap_or_else(|e| panic!("f{i}: {e}"));
         assert_eq!(got, [data(i, 2), data(i, 3)].concat(), "f{i}");
     }
-    let status = c.ok(&["volume", "status", "wa"]);
-    assert!(status.contains("Slow: answers late"), "{status}");
+    // The mount tells the daemon which bricks it avoids with its next
+    // question to it, seconds later.
+    wait_for(
+        "the late brick in volume status",
+        Duration::from_secs(60),
+        || {
+            c.ok(&["volume", "status", "wa"])
+                .contains("Slow: answers late")
+        },
+    );
 }

@@ -419,7 +419,7 @@ impl Posix {
                 let attr = match (&dir, Name::new(n.clone())) {
                     // The listing was the caller's to read; the entries'
                     // attributes come with it.
-                    (Some(d), Ok(name)) => match self.lookup_at(&Ctx::root(), d, gfid, &name) {
+                    (Some(d), Ok(name)) => match self.lookup_pinned(&Ctx::root(), d, gfid, &name) {
                         Ok((_, a)) => Some(a),
                         // Removed since the listing was taken.
                         Err(e) if e.is(libc::ENOENT) => continue,

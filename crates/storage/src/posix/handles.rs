@@ -296,7 +296,18 @@ impl Posix {
     }
 
     pub(crate) fn stat_gfid(&self, gfid: Gfid) -> FsResult<Attr> {
-        full_attr(self.resolve(gfid)?.as_fd(), gfid)
+        let (fd, st) = self.resolve_seen(gfid)?;
+        let Some(st) = st else {
+            return full_attr(fd.as_fd(), gfid);
+        };
+        if FileKind::from_mode(st.st_mode) == FileKind::Dir {
+            // Held open for reading: its xattrs are read through it.
+            return full_attr_of(fd.as_fd(), gfid, &st, Via::Proc);
+        }
+        // Reached by its handle, a name never renamed: read by it.
+        let (idx, file) = self.index_dir(gfid)?;
+        let via = Via::Name(idx, std::ffi::OsStr::new(&file));
+        full_attr_of(fd.as_fd(), gfid, &st, via)
     }
 }
 

@@ -30,6 +30,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use xattr_at::Via;
 
 pub const GFID_XATTR: &str = "trusted.mortar.gfid";
 pub const VOLUME_ID_XATTR: &str = "trusted.mortar.volume-id";
@@ -62,6 +63,7 @@ pub mod room;
 pub mod sums;
 #[cfg(test)]
 mod tests;
+mod xattr_at;
 
 pub use attrs::{read_blame, read_changed, write_changed, BLAME_XATTR};
 use fds::{as_file, ANON_MAX};
@@ -146,7 +148,7 @@ pub(crate) fn get_open_xattr(f: impl AsFd, name: &str) -> FsResult<Vec<u8>> {
     )
 }
 
-fn read_xattr(
+pub(crate) fn read_xattr(
     mut get: impl FnMut(&mut [u8]) -> rustix::io::Result<usize>,
     query: impl Fn() -> rustix::io::Result<usize>,
 ) -> FsResult<Vec<u8>> {
@@ -191,7 +193,12 @@ pub fn remove_xattr(fd: impl AsFd, name: &str) -> FsResult<()> {
 }
 
 fn read_gfid(fd: impl AsFd) -> FsResult<Option<Gfid>> {
-    match get_xattr(fd, GFID_XATTR) {
+    read_gfid_via(fd.as_fd(), Via::Proc)
+}
+
+/// `read_gfid` of an object opened `O_PATH`, read `via`.
+fn read_gfid_via(fd: BorrowedFd<'_>, via: Via<'_>) -> FsResult<Option<Gfid>> {
+    match xattr_at::get_xattr_via(fd, via, GFID_XATTR) {
         Ok(v) => Ok(Gfid::from_slice(&v)),
         Err(e) if e.is(libc::ENODATA) => Ok(None),
         Err(e) => Err(e),
@@ -234,8 +241,14 @@ fn attr_of(st: &rfs::Stat, gfid: Gfid) -> Attr {
 /// listed (a healthy file has no blame), so an object costs as many calls
 /// as reading the blame alone did.
 fn full_attr(fd: BorrowedFd<'_>, gfid: Gfid) -> FsResult<Attr> {
-    let mut attr = attr_of(&rfs::fstat(fd)?, gfid);
-    let names = list_xattrs(fd)?;
+    full_attr_of(fd, gfid, &rfs::fstat(fd)?, Via::Proc)
+}
+
+/// `full_attr` of the object at `fd` as `st` shows it, its xattrs listed
+/// `via`.
+fn full_attr_of(fd: BorrowedFd<'_>, gfid: Gfid, st: &rfs::Stat, via: Via<'_>) -> FsResult<Attr> {
+    let mut attr = attr_of(st, gfid);
+    let names = xattr_at::list_xattrs_via(fd, via)?;
     let has = |n: &str| names.split(|&c| c == 0).any(|x| x == n.as_bytes());
     if has(BLAME_XATTR) {
         attr.blame = attrs::read_blame(fd)?;
@@ -250,7 +263,7 @@ fn full_attr(fd: BorrowedFd<'_>, gfid: Gfid) -> FsResult<Attr> {
 
 /// The names of an object's xattrs, each ended by a zero byte, through its
 /// descriptor or (`O_PATH`) its `/proc/self/fd` path, as `get_xattr`.
-fn list_xattrs(fd: BorrowedFd<'_>) -> FsResult<Vec<u8>> {
+pub(crate) fn list_xattrs(fd: BorrowedFd<'_>) -> FsResult<Vec<u8>> {
     let listed = read_xattr(|buf| rfs::flistxattr(fd, buf), || rfs::flistxattr_query(fd));
     match listed {
         Err(e) if e.is(libc::EBADF) => {

@@ -18,7 +18,9 @@ const DEFAULT_ACL_XATTR: &str = "system.posix_acl_default";
 
 impl Posix {
     /// Looks a name up, giving it a gfid (and a handle) if it was created
-    /// on the brick directly and has none yet.
+    /// on the brick directly and has none yet. Its xattrs are read by name
+    /// (`xattr_at`): only on the brick host's thread, where no change of
+    /// names runs meanwhile; elsewhere `lookup_pinned`.
     pub(crate) fn lookup_at(
         &self,
         cx: &Ctx,
@@ -26,13 +28,38 @@ impl Posix {
         parent: Gfid,
         name: &Name,
     ) -> FsResult<(OwnedFd, Attr)> {
+        let via = Via::Name(dir.as_fd(), name.as_os_str());
+        self.lookup_via(cx, dir, parent, name, via)
+    }
+
+    /// `lookup_at` reading the object's xattrs through its descriptor,
+    /// wherever changes of names may run meanwhile (a listing's
+    /// attributes, on the blocking pool).
+    pub(crate) fn lookup_pinned(
+        &self,
+        cx: &Ctx,
+        dir: &OwnedFd,
+        parent: Gfid,
+        name: &Name,
+    ) -> FsResult<(OwnedFd, Attr)> {
+        self.lookup_via(cx, dir, parent, name, Via::Proc)
+    }
+
+    fn lookup_via(
+        &self,
+        cx: &Ctx,
+        dir: &OwnedFd,
+        parent: Gfid,
+        name: &Name,
+        via: Via<'_>,
+    ) -> FsResult<(OwnedFd, Attr)> {
         if hidden(parent, name) {
             return Err(FsError::errno(libc::ENOENT));
         }
         // Searching the directory is the caller's right to check.
         let fd = as_caller(cx, || open_child(dir, name))?;
         let st = rfs::fstat(&fd)?;
-        let had = read_gfid(&fd)?;
+        let had = read_gfid_via(fd.as_fd(), via)?;
         let gfid = match had {
             Some(g) => g,
             None => {
@@ -57,14 +84,22 @@ impl Posix {
                 tracing::info!(brick = %self.path.display(), %gfid, name = ?name, "directory handle repaired");
             }
         }
-        if had.is_some() && FileKind::from_mode(st.st_mode) != FileKind::Dir && st.st_nlink == 1 {
+        let repair =
+            had.is_some() && FileKind::from_mode(st.st_mode) != FileKind::Dir && st.st_nlink == 1;
+        if repair {
             // A file with a gfid but one link only has no handle (the brick
             // was killed between setting the gfid and linking the handle):
             // made now, or the file stays unreachable by gfid and unhealed.
             self.make_file_handle(gfid, dir, name)?;
             tracing::info!(brick = %self.path.display(), %gfid, name = ?name, "file handle repaired");
         }
-        let attr = full_attr(fd.as_fd(), gfid)?;
+        // `st` still shows the object unless it was given a gfid or a
+        // handle above (a link, a changed ctime): stat again then.
+        let attr = if had.is_some() && !repair {
+            full_attr_of(fd.as_fd(), gfid, &st, via)?
+        } else {
+            full_attr(fd.as_fd(), gfid)?
+        };
         Ok((fd, attr))
     }
 

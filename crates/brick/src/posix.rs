@@ -10,10 +10,10 @@
 //! Background requests (self-heal, rebalance: `Ctx::background`) move
 //! their data on the blocking pool whatever its size: they read what nobody
 //! read lately, and a small read that waits for the disk on the calling
-//! task holds up every quick request of the brick host behind it. A brick
-//! replaced empty and rebuilt from 2,000 small files took 9.5 to 9.7 s with
-//! them on the calling task, 7.8 to 8.7 s on the pool (docs/disperse.md,
-//! "Heal").
+//! task holds up every quick request of the brick host behind it. (A brick
+//! replaced empty and rebuilt from 2,000 small files took 9.2 to 10.7 s
+//! this way; 7.8 to 8.7 s with their changes of names on the pool too,
+//! which is not safe: below; docs/disperse.md, "Heal".)
 //!
 //! Changes of names never leave the calling task, background or not: a
 //! name and its gfid are made in several steps (`mkdirat`, then the gfid

@@ -14,7 +14,9 @@
 //! from the brick root, so that nothing outside the brick is ever reached,
 //! even through a symlink planted inside it. Objects are operated on through
 //! `O_PATH` descriptors; xattrs, modes and times go through
-//! `/proc/self/fd/N`, which names exactly the object the descriptor holds.
+//! `/proc/self/fd/N`, which names exactly the object the descriptor holds,
+//! or, for xattrs read where the name cannot change meanwhile, by the name
+//! in its directory (`xattr_at`).
 
 use mortar_core::fop::{TimeSet, ANON_FH};
 use mortar_core::{

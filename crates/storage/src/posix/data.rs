@@ -418,13 +418,16 @@ impl Posix {
             for (i, (n, kind)) in names.iter().enumerate().take(end).skip(at) {
                 let attr = match (&dir, Name::new(n.clone())) {
                     // The listing was the caller's to read; the entries'
-                    // attributes come with it.
-                    (Some(d), Ok(name)) => match self.lookup_pinned(&Ctx::root(), d, gfid, &name) {
-                        Ok((_, a)) => Some(a),
-                        // Removed since the listing was taken.
-                        Err(e) if e.is(libc::ENOENT) => continue,
-                        Err(_) => None,
-                    },
+                    // attributes come with it, read through their
+                    // descriptors (this runs on the blocking pool).
+                    (Some(d), Ok(name)) => {
+                        match self.lookup_via(&Ctx::root(), d, gfid, &name, Via::Proc) {
+                            Ok((_, a)) => Some(a),
+                            // Removed since the listing was taken.
+                            Err(e) if e.is(libc::ENOENT) => continue,
+                            Err(_) => None,
+                        }
+                    }
                     _ => None,
                 };
                 out.push(DirEntry {

@@ -20,7 +20,8 @@ impl Posix {
     /// Looks a name up, giving it a gfid (and a handle) if it was created
     /// on the brick directly and has none yet. Its xattrs are read by name
     /// (`xattr_at`): only on the brick host's thread, where no change of
-    /// names runs meanwhile; elsewhere `lookup_pinned`.
+    /// names runs meanwhile; elsewhere (a listing's attributes, on the
+    /// blocking pool) `lookup_via` with `Via::Proc`.
     pub(crate) fn lookup_at(
         &self,
         cx: &Ctx,
@@ -32,20 +33,8 @@ impl Posix {
         self.lookup_via(cx, dir, parent, name, via)
     }
 
-    /// `lookup_at` reading the object's xattrs through its descriptor,
-    /// wherever changes of names may run meanwhile (a listing's
-    /// attributes, on the blocking pool).
-    pub(crate) fn lookup_pinned(
-        &self,
-        cx: &Ctx,
-        dir: &OwnedFd,
-        parent: Gfid,
-        name: &Name,
-    ) -> FsResult<(OwnedFd, Attr)> {
-        self.lookup_via(cx, dir, parent, name, Via::Proc)
-    }
-
-    fn lookup_via(
+    /// `lookup_at` with the object's xattrs read `via`.
+    pub(crate) fn lookup_via(
         &self,
         cx: &Ctx,
         dir: &OwnedFd,

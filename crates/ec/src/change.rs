@@ -7,8 +7,9 @@
 //! and a hole after it. So every fragment's length is the file's size, and
 //! one brick's answer to a stat is the file's (docs/disperse.md).
 //!
-//! A stripe a write covers whole has its parity coded from the new bytes
-//! alone. A stripe it covers in part has its parity brought up to date
+//! A stripe a write covers whole, or from its start past every old byte
+//! it held (a small file written over), has its parity coded from the new
+//! bytes alone. A stripe it covers in part has its parity brought up to date
 //! from a delta: the old bytes of the range the write changes, and the old
 //! parity of that range, are read first (`Need`), and nothing else. Bytes
 //! past the old end of the file are zeros, and are not read.
@@ -50,6 +51,10 @@ struct Stripe {
     base: u64,
     /// Whether the change gives every byte of the stripe.
     whole: bool,
+    /// Where the old content its parity still depends on ends: the file's
+    /// old size, or the stripe's start when the change covers every old
+    /// byte the stripe held (the rest of it is zeros before and after).
+    old_end: u64,
     /// The data units it changes: (unit, in-unit start, in-unit end).
     units: Vec<(usize, u64, u64)>,
     /// The in-unit range of the parity it changes.
@@ -57,12 +62,13 @@ struct Stripe {
 }
 
 impl Stripe {
-    fn new(base: u64, units: Vec<(usize, u64, u64)>, whole: bool) -> Stripe {
+    fn new(base: u64, units: Vec<(usize, u64, u64)>, whole: bool, old_end: u64) -> Stripe {
         let lo = units.iter().map(|u| u.1).min().unwrap_or(0);
         let hi = units.iter().map(|u| u.2).max().unwrap_or(0);
         Stripe {
             base,
             whole,
+            old_end,
             units,
             parity: lo..hi,
         }
@@ -235,14 +241,23 @@ impl Write {
                     (p.fragment, a, a + p.len)
                 })
                 .collect();
-            Stripe::new(s * u, units, hi - lo == sb)
+            // A write from the stripe's start past every old byte in it
+            // (a small file written over whole) leaves none of them: its
+            // parity is coded from the new bytes, nothing is read.
+            let start = s * sb;
+            let fresh = lo == start && hi >= self.old_size.min(start + sb);
+            let old_end = match fresh {
+                true => start.min(self.old_size),
+                false => self.old_size,
+            };
+            Stripe::new(s * u, units, hi - lo == sb, old_end)
         })
     }
 
     fn plan_needs(&self) -> Vec<Need> {
         let mut needs = Vec::new();
         for s in self.stripes().filter(|s| !s.whole) {
-            stripe_needs(self.g, self.r, &s, self.old_size, &mut needs);
+            stripe_needs(self.g, self.r, &s, s.old_end, &mut needs);
         }
         needs
     }
@@ -311,7 +326,7 @@ impl Write {
                 p.into_iter().map(Some).collect()
             } else {
                 let new = |i, a, b| Some(new_unit(i, s.base, a, b));
-                stripe_parity(codec, g, &s, self.old_size, &mut old, new)?
+                stripe_parity(codec, g, &s, s.old_end, &mut old, new)?
             };
             for (acc, got) in parity.iter_mut().zip(p.iter_mut()) {
                 match (acc.as_mut(), got.take()) {
@@ -374,7 +389,7 @@ impl Truncate {
                 (from < to).then_some((i, from - base, to - base))
             })
             .collect();
-        (!units.is_empty()).then(|| Stripe::new(base, units, false))
+        (!units.is_empty()).then(|| Stripe::new(base, units, false, self.old_size))
     }
 
     pub fn needs(&self) -> &[Need] {

@@ -212,6 +212,30 @@ fn whole_stripes_and_writes_past_the_end_read_nothing() {
 }
 
 #[test]
+fn a_write_over_every_old_byte_of_its_stripes_reads_nothing() {
+    let (k, r, unit) = (4, 2, 16_384u64);
+    let g = Geometry::new(k, unit);
+    // A 4 KiB file written over whole, or past its end: its old bytes go.
+    assert!(Write::new(g, r, 0, 4_096, 4_096).needs().is_empty());
+    assert!(Write::new(g, r, 0, 6_000, 4_096).needs().is_empty());
+    // From the start of stripe 1 to the old end of the file.
+    let sb = g.stripe_bytes();
+    assert!(Write::new(g, r, sb, 5_000, sb + 5_000).needs().is_empty());
+    // Old bytes left after the write, or before it, are read as before.
+    assert!(!Write::new(g, r, 0, 3_000, 4_096).needs().is_empty());
+    assert!(!Write::new(g, r, 10, 4_086, 4_096).needs().is_empty());
+    // And the parity is the file's coded anew.
+    let mut set = Set::new(k, r, unit);
+    set.write(0, &[3u8; 4_096]);
+    set.write(0, &[9u8; 4_096]);
+    set.check(&[9u8; 4_096]).unwrap();
+    set.write(0, &[5u8; 4_000]);
+    let mut want = vec![5u8; 4_000];
+    want.extend([9u8; 96]);
+    set.check(&want).unwrap();
+}
+
+#[test]
 fn a_small_overwrite_reads_its_own_range_and_the_parity_of_it() {
     let g = Geometry::new(4, 4_096);
     // 100 bytes in unit 2 of stripe 3 of a 1 MiB file.

@@ -13,6 +13,7 @@
 //! | `features/locks` | `locks/` | object locks, contention notices, revocation (`locks/table.rs`) |
 //! | `features/hold` | `hold.rs` | files a rebalance is moving: others' changes refused until they have moved |
 //! | `features/leases` | `leases/` | which clients cache what; recalled before another client's change |
+//! | `features/worm` | `worm.rs` | retention: committed files refuse every change until it ends (`features.worm-file-level`) |
 //! | `debug/profile` | `profile.rs` | metrics, `volume profile` and `volume top` of every fop |
 //!
 //! A translator handles the fops it is about and passes every other one to
@@ -28,6 +29,7 @@ pub mod posix;
 pub mod priority;
 pub mod profile;
 pub mod server;
+pub mod worm;
 
 use async_trait::async_trait;
 use mortar_core::{Ctx, Fop, FsResult, Gfid, Reply};

@@ -41,6 +41,16 @@ pub static WRITE_BEHIND: Spec = Spec {
     help: "Answers writes from the mount's memory and sends them to the bricks in order, joined into large requests; an error is reported at the file's next fsync or close; fsync waits until every write has landed, and close too unless performance.flush-behind lets it return first (GlusterFS's write-behind).",
 };
 
+/// Read by the bricks' `features/worm` (which enforces it) and by
+/// md-cache (which then answers no change of names ahead: a brick may
+/// refuse it).
+pub static WORM_FILE_LEVEL: Spec = Spec {
+    key: "features.worm-file-level",
+    kind: Kind::Bool,
+    default: "off",
+    help: "Retention of files (write once, read many), enforced by the bricks: a regular file is committed when its write permission is taken away from everyone (chmod a-w), or once it has not changed for features.auto-commit-period; a committed file refuses writes, truncation, renames, links, unlinks, attribute and xattr changes with EROFS for features.default-retention-period, and is an ordinary file again after it. Changes of names are then not answered ahead at mounts (performance.async-dirops).",
+};
+
 /// Read by write-behind (whether a close waits) and by the leases (whether
 /// a file opened for writing is claimed for its opener).
 pub static FLUSH_BEHIND: Spec = Spec {

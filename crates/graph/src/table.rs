@@ -231,6 +231,21 @@ pub static TABLE: &[Row] = &[
         about: "which clients cache which objects and names; recalled before another client's change",
     },
     Row {
+        kind: "features/worm",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        // md-cache reads the first too: no change of names answered ahead.
+        options: &[
+            &mortar_core::terms::WORM_FILE_LEVEL,
+            &mortar_brick::worm::RETENTION_PERIOD,
+            &mortar_brick::worm::AUTO_COMMIT_PERIOD,
+        ],
+        build: None,
+        brick: Some(mortar_brick::worm::build),
+        about: "retention: a committed file refuses every change with EROFS until its retention ends (features.worm-file-level)",
+    },
+    Row {
         kind: "debug/profile",
         side: Side::Brick,
         place: Place::Brick,
@@ -457,6 +472,7 @@ mod tests {
                 "features/locks",
                 "features/hold",
                 "features/leases",
+                "features/worm",
                 "debug/profile"
             ]
         );
@@ -472,6 +488,7 @@ mod tests {
                 "features/locks",
                 "features/hold",
                 "features/leases",
+                "features/worm",
                 "debug/profile"
             ]
         );

@@ -28,6 +28,35 @@ pub fn read_blame(fd: impl AsFd) -> FsResult<u32> {
     blame_of(get_xattr(fd, BLAME_XATTR))
 }
 
+/// When a file's retention began and ends (Unix seconds), as
+/// `features/worm` records it on each copy.
+pub const RETENTION_XATTR: &str = "trusted.mortar.retention";
+
+/// A file's retention record: `(since, until)`, None when it has none.
+pub fn read_retention(fd: impl AsFd) -> FsResult<Option<(i64, i64)>> {
+    match get_xattr(fd, RETENTION_XATTR) {
+        Ok(v) => {
+            let text = String::from_utf8_lossy(&v);
+            let mut it = text.split_whitespace().map(str::parse::<i64>);
+            match (it.next(), it.next()) {
+                (Some(Ok(since)), Some(Ok(until))) => Ok(Some((since, until))),
+                _ => Err(FsError::new(
+                    libc::EIO,
+                    "a retention record that does not read",
+                )),
+            }
+        }
+        Err(e) if e.is(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Records a file's retention, from `since` to `until` (Unix seconds).
+pub fn write_retention(fd: impl AsFd, since: i64, until: i64) -> FsResult<()> {
+    let v = format!("{since} {until}");
+    set_xattr(fd, RETENTION_XATTR, v.as_bytes(), rfs::XattrFlags::empty())
+}
+
 /// The changed ranges recorded on an object (`changed::CHANGED_XATTR`),
 /// None when it has no record.
 pub fn read_changed(fd: impl AsFd) -> FsResult<Option<Changed>> {

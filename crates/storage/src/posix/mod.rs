@@ -67,7 +67,10 @@ pub mod sums;
 mod tests;
 mod xattr_at;
 
-pub use attrs::{read_blame, read_changed, write_changed, BLAME_XATTR};
+pub use attrs::{
+    read_blame, read_changed, read_retention, write_changed, write_retention, BLAME_XATTR,
+    RETENTION_XATTR,
+};
 use fds::{as_file, ANON_MAX};
 pub use fds::{FdTable, Handle, Listing, OpenCounts};
 use identity::as_caller;

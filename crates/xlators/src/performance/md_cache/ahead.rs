@@ -21,7 +21,7 @@ pub static ASYNC_DIROPS: Spec = Spec {
     key: "performance.async-dirops",
     kind: Kind::Bool,
     default: "on",
-    help: "Creates, unlinks and renames of files in a directory this mount made, while no other client has looked at it, are answered at the mount and sent to the bricks behind, in order (CephFS's asynchronous directory operations). Another client's first look at the directory waits until they have landed. A change that fails on the bricks is logged and reported by the next fsync of its directory. Needs features.cache-invalidation and performance.stat-prefetch.",
+    help: "Creates, unlinks and renames of files in a directory this mount made, while no other client has looked at it, are answered at the mount and sent to the bricks behind, in order (CephFS's asynchronous directory operations). Another client's first look at the directory waits until they have landed. A change that fails on the bricks is logged and reported by the next fsync of its directory. Needs features.cache-invalidation and performance.stat-prefetch; off while features.worm-file-level is on (a brick may refuse the change).",
 };
 
 /// An object a name leads to, and its kind.

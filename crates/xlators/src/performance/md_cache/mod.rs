@@ -353,8 +353,12 @@ impl Xlator for MdCache {
     fn reconfigure(&self, options: &mortar_core::Options) {
         let t = mortar_core::terms::cache_time(options);
         self.keep_ms.store(t.as_millis() as u64, Ordering::Relaxed);
-        // The bricks claim a directory for its maker only under leases.
-        let ahead = ASYNC_DIROPS.bool(options) && t > mortar_core::terms::UNLEASED;
+        // The bricks claim a directory for its maker only under leases;
+        // with retention on, a brick may refuse an unlink or a rename the
+        // application must hear of.
+        let ahead = ASYNC_DIROPS.bool(options)
+            && t > mortar_core::terms::UNLEASED
+            && !mortar_core::terms::WORM_FILE_LEVEL.bool(options);
         self.ahead_on.store(ahead, Ordering::Relaxed);
     }
 

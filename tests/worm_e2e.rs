@@ -1,0 +1,186 @@
+//! Retention (`features.worm-file-level`) through a real mount and a raw
+//! brick connection: a committed file refuses every change until its
+//! retention ends, and is an ordinary file after it.
+
+mod common;
+use common::*;
+use mortar::core::{Ctx, Fop, Gfid, Name};
+use mortar::protocol::wire::{self, Msg};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+fn erofs(what: &str, r: std::io::Result<impl std::fmt::Debug>) {
+    match r {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{what}: {e}"),
+        Ok(v) => panic!("{what} was let through: {v:?}"),
+    }
+}
+
+fn chmod(p: &str, mode: u32) -> std::io::Result<()> {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode))
+}
+
+/// Writes `data` to the end of `p` and syncs it: the first step the
+/// bricks refuse fails it (the mount answers opens and writes ahead).
+fn append(p: &str, data: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new().append(true).open(p)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+fn truncate(p: &str) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(p).unwrap();
+    match unsafe { libc::truncate(c.as_ptr(), 1) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+fn xattr(p: &str) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(p).unwrap();
+    let r = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"user.note".as_ptr(),
+            b"x".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+#[test]
+fn a_committed_file_refuses_every_change_until_its_retention_ends() {
+    let c = Cluster::start();
+    let bricks = c.volume("wv", 3, &["w1", "w2", "w3"]);
+    c.ok(&["volume", "set", "wv", "features.worm-file-level", "on"]);
+    c.ok(&[
+        "volume",
+        "set",
+        "wv",
+        "features.default-retention-period",
+        "15",
+    ]);
+    c.ok(&["volume", "set", "wv", "features.auto-commit-period", "0"]);
+    let m = c.mount("wv");
+    // The bricks have the options once a file made read-only refuses an
+    // append.
+    let mut probe = 0;
+    wait_for("the bricks to retain", Duration::from_secs(20), || {
+        probe += 1;
+        let p = m.p(&format!("probe{probe}"));
+        fs::write(&p, b"p").unwrap();
+        chmod(&p, 0o444).unwrap();
+        append(&p, b"more").is_err()
+    });
+
+    // In a directory this mount made, whose changes of names it would
+    // otherwise answer ahead (performance.async-dirops).
+    fs::create_dir(m.p("d")).unwrap();
+    let doc = m.p("d/doc");
+    fs::write(&doc, b"kept as it is\n").unwrap();
+    fs::write(m.p("d/other"), b"other\n").unwrap();
+    fs::write(m.p("raw"), b"raw\n").unwrap();
+    chmod(&m.p("raw"), 0o444).unwrap();
+    // A file not committed changes as any other.
+    append(&doc, b"appended\n").unwrap();
+    let want = b"kept as it is\nappended\n".to_vec();
+    chmod(&doc, 0o444).unwrap();
+
+    erofs("an append", append(&doc, b"x"));
+    erofs(
+        "a write over it",
+        OpenOptions::new()
+            .write(true)
+            .open(&doc)
+            .and_then(|mut f| f.write_all(b"y").and_then(|_| f.sync_all())),
+    );
+    erofs(
+        "an open with O_TRUNC",
+        OpenOptions::new().write(true).truncate(true).open(&doc),
+    );
+    erofs("a truncation", truncate(&doc));
+    erofs("a chmod", chmod(&doc, 0o644));
+    erofs("a chown", std::os::unix::fs::chown(&doc, Some(1), None));
+    erofs("an xattr", xattr(&doc));
+    erofs("a rename", fs::rename(&doc, m.p("d/moved")));
+    erofs("a rename over it", fs::rename(m.p("d/other"), &doc));
+    erofs("a link", fs::hard_link(&doc, m.p("d/linked")));
+    erofs("an unlink", fs::remove_file(&doc));
+    assert_eq!(fs::read(&doc).unwrap(), want);
+    for b in &bricks {
+        assert_eq!(fs::read(b.join("d/doc")).unwrap(), want, "{}", b.display());
+    }
+
+    // A client of its own, with a valid credential, speaking to a brick
+    // directly: refused there too.
+    let addr = brick_addr(&c, "wv", 0);
+    let mut s = tls_connect(&addr, &c.credential());
+    s.write_all(&hello_frame(&bricks[0].display().to_string()))
+        .unwrap();
+    assert!(matches!(read_msg(&mut s), Msg::Welcome { .. }));
+    let user = Ctx {
+        internal: false,
+        ..Ctx::root()
+    };
+    let unlink = Fop::Unlink {
+        parent: Gfid::ROOT,
+        name: Name::new(&b"raw"[..]).unwrap(),
+    };
+    let call = wire::encode(&Msg::Call {
+        id: 1,
+        cx: user,
+        fop: unlink,
+    });
+    s.write_all(&call.to_vec()).unwrap();
+    match read_msg(&mut s) {
+        Msg::Answer { id: 1, result } => {
+            assert_eq!(result.err().map(|e| e.errno), Some(libc::EROFS))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(Path::new(&bricks[0].join("raw")).exists());
+
+    // Once its retention ends it is an ordinary file.
+    wait_for("the retention to end", Duration::from_secs(20), || {
+        fs::remove_file(&doc).is_ok()
+    });
+    for b in &bricks {
+        assert!(!b.join("d/doc").exists(), "{}", b.display());
+    }
+}
+
+#[test]
+fn a_file_left_unchanged_for_the_auto_commit_period_is_committed() {
+    let c = Cluster::start();
+    c.volume("wa", 3, &["a1", "a2", "a3"]);
+    c.ok(&["volume", "set", "wa", "features.worm-file-level", "on"]);
+    c.ok(&["volume", "set", "wa", "features.auto-commit-period", "2"]);
+    let m = c.mount("wa");
+    // A change within the period goes on; once it has passed without
+    // one, the next is refused (tried on fresh files until the bricks
+    // have the options).
+    let log = (0..8)
+        .map(|i| m.p(&format!("log{i}")))
+        .find(|log| {
+            fs::write(log, b"one\n").unwrap();
+            append(log, b"two\n").unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            append(log, b"more\n").is_err()
+        })
+        .expect("a file left alone for the period is committed");
+    erofs("an unlink", fs::remove_file(&log));
+    assert_eq!(fs::read(&log).unwrap(), b"one\ntwo\n");
+    // Turned off, files change again.
+    c.ok(&["volume", "set", "wa", "features.worm-file-level", "off"]);
+    wait_for("worm off at the bricks", Duration::from_secs(20), || {
+        fs::remove_file(&log).is_ok()
+    });
+}

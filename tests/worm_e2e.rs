@@ -184,3 +184,80 @@ fn a_file_left_unchanged_for_the_auto_commit_period_is_committed() {
         fs::remove_file(&log).is_ok()
     });
 }
+
+/// Sets a file's access time alone (`touch -a -d @SECS`).
+fn set_atime(p: &str, secs: i64) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(p).unwrap();
+    let times = [
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+    ];
+    match unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+#[test]
+fn retention_is_moved_by_the_access_time_as_its_mode_allows_and_may_outlive_deletion() {
+    let c = Cluster::start();
+    c.volume("wm", 3, &["m1", "m2", "m3"]);
+    for (k, v) in [
+        ("features.worm-file-level", "on"),
+        ("features.default-retention-period", "600"),
+        ("features.auto-commit-period", "0"),
+        ("features.retention-mode", "enterprise"),
+        ("features.worm-files-deletable", "off"),
+    ] {
+        c.ok(&["volume", "set", "wm", k, v]);
+    }
+    c.fails(&["volume", "set", "wm", "features.retention-mode", "lax"]);
+    let m = c.mount("wm");
+    let f = m.p("f");
+    let mut n = 0;
+    wait_for("the bricks to retain", Duration::from_secs(20), || {
+        n += 1;
+        fs::write(&f, format!("{n}\n")).unwrap();
+        chmod(&f, 0o444).unwrap();
+        append(&f, b"x").is_err() || {
+            chmod(&f, 0o644).unwrap();
+            false
+        }
+    });
+    // Enterprise: only later.
+    erofs("an earlier end", set_atime(&f, unix_now() + 2));
+    set_atime(&f, unix_now() + 900).unwrap();
+    erofs("an append", append(&f, b"x"));
+    // Relax: earlier too.
+    c.ok(&["volume", "set", "wm", "features.retention-mode", "relax"]);
+    wait_for("relax at the bricks", Duration::from_secs(20), || {
+        set_atime(&f, unix_now() + 2).is_ok()
+    });
+    // Its retention over, it changes again, but is never deleted.
+    wait_for("the retention to end", Duration::from_secs(20), || {
+        chmod(&f, 0o644).is_ok()
+    });
+    append(&f, b"y").unwrap();
+    erofs("an unlink", fs::remove_file(&f));
+    erofs("a rename over it", {
+        fs::write(m.p("g"), b"g").unwrap();
+        fs::rename(m.p("g"), &f)
+    });
+    c.ok(&["volume", "set", "wm", "features.worm-files-deletable", "on"]);
+    wait_for("deletable at the bricks", Duration::from_secs(20), || {
+        fs::remove_file(&f).is_ok()
+    });
+}

@@ -9,8 +9,11 @@
 //! the copy (`RETENTION_XATTR`: since, until). Until then every change of
 //! the file is refused with EROFS: an open for writing or truncation, a
 //! write, fallocate, setattr, xattr change, a link to it, an unlink or a
-//! rename of it or over it. After it, it is an ordinary file again, until
-//! the next `chmod a-w` commits it anew.
+//! rename of it or over it; but a setattr of its access time alone, to a
+//! given time, moves the end of its retention there (later, or in
+//! `features.retention-mode relax` earlier too). After it, it is an
+//! ordinary file again, until the next `chmod a-w` commits it anew;
+//! with `features.worm-files-deletable off` it is never deleted.
 //!
 //! The pool's own requests (`Ctx::internal`, honoured from the pool's
 //! servers only: self-heal, rebalance) pass, so copies can be healed and
@@ -19,6 +22,7 @@
 
 use super::{BrickEnv, BrickXlator, Conn};
 use async_trait::async_trait;
+use mortar_core::fop::TimeSet;
 use mortar_core::options::{Kind, Spec};
 use mortar_core::terms::WORM_FILE_LEVEL;
 use mortar_core::{Attr, Ctx, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply};
@@ -43,12 +47,39 @@ pub static AUTO_COMMIT_PERIOD: Spec = Spec {
     help: "Seconds after its last change (its ctime) at which a file is committed under features.worm-file-level, at its next change; 0: only chmod a-w commits.",
 };
 
+pub static RETENTION_MODE: Spec = Spec {
+    key: "features.retention-mode",
+    kind: Kind::Enum(&["relax", "enterprise"]),
+    default: "relax",
+    help: "How the end of a retained file's retention may be moved, by setting its access time to it (touch -a -d TIME): relax, earlier or later; enterprise, only later.",
+};
+
+pub static FILES_DELETABLE: Spec = Spec {
+    key: "features.worm-files-deletable",
+    kind: Kind::Bool,
+    default: "on",
+    help: "Whether a file may be deleted (or renamed over) once its retention has ended; off: a file once committed is never deleted, though it may change again.",
+};
+
 pub struct Worm {
     below: Arc<dyn BrickXlator>,
     posix: Arc<Posix>,
     on: AtomicBool,
     period: AtomicI64,
     auto: AtomicI64,
+    enterprise: AtomicBool,
+    deletable: AtomicBool,
+}
+
+/// Where a file stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Never committed (or not a regular file).
+    Free,
+    /// Committed, and retained until `until` (Unix seconds).
+    Retained { since: i64, until: i64 },
+    /// Committed once; its retention has ended.
+    Ended,
 }
 
 pub fn build(
@@ -62,6 +93,8 @@ pub fn build(
         on: AtomicBool::new(false),
         period: AtomicI64::new(120),
         auto: AtomicI64::new(180),
+        enterprise: AtomicBool::new(false),
+        deletable: AtomicBool::new(true),
     })))
 }
 
@@ -92,25 +125,31 @@ fn retained(what: &str, until: i64) -> FsError {
 }
 
 impl Worm {
-    /// Until when the file is retained, if it is now: committing it first
-    /// when it has not changed for the auto-commit period.
-    fn retained_until(&self, attr: &Attr) -> FsResult<Option<i64>> {
+    /// Where the file stands now: committing it first when it has not
+    /// changed for the auto-commit period.
+    fn state(&self, attr: &Attr) -> FsResult<State> {
         if attr.kind != FileKind::File {
-            return Ok(None);
+            return Ok(State::Free);
         }
         let fd = self.posix.resolve(attr.gfid)?;
         let t = now();
-        if let Some((_, until)) = read_retention(&*fd)? {
-            return Ok((until > t).then_some(until));
+        if let Some((since, until)) = read_retention(&*fd)? {
+            return Ok(match until > t {
+                true => State::Retained { since, until },
+                false => State::Ended,
+            });
         }
         let auto = self.auto.load(Ordering::Relaxed);
         if auto == 0 || t - attr.ctime.0 < auto {
-            return Ok(None);
+            return Ok(State::Free);
         }
         let until = t + self.period.load(Ordering::Relaxed);
         write_retention(&*fd, t, until)?;
         tracing::info!(brick = %self.posix.path().display(), gfid = %attr.gfid, "committed after {auto} s without a change: retained until {until}");
-        Ok((until > t).then_some(until))
+        Ok(match until > t {
+            true => State::Retained { since: t, until },
+            false => State::Ended,
+        })
     }
 
     fn attr(&self, conn: &Conn, gfid: Gfid) -> FsResult<Attr> {
@@ -119,17 +158,30 @@ impl Worm {
             .into_attr()
     }
 
-    /// Refuses a change of `gfid` while it is retained.
-    fn guard(&self, conn: &Conn, gfid: Gfid) -> FsResult<()> {
-        let attr = self.attr(conn, gfid)?;
-        match self.retained_until(&attr)? {
-            Some(until) => Err(retained(&format!("file {gfid}"), until)),
-            None => Ok(()),
+    /// Whether a change may reach a file in `state`: never while it is
+    /// retained; a removal of its name (`removes`) never once it was
+    /// committed, when committed files are not deletable.
+    fn allows(&self, state: State, removes: bool, what: &str) -> FsResult<()> {
+        match state {
+            State::Retained { until, .. } => Err(retained(what, until)),
+            State::Ended if removes && !self.deletable.load(Ordering::Relaxed) => {
+                Err(FsError::new(
+                    libc::EROFS,
+                    format!("{what} was committed: it is never deleted (features.worm-files-deletable off)"),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
-    /// Refuses a change of the file `name` in `parent` leads to, if any,
-    /// while it is retained.
+    /// Refuses a change of `gfid` while it is retained.
+    fn guard(&self, conn: &Conn, gfid: Gfid) -> FsResult<()> {
+        let attr = self.attr(conn, gfid)?;
+        self.allows(self.state(&attr)?, false, &format!("file {gfid}"))
+    }
+
+    /// Refuses the removal of the name `name` in `parent` (an unlink, a
+    /// rename of it or over it) where the file it leads to may not go.
     fn guard_name(&self, conn: &Conn, parent: Gfid, name: &Name) -> FsResult<()> {
         let lookup = Fop::Lookup {
             parent,
@@ -140,23 +192,59 @@ impl Worm {
             Err(e) if e.is(libc::ENOENT) => return Ok(()),
             Err(e) => return Err(e),
         };
-        match self.retained_until(&attr)? {
-            Some(until) => Err(retained(&format!("{name:?}"), until)),
-            None => Ok(()),
-        }
+        self.allows(self.state(&attr)?, true, &format!("{name:?}"))
     }
 
-    /// Refuses `fop` if it would change a retained file.
-    fn check(&self, conn: &Conn, fop: &Fop) -> FsResult<()> {
+    /// A setattr of the access time alone, to a given time, on a retained
+    /// file sets when its retention ends (GlusterFS's rule): later in
+    /// either mode, earlier only in `relax`. The retention to record once
+    /// it has passed; Err where the mode forbids it; None for any other
+    /// setattr.
+    fn retention_change(
+        &self,
+        conn: &Conn,
+        gfid: Gfid,
+        set: &mortar_core::SetAttr,
+    ) -> FsResult<Option<(i64, i64)>> {
+        let only_atime = mortar_core::SetAttr {
+            atime: set.atime,
+            ..Default::default()
+        };
+        let Some(TimeSet::At(to, _)) = set.atime else {
+            return Ok(None);
+        };
+        if *set != only_atime {
+            return Ok(None);
+        }
+        let State::Retained { since, until } = self.state(&self.attr(conn, gfid)?)? else {
+            return Ok(None);
+        };
+        if to < until && self.enterprise.load(Ordering::Relaxed) {
+            return Err(FsError::new(
+                libc::EROFS,
+                format!("file {gfid}: its retention may only be lengthened (features.retention-mode enterprise)"),
+            ));
+        }
+        Ok(Some((since, to)))
+    }
+
+    /// Refuses `fop` if it would change a retained file (or remove one no
+    /// longer deletable); answers a retention to record once it is done.
+    fn check(&self, conn: &Conn, fop: &Fop) -> FsResult<Option<(i64, i64)>> {
         match fop {
-            Fop::Open { gfid, flags } if opens_for_change(*flags) => self.guard(conn, *gfid),
+            Fop::Setattr { gfid, set } => match self.retention_change(conn, *gfid, set)? {
+                Some(r) => Ok(Some(r)),
+                None => self.guard(conn, *gfid).map(|()| None),
+            },
+            Fop::Open { gfid, flags } if opens_for_change(*flags) => {
+                self.guard(conn, *gfid).map(|()| None)
+            }
             Fop::Write { gfid, .. }
             | Fop::Fallocate { gfid, .. }
-            | Fop::Setattr { gfid, .. }
             | Fop::Setxattr { gfid, .. }
             | Fop::Removexattr { gfid, .. }
-            | Fop::Link { gfid, .. } => self.guard(conn, *gfid),
-            Fop::Unlink { parent, name } => self.guard_name(conn, *parent, name),
+            | Fop::Link { gfid, .. } => self.guard(conn, *gfid).map(|()| None),
+            Fop::Unlink { parent, name } => self.guard_name(conn, *parent, name).map(|()| None),
             Fop::Rename {
                 parent,
                 name,
@@ -165,9 +253,9 @@ impl Worm {
                 ..
             } => {
                 self.guard_name(conn, *parent, name)?;
-                self.guard_name(conn, *newparent, newname)
+                self.guard_name(conn, *newparent, newname).map(|()| None)
             }
-            _ => Ok(()),
+            _ => Ok(None),
         }
     }
 
@@ -189,12 +277,17 @@ impl BrickXlator for Worm {
         if cx.internal || !self.on.load(Ordering::Relaxed) {
             return self.below.call(conn, cx, fop).await;
         }
-        self.check(conn, &fop)?;
+        // (Only a setattr answers a retention to record.)
+        let retain = self.check(conn, &fop)?.map(|r| (fop.gfid(), r));
         let commit = match &fop {
             Fop::Setattr { gfid, set } if commits(set) => Some(*gfid),
             _ => None,
         };
         let reply = self.below.call(conn, cx, fop).await?;
+        if let Some((gfid, (since, until))) = retain {
+            write_retention(&*self.posix.resolve(gfid)?, since, until)?;
+            tracing::info!(brick = %self.posix.path().display(), %gfid, "retention set to end at {until}");
+        }
         if let Some(gfid) = commit {
             if let Reply::Attr(a) = &reply {
                 if a.kind == FileKind::File {
@@ -212,6 +305,12 @@ impl BrickXlator for Worm {
             .store(RETENTION_PERIOD.int(options), Ordering::Relaxed);
         self.auto
             .store(AUTO_COMMIT_PERIOD.int(options), Ordering::Relaxed);
+        self.enterprise.store(
+            RETENTION_MODE.str(options) == "enterprise",
+            Ordering::Relaxed,
+        );
+        self.deletable
+            .store(FILES_DELETABLE.bool(options), Ordering::Relaxed);
     }
 
     fn dump(&self) -> Vec<String> {

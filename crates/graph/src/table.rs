@@ -240,6 +240,8 @@ pub static TABLE: &[Row] = &[
             &mortar_core::terms::WORM_FILE_LEVEL,
             &mortar_brick::worm::RETENTION_PERIOD,
             &mortar_brick::worm::AUTO_COMMIT_PERIOD,
+            &mortar_brick::worm::RETENTION_MODE,
+            &mortar_brick::worm::FILES_DELETABLE,
         ],
         build: None,
         brick: Some(mortar_brick::worm::build),

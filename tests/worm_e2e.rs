@@ -9,7 +9,6 @@ use mortar::protocol::wire::{self, Msg};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::Duration;
 
 fn erofs(what: &str, r: std::io::Result<impl std::fmt::Debug>) {
@@ -146,7 +145,30 @@ fn a_committed_file_refuses_every_change_until_its_retention_ends() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(Path::new(&bricks[0].join("raw")).exists());
+    // A create of its name, which opens the file that is there.
+    let create = wire::encode(&Msg::Call {
+        id: 2,
+        cx: Ctx {
+            internal: false,
+            ..Ctx::root()
+        },
+        fop: Fop::Create {
+            parent: Gfid::ROOT,
+            name: Name::new(&b"raw"[..]).unwrap(),
+            gfid: Gfid::random(),
+            mode: 0o644,
+            umask: 0,
+            flags: libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        },
+    });
+    s.write_all(&create.to_vec()).unwrap();
+    match read_msg(&mut s) {
+        Msg::Answer { id: 2, result } => {
+            assert_eq!(result.err().map(|e| e.errno), Some(libc::EROFS))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fs::read(bricks[0].join("raw")).unwrap(), b"raw\n");
 
     // Once its retention ends it is an ordinary file.
     wait_for("the retention to end", Duration::from_secs(20), || {
@@ -226,26 +248,34 @@ fn retention_is_moved_by_the_access_time_as_its_mode_allows_and_may_outlive_dele
     }
     c.fails(&["volume", "set", "wm", "features.retention-mode", "lax"]);
     let m = c.mount("wm");
-    let f = m.p("f");
+    // Files committed until the bricks have the options (each tried
+    // once: a brick that had them first would keep a file committed).
     let mut n = 0;
-    wait_for("the bricks to retain", Duration::from_secs(20), || {
+    let mut probe = || {
         n += 1;
-        fs::write(&f, format!("{n}\n")).unwrap();
-        chmod(&f, 0o444).unwrap();
-        append(&f, b"x").is_err() || {
-            chmod(&f, 0o644).unwrap();
-            false
-        }
+        let p = m.p(&format!("probe{n}"));
+        fs::write(&p, b"p").unwrap();
+        chmod(&p, 0o444).unwrap();
+        p
+    };
+    wait_for("the bricks to retain", Duration::from_secs(20), || {
+        append(&probe(), b"x").is_err()
     });
+    let f = m.p("f");
+    fs::write(&f, b"f\n").unwrap();
+    chmod(&f, 0o444).unwrap();
     // Enterprise: only later.
     erofs("an earlier end", set_atime(&f, unix_now() + 2));
     set_atime(&f, unix_now() + 900).unwrap();
     erofs("an append", append(&f, b"x"));
-    // Relax: earlier too.
+    // Relax: earlier too, once every brick has it (a probe's end moved,
+    // and a moment for the others).
     c.ok(&["volume", "set", "wm", "features.retention-mode", "relax"]);
     wait_for("relax at the bricks", Duration::from_secs(20), || {
-        set_atime(&f, unix_now() + 2).is_ok()
+        set_atime(&probe(), unix_now() + 1).is_ok()
     });
+    std::thread::sleep(Duration::from_secs(1));
+    set_atime(&f, unix_now() + 2).unwrap();
     // Its retention over, it changes again, but is never deleted.
     wait_for("the retention to end", Duration::from_secs(20), || {
         chmod(&f, 0o644).is_ok()

@@ -8,8 +8,8 @@
 //! (its ctime, which no client can set back). The commit is recorded on
 //! the copy (`RETENTION_XATTR`: since, until). Until then every change of
 //! the file is refused with EROFS: an open for writing or truncation, a
-//! write, fallocate, setattr, xattr change, a link to it, an unlink or a
-//! rename of it or over it; but a setattr of its access time alone, to a
+//! write, fallocate, setattr, xattr change, a link to it, a create of
+//! its name that would open it, an unlink or a rename of it or over it; but a setattr of its access time alone, to a
 //! given time, moves the end of its retention there (later, or in
 //! `features.retention-mode relax` earlier too). After it, it is an
 //! ordinary file again, until the next `chmod a-w` commits it anew;
@@ -180,9 +180,10 @@ impl Worm {
         self.allows(self.state(&attr)?, false, &format!("file {gfid}"))
     }
 
-    /// Refuses the removal of the name `name` in `parent` (an unlink, a
-    /// rename of it or over it) where the file it leads to may not go.
-    fn guard_name(&self, conn: &Conn, parent: Gfid, name: &Name) -> FsResult<()> {
+    /// Refuses a change of the file the name `name` in `parent` leads to,
+    /// if any: the removal of the name (`removes`: an unlink, a rename of
+    /// it or over it) or an open of it.
+    fn guard_name(&self, conn: &Conn, parent: Gfid, name: &Name, removes: bool) -> FsResult<()> {
         let lookup = Fop::Lookup {
             parent,
             name: name.clone(),
@@ -192,7 +193,7 @@ impl Worm {
             Err(e) if e.is(libc::ENOENT) => return Ok(()),
             Err(e) => return Err(e),
         };
-        self.allows(self.state(&attr)?, true, &format!("{name:?}"))
+        self.allows(self.state(&attr)?, removes, &format!("{name:?}"))
     }
 
     /// A setattr of the access time alone, to a given time, on a retained
@@ -244,7 +245,18 @@ impl Worm {
             | Fop::Setxattr { gfid, .. }
             | Fop::Removexattr { gfid, .. }
             | Fop::Link { gfid, .. } => self.guard(conn, *gfid).map(|()| None),
-            Fop::Unlink { parent, name } => self.guard_name(conn, *parent, name).map(|()| None),
+            // A create of a name that is there opens that file.
+            Fop::Create {
+                parent,
+                name,
+                flags,
+                ..
+            } if flags & libc::O_EXCL == 0 && opens_for_change(*flags) => {
+                self.guard_name(conn, *parent, name, false).map(|()| None)
+            }
+            Fop::Unlink { parent, name } => {
+                self.guard_name(conn, *parent, name, true).map(|()| None)
+            }
             Fop::Rename {
                 parent,
                 name,
@@ -252,8 +264,9 @@ impl Worm {
                 newname,
                 ..
             } => {
-                self.guard_name(conn, *parent, name)?;
-                self.guard_name(conn, *newparent, newname).map(|()| None)
+                self.guard_name(conn, *parent, name, true)?;
+                self.guard_name(conn, *newparent, newname, true)
+                    .map(|()| None)
             }
             _ => Ok(None),
         }

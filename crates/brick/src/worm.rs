@@ -328,7 +328,7 @@ impl BrickXlator for Worm {
 
     fn dump(&self) -> Vec<String> {
         vec![format!(
-            "worm-file-level {} retention {} s auto-commit {} s",
+            "worm-file-level {} retention {} s auto-commit {} s mode {} deletable {}",
             if self.on.load(Ordering::Relaxed) {
                 "on"
             } else {
@@ -336,6 +336,12 @@ impl BrickXlator for Worm {
             },
             self.period.load(Ordering::Relaxed),
             self.auto.load(Ordering::Relaxed),
+            if self.enterprise.load(Ordering::Relaxed) {
+                "enterprise"
+            } else {
+                "relax"
+            },
+            self.deletable.load(Ordering::Relaxed),
         )]
     }
 }

@@ -128,7 +128,8 @@ impl Worm {
     /// Where the file stands now: committing it first when it has not
     /// changed for the auto-commit period.
     fn state(&self, attr: &Attr) -> FsResult<State> {
-        if attr.kind != FileKind::File {
+        // (A distribute pointer is the volume's bookkeeping, not a file.)
+        if attr.kind != FileKind::File || attr.linkto.is_some() {
             return Ok(State::Free);
         }
         let fd = self.posix.resolve(attr.gfid)?;
@@ -181,8 +182,8 @@ impl Worm {
     }
 
     /// Refuses a change of the file the name `name` in `parent` leads to,
-    /// if any: the removal of the name (`removes`: an unlink, a rename of
-    /// it or over it) or an open of it.
+    /// if any: the removal of that file (`removes`: an unlink, a rename
+    /// over it), or an open or a rename of it.
     fn guard_name(&self, conn: &Conn, parent: Gfid, name: &Name, removes: bool) -> FsResult<()> {
         let lookup = Fop::Lookup {
             parent,
@@ -264,7 +265,8 @@ impl Worm {
                 newname,
                 ..
             } => {
-                self.guard_name(conn, *parent, name, true)?;
+                // (The file renamed stays; the one renamed over goes.)
+                self.guard_name(conn, *parent, name, false)?;
                 self.guard_name(conn, *newparent, newname, true)
                     .map(|()| None)
             }

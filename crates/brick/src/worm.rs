@@ -22,7 +22,7 @@
 
 use super::{BrickEnv, BrickXlator, Conn};
 use async_trait::async_trait;
-use mortar_core::fop::TimeSet;
+use mortar_core::fop::{SetAttr, TimeSet};
 use mortar_core::options::{Kind, Spec};
 use mortar_core::terms::WORM_FILE_LEVEL;
 use mortar_core::{Attr, Ctx, FileKind, Fop, FsError, FsResult, Gfid, Name, Reply};
@@ -82,6 +82,13 @@ enum State {
     Ended,
 }
 
+/// A retention to record on a copy, and why.
+struct Record {
+    since: i64,
+    until: i64,
+    why: &'static str,
+}
+
 pub fn build(
     env: &BrickEnv,
     below: Option<Arc<dyn BrickXlator>>,
@@ -110,8 +117,24 @@ fn opens_for_change(flags: i32) -> bool {
 }
 
 /// Whether a setattr commits: it leaves the file no write permission.
-fn commits(set: &mortar_core::SetAttr) -> bool {
+fn commits(set: &SetAttr) -> bool {
     set.mode.is_some_and(|m| m & 0o222 == 0)
+}
+
+/// The time a setattr of the access time alone sets it to, if that is
+/// all it does (`touch -a -d`; not `touch -a`, which sets it to now).
+fn atime_alone(set: &SetAttr) -> Option<i64> {
+    match set {
+        SetAttr {
+            atime: Some(TimeSet::At(to, _)),
+            mode: None,
+            uid: None,
+            gid: None,
+            size: None,
+            mtime: None,
+        } => Some(*to),
+        _ => None,
+    }
 }
 
 fn retained(what: &str, until: i64) -> FsError {
@@ -145,8 +168,16 @@ impl Worm {
             return Ok(State::Free);
         }
         let until = t + self.period.load(Ordering::Relaxed);
-        write_retention(&*fd, t, until)?;
-        tracing::info!(brick = %self.posix.path().display(), gfid = %attr.gfid, "committed after {auto} s without a change: retained until {until}");
+        let why = "committed (unchanged for the auto-commit period)";
+        self.record(
+            &*fd,
+            attr.gfid,
+            &Record {
+                since: t,
+                until,
+                why,
+            },
+        )?;
         Ok(match until > t {
             true => State::Retained { since: t, until },
             false => State::Ended,
@@ -197,47 +228,52 @@ impl Worm {
         self.allows(self.state(&attr)?, removes, &format!("{name:?}"))
     }
 
-    /// A setattr of the access time alone, to a given time, on a retained
-    /// file sets when its retention ends (GlusterFS's rule): later in
-    /// either mode, earlier only in `relax`. The retention to record once
-    /// it has passed; Err where the mode forbids it; None for any other
-    /// setattr.
-    fn retention_change(
-        &self,
-        conn: &Conn,
-        gfid: Gfid,
-        set: &mortar_core::SetAttr,
-    ) -> FsResult<Option<(i64, i64)>> {
-        let only_atime = mortar_core::SetAttr {
-            atime: set.atime,
-            ..Default::default()
-        };
-        let Some(TimeSet::At(to, _)) = set.atime else {
-            return Ok(None);
-        };
-        if *set != only_atime {
-            return Ok(None);
+    /// What a setattr may do to a file, read once: on a retained file, a
+    /// setattr of the access time alone, to a given time, sets when its
+    /// retention ends (GlusterFS's rule; later in either mode, earlier
+    /// only in `relax`), and any other is refused; on another file, one
+    /// that takes every write permission away commits it from now. The
+    /// retention to record once the setattr has passed.
+    fn setattr(&self, conn: &Conn, gfid: Gfid, set: &SetAttr) -> FsResult<Option<Record>> {
+        let attr = self.attr(conn, gfid)?;
+        let state = self.state(&attr)?;
+        if let (State::Retained { since, until }, Some(to)) = (state, atime_alone(set)) {
+            if to < until && self.enterprise.load(Ordering::Relaxed) {
+                return Err(FsError::new(
+                    libc::EROFS,
+                    format!("file {gfid}: its retention may only be lengthened (features.retention-mode enterprise)"),
+                ));
+            }
+            return Ok(Some(Record {
+                since,
+                until: to,
+                why: "its end moved",
+            }));
         }
-        let State::Retained { since, until } = self.state(&self.attr(conn, gfid)?)? else {
-            return Ok(None);
-        };
-        if to < until && self.enterprise.load(Ordering::Relaxed) {
-            return Err(FsError::new(
-                libc::EROFS,
-                format!("file {gfid}: its retention may only be lengthened (features.retention-mode enterprise)"),
-            ));
-        }
-        Ok(Some((since, to)))
+        self.allows(state, false, &format!("file {gfid}"))?;
+        let file = attr.kind == FileKind::File && attr.linkto.is_none();
+        Ok((file && commits(set)).then(|| {
+            let t = now();
+            Record {
+                since: t,
+                until: t + self.period.load(Ordering::Relaxed),
+                why: "committed (write permission taken away)",
+            }
+        }))
+    }
+
+    /// Records on the copy open at `fd` that file `gfid` is retained.
+    fn record(&self, fd: impl std::os::fd::AsFd, gfid: Gfid, r: &Record) -> FsResult<()> {
+        write_retention(fd, r.since, r.until)?;
+        tracing::info!(brick = %self.posix.path().display(), %gfid, "{}: retained until {}", r.why, r.until);
+        Ok(())
     }
 
     /// Refuses `fop` if it would change a retained file (or remove one no
     /// longer deletable); answers a retention to record once it is done.
-    fn check(&self, conn: &Conn, fop: &Fop) -> FsResult<Option<(i64, i64)>> {
+    fn check(&self, conn: &Conn, fop: &Fop) -> FsResult<Option<Record>> {
         match fop {
-            Fop::Setattr { gfid, set } => match self.retention_change(conn, *gfid, set)? {
-                Some(r) => Ok(Some(r)),
-                None => self.guard(conn, *gfid).map(|()| None),
-            },
+            Fop::Setattr { gfid, set } => self.setattr(conn, *gfid, set),
             Fop::Open { gfid, flags } if opens_for_change(*flags) => {
                 self.guard(conn, *gfid).map(|()| None)
             }
@@ -273,17 +309,6 @@ impl Worm {
             _ => Ok(None),
         }
     }
-
-    /// After a setattr that took every write permission away: the file is
-    /// committed from now.
-    fn commit(&self, gfid: Gfid) -> FsResult<()> {
-        let fd = self.posix.resolve(gfid)?;
-        let t = now();
-        let until = t + self.period.load(Ordering::Relaxed);
-        write_retention(&*fd, t, until)?;
-        tracing::info!(brick = %self.posix.path().display(), %gfid, "committed (write permission taken away): retained until {until}");
-        Ok(())
-    }
 }
 
 #[async_trait]
@@ -293,22 +318,10 @@ impl BrickXlator for Worm {
             return self.below.call(conn, cx, fop).await;
         }
         // (Only a setattr answers a retention to record.)
-        let retain = self.check(conn, &fop)?.map(|r| (fop.gfid(), r));
-        let commit = match &fop {
-            Fop::Setattr { gfid, set } if commits(set) => Some(*gfid),
-            _ => None,
-        };
+        let record = self.check(conn, &fop)?.map(|r| (fop.gfid(), r));
         let reply = self.below.call(conn, cx, fop).await?;
-        if let Some((gfid, (since, until))) = retain {
-            write_retention(&*self.posix.resolve(gfid)?, since, until)?;
-            tracing::info!(brick = %self.posix.path().display(), %gfid, "retention set to end at {until}");
-        }
-        if let Some(gfid) = commit {
-            if let Reply::Attr(a) = &reply {
-                if a.kind == FileKind::File {
-                    self.commit(gfid)?;
-                }
-            }
+        if let Some((gfid, r)) = record {
+            self.record(&*self.posix.resolve(gfid)?, gfid, &r)?;
         }
         Ok(reply)
     }
@@ -358,7 +371,7 @@ mod tests {
         assert!(opens_for_change(libc::O_WRONLY | libc::O_APPEND));
         assert!(opens_for_change(libc::O_RDWR));
         assert!(opens_for_change(libc::O_RDONLY | libc::O_TRUNC));
-        let set = |mode| mortar_core::SetAttr {
+        let set = |mode| SetAttr {
             mode,
             ..Default::default()
         };
@@ -367,5 +380,20 @@ mod tests {
         assert!(!commits(&set(Some(0o644))));
         assert!(!commits(&set(Some(0o464))));
         assert!(!commits(&set(None)));
+        let at = SetAttr {
+            atime: Some(TimeSet::At(2_000_000_000, 0)),
+            ..Default::default()
+        };
+        assert_eq!(atime_alone(&at), Some(2_000_000_000));
+        let now = SetAttr {
+            atime: Some(TimeSet::Now),
+            ..Default::default()
+        };
+        assert_eq!(atime_alone(&now), None);
+        let both = SetAttr {
+            mode: Some(0o644),
+            ..at
+        };
+        assert_eq!(atime_alone(&both), None);
     }
 }

@@ -462,7 +462,8 @@ impl Daemon {
         let p = Path::new(&brick.path);
         let init = || -> Result<(), Error> {
             check_local_brick(p, force, rejoin.then_some(volume_id.as_str()))?;
-            std::fs::create_dir_all(p)
+            // (On btrfs, a subvolume: its snapshots cost one call.)
+            mortar_storage::snapshot::make_brick_dir(p)
                 .map_err(|e| format!("cannot create {}: {e}", p.display()))?;
             rustix::fs::setxattr(
                 p,

@@ -1,0 +1,215 @@
+use super::*;
+
+#[test]
+fn snapshot_names_are_single_plain_components() {
+    for good in ["s1", "nightly_GMT-2026.12.07-21.00.00", "a.b-c"] {
+        assert!(valid_name(good), "{good}");
+    }
+    for bad in [
+        "",
+        ".",
+        "..",
+        ".hidden",
+        "-x",
+        "a/b",
+        "a b",
+        "é",
+        &"x".repeat(201),
+    ] {
+        assert!(!valid_name(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_brick_without_a_mechanism_refuses_and_keeps_nothing() {
+    let fs = LoopFs::new("ext4");
+    let brick = fs.dir.join("brick");
+    make_brick_dir(&brick).unwrap();
+    fill(&brick);
+    let why = mechanism(&brick).unwrap_err();
+    assert!(why.contains("no snapshot mechanism"), "{why}");
+    let e = take(&brick, "s1").unwrap_err();
+    assert!(e.to_string().contains("no snapshot mechanism"), "{e}");
+    assert!(list(&brick).unwrap().is_empty());
+    assert!(take(&brick, "../x").is_err());
+    assert_eq!(
+        std::fs::read(brick.join("d/e/f")).unwrap(),
+        vec![7u8; 100_000]
+    );
+}
+
+/// A file system of `kind` on a loop-mounted image, unmounted and
+/// removed when dropped. Panics saying what to install when its tools
+/// are missing.
+struct LoopFs {
+    image: PathBuf,
+    dir: PathBuf,
+}
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {cmd} ({e}): install it (Debian: btrfs-progs, xfsprogs, mount)")
+        });
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl LoopFs {
+    fn new(kind: &str) -> LoopFs {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let base =
+            std::env::temp_dir().join(format!("mortar-snap-{kind}-{}-{n}", std::process::id()));
+        let (image, dir) = (base.with_extension("img"), base.with_extension("mnt"));
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(512 << 20)
+            .unwrap();
+        match kind {
+            "btrfs" => run("mkfs.btrfs", &["-q", "-f", image.to_str().unwrap()]),
+            "ext4" => run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]),
+            _ => run(
+                "mkfs.xfs",
+                &["-q", "-f", "-m", "reflink=1", image.to_str().unwrap()],
+            ),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        run(
+            "mount",
+            &["-o", "loop", image.to_str().unwrap(), dir.to_str().unwrap()],
+        );
+        LoopFs { image, dir }
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// A small brick: files, a hard link, a symlink, a fifo, xattrs, owners.
+fn fill(brick: &Path) {
+    use std::os::unix::fs::{chown, symlink};
+    std::fs::create_dir_all(brick.join(".mortar/gfid")).unwrap();
+    std::fs::create_dir_all(brick.join("d/e")).unwrap();
+    std::fs::write(brick.join("d/e/f"), vec![7u8; 100_000]).unwrap();
+    std::fs::hard_link(brick.join("d/e/f"), brick.join(".mortar/gfid/f")).unwrap();
+    symlink("../d", brick.join("d/e/up")).unwrap();
+    run("mkfifo", &[brick.join("fifo").to_str().unwrap()]);
+    chown(brick.join("d/e/f"), Some(1234), Some(5678)).unwrap();
+    rfs::setxattr(
+        brick.join("d/e/f"),
+        "trusted.mortar.gfid",
+        b"0123456789abcdef",
+        rfs::XattrFlags::empty(),
+    )
+    .unwrap();
+}
+
+fn check_copy(brick: &Path, snap: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (
+        std::fs::metadata(brick.join("d/e/f")).unwrap(),
+        std::fs::metadata(snap.join("d/e/f")).unwrap(),
+    );
+    assert_eq!(
+        std::fs::read(snap.join("d/e/f")).unwrap(),
+        vec![7u8; 100_000]
+    );
+    assert_eq!(
+        (b.uid(), b.gid(), b.mode(), b.mtime_nsec()),
+        (a.uid(), a.gid(), a.mode(), a.mtime_nsec())
+    );
+    let linked = std::fs::metadata(snap.join(".mortar/gfid/f")).unwrap();
+    assert_eq!(
+        (linked.ino(), linked.nlink()),
+        (b.ino(), 2),
+        "hard links stay links"
+    );
+    assert_eq!(
+        std::fs::read_link(snap.join("d/e/up")).unwrap(),
+        Path::new("../d")
+    );
+    assert!(std::fs::symlink_metadata(snap.join("fifo"))
+        .unwrap()
+        .file_type()
+        .is_fifo_like());
+    let mut v = [0u8; 16];
+    rfs::getxattr(snap.join("d/e/f"), "trusted.mortar.gfid", &mut v).unwrap();
+    assert_eq!(&v, b"0123456789abcdef");
+    assert!(
+        !snap.join(SNAPS_REL).join("s1").exists(),
+        "snapshots hold no snapshots"
+    );
+}
+
+trait FifoLike {
+    fn is_fifo_like(&self) -> bool;
+}
+impl FifoLike for std::fs::FileType {
+    fn is_fifo_like(&self) -> bool {
+        std::os::unix::fs::FileTypeExt::is_fifo(self)
+    }
+}
+
+/// Takes s1 and s2 of a filled brick, changes the brick after s1, and
+/// checks s1 kept what it had; then removes both.
+fn snapshots_on(brick: &Path, want: Mechanism) {
+    fill(brick);
+    assert_eq!(mechanism(brick), Ok(want));
+    let (m, s1) = take(brick, "s1").unwrap();
+    assert_eq!(m, want);
+    check_copy(brick, &s1);
+    std::fs::write(brick.join("d/e/f"), b"changed").unwrap();
+    std::fs::remove_file(brick.join("fifo")).unwrap();
+    let (_, s2) = take(brick, "s2").unwrap();
+    assert_eq!(std::fs::read(s1.join("d/e/f")).unwrap(), vec![7u8; 100_000]);
+    assert!(s1.join("fifo").exists());
+    assert_eq!(std::fs::read(s2.join("d/e/f")).unwrap(), b"changed");
+    assert!(!s2.join("fifo").exists());
+    assert!(take(brick, "s1")
+        .unwrap_err()
+        .to_string()
+        .contains("exists"));
+    assert_eq!(list(brick).unwrap(), ["s1", "s2"]);
+    remove(brick, "s1").unwrap();
+    remove(brick, "s2").unwrap();
+    assert!(list(brick).unwrap().is_empty());
+    assert!(remove(brick, "s1").is_err());
+}
+
+#[test]
+fn a_btrfs_subvolume_brick_is_snapshotted_whole_and_read_only() {
+    let fs = LoopFs::new("btrfs");
+    let brick = fs.dir.join("brick");
+    make_brick_dir(&brick).unwrap();
+    snapshots_on(&brick, Mechanism::Subvolume);
+    take(&brick, "ro").unwrap();
+    let e = std::fs::write(brick.join(SNAPS_REL).join("ro/new"), b"x").unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::EROFS),
+        "a snapshot is read-only"
+    );
+    remove(&brick, "ro").unwrap();
+}
+
+#[test]
+fn a_plain_directory_on_btrfs_or_xfs_is_copied_with_shared_data() {
+    for kind in ["btrfs", "xfs"] {
+        let fs = LoopFs::new(kind);
+        let brick = fs.dir.join("plain");
+        std::fs::create_dir(&brick).unwrap();
+        snapshots_on(&brick, Mechanism::Reflink);
+    }
+}

@@ -7,6 +7,7 @@
 //! | kind | file | what it does |
 //! |---|---|---|
 //! | `storage/posix` | `posix.rs` | the brick directory (`storage::posix`); slow fops on the blocking pool |
+//! | `features/barrier` | `barrier.rs` | changes held back while a snapshot is taken, and the snapshots (`storage::snapshot`) |
 //! | `performance/priority` | `priority.rs` | self-heal's and rebalance's reads and writes give way to the clients' |
 //! | `features/arbiter` | `arbiter.rs` | on an arbiter brick: names and metadata, no file data |
 //! | `features/index` | `index/` | change sessions, blame and the heal index (`index/store.rs`) |
@@ -21,6 +22,7 @@
 //! connection that starts and ends (`connect`, `disconnect`).
 
 pub mod arbiter;
+pub mod barrier;
 pub mod hold;
 pub mod index;
 pub mod leases;

@@ -162,6 +162,10 @@ pub const OPEN_COUNT_XATTR: &str = "trusted.mortar.open-count";
 /// opens), `moved` marks it gone from this brick (ESTALE to everything but
 /// closing, on every handle left), removing it ends the hold.
 pub const HOLD_XATTR: &str = "trusted.mortar.hold";
+/// The daemon's requests of a brick's own layers are virtual xattrs of
+/// its root under this prefix (`debug/profile`, `features/barrier`):
+/// never stored, and no change of the root.
+pub const BRICK_CONTROL_PREFIX: &str = "trusted.mortar.brick.";
 /// How long a rebalance holds a file at most (if it dies holding it, the
 /// file is free again after that); clients wait that long for a held file.
 pub const HOLD_LEASE: std::time::Duration = std::time::Duration::from_secs(60);

@@ -167,6 +167,16 @@ pub static TABLE: &[Row] = &[
         about: "the brick's directory: files at their own path, a gfid index beside them",
     },
     Row {
+        kind: "features/barrier",
+        side: Side::Brick,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[&mortar_brick::barrier::BARRIER_TIMEOUT],
+        build: None,
+        brick: Some(mortar_brick::barrier::build),
+        about: "changes held back while a snapshot of the brick is taken (snapshot create), and its snapshots",
+    },
+    Row {
         kind: "performance/priority",
         side: Side::Brick,
         place: Place::Brick,
@@ -469,6 +479,7 @@ mod tests {
                 .kinds(),
             vec![
                 "storage/posix",
+                "features/barrier",
                 "performance/priority",
                 "features/index",
                 "features/locks",
@@ -484,6 +495,7 @@ mod tests {
                 .kinds(),
             vec![
                 "storage/posix",
+                "features/barrier",
                 "performance/priority",
                 "features/arbiter",
                 "features/index",

@@ -44,7 +44,7 @@
 //! claimed file pass (`end_claim`).
 
 use super::{BrickEnv, BrickXlator, Conn, ConnId, ConnTable, Notice};
-use mortar_core::fop::HOLD_XATTR;
+use mortar_core::fop::{BRICK_CONTROL_PREFIX, HOLD_XATTR};
 
 use async_trait::async_trait;
 use mortar_core::terms::Terms;
@@ -476,11 +476,18 @@ impl Leases {
             return vec![(gfid, None)];
         }
         let mut t: Vec<Target> = match fop {
-            Fop::Setattr { gfid, .. }
-            | Fop::Write { gfid, .. }
-            | Fop::Fallocate { gfid, .. }
-            | Fop::Removexattr { gfid, .. } => vec![(*gfid, None)],
-            Fop::Setxattr { gfid, name, .. } if name != HOLD_XATTR => vec![(*gfid, None)],
+            Fop::Setattr { gfid, .. } | Fop::Write { gfid, .. } | Fop::Fallocate { gfid, .. } => {
+                vec![(*gfid, None)]
+            }
+            // (The daemon's requests of the brick's layers change nothing.)
+            Fop::Removexattr { gfid, name } if !name.starts_with(BRICK_CONTROL_PREFIX) => {
+                vec![(*gfid, None)]
+            }
+            Fop::Setxattr { gfid, name, .. }
+                if name != HOLD_XATTR && !name.starts_with(BRICK_CONTROL_PREFIX) =>
+            {
+                vec![(*gfid, None)]
+            }
             // A heal settled: which copies are good changed.
             Fop::Clear { gfid, .. } => vec![(*gfid, None)],
             // A change that will blame copies it misses: the list of blamed

@@ -4,7 +4,8 @@
 //!
 //! One module per command family: `volume` (a volume's life and the
 //! dispatch of `volume` commands), `bricks`, `rebalance`, `heal`,
-//! `observe` (status, profile, top), `pool` (peers, the pool, credentials);
+//! `observe` (status, profile, top), `pool` (peers, the pool, credentials),
+//! `snapshot`;
 //! `format` prints what they show, `manual` the manual pages.
 
 mod bricks;
@@ -14,6 +15,7 @@ pub mod manual;
 mod observe;
 mod pool;
 mod rebalance;
+mod snapshot;
 mod volume;
 
 use crate::brickd::BrickArgs;
@@ -68,6 +70,9 @@ pub enum Cmd {
     /// Manage the trusted storage pool.
     #[command(subcommand)]
     Peer(PeerCmd),
+    /// Snapshots of volumes (docs/snapshots.md).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
     /// The trusted storage pool: its servers, administrator credentials
     /// and certificates.
     #[command(subcommand)]
@@ -253,10 +258,9 @@ async fn ask(server: &Server, req: Request) -> anyhow::Result<Response> {
         | Request::PeerList
         | Request::VolumeClients { .. }
         | Request::GetVolDesc { .. }
-            if server.up_to_date =>
-        {
-            Request::Fresh(Box::new(req))
-        }
+        | Request::Snapshot {
+            op: rpc::SnapshotOp::List { .. } | rpc::SnapshotOp::Status { .. },
+        } if server.up_to_date => Request::Fresh(Box::new(req)),
         req => req,
     };
     rpc::call(&rpc::mgmt_addr(&server.host, DEFAULT_MGMT_PORT), &req)
@@ -311,6 +315,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Cmd::Volume(v) => volume::run(&server, &out, v).await,
         Cmd::Peer(p) => pool::peer(&server, &out, p).await,
         Cmd::Pool(p) => pool::pool(&server, &out, p).await,
+        Cmd::Snapshot(c) => snapshot::run(&server, &out, c).await,
         Cmd::Daemon(_)
         | Cmd::Mount(_)
         | Cmd::Brick(_)

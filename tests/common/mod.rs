@@ -17,6 +17,7 @@ static NEXT: AtomicU32 = AtomicU32::new(1);
 
 pub mod bricks;
 pub mod heal;
+pub mod images;
 pub mod metrics;
 pub mod net;
 pub mod pattern;
@@ -26,6 +27,8 @@ pub mod tools;
 pub use bricks::*;
 #[allow(unused_imports)]
 pub use heal::*;
+#[allow(unused_imports)]
+pub use images::*;
 #[allow(unused_imports)]
 pub use metrics::*;
 #[allow(unused_imports)]

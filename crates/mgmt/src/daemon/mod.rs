@@ -40,6 +40,7 @@ mod rebalance;
 mod replace;
 mod reports;
 mod requests;
+mod snapshots;
 mod volumes;
 
 use super::command::Command;
@@ -347,6 +348,7 @@ impl Daemon {
                 operators: a.state.operators.clone(),
                 options: a.state.options.clone(),
                 retired: a.state.retired.clone(),
+                snapshots: a.state.snapshots.clone(),
             });
             // The servers this daemon connects to must be on the record.
             if !same_certs {

@@ -8,7 +8,8 @@ use crate::error::Error;
 impl Daemon {
     /// Requests that change the cluster state; called under `op_lock`.
     /// Each family's operations are in their module: `peers`, `volumes`,
-    /// `credentials`, `bricks`, `replace`, `rebalance`, `observe`.
+    /// `credentials`, `bricks`, `replace`, `rebalance`, `observe`,
+    /// `snapshots`.
     pub(super) async fn change(self: &Arc<Self>, req: Request) -> Result<String, Error> {
         match req {
             Request::PeerProbe { host, token } => self.probe(host, token).await,
@@ -48,6 +49,7 @@ impl Daemon {
             Request::VolumeCredentials { name, op } => self.volume_credentials(name, op).await,
             Request::VolumeReset { name, key } => self.reset_options(name, key).await,
             Request::PoolCredentials { op } => self.pool_credentials(op).await,
+            Request::Snapshot { op } => self.snapshot_change(op).await,
             Request::RegisterCerts {
                 uuid,
                 certs,

@@ -33,6 +33,14 @@ impl Daemon {
                 Err(e) => err(e),
             },
             Request::VolumeInfo { name } => self.volume_info(name),
+            Request::Snapshot {
+                op: op @ (rpc::SnapshotOp::List { .. } | rpc::SnapshotOp::Status { .. }),
+            } => self.snapshot_read(op).await,
+            Request::SnapshotCopy {
+                brick,
+                name,
+                remove,
+            } => self.snapshot_copy(brick, name, remove).await,
             Request::PoolOptions => Response::Options(crate::options::pool_in_force(
                 &self.state.lock().unwrap().options,
             )),

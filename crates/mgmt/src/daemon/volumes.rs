@@ -173,6 +173,15 @@ impl Daemon {
             )
             .into());
         }
+        let snaps = (self.state.lock().unwrap().snapshots.values())
+            .filter(|s| s.volume == name)
+            .count();
+        if snaps > 0 {
+            return Err(format!(
+                "Volume {name} has {snaps} snapshot(s): delete them first (snapshot delete volume {name})"
+            )
+            .into());
+        }
         self.release(&v.bricks).await;
         self.execute(Command::RemoveVolume { volume: name }).await?;
         Ok(String::new())

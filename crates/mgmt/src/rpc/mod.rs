@@ -185,6 +185,18 @@ pub enum Request {
     },
     /// This server's NFS server, for `volume status`.
     LocalNfs,
+    /// `snapshot create|delete|list|info|status`.
+    Snapshot {
+        op: SnapshotOp,
+    },
+    /// Whether snapshot `name`'s copy beside this server's brick `brick`
+    /// (a path) is there (answered "present" or "absent"), or (`remove`)
+    /// removes it: sent by the daemon that shows or deletes a snapshot.
+    SnapshotCopy {
+        brick: String,
+        name: String,
+        remove: bool,
+    },
     /// `volume get all KEY|all`: the pool's options in force.
     PoolOptions,
     /// `pool credentials create|list|revoke`: administrator credentials
@@ -454,6 +466,57 @@ pub struct ClientSeen {
     pub slow: Vec<String>,
 }
 
+/// What `snapshot` does (GlusterFS's grammar: docs/snapshots.md).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum SnapshotOp {
+    /// `snapshot create NAME VOLUME [no-timestamp] [description TEXT]`:
+    /// `name` gets the time appended (`_GMT-YYYY.MM.DD-hh.mm.ss`) unless
+    /// `no_timestamp`.
+    Create {
+        name: String,
+        volume: String,
+        description: String,
+        no_timestamp: bool,
+    },
+    Delete {
+        which: SnapshotSel,
+    },
+    /// `snapshot list [VOLUME]`, `snapshot info …`: answered `Snapshots`.
+    List {
+        which: SnapshotSel,
+    },
+    /// `snapshot status …`: answered `SnapshotStatus`.
+    Status {
+        which: SnapshotSel,
+    },
+}
+
+/// Which snapshots a `snapshot` command is about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotSel {
+    All,
+    Name(String),
+    Volume(String),
+}
+
+/// A snapshot, and where each brick's copy stands.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotStatus {
+    pub snapshot: super::state::Snapshot,
+    pub bricks: Vec<SnapshotCopy>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotCopy {
+    /// HOST:/PATH of the copy.
+    pub path: String,
+    pub mechanism: String,
+    /// Whether it is there (None: its server did not say, `error` why).
+    pub present: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// What `volume credentials` does.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum CredentialOp {
@@ -488,6 +551,9 @@ impl Request {
             | Request::PoolOptions
             | Request::LocalNfs
             | Request::Portmap { .. } => true,
+            Request::Snapshot { op } => {
+                matches!(op, SnapshotOp::List { .. } | SnapshotOp::Status { .. })
+            }
             Request::VolumeCredentials { op, .. } | Request::PoolCredentials { op } => {
                 matches!(op, CredentialOp::List)
             }
@@ -514,6 +580,8 @@ impl Request {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Response {
     Credentials(Vec<super::state::IssuedCredential>),
+    Snapshots(Vec<super::state::Snapshot>),
+    SnapshotStatus(Vec<SnapshotStatus>),
     Ok(String),
     Err(Error),
     Peers {

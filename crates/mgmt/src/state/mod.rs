@@ -8,9 +8,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod bricks;
+mod snapshot;
 mod store;
 mod task;
 
+pub use snapshot::Snapshot;
 pub use store::{replace, write_atomic, Store};
 pub use task::{Task, TaskKind, TaskRow, TaskStatus};
 
@@ -318,6 +320,9 @@ pub struct ClusterState {
     /// `options::POOL`), validated already.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub options: BTreeMap<String, String>,
+    /// The volumes' snapshots, by name (`snapshot create`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub snapshots: BTreeMap<String, Snapshot>,
 }
 
 fn none(m: &std::sync::Arc<BTreeMap<String, Vec<String>>>) -> bool {

@@ -14,6 +14,9 @@
 //! - `SNAPSHOT_XATTR_PREFIX` + NAME set: takes snapshot NAME of the brick
 //!   (`storage::snapshot`), behind the barrier; removed: deletes it.
 //! - `BARRIER_XATTR` removed: the barrier falls; the changes held go on.
+//! - `FLUSH_XATTR` set: the brick's file system writes out what it holds
+//!   in memory, before the barrier rises, so that the snapshot has
+//!   little to write while changes wait.
 //! - `SNAPSHOTS_XATTR` read: the brick's mechanism (or why it has none)
 //!   and its snapshots, as JSON (`SnapshotReport`).
 //!
@@ -36,6 +39,7 @@ use tokio::sync::Notify;
 pub const BARRIER_XATTR: &str = "trusted.mortar.brick.barrier";
 pub const SNAPSHOT_XATTR_PREFIX: &str = "trusted.mortar.brick.snapshot.";
 pub const SNAPSHOTS_XATTR: &str = "trusted.mortar.brick.snapshots";
+pub const FLUSH_XATTR: &str = "trusted.mortar.brick.flush";
 
 pub static BARRIER_TIMEOUT: Spec = Spec {
     key: "features.barrier-timeout",
@@ -228,6 +232,14 @@ impl Barrier {
         Ok(())
     }
 
+    async fn flush(&self) -> FsResult<()> {
+        let b = self.brick.clone();
+        tokio::task::spawn_blocking(move || snapshot::flush(&b))
+            .await
+            .map_err(|e| FsError::new(libc::EIO, e.to_string()))?
+            .map_err(io_error)
+    }
+
     async fn remove(&self, name: String) -> FsResult<()> {
         let b = self.brick.clone();
         let n = name.clone();
@@ -261,7 +273,8 @@ impl Barrier {
             _ => return None,
         };
         let snap = name.strip_prefix(SNAPSHOT_XATTR_PREFIX);
-        let ours = name == BARRIER_XATTR || name == SNAPSHOTS_XATTR || snap.is_some();
+        let ours = [BARRIER_XATTR, SNAPSHOTS_XATTR, FLUSH_XATTR].contains(&name.as_str())
+            || snap.is_some();
         if *gfid != Gfid::ROOT || !ours {
             return None;
         }
@@ -275,6 +288,7 @@ impl Barrier {
                 Ok(Reply::Ok)
             }
             (SNAPSHOTS_XATTR, _, None) => self.report().await,
+            (FLUSH_XATTR, _, Some(true)) => self.flush().await.map(|()| Reply::Ok),
             (_, Some(s), Some(true)) => self.take(s.to_string()).await.map(|()| Reply::Ok),
             (_, Some(s), Some(false)) => self.remove(s.to_string()).await.map(|()| Reply::Ok),
             _ => Err(FsError::new(libc::EINVAL, format!("{name}: not this way"))),

@@ -18,7 +18,7 @@ use crate::rpc::{self, Response, SnapshotCopy, SnapshotOp, SnapshotSel, Snapshot
 use crate::state::{Snapshot, VolStatus};
 use futures_util::future::join_all;
 use mortar_brick::barrier::{
-    SnapshotReport, BARRIER_XATTR, SNAPSHOTS_XATTR, SNAPSHOT_XATTR_PREFIX,
+    SnapshotReport, BARRIER_XATTR, FLUSH_XATTR, SNAPSHOTS_XATTR, SNAPSHOT_XATTR_PREFIX,
 };
 use mortar_core::{Ctx, Fop, Gfid, Reply};
 use mortar_graph::{Graph, Node};
@@ -395,6 +395,16 @@ impl Daemon {
             return Err(format!(
                 "Snapshot {name} not taken: these bricks cannot be snapshotted:{}",
                 listed(&lacking)
+            )
+            .into());
+        }
+        // (What the file systems hold in memory is written out before
+        // changes wait, not while.)
+        let failed = on_all(&nodes, || setxattr(FLUSH_XATTR.into())).await;
+        if !failed.is_empty() {
+            return Err(format!(
+                "Snapshot {name} not taken: the bricks' file systems could not be flushed:{}",
+                listed(&failed)
             )
             .into());
         }

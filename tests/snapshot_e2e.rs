@@ -47,7 +47,13 @@ const WRITERS: usize = 4;
 /// asked for is in every brick's copy, none begun after it was answered
 /// is in any, and the copies differ at most in writes in flight while
 /// the barriers were up (one per writer).
-fn snapshot_under_writers(c: &Cluster, vol: &str, bricks: &[PathBuf], m: &Mount, name: &str) {
+fn snapshot_under_writers(
+    c: &Cluster,
+    vol: &str,
+    bricks: &[PathBuf],
+    m: &Mount,
+    name: &str,
+) -> Vec<(String, Vec<u8>)> {
     std::fs::create_dir(m.p("w")).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let written: Written = Default::default();
@@ -106,6 +112,7 @@ fn snapshot_under_writers(c: &Cluster, vol: &str, bricks: &[PathBuf], m: &Mount,
         })
         .collect();
     let mut straddling = Vec::new();
+    let mut answered_before = Vec::new();
     for (i, began, done) in written.lock().unwrap().iter().copied() {
         let file = format!("f{i}");
         let held: Vec<Option<&Vec<u8>>> = copies.iter().map(|c| c.get(&file)).collect();
@@ -117,6 +124,7 @@ fn snapshot_under_writers(c: &Cluster, vol: &str, bricks: &[PathBuf], m: &Mount,
                     "{file}, answered before the snapshot"
                 );
             }
+            answered_before.push((format!("w/{file}"), content(i)));
         } else if began > answered {
             assert!(
                 held.iter().all(Option::is_none),
@@ -130,6 +138,7 @@ fn snapshot_under_writers(c: &Cluster, vol: &str, bricks: &[PathBuf], m: &Mount,
         straddling.len() <= WRITERS,
         "writes that differ between the copies: {straddling:?}"
     );
+    answered_before
 }
 
 #[test]
@@ -138,7 +147,7 @@ fn a_snapshot_under_writers_holds_the_same_completed_writes_on_every_brick() {
     let c = Cluster::start();
     let bricks = replica3(&c, "sv", &fs.dir);
     let m = c.mount("sv");
-    snapshot_under_writers(&c, "sv", &bricks, &m, "s1");
+    let kept = snapshot_under_writers(&c, "sv", &bricks, &m, "s1");
     // The copies are read-only (btrfs subvolume snapshots).
     let e = std::fs::write(snap_dir(&bricks[0], "s1").join("new"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
@@ -168,6 +177,35 @@ fn a_snapshot_under_writers_holds_the_same_completed_writes_on_every_brick() {
         "Snapshot s1 already exists",
         &c.state(),
     );
+
+    // Restore: refused while the volume is in use; stopped, every brick
+    // goes back to its copy, and they heal to identical bricks.
+    std::fs::write(m.p("after"), b"after").unwrap();
+    std::fs::remove_file(m.p(&kept[0].0)).unwrap();
+    c.refused(
+        &["snapshot", "restore", "s1"],
+        "Volume needs to be stopped before restoring a snapshot",
+        &c.state(),
+    );
+    m.unmount();
+    c.ok(&["volume", "stop", "sv"]);
+    let said = c.ok(&["snapshot", "restore", "s1"]);
+    assert!(said.contains("Snap s1 restored successfully"), "{said}");
+    c.ok(&["volume", "start", "sv"]);
+    let m = c.mount("sv");
+    c.ok(&["volume", "heal", "sv"]);
+    wait_healed(&c, "sv", Duration::from_secs(60));
+    assert!(
+        !Path::new(&m.p("after")).exists(),
+        "written after the snapshot"
+    );
+    for (file, data) in &kept {
+        assert_eq!(&std::fs::read(m.p(file)).unwrap(), data, "{file}");
+    }
+    m.unmount();
+    assert_bricks_identical(&bricks);
+    assert_eq!(c.ok(&["snapshot", "list", "sv"]).lines().count(), 2);
+
     c.ok(&["volume", "stop", "sv"]);
     c.refused(&["volume", "delete", "sv"], "has 2 snapshot(s)", &c.state());
     c.refused(

@@ -19,6 +19,11 @@ pub struct Opened(pub(super) Arc<Posix>);
 pub fn open(cfg: &BrickConfig) -> Result<Opened, String> {
     let path = cfg.path.as_path();
     check_volume_id(path, &cfg.volume_id).map_err(|e| e.to_string())?;
+    if let Some(snap) = crate::storage::snapshot::unfinished(path) {
+        return Err(format!(
+            "a restore to snapshot {snap} is unfinished: run 'snapshot restore {snap}' again"
+        ));
+    }
     let posix = Posix::open(path).map_err(|e| format!("cannot open the brick: {e}"))?;
     posix
         .health_check()

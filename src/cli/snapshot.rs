@@ -25,6 +25,11 @@ pub enum SnapshotCmd {
     /// Delete snapshots and their copies on the bricks: delete (all |
     /// NAME | volume VOLNAME).
     Delete { which: Vec<String> },
+    /// Bring every brick of a snapshot's volume back to its copy: the
+    /// volume must be stopped and have the bricks it had then (the
+    /// snapshot is kept). A restore cut short leaves those bricks not
+    /// served until it is asked again.
+    Restore { name: String },
     /// List the snapshots' names (of VOLNAME only).
     List { volume: Option<String> },
     /// Show snapshots: info [NAME | volume VOLNAME].
@@ -165,6 +170,14 @@ pub(super) async fn run(server: &Server, out: &Out, cmd: SnapshotCmd) -> anyhow:
                 }
                 other => out.done(what, "", other),
             }
+        }
+        SnapshotCmd::Restore { name } => {
+            let op = SnapshotOp::Restore { name };
+            out.done(
+                "snapshot restore",
+                "",
+                ask(server, Request::Snapshot { op }).await?,
+            )
         }
         SnapshotCmd::List { volume } => {
             let which = volume.map_or(SnapshotSel::All, SnapshotSel::Volume);

@@ -36,11 +36,7 @@ impl Daemon {
             Request::Snapshot {
                 op: op @ (rpc::SnapshotOp::List { .. } | rpc::SnapshotOp::Status { .. }),
             } => self.snapshot_read(op).await,
-            Request::SnapshotCopy {
-                brick,
-                name,
-                remove,
-            } => self.snapshot_copy(brick, name, remove).await,
+            Request::SnapshotCopy { brick, name, op } => self.snapshot_copy(brick, name, op).await,
             Request::PoolOptions => Response::Options(crate::options::pool_in_force(
                 &self.state.lock().unwrap().options,
             )),

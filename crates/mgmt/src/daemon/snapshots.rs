@@ -14,7 +14,7 @@
 use super::{err, Daemon};
 use crate::command::{Command, SnapshotChange, MAX_PER_VOLUME};
 use crate::error::Error;
-use crate::rpc::{self, Response, SnapshotCopy, SnapshotOp, SnapshotSel, SnapshotStatus};
+use crate::rpc::{self, CopyOp, Response, SnapshotCopy, SnapshotOp, SnapshotSel, SnapshotStatus};
 use crate::state::{Snapshot, VolStatus};
 use futures_util::future::join_all;
 use mortar_brick::barrier::{
@@ -73,6 +73,19 @@ async fn on_all(nodes: &[(String, &Node)], fop: impl Fn() -> Fop) -> Vec<(String
 fn brick_nodes(graph: &Graph) -> Vec<(String, &Node)> {
     let label = mortar_graph::sets::brick_label;
     graph.leaves().map(|n| (label(n), n)).collect()
+}
+
+/// The bricks whose servers did not answer Ok, and why.
+fn failures(bricks: &[crate::state::Brick], answers: Vec<Response>) -> Vec<(String, String)> {
+    bricks
+        .iter()
+        .zip(answers)
+        .filter_map(|(b, a)| match a {
+            Response::Ok(_) => None,
+            Response::Err(e) => Some((b.to_string(), e.message)),
+            other => Some((b.to_string(), format!("unexpected answer {other:?}"))),
+        })
+        .collect()
 }
 
 fn listed(failed: &[(String, String)]) -> String {
@@ -135,7 +148,7 @@ impl Daemon {
             .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
                 brick: b.path.clone(),
                 name: s.name.clone(),
-                remove: false,
+                op: CopyOp::Check,
             })
             .await;
         let bricks = s
@@ -164,12 +177,7 @@ impl Daemon {
     }
 
     /// `SnapshotCopy`: snapshot `name`'s copy beside local brick `brick`.
-    pub(super) async fn snapshot_copy(
-        &self,
-        brick: String,
-        name: String,
-        remove: bool,
-    ) -> Response {
+    pub(super) async fn snapshot_copy(&self, brick: String, name: String, op: CopyOp) -> Response {
         let known = self
             .state
             .lock()
@@ -183,19 +191,20 @@ impl Daemon {
             )));
         }
         let path = std::path::PathBuf::from(&brick);
-        let done = tokio::task::spawn_blocking(move || match remove {
-            true => mortar_storage::snapshot::remove(&path, &name).map(|()| "removed"),
-            false => {
-                mortar_storage::snapshot::list(&path).map(|names| match names.contains(&name) {
-                    true => "present",
-                    false => "absent",
-                })
-            }
+        use mortar_storage::snapshot as copies;
+        let done = tokio::task::spawn_blocking(move || match op {
+            CopyOp::Remove => copies::remove(&path, &name).map(|()| "removed"),
+            CopyOp::Restore => copies::restore(&path, &name).map(|()| "restored"),
+            CopyOp::Check => copies::list(&path).map(|names| match names.contains(&name) {
+                true => "present",
+                false => "absent",
+            }),
         })
         .await;
+        let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         match done {
             Ok(Ok(said)) => Response::Ok(said.to_string()),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Response::Ok("absent".into()),
+            Ok(Err(e)) if gone(&e) && op != CopyOp::Restore => Response::Ok("absent".into()),
             Ok(Err(e)) => err(format!("{brick}: {e}")),
             Err(e) => err(e.to_string()),
         }
@@ -216,6 +225,7 @@ impl Daemon {
                 };
                 self.snapshot_create(name, volume, description).await
             }
+            SnapshotOp::Restore { name } => self.snapshot_restore(&name).await,
             SnapshotOp::Delete { which } => {
                 let snaps = self.snapshots(&which)?;
                 if snaps.is_empty() {
@@ -235,24 +245,56 @@ impl Daemon {
         }
     }
 
+    /// `snapshot restore NAME`: every brick of its volume, stopped and
+    /// with the same bricks as when it was taken, brought back to its
+    /// copy (the snapshot is kept).
+    async fn snapshot_restore(self: &Arc<Self>, name: &str) -> Result<String, Error> {
+        let s = self
+            .snapshots(&SnapshotSel::Name(name.to_string()))?
+            .remove(0);
+        let v = self.volume(&s.volume)?;
+        if v.id != s.volume_id {
+            return Err(format!("Volume {} is not the volume snapshot {name} was taken of (it was deleted and made again)", s.volume).into());
+        }
+        if v.status == VolStatus::Started {
+            return Err(format!("Volume ({}) has been started. Volume needs to be stopped before restoring a snapshot.", s.volume).into());
+        }
+        let same = v.bricks.len() == s.bricks.len()
+            && v.bricks
+                .iter()
+                .zip(&s.bricks)
+                .all(|(a, b)| a.host == b.host && a.path == b.path);
+        if !same {
+            return Err(format!("Volume {}'s bricks changed since snapshot {name} was taken: it cannot be restored in place", s.volume).into());
+        }
+        let answers = self
+            .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
+                brick: b.path.clone(),
+                name: s.name.clone(),
+                op: CopyOp::Restore,
+            })
+            .await;
+        let failed = failures(&s.bricks, answers);
+        if !failed.is_empty() {
+            return Err(format!(
+                "Snapshot {name} was not restored on every brick (the others are; those listed are not served until it is: run snapshot restore {name} again):{}",
+                listed(&failed)
+            )
+            .into());
+        }
+        tracing::info!(snapshot = %name, volume = %s.volume, "volume restored to the snapshot");
+        Ok(format!("Snap {name} restored successfully"))
+    }
+
     async fn snapshot_delete(self: &Arc<Self>, s: &Snapshot) -> Result<(), Error> {
         let answers = self
             .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
                 brick: b.path.clone(),
                 name: s.name.clone(),
-                remove: true,
+                op: CopyOp::Remove,
             })
             .await;
-        let failed: Vec<(String, String)> = s
-            .bricks
-            .iter()
-            .zip(answers)
-            .filter_map(|(b, a)| match a {
-                Response::Ok(_) => None,
-                Response::Err(e) => Some((b.to_string(), e.message)),
-                other => Some((b.to_string(), format!("unexpected answer {other:?}"))),
-            })
-            .collect();
+        let failed = failures(&s.bricks, answers);
         if !failed.is_empty() {
             return Err(format!(
                 "Snapshot {} is kept: its copies could not be removed from every brick:{}",

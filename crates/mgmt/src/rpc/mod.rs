@@ -189,13 +189,13 @@ pub enum Request {
     Snapshot {
         op: SnapshotOp,
     },
-    /// Whether snapshot `name`'s copy beside this server's brick `brick`
-    /// (a path) is there (answered "present" or "absent"), or (`remove`)
-    /// removes it: sent by the daemon that shows or deletes a snapshot.
+    /// Snapshot `name`'s copy beside this server's brick `brick` (a
+    /// path): sent by the daemon that shows, deletes or restores a
+    /// snapshot.
     SnapshotCopy {
         brick: String,
         name: String,
-        remove: bool,
+        op: CopyOp,
     },
     /// `volume get all KEY|all`: the pool's options in force.
     PoolOptions,
@@ -481,6 +481,11 @@ pub enum SnapshotOp {
     Delete {
         which: SnapshotSel,
     },
+    /// `snapshot restore NAME`: every brick of its volume (stopped)
+    /// brought back to its copy.
+    Restore {
+        name: String,
+    },
     /// `snapshot list [VOLUME]`, `snapshot info …`: answered `Snapshots`.
     List {
         which: SnapshotSel,
@@ -489,6 +494,16 @@ pub enum SnapshotOp {
     Status {
         which: SnapshotSel,
     },
+}
+
+/// What is done with a brick's copy of a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CopyOp {
+    /// Answered "present" or "absent".
+    Check,
+    Remove,
+    /// The brick (its volume stopped) is brought back to the copy.
+    Restore,
 }
 
 /// Which snapshots a `snapshot` command is about.

@@ -28,8 +28,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 mod btrfs;
+mod restore;
 #[cfg(test)]
 mod tests;
+
+pub use restore::{restore, unfinished};
 
 /// Where a brick's snapshots live, relative to the brick.
 pub const SNAPS_REL: &str = ".mortar/snaps";
@@ -258,11 +261,7 @@ fn empty_dir(dir: &OwnedFd) -> io::Result<()> {
 fn reflink_tree(root: &OwnedFd, snaps: &OwnedFd, name: &str) -> io::Result<()> {
     rfs::mkdirat(snaps, name, Mode::from_raw_mode(0o700))?;
     let dst = open_dir(snaps, name)?;
-    let mut copy = Copy {
-        dst_root: open_dir(snaps, name)?,
-        linked: HashMap::new(),
-        xattrs: XattrBuf::default(),
-    };
+    let mut copy = Copy::new(open_dir(snaps, name)?);
     copy.dir(root, &dst, &mut PathBuf::new())?;
     copy.meta(root, &dst)
 }
@@ -292,6 +291,14 @@ struct Copy {
 }
 
 impl Copy {
+    fn new(dst_root: OwnedFd) -> Copy {
+        Copy {
+            dst_root,
+            linked: HashMap::new(),
+            xattrs: XattrBuf::default(),
+        }
+    }
+
     /// Copies what directory `src` holds into `dst` (`rel` from the root).
     fn dir(&mut self, src: &OwnedFd, dst: &OwnedFd, rel: &mut PathBuf) -> io::Result<()> {
         for e in rfs::Dir::read_from(src)? {

@@ -252,6 +252,43 @@ fn a_reflink_copy_keeps_what_each_brick_held_and_a_brick_down_refuses() {
         assert_eq!(brick_digest(&copy), brick_digest(b), "{}", copy.display());
     }
 
+    // A clone: a new volume of writable copies, beside the bricks.
+    let said = c.ok(&["snapshot", "clone", "xc", "r1"]);
+    assert!(said.contains("Clone xc created successfully"), "{said}");
+    c.refused(
+        &["snapshot", "clone", "xc", "r1"],
+        "Volume xc already exists",
+        &c.state(),
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&c.ok(&["--json", "volume", "info", "xc"])).unwrap();
+    assert_eq!(info[0]["replica"], 3);
+    assert_eq!(info[0]["status"], "Created");
+    c.ok(&["volume", "start", "xc"]);
+    let mc = c.mount("xc");
+    for i in 0..50 {
+        let f = format!("a/b/f{i}");
+        assert_eq!(
+            std::fs::read(mc.p(&f)).unwrap(),
+            vec![i as u8; 10_000 + i],
+            "{f}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(mc.p("a/sym")).unwrap(),
+        Path::new("b/f2")
+    );
+    std::fs::write(mc.p("a/b/f0"), b"the clone's own").unwrap();
+    mc.unmount();
+    for b in &bricks {
+        let cb = PathBuf::from(format!("{}-xc", b.display()));
+        assert_eq!(
+            std::fs::read(cb.join("a/b/f0")).unwrap(),
+            b"the clone's own"
+        );
+        assert_eq!(std::fs::read(b.join("a/b/f0")).unwrap(), vec![0u8; 10_000]);
+    }
+
     // Under writers, on bricks whose copies take a while (a tree of
     // 2,000 more files to walk).
     let m = c.mount("xv");

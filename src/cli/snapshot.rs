@@ -30,6 +30,11 @@ pub enum SnapshotCmd {
     /// snapshot is kept). A restore cut short leaves those bricks not
     /// served until it is asked again.
     Restore { name: String },
+    /// Make a new volume CLONENAME of writable copies of a snapshot: each
+    /// beside its brick, at BRICK-CLONENAME, the copy's data shared. The
+    /// clone has the snapshot's shape and options and is created, not
+    /// started.
+    Clone { clone: String, name: String },
     /// List the snapshots' names (of VOLNAME only).
     List { volume: Option<String> },
     /// Show snapshots: info [NAME | volume VOLNAME].
@@ -175,6 +180,14 @@ pub(super) async fn run(server: &Server, out: &Out, cmd: SnapshotCmd) -> anyhow:
             let op = SnapshotOp::Restore { name };
             out.done(
                 "snapshot restore",
+                "",
+                ask(server, Request::Snapshot { op }).await?,
+            )
+        }
+        SnapshotCmd::Clone { clone, name } => {
+            let op = SnapshotOp::Clone { clone, name };
+            out.done(
+                "snapshot clone",
                 "",
                 ask(server, Request::Snapshot { op }).await?,
             )

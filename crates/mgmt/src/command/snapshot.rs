@@ -11,7 +11,7 @@ pub const MAX_PER_VOLUME: usize = 256;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotChange {
     /// A snapshot taken on every brick of its volume (its name is new).
-    Add(Snapshot),
+    Add(Box<Snapshot>),
     /// A snapshot whose copies were removed from every brick.
     Remove { name: String },
 }
@@ -37,7 +37,7 @@ impl SnapshotChange {
                     )
                     .into());
                 }
-                st.snapshots.insert(s.name.clone(), s.clone());
+                st.snapshots.insert(s.name.clone(), (**s).clone());
             }
             SnapshotChange::Remove { name } => {
                 if st.snapshots.remove(name).is_none() {
@@ -46,5 +46,49 @@ impl SnapshotChange {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Volume;
+    use std::sync::Arc;
+
+    fn snap(name: &str, volume: &str) -> SnapshotChange {
+        SnapshotChange::Add(Box::new(Snapshot {
+            name: name.into(),
+            id: format!("id-{name}"),
+            volume: volume.into(),
+            volume_id: "vid".into(),
+            created: 1,
+            description: String::new(),
+            bricks: Vec::new(),
+            replica: 3,
+            arbiter: 0,
+            redundancy: 0,
+            options: Default::default(),
+            mechanisms: Vec::new(),
+            pause_ms: 0,
+        }))
+    }
+
+    #[test]
+    fn names_are_unique_volumes_exist_and_each_has_a_limit() {
+        let mut st = ClusterState::default();
+        st.volumes.insert("v".into(), Arc::new(Volume::sample("v")));
+        snap("s1", "v").apply(&mut st).unwrap();
+        let e = snap("s1", "v").apply(&mut st).unwrap_err();
+        assert!(e.message.contains("already exists"), "{}", e.message);
+        assert!(snap("s2", "nov").apply(&mut st).is_err());
+        for i in 2..=MAX_PER_VOLUME {
+            snap(&format!("s{i}"), "v").apply(&mut st).unwrap();
+        }
+        let e = snap("one-more", "v").apply(&mut st).unwrap_err();
+        assert!(e.message.contains("its limit"), "{}", e.message);
+        let rm = |n: &str| SnapshotChange::Remove { name: n.into() };
+        rm("s1").apply(&mut st).unwrap();
+        assert!(rm("s1").apply(&mut st).is_err());
+        snap("one-more", "v").apply(&mut st).unwrap();
     }
 }

@@ -190,9 +190,17 @@ impl Daemon {
                 "{brick} has no copy of a snapshot {name} on record"
             )));
         }
+        if let CopyOp::Clone { to } = &op {
+            let clone = to.strip_prefix(&format!("{}-", brick.trim_end_matches('/')));
+            if !clone.is_some_and(mortar_core::options::valid_name) {
+                return err(format!("{to} is not where a clone of {brick} goes"));
+            }
+        }
         let path = std::path::PathBuf::from(&brick);
         use mortar_storage::snapshot as copies;
+        let restore = op == CopyOp::Restore;
         let done = tokio::task::spawn_blocking(move || match op {
+            CopyOp::Clone { to } => copies::clone(&path, &name, to.as_ref()).map(|()| "cloned"),
             CopyOp::Remove => copies::remove(&path, &name).map(|()| "removed"),
             CopyOp::Restore => copies::restore(&path, &name).map(|()| "restored"),
             CopyOp::Check => copies::list(&path).map(|names| match names.contains(&name) {
@@ -204,7 +212,7 @@ impl Daemon {
         let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         match done {
             Ok(Ok(said)) => Response::Ok(said.to_string()),
-            Ok(Err(e)) if gone(&e) && op != CopyOp::Restore => Response::Ok("absent".into()),
+            Ok(Err(e)) if gone(&e) && !restore => Response::Ok("absent".into()),
             Ok(Err(e)) => err(format!("{brick}: {e}")),
             Err(e) => err(e.to_string()),
         }
@@ -226,6 +234,7 @@ impl Daemon {
                 self.snapshot_create(name, volume, description).await
             }
             SnapshotOp::Restore { name } => self.snapshot_restore(&name).await,
+            SnapshotOp::Clone { clone, name } => self.snapshot_clone(clone, &name).await,
             SnapshotOp::Delete { which } => {
                 let snaps = self.snapshots(&which)?;
                 if snaps.is_empty() {
@@ -284,6 +293,65 @@ impl Daemon {
         }
         tracing::info!(snapshot = %name, volume = %s.volume, "volume restored to the snapshot");
         Ok(format!("Snap {name} restored successfully"))
+    }
+
+    /// `snapshot clone CLONE NAME`: each brick's server makes a writable
+    /// copy of its copy beside the brick (`Snapshot::clone_path`), and a
+    /// volume CLONE of the snapshot's shape and options is made of them
+    /// (created, not started).
+    async fn snapshot_clone(self: &Arc<Self>, clone: String, name: &str) -> Result<String, Error> {
+        let s = self
+            .snapshots(&SnapshotSel::Name(name.to_string()))?
+            .remove(0);
+        if !mortar_core::options::valid_name(&clone) || clone == "all" {
+            return Err(format!(
+                "Volume name {clone} is not valid: use letters, digits, '-' and '_'"
+            )
+            .into());
+        }
+        if self.state.lock().unwrap().volumes.contains_key(&clone) {
+            return Err(format!("Volume {clone} already exists").into());
+        }
+        let bricks: Vec<String> = s
+            .bricks
+            .iter()
+            .map(|b| format!("{}:{}", b.host, Snapshot::clone_path(b, &clone)))
+            .collect();
+        let answers = self
+            .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
+                brick: b.path.clone(),
+                name: s.name.clone(),
+                op: CopyOp::Clone {
+                    to: Snapshot::clone_path(b, &clone),
+                },
+            })
+            .await;
+        let failed = failures(&s.bricks, answers);
+        let left = || format!("\n(remove what was made of: {})", bricks.join(" "));
+        if !failed.is_empty() {
+            return Err(format!(
+                "Clone {clone} not made: it failed on:{}{}",
+                listed(&failed),
+                left()
+            )
+            .into());
+        }
+        let shape = (s.replica.max(1), s.arbiter, s.redundancy);
+        if let Err(e) = self
+            .create_volume(clone.clone(), shape, "tcp".into(), bricks.clone(), true)
+            .await
+        {
+            return Err(format!("Clone {clone} not made: {}{}", e.message, left()).into());
+        }
+        if !s.options.is_empty() {
+            self.execute(Command::SetOptions {
+                volume: clone.clone(),
+                options: s.options.clone().into_iter().collect(),
+            })
+            .await?;
+        }
+        tracing::info!(snapshot = %name, clone = %clone, "volume cloned from the snapshot");
+        Ok(format!("Clone {clone} created successfully"))
     }
 
     async fn snapshot_delete(self: &Arc<Self>, s: &Snapshot) -> Result<(), Error> {
@@ -376,11 +444,15 @@ impl Daemon {
                 .map_or(0, |d| d.as_secs()),
             description,
             bricks: v.bricks.clone(),
+            replica: v.replica,
+            arbiter: v.arbiter,
+            redundancy: v.redundancy,
+            options: v.options.clone(),
             mechanisms,
             pause_ms: pause.as_millis() as u64,
         };
         let recorded = self
-            .execute(Command::Snapshot(SnapshotChange::Add(snap)))
+            .execute(Command::Snapshot(SnapshotChange::Add(Box::new(snap))))
             .await;
         if let Err(e) = recorded {
             let nodes = brick_nodes(graph);

@@ -486,6 +486,12 @@ pub enum SnapshotOp {
     Restore {
         name: String,
     },
+    /// `snapshot clone CLONE NAME`: a new volume CLONE made of writable
+    /// copies of snapshot NAME's.
+    Clone {
+        clone: String,
+        name: String,
+    },
     /// `snapshot list [VOLUME]`, `snapshot info …`: answered `Snapshots`.
     List {
         which: SnapshotSel,
@@ -497,8 +503,13 @@ pub enum SnapshotOp {
 }
 
 /// What is done with a brick's copy of a snapshot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CopyOp {
+    /// A writable copy made at `to` (`Snapshot::clone_path`), for a new
+    /// volume.
+    Clone {
+        to: String,
+    },
     /// Answered "present" or "absent".
     Check,
     Remove,

@@ -23,6 +23,16 @@ pub struct Snapshot {
     /// How each brick's copy was made ("btrfs-subvolume", "reflink"), in
     /// the same order.
     pub mechanisms: Vec<String>,
+    /// The volume's shape and options when it was taken (what a clone
+    /// of it is made with).
+    #[serde(default)]
+    pub replica: usize,
+    #[serde(default)]
+    pub arbiter: usize,
+    #[serde(default)]
+    pub redundancy: usize,
+    #[serde(default)]
+    pub options: std::collections::BTreeMap<String, String>,
     /// How long the volume's changes were held back while it was taken
     /// (milliseconds): from the first brick's barrier up to the last one's
     /// down.
@@ -30,6 +40,12 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Where brick `b`'s writable copy goes in clone `clone` (a volume):
+    /// beside it, `BRICK-CLONE`.
+    pub fn clone_path(b: &Brick, clone: &str) -> String {
+        format!("{}-{clone}", b.path.trim_end_matches('/'))
+    }
+
     /// Where brick `b`'s copy is.
     pub fn path_on(&self, b: &Brick) -> String {
         format!(

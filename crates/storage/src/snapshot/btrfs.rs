@@ -47,13 +47,18 @@ fn ioctl<T>(dir: BorrowedFd<'_>, request: libc::c_ulong, args: &mut T) -> io::Re
     }
 }
 
-/// A read-only snapshot of the subvolume open at `src`, named `name`
-/// in the directory open at `into`.
-pub(crate) fn snapshot(src: &OwnedFd, into: &OwnedFd, name: &str) -> io::Result<()> {
+/// A snapshot of the subvolume open at `src`, named `name` in the
+/// directory open at `into`: read-only, or a writable one.
+pub(crate) fn snapshot(
+    src: &OwnedFd,
+    into: &OwnedFd,
+    name: &str,
+    read_only: bool,
+) -> io::Result<()> {
     let mut args = VolArgsV2 {
         fd: src.as_raw_fd() as i64,
         transid: 0,
-        flags: SUBVOL_RDONLY,
+        flags: if read_only { SUBVOL_RDONLY } else { 0 },
         unused: [0; 4],
         name: [0; NAME_MAX + 1],
     };

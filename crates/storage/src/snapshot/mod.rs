@@ -154,7 +154,7 @@ pub fn take(brick: &Path, name: &str) -> io::Result<(Mechanism, PathBuf)> {
     let at = brick.join(SNAPS_REL).join(name);
     let mechanism = mechanism(brick).map_err(io::Error::other)?;
     match mechanism {
-        Mechanism::Subvolume => btrfs::snapshot(&root, &snaps, name)?,
+        Mechanism::Subvolume => btrfs::snapshot(&root, &snaps, name, true)?,
         Mechanism::Reflink => {
             let partial = format!(".{name}.partial");
             let _ = remove_tree(&snaps, &partial);
@@ -167,6 +167,53 @@ pub fn take(brick: &Path, name: &str) -> io::Result<(Mechanism, PathBuf)> {
         }
     }
     Ok((mechanism, at))
+}
+
+/// Makes a writable copy of snapshot `name` of the brick at `brick` at
+/// `to`, a new directory on the same file system, for a new volume (its
+/// volume id taken away): a writable btrfs snapshot of a subvolume copy,
+/// else a reflink copy made under a temporary name.
+pub fn clone(brick: &Path, name: &str, to: &Path) -> io::Result<()> {
+    if !valid_name(name) {
+        return Err(bad_name(name));
+    }
+    let root = open_dir(rfs::CWD, brick)?;
+    let source = open_dir(&snaps_dir(&root)?, name)?;
+    let (Some(parent), Some(leaf)) = (to.parent(), to.file_name().and_then(|n| n.to_str())) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a new directory's path", to.display()),
+        ));
+    };
+    if rfs::statat(rfs::CWD, to, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists", to.display()),
+        ));
+    }
+    std::fs::create_dir_all(parent)?;
+    let into = open_dir(rfs::CWD, parent)?;
+    if is_subvolume(&source)? {
+        btrfs::snapshot(&source, &into, leaf, false)?;
+    } else {
+        let partial = format!(".{leaf}.partial");
+        let _ = remove_tree(&into, &partial);
+        if let Err(e) = reflink_tree(&source, &into, &partial) {
+            let _ = remove_tree(&into, &partial);
+            return Err(e);
+        }
+        rfs::renameat(&into, partial.as_str(), &into, leaf)?;
+    }
+    let made = open_dir(&into, leaf)?;
+    // (A btrfs snapshot shows the snapshots inside the one it was made of
+    // as empty directories: the clone has none of its own yet.)
+    if let Ok(snaps) = open_dir(&made, SNAPS_REL) {
+        empty_dir(&snaps)?;
+    }
+    match rfs::fremovexattr(&made, crate::posix::VOLUME_ID_XATTR) {
+        Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Writes out what the brick's file system holds in memory (`syncfs`):

@@ -300,3 +300,37 @@ fn a_brick_is_restored_to_a_snapshot_and_a_restore_cut_short_is_finished() {
         restores_on(&brick);
     }
 }
+
+#[test]
+fn a_clone_is_a_writable_copy_with_no_volume_and_no_snapshots() {
+    for kind in ["btrfs", "xfs"] {
+        let fs = LoopFs::new(kind);
+        let brick = fs.dir.join("brick");
+        make_brick_dir(&brick).unwrap();
+        fill(&brick);
+        rfs::setxattr(
+            &brick,
+            crate::posix::VOLUME_ID_XATTR,
+            b"vol-1",
+            rfs::XattrFlags::empty(),
+        )
+        .unwrap();
+        take(&brick, "s1").unwrap();
+        take(&brick, "s2").unwrap();
+        let at_s2 = tree(&brick);
+        std::fs::write(brick.join("later"), b"later").unwrap();
+        let to = fs.dir.join("clones/c1");
+        clone(&brick, "s2", &to).unwrap();
+        assert_eq!(tree(&to), at_s2, "{kind}");
+        assert!(list(&to).unwrap().is_empty(), "{kind}: {:?}", list(&to));
+        let mut id = [0u8; 16];
+        assert!(rfs::getxattr(&to, crate::posix::VOLUME_ID_XATTR, &mut id).is_err());
+        std::fs::write(to.join("d/e/f"), b"the clone's own").unwrap();
+        assert_eq!(
+            std::fs::read(brick.join("d/e/f")).unwrap(),
+            vec![7u8; 100_000]
+        );
+        let e = clone(&brick, "s2", &to).unwrap_err();
+        assert!(e.to_string().contains("exists"), "{e}");
+    }
+}

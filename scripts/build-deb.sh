@@ -13,7 +13,7 @@ extra="$target/deb-extra"
 rm -rf "$extra"
 mkdir -p "$extra/systemd" "$extra/man"
 # The packaged program lives in /usr/sbin, not /usr/local/sbin.
-for unit in mortar.service mortar.target; do
+for unit in mortar.service mortar.target mortar-snapshot@.service mortar-snapshot@.timer; do
     sed 's|/usr/local/sbin/mortar|/usr/sbin/mortar|' "packaging/systemd/$unit" > "$extra/systemd/$unit"
 done
 "$target/release/mortar" man --out "$extra/man" >/dev/null

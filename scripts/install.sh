@@ -21,11 +21,14 @@ mkdir -p /var/log/mortar /var/lib/mortar
 # The daemon's unit: restarted after a crash, its bricks running on.
 install -D -m 0644 packaging/systemd/mortar.service /etc/systemd/system/mortar.service
 install -D -m 0644 packaging/systemd/mortar.target /etc/systemd/system/mortar.target
+# Scheduled snapshots: systemctl enable --now mortar-snapshot@VOLUME.timer.
+install -D -m 0644 packaging/systemd/mortar-snapshot@.service /etc/systemd/system/mortar-snapshot@.service
+install -D -m 0644 packaging/systemd/mortar-snapshot@.timer /etc/systemd/system/mortar-snapshot@.timer
 # `man mortar`, `man mortar-volume-create`, ..., and completion in bash.
 /usr/local/sbin/mortar man --out /usr/local/share/man/man1 >/dev/null
 mkdir -p /usr/share/bash-completion/completions
 /usr/local/sbin/mortar completions bash > /usr/share/bash-completion/completions/mortar
-echo "installed /usr/local/sbin/mortar, /usr/local/sbin/mortar-brick, /usr/local/sbin/mortar-bench, /sbin/mount.mortar, /sbin/mount.fuse.mortar, /etc/systemd/system/mortar.service and mortar.target, the manual pages and bash completion"
+echo "installed /usr/local/sbin/mortar, /usr/local/sbin/mortar-brick, /usr/local/sbin/mortar-bench, /sbin/mount.mortar, /sbin/mount.fuse.mortar, /etc/systemd/system/mortar.service, mortar.target and mortar-snapshot@ (.service, .timer), the manual pages and bash completion"
 if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
     echo "start the daemon with: systemctl enable --now mortar"

@@ -6,7 +6,8 @@ use common::*;
 
 /// The units parse cleanly (`systemd-analyze verify`, which needs no
 /// running systemd), with the daemon this build made: the daemon's, the
-/// target that groups it, and the example mount unit.
+/// target that groups it, the example mount unit, and the scheduled
+/// snapshots' service and timer.
 #[test]
 fn the_systemd_units_are_valid() {
     if !have_tool("systemd-analyze", "systemd") {
@@ -33,10 +34,24 @@ fn the_systemd_units_are_valid() {
         mount.contains("Type=mortar") && mount.contains("_netdev"),
         "{mount}"
     );
+    let timer = read("mortar-snapshot@.timer");
+    assert!(
+        timer.contains("OnCalendar=") && timer.contains("Persistent=true"),
+        "{timer}"
+    );
+    let snap = read("mortar-snapshot@.service");
+    assert!(snap.contains("snapshot create %i %i"), "{snap}");
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
-    for name in ["mortar.service", "mortar.target", "mnt-gv0.mount"] {
-        let file = dir.path().join(name);
+    // (A template is checked as an instance of it.)
+    for (name, as_name) in [
+        ("mortar.service", "mortar.service"),
+        ("mortar.target", "mortar.target"),
+        ("mnt-gv0.mount", "mnt-gv0.mount"),
+        ("mortar-snapshot@.service", "mortar-snapshot@gv0.service"),
+        ("mortar-snapshot@.timer", "mortar-snapshot@gv0.timer"),
+    ] {
+        let file = dir.path().join(as_name);
         std::fs::write(&file, read(name).replace("/usr/local/sbin/mortar", BIN)).unwrap();
         files.push(file.display().to_string());
     }

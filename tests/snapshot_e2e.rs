@@ -339,3 +339,45 @@ fn bricks_without_a_snapshot_mechanism_are_named_and_nothing_is_taken() {
     let err = c.fails(&["snapshot", "create", "../x", "ev", "no-timestamp"]);
     assert!(err.contains("is not a snapshot name"), "{err}");
 }
+
+#[test]
+fn the_pools_limits_refuse_or_let_the_oldest_go() {
+    let fs = LoopFs::new("btrfs", "512M");
+    let c = Cluster::start();
+    let brick = format!("{}:{}", c.ip, fs.dir.join("lb").display());
+    c.ok(&["volume", "create", "lv", &brick, "force"]);
+    c.ok(&["volume", "start", "lv"]);
+    c.ok(&[
+        "snapshot",
+        "config",
+        "snap-max-hard-limit",
+        "3",
+        "snap-max-soft-limit",
+        "67",
+    ]);
+    let shown = c.ok(&["snapshot", "config"]);
+    assert!(shown.contains("snap-max-hard-limit : 3"), "{shown}");
+    assert!(shown.contains("snap-max-soft-limit : 67%"), "{shown}");
+    assert!(shown.contains("auto-delete : disable"), "{shown}");
+    let create = |n: &str| c.ok(&["snapshot", "create", n, "lv", "no-timestamp"]);
+    assert!(!create("a1").contains("Warning"));
+    assert!(create("a2").contains("reached its soft limit"));
+    create("a3");
+    c.refused(
+        &["snapshot", "create", "a4", "lv", "no-timestamp"],
+        "snap-max-hard-limit",
+        &c.state(),
+    );
+    let e = c.fails(&["snapshot", "config", "lv", "snap-max-hard-limit", "3"]);
+    assert!(e.contains("per-volume limits are not built"), "{e}");
+    c.ok(&["snapshot", "config", "auto-delete", "enable"]);
+    create("a5");
+    let list = c.ok(&["snapshot", "list", "lv"]);
+    assert_eq!(list.lines().collect::<Vec<_>>(), ["a3", "a5"], "{list}");
+    for gone in ["a1", "a2"] {
+        assert!(
+            !fs.dir.join("lb/.mortar/snaps").join(gone).exists(),
+            "{gone}"
+        );
+    }
+}

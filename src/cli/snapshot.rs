@@ -35,6 +35,10 @@ pub enum SnapshotCmd {
     /// clone has the snapshot's shape and options and is created, not
     /// started.
     Clone { clone: String, name: String },
+    /// Show or set the pool's snapshot limits: config [snap-max-hard-limit
+    /// N] [snap-max-soft-limit PERCENT] [auto-delete enable|disable]
+    /// (per-volume limits are not built).
+    Config { words: Vec<String> },
     /// List the snapshots' names (of VOLNAME only).
     List { volume: Option<String> },
     /// Show snapshots: info [NAME | volume VOLNAME].
@@ -192,6 +196,7 @@ pub(super) async fn run(server: &Server, out: &Out, cmd: SnapshotCmd) -> anyhow:
                 ask(server, Request::Snapshot { op }).await?,
             )
         }
+        SnapshotCmd::Config { words } => config(server, out, &words).await,
         SnapshotCmd::List { volume } => {
             let which = volume.map_or(SnapshotSel::All, SnapshotSel::Volume);
             let snaps = list(server, "snapshot list", which).await?;
@@ -242,6 +247,63 @@ pub(super) async fn run(server: &Server, out: &Out, cmd: SnapshotCmd) -> anyhow:
     }
 }
 
+/// The keys `snapshot config` sets (pool options: `volume set all`).
+const CONFIG_KEYS: [&str; 3] = ["snap-max-hard-limit", "snap-max-soft-limit", "auto-delete"];
+
+/// KEY VALUE pairs of `snapshot config`.
+fn config_pairs(words: &[String]) -> Result<Vec<(String, String)>, Usage> {
+    if !words.len().is_multiple_of(2)
+        || words
+            .chunks(2)
+            .any(|p| !CONFIG_KEYS.contains(&p[0].as_str()))
+    {
+        return Err(format!(
+            "expected: snapshot config [KEY VALUE]..., KEY one of {} (per-volume limits are not built)",
+            CONFIG_KEYS.join(", ")
+        )
+        .into());
+    }
+    Ok(words
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect())
+}
+
+async fn config(server: &Server, out: &Out, words: &[String]) -> anyhow::Result<()> {
+    let what = "snapshot config";
+    let pairs = config_pairs(words).map_err(|e| usage(what, "", e))?;
+    for (key, value) in &pairs {
+        let set = Request::VolumeSet {
+            name: "all".into(),
+            key: key.clone(),
+            value: value.clone(),
+        };
+        out.done(what, "", ask(server, set).await?)?;
+    }
+    if !pairs.is_empty() {
+        return Ok(());
+    }
+    match ask(server, Request::PoolOptions).await? {
+        Response::Options(o) => {
+            let shown: std::collections::BTreeMap<&str, &str> = CONFIG_KEYS
+                .iter()
+                .map(|k| (*k, o.get(*k).map_or("", String::as_str)))
+                .collect();
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&shown)?);
+            } else {
+                println!("Snapshot System Configuration:");
+                for k in CONFIG_KEYS {
+                    let pct = if k == "snap-max-soft-limit" { "%" } else { "" };
+                    println!("{k} : {}{pct}", shown[k]);
+                }
+            }
+            Ok(())
+        }
+        other => Err(unexpected(what, "", other)),
+    }
+}
+
 async fn list(server: &Server, what: &str, which: SnapshotSel) -> anyhow::Result<Vec<Snapshot>> {
     match ask(
         server,
@@ -288,6 +350,19 @@ mod tests {
             "not accepted: it would do nothing"
         );
         assert!(create_words(&words("description")).is_err());
+    }
+
+    #[test]
+    fn config_takes_the_pools_keys_in_pairs() {
+        assert!(config_pairs(&[]).unwrap().is_empty());
+        let p = config_pairs(&words("snap-max-hard-limit 10 auto-delete enable")).unwrap();
+        assert_eq!(p.len(), 2);
+        assert!(config_pairs(&words("gv0 snap-max-hard-limit 10")).is_err());
+        assert!(config_pairs(&words("snap-max-hard-limit")).is_err());
+        assert!(
+            config_pairs(&words("activate-on-create enable")).is_err(),
+            "not built"
+        );
     }
 
     #[test]

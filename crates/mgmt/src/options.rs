@@ -88,9 +88,39 @@ pub static NFS_REGISTER_WITH_PORTMAP: Spec = Spec {
     help: "When the machine's portmapper (rpcbind) holds port 111, each server's NFS server registers NFS and MOUNT with it (and takes them out when it stops), so that clients find them without being given the port; off: it does not (for a machine that runs another NFS server, such as NFS-Ganesha, that registers). Where port 111 is free, the NFS server answers there itself either way (GlusterFS's option)",
 };
 
+/// `snap-max-hard-limit`, `snap-max-soft-limit`, `auto-delete`: how many
+/// snapshots a volume keeps (`snapshot config`, docs/snapshots.md).
+pub static SNAP_MAX_HARD_LIMIT: Spec = Spec {
+    key: "snap-max-hard-limit",
+    kind: mortar_core::options::Kind::Int(1, crate::command::MAX_PER_VOLUME as i64),
+    default: "256",
+    help: "Snapshots a volume may have: snapshot create is refused beyond it (unless auto-delete is enabled, which deletes the oldest first)",
+};
+
+pub static SNAP_MAX_SOFT_LIMIT: Spec = Spec {
+    key: "snap-max-soft-limit",
+    kind: mortar_core::options::Kind::Int(1, 100),
+    default: "90",
+    help: "Percent of snap-max-hard-limit at which snapshot create warns, or with auto-delete enabled deletes the volume's oldest snapshots down to it",
+};
+
+pub static SNAP_AUTO_DELETE: Spec = Spec {
+    key: "auto-delete",
+    kind: mortar_core::options::Kind::Enum(&["enable", "disable"]),
+    default: "disable",
+    help: "enable: snapshot create deletes a volume's oldest snapshots once it has snap-max-soft-limit percent of snap-max-hard-limit",
+};
+
 /// The options of the pool rather than of one volume, as GlusterFS's
 /// global options: `volume set all KEY VALUE`, `volume get all KEY|all`.
-pub static POOL: &[&Spec] = &[&BRICK_MULTIPLEX, &NFS_PORT, &NFS_REGISTER_WITH_PORTMAP];
+pub static POOL: &[&Spec] = &[
+    &BRICK_MULTIPLEX,
+    &NFS_PORT,
+    &NFS_REGISTER_WITH_PORTMAP,
+    &SNAP_MAX_HARD_LIMIT,
+    &SNAP_MAX_SOFT_LIMIT,
+    &SNAP_AUTO_DELETE,
+];
 
 pub fn pool_spec(key: &str) -> Option<&'static Spec> {
     POOL.iter().copied().find(|o| o.key == key)

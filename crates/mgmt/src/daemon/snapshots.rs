@@ -14,6 +14,7 @@
 use super::{err, Daemon};
 use crate::command::{Command, SnapshotChange, MAX_PER_VOLUME};
 use crate::error::Error;
+use crate::options::{SNAP_AUTO_DELETE, SNAP_MAX_HARD_LIMIT, SNAP_MAX_SOFT_LIMIT};
 use crate::rpc::{self, CopyOp, Response, SnapshotCopy, SnapshotOp, SnapshotSel, SnapshotStatus};
 use crate::state::{Snapshot, VolStatus};
 use futures_util::future::join_all;
@@ -398,18 +399,10 @@ impl Daemon {
             )
             .into());
         }
-        {
-            let st = self.state.lock().unwrap();
-            if st.snapshots.contains_key(&name) {
-                return Err(format!("Snapshot {name} already exists").into());
-            }
-            if st.snapshots.values().filter(|s| s.volume == volume).count() >= MAX_PER_VOLUME {
-                return Err(format!(
-                    "Volume {volume} has {MAX_PER_VOLUME} snapshots, its limit: delete one first"
-                )
-                .into());
-            }
+        if self.state.lock().unwrap().snapshots.contains_key(&name) {
+            return Err(format!("Snapshot {name} already exists").into());
         }
+        let warning = self.make_room(&volume).await?;
         let desc = self
             .desc(&volume)
             .ok_or_else(|| Error::not_found(format!("Volume {volume} does not exist")))?;
@@ -420,7 +413,44 @@ impl Daemon {
         graph.fini().await;
         let pause = done?;
         tracing::info!(snapshot = %name, volume = %volume, "snapshot created; changes held back {pause:?}");
-        Ok(format!("Snap {name} created successfully"))
+        Ok(format!("Snap {name} created successfully{warning}"))
+    }
+
+    /// Room for one more snapshot of `volume` under the pool's limits
+    /// (`snapshot config`): with auto-delete, the oldest are deleted down
+    /// to below the soft limit; without, a volume at the hard limit is
+    /// refused. Answers a warning to add to the answer when the new one
+    /// reaches the soft limit.
+    async fn make_room(self: &Arc<Self>, volume: &str) -> Result<String, Error> {
+        let (hard, soft, auto) = {
+            let o = &self.state.lock().unwrap().options;
+            let hard = (SNAP_MAX_HARD_LIMIT.int(o) as usize).min(MAX_PER_VOLUME);
+            let soft = (hard * SNAP_MAX_SOFT_LIMIT.int(o) as usize / 100).max(1);
+            (hard, soft, SNAP_AUTO_DELETE.str(o) == "enable")
+        };
+        let mut taken = self.snapshots(&SnapshotSel::Volume(volume.to_string()))?;
+        if auto {
+            while taken.len() >= soft {
+                let oldest = taken.remove(0);
+                self.snapshot_delete(&oldest).await?;
+                tracing::info!(snapshot = %oldest.name, volume, "deleted: the volume reached snap-max-soft-limit (auto-delete)");
+            }
+            return Ok(String::new());
+        }
+        if taken.len() >= hard {
+            return Err(format!(
+                "Volume {volume} has {} snapshots, snap-max-hard-limit: delete one, or let the oldest go (snapshot config auto-delete enable)",
+                taken.len()
+            )
+            .into());
+        }
+        Ok(match taken.len() + 1 >= soft {
+            true => format!(
+                "\nWarning: volume {volume} reached its soft limit: {} snapshots of {hard}",
+                taken.len() + 1
+            ),
+            false => String::new(),
+        })
     }
 
     /// Takes snapshot `name` of `v` on every brick of `graph` and records

@@ -381,3 +381,39 @@ fn the_pools_limits_refuse_or_let_the_oldest_go() {
         );
     }
 }
+
+#[test]
+fn barriers_left_up_by_a_leader_that_died_fall_by_themselves() {
+    let fs = LoopFs::new("btrfs", "512M");
+    let mut c = Cluster::start();
+    let bricks = replica3(&c, "dv", &fs.dir);
+    c.ok(&["volume", "set", "dv", "features.barrier-timeout", "3"]);
+    let m = c.mount("dv");
+    write_synced(m.p("before"), b"before").unwrap();
+    c.crash_daemon();
+    c.start_daemon_env(&[("FAILPOINTS", "snapshot-barriers-up=panic")]);
+    let _ = c.cli(&["snapshot", "create", "z1", "dv", "no-timestamp"]);
+    assert!(
+        c.wait_daemon_gone(Duration::from_secs(10)),
+        "the fail point was hit"
+    );
+    // Changes wait behind the barriers, which fall after the timeout.
+    let after = m.p("after");
+    let writer = std::thread::spawn(move || write_synced(after, b"after"));
+    wait_for("the barriers to fall", Duration::from_secs(30), || {
+        writer.is_finished()
+    });
+    writer
+        .join()
+        .unwrap()
+        .expect("a write once the barriers fell");
+    assert_eq!(std::fs::read(m.p("after")).unwrap(), b"after");
+    c.start_daemon();
+    assert_eq!(c.ok(&["snapshot", "list"]).trim(), "No snapshots present");
+    for b in &bricks {
+        assert!(!snap_dir(b, "z1").exists(), "{}", b.display());
+        assert_eq!(std::fs::read(b.join("after")).unwrap(), b"after");
+    }
+    // And the next snapshot is taken as any other.
+    c.ok(&["snapshot", "create", "z2", "dv", "no-timestamp"]);
+}

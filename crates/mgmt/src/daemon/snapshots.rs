@@ -554,6 +554,8 @@ impl Daemon {
         }
         let started = Instant::now();
         let failed = on_all(&nodes, || setxattr(BARRIER_XATTR.into())).await;
+        // The leader dies with every barrier up (they fall by themselves).
+        fail::fail_point!("snapshot-barriers-up");
         let key = format!("{SNAPSHOT_XATTR_PREFIX}{name}");
         let result = if !failed.is_empty() {
             Err(format!(

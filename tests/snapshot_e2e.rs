@@ -417,3 +417,36 @@ fn barriers_left_up_by_a_leader_that_died_fall_by_themselves() {
     // And the next snapshot is taken as any other.
     c.ok(&["snapshot", "create", "z2", "dv", "no-timestamp"]);
 }
+
+#[test]
+fn a_dispersed_volume_is_snapshotted_cloned_and_read_back() {
+    let fs = LoopFs::new("xfs", "1G");
+    let c = Cluster::start();
+    let mut args = vec!["volume", "create", "dp", "disperse", "6", "redundancy", "2"];
+    let named: Vec<String> = (1..=6)
+        .map(|i| format!("{}:{}", c.ip, fs.dir.join(format!("dp-b{i}")).display()))
+        .collect();
+    args.extend(named.iter().map(String::as_str));
+    args.push("force");
+    c.ok(&args);
+    c.ok(&["volume", "start", "dp"]);
+    let m = c.mount("dp");
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(m.p("big"), &data).unwrap();
+    std::fs::write(m.p("small"), b"small").unwrap();
+    ok(&format!("sync -f {}", m.p("big")));
+    c.ok(&["snapshot", "create", "d1", "dp", "no-timestamp"]);
+    std::fs::write(m.p("big"), b"overwritten").unwrap();
+    m.unmount();
+    c.ok(&["snapshot", "clone", "dpc", "d1"]);
+    c.ok(&["volume", "start", "dpc"]);
+    let mc = c.mount("dpc");
+    assert_eq!(std::fs::read(mc.p("big")).unwrap(), data);
+    assert_eq!(std::fs::read(mc.p("small")).unwrap(), b"small");
+    mc.unmount();
+    c.ok(&["volume", "stop", "dp"]);
+    c.ok(&["snapshot", "restore", "d1"]);
+    c.ok(&["volume", "start", "dp"]);
+    let m = c.mount("dp");
+    assert_eq!(std::fs::read(m.p("big")).unwrap(), data);
+}

@@ -162,6 +162,8 @@ fn a_snapshot_under_writers_holds_the_same_completed_writes_on_every_brick() {
     // A name with the time appended; list, status, delete.
     let said = c.ok(&["snapshot", "create", "s2", "sv"]);
     assert!(said.contains("Snap s2_GMT-"), "{said}");
+    let info = c.ok(&["volume", "info", "sv"]);
+    assert!(info.contains("Snapshot Count: 2"), "{info}");
     let list = c.ok(&["snapshot", "list", "sv"]);
     let names: Vec<&str> = list.lines().collect();
     assert_eq!(names.len(), 2, "{list}");

@@ -5,7 +5,8 @@ use crate::mgmt::rpc::VolumeStatus;
 use crate::mgmt::state::Volume;
 use std::fmt::Write;
 
-pub fn info(vols: &[Volume]) -> String {
+/// `snapshots`: how many snapshots each volume has.
+pub fn info(vols: &[Volume], snapshots: &std::collections::BTreeMap<&str, usize>) -> String {
     let mut s = String::new();
     for v in vols {
         let _ = writeln!(s, " ");
@@ -13,7 +14,8 @@ pub fn info(vols: &[Volume]) -> String {
         let _ = writeln!(s, "Type: {}", v.type_name());
         let _ = writeln!(s, "Volume ID: {}", v.id);
         let _ = writeln!(s, "Status: {}", v.status.as_str());
-        let _ = writeln!(s, "Snapshot Count: 0");
+        let count = snapshots.get(v.name.as_str()).copied().unwrap_or(0);
+        let _ = writeln!(s, "Snapshot Count: {count}");
         let _ = writeln!(s, "Number of Bricks: {}", v.brick_count_line());
         let _ = writeln!(s, "Transport-type: {}", v.transport);
         let _ = writeln!(s, "Bricks:");
@@ -245,9 +247,10 @@ mod tests {
             key: String::new(),
             credentials: Vec::new(),
         };
-        let text = info(&[v]);
+        let text = info(&[v], &[("gv0", 2)].into_iter().collect());
         for line in [
             "Volume Name: gv0",
+            "Snapshot Count: 2",
             "Type: Replicate",
             "Volume ID: id",
             "Status: Started",

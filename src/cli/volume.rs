@@ -8,7 +8,7 @@ use super::{
     ask, bricks, fail, format, heal, observe, rebalance, unexpected, usage, Out, Server, Usage,
 };
 use crate::mgmt::options;
-use crate::mgmt::rpc::{Request, Response};
+use crate::mgmt::rpc::{self, Request, Response};
 use clap::Subcommand;
 
 #[derive(Subcommand)]
@@ -282,7 +282,18 @@ async fn info(server: &Server, out: &Out, name: Option<String>) -> anyhow::Resul
             } else if vs.is_empty() {
                 println!("No volumes present");
             } else {
-                print!("{}", format::info(&vs));
+                let op = rpc::SnapshotOp::List {
+                    which: rpc::SnapshotSel::All,
+                };
+                let snaps = match ask(server, Request::Snapshot { op }).await? {
+                    Response::Snapshots(s) => s,
+                    other => return Err(unexpected("volume info", "", other)),
+                };
+                let mut counts = std::collections::BTreeMap::new();
+                for s in &snaps {
+                    *counts.entry(s.volume.as_str()).or_insert(0) += 1;
+                }
+                print!("{}", format::info(&vs, &counts));
             }
             Ok(())
         }

@@ -343,7 +343,7 @@ impl BrickXlator for Barrier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mortar_storage::posix::{FdTable, Posix};
+    use mortar_storage::posix::Posix;
 
     /// Answers every call once `open` lets it (at once while it is open).
     struct Gate {
@@ -385,13 +385,7 @@ mod tests {
     }
 
     fn conn() -> Arc<Conn> {
-        Arc::new(Conn {
-            id: 1,
-            peer: "client".into(),
-            fds: FdTable::default(),
-            notice: Box::new(|_| {}),
-            close: Box::new(|| {}),
-        })
+        Conn::quiet(1)
     }
 
     fn user() -> Ctx {

@@ -278,7 +278,6 @@ impl BrickXlator for HoldXl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mortar_storage::posix::FdTable;
 
     /// Answers everything: what is refused is refused above it.
     struct Anything;
@@ -302,13 +301,7 @@ mod tests {
     }
 
     fn conn(id: ConnId) -> Arc<Conn> {
-        Arc::new(Conn {
-            id,
-            peer: format!("client{id}"),
-            fds: FdTable::default(),
-            notice: Box::new(|_| {}),
-            close: Box::new(|| {}),
-        })
+        Conn::quiet(id)
     }
 
     fn set(gfid: Gfid, value: &str) -> Fop {

@@ -112,6 +112,21 @@ pub trait BrickXlator: Send + Sync {
     fn reconfigure(&self, _options: &mortar_core::Options) {}
 }
 
+impl Conn {
+    /// A connection that hears nothing and cannot be closed: for the
+    /// translators' unit tests.
+    #[cfg(test)]
+    pub(crate) fn quiet(id: ConnId) -> Arc<Conn> {
+        Arc::new(Conn {
+            id,
+            peer: format!("client{id}"),
+            fds: FdTable::default(),
+            notice: Box::new(|_| {}),
+            close: Box::new(|| {}),
+        })
+    }
+}
+
 /// What the brick process gives the factories.
 pub struct BrickEnv {
     pub posix: Arc<Posix>,

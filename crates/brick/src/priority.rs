@@ -170,7 +170,6 @@ impl BrickXlator for PriorityXl {
 mod tests {
     use super::*;
     use mortar_core::Gfid;
-    use mortar_storage::posix::FdTable;
 
     /// Holds clients' reads until let go; answers the rest at once.
     struct Disk {
@@ -188,13 +187,7 @@ mod tests {
     }
 
     fn conn() -> Arc<Conn> {
-        Arc::new(Conn {
-            id: 1,
-            peer: "client".into(),
-            fds: FdTable::default(),
-            notice: Box::new(|_| {}),
-            close: Box::new(|| {}),
-        })
+        Conn::quiet(1)
     }
 
     fn read() -> Fop {

@@ -97,6 +97,21 @@ fn listed(failed: &[(String, String)]) -> String {
 }
 
 impl Daemon {
+    /// Asks the server of each brick of `s` to do `op` with its copy: the
+    /// answers, in the order of `s.bricks`.
+    async fn on_copies(
+        self: &Arc<Self>,
+        s: &Snapshot,
+        op: impl Fn(&crate::state::Brick) -> CopyOp,
+    ) -> Vec<Response> {
+        self.on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
+            brick: b.path.clone(),
+            name: s.name.clone(),
+            op: op(b),
+        })
+        .await
+    }
+
     /// The snapshots `which` names, oldest first.
     fn snapshots(&self, which: &SnapshotSel) -> Result<Vec<Snapshot>, Error> {
         let st = self.state.lock().unwrap();
@@ -145,13 +160,7 @@ impl Daemon {
 
     /// Where each copy of snapshot `s` stands, asked of its servers.
     async fn snapshot_status(self: &Arc<Self>, s: Snapshot) -> SnapshotStatus {
-        let answers = self
-            .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
-                brick: b.path.clone(),
-                name: s.name.clone(),
-                op: CopyOp::Check,
-            })
-            .await;
+        let answers = self.on_copies(&s, |_| CopyOp::Check).await;
         let bricks = s
             .bricks
             .iter()
@@ -277,13 +286,7 @@ impl Daemon {
         if !same {
             return Err(format!("Volume {}'s bricks changed since snapshot {name} was taken: it cannot be restored in place", s.volume).into());
         }
-        let answers = self
-            .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
-                brick: b.path.clone(),
-                name: s.name.clone(),
-                op: CopyOp::Restore,
-            })
-            .await;
+        let answers = self.on_copies(&s, |_| CopyOp::Restore).await;
         let failed = failures(&s.bricks, answers);
         if !failed.is_empty() {
             return Err(format!(
@@ -319,12 +322,8 @@ impl Daemon {
             .map(|b| format!("{}:{}", b.host, Snapshot::clone_path(b, &clone)))
             .collect();
         let answers = self
-            .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
-                brick: b.path.clone(),
-                name: s.name.clone(),
-                op: CopyOp::Clone {
-                    to: Snapshot::clone_path(b, &clone),
-                },
+            .on_copies(&s, |b| CopyOp::Clone {
+                to: Snapshot::clone_path(b, &clone),
             })
             .await;
         let failed = failures(&s.bricks, answers);
@@ -356,13 +355,7 @@ impl Daemon {
     }
 
     async fn snapshot_delete(self: &Arc<Self>, s: &Snapshot) -> Result<(), Error> {
-        let answers = self
-            .on_bricks(&s.bricks, |b| rpc::Request::SnapshotCopy {
-                brick: b.path.clone(),
-                name: s.name.clone(),
-                op: CopyOp::Remove,
-            })
-            .await;
+        let answers = self.on_copies(s, |_| CopyOp::Remove).await;
         let failed = failures(&s.bricks, answers);
         if !failed.is_empty() {
             return Err(format!(

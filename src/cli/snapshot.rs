@@ -99,7 +99,7 @@ fn info(snaps: &[Snapshot]) -> String {
             out.push_str(&format!("Description               : {}\n", s.description));
         }
         out.push_str(&format!(
-            "Created                   : {}\nSnap Volumes:\n\n\tOrigin Volume name        : {}\n\tBricks                    : {}\n\tMechanism                 : {}\n\tChanges held back for     : {} ms\n\tStatus                    : Stopped\n\n",
+            "Created                   : {}\nSnap Volumes:\n\n\tOrigin Volume name        : {}\n\tBricks                    : {}\n\tMechanism                 : {}\n\tChanges held back for     : {} ms\n\n",
             when(s.created),
             s.volume,
             s.bricks.len(),

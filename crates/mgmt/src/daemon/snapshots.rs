@@ -19,7 +19,7 @@ use crate::rpc::{self, CopyOp, Response, SnapshotCopy, SnapshotOp, SnapshotSel, 
 use crate::state::{Snapshot, VolStatus};
 use futures_util::future::join_all;
 use mortar_brick::barrier::{
-    SnapshotReport, BARRIER_XATTR, FLUSH_XATTR, SNAPSHOTS_XATTR, SNAPSHOT_XATTR_PREFIX,
+    SnapshotReport, BARRIER_XATTR, PREPARE_XATTR, SNAPSHOTS_XATTR, SNAPSHOT_XATTR_PREFIX,
 };
 use mortar_core::{Ctx, Fop, Gfid, Reply};
 use mortar_graph::{Graph, Node};
@@ -535,12 +535,26 @@ impl Daemon {
             )
             .into());
         }
-        // (What the file systems hold in memory is written out before
-        // changes wait, not while.)
-        let failed = on_all(&nodes, || setxattr(FLUSH_XATTR.into())).await;
+        // What the file systems hold in memory is written out, and copies
+        // by reflink are made ahead, before changes wait, not while.
+        let key = format!("{SNAPSHOT_XATTR_PREFIX}{name}");
+        let prepare = || Fop::Setxattr {
+            gfid: Gfid::ROOT,
+            name: PREPARE_XATTR.into(),
+            value: name.as_bytes().to_vec().into(),
+            flags: 0,
+        };
+        let failed = on_all(&nodes, prepare).await;
         if !failed.is_empty() {
+            // (Copies made ahead go; a brick that refused keeps its own.)
+            let made: Vec<(String, &Node)> = nodes
+                .iter()
+                .filter(|(b, _)| !failed.iter().any(|(f, _)| f == b))
+                .cloned()
+                .collect();
+            let _ = on_all(&made, || removexattr(key.clone())).await;
             return Err(format!(
-                "Snapshot {name} not taken: the bricks' file systems could not be flushed:{}",
+                "Snapshot {name} not taken: the bricks could not prepare it:{}",
                 listed(&failed)
             )
             .into());
@@ -549,8 +563,8 @@ impl Daemon {
         let failed = on_all(&nodes, || setxattr(BARRIER_XATTR.into())).await;
         // The leader dies with every barrier up (they fall by themselves).
         fail::fail_point!("snapshot-barriers-up");
-        let key = format!("{SNAPSHOT_XATTR_PREFIX}{name}");
         let result = if !failed.is_empty() {
+            let _ = on_all(&nodes, || removexattr(key.clone())).await;
             Err(format!(
                 "Snapshot {name} not taken: the barrier did not rise on:{}",
                 listed(&failed)

@@ -410,6 +410,39 @@ impl Posix {
         &self.path
     }
 
+    /// The path of directory `gfid` relative to the brick, from its
+    /// handle's chain (an error for an object that is not a directory).
+    pub fn dir_path(&self, gfid: Gfid) -> FsResult<PathBuf> {
+        let mut names = Vec::new();
+        let mut cur = gfid;
+        while cur != Gfid::ROOT {
+            if names.len() > 4096 {
+                return Err(FsError::new(
+                    libc::ELOOP,
+                    format!("{gfid}: its handles loop"),
+                ));
+            }
+            let (parent, name) = self.read_dir_handle(cur)?;
+            names.push(name);
+            cur = parent;
+        }
+        Ok(names
+            .iter()
+            .rev()
+            .map(|n| std::ffi::OsStr::from_bytes(n.as_bytes()))
+            .collect())
+    }
+
+    /// What the brick keeps of object `gfid` beside its names, relative
+    /// to the brick: its handle, and its sums file (either may not exist).
+    pub fn side_paths(gfid: Gfid) -> [PathBuf; 2] {
+        let rel = gfid.handle_rel();
+        [
+            Path::new(INDEX_REL).join(&rel),
+            Path::new(sums::SUMS_REL).join(&rel),
+        ]
+    }
+
     /// Makes what a brick keeps of its own (the root's gfid, `.mortar/`
     /// with the root's handle, the heal index and the health check's file)
     /// when its volume is created, so that the brick's first start finds

@@ -28,10 +28,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 mod btrfs;
+mod precopy;
 mod restore;
 #[cfg(test)]
 mod tests;
 
+pub use precopy::{precopy, Changed, Precopy};
 pub use restore::{restore, unfinished};
 
 /// Where a brick's snapshots live, relative to the brick.
@@ -335,14 +337,51 @@ struct Copy {
     dst_root: OwnedFd,
     linked: HashMap<u64, PathBuf>,
     xattrs: XattrBuf,
+    /// Entries that go or change under the walk are skipped (`precopy`).
+    tolerant: bool,
+    /// Xattrs the source lacks are removed from the copy (bringing a
+    /// copy up to date, `precopy`).
+    exact: bool,
 }
 
 impl Copy {
+    /// Links `name` of `dst` to the copy made at `first` of the object
+    /// `name` in `src` is another name of: false if that copy is gone or,
+    /// while the brick changes, no longer that object.
+    fn link_to_copy(
+        &self,
+        first: &Path,
+        src: &OwnedFd,
+        dst: &OwnedFd,
+        name: &OsStr,
+    ) -> io::Result<bool> {
+        if self.tolerant || self.exact {
+            let gfid = |p: PathBuf| {
+                let mut v = [0u8; 16];
+                rfs::lgetxattr(p, crate::posix::GFID_XATTR, &mut v)
+                    .ok()
+                    .map(|n| v[..n].to_vec())
+            };
+            let theirs = gfid(in_dir(src, name));
+            let ours = gfid(in_dir(&self.dst_root, first.as_os_str()));
+            if theirs != ours {
+                return Ok(false);
+            }
+        }
+        match rfs::linkat(&self.dst_root, first, dst, name, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn new(dst_root: OwnedFd) -> Copy {
         Copy {
             dst_root,
             linked: HashMap::new(),
             xattrs: XattrBuf::default(),
+            tolerant: false,
+            exact: false,
         }
     }
 
@@ -358,7 +397,10 @@ impl Copy {
             rel.push(&name);
             // (The snapshots are not themselves copied.)
             if rel.as_os_str() != OsStr::new(SNAPS_REL) {
-                self.entry(src, dst, &name, rel)?;
+                match self.entry(src, dst, &name, rel) {
+                    Err(e) if self.tolerant && precopy::gone(&e) => {}
+                    other => other?,
+                }
             }
             rel.pop();
         }
@@ -375,9 +417,10 @@ impl Copy {
         let st = rfs::statat(src, name, AtFlags::SYMLINK_NOFOLLOW)?;
         let kind = rfs::FileType::from_raw_mode(st.st_mode);
         if kind != rfs::FileType::Directory && st.st_nlink > 1 {
-            if let Some(first) = self.linked.get(&st.st_ino) {
-                rfs::linkat(&self.dst_root, first, dst, name, AtFlags::empty())?;
-                return Ok(());
+            if let Some(first) = self.linked.get(&st.st_ino).cloned() {
+                if self.link_to_copy(&first, src, dst, name)? {
+                    return Ok(());
+                }
             }
             self.linked.insert(st.st_ino, rel.clone());
         }
@@ -434,6 +477,15 @@ impl Copy {
             let x = OsStr::from_bytes(x);
             let len = rfs::fgetxattr(src, x, &mut value[..])?;
             rfs::fsetxattr(dst, x, &value[..len], rfs::XattrFlags::empty())?;
+        }
+        if self.exact {
+            let theirs = names[..n].to_vec();
+            let m = rfs::flistxattr(dst, &mut value[..])?;
+            for x in value[..m].split(|b| *b == 0).filter(|x| !x.is_empty()) {
+                if !theirs.split(|b| *b == 0).any(|t| t == x) {
+                    rfs::fremovexattr(dst, OsStr::from_bytes(x))?;
+                }
+            }
         }
         Ok(rfs::futimens(dst, &times(&st))?)
     }

@@ -334,3 +334,77 @@ fn a_clone_is_a_writable_copy_with_no_volume_and_no_snapshots() {
         assert!(e.to_string().contains("exists"), "{e}");
     }
 }
+
+#[test]
+fn a_copy_made_ahead_is_brought_up_to_date_with_what_changed_meanwhile() {
+    for kind in ["xfs", "btrfs"] {
+        let fs = LoopFs::new(kind);
+        let brick = fs.dir.join("plain");
+        std::fs::create_dir(&brick).unwrap();
+        fill(&brick);
+        std::fs::create_dir_all(brick.join("d/moved/deep")).unwrap();
+        std::fs::write(brick.join("d/moved/deep/x"), b"x").unwrap();
+        std::fs::write(brick.join("gone"), b"gone").unwrap();
+        std::fs::create_dir_all(brick.join(".mortar/pending")).unwrap();
+        let pre = precopy(&brick, "s1").unwrap();
+        // Changes after the walk, each noted as the barrier notes them.
+        let mut changed = Changed::default();
+        std::fs::write(brick.join("d/e/f"), b"rewritten").unwrap();
+        changed.objects.insert(".mortar/gfid/f".into());
+        rfs::setxattr(
+            brick.join("d/e/f"),
+            "user.new",
+            b"1",
+            rfs::XattrFlags::empty(),
+        )
+        .unwrap();
+        std::fs::write(brick.join("d/new"), b"new").unwrap();
+        std::fs::hard_link(brick.join("d/new"), brick.join(".mortar/gfid/new")).unwrap();
+        changed.dirs.insert("d".into());
+        changed.dirs.insert(".mortar/gfid".into());
+        std::fs::remove_file(brick.join("gone")).unwrap();
+        std::fs::rename(brick.join("d/moved"), brick.join("d/e/moved")).unwrap();
+        changed.dirs.insert("d/e".into());
+        std::fs::set_permissions(
+            brick.join("d/e"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o750),
+        )
+        .unwrap();
+        std::fs::hard_link(brick.join("d/e/f"), brick.join(".mortar/pending/f")).unwrap();
+        let at = pre.finish(&changed).unwrap();
+        let copy = brick.join(at);
+        assert_eq!(tree(&copy), tree(&brick), "{kind}");
+        let mut v = [0u8; 4];
+        assert_eq!(
+            rfs::getxattr(copy.join("d/e/f"), "user.new", &mut v).unwrap(),
+            1,
+            "{kind}"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(copy.join("d/e"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o750, "{kind}");
+        let (a, b) = (
+            std::fs::metadata(copy.join("d/new")).unwrap(),
+            std::fs::metadata(copy.join(".mortar/gfid/new")).unwrap(),
+        );
+        assert_eq!(
+            a.ino(),
+            b.ino(),
+            "{kind}: the new file's handle is a link to it"
+        );
+        let pend = std::fs::metadata(copy.join(".mortar/pending/f")).unwrap();
+        assert_eq!(
+            pend.ino(),
+            std::fs::metadata(copy.join("d/e/f")).unwrap().ino(),
+            "{kind}"
+        );
+        assert_eq!(list(&brick).unwrap(), ["s1"]);
+        // One abandoned leaves nothing.
+        precopy(&brick, "s2").unwrap().abandon();
+        assert_eq!(list(&brick).unwrap(), ["s1"]);
+        assert!(!brick.join(".mortar/snaps/.s2.partial").exists());
+    }
+}

@@ -14,9 +14,12 @@
 //! - `SNAPSHOT_XATTR_PREFIX` + NAME set: takes snapshot NAME of the brick
 //!   (`storage::snapshot`), behind the barrier; removed: deletes it.
 //! - `BARRIER_XATTR` removed: the barrier falls; the changes held go on.
-//! - `FLUSH_XATTR` set: the brick's file system writes out what it holds
-//!   in memory, before the barrier rises, so that the snapshot has
-//!   little to write while changes wait.
+//! - `PREPARE_XATTR` set to NAME, before the barrier rises: the brick's
+//!   file system writes out what it holds in memory, and a brick copied
+//!   by reflink makes snapshot NAME's copy ahead, noting what changes
+//!   meanwhile (`ahead.rs`), so that behind the barrier only that is
+//!   copied again. A copy made ahead and not taken goes after
+//!   `features.barrier-timeout`.
 //! - `SNAPSHOTS_XATTR` read: the brick's mechanism (or why it has none)
 //!   and its snapshots, as JSON (`SnapshotReport`).
 //!
@@ -28,6 +31,7 @@ use super::{BrickEnv, BrickXlator, Conn};
 use async_trait::async_trait;
 use mortar_core::options::{Kind, Spec};
 use mortar_core::{Ctx, Fop, FsError, FsResult, Gfid, Reply};
+use mortar_storage::posix::Posix;
 use mortar_storage::snapshot;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -39,7 +43,7 @@ use tokio::sync::Notify;
 pub const BARRIER_XATTR: &str = "trusted.mortar.brick.barrier";
 pub const SNAPSHOT_XATTR_PREFIX: &str = "trusted.mortar.brick.snapshot.";
 pub const SNAPSHOTS_XATTR: &str = "trusted.mortar.brick.snapshots";
-pub const FLUSH_XATTR: &str = "trusted.mortar.brick.flush";
+pub const PREPARE_XATTR: &str = "trusted.mortar.brick.snapshot-prepare";
 
 pub static BARRIER_TIMEOUT: Spec = Spec {
     key: "features.barrier-timeout",
@@ -61,6 +65,7 @@ pub struct Barrier {
     me: Weak<Barrier>,
     below: Arc<dyn BrickXlator>,
     brick: PathBuf,
+    posix: Arc<Posix>,
     /// Changes between this layer and the one below.
     in_flight: AtomicU64,
     raised: AtomicBool,
@@ -72,6 +77,8 @@ pub struct Barrier {
     timeout_secs: AtomicU64,
     /// How long the last rise held changes back, for the statedump.
     last: Mutex<Option<(Instant, Option<Duration>)>>,
+    /// A snapshot's copy made ahead, and what changes touch meanwhile.
+    ahead: ahead::Ahead,
 }
 
 pub fn build(
@@ -79,9 +86,9 @@ pub fn build(
     below: Option<Arc<dyn BrickXlator>>,
 ) -> anyhow::Result<Option<Arc<dyn BrickXlator>>> {
     let below = below.ok_or_else(|| anyhow::anyhow!("features/barrier needs a layer below"))?;
-    let brick = env.posix.path().to_path_buf();
+    let posix = env.posix.clone();
     Ok(Some(Arc::new_cyclic(|me| {
-        Barrier::new(me.clone(), below, brick)
+        Barrier::new(me.clone(), below, posix)
     })))
 }
 
@@ -109,11 +116,12 @@ fn io_error(e: std::io::Error) -> FsError {
 }
 
 impl Barrier {
-    fn new(me: Weak<Barrier>, below: Arc<dyn BrickXlator>, brick: PathBuf) -> Barrier {
+    fn new(me: Weak<Barrier>, below: Arc<dyn BrickXlator>, posix: Arc<Posix>) -> Barrier {
         Barrier {
             me,
             below,
-            brick,
+            brick: posix.path().to_path_buf(),
+            posix,
             in_flight: AtomicU64::new(0),
             raised: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
@@ -121,6 +129,7 @@ impl Barrier {
             drained: Notify::new(),
             timeout_secs: AtomicU64::new(120),
             last: Mutex::new(None),
+            ahead: Default::default(),
         }
     }
 
@@ -212,11 +221,17 @@ impl Barrier {
         }
         let brick = self.brick.clone();
         let started = Instant::now();
-        let (n, b) = (name.clone(), brick.clone());
-        let taken = tokio::task::spawn_blocking(move || snapshot::take(&b, &n))
-            .await
-            .map_err(|e| FsError::new(libc::EIO, e.to_string()))?
-            .map_err(io_error)?;
+        let taken = match self.ahead.take(&name, self.posix.clone()) {
+            // Made ahead: brought up to date.
+            Some(finish) => tokio::task::spawn_blocking(finish),
+            None => {
+                let (n, b) = (name.clone(), brick.clone());
+                tokio::task::spawn_blocking(move || snapshot::take(&b, &n))
+            }
+        }
+        .await
+        .map_err(|e| FsError::new(libc::EIO, e.to_string()))?
+        .map_err(io_error)?;
         if self.epoch.load(Ordering::SeqCst) != epoch {
             let b = brick.clone();
             let _ = tokio::task::spawn_blocking(move || snapshot::remove(&b, &name)).await;
@@ -232,15 +247,56 @@ impl Barrier {
         Ok(())
     }
 
-    async fn flush(&self) -> FsResult<()> {
-        let b = self.brick.clone();
-        tokio::task::spawn_blocking(move || snapshot::flush(&b))
-            .await
-            .map_err(|e| FsError::new(libc::EIO, e.to_string()))?
-            .map_err(io_error)
+    /// Flushes the brick's file system and, on a brick copied by reflink,
+    /// makes snapshot `name`'s copy ahead; one not taken within
+    /// `features.barrier-timeout` is removed.
+    async fn prepare(&self, name: String) -> FsResult<()> {
+        if !snapshot::valid_name(&name) {
+            return Err(FsError::inval(format!("{name:?} is not a snapshot name")));
+        }
+        let me = self
+            .me
+            .upgrade()
+            .ok_or_else(|| FsError::errno(libc::ESHUTDOWN))?;
+        let started = Instant::now();
+        let n = name.clone();
+        let made = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
+            snapshot::flush(&me.brick)?;
+            match snapshot::mechanism(&me.brick) {
+                Ok(snapshot::Mechanism::Reflink) => me.ahead.make(&me.brick, &n).map(Some),
+                _ => Ok(None),
+            }
+        })
+        .await
+        .map_err(|e| FsError::new(libc::EIO, e.to_string()))?
+        .map_err(io_error)?;
+        let Some(id) = made else {
+            return Ok(());
+        };
+        tracing::info!(brick = %self.brick.display(), snapshot = %name, "copy made ahead in {:?}", started.elapsed());
+        let (me, timeout) = (self.me.clone(), self.timeout());
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let Some(b) = me.upgrade() else {
+                return;
+            };
+            let expired = tokio::task::spawn_blocking(move || {
+                let name = b.ahead.expire(id);
+                (b, name)
+            });
+            if let Ok((b, Some(name))) = expired.await {
+                tracing::warn!(brick = %b.brick.display(), snapshot = %name, "copy made ahead not taken within {timeout:?}: removed");
+            }
+        });
+        Ok(())
     }
 
     async fn remove(&self, name: String) -> FsResult<()> {
+        // A copy made ahead and not taken is all there is to remove.
+        if let Some(pre) = self.ahead.abandon(&name) {
+            let _ = tokio::task::spawn_blocking(move || pre.abandon()).await;
+            return Ok(());
+        }
         let b = self.brick.clone();
         let n = name.clone();
         tokio::task::spawn_blocking(move || snapshot::remove(&b, &n))
@@ -267,14 +323,22 @@ impl Barrier {
     /// Answers the daemon's requests of this layer; None for any other.
     async fn control(&self, cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
         let (gfid, name, set) = match fop {
+            Fop::Setxattr {
+                gfid, name, value, ..
+            } if name == PREPARE_XATTR && *gfid == Gfid::ROOT => {
+                if !cx.internal {
+                    return Some(Err(not_ours()));
+                }
+                let snap = String::from_utf8_lossy(value).into_owned();
+                return Some(self.prepare(snap).await.map(|()| Reply::Ok));
+            }
             Fop::Setxattr { gfid, name, .. } => (gfid, name, Some(true)),
             Fop::Removexattr { gfid, name } => (gfid, name, Some(false)),
             Fop::Getxattr { gfid, name } => (gfid, name, None),
             _ => return None,
         };
         let snap = name.strip_prefix(SNAPSHOT_XATTR_PREFIX);
-        let ours = [BARRIER_XATTR, SNAPSHOTS_XATTR, FLUSH_XATTR].contains(&name.as_str())
-            || snap.is_some();
+        let ours = [BARRIER_XATTR, SNAPSHOTS_XATTR].contains(&name.as_str()) || snap.is_some();
         if *gfid != Gfid::ROOT || !ours {
             return None;
         }
@@ -288,7 +352,6 @@ impl Barrier {
                 Ok(Reply::Ok)
             }
             (SNAPSHOTS_XATTR, _, None) => self.report().await,
-            (FLUSH_XATTR, _, Some(true)) => self.flush().await.map(|()| Reply::Ok),
             (_, Some(s), Some(true)) => self.take(s.to_string()).await.map(|()| Reply::Ok),
             (_, Some(s), Some(false)) => self.remove(s.to_string()).await.map(|()| Reply::Ok),
             _ => Err(FsError::new(libc::EINVAL, format!("{name}: not this way"))),
@@ -315,7 +378,11 @@ impl BrickXlator for Barrier {
             return self.below.call(conn, cx, fop).await;
         }
         let _in_flight = self.enter().await;
-        self.below.call(conn, cx, fop).await
+        let touch = changes::Touch::of(&fop);
+        let answer = self.below.call(conn, cx, fop).await;
+        // (Noted as it ends: one in flight when a copy ahead begins is.)
+        self.ahead.note(&touch, &answer);
+        answer
     }
 
     fn reconfigure(&self, options: &mortar_core::Options) {
@@ -340,179 +407,7 @@ impl BrickXlator for Barrier {
     }
 }
 
+mod ahead;
+mod changes;
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use mortar_storage::posix::Posix;
-
-    /// Answers every call once `open` lets it (at once while it is open).
-    struct Gate {
-        open: tokio::sync::watch::Sender<bool>,
-        calls: AtomicU64,
-    }
-
-    #[async_trait]
-    impl BrickXlator for Gate {
-        async fn call(&self, _: &Arc<Conn>, _: &Ctx, _: Fop) -> FsResult<Reply> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let mut rx = self.open.subscribe();
-            let _ = rx.wait_for(|open| *open).await;
-            Ok(Reply::Ok)
-        }
-    }
-
-    struct Setup {
-        _dir: tempfile::TempDir,
-        gate: Arc<Gate>,
-        x: Arc<dyn BrickXlator>,
-    }
-
-    fn setup(timeout: &str) -> Setup {
-        let d = tempfile::tempdir().unwrap();
-        let env = BrickEnv {
-            posix: Arc::new(Posix::open(d.path()).unwrap()),
-            arbiter: false,
-        };
-        let gate = Arc::new(Gate {
-            open: tokio::sync::watch::channel(true).0,
-            calls: AtomicU64::new(0),
-        });
-        let x = build(&env, Some(gate.clone())).unwrap().unwrap();
-        let mut o = mortar_core::Options::default();
-        o.insert(BARRIER_TIMEOUT.key.into(), timeout.into());
-        x.reconfigure(&o);
-        Setup { _dir: d, gate, x }
-    }
-
-    fn conn() -> Arc<Conn> {
-        Conn::quiet(1)
-    }
-
-    fn user() -> Ctx {
-        Ctx {
-            uid: 0,
-            internal: false,
-            ..Ctx::default()
-        }
-    }
-
-    fn raise() -> Fop {
-        Fop::Setxattr {
-            gfid: Gfid::ROOT,
-            name: BARRIER_XATTR.into(),
-            value: Default::default(),
-            flags: 0,
-        }
-    }
-
-    fn lower() -> Fop {
-        Fop::Removexattr {
-            gfid: Gfid::ROOT,
-            name: BARRIER_XATTR.into(),
-        }
-    }
-
-    fn write() -> Fop {
-        Fop::Write {
-            gfid: Gfid::random(),
-            fh: 1,
-            offset: 0,
-            data: bytes::Bytes::from_static(b"x"),
-            grow: 0,
-            reserve: false,
-        }
-    }
-
-    async fn settle() {
-        for _ in 0..20 {
-            tokio::task::yield_now().await;
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn changes_wait_behind_the_barrier_and_reads_do_not() {
-        let s = setup("120");
-        let c = conn();
-        s.x.call(&c, &Ctx::root(), raise()).await.unwrap();
-        let x = s.x.clone();
-        let c2 = c.clone();
-        let held = tokio::spawn(async move { x.call(&c2, &user(), write()).await });
-        settle().await;
-        assert_eq!(s.gate.calls.load(Ordering::SeqCst), 0, "the write is held");
-        let read = Fop::Getattr { gfid: Gfid::ROOT };
-        s.x.call(&c, &user(), read).await.unwrap();
-        assert_eq!(s.gate.calls.load(Ordering::SeqCst), 1, "a read passes");
-        s.x.call(&c, &Ctx::root(), lower()).await.unwrap();
-        held.await.unwrap().unwrap();
-        assert_eq!(s.gate.calls.load(Ordering::SeqCst), 2);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_barrier_rises_once_changes_in_flight_end() {
-        let s = setup("120");
-        let c = conn();
-        s.gate.open.send_replace(false);
-        let (x, c2) = (s.x.clone(), c.clone());
-        let flying = tokio::spawn(async move { x.call(&c2, &user(), write()).await });
-        settle().await;
-        let (x, c2) = (s.x.clone(), c.clone());
-        let rising = tokio::spawn(async move { x.call(&c2, &Ctx::root(), raise()).await });
-        settle().await;
-        assert!(!rising.is_finished(), "a change is in flight");
-        s.gate.open.send_replace(true);
-        flying.await.unwrap().unwrap();
-        rising.await.unwrap().unwrap();
-        assert!(
-            s.x.call(&c, &Ctx::root(), raise()).await.is_err(),
-            "up already"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_change_that_does_not_end_fails_the_rise_and_a_barrier_left_up_falls() {
-        let s = setup("5");
-        let c = conn();
-        s.gate.open.send_replace(false);
-        let (x, c2) = (s.x.clone(), c.clone());
-        let stuck = tokio::spawn(async move { x.call(&c2, &user(), write()).await });
-        settle().await;
-        let e = s.x.call(&c, &Ctx::root(), raise()).await.unwrap_err();
-        assert!(e.is(libc::EBUSY), "{e}");
-        s.gate.open.send_replace(true);
-        stuck.await.unwrap().unwrap();
-        // Up, and never lowered: it falls after the timeout.
-        s.x.call(&c, &Ctx::root(), raise()).await.unwrap();
-        let (x, c2) = (s.x.clone(), c.clone());
-        let held = tokio::spawn(async move { x.call(&c2, &user(), write()).await });
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        assert!(!held.is_finished());
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        held.await.unwrap().unwrap();
-    }
-
-    #[tokio::test]
-    async fn only_the_pool_drives_it() {
-        let s = setup("120");
-        let c = conn();
-        for fop in [
-            raise(),
-            lower(),
-            Fop::Getxattr {
-                gfid: Gfid::ROOT,
-                name: SNAPSHOTS_XATTR.into(),
-            },
-        ] {
-            let e = s.x.call(&c, &user(), fop).await.unwrap_err();
-            assert!(e.is(libc::EPERM), "{e}");
-        }
-        let take = Fop::Setxattr {
-            gfid: Gfid::ROOT,
-            name: format!("{SNAPSHOT_XATTR_PREFIX}s1"),
-            value: Default::default(),
-            flags: 0,
-        };
-        let e = s.x.call(&c, &Ctx::root(), take).await.unwrap_err();
-        assert!(e.is(libc::EINVAL), "not behind a barrier: {e}");
-        assert_eq!(s.gate.calls.load(Ordering::SeqCst), 0);
-    }
-}
+mod tests;

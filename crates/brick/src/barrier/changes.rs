@@ -77,12 +77,9 @@ impl Touched {
     pub(super) fn changed(&self, posix: &Posix) -> Changed {
         let mut c = Changed::default();
         for g in &self.gfids {
-            for side in Posix::side_paths(*g) {
-                if let Some(dir) = side.parent() {
-                    c.dirs.insert(dir.to_path_buf());
-                }
-                c.objects.insert(side);
-            }
+            // (Its handle and side file, made, removed or changed as the
+            // brick's are: their directories are not looked over.)
+            c.objects.extend(Posix::side_paths(*g));
             if let Ok(dir) = posix.dir_path(*g) {
                 c.dirs.insert(dir);
             }

@@ -194,8 +194,11 @@ impl Copy {
             (Err(e), _) | (_, Err(e)) => return Err(e),
         };
         let (theirs, ours) = (names_of(&src)?, names_of(&dst)?);
+        // (In what the brick keeps by gfid, a name is its object.)
+        let keyed =
+            rel.starts_with(crate::posix::META_DIR) && rel != Path::new(crate::posix::META_DIR);
         for n in &ours {
-            if !theirs.contains(n) || !same_object(&src, &dst, n)? {
+            if !theirs.contains(n) || (!keyed && !same_object(&src, &dst, n)?) {
                 remove_entry(&dst, n)?;
             }
         }
@@ -209,29 +212,41 @@ impl Copy {
         self.meta(&src, &dst)
     }
 
-    /// Makes object `rel` of the copy (a regular file: a handle, a side
-    /// file) hold the brick's data and metadata, if both have it and it
-    /// is the same object (else its directory's turn settled it).
+    /// Makes object `rel` of the copy (a handle, a side file) what it is
+    /// on the brick: there or not, the same object, and for a regular
+    /// file the same data and metadata.
     fn resync_object(&mut self, root: &OwnedFd, rel: &Path) -> io::Result<()> {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             return Ok(());
         };
         let (sdir, ddir) = match (open_rel(root, parent), open_rel(&self.dst_root, parent)) {
             (Ok(s), Ok(d)) => (s, d),
-            (Err(e), _) | (_, Err(e)) if gone(&e) => return Ok(()),
+            (Err(e), _) if gone(&e) => return Ok(()),
+            // (A directory of handles the copy lacks yet: made.)
+            (Ok(_), Err(e)) if gone(&e) => {
+                return self.resync_dir(root, parent.parent().unwrap_or(Path::new("")));
+            }
             (Err(e), _) | (_, Err(e)) => return Err(e),
         };
-        let flags = OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let s = rfs::openat(&sdir, name, OFlags::RDONLY | flags, Mode::empty());
-        let d = rfs::openat(&ddir, name, OFlags::WRONLY | flags, Mode::empty());
-        let (s, d) = match (s, d) {
-            (Ok(s), Ok(d)) => (s, d),
-            // Gone, a symlink (a directory's handle) or a directory.
-            _ => return Ok(()),
-        };
-        if !same_object(&sdir, &ddir, name)? {
-            return Ok(());
+        let theirs = rfs::statat(&sdir, name, AtFlags::SYMLINK_NOFOLLOW);
+        let ours = rfs::statat(&ddir, name, AtFlags::SYMLINK_NOFOLLOW);
+        match (theirs, ours) {
+            (Err(rustix::io::Errno::NOENT), Ok(_)) => return remove_entry(&ddir, name),
+            (Err(_), _) => return Ok(()),
+            (Ok(_), Err(_)) => return self.entry(&sdir, &ddir, name, &mut rel.to_path_buf()),
+            (Ok(st), Ok(_)) => {
+                if !same_object(&sdir, &ddir, name)? {
+                    remove_entry(&ddir, name)?;
+                    return self.entry(&sdir, &ddir, name, &mut rel.to_path_buf());
+                }
+                if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+                    return Ok(());
+                }
+            }
         }
+        let flags = OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let s = rfs::openat(&sdir, name, OFlags::RDONLY | flags, Mode::empty())?;
+        let d = rfs::openat(&ddir, name, OFlags::WRONLY | flags, Mode::empty())?;
         rfs::ftruncate(&d, 0)?;
         rfs::ioctl_ficlone(&d, &s)?;
         self.meta(&s, &d)

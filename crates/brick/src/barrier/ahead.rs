@@ -23,8 +23,13 @@ pub(super) struct Ahead {
 }
 
 impl Ahead {
+    /// Whether changes are noted now.
+    pub(super) fn noting(&self) -> bool {
+        self.noting.load(Ordering::SeqCst)
+    }
+
     /// Notes what a change that ended touched, while a copy is made ahead.
-    pub(super) fn note(&self, t: &Touch, answer: &FsResult<Reply>) {
+    pub(super) fn note(&self, t: Touch, answer: &FsResult<Reply>) {
         if self.noting.load(Ordering::SeqCst) {
             self.touched.lock().unwrap().add(t, answer);
         }

@@ -1,32 +1,43 @@
 //! What the brick's changes touched while a snapshot's copy is made ahead
-//! (`storage::snapshot::precopy`): noted by gfid as each change enters and
-//! ends, and turned into the copy's directories and objects to bring up
-//! to date behind the barrier.
+//! (`storage::snapshot::precopy`), noted as each change ends, and turned
+//! into what of the copy to bring up to date behind the barrier: the
+//! names changes of names touched, the objects changes touched (their
+//! handles and side files), and the directories whose metadata changed.
 
-use mortar_core::{Fop, FsResult, Gfid, Reply};
+use mortar_core::{Fop, FsResult, Gfid, Name, Reply};
 use mortar_storage::posix::Posix;
 use mortar_storage::snapshot::Changed;
 use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// Gfids changes touched, and whether one removed a name without saying
-/// what it removed (every handle directory is then looked over).
 #[derive(Default)]
 pub(super) struct Touched {
     gfids: HashSet<Gfid>,
+    names: HashSet<(Gfid, Name)>,
+    /// Directories a change of names touched without its names noted (it
+    /// began before noting did): looked over whole.
+    dirs: HashSet<Gfid>,
+    /// A removal did not say what it removed: every directory of handles
+    /// is looked over.
     unknown: bool,
 }
 
-/// What one change touches, read from it before it is made (no copy of
-/// the request is kept).
+/// What one change touches, read from it before it is made: its gfids
+/// always, the names it changes while noting (they are copied).
 pub(super) struct Touch {
     gfids: [Gfid; 2],
+    names: Vec<(Gfid, Name)>,
+    /// A change of names (its parents are what it changed when its names
+    /// were not noted).
+    renames: bool,
     /// It removes or moves a name (its answer says which objects).
     removes: bool,
 }
 
 impl Touch {
-    pub(super) fn of(fop: &Fop) -> Touch {
+    pub(super) fn of(fop: &Fop, noting: bool) -> Touch {
         let (a, b) = match fop {
             Fop::Mknod { parent, gfid, .. }
             | Fop::Create { parent, gfid, .. }
@@ -40,13 +51,36 @@ impl Touch {
             } => (*gfid, *newparent),
             other => (other.gfid(), Gfid::NULL),
         };
-        let removes = matches!(
-            fop,
-            Fop::Unlink { .. } | Fop::Rmdir { .. } | Fop::Rename { .. }
-        );
+        let names: Vec<(Gfid, &Name)> = match fop {
+            Fop::Mknod { parent, name, .. }
+            | Fop::Create { parent, name, .. }
+            | Fop::Mkdir { parent, name, .. }
+            | Fop::Symlink { parent, name, .. }
+            | Fop::Unlink { parent, name }
+            | Fop::Rmdir { parent, name } => vec![(*parent, name)],
+            Fop::Link {
+                newparent, newname, ..
+            } => vec![(*newparent, newname)],
+            Fop::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                ..
+            } => vec![(*parent, name), (*newparent, newname)],
+            _ => Vec::new(),
+        };
         Touch {
             gfids: [a, b],
-            removes,
+            renames: !names.is_empty(),
+            names: match noting {
+                true => names.into_iter().map(|(p, n)| (p, n.clone())).collect(),
+                false => Vec::new(),
+            },
+            removes: matches!(
+                fop,
+                Fop::Unlink { .. } | Fop::Rmdir { .. } | Fop::Rename { .. }
+            ),
         }
     }
 }
@@ -55,9 +89,14 @@ impl Touched {
     /// A change that ended, with its answer: what it touched, and the
     /// objects its answer names (those a removal of a name removed or
     /// moved, and the directories it changed).
-    pub(super) fn add(&mut self, t: &Touch, answer: &FsResult<Reply>) {
+    pub(super) fn add(&mut self, t: Touch, answer: &FsResult<Reply>) {
         self.gfids
             .extend(t.gfids.iter().copied().filter(|g| !g.is_null()));
+        if t.renames && t.names.is_empty() {
+            self.dirs
+                .extend(t.gfids.iter().copied().filter(|g| !g.is_null()));
+        }
+        self.names.extend(t.names);
         match answer {
             Ok(Reply::Unnamed(attrs)) => self.gfids.extend(attrs.iter().map(|a| a.gfid)),
             Ok(Reply::Entry(e)) | Ok(Reply::Created { entry: e, .. }) => {
@@ -72,14 +111,27 @@ impl Touched {
         }
     }
 
-    /// The copy's directories and objects to bring up to date, on the
-    /// brick `posix` serves (which no longer changes).
+    /// What of the copy to bring up to date, on the brick `posix` serves
+    /// (which no longer changes).
     pub(super) fn changed(&self, posix: &Posix) -> Changed {
         let mut c = Changed::default();
         for g in &self.gfids {
             // (Its handle and side file, made, removed or changed as the
-            // brick's are: their directories are not looked over.)
+            // brick's are.)
             c.objects.extend(Posix::side_paths(*g));
+            if let Ok(dir) = posix.dir_path(*g) {
+                c.metas.insert(dir);
+            }
+        }
+        for (parent, name) in &self.names {
+            // (A directory gone since: the change that removed it is
+            // noted too.)
+            if let Ok(dir) = posix.dir_path(*parent) {
+                c.entries
+                    .insert(dir.join(OsStr::from_bytes(name.as_bytes())));
+            }
+        }
+        for g in &self.dirs {
             if let Ok(dir) = posix.dir_path(*g) {
                 c.dirs.insert(dir);
             }

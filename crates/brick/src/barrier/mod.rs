@@ -378,10 +378,10 @@ impl BrickXlator for Barrier {
             return self.below.call(conn, cx, fop).await;
         }
         let _in_flight = self.enter().await;
-        let touch = changes::Touch::of(&fop);
+        let touch = changes::Touch::of(&fop, self.ahead.noting());
         let answer = self.below.call(conn, cx, fop).await;
         // (Noted as it ends: one in flight when a copy ahead begins is.)
-        self.ahead.note(&touch, &answer);
+        self.ahead.note(touch, &answer);
         answer
     }
 

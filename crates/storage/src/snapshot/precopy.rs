@@ -17,12 +17,16 @@ use super::*;
 use std::collections::BTreeSet;
 
 /// What changed on a brick while a precopy was made, relative to the
-/// brick: directories whose names or metadata changed, and objects (a
-/// handle or side file of theirs) whose data or metadata did.
+/// brick: names made, removed or moved (`entries`), objects (a handle or
+/// side file of theirs) whose data or metadata changed, directories whose
+/// metadata changed (`metas`), and directories to look over whole, whose
+/// changed names are not known (`dirs`).
 #[derive(Debug, Default)]
 pub struct Changed {
-    pub dirs: BTreeSet<PathBuf>,
+    pub entries: BTreeSet<PathBuf>,
     pub objects: BTreeSet<PathBuf>,
+    pub metas: BTreeSet<PathBuf>,
+    pub dirs: BTreeSet<PathBuf>,
 }
 
 /// A reflink copy of a brick made ahead, at `.mortar/snaps/.NAME.partial`.
@@ -93,9 +97,9 @@ impl Precopy {
     fn bring_up_to_date(&mut self, changed: &Changed) -> io::Result<()> {
         self.copy.tolerant = false;
         self.copy.exact = true;
-        // The root and what the brick keeps of its own always (its heal
-        // index is changed beside the requests); parents before children.
-        let mut dirs: Vec<&Path> = vec![Path::new(""), Path::new(crate::posix::META_DIR)];
+        // What the brick keeps of its own, always (its heal index is
+        // changed beside the requests); parents before children.
+        let mut dirs: Vec<&Path> = vec![Path::new(crate::posix::META_DIR)];
         let pending = Path::new(crate::posix::PENDING_REL);
         dirs.push(pending);
         dirs.extend(changed.dirs.iter().map(PathBuf::as_path));
@@ -104,6 +108,14 @@ impl Precopy {
         for d in dirs {
             self.copy.resync_dir(&self.root, d)?;
         }
+        let mut entries: Vec<&PathBuf> = changed.entries.iter().collect();
+        entries.sort_by_key(|e| e.components().count());
+        for e in entries {
+            self.copy.resync_object(&self.root, e, false)?;
+        }
+        for d in &changed.metas {
+            self.copy.resync_meta(&self.root, d)?;
+        }
         let marked = names_of(&open_rel(&self.root, pending)?)?;
         let objects = changed
             .objects
@@ -111,7 +123,7 @@ impl Precopy {
             .cloned()
             .chain(marked.into_iter().map(|n| pending.join(n)));
         for rel in objects {
-            self.copy.resync_object(&self.root, &rel)?;
+            self.copy.resync_object(&self.root, &rel, true)?;
         }
         Ok(())
     }
@@ -212,10 +224,19 @@ impl Copy {
         self.meta(&src, &dst)
     }
 
-    /// Makes object `rel` of the copy (a handle, a side file) what it is
-    /// on the brick: there or not, the same object, and for a regular
-    /// file the same data and metadata.
-    fn resync_object(&mut self, root: &OwnedFd, rel: &Path) -> io::Result<()> {
+    /// Gives directory `rel` of the copy the brick's metadata.
+    fn resync_meta(&mut self, root: &OwnedFd, rel: &Path) -> io::Result<()> {
+        match (open_rel(root, rel), open_rel(&self.dst_root, rel)) {
+            (Ok(s), Ok(d)) => self.meta(&s, &d),
+            (Err(e), _) | (_, Err(e)) if gone(&e) => Ok(()),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
+    }
+
+    /// Makes name `rel` of the copy what it is on the brick: there or
+    /// not, the same object (copied whole when it is another), and with
+    /// `data`, for a regular file, the same data and metadata.
+    fn resync_object(&mut self, root: &OwnedFd, rel: &Path, data: bool) -> io::Result<()> {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             return Ok(());
         };
@@ -239,7 +260,7 @@ impl Copy {
                     remove_entry(&ddir, name)?;
                     return self.entry(&sdir, &ddir, name, &mut rel.to_path_buf());
                 }
-                if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+                if !data || rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
                     return Ok(());
                 }
             }

@@ -360,11 +360,14 @@ fn a_copy_made_ahead_is_brought_up_to_date_with_what_changed_meanwhile() {
         .unwrap();
         std::fs::write(brick.join("d/new"), b"new").unwrap();
         std::fs::hard_link(brick.join("d/new"), brick.join(".mortar/gfid/new")).unwrap();
-        changed.dirs.insert("d".into());
-        changed.dirs.insert(".mortar/gfid".into());
+        changed.entries.insert("d/new".into());
+        changed.objects.insert(".mortar/gfid/new".into());
         std::fs::remove_file(brick.join("gone")).unwrap();
+        changed.entries.insert("gone".into());
         std::fs::rename(brick.join("d/moved"), brick.join("d/e/moved")).unwrap();
-        changed.dirs.insert("d/e".into());
+        changed.entries.insert("d/moved".into());
+        changed.entries.insert("d/e/moved".into());
+        changed.metas.insert("d/e".into());
         std::fs::set_permissions(
             brick.join("d/e"),
             std::os::unix::fs::PermissionsExt::from_mode(0o750),

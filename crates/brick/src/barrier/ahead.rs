@@ -7,9 +7,14 @@ use super::changes::{Touch, Touched};
 use mortar_core::{FsResult, Reply};
 use mortar_storage::posix::Posix;
 use mortar_storage::snapshot::{self, Precopy};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Rounds of catching up at most, and how few things noted are left for
+/// the barrier at once.
+const CATCH_UPS: usize = 3;
+const SMALL: usize = 64;
 
 #[derive(Default)]
 pub(super) struct Ahead {
@@ -37,11 +42,12 @@ impl Ahead {
 
     /// Makes snapshot `name`'s copy of `brick` ahead (blocking), noting
     /// changes from before it begins; answers which copy it is.
-    pub(super) fn make(&self, brick: &Path, name: &str) -> std::io::Result<u64> {
+    pub(super) fn make(&self, posix: &Posix, name: &str) -> std::io::Result<u64> {
+        let brick = posix.path();
         self.abandon_any();
         *self.touched.lock().unwrap() = Touched::default();
         self.noting.store(true, Ordering::SeqCst);
-        match snapshot::precopy(brick, name) {
+        match snapshot::precopy(brick, name).and_then(|p| self.catch_up(p, posix)) {
             Ok(p) => {
                 let id = self.next.fetch_add(1, Ordering::SeqCst);
                 *self.made.lock().unwrap() = Some((id, p));
@@ -86,6 +92,23 @@ impl Ahead {
         let (_, pre) = made.take()?;
         self.noting.store(false, Ordering::SeqCst);
         Some(pre)
+    }
+
+    /// Brings a copy made ahead up to date with what changed while it was
+    /// made, while the brick still changes, a few times over: each round
+    /// has less to copy again than the one before, and the barrier waits
+    /// only for the last one's changes.
+    fn catch_up(&self, mut pre: Precopy, posix: &Posix) -> std::io::Result<Precopy> {
+        for _ in 0..CATCH_UPS {
+            let touched = std::mem::take(&mut *self.touched.lock().unwrap());
+            if touched.len() < SMALL {
+                // (Put back: the barrier brings these up to date.)
+                self.touched.lock().unwrap().merge(touched);
+                break;
+            }
+            pre.catch_up(&touched.changed(posix))?;
+        }
+        Ok(pre)
     }
 
     /// Removes copy `id` if it is still waiting to be taken.

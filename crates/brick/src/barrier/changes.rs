@@ -86,6 +86,19 @@ impl Touch {
 }
 
 impl Touched {
+    /// Adds what `other` noted.
+    pub(super) fn merge(&mut self, other: Touched) {
+        self.gfids.extend(other.gfids);
+        self.names.extend(other.names);
+        self.dirs.extend(other.dirs);
+        self.unknown |= other.unknown;
+    }
+
+    /// How many things were noted.
+    pub(super) fn len(&self) -> usize {
+        self.gfids.len() + self.names.len() + self.dirs.len()
+    }
+
     /// A change that ended, with its answer: what it touched, and the
     /// objects its answer names (those a removal of a name removed or
     /// moved, and the directories it changed).

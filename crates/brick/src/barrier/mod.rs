@@ -263,7 +263,7 @@ impl Barrier {
         let made = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
             snapshot::flush(&me.brick)?;
             match snapshot::mechanism(&me.brick) {
-                Ok(snapshot::Mechanism::Reflink) => me.ahead.make(&me.brick, &n).map(Some),
+                Ok(snapshot::Mechanism::Reflink) => me.ahead.make(&me.posix, &n).map(Some),
                 _ => Ok(None),
             }
         })

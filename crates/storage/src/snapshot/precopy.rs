@@ -94,8 +94,17 @@ impl Precopy {
         Ok(PathBuf::from(SNAPS_REL).join(&self.name))
     }
 
+    /// Brings the copy up to date with what `changed` names while the
+    /// brick still changes: what changes meanwhile is noted again, and
+    /// `finish` has less to do behind the barrier.
+    pub fn catch_up(&mut self, changed: &Changed) -> io::Result<()> {
+        self.bring_up_to_date(changed)
+    }
+
     fn bring_up_to_date(&mut self, changed: &Changed) -> io::Result<()> {
-        self.copy.tolerant = false;
+        // (The brick's own heal index still changes behind the barrier:
+        // an entry that goes while it is looked at is taken as gone.)
+        self.copy.tolerant = true;
         self.copy.exact = true;
         // What the brick keeps of its own, always (its heal index is
         // changed beside the requests); parents before children.
@@ -106,15 +115,15 @@ impl Precopy {
         dirs.sort_by_key(|d| d.components().count());
         dirs.dedup();
         for d in dirs {
-            self.copy.resync_dir(&self.root, d)?;
+            skip_gone(self.copy.resync_dir(&self.root, d))?;
         }
         let mut entries: Vec<&PathBuf> = changed.entries.iter().collect();
         entries.sort_by_key(|e| e.components().count());
         for e in entries {
-            self.copy.resync_object(&self.root, e, false)?;
+            skip_gone(self.copy.resync_object(&self.root, e, false))?;
         }
         for d in &changed.metas {
-            self.copy.resync_meta(&self.root, d)?;
+            skip_gone(self.copy.resync_meta(&self.root, d))?;
         }
         let marked = names_of(&open_rel(&self.root, pending)?)?;
         let objects = changed
@@ -123,7 +132,7 @@ impl Precopy {
             .cloned()
             .chain(marked.into_iter().map(|n| pending.join(n)));
         for rel in objects {
-            self.copy.resync_object(&self.root, &rel, true)?;
+            skip_gone(self.copy.resync_object(&self.root, &rel, true))?;
         }
         Ok(())
     }
@@ -131,6 +140,14 @@ impl Precopy {
     /// Removes the copy: the snapshot is not taken.
     pub fn abandon(self) {
         let _ = remove_tree(&self.snaps, &self.partial);
+    }
+}
+
+/// `r`, an object that went while it was looked at taken as gone.
+fn skip_gone(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if gone(&e) => Ok(()),
+        other => other,
     }
 }
 
@@ -210,15 +227,20 @@ impl Copy {
         let keyed =
             rel.starts_with(crate::posix::META_DIR) && rel != Path::new(crate::posix::META_DIR);
         for n in &ours {
-            if !theirs.contains(n) || (!keyed && !same_object(&src, &dst, n)?) {
-                remove_entry(&dst, n)?;
+            let differs = || match same_object(&src, &dst, n) {
+                Ok(same) => Ok(!same),
+                Err(e) if gone(&e) => Ok(true),
+                Err(e) => Err(e),
+            };
+            if !theirs.contains(n) || (!keyed && differs()?) {
+                skip_gone(remove_entry(&dst, n))?;
             }
         }
         let ours = names_of(&dst)?;
         for n in theirs.iter().filter(|n| !ours.contains(*n)) {
             let mut path = rel.join(n);
             if path.as_os_str() != OsStr::new(SNAPS_REL) {
-                self.entry(&src, &dst, n, &mut path)?;
+                skip_gone(self.entry(&src, &dst, n, &mut path))?;
             }
         }
         self.meta(&src, &dst)

@@ -159,3 +159,53 @@ impl Touched {
         c
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mortar_core::Attr;
+
+    fn name(s: &str) -> Name {
+        Name::new(s.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn names_are_kept_only_while_noting_and_removals_say_what_they_removed() {
+        let (dir, file) = (Gfid::random(), Gfid::random());
+        let create = Fop::Create {
+            parent: dir,
+            name: name("a"),
+            gfid: file,
+            mode: 0o644,
+            umask: 0,
+            flags: 0,
+        };
+        let mut t = Touched::default();
+        t.add(Touch::of(&create, true), &Ok(Reply::Ok));
+        assert!(t.names.contains(&(dir, name("a"))));
+        assert!(t.gfids.contains(&dir) && t.gfids.contains(&file));
+        assert!(t.dirs.is_empty());
+        // Begun before noting: its directory is looked over whole.
+        let mut t = Touched::default();
+        t.add(Touch::of(&create, false), &Ok(Reply::Ok));
+        assert!(t.names.is_empty() && t.dirs.contains(&dir));
+
+        let unlink = Fop::Unlink {
+            parent: dir,
+            name: name("a"),
+        };
+        let mut t = Touched::default();
+        let gone = Attr::plain_file(file, 0);
+        t.add(Touch::of(&unlink, true), &Ok(Reply::Unnamed(vec![gone])));
+        assert!(t.gfids.contains(&file) && !t.unknown);
+        t.add(Touch::of(&unlink, true), &Ok(Reply::Ok));
+        assert!(t.unknown, "a removal that did not say what it removed");
+        let mut failed = Touched::default();
+        failed.add(
+            Touch::of(&unlink, true),
+            &Err(mortar_core::FsError::errno(libc::ENOENT)),
+        );
+        assert!(!failed.unknown, "a failed removal removed nothing");
+        assert_eq!(failed.len(), 2);
+    }
+}

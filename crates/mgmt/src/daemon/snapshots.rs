@@ -89,6 +89,18 @@ fn failures(bricks: &[crate::state::Brick], answers: Vec<Response>) -> Vec<(Stri
         .collect()
 }
 
+/// The bricks of `nodes` not among `failed`.
+fn all_but<'a>(
+    nodes: &[(String, &'a Node)],
+    failed: &[(String, String)],
+) -> Vec<(String, &'a Node)> {
+    nodes
+        .iter()
+        .filter(|(b, _)| !failed.iter().any(|(f, _)| f == b))
+        .cloned()
+        .collect()
+}
+
 fn listed(failed: &[(String, String)]) -> String {
     failed
         .iter()
@@ -547,11 +559,7 @@ impl Daemon {
         let failed = on_all(&nodes, prepare).await;
         if !failed.is_empty() {
             // (Copies made ahead go; a brick that refused keeps its own.)
-            let made: Vec<(String, &Node)> = nodes
-                .iter()
-                .filter(|(b, _)| !failed.iter().any(|(f, _)| f == b))
-                .cloned()
-                .collect();
+            let made = all_but(&nodes, &failed);
             let _ = on_all(&made, || removexattr(key.clone())).await;
             return Err(format!(
                 "Snapshot {name} not taken: the bricks could not prepare it:{}",
@@ -576,11 +584,7 @@ impl Daemon {
             } else {
                 // Removed where it was taken (a brick that refused may
                 // hold another copy of that name).
-                let took: Vec<(String, &Node)> = nodes
-                    .iter()
-                    .filter(|(b, _)| !failed.iter().any(|(f, _)| f == b))
-                    .cloned()
-                    .collect();
+                let took = all_but(&nodes, &failed);
                 let _ = on_all(&took, || removexattr(key.clone())).await;
                 Err(format!(
                     "Snapshot {name} not taken: it failed on:{}",

@@ -138,10 +138,9 @@ fn probe_reflink(snaps: &OwnedFd) -> io::Result<()> {
     Ok(r?)
 }
 
-/// Takes snapshot `name` of the brick at `brick`, with its mechanism:
-/// answers which, and where the snapshot is. Nothing is left behind
-/// when it fails.
-pub fn take(brick: &Path, name: &str) -> io::Result<(Mechanism, PathBuf)> {
+/// Opens the brick at `brick` and its snapshot directory for a new
+/// snapshot `name`: refused if the name is not one, or is taken.
+fn open_for_new(brick: &Path, name: &str) -> io::Result<(OwnedFd, OwnedFd)> {
     if !valid_name(name) {
         return Err(bad_name(name));
     }
@@ -153,6 +152,14 @@ pub fn take(brick: &Path, name: &str) -> io::Result<(Mechanism, PathBuf)> {
             format!("snapshot {name} exists on {}", brick.display()),
         ));
     }
+    Ok((root, snaps))
+}
+
+/// Takes snapshot `name` of the brick at `brick`, with its mechanism:
+/// answers which, and where the snapshot is. Nothing is left behind
+/// when it fails.
+pub fn take(brick: &Path, name: &str) -> io::Result<(Mechanism, PathBuf)> {
+    let (root, snaps) = open_for_new(brick, name)?;
     let at = brick.join(SNAPS_REL).join(name);
     let mechanism = mechanism(brick).map_err(io::Error::other)?;
     match mechanism {

@@ -41,17 +41,7 @@ pub struct Precopy {
 /// Makes a reflink copy of the brick at `brick` while it changes, for
 /// snapshot `name` (its mechanism must be `Reflink`).
 pub fn precopy(brick: &Path, name: &str) -> io::Result<Precopy> {
-    if !valid_name(name) {
-        return Err(bad_name(name));
-    }
-    let root = open_dir(rfs::CWD, brick)?;
-    let snaps = snaps_dir(&root)?;
-    if rfs::statat(&snaps, name, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("snapshot {name} exists on {}", brick.display()),
-        ));
-    }
+    let (root, snaps) = open_for_new(brick, name)?;
     let partial = format!(".{name}.partial");
     let _ = remove_tree(&snaps, &partial);
     rfs::mkdirat(&snaps, partial.as_str(), Mode::from_raw_mode(0o700))?;

@@ -1,7 +1,8 @@
 //! Write-behind through a real mount (docs/caching.md): small writes leave
 //! the mount as few large requests; what an application synced survives a
 //! killed client and a killed brick; an error of a write sent behind
-//! reaches the application at its next write, fsync or close.
+//! reaches the application at its next write, fsync or close, or, once
+//! the file was closed behind, at the next fsync of anyone who opens it.
 
 mod common;
 use common::*;
@@ -186,4 +187,26 @@ fn an_error_of_a_write_sent_behind_reaches_the_application() {
     std::fs::remove_file(m.p("big")).unwrap();
     std::fs::write(m.p("small"), b"fits").unwrap();
     assert_eq!(std::fs::read(m.p("small")).unwrap(), b"fits");
+}
+
+#[test]
+fn an_error_of_a_write_closed_behind_reaches_the_next_fsync_of_the_file() {
+    let mut c = Cluster::start();
+    c.crash_daemon();
+    // Large writes on the brick fail (EIO), after the close returned.
+    c.start_daemon_env(&[("FAILPOINTS", "posix-large-write:b=return")]);
+    c.volume("lost", 1, &["b"]);
+    let m = c.mount("lost");
+    // (The close may or may not have seen it: either way no fsync has.)
+    let _ = sh(&format!(
+        "dd if=/dev/urandom of={} bs=128k count=1 status=none",
+        m.p("f")
+    ));
+    let first = sh(&format!("sync {}", m.p("f")));
+    assert!(!first.status.success(), "the lost write was reported");
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(err.contains("Input/output error"), "{err}");
+    // Once: the next sync, and a reader's, do not get it again.
+    ok(&format!("sync {}", m.p("f")));
+    ok(&format!("cat {} > /dev/null", m.p("f")));
 }

@@ -359,16 +359,23 @@ fn a_rebalance_cut_short_by_a_server_crash_resumes_and_loses_nothing() {
 
 #[test]
 fn new_files_go_where_there_is_room_when_their_set_is_full() {
-    let c = Cluster::start();
+    let mut c = Cluster::start();
+    // The small brick's disk is slow on large writes: files closed behind
+    // are still being written there while the next ones are placed (as
+    // CI's loaded machine once had it, and 7 files lost their data to
+    // ENOSPC after their close).
+    c.crash_daemon();
+    c.start_daemon_env(&[("FAILPOINTS", "posix-large-write:s=sleep(100)")]);
     // Bricks on file systems of 3 MiB and 64 MiB: 60 files of 128 KiB
     // (7.5 MiB) do not fit on the small one.
     let _small = SmallFs::new(c.path("small"), "3m");
     let _large = SmallFs::new(c.path("large"), "64m");
-    let bricks = c.volume("room", 1, &["small/b", "large/b"]);
+    let bricks = c.volume("room", 1, &["small/s", "large/l"]);
     let m = c.mount("room");
     ok(&format!(
-        // (Synced: closes return before creates and writes land.)
-        "mkdir {0}/d && for i in $(seq 1 60); do head -c 131072 /dev/urandom > {0}/d/f$i || exit 1; done && sync {0}/d {0}/d/*",
+        // (Synced: closes return before creates and writes land; a write
+        // that failed after its close fails the sync.)
+        "mkdir {0}/d && for i in $(seq 1 60); do dd if=/dev/urandom of={0}/d/f$i bs=128k count=1 status=none || exit 1; done && sync {0}/d {0}/d/*",
         m.dir.display()
     ));
     let on_small = files_on(&bricks[0]);

@@ -42,6 +42,12 @@ pub struct Ctx {
     /// rebalance), not on a user's behalf: a brick honours it from the
     /// pool's servers only (docs/security.md).
     pub internal: bool,
+    /// Bytes the mount holds written and not yet sent below
+    /// (`performance/write-behind` sets it on the creates it passes on):
+    /// placing a new file on a set near full leaves room for them
+    /// (`cluster/distribute`). Never sent to a brick.
+    #[serde(skip)]
+    pub behind: u64,
 }
 
 /// The `pid` of the pool's background work (GlusterFS gives its daemons

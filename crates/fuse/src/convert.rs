@@ -85,7 +85,7 @@ pub(super) fn ctx(req: &Request) -> Ctx {
         } else {
             GROUPS.of(pid, uid, gid)
         },
-        internal: false,
+        ..Ctx::default()
     }
 }
 

@@ -115,6 +115,6 @@ fn ctx_of(cred: &Cred, xid: u32) -> Ctx {
         pid: 0,
         unique: xid as u64,
         groups: if uid == 0 { Vec::new() } else { groups },
-        internal: false,
+        ..Ctx::default()
     }
 }

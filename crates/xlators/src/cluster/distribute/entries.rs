@@ -114,10 +114,10 @@ impl Distribute {
             Fop::Create { flags, .. } => flags,
             _ => 0,
         };
-        let mut at = self.room_for(&dl, h, false).await;
+        let mut at = self.room_for(cx, &dl, h, false).await;
         let rep = match self.children[at].call(cx, fop.clone()).await {
             Err(e) if e.is(libc::ENOSPC) && at == h => {
-                at = self.room_for(&dl, h, true).await;
+                at = self.room_for(cx, &dl, h, true).await;
                 if at == h {
                     return Err(e);
                 }

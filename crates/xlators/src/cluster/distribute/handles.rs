@@ -14,11 +14,8 @@ impl Distribute {
         let mut waiting = Waiting::new();
         loop {
             let (i, fh) = *f.at.lock().unwrap();
-            if let Fop::Write { data, .. } = &fop {
-                self.written[i].fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            }
             let moved_meanwhile = || *f.at.lock().unwrap() != (i, fh);
-            let e = match self.children[i].call(cx, fop.clone().with_fh(fh)).await {
+            let e = match self.call_counted(i, cx, fop.clone().with_fh(fh)).await {
                 Err(e) if e.is(libc::ESTALE) => e,
                 // Another request on this handle (writes go several at a
                 // time) found the file's new place meanwhile, and closed
@@ -153,11 +150,7 @@ impl Distribute {
         let mut out = Err(FsError::errno(libc::EBADF));
         for (i, f) in h.fhs.iter().enumerate() {
             if let Some(f) = f {
-                if let Fop::Write { data, .. } = &fop {
-                    self.written[i]
-                        .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                }
-                out = self.children[i].call(cx, fop.clone().with_fh(*f)).await;
+                out = self.call_counted(i, cx, fop.clone().with_fh(*f)).await;
                 if out.is_err() && !release {
                     return out;
                 }

@@ -91,8 +91,11 @@ pub struct Distribute {
     min_free: std::sync::atomic::AtomicU64,
     /// Each child's free and whole space in bytes, and when it was asked.
     space: Mutex<Vec<Option<(std::time::Instant, u64, u64)>>>,
-    /// Bytes written to each child since its space was asked.
+    /// Bytes written to each child since its space was asked (and those
+    /// still on their way when it answered).
     written: Vec<std::sync::atomic::AtomicU64>,
+    /// Bytes of writes sent to each child and not answered yet.
+    sending: Vec<std::sync::atomic::AtomicU64>,
     /// The volume's layout generation (module comment).
     commit: u64,
     /// Whether any child is up (what this translator tells its parent).
@@ -280,6 +283,7 @@ impl Distribute {
             min_free: std::sync::atomic::AtomicU64::new(10),
             space: Mutex::new(vec![None; ids.len()]),
             written: (0..ids.len()).map(|_| Default::default()).collect(),
+            sending: (0..ids.len()).map(|_| Default::default()).collect(),
             ids,
             order,
             commit,

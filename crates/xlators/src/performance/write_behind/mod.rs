@@ -3,7 +3,8 @@
 //! system's page cache does. The application sees an error of a write sent
 //! behind at its next fsync or close of that file, as it would from a local
 //! file system: every handle open when the write failed is told, by its
-//! next fsync, once (`errors.rs`); `fsync` waits until every write before
+//! next fsync, once, and so is a handle opened later while no fsync has
+//! reported it (`errors.rs`); `fsync` waits until every write before
 //! it has landed, so fsync still means durable on every replica that is
 //! up.
 //!
@@ -565,7 +566,19 @@ impl WriteBehind {
     /// accepted before it and still out will give (`owed_sizes`).
     async fn passed_on(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
         let seq = self.accepted.load(Ordering::Acquire);
-        let mut res = self.child.call(cx, fop).await;
+        // A new file is placed leaving room for the writes held here
+        // (`Ctx::behind`).
+        let held = ALL_FILES_MAX.saturating_sub(self.room.available_permits()) as u64;
+        let mut res = match fop {
+            Fop::Create { .. } | Fop::Mknod { .. } if held > 0 => {
+                let cx = Ctx {
+                    behind: held,
+                    ..cx.clone()
+                };
+                self.child.call(&cx, fop).await
+            }
+            fop => self.child.call(cx, fop).await,
+        };
         if let Ok(r) = &mut res {
             self.owed_sizes(seq, r);
         }
@@ -716,8 +729,8 @@ impl Xlator for WriteBehind {
             Fop::Release { gfid, fh } => {
                 self.claims.lock().unwrap().released(fh);
                 self.settle_file(gfid).await;
-                // (The last handle's release forgets a failure: nobody is
-                // left to report it to.)
+                // (A failure no fsync reported outlives the last handle:
+                // the next fsync of the file reports it.)
                 self.errors.lock().unwrap().released(fh);
                 self.write_through.lock().unwrap().remove(&fh);
                 self.appending.lock().unwrap().remove(&fh);

@@ -131,6 +131,16 @@ pub static TABLE: &[Row] = &[
         about: "writes answered from memory and sent behind, in order, joined; errors at the next fsync or close",
     },
     Row {
+        kind: "features/trash",
+        side: Side::Client,
+        place: Place::Above,
+        enabled_by: Some(&mortar_xlators::features::trash::TRASH),
+        options: &[&mortar_xlators::features::trash::MAX_FILESIZE],
+        build: Some(trash),
+        brick: None,
+        about: "files removed or truncated through the mounts kept in /.trashcan at the path they had",
+    },
+    Row {
         kind: "features/read-only",
         side: Side::Client,
         place: Place::Above,
@@ -405,6 +415,14 @@ fn read_only(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlat
     Ok(Arc::new(
         mortar_xlators::features::read_only::ReadOnly::new(name, child),
     ))
+}
+
+fn trash(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {
+    let child = only_child(cx, children, "trash")?;
+    let name = cx.desc.name.clone();
+    Ok(Arc::new(mortar_xlators::features::trash::Trash::new(
+        name, child,
+    )))
 }
 
 fn md_cache(cx: &BuildCtx, children: Vec<Child>) -> anyhow::Result<Arc<dyn Xlator>> {

@@ -1,0 +1,121 @@
+//! The trash through a real mount (docs/data-protection.md): files removed
+//! or truncated are kept in /.trashcan at the path they had, by the same
+//! name on every copy; what is not kept is removed for good.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+/// The names in `dir` (sorted).
+fn names(dir: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The one name in `dir` that starts with `stem_` and the time.
+fn kept(dir: &str, stem: &str) -> String {
+    let found: Vec<String> = names(dir)
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("{stem}_20")))
+        .collect();
+    assert_eq!(found.len(), 1, "{stem} kept once in {dir}: {found:?}");
+    format!("{dir}/{}", found[0])
+}
+
+#[test]
+fn removed_and_truncated_files_are_kept_in_the_trash_by_one_name_on_every_copy() {
+    let c = Cluster::start();
+    let bricks = c.volume("tr", 2, &["b1", "b2"]);
+    c.ok(&["volume", "set", "tr", "features.trash", "on"]);
+    c.ok(&["volume", "set", "tr", "features.trash-max-filesize", "64KB"]);
+    let m = c.mount("tr");
+    ok(&format!(
+        "cd {0} && mkdir -p a/b && echo precious > a/b/f && head -c 100000 /dev/urandom > big \
+         && echo linked > l1 && ln l1 l2 && echo first > t && echo second > o",
+        m.dir.display()
+    ));
+
+    // Removed: kept at its path, its name and time on both copies alike.
+    ok(&format!("rm {}", m.p("a/b/f")));
+    let f = kept(&m.p(".trashcan/a/b"), "f");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "precious\n");
+    let name = Path::new(&f).file_name().unwrap().to_owned();
+    for b in &bricks {
+        assert!(
+            b.join(".trashcan/a/b").join(&name).exists(),
+            "{}",
+            b.display()
+        );
+    }
+    let mode = ok(&format!("stat -c %a {}", m.p(".trashcan/a")));
+    assert_eq!(mode.trim(), "1777");
+
+    // Too large, or one of several names: removed for good.
+    ok(&format!("rm {} {}", m.p("big"), m.p("l1")));
+    assert!(!names(&m.p(".trashcan"))
+        .iter()
+        .any(|n| n.starts_with("big")));
+    assert!(!names(&m.p(".trashcan")).iter().any(|n| n.starts_with("l1")));
+    assert_eq!(std::fs::read_to_string(m.p("l2")).unwrap(), "linked\n");
+
+    // Truncated, by truncate(2) or by an open with O_TRUNC: a copy first.
+    ok(&format!("truncate -s 2 {}", m.p("t")));
+    assert_eq!(
+        std::fs::read_to_string(kept(&m.p(".trashcan"), "t")).unwrap(),
+        "first\n"
+    );
+    ok(&format!("echo third > {}", m.p("o")));
+    assert_eq!(
+        std::fs::read_to_string(kept(&m.p(".trashcan"), "o")).unwrap(),
+        "second\n"
+    );
+    assert_eq!(std::fs::read_to_string(m.p("o")).unwrap(), "third\n");
+
+    // Removed inside the trash: gone for good.
+    ok(&format!("rm {f}"));
+    assert!(names(&m.p(".trashcan/a/b")).is_empty());
+
+    // The trash itself stays.
+    for cmd in ["rmdir {0}/.trashcan/../.trashcan", "mv {0}/.trashcan {0}/x"] {
+        let out = sh(&cmd.replace("{0}", &m.dir.display().to_string()));
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Operation not permitted"), "{cmd}: {err}");
+    }
+
+    // Off: removals are for good again.
+    c.ok(&["volume", "set", "tr", "features.trash", "off"]);
+    ok(&format!("echo x > {0}/g && rm {0}/g", m.dir.display()));
+    assert!(!names(&m.p(".trashcan")).iter().any(|n| n.starts_with("g_")));
+    assert_bricks_identical(&bricks);
+}
+
+#[test]
+fn a_user_takes_back_a_file_of_theirs_and_not_anothers() {
+    let c = Cluster::start();
+    c.volume("tu", 1, &["b"]);
+    c.ok(&["volume", "set", "tu", "features.trash", "on"]);
+    let m = c.mount("tu");
+    let d = m.dir.display().to_string();
+    ok(&format!(
+        "mkdir -m 1777 {d}/shared && setpriv --reuid=1000 --regid=1000 --clear-groups sh -c 'echo mine > {d}/shared/u1 && rm {d}/shared/u1' \
+         && setpriv --reuid=1001 --regid=1001 --clear-groups sh -c 'echo theirs > {d}/shared/u2 && rm {d}/shared/u2'"
+    ));
+    let u1 = kept(&m.p(".trashcan/shared"), "u1");
+    let u2 = kept(&m.p(".trashcan/shared"), "u2");
+    assert_eq!(ok(&format!("stat -c %u {u1}")).trim(), "1000");
+    // Its owner moves it back; another user cannot take it.
+    ok(&format!(
+        "setpriv --reuid=1000 --regid=1000 --clear-groups mv {u1} {d}/shared/u1"
+    ));
+    assert_eq!(std::fs::read_to_string(m.p("shared/u1")).unwrap(), "mine\n");
+    let out = sh(&format!(
+        "setpriv --reuid=1000 --regid=1000 --clear-groups mv {u2} {d}/shared/stolen"
+    ));
+    assert!(!out.status.success(), "another's file was taken");
+    assert_eq!(std::fs::read_to_string(&u2).unwrap(), "theirs\n");
+}

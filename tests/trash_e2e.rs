@@ -119,3 +119,23 @@ fn a_user_takes_back_a_file_of_theirs_and_not_anothers() {
     assert!(!out.status.success(), "another's file was taken");
     assert_eq!(std::fs::read_to_string(&u2).unwrap(), "theirs\n");
 }
+
+#[test]
+fn a_trash_that_cannot_be_made_leaves_removals_working() {
+    let c = Cluster::start();
+    c.volume("tn", 1, &["b"]);
+    let m = c.mount("tn");
+    // A file where the trash would go: nothing can be kept.
+    ok(&format!(
+        "echo in-the-way > {0}/.trashcan && echo x > {0}/f && echo long > {0}/t",
+        m.dir.display()
+    ));
+    c.ok(&["volume", "set", "tn", "features.trash", "on"]);
+    ok(&format!("rm {0}/f && truncate -s 0 {0}/t", m.dir.display()));
+    assert!(!m.dir.join("f").exists());
+    assert_eq!(std::fs::metadata(m.p("t")).unwrap().len(), 0);
+    assert_eq!(
+        std::fs::read_to_string(m.p(".trashcan")).unwrap(),
+        "in-the-way\n"
+    );
+}

@@ -255,15 +255,15 @@ impl Trash {
             match self.child.call(&root, create).await {
                 Err(e) if e.is(libc::EEXIST) => continue,
                 Ok(Reply::Created { entry, fh }) => {
-                    self.tell_kernel(to, kept);
-                    made = Some((entry.attr.gfid, fh));
+                    self.tell_kernel(to, kept.clone());
+                    made = Some((entry.attr.gfid, fh, kept));
                     break;
                 }
                 Ok(other) => return Err(mortar_core::fop::unexpected(other)),
                 Err(e) => return Err(e),
             }
         }
-        let Some((copy, wfh)) = made else {
+        let Some((copy, wfh, kept)) = made else {
             return Err(FsError::new(
                 libc::EEXIST,
                 format!("{}: no free name in the trash for {name:?}", self.name),
@@ -280,7 +280,19 @@ impl Trash {
                 },
             )
             .await;
-        copied?;
+        if let Err(e) = copied {
+            let _ = self
+                .child
+                .call(
+                    &root,
+                    Fop::Unlink {
+                        parent: to,
+                        name: kept,
+                    },
+                )
+                .await;
+            return Err(e);
+        }
         let set = SetAttr {
             mode: Some(attr.perm),
             uid: Some(attr.uid),
@@ -381,6 +393,19 @@ impl Trash {
         });
     }
 
+    /// A file could not be kept (a full disk, a trash directory that is
+    /// not one): it is removed all the same, as without the trash, so
+    /// that a full volume can still be emptied.
+    fn not_kept(&self, parent: Gfid, name: &Name, e: &FsError) {
+        if !e.is(libc::ENOENT) && !e.is(libc::EACCES) && !e.is(libc::EPERM) {
+            tracing::warn!(xlator = %self.name, %parent, ?name, "not kept in the trash, removed: {e}");
+        }
+    }
+
+    fn not_copied(&self, gfid: Gfid, e: &FsError) {
+        tracing::warn!(xlator = %self.name, %gfid, "no copy kept in the trash before a truncation: {e}");
+    }
+
     fn refused(&self, what: &str) -> FsError {
         FsError::new(
             libc::EPERM,
@@ -431,8 +456,11 @@ impl Xlator for Trash {
         }
         match &fop {
             Fop::Unlink { parent, name } => {
-                if let Some(r) = self.keep_removed(cx, *parent, name).await? {
-                    return Ok(r);
+                match self.keep_removed(cx, *parent, name).await {
+                    Ok(Some(r)) => return Ok(r),
+                    Ok(None) => {}
+                    // (The removal itself says what it thinks.)
+                    Err(e) => self.not_kept(*parent, name, &e),
                 }
             }
             Fop::Rmdir { parent, name } if Self::is_trash_dir(*parent, name) => {
@@ -444,11 +472,17 @@ impl Xlator for Trash {
             Fop::Setattr {
                 gfid,
                 set: SetAttr { size: Some(to), .. },
-            } => self.before_truncation(cx, *gfid, *to).await?,
+            } => {
+                if let Err(e) = self.before_truncation(cx, *gfid, *to).await {
+                    self.not_copied(*gfid, &e);
+                }
+            }
             Fop::Open { gfid, flags }
                 if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY =>
             {
-                self.before_truncation(cx, *gfid, 0).await?
+                if let Err(e) = self.before_truncation(cx, *gfid, 0).await {
+                    self.not_copied(*gfid, &e);
+                }
             }
             _ => {}
         }

@@ -139,3 +139,52 @@ fn a_trash_that_cannot_be_made_leaves_removals_working() {
         "in-the-way\n"
     );
 }
+
+/// Files (not directories) under `dir`, by name, sorted.
+fn files_under(dir: &str) -> Vec<String> {
+    let out = ok(&format!("cd {dir} && find . -type f | sort"));
+    out.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn the_pool_empties_the_trash_by_age_and_by_size_oldest_first() {
+    let c = Cluster::start();
+    c.volume("ts", 1, &["b"]);
+    c.ok(&["volume", "set", "ts", "features.trash", "on"]);
+    let m = c.mount("ts");
+    let d = m.dir.display().to_string();
+    // By size: five files of 4 KB, a second apart; a cap of 10 KB keeps
+    // the two that went last.
+    ok(&format!("mkdir {d}/s"));
+    for i in 1..=5 {
+        ok(&format!(
+            "head -c 4096 /dev/urandom > {d}/s/f{i} && rm {d}/s/f{i}"
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    assert_eq!(files_under(&m.p(".trashcan/s")).len(), 5);
+    c.ok(&["volume", "set", "ts", "features.trash-max-size", "10KB"]);
+    wait_for(
+        "the trash cut to its size",
+        std::time::Duration::from_secs(30),
+        || files_under(&m.p(".trashcan/s")).len() == 2,
+    );
+    let left = files_under(&m.p(".trashcan/s"));
+    assert!(
+        left[0].starts_with("./f4_") && left[1].starts_with("./f5_"),
+        "{left:?}"
+    );
+    // By age: everything older than 2 s goes, and the directories left
+    // empty with it (not the trash itself).
+    c.ok(&["volume", "set", "ts", "features.trash-max-age", "2"]);
+    wait_for(
+        "the trash emptied by age",
+        std::time::Duration::from_secs(30),
+        || names(&m.p(".trashcan")).is_empty(),
+    );
+    // Bad values are refused.
+    let bad = c.fails(&["volume", "set", "ts", "features.trash-max-age", "soon"]);
+    assert!(bad.contains("not valid"), "{bad}");
+    let bad = c.fails(&["volume", "set", "ts", "features.trash-max-size", "lots"]);
+    assert!(bad.contains("not valid"), "{bad}");
+}

@@ -135,7 +135,12 @@ pub static TABLE: &[Row] = &[
         side: Side::Client,
         place: Place::Above,
         enabled_by: Some(&mortar_xlators::features::trash::TRASH),
-        options: &[&mortar_xlators::features::trash::MAX_FILESIZE],
+        // The sweep (mgmt) reads the last two.
+        options: &[
+            &mortar_xlators::features::trash::MAX_FILESIZE,
+            &mortar_xlators::features::trash::sweep::MAX_AGE,
+            &mortar_xlators::features::trash::sweep::MAX_SIZE,
+        ],
         build: Some(trash),
         brick: None,
         about: "files removed or truncated through the mounts kept in /.trashcan at the path they had",

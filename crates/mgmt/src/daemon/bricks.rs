@@ -147,6 +147,7 @@ impl Daemon {
             release(&path);
         }
         self.reconcile_healers(&st).await;
+        self.reconcile_sweepers(&st).await;
         self.reconcile_nfs(&st).await;
     }
 

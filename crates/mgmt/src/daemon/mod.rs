@@ -21,7 +21,7 @@
 //! remove-brick);
 //! `members` liveness, voters and server quorum; `certs` this server's
 //! certificates on record and their rotation; `bricks` supervision;
-//! `heal` the self-heal daemons; `follow` volume descriptions for clients;
+//! `heal` the self-heal daemons; `trash` the trash sweepers; `follow` volume descriptions for clients;
 //! `observe` and `reports` metrics, statedumps, profile and top.
 
 use crate::error::Error;
@@ -41,6 +41,7 @@ mod replace;
 mod reports;
 mod requests;
 mod snapshots;
+mod trash;
 mod volumes;
 
 use super::command::Command;
@@ -117,6 +118,8 @@ pub struct Daemon {
     /// Self-heal per replicated volume with bricks here: the graph it
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
+    /// The trash sweepers this server runs, by volume (`trash`).
+    sweepers: Mutex<HashMap<String, trash::SweeperProc>>,
     /// The NFS server this server runs, if any volume wants one.
     nfs: Mutex<Option<nfs::NfsProc>>,
     /// The rebalances this server runs, by volume.
@@ -190,6 +193,7 @@ impl Daemon {
             reconcile_lock: tokio::sync::Mutex::new(()),
             balance_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
+            sweepers: Mutex::new(HashMap::new()),
             nfs: Mutex::new(None),
             rebalancers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,

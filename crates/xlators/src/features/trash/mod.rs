@@ -21,6 +21,7 @@
 //! the trash's top).
 
 mod names;
+pub mod sweep;
 
 use async_trait::async_trait;
 use mortar_core::options::{Kind, Spec};

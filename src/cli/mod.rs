@@ -8,6 +8,7 @@
 //! `snapshot`;
 //! `format` prints what they show, `manual` the manual pages.
 
+mod bitrot;
 mod bricks;
 pub mod format;
 mod heal;

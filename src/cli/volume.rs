@@ -5,7 +5,8 @@
 
 use super::pool::{self, CredentialCmd};
 use super::{
-    ask, bricks, fail, format, heal, observe, rebalance, unexpected, usage, Out, Server, Usage,
+    ask, bitrot, bricks, fail, format, heal, observe, rebalance, unexpected, usage, Out, Server,
+    Usage,
 };
 use crate::mgmt::options;
 use crate::mgmt::rpc::{self, Request, Response};
@@ -158,6 +159,15 @@ pub enum VolumeCmd {
         #[arg(num_args = 0..=4)]
         args: Vec<String>,
     },
+    /// Bitrot: volume bitrot NAME {enable|disable} | scrub-throttle
+    /// {lazy|normal|aggressive} | scrub-frequency
+    /// {minute|hourly|daily|weekly|biweekly|monthly} | scrub
+    /// {pause|resume|status|ondemand}.
+    Bitrot {
+        name: String,
+        #[arg(num_args = 1..)]
+        args: Vec<String>,
+    },
     /// Self-heal: volume heal NAME [full | info [summary|split-brain] |
     /// statistics | split-brain (bigger-file|latest-mtime) FILE |
     /// split-brain source-brick HOST:/PATH [FILE]].
@@ -238,6 +248,7 @@ pub(super) async fn run(server: &Server, out: &Out, cmd: VolumeCmd) -> anyhow::R
         VolumeCmd::Top { name, what, args } => {
             observe::top(server, out.json, &name, &what, &args).await
         }
+        VolumeCmd::Bitrot { name, args } => bitrot::run(server, out, name, &args).await,
         VolumeCmd::Heal {
             name,
             args,

@@ -315,6 +315,21 @@ pub static TABLE: &[Row] = &[
         about: "a server cut off from the pool's majority stops its bricks",
     },
     Row {
+        kind: "mgmt/bitrot",
+        side: Side::Server,
+        place: Place::Brick,
+        enabled_by: None,
+        options: &[
+            &crate::roles::BITROT,
+            &crate::roles::SCRUB_THROTTLE,
+            &crate::roles::SCRUB_FREQ,
+            &crate::roles::SCRUB,
+        ],
+        build: None,
+        brick: None,
+        about: "each server scrubs its bricks of the volume for bitrot and rewrites damaged copies from the others (volume bitrot)",
+    },
+    Row {
         kind: "mgmt/nfs-server",
         side: Side::Server,
         place: Place::Volume,

@@ -35,11 +35,11 @@ use std::collections::HashMap;
 
 /// Bytes of each fragment rebuilt at once (2 N buffers of it in memory per
 /// object healed: one chunk written while the next is read).
-const CHUNK: u64 = 2 << 20;
+pub(super) const CHUNK: u64 = 2 << 20;
 /// Chunks rebuilt per hold of the file's lock.
 const WINDOW: usize = 4;
 /// Bytes compared at once between a sink and what it should hold.
-const BLOCK: usize = 64 << 10;
+pub(super) const BLOCK: usize = 64 << 10;
 
 /// Reads `len` bytes at `offset` of fragment `b`, zeros after its end.
 async fn read_padded(b: &Brick, gfid: Gfid, offset: u64, len: u64) -> FsResult<Vec<u8>> {
@@ -221,7 +221,7 @@ impl Set {
     /// source if there is one, and becomes a sink from that chunk on: its
     /// blocks that fail are written anew. Without a spare the heal of all
     /// ends, to be tried again.
-    async fn rebuild_sinks(
+    pub(super) async fn rebuild_sinks(
         &self,
         gfid: Gfid,
         sources: &[usize],

@@ -12,6 +12,8 @@ pub mod coded;
 mod copy;
 pub mod names;
 pub mod object;
+mod repair;
+pub mod scrub;
 pub mod source;
 
 use futures_util::future::BoxFuture;

@@ -120,6 +120,13 @@ pub struct Metrics {
     /// Daemon: bytes its self-heal daemon wrote to copies and fragments,
     /// counted as each chunk lands (a large file's heal shows progress).
     pub heal_written_bytes: Family<VolumeLabels, Counter>,
+    /// Daemon: data its bitrot scrubber read and checked on this server's
+    /// bricks.
+    pub scrubbed_bytes: Family<VolumeLabels, Counter>,
+    /// Daemon: copies its scrubber found damaged (checksums that do not
+    /// match), and those it rewrote from the others.
+    pub scrub_damaged: Family<VolumeLabels, Counter>,
+    pub scrub_repaired: Family<VolumeLabels, Counter>,
     /// Daemon: a rebalance it runs, files by state (scanned, moved, failed,
     /// skipped).
     pub rebalance_files: Family<StateLabels, Gauge>,
@@ -152,6 +159,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     healed: Family::default(),
     heal_failed: Family::default(),
     heal_written_bytes: Family::default(),
+    scrubbed_bytes: Family::default(),
+    scrub_damaged: Family::default(),
+    scrub_repaired: Family::default(),
     rebalance_files: Family::default(),
     peers: Family::default(),
     quorum: Gauge::default(),
@@ -367,57 +377,77 @@ pub fn registry(role: Role, labels: Vec<(String, String)>) -> Registry {
                 m.cache.clone(),
             );
         }
-        Role::Daemon => {
-            r.register(
-                "brick_up",
-                "Whether the brick process on this server is serving (1) or not (0)",
-                m.brick_up.clone(),
-            );
-            r.register(
-                "heal_pending",
-                "Objects in the brick's heal index (changes not yet on every replica)",
-                m.heal_pending.clone(),
-            );
-            r.register_with_unit(
-                "heal_pending",
-                "Data of those objects' copies on the brick that a heal would compare: the ranges recorded as changed, whole files where none is",
-                Unit::Bytes,
-                m.heal_pending_bytes.clone(),
-            );
-            r.register(
-                "healed",
-                "Objects this server's self-heal daemon healed",
-                m.healed.clone(),
-            );
-            r.register(
-                "heal_failed",
-                "Heals of objects that failed",
-                m.heal_failed.clone(),
-            );
-            r.register_with_unit(
-                "heal_written",
-                "Data this server's self-heal daemon wrote to copies and fragments that missed changes, counted as each chunk lands",
-                Unit::Bytes,
-                m.heal_written_bytes.clone(),
-            );
-            r.register(
-                "rebalance_files",
-                "Files of the rebalance this server runs, by state",
-                m.rebalance_files.clone(),
-            );
-            r.register(
-                "peers",
-                "The pool's servers by state, as this server sees them",
-                m.peers.clone(),
-            );
-            r.register(
-                "server_quorum",
-                "Whether this server is in touch with the pool's majority (1) or not (0)",
-                m.quorum.clone(),
-            );
-        }
+        Role::Daemon => register_daemon(&mut r, m),
     }
     r
+}
+
+/// The daemon's own metrics: its bricks, self-heal, scrubber, rebalance
+/// and the pool as it sees it.
+fn register_daemon(r: &mut Registry, m: &Metrics) {
+    r.register(
+        "brick_up",
+        "Whether the brick process on this server is serving (1) or not (0)",
+        m.brick_up.clone(),
+    );
+    r.register(
+        "heal_pending",
+        "Objects in the brick's heal index (changes not yet on every replica)",
+        m.heal_pending.clone(),
+    );
+    r.register_with_unit(
+        "heal_pending",
+        "Data of those objects' copies on the brick that a heal would compare: the ranges recorded as changed, whole files where none is",
+        Unit::Bytes,
+        m.heal_pending_bytes.clone(),
+    );
+    r.register(
+        "healed",
+        "Objects this server's self-heal daemon healed",
+        m.healed.clone(),
+    );
+    r.register(
+        "heal_failed",
+        "Heals of objects that failed",
+        m.heal_failed.clone(),
+    );
+    r.register_with_unit(
+        "heal_written",
+        "Data this server's self-heal daemon wrote to copies and fragments that missed changes, counted as each chunk lands",
+        Unit::Bytes,
+        m.heal_written_bytes.clone(),
+    );
+    r.register_with_unit(
+        "scrubbed",
+        "Data this server's bitrot scrubber read and checked against its checksums",
+        Unit::Bytes,
+        m.scrubbed_bytes.clone(),
+    );
+    r.register(
+        "scrub_damaged",
+        "Copies this server's bitrot scrubber found damaged (their data no longer matches its checksums)",
+        m.scrub_damaged.clone(),
+    );
+    r.register(
+        "scrub_repaired",
+        "Damaged copies this server's bitrot scrubber rewrote from the other copies or fragments",
+        m.scrub_repaired.clone(),
+    );
+    r.register(
+        "rebalance_files",
+        "Files of the rebalance this server runs, by state",
+        m.rebalance_files.clone(),
+    );
+    r.register(
+        "peers",
+        "The pool's servers by state, as this server sees them",
+        m.peers.clone(),
+    );
+    r.register(
+        "server_quorum",
+        "Whether this server is in touch with the pool's majority (1) or not (0)",
+        m.quorum.clone(),
+    );
 }
 
 #[cfg(test)]

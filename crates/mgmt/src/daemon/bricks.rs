@@ -148,6 +148,7 @@ impl Daemon {
         }
         self.reconcile_healers(&st).await;
         self.reconcile_sweepers(&st).await;
+        self.reconcile_scrubbers(&st).await;
         self.reconcile_nfs(&st).await;
     }
 

@@ -110,7 +110,7 @@ impl Daemon {
     /// Volume `name`'s description with only the replica sets with a
     /// brick on one of `local`: a healer connects to those only (at 300
     /// servers, one set of a hundred), and only they are generated.
-    fn local_desc(
+    pub(super) fn local_desc(
         &self,
         st: &ClusterState,
         name: &str,

@@ -21,10 +21,11 @@
 //! remove-brick);
 //! `members` liveness, voters and server quorum; `certs` this server's
 //! certificates on record and their rotation; `bricks` supervision;
-//! `heal` the self-heal daemons; `trash` the trash sweepers; `follow` volume descriptions for clients;
+//! `heal` the self-heal daemons; `trash` the trash sweepers; `bitrot` the scrubbers; `follow` volume descriptions for clients;
 //! `observe` and `reports` metrics, statedumps, profile and top.
 
 use crate::error::Error;
+mod bitrot;
 mod bricks;
 mod certs;
 mod credentials;
@@ -118,6 +119,8 @@ pub struct Daemon {
     /// Self-heal per replicated volume with bricks here: the graph it
     /// was built for, the healer and its task (`heal::HealerProc`).
     healers: Mutex<HashMap<String, HealerProc>>,
+    /// The bitrot scrubbers this server runs, by volume (`bitrot`).
+    scrubbers: Mutex<HashMap<String, bitrot::ScrubberProc>>,
     /// The trash sweepers this server runs, by volume (`trash`).
     sweepers: Mutex<HashMap<String, trash::SweeperProc>>,
     /// The NFS server this server runs, if any volume wants one.
@@ -194,6 +197,7 @@ impl Daemon {
             balance_lock: tokio::sync::Mutex::new(()),
             healers: Mutex::new(HashMap::new()),
             sweepers: Mutex::new(HashMap::new()),
+            scrubbers: Mutex::new(HashMap::new()),
             nfs: Mutex::new(None),
             rebalancers: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,

@@ -76,6 +76,7 @@ impl Daemon {
                 Response::Ok(String::new())
             }
             Request::Heal { name, op } => self.heal(name, op).await,
+            Request::Scrub { name, op, here } => self.scrub(name, op, here).await,
             Request::VolumeProfile {
                 name,
                 op: rpc::ProfileOp::Info,

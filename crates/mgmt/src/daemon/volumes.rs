@@ -4,6 +4,8 @@
 
 use super::*;
 use crate::error::Error;
+use mortar_heal::scrub::BITROT;
+use mortar_storage::posix::sums::CHECKSUMS;
 
 use mortar_core::options::valid_name;
 
@@ -221,8 +223,24 @@ impl Daemon {
             .await?;
             return Ok(String::new());
         }
-        self.volume(&name)?;
+        let v = self.volume(&name)?;
         let value = options::validate(&key, &value)?;
+        if key == BITROT.key && value == "on" {
+            if !super::bitrot::redundant(&v) {
+                return Err(format!(
+                    "Volume {name} keeps one copy of each file: bitrot scrubbing needs another copy or fragments to repair from"
+                )
+                .into());
+            }
+            // The scrubber checks the bricks' checksums: they are kept
+            // from now on.
+            self.execute(Command::SetOptions {
+                volume: name,
+                options: vec![(CHECKSUMS.key.to_string(), "on".into()), (key, value)],
+            })
+            .await?;
+            return Ok(String::new());
+        }
         self.execute(Command::SetOption {
             volume: name,
             key,

@@ -240,6 +240,15 @@ pub enum Request {
         name: String,
         op: HealOp,
     },
+    /// `volume bitrot NAME scrub status|ondemand`: from the CLI, every
+    /// server with a brick of the volume is asked (`here`: this server's
+    /// scrubber only).
+    Scrub {
+        name: String,
+        op: ScrubOp,
+        #[serde(default)]
+        here: bool,
+    },
     /// `volume profile NAME start|stop|info [incremental]`.
     VolumeProfile {
         name: String,
@@ -364,6 +373,14 @@ pub enum HealOp {
         file: Option<String>,
         source: Option<String>,
     },
+}
+
+/// What `volume bitrot NAME scrub` asks of the scrubbers.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ScrubOp {
+    Status,
+    /// Scrub now.
+    Ondemand,
 }
 
 /// The answer to `volume heal`.
@@ -589,6 +606,7 @@ impl Request {
                 op: ProfileOp::Info,
                 ..
             } => true,
+            Request::Scrub { op, .. } => *op == ScrubOp::Status,
             Request::Heal { op, .. } => matches!(
                 op,
                 HealOp::Info
@@ -632,6 +650,7 @@ pub enum Response {
     Bricks(Vec<BrickStatus>),
     Nfs(NfsStatus),
     Heal(HealReport),
+    Scrub(Vec<mortar_heal::scrub::BrickScrub>),
     Profile(Vec<BrickReport<mortar_brick::profile::ProfileReport>>),
     Top(Vec<BrickReport<mortar_brick::profile::TopReport>>),
     BrickDetails(Vec<BrickReport<mortar_process::status::BrickDetail>>),

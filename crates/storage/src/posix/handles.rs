@@ -490,3 +490,33 @@ pub(crate) fn hashed_dir<'a>(
     let _ = slot.set(fd);
     Ok((slot.get().expect("set just now").as_fd(), file))
 }
+
+/// The regular files of the brick at `root`, by gfid, as its gfid index
+/// has them (directories and symlinks left out), one index directory at
+/// a time: what the bitrot scrubber walks. Blocking.
+pub fn files_of(root: &std::path::Path, each: &mut dyn FnMut(Vec<Gfid>)) -> std::io::Result<()> {
+    let index = root.join(INDEX_REL);
+    let mut dirs: Vec<_> = std::fs::read_dir(&index)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut found = Vec::new();
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let name = e.file_name();
+            if let Some(g) = name.to_str().and_then(|s| uuid::Uuid::parse_str(s).ok()) {
+                found.push(Gfid(*g.as_bytes()));
+            }
+        }
+        found.sort();
+        each(found);
+    }
+    Ok(())
+}

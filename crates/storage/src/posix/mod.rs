@@ -73,6 +73,7 @@ pub use attrs::{
 };
 use fds::{as_file, ANON_MAX};
 pub use fds::{FdTable, Handle, Listing, OpenCounts};
+pub use handles::files_of;
 use identity::as_caller;
 
 pub struct Posix {

@@ -11,6 +11,8 @@ fn the_metrics_of_a_brick_a_client_and_the_daemon_move_with_a_write() {
     let c = Cluster::start();
     c.one_process_per_brick();
     c.volume("mv", 3, &["b1", "b2", "b3"]);
+    // (Its scrubber's counters are served from when it starts.)
+    c.ok(&["volume", "bitrot", "mv", "enable"]);
     let client_addr = format!("{}:24120", c.ip);
     let m = c.mount_with("mv", &[], &[&format!("metrics={client_addr}")]);
     let brick_port = brick_addr(&c, "mv", 0)
@@ -21,6 +23,9 @@ fn the_metrics_of_a_brick_a_client_and_the_daemon_move_with_a_write() {
         .unwrap();
     let brick_metrics = format!("{}:{}", c.ip, brick_port + 1000);
     let daemon_metrics = format!("{}:24108", c.ip);
+    wait_for("the scrubber to start", Duration::from_secs(30), || {
+        scrape(&daemon_metrics).contains("mortar_scrub_damaged_total{")
+    });
 
     let brick_before = scrape(&brick_metrics);
     let client_before = scrape(&client_addr);

@@ -122,6 +122,14 @@ impl Scrubber {
                 Some((l.clone(), p.clone(), c))
             })
             .collect();
+        // Served at 0 from the start (an alert's `increase()` needs them).
+        let labels = mortar_metrics::VolumeLabels {
+            volume: healer.volume.clone(),
+        };
+        let m = mortar_metrics::get();
+        let _ = m.scrubbed_bytes.get_or_create(&labels);
+        let _ = m.scrub_damaged.get_or_create(&labels);
+        let _ = m.scrub_repaired.get_or_create(&labels);
         let old: Vec<BrickScrub> = std::fs::read(&saved)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())

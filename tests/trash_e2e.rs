@@ -182,6 +182,14 @@ fn the_pool_empties_the_trash_by_age_and_by_size_oldest_first() {
         std::time::Duration::from_secs(30),
         || names(&m.p(".trashcan")).is_empty(),
     );
+    // A removal in a directory whose trash directory was swept away
+    // makes it again.
+    c.ok(&["volume", "set", "ts", "features.trash-max-age", "0"]);
+    ok(&format!("echo late > {d}/s/late && rm {d}/s/late"));
+    assert_eq!(
+        std::fs::read_to_string(kept(&m.p(".trashcan/s"), "late")).unwrap(),
+        "late\n"
+    );
     // Bad values are refused.
     let bad = c.fails(&["volume", "set", "ts", "features.trash-max-age", "soon"]);
     assert!(bad.contains("not valid"), "{bad}");

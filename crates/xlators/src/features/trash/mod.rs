@@ -58,8 +58,14 @@ pub struct Trash {
     on: AtomicBool,
     max_filesize: AtomicU64,
     names: names::Names,
+    /// The trash directory found for each directory files left (None:
+    /// the directory is in the trash).
+    found: std::sync::Mutex<std::collections::HashMap<Option<Gfid>, Option<Gfid>>>,
     kept: AtomicU64,
 }
+
+/// Trash directories remembered at most (past that, all are forgotten).
+const FOUND_MAX: usize = 4096;
 
 impl Trash {
     pub fn new(name: String, child: Child) -> Trash {
@@ -69,6 +75,7 @@ impl Trash {
             on: AtomicBool::new(false),
             max_filesize: AtomicU64::new(MAX_FILESIZE.size(&Default::default())),
             names: Default::default(),
+            found: Default::default(),
             kept: AtomicU64::new(0),
         }
     }
@@ -102,8 +109,29 @@ impl Trash {
     }
 
     /// The trash directory for files of `dir` (made as needed), or None
-    /// when `dir` is inside the trash.
-    async fn trash_dir_for(&self, cx: &Ctx, dir: Option<Gfid>) -> FsResult<Option<Gfid>> {
+    /// when `dir` is inside the trash. As found before, unless `fresh`
+    /// (what was found may have been swept away since).
+    async fn trash_dir_for(
+        &self,
+        cx: &Ctx,
+        dir: Option<Gfid>,
+        fresh: bool,
+    ) -> FsResult<Option<Gfid>> {
+        if !fresh {
+            if let Some(to) = self.found.lock().unwrap().get(&dir) {
+                return Ok(*to);
+            }
+        }
+        let to = self.trash_dir_made(cx, dir).await?;
+        let mut found = self.found.lock().unwrap();
+        if found.len() >= FOUND_MAX {
+            found.clear();
+        }
+        found.insert(dir, to);
+        Ok(to)
+    }
+
+    async fn trash_dir_made(&self, cx: &Ctx, dir: Option<Gfid>) -> FsResult<Option<Gfid>> {
         let path = match dir {
             Some(d) => self.names.path(cx, &self.child, d).await?,
             None => Vec::new(),
@@ -198,7 +226,24 @@ impl Trash {
         if !self.keeps(&attr) {
             return Ok(None);
         }
-        let Some(to) = self.trash_dir_for(cx, Some(parent)).await? else {
+        for fresh in [false, true] {
+            match self.move_to_trash(cx, parent, name, fresh).await {
+                // (The trash directory found before was swept away.)
+                Err(e) if !fresh && (e.is(libc::ENOENT) || e.is(libc::ESTALE)) => continue,
+                r => return r,
+            }
+        }
+        unreachable!("the second try answers")
+    }
+
+    async fn move_to_trash(
+        &self,
+        cx: &Ctx,
+        parent: Gfid,
+        name: &Name,
+        fresh: bool,
+    ) -> FsResult<Option<Reply>> {
+        let Some(to) = self.trash_dir_for(cx, Some(parent), fresh).await? else {
             return Ok(None);
         };
         let now = std::time::SystemTime::now();
@@ -237,7 +282,7 @@ impl Trash {
             Some((p, n)) => (Some(p), n),
             None => (None, Name::new(gfid.to_string())?),
         };
-        let Some(to) = self.trash_dir_for(cx, dir).await? else {
+        let Some(to) = self.trash_dir_for(cx, dir, true).await? else {
             return Ok(());
         };
         let root = Self::as_root(cx);
@@ -418,6 +463,10 @@ impl Trash {
     }
 
     async fn passed_on(&self, cx: &Ctx, fop: Fop) -> FsResult<Reply> {
+        if let Fop::Rename { .. } | Fop::Rmdir { .. } = &fop {
+            // A directory's path may change: its trash directory too.
+            self.found.lock().unwrap().clear();
+        }
         let reply = self.child.call(cx, fop.clone()).await?;
         self.names.note(&fop, &reply);
         Ok(reply)

@@ -11,6 +11,7 @@ mod disperse;
 mod distribute;
 mod holes;
 mod stacked;
+mod trash;
 
 #[tokio::test]
 async fn a_change_reaches_every_copy_and_settles() {

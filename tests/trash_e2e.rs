@@ -87,6 +87,21 @@ fn removed_and_truncated_files_are_kept_in_the_trash_by_one_name_on_every_copy()
         assert!(err.contains("Operation not permitted"), "{cmd}: {err}");
     }
 
+    // Directories named by features.trash-eliminate-path (and below
+    // them): for good.
+    c.ok(&[
+        "volume",
+        "set",
+        "tr",
+        "features.trash-eliminate-path",
+        "/scratch,/x",
+    ]);
+    ok(&format!(
+        "mkdir -p {0}/scratch/sub && echo s > {0}/scratch/sub/s && rm {0}/scratch/sub/s && echo k > {0}/scratchy && rm {0}/scratchy",
+        m.dir.display()
+    ));
+    assert!(!m.dir.join(".trashcan/scratch").exists());
+    kept(&m.p(".trashcan"), "scratchy");
     // Off: removals are for good again.
     c.ok(&["volume", "set", "tr", "features.trash", "off"]);
     ok(&format!("echo x > {0}/g && rm {0}/g", m.dir.display()));

@@ -138,6 +138,7 @@ pub static TABLE: &[Row] = &[
         // The sweep (mgmt) reads the last two.
         options: &[
             &mortar_xlators::features::trash::MAX_FILESIZE,
+            &mortar_xlators::features::trash::ELIMINATE_PATH,
             &mortar_xlators::features::trash::sweep::MAX_AGE,
             &mortar_xlators::features::trash::sweep::MAX_SIZE,
         ],

@@ -42,6 +42,30 @@ pub static MAX_FILESIZE: Spec = Spec {
     help: "Files larger than this are removed for good instead of kept in the trash (and truncated without a copy).",
 };
 
+pub static ELIMINATE_PATH: Spec = Spec {
+    key: "features.trash-eliminate-path",
+    kind: Kind::Text,
+    default: "none",
+    help: "Directories whose files are removed for good, not kept in the trash: paths from the volume's root, comma-separated (/scratch,/build/tmp), each with everything below it; none for no such directory.",
+};
+
+/// The paths of `features.trash-eliminate-path`, as names from the root.
+fn eliminate_paths(v: &str) -> Vec<Vec<Name>> {
+    if v.trim() == "none" {
+        return Vec::new();
+    }
+    v.split(',')
+        .map(|p| {
+            p.trim()
+                .split('/')
+                .filter(|c| !c.is_empty() && *c != ".")
+                .filter_map(|c| Name::new(c).ok())
+                .collect::<Vec<Name>>()
+        })
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 /// The trash directory, at the volume's root.
 pub const TRASH_DIR: &str = ".trashcan";
 
@@ -61,6 +85,8 @@ pub struct Trash {
     /// The trash directory found for each directory files left (None:
     /// the directory is in the trash).
     found: std::sync::Mutex<std::collections::HashMap<Option<Gfid>, Option<Gfid>>>,
+    /// `features.trash-eliminate-path`.
+    eliminate: std::sync::Mutex<Vec<Vec<Name>>>,
     kept: AtomicU64,
 }
 
@@ -76,6 +102,7 @@ impl Trash {
             max_filesize: AtomicU64::new(MAX_FILESIZE.size(&Default::default())),
             names: Default::default(),
             found: Default::default(),
+            eliminate: Default::default(),
             kept: AtomicU64::new(0),
         }
     }
@@ -139,6 +166,7 @@ impl Trash {
         if path
             .first()
             .is_some_and(|n| n.as_bytes() == TRASH_DIR.as_bytes())
+            || self.eliminated(&path)
         {
             return Ok(None);
         }
@@ -148,6 +176,17 @@ impl Trash {
             at = self.dir_in(&root, at, name).await?;
         }
         Ok(Some(at))
+    }
+
+    /// Whether files of the directory at `path` are removed for good
+    /// (`features.trash-eliminate-path`: it is one of those or below one).
+    fn eliminated(&self, path: &[Name]) -> bool {
+        self.eliminate.lock().unwrap().iter().any(|e| {
+            e.len() <= path.len()
+                && e.iter()
+                    .zip(path)
+                    .all(|(a, b)| a.as_bytes() == b.as_bytes())
+        })
     }
 
     /// Directory `name` in `parent`, made if missing.
@@ -483,6 +522,12 @@ impl Xlator for Trash {
         self.on.store(TRASH.bool(options), Ordering::Relaxed);
         self.max_filesize
             .store(MAX_FILESIZE.size(options), Ordering::Relaxed);
+        let eliminate = eliminate_paths(ELIMINATE_PATH.str(options));
+        let mut e = self.eliminate.lock().unwrap();
+        if *e != eliminate {
+            *e = eliminate;
+            self.found.lock().unwrap().clear();
+        }
     }
 
     fn cached(&self, cx: &Ctx, fop: &Fop) -> Option<FsResult<Reply>> {
@@ -556,6 +601,25 @@ mod tests {
         let k = Trash::kept_name(&long, at, 3).unwrap();
         assert_eq!(k.as_bytes().len(), 255);
         assert!(k.as_bytes().ends_with(b"_2026-12-08-011500_4"));
+    }
+
+    #[test]
+    fn eliminated_paths_are_read_from_the_root() {
+        let p = |s: &str| -> Vec<Vec<u8>> {
+            eliminate_paths(s)
+                .into_iter()
+                .map(|v| {
+                    v.iter()
+                        .flat_map(|n| [n.as_bytes(), b"/"].concat())
+                        .collect()
+                })
+                .collect()
+        };
+        assert!(p("none").is_empty());
+        assert_eq!(
+            p("/scratch,build/tmp/, /"),
+            vec![b"scratch/".to_vec(), b"build/tmp/".to_vec()]
+        );
     }
 
     #[test]

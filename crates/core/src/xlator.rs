@@ -336,6 +336,36 @@ impl Child {
     ) -> (FsResult<Reply>, FsResult<Reply>) {
         self.xl.call_locked(cx, fop, mark).await
     }
+    /// Every entry of directory `dir`, opened here as `fh`, read from
+    /// its start with attributes (readdirplus); then `fh` is let go.
+    pub async fn read_whole_dir(
+        &self,
+        cx: &Ctx,
+        dir: Gfid,
+        fh: u64,
+    ) -> FsResult<Vec<super::DirEntry>> {
+        let mut all = Vec::new();
+        let mut offset = 0;
+        let res = loop {
+            let fop = Fop::Readdir {
+                gfid: dir,
+                fh,
+                offset,
+                plus: true,
+            };
+            match self.call(cx, fop).await {
+                Ok(Reply::Entries(es)) if es.is_empty() => break Ok(()),
+                Ok(Reply::Entries(es)) => {
+                    offset = es.last().map_or(offset, |e| e.next);
+                    all.extend(es);
+                }
+                Ok(other) => break Err(super::fop::unexpected(other)),
+                Err(e) => break Err(e),
+            }
+        };
+        let _ = self.call(cx, Fop::Releasedir { gfid: dir, fh }).await;
+        res.map(|()| all)
+    }
     pub fn is_up(&self) -> bool {
         self.link.is_up()
     }

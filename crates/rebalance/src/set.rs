@@ -82,27 +82,7 @@ pub(super) async fn list(set: &Child, dir: Gfid) -> FsResult<Vec<DirEntry>> {
         Err(e) if e.is(libc::ESTALE) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut out = Vec::new();
-    let mut offset = 0;
-    let res = loop {
-        let fop = Fop::Readdir {
-            gfid: dir,
-            fh,
-            offset,
-            plus: true,
-        };
-        match set.call(&root(), fop).await {
-            Ok(Reply::Entries(ents)) if ents.is_empty() => break Ok(()),
-            Ok(Reply::Entries(ents)) => {
-                offset = ents.last().map_or(offset, |e| e.next);
-                out.extend(ents);
-            }
-            Ok(other) => break Err(mortar_core::fop::unexpected(other)),
-            Err(e) => break Err(e),
-        }
-    };
-    let _ = set.call(&root(), Fop::Releasedir { gfid: dir, fh }).await;
-    res.map(|_| out)
+    set.read_whole_dir(&root(), dir, fh).await
 }
 
 /// Copies a file's data extents (holes stay holes) and its size.

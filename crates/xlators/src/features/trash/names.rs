@@ -106,32 +106,12 @@ async fn find_name(cx: &Ctx, child: &mortar_core::Child, dir: Gfid) -> FsResult<
         Reply::Opened { fh } => fh,
         other => return Err(mortar_core::fop::unexpected(other)),
     };
-    let mut offset = 0;
-    let found = 'read: loop {
-        let fop = Fop::Readdir {
-            gfid: parent,
-            fh,
-            offset,
-            plus: true,
-        };
-        let entries = match child.call(cx, fop).await {
-            Ok(Reply::Entries(es)) => es,
-            Ok(other) => break Err(mortar_core::fop::unexpected(other)),
-            Err(e) => break Err(e),
-        };
-        if entries.is_empty() {
-            break Err(FsError::new(
-                libc::ENOENT,
-                format!("{dir} is not in its parent {parent}"),
-            ));
-        }
-        for e in &entries {
-            if e.attr.as_ref().is_some_and(|a| a.gfid == dir) {
-                break 'read Name::new(e.name.to_vec()).map(|n| (parent, n));
-            }
-            offset = e.next;
-        }
-    };
-    let _ = child.call(cx, Fop::Releasedir { gfid: parent, fh }).await;
-    found
+    let entries = child.read_whole_dir(cx, parent, fh).await?;
+    let e = entries
+        .iter()
+        .find(|e| e.attr.as_ref().is_some_and(|a| a.gfid == dir))
+        .ok_or_else(|| {
+            FsError::new(libc::ENOENT, format!("{dir} is not in its parent {parent}"))
+        })?;
+    Ok((parent, Name::new(e.name.to_vec())?))
 }

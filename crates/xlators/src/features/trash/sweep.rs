@@ -185,30 +185,11 @@ async fn list(top: &Child, cx: &Ctx, dir: Gfid) -> FsResult<Vec<mortar_core::Dir
         Reply::Opened { fh } => fh,
         other => return Err(mortar_core::fop::unexpected(other)),
     };
-    let mut all = Vec::new();
-    let mut offset = 0;
-    let res = loop {
-        let fop = Fop::Readdir {
-            gfid: dir,
-            fh,
-            offset,
-            plus: true,
-        };
-        match top.call(cx, fop).await {
-            Ok(Reply::Entries(es)) if es.is_empty() => break Ok(()),
-            Ok(Reply::Entries(es)) => {
-                offset = es.last().map_or(offset, |e| e.next);
-                all.extend(
-                    es.into_iter()
-                        .filter(|e| e.name.as_slice() != b"." && e.name.as_slice() != b".."),
-                );
-            }
-            Ok(other) => break Err(mortar_core::fop::unexpected(other)),
-            Err(e) => break Err(e),
-        }
-    };
-    let _ = top.call(cx, Fop::Releasedir { gfid: dir, fh }).await;
-    res.map(|()| all)
+    let all = top.read_whole_dir(cx, dir, fh).await?;
+    Ok(all
+        .into_iter()
+        .filter(|e| e.name.as_slice() != b"." && e.name.as_slice() != b"..")
+        .collect())
 }
 
 #[cfg(test)]
